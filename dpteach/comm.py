@@ -1,0 +1,424 @@
+"""Device-agnostic counterparts of ``torch.cuda.comm``: broadcast, reduce, scatter and gather.
+
+PyTorch's ``torch.cuda.comm`` refuses CPU tensors. These functions keep its names, signatures and
+semantics but work on any list of slots, duplicates allowed: ``["cpu", "cpu"]``, ``["cuda:0",
+"cuda:0"]`` or ``[0, 1, 2, 3]``. When every slot is a distinct CUDA device they hand the work to
+``torch.cuda.comm`` (NCCL where it is there); the results are the same.
+
+Two rules carry the slot semantics of ``../DESIGN.md``:
+
+* the first slot on a tensor's own device gets the tensor itself (as ``torch.cuda.comm`` returns the
+  source tensor on its own device), every other slot gets a copy that owns its storage, even on the
+  same physical device;
+* every copy made here is counted, so ``with dpteach.comm.traffic() as t: ...`` tells how many bytes
+  each step really moved (chapter 06).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import torch
+from torch._utils import _flatten_dense_tensors, _reorder_tensors_as, _take_tensors, _unflatten_dense_tensors
+
+from ._devices import DeviceLike, as_device, as_devices, distinct_cuda
+
+__all__ = [
+    "broadcast",
+    "broadcast_coalesced",
+    "reduce_add",
+    "reduce_add_coalesced",
+    "scatter",
+    "gather",
+    "traffic",
+    "Traffic",
+    "nbytes",
+]
+
+BUFFER_SIZE = 10 * 1024 * 1024  # torch.cuda.comm's default bucket: 10 MiB
+
+
+# --------------------------------------------------------------------------------------------
+# Counting the bytes every copy moves
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Copy:
+    """One copy made by dpteach: what asked for it, how many bytes, from where to where."""
+
+    op: str
+    nbytes: int
+    src: torch.device
+    dst: torch.device
+
+    @property
+    def crosses_devices(self) -> bool:
+        return self.src != self.dst
+
+
+@dataclass
+class Traffic:
+    """Every copy recorded while a ``traffic()`` block was open."""
+
+    copies: list[Copy] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.nbytes for c in self.copies)
+
+    @property
+    def cross_device_bytes(self) -> int:
+        return sum(c.nbytes for c in self.copies if c.crosses_devices)
+
+    def by_op(self) -> dict[str, int]:
+        """Bytes per operation name, e.g. ``{'broadcast': ..., 'reduce_add': ...}``."""
+        totals: dict[str, int] = defaultdict(int)
+        for c in self.copies:
+            totals[c.op] += c.nbytes
+        return dict(totals)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{op}={n:,}" for op, n in sorted(self.by_op().items()))
+        return f"Traffic({self.bytes:,} bytes in {len(self.copies)} copies: {parts or 'none'})"
+
+
+_meters: list[Traffic] = []
+_meters_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def traffic() -> Iterator[Traffic]:
+    """Record every copy dpteach makes inside the block (replicate, scatter, gather, reduce)."""
+    meter = Traffic()
+    with _meters_lock:
+        _meters.append(meter)
+    try:
+        yield meter
+    finally:
+        with _meters_lock:
+            _meters.remove(meter)
+
+
+def nbytes(tensor: torch.Tensor) -> int:
+    """Bytes of a tensor's data (values and indices for a sparse tensor)."""
+    if tensor.is_sparse:
+        return nbytes(tensor._indices()) + nbytes(tensor._values())
+    return tensor.numel() * tensor.element_size()
+
+
+def record(op: str, count: int, src: torch.device, dst: torch.device) -> None:
+    """Tell the open ``traffic()`` blocks that ``count`` bytes were copied (used by the strategies too)."""
+    if _meters:
+        with _meters_lock:
+            for meter in _meters:
+                meter.copies.append(Copy(op, count, src, dst))
+
+
+def copy_to(tensor: torch.Tensor, device: torch.device, op: str) -> torch.Tensor:
+    """A copy of ``tensor`` on ``device`` that owns its storage (and its own version counter)."""
+    record(op, nbytes(tensor), tensor.device, device)
+    if tensor.device == device:
+        return tensor.clone()
+    return tensor.to(device, copy=True)
+
+
+def _check_dim(dim: int, ndim: int, what: str) -> int:
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"{what}: dim must be an int, got {dim!r}")
+    if ndim == 0 or not -ndim <= dim < ndim:
+        raise IndexError(
+            f"{what}: dim {dim} is out of range for a tensor of {ndim} dimension(s) "
+            f"(valid: {-ndim} to {ndim - 1})" if ndim else f"{what}: cannot split or join 0-d tensors along dim {dim}"
+        )
+    return dim % ndim
+
+
+# --------------------------------------------------------------------------------------------
+# Broadcast
+# --------------------------------------------------------------------------------------------
+
+
+def broadcast(tensor: torch.Tensor, devices: Sequence[DeviceLike] | None = None, *, out=None) -> tuple[torch.Tensor, ...]:
+    """Copy ``tensor`` to every slot; the first slot on its own device gets the tensor itself.
+
+    Exactly one of ``devices`` and ``out`` is given, as in ``torch.cuda.comm.broadcast``.
+    """
+    if (devices is None) == (out is None):
+        raise RuntimeError(
+            f"Exactly one of 'devices' and 'out' must be specified, but got devices={devices} and out={out}"
+        )
+    if out is not None:
+        out = list(out)
+        for i, o in enumerate(out):
+            if o.shape != tensor.shape:
+                raise RuntimeError(
+                    f"Expected all output tensors to have same shape as the source tensor {tuple(tensor.shape)}, "
+                    f"but output tensor at index {i} has shape {tuple(o.shape)}"
+                )
+        for o in out:
+            record("broadcast", nbytes(tensor), tensor.device, o.device)
+            with torch.no_grad():
+                o.copy_(tensor)
+        return tuple(out)
+    slots = as_devices(devices)
+    aliased = False
+    result = []
+    for device in slots:
+        if device == tensor.device and not aliased:
+            aliased = True
+            result.append(tensor)
+        else:
+            result.append(copy_to(tensor, device, "broadcast"))
+    return tuple(result)
+
+
+def broadcast_coalesced(
+    tensors: Sequence[torch.Tensor], devices: Sequence[DeviceLike], buffer_size: int = BUFFER_SIZE
+) -> list[list[torch.Tensor]]:
+    """Broadcast a list of tensors, all on ``devices[0]``; slot 0's outputs are the inputs as they are.
+
+    Between distinct devices small tensors travel flattened into buckets of at most
+    ``buffer_size`` bytes (fewer, larger copies); onto the same device each tensor is cloned
+    directly, one pass over memory. Every copy gets its own version counter, so an in-place
+    update of one replica's buffer never trips autograd on another's
+    (NOTE [Version Counter in comm.*_coalesced] in PyTorch).
+    """
+    slots = as_devices(devices)
+    tensors = list(tensors)
+    for i, t in enumerate(tensors):
+        if t.device != slots[0]:
+            raise ValueError(
+                f"broadcast_coalesced: all tensors must be on devices[0] ({slots[0]}), but tensor {i} is on {t.device}"
+            )
+    if len(slots) > 1 and distinct_cuda(slots) and not any(t.is_complex() for t in tensors):
+        outs = torch.cuda.comm.broadcast_coalesced(tensors, [d.index for d in slots], buffer_size)
+        for device in slots[1:]:
+            record("broadcast", sum(nbytes(t) for t in tensors), slots[0], device)
+        return [list(tensors)] + [list(o) for o in outs[1:]]
+    result = [list(tensors)]
+    for device in slots[1:]:
+        if device == slots[0]:
+            result.append([copy_to(t, device, "broadcast") for t in tensors])
+        else:
+            result.append(_coalesced_copy(tensors, device, buffer_size))
+    return result
+
+
+def _coalesced_copy(tensors: list[torch.Tensor], device: torch.device, buffer_size: int) -> list[torch.Tensor]:
+    """Copy tensors to another device in flat buckets, then hand back per-tensor pieces."""
+    out: list[torch.Tensor] = []
+    for chunk in _take_tensors(tensors, buffer_size):
+        if chunk[0].is_sparse:
+            out.extend(copy_to(t, device, "broadcast") for t in chunk)
+            continue
+        flat = _flatten_dense_tensors(chunk)
+        moved = copy_to(flat, device, "broadcast")
+        # pieces of one flat buffer would share a version counter; .data gives each its own
+        out.extend(t.data for t in _unflatten_dense_tensors(moved, chunk))
+    return list(_reorder_tensors_as(out, tensors))
+
+
+# --------------------------------------------------------------------------------------------
+# Reduce
+# --------------------------------------------------------------------------------------------
+
+
+def reduce_add(inputs: Sequence[torch.Tensor], destination: DeviceLike | None = None) -> torch.Tensor:
+    """Sum tensors from several slots onto ``destination`` (default: the first input's device)."""
+    inputs = list(inputs)
+    if not inputs:
+        raise ValueError("reduce_add expects at least one input tensor")
+    dest = inputs[0].device if destination is None else as_device(destination)
+    size, dtype = inputs[0].size(), inputs[0].dtype
+    for i, t in enumerate(inputs):
+        if t.size() != size:
+            got, expected = "x".join(map(str, t.size())), "x".join(map(str, size))
+            raise ValueError(f"input {i} has invalid size: got {got}, but expected {expected}")
+        if t.dtype != dtype:
+            raise ValueError(f"input {i} has dtype {t.dtype}, but input 0 has {dtype}; reduce_add adds like dtypes only")
+    if len(inputs) == 1:
+        return inputs[0] if inputs[0].device == dest else copy_to(inputs[0], dest, "reduce_add")
+    devices = [t.device for t in inputs]
+    if distinct_cuda(devices) and dest in devices and not inputs[0].is_complex():
+        for t in inputs:
+            if t.device != dest:
+                record("reduce_add", nbytes(t), t.device, dest)
+        return torch.cuda.comm.reduce_add(inputs, dest.index)
+    root = next((i for i, t in enumerate(inputs) if t.device == dest), None)
+    if root is None:
+        result = copy_to(inputs[0], dest, "reduce_add")
+        others = inputs[1:]
+    else:
+        others = [t for i, t in enumerate(inputs) if i != root]
+        first = others.pop(0)
+        result = inputs[root] + _moved(first, dest)  # a new tensor, no extra clone
+    for other in others:
+        result.add_(_moved(other, dest))
+    return result
+
+
+def _moved(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device``: itself when already there, else a counted copy."""
+    if tensor.device == device:
+        return tensor
+    record("reduce_add", nbytes(tensor), tensor.device, device)
+    return tensor.to(device, non_blocking=True)
+
+
+def reduce_add_coalesced(
+    inputs: Sequence[Sequence[torch.Tensor]], destination: DeviceLike | None = None, buffer_size: int = BUFFER_SIZE
+) -> tuple[torch.Tensor, ...]:
+    """Sum lists of tensors, one list per slot, element by element, onto ``destination``.
+
+    Across distinct devices dense tensors travel flattened in buckets; on one device each
+    tensor is summed in place of flattening, which would only add two passes over memory.
+    Sparse tensors are reduced one by one. Outputs have their own version counters.
+    """
+    groups = [list(g) for g in inputs]
+    if not groups:
+        raise ValueError("reduce_add_coalesced expects at least one list of tensors")
+    n = len(groups[0])
+    for i, g in enumerate(groups):
+        if len(g) != n:
+            raise ValueError(f"reduce_add_coalesced: list {i} holds {len(g)} tensors, but list 0 holds {n}")
+    if n == 0:
+        return ()
+    dest = groups[0][0].device if destination is None else as_device(destination)
+    devices = [g[0].device for g in groups]
+    if len(groups) > 1 and distinct_cuda(devices) and dest in devices and not any(t.is_complex() for t in groups[0]):
+        for g in groups:
+            if g[0].device != dest:
+                record("reduce_add", sum(nbytes(t) for t in g), g[0].device, dest)
+        return tuple(torch.cuda.comm.reduce_add_coalesced(groups, dest.index, buffer_size))
+    if all(t.device == dest for g in groups for t in g):
+        return tuple(reduce_add(ts, dest) for ts in zip(*groups))
+    # Across devices: PyTorch's algorithm, sparse first, then dense in flat buckets.
+    dense: list[list[torch.Tensor]] = [[] for _ in groups]
+    output, ref_order = [], []
+    for at_slots in zip(*groups):
+        if all(t.is_sparse for t in at_slots):
+            output.append(reduce_add(at_slots, dest))
+            ref_order.append(at_slots[0])
+        else:
+            for coll, t in zip(dense, at_slots):
+                coll.append(t.to_dense() if t.is_sparse else t)
+            ref_order.append(dense[0][-1])
+    for chunks in zip(*[_take_tensors(ts, buffer_size) for ts in dense]):
+        flat = reduce_add([_flatten_dense_tensors(c) for c in chunks], dest)
+        output.extend(t.data for t in _unflatten_dense_tensors(flat, chunks[0]))
+    return tuple(_reorder_tensors_as(output, ref_order))
+
+
+# --------------------------------------------------------------------------------------------
+# Scatter and gather
+# --------------------------------------------------------------------------------------------
+
+
+def scatter(
+    tensor: torch.Tensor,
+    devices: Sequence[DeviceLike] | None = None,
+    chunk_sizes: Sequence[int] | None = None,
+    dim: int = 0,
+    streams=None,
+    *,
+    out=None,
+) -> tuple[torch.Tensor, ...]:
+    """Split ``tensor`` along ``dim`` and place piece ``i`` on slot ``i``.
+
+    Without ``chunk_sizes`` it uses ``tensor.chunk(len(devices), dim)``, which may give fewer
+    pieces than slots (3 rows over 4 slots give 3 pieces), exactly as PyTorch does. A piece that
+    is already on its slot's device is a view, not a copy.
+    """
+    dim = _check_dim(dim, tensor.dim(), "scatter")
+    if out is not None:
+        if devices is not None:
+            raise RuntimeError(f"'devices' must not be specified when 'out' is specified, but got devices={devices}")
+        if chunk_sizes is not None:
+            raise RuntimeError(
+                f"'chunk_sizes' must not be specified when 'out' is specified, but got chunk_sizes={chunk_sizes}"
+            )
+        out = list(out)
+        sizes = [o.size(dim) for o in out]
+        if sum(sizes) != tensor.size(dim):
+            raise RuntimeError(
+                f"Total size for output tensors along scatter dim ({sum(sizes)}) does not match "
+                f"the size of input tensor ({tensor.size(dim)})"
+            )
+        for o, piece in zip(out, tensor.split(sizes, dim)):
+            record("scatter", nbytes(piece), piece.device, o.device)
+            with torch.no_grad():
+                o.copy_(piece)
+        return tuple(out)
+    if devices is None or len(list(devices)) == 0:
+        raise ValueError("Expected at least one device to scatter to")
+    slots = as_devices(devices)
+    if chunk_sizes is None:
+        pieces = tensor.chunk(len(slots), dim)
+    else:
+        chunk_sizes = list(chunk_sizes)
+        if len(chunk_sizes) != len(slots):
+            raise ValueError(
+                "Expected devices and chunk_sizes to be of same length, but got "
+                f"len(devices) = {len(slots)} and len(chunk_sizes) = {len(chunk_sizes)}"
+            )
+        for size in chunk_sizes:
+            if size <= 0:
+                raise ValueError(f"Expected positive chunk size, but got {size}")
+        if sum(chunk_sizes) != tensor.size(dim):
+            raise ValueError(
+                f"Chunk sizes sum to {sum(chunk_sizes)}, but the tensor has {tensor.size(dim)} along dim {dim}"
+            )
+        pieces = tensor.split(chunk_sizes, dim)
+    result = []
+    for i, (piece, device) in enumerate(zip(pieces, slots)):
+        if piece.device == device:
+            result.append(piece)
+            continue
+        record("scatter", nbytes(piece), piece.device, device)
+        stream = streams[i] if streams is not None else None
+        ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+        with ctx:
+            result.append(piece.to(device, non_blocking=stream is not None))
+    return tuple(result)
+
+
+def gather(tensors: Sequence[torch.Tensor], dim: int = 0, destination: DeviceLike | None = None, *, out=None) -> torch.Tensor:
+    """Concatenate tensors from several slots along ``dim`` on ``destination`` (default: the first's device)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("Expected at least one tensor to gather from")
+    ndim = tensors[0].dim()
+    dim = _check_dim(dim, ndim, "gather")
+    for i, t in enumerate(tensors):
+        if t.dim() != ndim or any(t.size(d) != tensors[0].size(d) for d in range(ndim) if d != dim):
+            raise ValueError(
+                f"gather: tensor {i} has shape {tuple(t.shape)}, which does not match tensor 0's "
+                f"{tuple(tensors[0].shape)} outside dim {dim}"
+            )
+    if out is not None:
+        if destination is not None:
+            raise RuntimeError(
+                f"'destination' must not be specified when 'out' is specified, but got destination={destination}"
+            )
+        dest = out.device
+    else:
+        if isinstance(destination, int) and destination == -1:
+            warnings.warn(
+                'Using -1 to represent CPU tensor is deprecated. Please use a device object or string instead, e.g., "cpu".',
+                FutureWarning,
+                stacklevel=2,
+            )
+            destination = "cpu"
+        dest = tensors[0].device if destination is None else as_device(destination)
+    for t in tensors:
+        record("gather", nbytes(t), t.device, dest)
+    moved = [t if t.device == dest else t.to(dest, non_blocking=True) for t in tensors]
+    if out is not None:
+        return torch.cat(moved, dim, out=out)
+    return torch.cat(moved, dim)

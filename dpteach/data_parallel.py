@@ -1,0 +1,129 @@
+"""``DataParallel`` and ``data_parallel``: drop-ins for PyTorch's, on any device list, with a strategy.
+
+One step is four moves (``torch/nn/parallel/data_parallel.py``):
+scatter the batch over the slots, replicate the module, run the replicas in parallel threads,
+gather the outputs on ``output_device``. Backward runs the same graph in reverse; how the
+replicas' gradients reach ``module`` is what the replication strategy decides.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from ._devices import DeviceLike, as_device, as_devices, default_devices
+from .parallel_apply import parallel_apply
+from .replicate import Strategy, check_replicatable, replicate, resolve_strategy
+from .scatter_gather import gather, scatter_kwargs
+
+__all__ = ["DataParallel", "data_parallel"]
+
+
+def _check_module_device(module: nn.Module, src: torch.device) -> None:
+    for t in chain(module.parameters(), module.buffers()):
+        if t.device != src:
+            raise RuntimeError(
+                f"module must have its parameters and buffers on device {src} (device_ids[0]) "
+                f"but found one of them on device: {t.device}"
+            )
+
+
+def _check_dim(dim: Any) -> int:
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"dim must be an int (the batch dimension), got {dim!r}")
+    return dim
+
+
+class DataParallel(nn.Module):
+    """Implements data parallelism at the module level, on any list of slots.
+
+    The same as ``torch.nn.DataParallel``, with two differences: ``device_ids`` may hold CPU
+    devices and duplicates (``["cpu", "cpu"]``, ``["cuda:0", "cuda:0"]``), and ``strategy``
+    chooses how replicas are made (``"broadcast"``, ``"rewire"``, ``"clone"`` or a callable).
+    ``device_ids=None`` means :func:`dpteach.default_devices`.
+
+    As in PyTorch, the module is replicated on every forward, so changes a replica makes to
+    itself are lost, except in-place updates of slot 0's tensors, which share storage with
+    ``module`` when slot 0 is on its device (BatchNorm's running statistics rely on this).
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        device_ids: Sequence[DeviceLike] | None = None,
+        output_device: DeviceLike | None = None,
+        dim: int = 0,
+        *,
+        strategy: Strategy = "broadcast",
+    ) -> None:
+        super().__init__()
+        resolve_strategy(strategy)  # an unknown strategy fails here, not at the first forward
+        self.module = module
+        self.device_ids = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
+        self.output_device = self.device_ids[0] if output_device is None else as_device(output_device)
+        self.dim = _check_dim(dim)
+        self.strategy = strategy
+        self.src_device_obj = self.device_ids[0]
+        if len(self.device_ids) == 1:
+            self.module.to(self.src_device_obj)
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        check_replicatable(self.module, self.device_ids)
+        _check_module_device(self.module, self.src_device_obj)
+        inputs, module_kwargs = self.scatter(inputs, kwargs, self.device_ids)
+        if not inputs and not module_kwargs:  # a forward with no inputs still runs, once per slot
+            inputs, module_kwargs = ((),), ({},)
+        if len(self.device_ids) == 1:
+            return self.module(*inputs[0], **module_kwargs[0])
+        replicas = self.replicate(self.module, self.device_ids[: len(inputs)])
+        outputs = self.parallel_apply(replicas, inputs, module_kwargs)
+        return self.gather(outputs, self.output_device)
+
+    def replicate(self, module: nn.Module, device_ids: Sequence[torch.device]) -> list[nn.Module]:
+        return replicate(module, device_ids, not torch.is_grad_enabled(), strategy=self.strategy)
+
+    def scatter(self, inputs, kwargs, device_ids):
+        return scatter_kwargs(inputs, kwargs, device_ids, dim=self.dim)
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        return parallel_apply(replicas, inputs, kwargs, self.device_ids[: len(replicas)])
+
+    def gather(self, outputs, output_device):
+        return gather(outputs, output_device, dim=self.dim)
+
+    def extra_repr(self) -> str:
+        slots = ", ".join(str(d) for d in self.device_ids)
+        return f"device_ids=[{slots}], output_device={self.output_device}, dim={self.dim}, strategy={self.strategy!r}"
+
+
+def data_parallel(
+    module: nn.Module,
+    inputs: Any,
+    device_ids: Sequence[DeviceLike] | None = None,
+    output_device: DeviceLike | None = None,
+    dim: int = 0,
+    module_kwargs: dict[str, Any] | None = None,
+    *,
+    strategy: Strategy = "broadcast",
+) -> Any:
+    """Evaluate ``module(*inputs)`` in parallel over ``device_ids``: the functional form of DataParallel."""
+    resolve_strategy(strategy)
+    _check_dim(dim)
+    if not isinstance(inputs, tuple):
+        inputs = (inputs,) if inputs is not None else ()
+    slots = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
+    output_device = slots[0] if output_device is None else as_device(output_device)
+    check_replicatable(module, slots)
+    _check_module_device(module, slots[0])
+    inputs, module_kwargs = scatter_kwargs(inputs, module_kwargs, slots, dim)
+    if not inputs and not module_kwargs:
+        inputs, module_kwargs = ((),), ({},)
+    if len(slots) == 1:
+        return module(*inputs[0], **module_kwargs[0])
+    used = slots[: len(inputs)]
+    replicas = replicate(module, used, not torch.is_grad_enabled(), strategy=strategy)
+    outputs = parallel_apply(replicas, inputs, module_kwargs, used)
+    return gather(outputs, output_device, dim)

@@ -1,0 +1,125 @@
+"""Run each replica on its own input in its own thread: ``torch.nn.parallel.parallel_apply`` on any device."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+from torch._utils import ExceptionWrapper
+
+from ._devices import DeviceLike, as_device
+
+__all__ = ["parallel_apply", "get_a_var"]
+
+
+def get_a_var(obj: Any) -> torch.Tensor | None:
+    """The first tensor found in a nested input, to tell which device a replica runs on."""
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if isinstance(obj, (list, tuple)):
+        for item in obj:
+            t = get_a_var(item)
+            if t is not None:
+                return t
+    if isinstance(obj, dict):
+        for item in obj.values():
+            t = get_a_var(item)
+            if t is not None:
+                return t
+    return None
+
+
+def _device_context(device: torch.device):
+    """Make ``device`` current in this thread (CUDA device and its current stream); nothing for CPU."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.cuda.device(device))
+    stack.enter_context(torch.cuda.stream(torch.cuda.current_stream(device)))
+    return stack
+
+
+def parallel_apply(
+    modules: Sequence[nn.Module],
+    inputs: Sequence[Any],
+    kwargs_tup: Sequence[dict[str, Any]] | None = None,
+    devices: Sequence[DeviceLike | None] | None = None,
+) -> list[Any]:
+    """Call ``modules[i](*inputs[i], **kwargs_tup[i])`` for every i at once, one thread each.
+
+    Grad mode and autocast (enabled flag and dtype) are thread-local, so they are carried from
+    the caller into every thread. A failure is re-raised here as the same exception type, its
+    message naming the replica and device, with the original traceback.
+    """
+    if len(modules) != len(inputs):
+        raise AssertionError(f"The number of modules {len(modules)} is not equal to the number of inputs {len(inputs)}")
+    if kwargs_tup is None:
+        kwargs_tup = ({},) * len(modules)
+    elif len(kwargs_tup) != len(modules):
+        raise AssertionError(
+            f"The number of modules {len(modules)} is not equal to the number of kwargs_tup {len(kwargs_tup)}"
+        )
+    if devices is None:
+        devices = [None] * len(modules)
+    elif len(devices) != len(modules):
+        raise AssertionError(f"The number of modules {len(modules)} is not equal to the number of devices {len(devices)}")
+    devices = [None if d is None else as_device(d) for d in devices]
+
+    grad_enabled = torch.is_grad_enabled()
+    autocast = {
+        kind: (torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind))
+        for kind in ("cpu", "cuda")
+        if kind == "cpu" or torch.cuda.is_available()
+    }
+    lock = threading.Lock()
+    results: dict[int, Any] = {}
+
+    def _worker(i: int, module, input, kwargs, device) -> None:
+        torch.set_grad_enabled(grad_enabled)
+        if device is None:
+            t = get_a_var(input)
+            if t is None:
+                with lock:
+                    results[i] = ExceptionWrapper(
+                        where=f"in replica {i}, no device was provided and no tensor input was found; "
+                        "device cannot be resolved"
+                    )
+                return
+            device = t.device
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(_device_context(device))
+                for kind, (enabled, dtype) in autocast.items():
+                    if enabled:
+                        stack.enter_context(torch.autocast(kind, dtype=dtype))
+                if not isinstance(input, (list, tuple)):  # also avoids slicing a tensor input
+                    input = (input,)
+                output = module(*input, **kwargs)
+            with lock:
+                results[i] = output
+        except Exception:
+            with lock:
+                results[i] = ExceptionWrapper(where=f"in replica {i} on device {device}")
+
+    if len(modules) > 1:
+        threads = [
+            threading.Thread(target=_worker, args=(i, m, inp, kw, dev), name=f"dpteach-replica-{i}")
+            for i, (m, inp, kw, dev) in enumerate(zip(modules, inputs, kwargs_tup, devices))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    elif modules:
+        _worker(0, modules[0], inputs[0], kwargs_tup[0], devices[0])
+
+    outputs = []
+    for i in range(len(inputs)):
+        output = results[i]
+        if isinstance(output, ExceptionWrapper):
+            output.reraise()
+        outputs.append(output)
+    return outputs

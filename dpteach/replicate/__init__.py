@@ -1,0 +1,74 @@
+"""``replicate(network, devices, detach=False, *, strategy="broadcast")``: one replica per slot.
+
+Three strategies, each faithful to its history (see each module's docstring):
+
+=============  ==========================================================================
+``"clone"``    the C++ frontend before PR #20910: deep copies, gradients never come back
+``"rewire"``   PR #20910: clone, then one ``ReduceAdd`` node per original parameter
+``"broadcast"`` Python's replicate.py: ``Broadcast`` / ``ReduceAddCoalesced`` (the default)
+=============  ==========================================================================
+
+A learner's own function ``f(network, devices, detach) -> list of replicas`` works too.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence, Union
+
+import torch
+from torch import nn
+
+from .._devices import DeviceLike, as_devices
+from . import broadcast, clone, rewire
+from ._modules import check_replicatable
+
+Strategy = Union[str, Callable[[nn.Module, Sequence[torch.device], bool], Sequence[nn.Module]]]
+
+STRATEGIES = {
+    "broadcast": broadcast.replicate,
+    "clone": clone.replicate,
+    "rewire": rewire.replicate,
+}
+
+__all__ = ["replicate", "resolve_strategy", "STRATEGIES", "ReduceAdd"]
+
+ReduceAdd = rewire.ReduceAdd
+
+
+def resolve_strategy(strategy: Strategy) -> Callable:
+    """The replicate function behind a strategy name or callable."""
+    if callable(strategy):
+        return strategy
+    if isinstance(strategy, str) and strategy in STRATEGIES:
+        return STRATEGIES[strategy]
+    valid = ", ".join(repr(s) for s in STRATEGIES)
+    raise ValueError(
+        f"unknown strategy {strategy!r}; valid strategies are {valid}, "
+        "or a callable f(network, devices, detach) -> list of replicas"
+    )
+
+
+def strategy_name(strategy: Strategy) -> str:
+    """A readable name for messages: the string itself, or the callable's name."""
+    return strategy if isinstance(strategy, str) else getattr(strategy, "__name__", repr(strategy))
+
+
+def replicate(
+    network: nn.Module, devices: Sequence[DeviceLike], detach: bool = False, *, strategy: Strategy = "broadcast"
+) -> list[nn.Module]:
+    """Replicas of ``network``, one per slot in ``devices`` (duplicates allowed).
+
+    Slot 0 shares storage with ``network`` when it is on the same device (``"broadcast"``);
+    every other slot owns its storage. With ``detach=True`` the replicas carry no autograd history.
+    """
+    slots = as_devices(devices)
+    fn = resolve_strategy(strategy)
+    check_replicatable(network, slots)
+    replicas = fn(network, slots, detach)
+    if not isinstance(replicas, (list, tuple)) or len(replicas) != len(slots):
+        got = f"{len(replicas)} replicas" if isinstance(replicas, (list, tuple)) else type(replicas).__name__
+        raise ValueError(
+            f"strategy {strategy_name(strategy)!r} returned {got}, but replicate needs a list of {len(slots)} "
+            "(one module per slot)"
+        )
+    return list(replicas)

@@ -1,0 +1,80 @@
+"""Strategy ``"broadcast"`` (the default): Python's ``torch/nn/parallel/replicate.py``.
+
+Parameters go through ``Broadcast`` (whose backward is ``ReduceAddCoalesced``), so every replica
+tensor is a non-leaf output of one node whose edges lead to the originals; slot 0's copies share
+the originals' storage. Replicas are shallow copies whose tensors are set as plain attributes,
+which works because ``nn.Module.__getattr__`` reads them from the instance: the attribute *is*
+the registry entry (the point ezyang made on PR #20910; in C++, ``Linear::weight`` is a separate
+member and could not be reassigned). Tied weights map to one copy per replica, frozen parameters
+give non-differentiable copies, and buffers that require grad are broadcast differentiably.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from .. import comm
+from ..functions import Broadcast
+from ._modules import set_tensor, shallow_copy
+
+
+def _broadcast_coalesced_reshape(tensors, devices, detach):
+    """Broadcast ``tensors`` and regroup the flat result per slot."""
+    if not tensors:
+        return [[] for _ in devices]
+    if detach:
+        copies = comm.broadcast_coalesced(tensors, devices)
+        # slot 0 hands back the originals themselves; give it detached aliases, not the Parameters
+        copies[0] = [t.detach() for t in copies[0]]
+        return copies
+    flat = Broadcast.apply(devices, *tensors)
+    n = len(tensors)
+    return [list(flat[i : i + n]) for i in range(0, len(flat), n)]
+
+
+def replicate(network: nn.Module, devices: Sequence[torch.device], detach: bool = False) -> list[nn.Module]:
+    """One replica per slot, built the way ``torch.nn.parallel.replicate`` builds them."""
+    params = list(network.parameters())  # deduplicated: a tied weight appears once
+    param_indices = {p: i for i, p in enumerate(params)}
+    param_copies = _broadcast_coalesced_reshape(params, devices, detach)
+
+    buffers = list(network.buffers())
+    buffers_rg = [b for b in buffers if b.requires_grad and not detach]
+    buffers_not_rg = [b for b in buffers if not (b.requires_grad and not detach)]
+    buffer_indices_rg = {b: i for i, b in enumerate(buffers_rg)}
+    buffer_indices_not_rg = {b: i for i, b in enumerate(buffers_not_rg)}
+    buffer_copies_rg = _broadcast_coalesced_reshape(buffers_rg, devices, detach=False)
+    buffer_copies_not_rg = _broadcast_coalesced_reshape(buffers_not_rg, devices, detach=True)
+
+    modules = list(network.modules())  # deduplicated too: a shared submodule stays shared
+    module_indices = {m: i for i, m in enumerate(modules)}
+    module_copies = [[shallow_copy(m) for m in modules] for _ in devices]
+    for copies in module_copies:
+        for replica in copies:
+            replica._former_parameters = {}
+
+    for i, module in enumerate(modules):
+        for j in range(len(devices)):
+            replica = module_copies[j][i]
+            for key, child in module._modules.items():
+                if child is None:
+                    replica._modules[key] = None
+                else:
+                    setattr(replica, key, module_copies[j][module_indices[child]])
+            for key, param in module._parameters.items():
+                if param is None:
+                    replica._parameters[key] = None
+                else:
+                    # parameters in replicas are no longer leaves, so set them as non-parameter attributes
+                    set_tensor(replica, key, param_copies[j][param_indices[param]], "parameter")
+            for key, buf in module._buffers.items():
+                if buf is None:
+                    replica._buffers[key] = None
+                elif buf in buffer_indices_rg:
+                    set_tensor(replica, key, buffer_copies_rg[j][buffer_indices_rg[buf]], "buffer")
+                else:
+                    set_tensor(replica, key, buffer_copies_not_rg[j][buffer_indices_not_rg[buf]], "buffer")
+    return [module_copies[j][0] for j in range(len(devices))]

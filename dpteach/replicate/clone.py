@@ -1,0 +1,49 @@
+"""Strategy ``"clone"``: the C++ frontend before PR #20910, gradients included (issue #19540).
+
+``Cloneable::clone(device)`` made every replica a deep copy: fresh leaf parameters made under
+``NoGradGuard``, buffers cloned too, children cloned one by one. Nothing links a replica's
+parameter to the original's, so backward fills the replicas' ``.grad`` and the original learns
+nothing. Each tensor is copied twice, ``clone()`` then ``.to(device)`` (the copy PR #20995 removed).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from .. import comm
+from ._modules import shallow_copy
+
+
+def clone_tensor(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``Variable(t).clone()`` then ``.to(device)``, as ``Cloneable::clone`` did before #20995."""
+    data = comm.copy_to(tensor.detach(), tensor.device, "clone")  # COST (#20995): a full copy first ...
+    if device != data.device:
+        data = comm.copy_to(data, device, "to")  # ... then a second one onto the device
+    return data
+
+
+def clone_module(module: nn.Module, device: torch.device) -> nn.Module:
+    """A deep copy of ``module`` on ``device`` whose parameters are fresh leaves."""
+    with torch.no_grad():  # NoGradGuard no_grad;
+        replica = shallow_copy(module)
+        replica._is_replica = False  # a clone is a module of its own, with leaves that take .grad
+        for key, param in module._parameters.items():
+            if param is None:
+                replica._parameters[key] = None
+                continue
+            # BROKEN (#19540): a new leaf with no gradient edge back to `param`; its .grad fills, the original's never
+            setattr(replica, key, nn.Parameter(clone_tensor(param, device), requires_grad=param.requires_grad))
+        for key, buf in module._buffers.items():
+            # deep copy even on the original's device: BatchNorm's running stats are lost on every slot (#21144)
+            replica._buffers[key] = None if buf is None else clone_tensor(buf, device).requires_grad_(buf.requires_grad)
+        for key, child in module._modules.items():
+            replica._modules[key] = None if child is None else clone_module(child, device)
+    return replica
+
+
+def replicate(network: nn.Module, devices: Sequence[torch.device], detach: bool = False) -> list[nn.Module]:
+    """One deep copy per slot, slot 0 included."""
+    return [clone_module(network, device) for device in devices]

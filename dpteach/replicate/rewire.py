@@ -1,0 +1,90 @@
+"""Strategy ``"rewire"``: PR #20910's fix, Option One. Clone, then rewire the gradient edges.
+
+After cloning (``clone.py``), every parameter X of the original gets one ``ReduceAdd`` node whose
+next edge is X's gradient accumulator; every replica's copy of X becomes an output of that node
+(its ``grad_fn``). Backward then sums the replicas' gradients onto X's device and hands the sum
+to X. In C++ this was ``autograd::set_history(replica->parameters_[key], grad_fn)``, which
+changed the autograd meta of the shared ``TensorImpl`` so the ``Linear::weight`` member saw it
+too. Python cannot give an existing tensor a new ``grad_fn``, so the replica gets a new tensor
+object that shares the clone's storage and is the node's output: the same graph.
+
+Kept as in C++: the node refuses gradients that require grad (no double backward), and buffers
+stay deep-copied (no BatchNorm running stats): the items left open in issue #21144.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.autograd import Function
+
+from .. import comm
+from . import clone
+from ._modules import set_tensor, walk_pairs
+
+
+class ReduceAdd(Function):
+    """``struct ReduceAdd : autograd::Node`` of PR #20910, one per original parameter.
+
+    Forward hands back the replicas' copies as its outputs (so they hang off this node);
+    backward sums their gradients onto the original's device, for its AccumulateGrad.
+    ReduceAdd can ONLY be used during the backward pass of data parallel (the C++ note).
+    """
+
+    @staticmethod
+    def forward(ctx, original, copies):
+        ctx.destination = original.device
+        ctx.size, ctx.dtype = original.size(), original.dtype
+        # FIX (#20910): each replica's copy comes out of this node, so its gradient edge leads to `original`
+        return tuple(c.detach() for c in copies)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        if torch.is_grad_enabled() and any(g.requires_grad for g in grads):
+            raise RuntimeError(
+                "ReduceAdd can only be used during the backward pass of data parallel: it got gradients "
+                "that require grad (create_graph=True, double backward). The C++ node of PR #20910 has no "
+                "differentiable backward (issue #21144); use strategy='broadcast' for double backward."
+            )
+        output = torch.zeros(ctx.size, dtype=ctx.dtype, device=ctx.destination)
+        for g in grads:
+            if g.size() != ctx.size:
+                raise RuntimeError(f"All inputs of ReduceAdd must have the same size, but got {g.size()} and {ctx.size}")
+            if g.dtype != ctx.dtype:
+                raise RuntimeError(f"All inputs of ReduceAdd must have the same dtype, but got {g.dtype} and {ctx.dtype}")
+            if g.device != ctx.destination:
+                comm.record("reduce_add", comm.nbytes(g), g.device, ctx.destination)
+            output.add_(g.to(ctx.destination))  # TODO in C++ too: use nccl reduce
+        return output, None
+
+
+def rewire_grad_edges(network: nn.Module, replicas: Sequence[nn.Module]) -> None:
+    """Give every replica copy of each original parameter an edge into that parameter's ReduceAdd node."""
+    sites: dict[torch.Tensor, list[tuple[nn.Module, str, str]]] = defaultdict(list)
+    for replica in replicas:
+        for original, copy in walk_pairs(network, replica):
+            for key, param in original._parameters.items():
+                if param is not None and param.requires_grad:
+                    sites[param].append((copy, key, "parameter"))
+            for key, buf in original._buffers.items():
+                if buf is not None and buf.requires_grad:  # C++ rewired grad-requiring buffers too
+                    sites[buf].append((copy, key, "buffer"))
+    for original, places in sites.items():
+        copies = [getattr(m, key) for m, key, _ in places]
+        outputs = ReduceAdd.apply(original, copies)  # one node, one input slot per replica copy
+        for (module, key, kind), out in zip(places, outputs):
+            set_tensor(module, key, out, kind)
+    for replica in replicas:
+        for _, copy in walk_pairs(network, replica):
+            copy._is_replica = True  # replica tensors are no longer leaves: zero_grad() on them warns
+
+
+def replicate(network: nn.Module, devices: Sequence[torch.device], detach: bool = False) -> list[nn.Module]:
+    """Clone per slot (``clone.py``), then rewire; ``detach=True`` keeps the plain clones."""
+    replicas = [clone.clone_module(network, device) for device in devices]
+    if not detach:
+        rewire_grad_edges(network, replicas)
+    return replicas
