@@ -121,8 +121,12 @@ def record(op: str, count: int, src: torch.device, dst: torch.device) -> None:
 
 
 def copy_to(tensor: torch.Tensor, device: torch.device, op: str) -> torch.Tensor:
-    """A copy of ``tensor`` on ``device`` that owns its storage (and its own version counter)."""
+    """A copy of ``tensor`` on ``device`` that owns its storage (and its own version counter).
+
+    Copies are data, not graph: autograd history is the business of ``dpteach.functions``.
+    """
     record(op, nbytes(tensor), tensor.device, device)
+    tensor = tensor.detach()
     if tensor.device == device:
         return tensor.clone()
     return tensor.to(device, copy=True)

@@ -82,11 +82,14 @@ def parallel_apply(
         if device is None:
             t = get_a_var(input)
             if t is None:
-                with lock:
-                    results[i] = ExceptionWrapper(
-                        where=f"in replica {i}, no device was provided and no tensor input was found; "
-                        "device cannot be resolved"
+                try:  # ExceptionWrapper reads the exception being handled (torch's own call here has none)
+                    raise RuntimeError(
+                        f"in replica {i}, no device was provided and no tensor input was found; "
+                        "device cannot be resolved: pass devices=[...] to parallel_apply"
                     )
+                except RuntimeError:
+                    with lock:
+                        results[i] = ExceptionWrapper(where=f"in replica {i}")
                 return
             device = t.device
         try:

@@ -1,0 +1,41 @@
+"""``python -m dpteach``: a short terminal tour for someone with no notebook open.
+
+Versions and devices, whether ``dot`` and ipywidgets are there, then the bug and the fix in a
+few lines: one backward pass of the course model under each strategy, against one device.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def tour(out=sys.stdout) -> int:
+    from . import __version__, default_devices, story
+    from .env import check
+
+    def say(line: str = "") -> None:
+        print(line, file=out)
+
+    say(f"dpteach {__version__}: data parallelism in PyTorch, taught through PR #20910 (\"Fix C++ data parallel\")")
+    say()
+    say(str(check()))
+    devices = default_devices()
+    say()
+    say(f"The bug and the fix: one backward pass of Linear(2,16)-Tanh-Linear(16,1) over {', '.join(map(str, devices))}")
+    mark = {True: "ok  ", False: "BUG "}
+    for strategy, what in (
+        ("clone", "C++ before the fix: Module::clone(), issue #19540"),
+        ("rewire", "PR #20910: a ReduceAdd node per parameter"),
+        ("broadcast", "Python's replicate.py: Broadcast / ReduceAddCoalesced"),
+    ):
+        report = story.one_step(strategy, devices)
+        say(f"  {mark[report.matches]} {strategy:<9}  {what}")
+        say(f"       {'':<9}  {report.summary()}")
+    say()
+    say("Next: open the course with `make lab` and start at notebooks/00_start_here.ipynb,")
+    say("or `import dpteach` and use dpteach.DataParallel(model, ['cpu', 'cpu']) in your own notebook.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(tour())

@@ -1,0 +1,131 @@
+"""The course's running example: one small model, one synthetic task, trained on one device or in parallel.
+
+Chapter 01 trains it under ``strategy="clone"`` and watches nothing happen (issue #19540);
+chapter 03 trains it under ``"rewire"`` and watches it learn; the widgets and ``python -m dpteach``
+use the same pieces, so every place in the course tells the same story with the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from .data_parallel import DataParallel
+from .replicate import Strategy
+
+
+def make_data(n: int = 256, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Points in the square [-2, 2]² and a smooth target, ``sin(x0) * cos(x1)``, with a little noise."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 2, generator=g) * 4 - 2
+    y = torch.sin(x[:, :1]) * torch.cos(x[:, 1:]) + 0.05 * torch.randn(n, 1, generator=g)
+    return x, y
+
+
+def make_model(seed: int = 0, hidden: int = 16) -> nn.Sequential:
+    """``Linear(2, hidden) → Tanh → Linear(hidden, 1)``, the same weights for the same seed."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(2, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+
+@dataclass
+class Run:
+    """A training run: the loss after every step and the model it trained."""
+
+    label: str
+    losses: list[float] = field(default_factory=list)
+    model: nn.Module | None = None
+
+    @property
+    def learned(self) -> bool:
+        """Did the loss fall by at least a quarter? (A model that never updates keeps its first loss.)"""
+        return len(self.losses) > 1 and self.losses[-1] < 0.75 * self.losses[0]
+
+
+def train(
+    strategy: Strategy | None = None,
+    devices: Sequence | None = None,
+    steps: int = 60,
+    lr: float = 0.2,
+    seed: int = 0,
+    data: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> Run:
+    """Train the course model with SGD; ``strategy=None`` trains on one device, the reference."""
+    x, y = make_data(seed=seed) if data is None else data
+    model = make_model(seed)
+    net = model if strategy is None else DataParallel(model, devices or ["cpu", "cpu"], strategy=strategy)
+    label = "one device" if strategy is None else f"DataParallel, strategy={_name(strategy)!r}"
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    run = Run(label, model=model)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(net(x), y)
+        loss.backward()
+        opt.step()  # under "clone" every .grad is None, so SGD skips every parameter
+        run.losses.append(loss.item())
+    return run
+
+
+@dataclass
+class GradientReport:
+    """One backward pass of the course model: the original's gradient against one device's."""
+
+    strategy: str
+    grads: dict[str, torch.Tensor | None]
+    reference: dict[str, torch.Tensor]
+    replica_grads: list[dict[str, torch.Tensor | None]]
+
+    @property
+    def missing(self) -> list[str]:
+        """Original parameters whose ``.grad`` stayed ``None``."""
+        return [k for k, g in self.grads.items() if g is None]
+
+    @property
+    def matches(self) -> bool:
+        """Every original gradient is there and equals the one-device gradient."""
+        return not self.missing and all(
+            torch.allclose(self.grads[k], self.reference[k], rtol=1e-4, atol=1e-6) for k in self.reference
+        )
+
+    def summary(self) -> str:
+        if self.missing:
+            held = sum(1 for r in self.replica_grads if any(g is not None for g in r.values()))
+            return (
+                f"original .grad is None for {', '.join(self.missing)}; "
+                f"{held} replica(s) hold gradients nobody reads"
+            )
+        diff = max((self.grads[k] - self.reference[k]).abs().max().item() for k in self.reference)
+        verdict = "equal to" if self.matches else "DIFFERENT from"
+        return f"gradients {verdict} one device's (largest difference {diff:.1e})"
+
+
+def one_step(strategy: Strategy, devices: Sequence | None = None, seed: int = 0) -> GradientReport:
+    """Run one forward and backward under ``strategy`` and compare with one device.
+
+    The replicas are kept (``replicate`` is called by hand) so the report can show where
+    the gradients went when they did not reach the original.
+    """
+    from . import gather, parallel_apply, replicate, scatter
+
+    devices = list(devices or ["cpu", "cpu"])
+    x, y = make_data(seed=seed)
+    ref = make_model(seed)
+    nn.functional.mse_loss(ref(x), y).backward()
+    model = make_model(seed)
+    replicas = replicate(model, devices, strategy=strategy)
+    pieces = scatter(x, devices)
+    outputs = parallel_apply(replicas[: len(pieces)], [(p,) for p in pieces], devices=devices[: len(pieces)])
+    nn.functional.mse_loss(gather(outputs, devices[0]), y.to(devices[0])).backward()
+    grads = {k: (None if p.grad is None else p.grad.detach().cpu()) for k, p in model.named_parameters()}
+    reference = {k: p.grad.detach().cpu() for k, p in ref.named_parameters()}
+    replica_grads = [
+        {k: (None if p.grad is None else p.grad.detach().cpu()) for k, p in r.named_parameters()} for r in replicas
+    ]
+    return GradientReport(_name(strategy), grads, reference, replica_grads)
+
+
+def _name(strategy: Strategy) -> str:
+    return strategy if isinstance(strategy, str) else getattr(strategy, "__name__", "custom")

@@ -1,0 +1,157 @@
+"""dpteach.comm against torch.cuda.comm's tests (test/test_cuda_multigpu.py, TestCudaComm), on CPU slots."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from dpteach import comm
+
+CPU2 = ["cpu", "cpu"]
+
+
+def test_broadcast_slot0_is_the_source_other_slots_own_storage():
+    x = torch.randn(5, 3)
+    a, b = comm.broadcast(x, CPU2)
+    assert a is x  # the first slot on the source's device gets the tensor itself
+    assert b.data_ptr() != x.data_ptr()  # every other slot owns its storage, even on the same device
+    assert_close(b, x)  # ... with the same values
+
+
+def test_broadcast_out_and_errors():
+    x = torch.randn(4)
+    out = [torch.empty(4), torch.empty(4)]
+    res = comm.broadcast(x, out=out)
+    assert res[0] is out[0] and res[1] is out[1]  # out= fills the given tensors
+    assert_close(out[1], x)
+    with pytest.raises(RuntimeError, match="Exactly one of 'devices' and 'out'"):
+        comm.broadcast(x, CPU2, out=out)
+    with pytest.raises(RuntimeError, match="Exactly one of 'devices' and 'out'"):
+        comm.broadcast(x)
+    with pytest.raises(RuntimeError, match="same shape as the source"):
+        comm.broadcast(x, out=[torch.empty(3)])
+
+
+def test_empty_device_list_is_refused():
+    with pytest.raises(ValueError, match="empty"):
+        comm.broadcast(torch.ones(1), [])
+
+
+@pytest.mark.parametrize("n_slots", [2, 3])
+def test_broadcast_coalesced_equals_per_tensor_broadcast(n_slots):
+    tensors = [torch.randn(3, 4), torch.arange(6), torch.randn(2, dtype=torch.float64), torch.randn(0, 5)]
+    outs = comm.broadcast_coalesced(tensors, ["cpu"] * n_slots, buffer_size=64)
+    assert len(outs) == n_slots
+    for o, t in zip(outs[0], tensors):
+        assert o is t  # slot 0's outputs are the inputs as they are
+    for slot in outs[1:]:
+        for o, t in zip(slot, tensors):
+            assert o.dtype == t.dtype and o.shape == t.shape  # types preserved
+            assert_close(o, t)
+            if t.numel():
+                assert o.data_ptr() != t.data_ptr()  # a real copy
+
+
+def test_broadcast_coalesced_copies_have_their_own_version_counters():
+    tensors = [torch.randn(3), torch.randn(3)]
+    outs = comm.broadcast_coalesced(tensors, CPU2)
+    before = outs[1][1]._version
+    outs[1][0].add_(1)
+    assert outs[1][1]._version == before  # an in-place update of one copy does not bump another's counter
+
+
+def test_broadcast_coalesced_refuses_tensors_off_slot0():
+    with pytest.raises(ValueError, match=r"must be on devices\[0\]"):
+        comm.broadcast_coalesced([torch.ones(1)], ["meta", "cpu"])
+
+
+def test_reduce_add_sums_onto_destination():
+    x, y, z = torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 4)
+    assert_close(comm.reduce_add([x, y, z]), x + y + z)  # the sum, in input order
+    assert comm.reduce_add([x]) is x  # a single input comes back as it is
+    with pytest.raises(ValueError, match="invalid size"):
+        comm.reduce_add([x, torch.randn(3)])
+    with pytest.raises(ValueError, match="dtype"):
+        comm.reduce_add([x, y.double()])
+
+
+def test_reduce_add_sparse():
+    i = torch.tensor([[0, 2]])
+    a = torch.sparse_coo_tensor(i, torch.tensor([1.0, 2.0]), (4,))
+    b = torch.sparse_coo_tensor(i, torch.tensor([3.0, 4.0]), (4,))
+    assert_close(comm.reduce_add([a, b]).to_dense(), a.to_dense() + b.to_dense())  # sparse sums stay right
+
+
+def test_reduce_add_coalesced_equals_per_tensor_reduce_add():
+    groups = [[torch.randn(3, 2), torch.randint(0, 9, (5,)), torch.randn(7)] for _ in range(3)]
+    res = comm.reduce_add_coalesced(groups, buffer_size=32)
+    for k, r in enumerate(res):
+        assert_close(r, comm.reduce_add([g[k] for g in groups]))  # element k summed over the slots
+        assert all(r.data_ptr() != g[k].data_ptr() for g in groups)  # a new tensor, not an input
+    with pytest.raises(ValueError, match="holds 1 tensors"):
+        comm.reduce_add_coalesced([[torch.ones(1), torch.ones(1)], [torch.ones(1)]])
+
+
+def test_scatter_even_uneven_dims_and_views():
+    x = torch.arange(24.0).view(6, 4)
+    a, b = comm.scatter(x, CPU2)
+    assert_close(a, x[:3]) and assert_close(b, x[3:])
+    assert a.data_ptr() == x.data_ptr()  # a piece already on its device is a view, not a copy
+    c, d = comm.scatter(x, CPU2, dim=1)
+    assert_close(torch.cat([c, d], 1), x)  # dim 1
+    e, f = comm.scatter(x, CPU2, dim=-2)
+    assert_close(e, x[:3])  # negative dims count from the end
+    g, h = comm.scatter(x, CPU2, chunk_sizes=(2, 4))
+    assert g.shape[0] == 2 and h.shape[0] == 4  # explicit chunk sizes
+    assert len(comm.scatter(torch.ones(3, 1), ["cpu"] * 4)) == 3  # chunk() may give fewer pieces than slots
+
+
+def test_scatter_errors():
+    x = torch.ones(6, 4)
+    with pytest.raises(ValueError, match="same length"):
+        comm.scatter(x, CPU2, chunk_sizes=(6,))
+    with pytest.raises(ValueError, match="positive chunk size"):
+        comm.scatter(x, CPU2, chunk_sizes=(0, 6))
+    with pytest.raises(ValueError, match="sum to 5"):
+        comm.scatter(x, CPU2, chunk_sizes=(2, 3))
+    with pytest.raises(ValueError, match="at least one device"):
+        comm.scatter(x, [])
+    with pytest.raises(IndexError, match="out of range"):
+        comm.scatter(x, CPU2, dim=2)
+
+
+def test_gather_and_out_and_errors():
+    a, b = torch.randn(2, 4), torch.randn(3, 4)
+    assert_close(comm.gather([a, b]), torch.cat([a, b]))  # concatenated along dim 0
+    out = torch.empty(5, 4)
+    assert comm.gather([a, b], out=out) is out
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert comm.gather([a, b], destination=-1).device.type == "cpu"
+    assert any(issubclass(x.category, FutureWarning) for x in w)  # -1 for CPU still works, deprecated
+    with pytest.raises(ValueError, match="does not match"):
+        comm.gather([a, torch.randn(2, 3)])
+    with pytest.raises(IndexError, match="out of range"):
+        comm.gather([a, b], dim=3)
+    with pytest.raises(RuntimeError, match="'destination' must not be specified"):
+        comm.gather([a, b], destination="cpu", out=out)
+
+
+def test_memory_format_survives_scatter_and_gather():
+    x = torch.randn(4, 3, 5, 5).contiguous(memory_format=torch.channels_last)
+    pieces = comm.scatter(x, CPU2)
+    assert all(p.is_contiguous(memory_format=torch.channels_last) for p in pieces)  # channels_last kept
+
+
+def test_traffic_counts_every_copy():
+    x = torch.randn(10, 10)
+    with comm.traffic() as t:
+        comm.broadcast(x, ["cpu"] * 3)
+    assert t.bytes == 2 * x.numel() * x.element_size()  # two copies: slot 0 is the source itself
+    assert t.by_op() == {"broadcast": t.bytes}
+    with comm.traffic() as t2:
+        comm.scatter(x, CPU2)
+    assert t2.bytes == 0  # same-device pieces are views: nothing moved
