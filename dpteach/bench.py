@@ -1,0 +1,264 @@
+"""``python -m dpteach.bench``: what replication costs, measured on this machine. A benchmark, not a test.
+
+Writes ``bench.json`` and ``bench.png`` to ``--out`` (default ``artifacts/bench``):
+
+1. replicate a ~100 MB model to 2 slots against a plain copy of the same bytes (the memory bound);
+2. clone-then-``.to`` against ``.to`` (PR #20995), for every pair of places this machine has;
+3. per-tensor against coalesced copies of many small tensors;
+4. a DataParallel step against the same model's plain step (an MLP of about 4M parameters, batch 512),
+   with the phase breakdown;
+5. with CUDA: dpteach against ``torch.nn.DataParallel`` on the same GPUs.
+
+Every figure is a median over repeats; ratios are of medians. ``--quick`` shrinks the sizes for CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from . import __version__, comm
+from ._devices import default_devices
+from .data_parallel import DataParallel
+from .profile import median_time, profile_step
+from .replicate import replicate
+from .replicate.clone import clone_tensor
+
+
+def big_model(mbytes: float, device) -> nn.Module:
+    """Square Linear layers adding up to about ``mbytes`` MB of float32 parameters."""
+    width = 2048
+    per_layer = (width * width + width) * 4 / 1e6
+    layers = max(1, round(mbytes / per_layer))
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)]).to(device)
+
+
+def mlp(hidden: int, device) -> nn.Module:
+    """``1024 -> hidden -> 1024``: about ``2048 * hidden`` parameters (4.2M for hidden=2048)."""
+    return nn.Sequential(nn.Linear(1024, hidden), nn.ReLU(), nn.Linear(hidden, 1024)).to(device)
+
+
+def n_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def replicate_vs_copy(devices, mbytes, repeats) -> dict:
+    model = big_model(mbytes, devices[0])
+    params = list(model.parameters())
+    nbytes = sum(comm.nbytes(p) for p in params)
+    others = devices[1:]
+    # the reference: the same tensors copied by hand to every other slot, nothing else (the memory bound)
+    copy_s = median_time(lambda: [p.detach().to(d, copy=True) for d in others for p in params], devices, repeats)
+    out = {"model_bytes": nbytes, "slots": [str(d) for d in devices], "plain_copy_s": copy_s}
+    for strategy in ("broadcast", "rewire", "clone"):
+        seconds = median_time(lambda: replicate(model, devices, strategy=strategy), devices, repeats)
+        out[strategy] = {"replicate_s": seconds, "ratio_to_copy": seconds / out["plain_copy_s"]}
+    return out
+
+
+def clone_then_to(mbytes, repeats) -> list[dict]:
+    places = [("cpu", "cpu")]
+    if torch.cuda.is_available():
+        places += [("cpu", "cuda:0"), ("cuda:0", "cuda:0")]
+        if torch.cuda.device_count() > 1:
+            places.append(("cuda:0", "cuda:1"))
+    rows = []
+    for src, dst in places:
+        t = torch.randn(int(mbytes * 1e6) // 4, device=src)
+        dst_dev = torch.device(dst)
+        both = [src, dst]
+        a = median_time(lambda: clone_tensor(t, dst_dev), both, repeats)
+        b = median_time(lambda: t.to(dst_dev, copy=True), both, repeats)
+        rows.append({"src": src, "dst": dst, "bytes": comm.nbytes(t), "clone_then_to_s": a, "to_s": b, "ratio": a / b})
+    return rows
+
+
+def per_tensor_vs_coalesced(n_tensors, numel, repeats) -> list[dict]:
+    places = [("cpu", "cpu")]
+    if torch.cuda.is_available():
+        places.append(("cpu", "cuda:0"))
+        if torch.cuda.device_count() > 1:
+            places.append(("cuda:0", "cuda:1"))
+    rows = []
+    for src, dst in places:
+        tensors = [torch.randn(numel, device=src) for _ in range(n_tensors)]
+        dst_dev = torch.device(dst)
+        both = [src, dst]
+        per = median_time(lambda: [t.to(dst_dev, copy=True) for t in tensors], both, repeats)
+        co = median_time(lambda: comm._coalesced_copy(tensors, dst_dev, comm.BUFFER_SIZE), both, repeats)
+        rows.append({"src": src, "dst": dst, "tensors": n_tensors, "numel": numel, "per_tensor_s": per,
+                     "coalesced_s": co, "ratio": co / per})
+    return rows
+
+
+def step_vs_plain(devices, hidden, batch, repeats) -> dict:
+    model = mlp(hidden, devices[0])
+    x = torch.randn(batch, 1024, device=devices[0])
+
+    def plain():
+        model.zero_grad(set_to_none=True)
+        model(x).float().pow(2).mean().backward()
+
+    dp = DataParallel(model, devices)
+
+    def parallel():
+        model.zero_grad(set_to_none=True)
+        dp(x).float().pow(2).mean().backward()
+
+    plain_s = median_time(plain, devices, repeats)
+    dp_s = median_time(parallel, devices, repeats)
+    profile = profile_step(model, x, devices, repeats=repeats)
+    return {"params": n_params(model), "batch": batch, "slots": [str(d) for d in devices], "plain_step_s": plain_s,
+            "dp_step_s": dp_s, "ratio": dp_s / plain_s, "phases_median_s": profile.medians,
+            "bytes_per_step": profile.bytes_by_op}
+
+
+def against_torch(hidden, batch, repeats) -> dict | None:
+    """dpteach against torch.nn.DataParallel on the same GPUs (needs CUDA)."""
+    if not torch.cuda.is_available():
+        return None
+    n = torch.cuda.device_count()
+    ids = list(range(n))
+    model = mlp(hidden, "cuda:0")
+    x = torch.randn(batch, 1024, device="cuda:0")
+    theirs = nn.DataParallel(model, device_ids=ids)
+    ours = DataParallel(model, ids if n > 1 else ["cuda:0", "cuda:0"])
+
+    def step(net):
+        def run():
+            model.zero_grad(set_to_none=True)
+            net(x).float().pow(2).mean().backward()
+        return run
+
+    slots = [torch.device("cuda", i) for i in ids]
+    out = {"gpus": n, "gpu_name": torch.cuda.get_device_name(0), "params": n_params(model), "batch": batch,
+           "plain_s": median_time(step(model), slots, repeats),
+           "torch_dp_s": median_time(step(theirs), slots, repeats),
+           "dpteach_s": median_time(step(ours), slots, repeats),
+           "dpteach_slots": [str(d) for d in ours.device_ids]}
+    if n == 1:
+        out["note"] = ("one GPU: torch.nn.DataParallel runs the module itself (no replicas); dpteach runs two "
+                       "slots on cuda:0, replicating every step")
+    return out
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    r = results["replicate_vs_copy"]
+    ax = axes[0][0]
+    names = ["plain copy", "broadcast", "rewire", "clone"]
+    vals = [r["plain_copy_s"]] + [r[s]["replicate_s"] for s in names[1:]]
+    ax.bar(names, [v * 1e3 for v in vals], color=["#999999", "#2b83ba", "#abdda4", "#d7191c"])
+    ax.set_ylabel("ms (median)")
+    ax.set_title(f"replicate {r['model_bytes'] / 1e6:.0f} MB to {len(r['slots'])} slots ({r['slots'][0]})")
+
+    ax = axes[0][1]
+    rows = results["clone_then_to"]
+    labels = [f"{x['src']}→{x['dst']}" for x in rows]
+    xs = range(len(rows))
+    ax.bar([i - 0.2 for i in xs], [x["clone_then_to_s"] * 1e3 for x in rows], 0.4, label="clone then .to (before #20995)")
+    ax.bar([i + 0.2 for i in xs], [x["to_s"] * 1e3 for x in rows], 0.4, label=".to (after)")
+    ax.set_xticks(list(xs), labels)
+    ax.set_ylabel("ms (median)")
+    ax.set_title("one copy or two")
+    ax.legend(fontsize=8)
+
+    ax = axes[1][0]
+    rows = results["per_tensor_vs_coalesced"]
+    labels = [f"{x['src']}→{x['dst']}" for x in rows]
+    xs = range(len(rows))
+    ax.bar([i - 0.2 for i in xs], [x["per_tensor_s"] * 1e3 for x in rows], 0.4, label="per tensor")
+    ax.bar([i + 0.2 for i in xs], [x["coalesced_s"] * 1e3 for x in rows], 0.4, label="coalesced (10 MiB buckets)")
+    ax.set_xticks(list(xs), labels)
+    ax.set_ylabel("ms (median)")
+    first = rows[0]
+    ax.set_title(f"{first['tensors']} small tensors of {first['numel']} floats")
+    ax.legend(fontsize=8)
+
+    ax = axes[1][1]
+    s = results["step_vs_plain"]
+    bottom = 0.0
+    for phase, sec in s["phases_median_s"].items():
+        ax.bar(["DataParallel step"], [sec * 1e3], bottom=bottom, label=phase)
+        bottom += sec * 1e3
+    ax.bar(["plain step"], [s["plain_step_s"] * 1e3], color="#999999")
+    ax.set_ylabel("ms (median)")
+    ax.set_title(f"MLP {s['params'] / 1e6:.1f}M params, batch {s['batch']}, {len(s['slots'])} slots")
+    ax.legend(fontsize=8)
+    fig.suptitle(f"dpteach {__version__} on {results['env']['device']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(out: Path, quick: bool = False, repeats: int | None = None) -> dict:
+    devices = default_devices()
+    on_gpu = devices[0].type == "cuda"
+    repeats = repeats or (5 if quick else 15)
+    mb = 8 if quick else 100
+    results = {
+        "env": {
+            "dpteach": __version__, "torch": torch.__version__, "python": platform.python_version(),
+            "device": torch.cuda.get_device_name(0) if on_gpu else f"CPU ({torch.get_num_threads()} threads)",
+            "slots": [str(d) for d in devices], "repeats": repeats, "statistic": "median",
+            "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        },
+        "replicate_vs_copy": replicate_vs_copy(devices, mb, repeats),
+        "clone_then_to": clone_then_to(mb / 4, repeats),
+        "per_tensor_vs_coalesced": per_tensor_vs_coalesced(64 if quick else 256, 4096, repeats),
+        "step_vs_plain": step_vs_plain(devices, 512 if quick else (8192 if on_gpu else 2048),
+                                       64 if quick else (4096 if on_gpu else 512), repeats),
+        "against_torch": against_torch(512 if quick else 8192, 64 if quick else 4096, repeats),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(results, indent=2))
+    plot(results, out / "bench.png")
+    return results
+
+
+def summary(results: dict) -> str:
+    r, s = results["replicate_vs_copy"], results["step_vs_plain"]
+    lines = [
+        f"device: {results['env']['device']}, slots {', '.join(results['env']['slots'])}, medians of {results['env']['repeats']}",
+        f"replicate {r['model_bytes'] / 1e6:.0f} MB to {len(r['slots'])} slots: plain copy {r['plain_copy_s'] * 1e3:.1f} ms; "
+        + "; ".join(f"{k} {r[k]['replicate_s'] * 1e3:.1f} ms ({r[k]['ratio_to_copy']:.2f}x)" for k in ("broadcast", "rewire", "clone")),
+    ]
+    for row in results["clone_then_to"]:
+        lines.append(f"clone-then-.to vs .to {row['src']}->{row['dst']}: {row['clone_then_to_s'] * 1e3:.2f} vs {row['to_s'] * 1e3:.2f} ms ({row['ratio']:.2f}x)")
+    for row in results["per_tensor_vs_coalesced"]:
+        lines.append(f"coalesced vs per-tensor {row['src']}->{row['dst']}: {row['coalesced_s'] * 1e3:.2f} vs {row['per_tensor_s'] * 1e3:.2f} ms ({row['ratio']:.2f}x)")
+    lines.append(f"DataParallel step vs plain ({s['params'] / 1e6:.1f}M params, batch {s['batch']}): "
+                 f"{s['dp_step_s'] * 1e3:.1f} vs {s['plain_step_s'] * 1e3:.1f} ms ({s['ratio']:.2f}x)")
+    t = results.get("against_torch")
+    if t:
+        lines.append(f"vs torch.nn.DataParallel on {t['gpus']} x {t['gpu_name']}: dpteach {t['dpteach_s'] * 1e3:.2f} ms "
+                     f"({', '.join(t['dpteach_slots'])}), torch {t['torch_dp_s'] * 1e3:.2f} ms, plain {t['plain_s'] * 1e3:.2f} ms")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dpteach.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("artifacts/bench"))
+    parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
+    parser.add_argument("--repeats", type=int)
+    args = parser.parse_args(argv)
+    results = run(args.out, args.quick, args.repeats)
+    print(summary(results))
+    print(f"wrote {args.out / 'bench.json'} and {args.out / 'bench.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
