@@ -149,6 +149,17 @@ def against_torch(hidden, batch, repeats) -> dict | None:
     return out
 
 
+def _paired_bars(ax, rows, first, second, title) -> None:
+    """Two bars per source->destination pair: ``first`` and ``second`` are (key, label)."""
+    xs = range(len(rows))
+    for offset, (key, label) in ((-0.2, first), (0.2, second)):
+        ax.bar([i + offset for i in xs], [x[key] * 1e3 for x in rows], 0.4, label=label)
+    ax.set_xticks(list(xs), [f"{x['src']}→{x['dst']}" for x in rows])
+    ax.set_ylabel("ms (median)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+
+
 def plot(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -164,28 +175,11 @@ def plot(results: dict, path: Path) -> None:
     ax.set_ylabel("ms (median)")
     ax.set_title(f"replicate {r['model_bytes'] / 1e6:.0f} MB to {len(r['slots'])} slots ({r['slots'][0]})")
 
-    ax = axes[0][1]
-    rows = results["clone_then_to"]
-    labels = [f"{x['src']}→{x['dst']}" for x in rows]
-    xs = range(len(rows))
-    ax.bar([i - 0.2 for i in xs], [x["clone_then_to_s"] * 1e3 for x in rows], 0.4, label="clone then .to (before #20995)")
-    ax.bar([i + 0.2 for i in xs], [x["to_s"] * 1e3 for x in rows], 0.4, label=".to (after)")
-    ax.set_xticks(list(xs), labels)
-    ax.set_ylabel("ms (median)")
-    ax.set_title("one copy or two")
-    ax.legend(fontsize=8)
-
-    ax = axes[1][0]
+    _paired_bars(axes[0][1], results["clone_then_to"], ("clone_then_to_s", "clone then .to (before #20995)"),
+                 ("to_s", ".to (after)"), "one copy or two")
     rows = results["per_tensor_vs_coalesced"]
-    labels = [f"{x['src']}→{x['dst']}" for x in rows]
-    xs = range(len(rows))
-    ax.bar([i - 0.2 for i in xs], [x["per_tensor_s"] * 1e3 for x in rows], 0.4, label="per tensor")
-    ax.bar([i + 0.2 for i in xs], [x["coalesced_s"] * 1e3 for x in rows], 0.4, label="coalesced (10 MiB buckets)")
-    ax.set_xticks(list(xs), labels)
-    ax.set_ylabel("ms (median)")
-    first = rows[0]
-    ax.set_title(f"{first['tensors']} small tensors of {first['numel']} floats")
-    ax.legend(fontsize=8)
+    _paired_bars(axes[1][0], rows, ("per_tensor_s", "per tensor"), ("coalesced_s", "coalesced (10 MiB buckets)"),
+                 f"{rows[0]['tensors']} small tensors of {rows[0]['numel']} floats")
 
     ax = axes[1][1]
     s = results["step_vs_plain"]
