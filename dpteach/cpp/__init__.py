@@ -1,0 +1,166 @@
+"""The C++ original (chapter 10): libtorch's ``Module::clone()`` replicas and PR #20910's fix.
+
+``dp_original.cpp`` is compiled on first use and cached (see ``_build.py``). Each function takes
+a Python model (``nn.Linear``, or ``nn.Sequential`` of ``Linear`` and ``ReLU``) and an input,
+builds the same model in C++ with the same weights, and runs one data parallel step there
+(``loss = mean(output ** 2)``), so every number compares exactly with the Python strategies::
+
+    ext, reason = dpteach.cpp.load()        # (module, None), or (None, one sentence on why not)
+    step = dpteach.cpp.clone_step(model, x, ["cpu", "cpu"])
+    step.grads["weight"]                    # None: issue #19540, in the language it happened in
+
+Without a C++ compiler nothing here raises at import; ``load()`` says why, and ``available()``
+is False, so a notebook can skip its compiled cells.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+from .._devices import DeviceLike, as_device, as_devices
+from ._build import SOURCE, build, build_directory, compiler, is_cached, ninja
+
+__all__ = [
+    "load", "available", "Step", "single_step", "clone_step", "rewire_step", "member_handle",
+    "SOURCE", "build_directory", "is_cached", "compiler", "ninja", "architecture",
+]
+
+_state: dict = {}  # the first load()'s outcome: "module" and "reason"; one compile per process
+
+
+def load(*, progress: bool = True, verbose: bool = False, retry: bool = False) -> tuple[Optional[ModuleType], Optional[str]]:
+    """The compiled module and None, or None and one sentence on why it is not there.
+
+    Never raises. The outcome is remembered for the process; ``retry=True`` forgets a failure.
+    """
+    if retry and _state.get("module") is None:
+        _state.clear()
+    if not _state:  # filled only once an outcome is known: an interrupted compile is tried again
+        module, reason = None, None
+        if compiler() is None and not is_cached():  # a cached binary needs no compiler
+            reason = (
+                "No C++ compiler was found, so the compiled cells are skipped "
+                "(install g++ or clang, e.g. `apt install g++` or `conda install gxx`, and restart)."
+            )
+        elif ninja() is None and not is_cached():
+            reason = (
+                "ninja, the build tool torch compiles extensions with, was not found, so the compiled cells "
+                "are skipped (`pip install ninja`, then restart the kernel)."
+            )
+        else:
+            try:
+                module = build(progress=progress, verbose=verbose)
+            except Exception as err:  # a failed compile is reported, never raised into a lesson
+                lines = str(err).splitlines() or [type(err).__name__]
+                first = next((line for line in lines if ": error:" in line), lines[0])  # the compiler's own words
+                reason = (
+                    f"Compiling {SOURCE.name} failed ({first.strip()[:200]}), so the compiled cells are skipped; "
+                    "dpteach.cpp.load(verbose=True, retry=True) shows the compiler's output."
+                )
+        _state.update(module=module, reason=reason)
+    return _state["module"], _state["reason"]
+
+
+def available() -> bool:
+    """True when the C++ module compiled (or came from the cache); compiles on the first call."""
+    return load(progress=False)[0] is not None
+
+
+def _extension() -> ModuleType:
+    module, reason = load(progress=False)
+    if module is None:
+        raise RuntimeError(reason)
+    return module
+
+
+@dataclass
+class Step:
+    """One step in C++: the loss, the gathered output, and where the gradients ended up.
+
+    ``output`` keeps its autograd graph (already used by backward): walk ``output.grad_fn``
+    down through the C++ nodes, ``ReduceAdd`` included, to the parameters' ``AccumulateGrad``.
+    ``grads`` are the original model's ``.grad`` by parameter name (None: nothing arrived);
+    ``params`` are the C++ model's own tensors, whose ``grad_fn`` graph Python can walk.
+    ``replica_grads`` is None for a rewired replica: its parameters are no longer leaves.
+    """
+
+    loss: torch.Tensor
+    output: torch.Tensor
+    grads: dict[str, Optional[torch.Tensor]]
+    params: dict[str, torch.Tensor]
+    replica_grads: list[dict[str, Optional[torch.Tensor]]] = field(default_factory=list)
+    replica_params: list[dict[str, torch.Tensor]] = field(default_factory=list)
+
+
+def architecture(model: nn.Module) -> list[str]:
+    """``["Linear"]`` or ``["Sequential", "Linear", "ReLU", ...]``: what the C++ side rebuilds."""
+    def check_linear(m: nn.Module) -> None:
+        if type(m) is not nn.Linear or m.bias is None:
+            raise TypeError(f"dpteach.cpp rebuilds nn.Linear with a bias and nn.ReLU in C++; got {m!r}")
+
+    if isinstance(model, nn.Sequential):
+        layers = []
+        for child in model:
+            if type(child) is nn.ReLU:
+                layers.append("ReLU")
+            else:
+                check_linear(child)
+                layers.append("Linear")
+        return ["Sequential", *layers]
+    check_linear(model)
+    return ["Linear"]
+
+
+def _step(result: dict, n_replicas: int) -> Step:
+    def part(kind: str, who: str) -> dict:
+        prefix = f"{kind}/{who}/"
+        return {k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}
+
+    return Step(
+        loss=result["loss"],
+        output=result["output"],
+        grads=part("grad", "original"),
+        params=part("param", "original"),
+        replica_grads=[part("grad", f"replica{i}") for i in range(n_replicas)],
+        replica_params=[part("param", f"replica{i}") for i in range(n_replicas)],
+    )
+
+
+def _weights(model: nn.Module) -> list[torch.Tensor]:
+    return [p.detach() for p in model.parameters()]
+
+
+def single_step(model: nn.Module, x: torch.Tensor, device: DeviceLike = "cpu") -> Step:
+    """The model on one device in C++: the reference every strategy must match."""
+    result = _extension().single_step(architecture(model), _weights(model), x, str(as_device(device)))
+    return _step(result, 0)
+
+
+def clone_step(model: nn.Module, x: torch.Tensor, devices: Sequence[DeviceLike] = ("cpu", "cpu")) -> Step:
+    """Replicas from ``Module::clone()``, as C++ ``data_parallel`` made them before PR #20910."""
+    slots = [str(d) for d in as_devices(devices)]
+    return _step(_extension().clone_step(architecture(model), _weights(model), x, slots), len(slots))
+
+
+def rewire_step(model: nn.Module, x: torch.Tensor, devices: Sequence[DeviceLike] = ("cpu", "cpu")) -> Step:
+    """``clone()``, then one ``ReduceAdd`` per original parameter: PR #20910."""
+    slots = [str(d) for d in as_devices(devices)]
+    return _step(_extension().rewire_step(architecture(model), _weights(model), x, slots), len(slots))
+
+
+def member_handle(linear: nn.Linear, x: torch.Tensor) -> dict:
+    """The PR's "Failed Attempt" in C++: assign into ``parameters_["weight"]``, see ``Linear::weight`` not move.
+
+    Keys: ``shared_before`` / ``shared_after`` (do registry and member share one TensorImpl?),
+    ``register_parameter_error``, ``registry_weight``, ``member_weight``, ``forward`` (what the
+    replica computes), ``forward_with_member``, ``forward_with_registry``, and
+    ``member_grad_fn_after_set_history`` (what the fix's ``set_history`` shows through the member).
+    """
+    if architecture(linear) != ["Linear"]:
+        raise TypeError("member_handle needs an nn.Linear: its weight member is the point")
+    return dict(_extension().member_handle(linear.weight.detach(), linear.bias.detach(), x))

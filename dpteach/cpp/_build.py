@@ -1,0 +1,196 @@
+"""Compile ``dp_original.cpp`` once, cache it, and say in one sentence why when it cannot be done.
+
+The build directory is keyed by torch version, Python version and a hash of the source and
+flags, so an upgrade of either never loads a stale binary. Two processes (pytest and a notebook)
+may compile at once: an OS file lock (``flock``, released by the kernel even when a process is
+killed) lets one compile while the other waits, then loads the finished module. Under that lock
+a leftover ``lock`` file of torch's own baton can only be stale (a kernel killed mid-compile),
+so it is removed instead of waited on forever. A cached binary is imported directly, so a warm
+load needs neither the compiler nor ninja.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+SOURCE = Path(__file__).with_name("dp_original.cpp")
+CFLAGS: list[str] = []  # torch's default is -O0 without -g: the fastest build, and speed is not the point here
+EXPECTED_SECONDS = 60  # a cold compile on a 2-core laptop or Binder; faster machines take less
+
+
+def compiler() -> str | None:
+    """The C++ compiler torch.utils.cpp_extension would call (``$CXX`` or ``c++``), or None."""
+    return shutil.which(os.environ.get("CXX", "cl" if sys.platform == "win32" else "c++"))
+
+
+def ninja() -> str | None:
+    """The ``ninja`` torch will run, or None. torch looks on PATH only, so a ``pip install ninja``
+    in a venv that is not activated (a kernel started as ``.venv/bin/python``) is put on PATH here."""
+    found = shutil.which("ninja")
+    if found:
+        return found
+    folders = [Path(sys.executable).parent]
+    try:
+        import ninja as package
+
+        folders.insert(0, Path(package.BIN_DIR))
+    except (ImportError, AttributeError):
+        pass
+    for folder in folders:
+        found = shutil.which("ninja", path=str(folder))
+        if found:
+            os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
+            return found
+    return None
+
+
+_fallback_root: Path | None = None  # set when the usual cache folder cannot be written
+
+
+def cache_root() -> Path:
+    """``$DPTEACH_CPP_CACHE``, else ``$TORCH_EXTENSIONS_DIR/dpteach``, else ``~/.cache/dpteach/cpp``."""
+    if _fallback_root is not None:
+        return _fallback_root
+    if os.environ.get("DPTEACH_CPP_CACHE"):
+        return Path(os.environ["DPTEACH_CPP_CACHE"])
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "dpteach"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dpteach" / "cpp"
+
+
+def source_hash(source: str | None = None) -> str:
+    """12 hex digits naming this source, these flags, this torch and this Python."""
+    text = SOURCE.read_text() if source is None else source
+    key = "\n".join([text, " ".join(CFLAGS), torch.__version__, sys.version])
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def extension_name(source: str | None = None) -> str:
+    """The Python module name, unique per source so two versions never clash in one process."""
+    return f"dpteach_cpp_{source_hash(source)}"
+
+
+def build_directory(source: str | None = None) -> Path:
+    """Where this source is compiled: one folder per torch version, Python version and source hash."""
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return cache_root() / f"torch-{torch.__version__}-{py}-{source_hash(source)}"
+
+
+def _binary() -> Path | None:
+    """The compiled module in the cache, or None."""
+    directory = build_directory()
+    return next((f for ext in (".so", ".pyd") if (f := directory / (extension_name() + ext)).exists()), None)
+
+
+def is_cached() -> bool:
+    """True when the compiled module is already in the cache: loading takes a second, not a minute."""
+    return _binary() is not None
+
+
+def _import(path: Path) -> ModuleType:
+    """Import a cached binary directly: no compiler and no ninja needed once it is built."""
+    spec = importlib.util.spec_from_file_location(extension_name(), path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def _exclusive(directory: Path):
+    """One compiler per build directory across processes; the OS drops the lock if we die."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: torch's own baton file is all there is
+        yield
+        return
+    with open(directory / "dpteach.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            stale = directory / "lock"  # torch's FileBaton: nobody else holds our lock, so it is stale
+            if stale.exists():
+                stale.unlink()
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _ticking(label: str, expected: int):
+    """A tqdm bar counting seconds while the compiler runs (silent when tqdm is missing or disabled)."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def bar():
+        done = threading.Event()
+        with tqdm(total=expected, desc=label, bar_format="{desc}: {bar} {elapsed}") as progress:
+            def tick():
+                while not done.wait(0.5):
+                    progress.n = min(expected - 1, int(progress.format_dict["elapsed"]))
+                    progress.refresh()
+
+            ticker = threading.Thread(target=tick, daemon=True)
+            ticker.start()
+            try:
+                yield
+            finally:
+                done.set()
+                ticker.join()
+                progress.n = expected
+                progress.refresh()
+
+    return bar()
+
+
+def build(*, progress: bool = True, verbose: bool = False) -> ModuleType:
+    """Compile (or load from the cache) ``dp_original.cpp``; raises when the compiler fails."""
+    global _fallback_root
+    directory = build_directory()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only home: fall back to the temporary folder, one per user
+        user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+        _fallback_root = Path(tempfile.gettempdir()) / f"dpteach-cpp-{user}"
+        directory = build_directory()
+        directory.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with _exclusive(directory):  # if another process is compiling, this waits for it
+        binary = _binary()
+        cold = binary is None
+        if binary is not None:
+            try:
+                module = _import(binary)
+            except ImportError:  # a binary cut short (a machine that died mid-link): build it again
+                binary.unlink()
+                cold = True
+        if cold:
+            from torch.utils.cpp_extension import load_inline
+
+            if progress:
+                print(f"compiling {SOURCE.name} (first time: ~{EXPECTED_SECONDS} s; later it loads from the cache)…")
+            with _ticking("compiling", EXPECTED_SECONDS) if progress else contextlib.nullcontext():
+                module = load_inline(
+                    name=extension_name(),
+                    cpp_sources=[SOURCE.read_text()],
+                    no_implicit_headers=True,  # the source includes what it needs, less than torch/extension.h
+                    extra_cflags=CFLAGS,
+                    build_directory=str(directory),
+                    verbose=verbose,
+                )
+    if progress:
+        seconds = time.perf_counter() - start
+        print(f"{'compiled' if cold else 'loaded from the cache'} in {seconds:.1f} s ({directory})")
+    return module

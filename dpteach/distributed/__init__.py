@@ -1,0 +1,31 @@
+"""Beyond one process: the course's model under ``DistributedDataParallel`` (chapter 09).
+
+``DataParallel`` is one process with a thread per replica, replicating the module every step.
+DDP is one process per replica: each keeps its model for the whole run, and only gradients travel,
+all-reduced in buckets while backward is still running.
+
+* :mod:`.train`: the training entry point, ``torchrun --standalone --nproc-per-node 2 -m dpteach.distributed.train``
+* :mod:`.launch`: :class:`Ranks` and :func:`run`, which start the ranks from a notebook themselves
+* :mod:`.tasks`: what the notebook asks the ranks to do, addressed by name
+* :mod:`.worker`: the rank side of ``Ranks``: join the group, run named tasks, report failures
+* :mod:`.model`: the model, the data, and the one-process references DDP is checked against
+* :mod:`.compare`: step times and copies of one process and DataParallel, to set beside DDP's
+* :mod:`.plots`: the chapter's two pictures (matplotlib, imported when used)
+"""
+
+from .launch import RankFailed, Ranks, RankTimeout, default_backend, run
+from .model import data_parallel_gradients, loss_fn, make_data, make_model, sgd_step, single_device_gradients
+
+__all__ = [
+    "Ranks",
+    "run",
+    "RankFailed",
+    "RankTimeout",
+    "default_backend",
+    "make_model",
+    "make_data",
+    "loss_fn",
+    "sgd_step",
+    "single_device_gradients",
+    "data_parallel_gradients",
+]

@@ -1,0 +1,75 @@
+"""Chapter 09's two pictures: step time against model size, and DDP's buckets on a backward timeline.
+
+Each function returns the matplotlib ``Figure`` and draws its own legend into it.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+
+def _pyplot():
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("the plots need matplotlib: pip install matplotlib") from None
+    return plt
+
+
+def _count(n: int) -> str:
+    """12_345 -> '12.3k', 2_100_000 -> '2.1M'."""
+    return f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k" if n >= 1e3 else str(n)
+
+
+def step_times(results: Mapping[str, Mapping[int, float]], title: str = "", params: Mapping[int, int] | None = None):
+    """One line per way of training: median milliseconds per step against the hidden width.
+
+    ``results`` maps a label ("one process", "DataParallel", "DDP") to ``{hidden: seconds}``;
+    ``params`` (hidden -> parameter count) labels the x axis with model sizes too.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    markers = "osD^v"
+    for (label, times), marker in zip(results.items(), markers):
+        hiddens = sorted(times)
+        ax.plot(hiddens, [times[h] * 1e3 for h in hiddens], marker=marker, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    hiddens = sorted(next(iter(results.values())))
+    ax.set_xticks(hiddens)
+    ax.set_xticklabels([f"{h}\n({_count(params[h])} params)" if params else str(h) for h in hiddens])
+    ax.set_xlabel("hidden width")
+    ax.set_ylabel("median ms per training step (log)")
+    ax.set_title(title or "Step time: median over repeats (lower is faster)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(title="how the step runs")
+    fig.tight_layout()
+    return fig
+
+
+def buckets(report: Mapping, title: str = ""):
+    """Backward on one rank: when each gradient became ready (dots) and each bucket's all-reduce (bars).
+
+    ``report`` is one rank's result of the ``"buckets"`` task. A bar that starts before the last dot
+    is communication overlapping computation: DDP's reason for buckets.
+    """
+    plt = _pyplot()
+    rows = report["buckets"]
+    fig, ax = plt.subplots(figsize=(7.5, 1.9 + 0.7 * len(rows)))
+    ms = 1e3
+    for i, b in enumerate(rows):
+        ax.barh(i, (b["done"] - b["sent"]) * ms, left=b["sent"] * ms, height=0.5, color="tab:orange",
+                label="all-reduce of the bucket (sent to done)" if i == 0 else None)  # fmt: skip
+        ready = [report["ready"][n] * ms for n in b["params"] if n in report["ready"]]
+        ax.plot(ready, [i] * len(ready), "o", color="tab:blue", label="a gradient is ready" if i == 0 else None)
+        ax.text(b["done"] * ms, i, f"  {', '.join(b['params'])} ({b['bytes'] / 1024:.0f} KiB)", va="center", fontsize=8)
+    ax.axvline(report["backward"] * ms, color="black", linestyle="--", label="loss.backward() returns")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"bucket {b['index']}" for b in rows])
+    ax.invert_yaxis()  # bucket 0 on top: it holds the last layers, whose gradients come first
+    ax.set_xlabel("milliseconds since backward began")
+    ax.set_xlim(0, report["backward"] * ms * 1.6)
+    ax.set_title(title or f"DDP buckets (bucket_cap_mb={report['bucket_cap_mb']}) on one rank")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,154 @@
+"""What chapter 09 asks the ranks to do, addressed by name: ``Ranks.run("gradients", ...)``.
+
+Each function runs on every rank at once, inside a process group that is already up, and returns
+plain data (CPU tensors, numbers, dicts) to the launcher. The training code is ``train.py``'s, so
+the notebook and ``torchrun -m dpteach.distributed.train`` run the same DDP.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+import dpteach
+
+from .model import loss_fn, make_model, sgd_step
+from .train import local_shard, rank_device, wrap
+
+__all__ = ["hello", "all_reduce", "gradients", "buckets", "traffic", "step_times", "fail", "hang"]
+
+
+def hello() -> dict:
+    """Who am I: the rank's view of the world, as torchrun would have set it up."""
+    me = dict(rank=dist.get_rank(), world_size=dist.get_world_size(), backend=dist.get_backend(), pid=os.getpid(),
+              master=f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", device=str(rank_device()))  # fmt: skip
+    print(f"rank {me['rank']} of {me['world_size']}, pid {me['pid']}, {me['backend']} via {me['master']}")
+    return me
+
+
+def all_reduce(values: Sequence[float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each rank holds its own tensor; after ``all_reduce`` (SUM) every rank holds the sum. (before, after)"""
+    rank = dist.get_rank()
+    t = torch.tensor(values if values is not None else [rank + 1.0, 10.0 * (rank + 1)], device=rank_device())
+    before = t.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)  # in place, on every rank: reduce and broadcast in one
+    return before.cpu(), t.cpu()
+
+
+def gradients(global_batch: int = 8, hidden: int = 16, depth: int = 1, seed: int = 0,
+              shards: Sequence[int] | None = None) -> dict:  # fmt: skip
+    """One DDP step's gradients on this rank: its shard, its own mean loss, then DDP's all-reduce mean."""
+    ddp = wrap(make_model(hidden, depth, seed))
+    x, y = local_shard(global_batch, seed, shards)
+    loss = loss_fn(ddp(x), y)  # the mean over *this rank's* rows only
+    loss.backward()  # returns with every gradient summed over the ranks and divided by world_size
+    grads = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
+    return dict(grads=grads, rows=len(x), loss=loss.item())
+
+
+def _timed_allreduce(log: list, t0: list):
+    """A comm hook: DDP's own all-reduce-and-average, noting when each bucket left and came back."""
+
+    def hook(state, bucket):  # no annotations: DDP checks them, and ours would be strings (__future__)
+        flat = bucket.buffer()  # the bucket's gradients, flattened into one tensor
+        entry = dict(index=bucket.index(), numel=flat.numel(), bytes=flat.numel() * flat.element_size(),
+                     sent=time.perf_counter() - t0[0], params=[id(p) for p in bucket.parameters()])  # fmt: skip
+        log.append(entry)
+
+        def done(fut):
+            entry["done"] = time.perf_counter() - t0[0]
+            return fut.value()  # the averaged bucket, handed back to DDP unchanged
+
+        return default_hooks.allreduce_hook(state, bucket).then(done)
+
+    return hook
+
+
+def buckets(hidden: int = 256, depth: int = 3, global_batch: int = 64, bucket_cap_mb: float = 0.25,
+            steps: int = 3) -> dict:  # fmt: skip
+    """How DDP packs gradients into buckets, and when each is all-reduced while backward still runs.
+
+    Times are seconds since backward began, from the last of ``steps`` steps (DDP rebuilds its
+    buckets after the first step, in the order the gradients actually became ready). ``ready``
+    says when each parameter's gradient was accumulated. On GPUs these are the times the CPU
+    *launched* the work, which runs later on the GPU's streams.
+    """
+    ddp = wrap(make_model(hidden, depth), bucket_cap_mb=bucket_cap_mb)
+    names = {id(p): name for name, p in ddp.module.named_parameters()}
+    log: list = []
+    ready: dict = {}
+    t0 = [0.0]
+    ddp.register_comm_hook(dist.group.WORLD, _timed_allreduce(log, t0))
+    for name, p in ddp.module.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda p, name=name: ready.__setitem__(name, time.perf_counter() - t0[0]))
+    x, y = local_shard(global_batch, seed=0)
+    for _ in range(steps):
+        log.clear()
+        loss = loss_fn(ddp(x), y)
+        t0[0] = time.perf_counter()
+        loss.backward()  # returns once every bucket's all-reduce has come back
+        backward = time.perf_counter() - t0[0]
+        ddp.zero_grad()
+    for entry in log:
+        entry["params"] = [names[i] for i in entry["params"]]
+    log.sort(key=lambda e: e["index"])
+    return dict(buckets=log, ready=ready, backward=backward, bucket_cap_mb=bucket_cap_mb)
+
+
+def traffic(hidden: int = 16, depth: int = 1, global_batch: int = 64, steps: int = 3) -> dict:
+    """What DDP moves per step: copies made by dpteach's machinery (none) and bytes all-reduced."""
+    ddp = wrap(make_model(hidden, depth))
+    storage = [p.data_ptr() for p in ddp.parameters()]
+    reduced: list = []
+    ddp.register_comm_hook(dist.group.WORLD, _timed_allreduce(reduced, [time.perf_counter()]))
+    with dpteach.comm.traffic() as seen:  # the same meter chapter 06 puts on DataParallel
+        for step in range(steps):
+            x, y = local_shard(global_batch, seed=step)
+            loss_fn(ddp(x), y).backward()
+            sgd_step(ddp, lr=0.1)  # the same update on every rank: the gradients are the same
+    return dict(dpteach_copies=len(seen.copies), allreduce_bytes_per_step=sum(e["bytes"] for e in reduced) // steps,
+                same_parameters=storage == [p.data_ptr() for p in ddp.parameters()])  # fmt: skip
+
+
+def step_times(hiddens: Sequence[int] = (32, 128, 512), depth: int = 3, global_batch: int = 64, repeats: int = 12,
+               warmup: int = 3) -> dict:  # fmt: skip
+    """Median seconds per DDP training step for each hidden width (a step ends when the slowest rank is done)."""
+    device = rank_device()
+    medians = {}
+    for hidden in hiddens:
+        ddp = wrap(make_model(hidden, depth))
+        x, y = local_shard(global_batch, seed=0)
+        times = []
+        for i in range(warmup + repeats):
+            dist.barrier()  # start together, so one rank's head start is not counted as speed
+            start = time.perf_counter()
+            loss_fn(ddp(x), y).backward()
+            sgd_step(ddp, lr=0.01)  # as compare.step_times does, so the steps are the same work
+            if device.type == "cuda":
+                torch.cuda.synchronize()  # GPU work is asynchronous: wait for it before reading the clock
+            elapsed = torch.tensor([time.perf_counter() - start], device=device)
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time is the step's time
+            if i >= warmup:
+                times.append(elapsed.item())
+        medians[hidden] = statistics.median(times)
+    return medians
+
+
+def fail(on_rank: int = 1) -> None:
+    """Rank ``on_rank`` raises; the others wait in a barrier it will never reach."""
+    if dist.get_rank() == on_rank:
+        raise ValueError(f"rank {on_rank} was told to fail (a bug in one rank's data, say)")
+    dist.barrier()  # without the launcher's cleanup this would wait until the process-group timeout
+
+
+def hang(on_rank: int = 1, seconds: float = 3600.0) -> None:
+    """Rank ``on_rank`` goes silent for ``seconds``; the others wait in a barrier for it."""
+    if dist.get_rank() == on_rank:
+        time.sleep(seconds)
+    dist.barrier()
