@@ -58,15 +58,26 @@ def train(
     model = make_model(seed)
     net = model if strategy is None else DataParallel(model, devices or ["cpu", "cpu"], strategy=strategy)
     label = "one device" if strategy is None else f"DataParallel, strategy={_name(strategy)!r}"
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
     run = Run(label, model=model)
     for _ in range(steps):
-        opt.zero_grad()
         loss = nn.functional.mse_loss(net(x), y)
         loss.backward()
-        opt.step()  # under "clone" every .grad is None, so SGD skips every parameter
+        sgd_step(model, lr)  # under "clone" every .grad is None, so every parameter is skipped
         run.losses.append(loss.item())
     return run
+
+
+def sgd_step(model: nn.Module, lr: float) -> None:
+    """Plain SGD, ``p -= lr * p.grad``, then clear the gradients; a parameter whose ``.grad`` is None is skipped.
+
+    The same update as ``torch.optim.SGD`` without momentum, written out because the first
+    ``torch.optim`` optimizer a process builds imports ``torch._dynamo``: seconds on a small CPU.
+    """
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-lr)
+    model.zero_grad()
 
 
 @dataclass

@@ -19,6 +19,7 @@ from dpteach import story
 from dpteach._devices import as_devices
 
 make_data = story.make_data  # points in [-2, 2]², target sin(x0)·cos(x1): the course's task
+sgd_step = story.sgd_step  # p -= lr * p.grad, without importing torch.optim (and torch._dynamo)
 
 
 def make_model(hidden: int = 16, depth: int = 1, seed: int = 0) -> nn.Sequential:
@@ -35,19 +36,6 @@ def make_model(hidden: int = 16, depth: int = 1, seed: int = 0) -> nn.Sequential
 def loss_fn(output: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean squared error over the rows given: the whole batch, or one rank's shard."""
     return F.mse_loss(output, y)
-
-
-def sgd_step(model: nn.Module, lr: float) -> None:
-    """Plain SGD, ``p -= lr * p.grad``, then clear the gradients.
-
-    The same update as ``torch.optim.SGD`` without momentum; written out because the first
-    ``torch.optim`` optimizer a process builds imports ``torch._dynamo``, seconds on a small CPU.
-    """
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.grad is not None:
-                p.add_(p.grad, alpha=-lr)
-    model.zero_grad()
 
 
 def shard_bounds(global_batch: int, world_size: int, shards: Sequence[int] | None = None) -> list[tuple[int, int]]:
