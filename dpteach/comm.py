@@ -234,8 +234,16 @@ def _coalesced_copy(tensors: list[torch.Tensor], device: torch.device, buffer_si
 
 
 def reduce_add(inputs: Sequence[torch.Tensor], destination: DeviceLike | None = None) -> torch.Tensor:
-    """Sum tensors from several slots onto ``destination`` (default: the first input's device)."""
-    inputs = list(inputs)
+    """Sum tensors from several slots onto ``destination`` (default: the first input's device).
+
+    Like every function here it moves data and records no autograd history, on one device as
+    across several; ``dpteach.functions.ReduceAddCoalesced`` is the differentiable form.
+    """
+    with torch.no_grad():
+        return _reduce_add(list(inputs), destination)
+
+
+def _reduce_add(inputs: list[torch.Tensor], destination: DeviceLike | None) -> torch.Tensor:
     if not inputs:
         raise ValueError("reduce_add expects at least one input tensor")
     dest = inputs[0].device if destination is None else as_device(destination)
@@ -284,7 +292,11 @@ def reduce_add_coalesced(
     tensor is summed in place of flattening, which would only add two passes over memory.
     Sparse tensors are reduced one by one. Outputs have their own version counters.
     """
-    groups = [list(g) for g in inputs]
+    with torch.no_grad():
+        return _reduce_add_coalesced([list(g) for g in inputs], destination, buffer_size)
+
+
+def _reduce_add_coalesced(groups: list[list[torch.Tensor]], destination, buffer_size: int) -> tuple[torch.Tensor, ...]:
     if not groups:
         raise ValueError("reduce_add_coalesced expects at least one list of tensors")
     n = len(groups[0])

@@ -155,3 +155,10 @@ def test_traffic_counts_every_copy():
     with comm.traffic() as t2:
         comm.scatter(x, CPU2)
     assert t2.bytes == 0  # same-device pieces are views: nothing moved
+
+
+def test_comm_records_no_autograd_history():
+    a, b = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    assert comm.reduce_add([a, b]).grad_fn is None  # comm moves data; the graph is dpteach.functions' job
+    assert comm.reduce_add_coalesced([[a], [b]])[0].grad_fn is None
+    assert comm.broadcast(a, ["cpu", "cpu"])[1].grad_fn is None

@@ -1,0 +1,175 @@
+"""What a check says: a :class:`Result` that prints kindly, and the collector that builds one.
+
+A check never raises on a learner's bug. It runs their code, records what went wrong as
+sentences a learner can act on (the same mistake seen on twelve runs is said once, with a count),
+adds a hint per kind of mistake, and answers "Correct!" when everything holds.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+
+_LIBRARY_DIRS = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # dpteach/
+    os.path.dirname(os.path.abspath(torch.__file__)),
+    os.path.dirname(os.path.abspath(traceback.__file__)),  # the standard library
+)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One exercise: its number, its key (``stub_source(key)``), its title and the chapter it belongs to."""
+
+    number: int
+    key: str
+    title: str
+    chapter: str
+
+    @property
+    def label(self) -> str:
+        return f"Task {self.number} ({self.title})"
+
+
+@dataclass
+class Result:
+    """A check's answer. ``passed`` is True only when everything held; ``messages`` say what was found."""
+
+    task: Task
+    passed: bool
+    messages: list[str]
+    hints: list[str] = field(default_factory=list)
+    implemented: bool = True  # False: the stub still raises NotImplementedError
+    seconds: float = 0.0
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def headline(self) -> str:
+        if self.passed:
+            return f"Correct! {self.task.label}"
+        if not self.implemented:
+            return f"You haven't implemented {self.task.label} yet."
+        n = len(self.messages)
+        return f"Not yet: {self.task.label}, {n} problem{'s' if n != 1 else ''} found."
+
+    def __str__(self) -> str:
+        mark = "✓" if self.passed else ("·" if not self.implemented else "✗")
+        lines = [self.headline]
+        lines += [f"  {mark} {m}" for m in self.messages]
+        lines += [f"  Hint: {h}" for h in self.hints]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        colour = "#1a7f37" if self.passed else ("#9a6700" if not self.implemented else "#cf222e")
+        mark = "✓" if self.passed else ("·" if not self.implemented else "✗")
+        items = "".join(f"<li>{mark} {_inline(m)}</li>" for m in self.messages)
+        hints = "".join(f"<p style='margin:.3em 0'><b>Hint:</b> {_inline(h)}</p>" for h in self.hints)
+        return (
+            f"<div style='border-left:4px solid {colour};padding:.4em .8em;margin:.2em 0'>"
+            f"<b style='color:{colour}'>{_inline(self.headline)}</b>"
+            f"<ul style='list-style:none;padding-left:.5em;margin:.3em 0'>{items}</ul>{hints}</div>"
+        )
+
+
+def _inline(text: str) -> str:
+    """Escape for HTML, then show `code` spans as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
+class Stop(Exception):
+    """Raised inside a check to stop at a problem that makes every later step meaningless."""
+
+
+class Findings:
+    """Collects a check's problems by kind, keeping the first sentence of each and counting repeats."""
+
+    def __init__(self, task: Task, hints: dict[str, str]) -> None:
+        self.task = task
+        self._hints = hints  # kind of mistake -> the hint shown when it occurs
+        self._first: dict[str, str] = {}  # kind -> the first sentence recorded for it
+        self._count: dict[str, int] = {}
+        self.held: list[str] = []  # what was verified, said on success
+        self.context = "While setting up"  # where the check is, for a sentence about an exception
+        self._start = time.perf_counter()
+
+    def problem(self, kind: str, text: str) -> None:
+        self._first.setdefault(kind, text)
+        self._count[kind] = self._count.get(kind, 0) + 1
+
+    def has(self, kind: str) -> bool:
+        return kind in self._first
+
+    @property
+    def ok(self) -> bool:
+        return not self._first
+
+    def result(self, not_implemented: str | None = None) -> Result:
+        seconds = time.perf_counter() - self._start
+        if not_implemented is not None:
+            return Result(self.task, False, [not_implemented], [
+                "replace the `raise NotImplementedError(...)` in the stub cell with your code, run that cell, "
+                "then run this check again."
+            ], implemented=False, seconds=seconds)
+        if self.ok:
+            return Result(self.task, True, list(self.held), seconds=seconds)
+        messages = []
+        for kind, text in list(self._first.items())[:5]:
+            more = self._count[kind] - 1
+            messages.append(text + (f" (and {more} more like it)" if more else ""))
+        hints = list(dict.fromkeys(self._hints[k] for k in self._first if k in self._hints))[:3]  # each hint once
+        return Result(self.task, False, messages, hints, seconds=seconds)
+
+
+def explain(exc: BaseException) -> str:
+    """One or two sentences on an exception from a learner's code: its type, message and where it happened."""
+    text = str(exc)
+    original = _original_error(text)  # parallel_apply re-raises with the worker's traceback as text
+    where = _learner_frame(exc, text)
+    message = original or f"{type(exc).__name__}: {_first_lines(text)}"
+    return message + (f" ({where})" if where else "")
+
+
+def _original_error(text: str) -> str | None:
+    if "Original Traceback" not in text:
+        return None
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return _first_lines(lines[-1].strip()) if lines else None
+
+
+def _first_lines(text: str, limit: int = 300) -> str:
+    text = " ".join(text.strip().split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _is_library(filename: str) -> bool:
+    path = os.path.abspath(filename)
+    return any(path.startswith(d) for d in _LIBRARY_DIRS) or "site-packages" in path
+
+
+def _learner_frame(exc: BaseException, text: str) -> str | None:
+    """'in `backward`, line 12: `return (total,)`' for the innermost frame that is not library code."""
+    frames = [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(exc.__traceback__)]
+    for match in re.finditer(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', text):  # frames in a worker's text
+        frames.append((match.group(1), int(match.group(2)), match.group(3), match.group(4)))
+    mine = [f for f in frames if not _is_library(f[0])]
+    if not mine:
+        return None
+    _, lineno, name, line = mine[-1]
+    code = f": `{line.strip()}`" if line and line.strip() else ""
+    return f"in `{name}`, line {lineno}{code}"
+
+
+def not_implemented_message(task: Task, exc: BaseException) -> str:
+    """The sentence for a stub that still raises NotImplementedError."""
+    detail = _original_error(str(exc)) or f"NotImplementedError: {_first_lines(str(exc))}"
+    return f"Your code still raises {detail}"

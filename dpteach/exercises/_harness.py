@@ -1,0 +1,218 @@
+"""Run a learner's strategy through DataParallel against one device, and say what differs.
+
+Every strategy check does the same thing on every model of ``_models.CASES`` and every slot
+count from 1 to 4: one forward through :class:`dpteach.DataParallel` (with the replicas kept for
+inspection), the loss ``(out * w).sum()``, backward, then the comparisons below. Each
+comparison records sentences in a :class:`Findings`; none of them raises on a learner's bug.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from .._devices import as_devices
+from ..data_parallel import DataParallel
+from ..replicate import replicate
+from ._feedback import Findings, Result, Stop, Task, explain, not_implemented_message
+from ._models import CASES, Case, Reference, reference
+from ._paths import edge_problem, places, replica_tensor, shares_storage
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+class Watched(DataParallel):
+    """DataParallel that keeps the replicas of its last forward, so a check can look at them."""
+
+    replicas: list[nn.Module] | None = None
+
+    def replicate(self, module, device_ids):
+        self.replicas = super().replicate(module, device_ids)
+        return self.replicas
+
+
+@dataclass
+class Run:
+    """One DataParallel step of one model on some slots, and what one device computed."""
+
+    case: Case
+    slots: list[torch.device]
+    model: nn.Module
+    replicas: list[nn.Module]
+    output: torch.Tensor
+    grads: dict[str, torch.Tensor | None]
+    second: dict[str, torch.Tensor | None] | None
+    ref: Reference
+
+    @property
+    def where(self) -> str:
+        n = len(self.slots)
+        return f"On {self.case.name} with {n} slot{'s' if n != 1 else ''}"
+
+
+def slot_lists(devices: Sequence | None) -> list[list[torch.device]]:
+    """The slot lists a check runs: 1 to 4 CPU slots, or every prefix of ``devices``."""
+    if devices is None:
+        return [[torch.device("cpu")] * n for n in (1, 2, 3, 4)]
+    slots = as_devices(devices)
+    return [slots[:n] for n in range(1, len(slots) + 1)]
+
+
+def run_strategy(findings: Findings, strategy, case: Case, slots: list[torch.device], double: bool = False) -> Run:
+    """Replicate and step ``case``'s model through DataParallel with ``strategy`` on ``slots``."""
+    n = len(slots)
+    findings.context = f"On {case.name} with {n} slot{'s' if n != 1 else ''}"
+    model, x, w = case.make()
+    ref = reference(model, x, w, n, double)
+    model.to(slots[0])
+    x, w = x.to(slots[0]), w.to(slots[0])
+    direct = None
+    if n == 1:  # DataParallel runs the module itself on one slot; ask the strategy for its one replica anyway
+        direct = replicate(model, slots, strategy=strategy)
+    dp = Watched(model, slots, strategy=strategy)
+    out = dp(x)
+    replicas = direct if direct is not None else dp.replicas
+    params = dict(model.named_parameters())
+    loss = (out * w).sum()
+    second = None
+    if double:
+        first = torch.autograd.grad(loss, list(params.values()), create_graph=True, allow_unused=True)
+        grads = {k: (None if g is None else g.detach()) for k, g in zip(params, first)}
+        with_history = [g for g in first if g is not None and g.requires_grad]
+        if with_history:  # else no second gradient can reach anything: every one stays None
+            sum((g**2).sum() for g in with_history).backward()
+            second = {k: (torch.zeros_like(p) if p.grad is None else p.grad) for k, p in params.items()}
+        else:
+            second = {k: None for k in params}
+    else:
+        loss.backward()
+        grads = {k: p.grad for k, p in params.items()}
+    return Run(case, slots, model, list(replicas), out.detach(), grads, second, ref)
+
+
+def check_replicas(findings: Findings, run: Run) -> None:
+    """Every replica's parameter: present, on its slot, its own memory after slot 0, a path to the original."""
+    for slot, replica in enumerate(run.replicas):
+        for place in places(run.model):
+            t = replica_tensor(replica, place)
+            problem = edge_problem(t, place, slot)
+            if problem is not None:
+                findings.problem(*problem[:1], f"{run.where}: {problem[1]}")
+                continue
+            if t.device != run.slots[slot]:
+                findings.problem(
+                    "device", f"{run.where}: replica {slot}'s `{place.name}` is on {t.device}, but slot {slot} is "
+                    f"{run.slots[slot]}"
+                )
+            if slot > 0 and shares_storage(t, place.tensor):
+                findings.problem(
+                    "shared", f"{run.where}: replica {slot}'s `{place.name}` shares memory with the original "
+                    f"`{place.original_name}`: every slot after slot 0 needs a copy of its own (on a second GPU the "
+                    "original is not even there)"
+                )
+
+
+def compare(findings: Findings, run: Run, what: str = "grads") -> None:
+    """The output, and the original's gradients (``what="grads"``) or second gradients (``"second"``), vs one device."""
+    if what == "grads" and run.output.shape != run.ref.output.shape:
+        findings.problem("output", f"{run.where}: DataParallel's output has shape {tuple(run.output.shape)}, one "
+                         f"device's {tuple(run.ref.output.shape)}")
+    elif what == "grads" and not torch.allclose(run.output.cpu(), run.ref.output, rtol=RTOL, atol=ATOL):
+        findings.problem("output", f"{run.where}: DataParallel's output differs from one device's "
+                         f"(largest difference {_largest(run.output, run.ref.output):.1e})")
+    got = run.grads if what == "grads" else run.second
+    want = run.ref.grads if what == "grads" else run.ref.second
+    scale = max(1.0, max(t.abs().max().item() for t in want.values()))  # rounding grows with the gradients' size
+    for name, expected in want.items():
+        g = got.get(name)
+        subject = f"`{name}.grad`" if what == "grads" else f"`{name}` gradient of the gradient penalty"
+        if g is None:
+            landed = _landed(run, name) if what == "grads" else ""
+            findings.problem(f"{what}_none", f"{run.where}: the original's {subject} is None: nothing reached "
+                             f"it{landed}")
+        elif g.shape != expected.shape or not torch.allclose(g.cpu(), expected, rtol=RTOL, atol=ATOL * scale):
+            ratio = g.norm().item() / max(expected.norm().item(), 1e-12)
+            findings.problem(f"{what}_wrong", f"{run.where}: the original's {subject} differs from one device's "
+                             f"(largest difference {_largest(g, expected):.1e}; yours is {ratio:.2f}× as large)")
+
+
+def check_buffers(findings: Findings, run: Run) -> None:
+    """Slot 0's buffers are the original's; later slots own theirs; the original saw exactly slot 0's piece."""
+    for slot, replica in enumerate(run.replicas):
+        for place in places(run.model, "buffer"):
+            t = replica_tensor(replica, place)
+            who = f"replica {slot}'s `{place.name}`"
+            if t is None:
+                findings.problem("buffer_missing", f"{run.where}: {who} is missing")
+            elif slot == 0 and not shares_storage(t, place.tensor):
+                findings.problem("buffer_copied", f"{run.where}: {who} is a copy, not the original's "
+                                 f"`{place.original_name}`: BatchNorm on slot 0 updates the copy, and the update "
+                                 "is thrown away with the replica (see chapter 05)")
+            elif slot > 0 and shares_storage(t, place.tensor):
+                findings.problem("buffer_shared", f"{run.where}: {who} shares memory with the original's: slot "
+                                 f"{slot}'s BatchNorm writes its own statistics into the original too "
+                                 "(only slot 0 should)")
+    for name, expected in run.ref.buffers.items():
+        b = dict(run.model.named_buffers())[name].detach().cpu()
+        if not torch.allclose(b.to(expected.dtype), expected, rtol=RTOL, atol=ATOL):
+            change = "did not change" if _unchanged(run, name) else "is not what one device has after slot 0's piece"
+            findings.problem("stats", f"{run.where}: after one training-mode step the original's `{name}` {change} "
+                             f"(expected {_short(expected)}, got {_short(b)})")
+
+
+def run_check(task: Task, hints: dict[str, str], body: Callable[[Findings], None]) -> Result:
+    """Run a check's ``body``; turn a learner's exception into a sentence, a stub into 'not implemented yet'."""
+    findings = Findings(task, hints)
+    findings.context = "While setting up"
+    threads = torch.get_num_threads()
+    try:
+        # tiny models run 3-4x faster on one thread than on two cores that other work contends for
+        torch.set_num_threads(1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            body(findings)
+    except NotImplementedError as exc:
+        return findings.result(not_implemented=not_implemented_message(task, exc))
+    except Stop:
+        pass
+    except Exception as exc:  # a learner's bug, whatever it is, becomes a sentence
+        if "NotImplementedError" in str(exc) and "Original Traceback" in str(exc):
+            return findings.result(not_implemented=not_implemented_message(task, exc))
+        findings.problem("error", f"{findings.context}, your code raised {explain(exc)}")
+    finally:
+        torch.set_num_threads(threads)
+    return findings.result()
+
+
+def _largest(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().cpu(), b.detach().cpu()
+    return (a - b).abs().max().item() if a.shape == b.shape else float("inf")
+
+
+def _landed(run: Run, name: str) -> str:
+    """', and replica 1 holds one in its own .grad' when a replica kept the gradient the original should have."""
+    holders = [i for i, r in enumerate(run.replicas)
+               for n, p in r.named_parameters() if n == name and p.grad is not None]
+    if holders:
+        return f"; replica {holders[0]} holds one in its own `.grad`, which nobody reads (see chapter 01)"
+    return ""
+
+
+def _unchanged(run: Run, name: str) -> bool:
+    model, _, _ = run.case.make()
+    before = dict(model.named_buffers())[name]
+    return torch.equal(dict(run.model.named_buffers())[name].detach().cpu(), before)
+
+
+def _short(t: torch.Tensor) -> str:
+    values = t.flatten()[:3].tolist()
+    text = ", ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in values)
+    return f"[{text}{', …' if t.numel() > 3 else ''}]"
+
+
+__all__ = ["CASES", "Run", "run_strategy", "check_replicas", "compare", "check_buffers", "run_check", "slot_lists",
+           "Stop", "explain"]

@@ -1,0 +1,107 @@
+"""Where a replica's gradient goes: a small walk over ``grad_fn.next_functions``.
+
+Backward follows edges from a tensor's ``grad_fn`` to the nodes that made its inputs, until it
+reaches ``AccumulateGrad`` nodes, whose ``.variable`` is the leaf whose ``.grad`` gets filled.
+A replica parameter is wired correctly when that walk reaches the *original* parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from torch import nn
+
+
+def leaves_behind(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """The leaf tensors a gradient arriving at ``tensor`` would end in (itself, if it is a leaf)."""
+    if tensor.grad_fn is None:
+        return [tensor] if tensor.requires_grad else []
+    seen: set[int] = set()
+    stack, leaves = [tensor.grad_fn], []
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)  # only AccumulateGrad nodes have one
+        if variable is not None:
+            leaves.append(variable)
+            continue
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return leaves
+
+
+def nodes_behind(tensor: torch.Tensor, depth: int = 4) -> list[str]:
+    """Names of the nodes within ``depth`` edges of ``tensor.grad_fn`` (e.g. ``'ReduceAddCoalescedBackward'``)."""
+    names, frontier = [], [tensor.grad_fn] if tensor.grad_fn is not None else []
+    for _ in range(depth):
+        names += [type(n).__name__ for n in frontier]
+        frontier = [nxt for n in frontier for nxt, _ in n.next_functions if nxt is not None]
+    return names
+
+
+@dataclass(frozen=True)
+class Place:
+    """One spot where a module holds a tensor: ``module_path`` + ``key``, and the name of the original tensor."""
+
+    module_path: str  # "" for the root, "0" or "block.conv" for a child
+    key: str  # "weight"
+    original_name: str  # the name `named_parameters()` gives the original (a tied weight has one)
+    tensor: torch.Tensor  # the original tensor
+
+    @property
+    def name(self) -> str:
+        return f"{self.module_path}.{self.key}" if self.module_path else self.key
+
+
+def places(network: nn.Module, kind: str = "parameter") -> Iterator[Place]:
+    """Every (submodule, key) holding a parameter (or buffer) of ``network``, tied ones at each of their places."""
+    named = network.named_parameters() if kind == "parameter" else network.named_buffers()
+    first_name = {id(t): name for name, t in named}
+    for path, module in network.named_modules():
+        registry = module._parameters if kind == "parameter" else module._buffers
+        for key, t in registry.items():
+            if t is not None:
+                yield Place(path, key, first_name[id(t)], t)
+
+
+def replica_tensor(replica: nn.Module, place: Place) -> torch.Tensor | None:
+    """The tensor ``replica`` holds at ``place``, or None if it has none."""
+    module = replica
+    for part in place.module_path.split(".") if place.module_path else []:
+        module = module._modules.get(part) if isinstance(module, nn.Module) else None
+        if module is None:
+            return None
+    t = getattr(module, place.key, None)
+    return t if isinstance(t, torch.Tensor) else None
+
+
+def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do ``a`` and ``b`` live in the same memory (one is the other, or a view of it)?"""
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def edge_problem(t: torch.Tensor | None, place: Place, slot: int) -> tuple[str, str] | None:
+    """(kind, sentence) when replica ``slot``'s tensor at ``place`` has no gradient path to the original."""
+    who = f"replica {slot}'s `{place.name}`"
+    original = f"the original `{place.original_name}`"
+    if t is None:
+        return "missing", f"{who} is missing: the replica should hold a copy of {original} there"
+    if any(leaf is place.tensor for leaf in leaves_behind(t)):
+        return None
+    if not t.requires_grad:
+        return "no_grad", (
+            f"{who} does not require grad (made under `torch.no_grad()` or with `.detach()`), so backward never "
+            f"reaches it and there is no path to {original} (see chapter 01)"
+        )
+    if t.grad_fn is None:
+        return "fresh_leaf", (
+            f"{who} has no path to {original}: it is a fresh leaf, so its gradient stops in the replica "
+            "(see chapter 01)"
+        )
+    return "wrong_leaf", (
+        f"{who} has no path to {original}: its edges lead to a leaf of the replica's own, so its gradient "
+        f"stops in the replica (see chapter 03)"
+    )

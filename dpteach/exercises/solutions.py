@@ -1,0 +1,152 @@
+"""Worked answers to the exercises, with the names and signatures of ``stubs.py``.
+
+The tests check every one of them, and ``notebooks/solutions/11_exercises_solutions.ipynb``
+shows each as the code of a cell (``dpteach.exercises.solution_source(key)``), so the two agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from copy import deepcopy
+
+import torch
+from torch.autograd import Function
+
+import dpteach
+from dpteach import comm
+from dpteach.functions import Gather, Scatter
+
+
+# Task 1 ------------------------------------------------------------------------------------------
+def replicate_by_clone(network, devices, detach=False):
+    """Clone-based replicate with its bug fixed: each replica's parameters are differentiable copies."""
+    replicas = []
+    for device in devices:
+        replica = deepcopy(network).to(device)
+        for original, twin in zip(network.modules(), replica.modules()):
+            for key, param in original._parameters.items():
+                if param is None:
+                    continue
+                # FIX (#20910): a copy made *by autograd* (not under no_grad, not detached, not a new
+                # Parameter): its grad_fn has an edge to `param`. copy=True: its own memory on every slot
+                copy = param.to(device, copy=True)
+                twin._parameters.pop(key)  # a copy with history is no leaf, so no Parameter:
+                setattr(twin, key, copy)  # set it as a plain attribute, as replicate.py does
+        replicas.append(replica)
+    return replicas
+
+
+# Task 2 ------------------------------------------------------------------------------------------
+class ReduceAdd(Function):
+    """PR #20910's ReduceAdd node: one per original parameter, every replica's copy is one of its outputs."""
+
+    @staticmethod
+    def forward(ctx, original, *copies):
+        ctx.destination = original.device  # where backward must deliver the sum
+        # FIX (#20910): each copy comes out of this node, so its gradient edge leads to `original`
+        return tuple(c.detach() for c in copies)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        total = sum(g.to(ctx.destination) for g in grads)  # every replica's gradient, on the original's device
+        return (total,) + (None,) * len(grads)  # one value per forward input: the sum for `original`
+
+
+# Task 3 ------------------------------------------------------------------------------------------
+class Broadcast(Function):
+    """Copy tensors from one device to every slot; its backward is ReduceAddCoalesced."""
+
+    @staticmethod
+    def forward(ctx, devices, *inputs):
+        ctx.input_device = inputs[0].device
+        ctx.num_inputs = len(inputs)
+        per_slot = comm.broadcast_coalesced(inputs, devices)  # slot 0's copies are the inputs themselves
+        return tuple(t for slot in per_slot for t in slot)  # device-major: slot 0's, then slot 1's, ...
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # the partner's apply, not a raw comm call: the sum is a node too, so double backward can go through it
+        return (None,) + ReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)
+
+
+class ReduceAddCoalesced(Function):
+    """Sum ``num_inputs`` tensors from each slot onto ``destination``; its backward is Broadcast."""
+
+    @staticmethod
+    def forward(ctx, destination, num_inputs, *grads):
+        ctx.devices = [grads[i].device for i in range(0, len(grads), num_inputs)]  # where each group came from
+        groups = [grads[i : i + num_inputs] for i in range(0, len(grads), num_inputs)]
+        return tuple(comm.reduce_add_coalesced(groups, destination))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None) + Broadcast.apply(ctx.devices, *grads)  # the partner's apply, again
+
+
+# Task 4 ------------------------------------------------------------------------------------------
+def scatter(inputs, devices, dim=0):
+    """Split nested ``inputs`` over the slots: a list with one structure per piece."""
+
+    def scatter_map(obj):
+        if isinstance(obj, torch.Tensor):
+            return list(Scatter.apply(devices, None, dim, obj))
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple takes its fields as arguments
+            return [type(obj)(*fields) for fields in zip(*map(scatter_map, obj))]
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            names = [f.name for f in dataclasses.fields(obj)]
+            per_slot = zip(*(scatter_map(getattr(obj, name)) for name in names))
+            return [dataclasses.replace(obj, **dict(zip(names, values))) for values in per_slot]
+        if isinstance(obj, tuple) and obj:
+            return list(zip(*map(scatter_map, obj)))
+        if isinstance(obj, list) and obj:
+            return [list(values) for values in zip(*map(scatter_map, obj))]
+        if isinstance(obj, dict) and obj:
+            return [type(obj)(zip(obj, values)) for values in zip(*map(scatter_map, obj.values()))]
+        return [obj for _ in devices]  # anything else is shared: the same object on every slot
+
+    return scatter_map(inputs)  # zip stops at the shortest: as many pieces as the tensors give
+
+
+def gather(outputs, target_device, dim=0):
+    """Join a list of per-slot outputs into one on ``target_device``, keeping their nested type."""
+
+    def gather_map(outs):
+        out = outs[0]
+        if isinstance(out, torch.Tensor):
+            return Gather.apply(target_device, dim, *outs)
+        if out is None:
+            return None
+        if isinstance(out, dict):
+            return type(out)((key, gather_map([o[key] for o in outs])) for key in out)
+        if isinstance(out, tuple) and hasattr(out, "_fields"):
+            return type(out)(*map(gather_map, zip(*outs)))
+        if dataclasses.is_dataclass(out) and not isinstance(out, type):
+            fields = [f.name for f in dataclasses.fields(out)]
+            return dataclasses.replace(out, **{k: gather_map([getattr(o, k) for o in outs]) for k in fields})
+        if isinstance(out, (list, tuple)):
+            return type(out)(map(gather_map, zip(*outs)))
+        return list(outs)  # strings, numbers, other objects: one per slot
+
+    return gather_map(list(outputs))
+
+
+# Task 5 ------------------------------------------------------------------------------------------
+def keep_bn_statistics(network, devices, detach=False):
+    """Replicas like PR #20910's, except that slot 0's buffers are the original's own."""
+    replicas = dpteach.replicate(network, devices, detach, strategy="rewire")
+    for name, buffer in network.named_buffers():
+        owner, _, key = name.rpartition(".")
+        # FIX (#21144): slot 0's BatchNorm now updates the original's running statistics in place
+        replicas[0].get_submodule(owner)._buffers[key] = buffer
+    return replicas
+
+
+__all__ = [
+    "replicate_by_clone",
+    "ReduceAdd",
+    "Broadcast",
+    "ReduceAddCoalesced",
+    "scatter",
+    "gather",
+    "keep_bn_statistics",
+]

@@ -1,0 +1,154 @@
+"""The exercises as a learner first sees them: each raises NotImplementedError naming its task.
+
+``dpteach.exercises.stub_source(key)`` gives each one as the text of a notebook cell, with its
+imports and a last line that tries it (so an untouched stub fails loudly). The worked answers are
+in ``solutions.py``, with the same names and signatures.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+
+import torch  # noqa: F401  (the stubs' cells import what a learner's answer needs)
+from torch import nn  # noqa: F401
+from torch.autograd import Function
+
+import dpteach
+from dpteach import comm  # noqa: F401
+from dpteach.functions import Gather, Scatter  # noqa: F401
+
+
+# Task 1 ------------------------------------------------------------------------------------------
+def replicate_by_clone(network, devices, detach=False):
+    """Clone-based replicate, as the C++ frontend did before PR #20910, with its bug for you to fix.
+
+    Each replica starts as a deep copy of `network` on its slot; then every parameter in it is
+    replaced by `copy`. In C++ that copy was a fresh leaf (the BROKEN line), so backward stopped in
+    the replica and the model never learned (issue #19540). Write a `copy` of `param` on `device`
+    that keeps a gradient edge back to `param`, and owns its memory on every slot.
+    """
+    replicas = []
+    for device in devices:
+        replica = deepcopy(network).to(device)
+        for original, twin in zip(network.modules(), replica.modules()):
+            for key, param in original._parameters.items():
+                if param is None:
+                    continue
+                # BROKEN (#19540): copy = nn.Parameter(param.detach().clone().to(device))
+                raise NotImplementedError(
+                    "Task 1 (find the bug in clone-based replicate): replace this line with a `copy` of `param` "
+                    "on `device` that keeps its gradient edge to `param`"
+                )
+                twin._parameters.pop(key)  # a copy with history is no leaf, so no Parameter:
+                setattr(twin, key, copy)  # set it as a plain attribute, as replicate.py does
+        replicas.append(replica)
+    return replicas
+
+
+# Task 2 ------------------------------------------------------------------------------------------
+class ReduceAdd(Function):
+    """PR #20910's ReduceAdd node: one per original parameter, every replica's copy is one of its outputs.
+
+    The rewire strategy calls ``ReduceAdd.apply(original, *copies)`` with the parameter and its
+    copy on every slot (plain tensors, no history). Forward hands the copies back as this node's
+    outputs, so each replica's parameter gets the node as its ``grad_fn``, and the node has one
+    edge: to ``original``. Backward gets one gradient per copy and returns one value per input of
+    forward: the sum of the gradients, on ``original``'s device, for ``original``; None for each copy.
+    """
+
+    @staticmethod
+    def forward(ctx, original, *copies):
+        raise NotImplementedError("Task 2 (rewire gradient edges): write ReduceAdd.forward")
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("Task 2 (rewire gradient edges): write ReduceAdd.backward")
+
+
+# Task 3 ------------------------------------------------------------------------------------------
+class Broadcast(Function):
+    """Copy tensors from one device to every slot; its backward is ReduceAddCoalesced.
+
+    ``Broadcast.apply(devices, *inputs)`` returns ``len(devices) * len(inputs)`` tensors,
+    device-major: slot 0's copies of every input, then slot 1's, ... (``comm.broadcast_coalesced``
+    gives them per slot; slot 0's are the inputs themselves). Backward must call
+    ``ReduceAddCoalesced.apply``, not a raw ``comm`` function, so that it is itself differentiable.
+    """
+
+    @staticmethod
+    def forward(ctx, devices, *inputs):
+        raise NotImplementedError(
+            "Task 3 (Broadcast / ReduceAddCoalesced for double backward): write Broadcast.forward"
+        )
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            "Task 3 (Broadcast / ReduceAddCoalesced for double backward): write Broadcast.backward"
+        )
+
+
+class ReduceAddCoalesced(Function):
+    """Sum ``num_inputs`` tensors from each slot onto ``destination``; its backward is Broadcast.
+
+    ``ReduceAddCoalesced.apply(destination, num_inputs, *grads)`` gets the tensors device-major
+    (slot 0's ``num_inputs`` tensors, then slot 1's, ...) and returns ``num_inputs`` sums
+    (``comm.reduce_add_coalesced`` takes them as one list per slot). Backward must call
+    ``Broadcast.apply`` back to the slots the inputs came from.
+    """
+
+    @staticmethod
+    def forward(ctx, destination, num_inputs, *grads):
+        raise NotImplementedError(
+            "Task 3 (Broadcast / ReduceAddCoalesced for double backward): write ReduceAddCoalesced.forward"
+        )
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            "Task 3 (Broadcast / ReduceAddCoalesced for double backward): write ReduceAddCoalesced.backward"
+        )
+
+
+# Task 4 ------------------------------------------------------------------------------------------
+def scatter(inputs, devices, dim=0):
+    """Split nested ``inputs`` over the slots: a list with one structure per piece.
+
+    Tensors are split along ``dim`` with ``Scatter.apply(devices, None, dim, tensor)`` (differentiable;
+    it may give fewer pieces than slots). Tuples, lists, dicts, namedtuples and dataclasses keep
+    their type and every field; any other object is shared: the same object for every slot.
+    """
+    raise NotImplementedError("Task 4 (scatter and gather nested inputs): write scatter")
+
+
+def gather(outputs, target_device, dim=0):
+    """Join a list of per-slot outputs into one on ``target_device``, keeping their nested type.
+
+    Tensors are joined with ``Gather.apply(target_device, dim, *tensors)``; None stays None; any
+    other object comes back as a list with one value per slot.
+    """
+    raise NotImplementedError("Task 4 (scatter and gather nested inputs): write gather")
+
+
+# Task 5 ------------------------------------------------------------------------------------------
+def keep_bn_statistics(network, devices, detach=False):
+    """Replicas like PR #20910's, except that slot 0's buffers are the original's own.
+
+    The rewire strategy deep-copies every buffer, so BatchNorm's running statistics, updated in
+    place on each replica, are lost with the replicas (the item left open in issue #21144). Make
+    every buffer of slot 0's replica *be* the original's buffer; later slots keep their copies.
+    """
+    replicas = dpteach.replicate(network, devices, detach, strategy="rewire")
+    raise NotImplementedError("Task 5 (keep BatchNorm statistics from slot 0): make slot 0's buffers the original's")
+    return replicas
+
+
+__all__ = [
+    "replicate_by_clone",
+    "ReduceAdd",
+    "Broadcast",
+    "ReduceAddCoalesced",
+    "scatter",
+    "gather",
+    "keep_bn_statistics",
+]

@@ -1,0 +1,204 @@
+"""Task 2 (chapter 03): rewire gradient edges, PR #20910's way.
+
+The learner writes ``ReduceAdd``'s forward and backward. :func:`rewire_with` builds the
+``"rewire"`` strategy around it: clone every slot, then one ``ReduceAdd.apply(original, *copies)``
+per original parameter, whose outputs replace the copies. The check first tries the node alone
+(its outputs, its one edge, its sum, where the sum lands), then runs the strategy through
+DataParallel on every model and 1-4 slots against one device.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import defaultdict
+
+import torch
+from torch.autograd import Function
+
+from ..replicate._modules import set_tensor, walk_pairs
+from ..replicate.clone import clone_module
+from ._feedback import Findings, Result, Stop, Task
+from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists
+from ._paths import leaves_behind
+
+TASK = Task(2, "rewire", "rewire gradient edges", "03")
+
+HINTS = {
+    "outputs": "forward must return one tensor per copy, in order, e.g. `tuple(c.detach() for c in copies)`: "
+    "returning them from forward is what makes this node their `grad_fn`.",
+    "edge": "the node's only edge must lead to `original`: that is why `original` is forward's first input.",
+    "sum_missing": "backward returns one value per input of forward: first the gradient for `original` (the sum), "
+    "then `None` for each copy.",
+    "sum_wrong": "the original's gradient is the sum of every copy's gradient: not the first one, not the mean.",
+    "device": "remember `original.device` in forward (`ctx.destination = original.device`) and move every gradient "
+    "there before adding: `g.to(ctx.destination)`.",
+    "grads_none": "the sum must be returned as the gradient of `original`, forward's first input.",
+    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+}
+
+
+def rewire_with(reduce_add: type[Function]):
+    """The ``"rewire"`` strategy (``dpteach.replicate.rewire``) built around a learner's ``ReduceAdd``."""
+
+    def replicate(network, devices, detach=False):
+        replicas = [clone_module(network, device) for device in devices]  # fresh leaves, as C++ clone() made
+        if detach:
+            return replicas
+        sites = defaultdict(list)  # id(original parameter) -> every (replica module, key) holding a copy of it
+        originals = {}
+        for replica in replicas:
+            for original, twin in walk_pairs(network, replica):
+                for key, param in original._parameters.items():
+                    if param is not None and param.requires_grad:
+                        sites[id(param)].append((twin, key))
+                        originals[id(param)] = param
+        for pid, spots in sites.items():
+            copies = [getattr(module, key).detach() for module, key in spots]
+            outputs = reduce_add.apply(originals[pid], *copies)  # one node per original parameter
+            if isinstance(outputs, torch.Tensor):
+                outputs = (outputs,)
+            if not isinstance(outputs, tuple) or len(outputs) != len(copies):
+                got = len(outputs) if isinstance(outputs, (tuple, list)) else type(outputs).__name__
+                raise ValueError(f"ReduceAdd.forward got {len(copies)} copies but returned {got}; return one per copy")
+            for (module, key), out in zip(spots, outputs):
+                set_tensor(module, key, out, "parameter")
+        return replicas
+
+    replicate.__name__ = f"rewire_with({getattr(reduce_add, '__name__', 'ReduceAdd')})"
+    return replicate
+
+
+def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
+    """The node alone: three copies of one parameter, gradients 1, 2 and 4 times a known tensor."""
+    findings.context = "Trying ReduceAdd alone on one parameter and three copies"
+    original = torch.nn.Parameter(torch.arange(6.0).view(2, 3))
+    copies = [original.detach().clone() + i for i in range(3)]
+    outputs = reduce_add.apply(original, *copies)
+    outputs = (outputs,) if isinstance(outputs, torch.Tensor) else outputs
+    if not isinstance(outputs, tuple) or len(outputs) != 3:
+        got = len(outputs) if isinstance(outputs, (tuple, list)) else type(outputs).__name__
+        findings.problem("outputs", f"ReduceAdd.apply(original, c0, c1, c2) returned {got} output(s); it must "
+                         "return 3, one per copy")
+        raise Stop
+    for i, (out, c) in enumerate(zip(outputs, copies)):
+        if not isinstance(out, torch.Tensor) or out.shape != c.shape or not torch.equal(out.detach(), c):
+            findings.problem("outputs", f"output {i} of ReduceAdd.forward is not copy {i}: each replica must get "
+                             "back its own copy, values unchanged")
+            raise Stop
+        if out.grad_fn is None or not type(out.grad_fn).__name__.startswith(reduce_add.__name__):
+            findings.problem("outputs", f"output {i} of ReduceAdd.forward has grad_fn {type(out.grad_fn).__name__}, "
+                             f"not your {reduce_add.__name__} node: the copies must be the node's own outputs")
+            raise Stop
+    if not any(leaf is original for leaf in leaves_behind(outputs[0])):
+        findings.problem("edge", "the ReduceAdd node has no edge to `original`, so no gradient can reach it")
+        raise Stop
+    base = torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]])
+    # a scalar loss, not backward(outputs, grad_tensors): torch imports sympy the first time it checks grad_tensors
+    sum((out * (2**i * base)).sum() for i, out in enumerate(outputs)).backward()
+    if original.grad is None:
+        back = _by_hand(reduce_add, marked=False) or (None,)
+        if back[0] is None and any(b is not None for b in back[1:]):
+            findings.problem("sum_missing", "after backward the original's .grad is None: ReduceAdd.backward returns "
+                             "the gradients for the copies, which are the replicas' own tensors, and None for "
+                             "`original`: the edge that matters leads to the original")
+        else:
+            findings.problem("sum_missing", "after backward the original's .grad is None: ReduceAdd.backward returned "
+                             "nothing for `original` (its first return value must be the sum of the gradients)")
+    elif not torch.allclose(original.grad, 7 * base):
+        ratio = original.grad.norm().item() / (7 * base).norm().item()
+        findings.problem("sum_wrong", f"with gradients g, 2g and 4g from three copies, the original got "
+                         f"{ratio:.2f}× the sum 7g: backward must add them all")
+
+
+class _OnAnotherDevice(torch.Tensor):
+    """A CPU tensor standing for one on another slot's device: every op keeps the mark, only a move removes it."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.cpu or (func is torch.Tensor.to and _names_a_device(args[1:], kwargs)):
+            return func(args[0].as_subclass(torch.Tensor), *args[1:], **kwargs)  # moved: an ordinary tensor again
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def _names_a_device(args, kwargs) -> bool:
+    things = list(args) + [kwargs.get("device")]
+    return any(isinstance(a, (torch.device, str, int)) and not isinstance(a, bool) for a in things) or any(
+        isinstance(a, torch.Tensor) and not isinstance(a, _OnAnotherDevice) for a in args
+    )
+
+
+class _Ctx:
+    """Enough of autograd's ``ctx`` to call a Function's forward and backward by hand."""
+
+    def __init__(self, n_inputs: int) -> None:
+        self.needs_input_grad = (True,) + (False,) * (n_inputs - 1)
+        self.saved_tensors = ()
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+    def mark_non_differentiable(self, *args):
+        pass
+
+    def mark_dirty(self, *args):
+        pass
+
+    def set_materialize_grads(self, value):
+        pass
+
+
+def _by_hand(reduce_add: type[Function], marked: bool):
+    """Call forward, then backward, by hand on two copies; what backward returns (None if it needs more of ctx)."""
+    ctx = _Ctx(3)
+    try:
+        with torch.no_grad():
+            reduce_add.forward(ctx, torch.zeros(2, 3, requires_grad=True), torch.ones(2, 3), torch.ones(2, 3))
+            grads = [torch.ones(2, 3) for _ in range(2)]
+            back = reduce_add.backward(ctx, *[g.as_subclass(_OnAnotherDevice) if marked else g for g in grads])
+    except AttributeError:  # it uses a part of ctx this stand-in lacks: the DataParallel runs will tell
+        return None
+    return tuple(back) if isinstance(back, (tuple, list)) else (back,)
+
+
+def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
+    """Where the sum lands: the copies' gradients arrive marked as living on another device than the original.
+
+    A machine without two devices cannot show this for real, so forward and backward are called by hand
+    and each gradient is a CPU tensor that keeps a mark until something moves it (``.to(device)``).
+    """
+    findings.context = "Trying ReduceAdd with the copies' gradients on another device"
+    back = _by_hand(reduce_add, marked=True)
+    if back is not None and isinstance(back[0], _OnAnotherDevice):
+        findings.problem("device", "ReduceAdd.backward leaves the sum on the device the gradients came from; it must "
+                         "land on the original's device, as the C++ node's `destination_device_` (the check marks "
+                         "each gradient as coming from another slot, as it would on a second GPU)")
+
+
+def check_rewire(reduce_add=None, *, devices=None) -> Result:
+    """Check a learner's ``ReduceAdd`` (a ``torch.autograd.Function`` subclass) inside the rewire strategy."""
+
+    def body(findings: Findings) -> None:
+        if not (inspect.isclass(reduce_add) and issubclass(reduce_add, Function)):
+            findings.problem("usage", f"check_rewire expects your ReduceAdd class (a torch.autograd.Function "
+                             f"subclass), got {reduce_add!r}: `exercises.check_rewire(ReduceAdd)`")
+            raise Stop
+        _probe_node(findings, reduce_add)
+        _probe_device(findings, reduce_add)
+        if not findings.ok:
+            return
+        strategy = rewire_with(reduce_add)
+        for case in CASES:
+            for slots in slot_lists(devices):
+                run = run_strategy(findings, strategy, case, slots)
+                check_replicas(findings, run)
+                compare(findings, run)
+        findings.held += [
+            f"every replica's copy of a parameter is an output of one {reduce_add.__name__} node, whose one edge "
+            "leads to the original parameter (PR #20910's graph)",
+            "backward sums every replica's gradient onto the original's device",
+            "the original's gradients equal one device's on all three models and 1-4 slots",
+        ]
+
+    return run_check(TASK, HINTS, body)
+

@@ -1,0 +1,183 @@
+"""Task 3 (chapter 07): a Broadcast / ReduceAddCoalesced pair that survives double backward.
+
+Each function's backward is the other's ``apply`` (PR #2508, after issue #2467), so the backward
+graph is made of nodes that have a backward themselves. The check tries the pair alone (layout,
+values, and whether each backward's result comes out of the partner's node), then builds the
+``"broadcast"`` strategy around it (:func:`broadcast_with`) and compares, on every model and 1-4
+slots, the gradients and the gradients of a gradient penalty with one device's.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch.autograd import Function
+
+from .. import comm
+from ..replicate._modules import set_tensor, shallow_copy
+from ._feedback import Findings, Result, Stop, Task
+from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists
+from ._paths import nodes_behind
+
+TASK = Task(3, "broadcast_pair", "Broadcast / ReduceAddCoalesced for double backward", "07")
+
+HINTS = {
+    "layout": "`comm.broadcast_coalesced(inputs, devices)` gives one list per slot; flatten it slot by slot: "
+    "`tuple(t for slot in per_slot for t in slot)`.",
+    "sum": "`ReduceAddCoalesced.forward` gets the tensors slot by slot; `comm.reduce_add_coalesced` wants one list "
+    "per slot: `[grads[i:i + num_inputs] for i in range(0, len(grads), num_inputs)]`.",
+    "broadcast_sum": "Broadcast.backward hands `ReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` "
+    "back (after a `None` for `devices`): when that sum is wrong, look at ReduceAddCoalesced.forward first.",
+    "not_differentiable": "a backward is differentiable when what it returns is computed by autograd-recorded "
+    "operations: call the partner's `apply` (`ReduceAddCoalesced.apply(...)` in Broadcast.backward, "
+    "`Broadcast.apply(...)` in ReduceAddCoalesced.backward), not `comm` directly, not under `torch.no_grad()`.",
+    "partner": "return `(None,) + ReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` from "
+    "Broadcast.backward and `(None, None) + Broadcast.apply(ctx.devices, *grads)` from ReduceAddCoalesced.backward, "
+    "remembering in forward what they need (chapter 04 reads PyTorch's `_functions.py`).",
+    "second_none": "the gradient penalty's gradient needs a backward that is itself differentiable: each backward "
+    "must call its partner's `apply`.",
+    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+}
+
+
+def broadcast_with(broadcast: type[Function]):
+    """The ``"broadcast"`` strategy (``dpteach.replicate.broadcast``) built around a learner's ``Broadcast``."""
+
+    def replicate(network, devices, detach=False):
+        params = list(network.parameters())  # a tied weight appears once, so it stays tied in each replica
+        n = len(params)
+        index = {id(p): i for i, p in enumerate(params)}
+        if detach or not params:
+            per_slot = comm.broadcast_coalesced(params, devices) if params else [[] for _ in devices]
+            param_copies = [[t.detach() for t in slot] for slot in per_slot]
+        else:
+            flat = broadcast.apply(devices, *params)
+            flat = (flat,) if isinstance(flat, torch.Tensor) else tuple(flat)
+            if len(flat) != n * len(devices):
+                raise ValueError(f"Broadcast.apply(devices, *inputs) returned {len(flat)} tensors for {n} inputs on "
+                                 f"{len(devices)} slots; it must return {n * len(devices)}, slot by slot")
+            param_copies = [flat[j * n : (j + 1) * n] for j in range(len(devices))]
+        buffers = list(network.buffers())
+        bindex = {id(b): i for i, b in enumerate(buffers)}
+        buffer_copies = comm.broadcast_coalesced(buffers, devices) if buffers else [[] for _ in devices]
+        modules = list(network.modules())
+        mindex = {id(m): i for i, m in enumerate(modules)}
+        copies = [[shallow_copy(m) for m in modules] for _ in devices]
+        for j in range(len(devices)):
+            for i, module in enumerate(modules):
+                replica = copies[j][i]
+                replica._former_parameters = {}
+                for key, child in module._modules.items():
+                    replica._modules[key] = None if child is None else copies[j][mindex[id(child)]]
+                for key, p in module._parameters.items():
+                    if p is None:
+                        replica._parameters[key] = None  # e.g. a layer built with bias=False
+                    else:
+                        set_tensor(replica, key, param_copies[j][index[id(p)]], "parameter")
+                for key, b in module._buffers.items():
+                    if b is None:
+                        replica._buffers[key] = None
+                    else:
+                        set_tensor(replica, key, buffer_copies[j][bindex[id(b)]], "buffer")
+        return [copies[j][0] for j in range(len(devices))]
+
+    replicate.__name__ = f"broadcast_with({getattr(broadcast, '__name__', 'Broadcast')})"
+    return replicate
+
+
+def _from_partner(t: torch.Tensor, partner: type[Function]) -> bool:
+    return any(name.startswith(partner.__name__) for name in nodes_behind(t, depth=3))
+
+
+def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
+    """Broadcast alone: two inputs on three slots, then a backward with create_graph=True."""
+    findings.context = "Trying Broadcast alone (two inputs, three slots)"
+    slots = [torch.device("cpu")] * 3
+    a = torch.arange(6.0).view(2, 3).requires_grad_()
+    b = torch.tensor([1.0, -1.0, 2.0, 0.5], requires_grad=True)
+    out = broadcast.apply(slots, a, b)
+    out = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+    if len(out) != 6:
+        findings.problem("layout", f"Broadcast.apply(devices, a, b) on 3 slots returned {len(out)} tensors; it must "
+                         "return 6: slot 0's a and b, then slot 1's, then slot 2's")
+        raise Stop
+    for j in range(3):
+        for k, (t, want) in enumerate(((out[2 * j], a), (out[2 * j + 1], b))):
+            if not isinstance(t, torch.Tensor) or t.shape != want.shape or not torch.equal(t.detach(), want.detach()):
+                findings.problem("layout", f"output {2 * j + k} of Broadcast.apply(devices, a, b) should be slot {j}'s "
+                                 f"copy of {'ab'[k]}, but it is not (outputs go slot by slot)")
+                raise Stop
+    weights = [torch.full_like(t, float(i + 1), requires_grad=True) for i, t in enumerate(out)]
+    ga, gb = torch.autograd.grad([(t * w).sum() for t, w in zip(out, weights)], [a, b], create_graph=True)
+    summed = torch.allclose(ga.detach(), torch.full_like(a, 1 + 3 + 5))  # a's copies got gradients 1, 3 and 5
+    if not summed or not torch.allclose(gb.detach(), torch.full_like(b, 2 + 4 + 6)):
+        got = ga.detach().flatten()[0].item()
+        findings.problem("broadcast_sum", "Broadcast's backward does not hand each input the sum of its copies' "
+                         f"gradients: with gradients 1, 3 and 5 on a's three copies, a got {got:g}, not 9")
+        return  # ReduceAddCoalesced's own probe says more
+    if not ga.requires_grad:
+        findings.problem("not_differentiable", "Broadcast.backward is not differentiable: even with "
+                         "`create_graph=True` the gradient it returns has no history, so a second backward (a "
+                         "gradient penalty, a Hessian-vector product) has nothing to go through (see chapter 07)")
+    elif not _from_partner(ga, reduce_add):
+        findings.problem("partner", f"Broadcast.backward's result comes out of {type(ga.grad_fn).__name__}, not out of "
+                         f"your {reduce_add.__name__}: on CPU slots a plain sum happens to be differentiable, but "
+                         "between GPUs `comm` moves data outside autograd; call the partner's `apply` (PR #2508)")
+
+
+def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
+    """ReduceAddCoalesced alone: two tensors from each of three slots, then a backward with create_graph=True."""
+    findings.context = "Trying ReduceAddCoalesced alone (two tensors from each of three slots)"
+    grads = [torch.full((2, 2), float(10 * j + k), requires_grad=True) for j in range(3) for k in range(2)]
+    sums = reduce_add.apply(torch.device("cpu"), 2, *grads)
+    sums = (sums,) if isinstance(sums, torch.Tensor) else tuple(sums)
+    want = [torch.full((2, 2), 0.0 + 10 + 20), torch.full((2, 2), 3.0 + 10 + 20)]
+    right = all(isinstance(s, torch.Tensor) and torch.allclose(s.detach(), w) for s, w in zip(sums, want))
+    if len(sums) != 2 or not right:
+        findings.problem("sum", "ReduceAddCoalesced.apply(destination, 2, *six_tensors) must return 2 tensors: the sum "
+                         "of input 0 over the three slots, and the sum of input 1")
+        raise Stop
+    u = torch.ones(2, 2, requires_grad=True)
+    back = torch.autograd.grad([(sums[0] * u).sum(), (sums[1] * 2 * u).sum()], grads, create_graph=True)
+    if not all(torch.allclose(g.detach(), torch.full((2, 2), float(1 + (i % 2)))) for i, g in enumerate(back)):
+        findings.problem("sum", "ReduceAddCoalesced's backward must hand every slot the gradient of the sum, unchanged")
+        raise Stop
+    later = [g for g in back[2:]]  # slots 1 and 2: the copies a raw comm call makes outside autograd
+    if not all(g.requires_grad for g in back):
+        slot = next(i for i, g in enumerate(back) if not g.requires_grad) // 2
+        findings.problem("not_differentiable", f"ReduceAddCoalesced.backward is not differentiable: even with "
+                         f"`create_graph=True` the gradient it hands slot {slot} has no history (see chapter 07)")
+    elif not all(_from_partner(g, broadcast) for g in later):
+        findings.problem("partner", f"ReduceAddCoalesced.backward's results do not come out of your "
+                         f"{broadcast.__name__} node: call the partner's `apply`, not `comm` directly (PR #2508)")
+
+
+def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=None) -> Result:
+    """Check a learner's ``Broadcast`` and ``ReduceAddCoalesced``: alone, then replicating models, double backward."""
+
+    def body(findings: Findings) -> None:
+        for cls, name in ((broadcast, "Broadcast"), (reduce_add_coalesced, "ReduceAddCoalesced")):
+            if not (inspect.isclass(cls) and issubclass(cls, Function)):
+                findings.problem("usage", f"check_broadcast_pair expects your two classes, "
+                                 f"`exercises.check_broadcast_pair(Broadcast, ReduceAddCoalesced)`; for {name} it got "
+                                 f"{cls!r}")
+                raise Stop
+        _probe_broadcast(findings, broadcast, reduce_add_coalesced)
+        _probe_reduce(findings, broadcast, reduce_add_coalesced)
+        if not findings.ok:
+            return
+        strategy = broadcast_with(broadcast)
+        for case in CASES:
+            for slots in slot_lists(devices):
+                run = run_strategy(findings, strategy, case, slots, double=True)
+                check_replicas(findings, run)
+                compare(findings, run, "grads")
+                compare(findings, run, "second")
+        findings.held += [
+            "Broadcast copies every input to every slot, slot by slot; ReduceAddCoalesced sums them back",
+            "each backward comes out of the partner's node, so it is differentiable itself (PR #2508)",
+            "gradients and the gradients of a gradient penalty equal one device's on all three models and 1-4 slots",
+        ]
+
+    return run_check(TASK, HINTS, body)

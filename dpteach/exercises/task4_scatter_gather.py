@@ -1,0 +1,281 @@
+"""Task 4 (chapter 04): scatter and gather nested inputs.
+
+The learner writes ``scatter(inputs, devices, dim=0)`` and ``gather(outputs, target_device, dim=0)``.
+The check compares them with ``dpteach.scatter`` / ``dpteach.gather`` on tensors, tuples, lists,
+dicts, namedtuples, dataclasses and a mix (types kept, tensors split and joined, non-tensors shared,
+gradients flowing), then plugs them into DataParallel on a model that takes a dataclass and a
+keyword dict and returns a namedtuple, and compares with ``dpteach.DataParallel``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections import namedtuple
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from .._devices import as_devices
+from ..data_parallel import DataParallel
+from ..scatter_gather import gather as real_gather
+from ..scatter_gather import scatter as real_scatter
+from ._feedback import Findings, Result, Stop, Task
+from ._harness import RTOL, ATOL, run_check, slot_lists
+
+TASK = Task(4, "scatter_gather", "scatter and gather nested inputs", "04")
+
+Pair = namedtuple("Pair", "x y")
+Out = namedtuple("Out", "y aux")
+
+
+@dataclass
+class Batch:
+    """A batch as a dataclass: two tensor fields and one that is not a tensor."""
+
+    x: torch.Tensor
+    mask: torch.Tensor
+    tags: list = field(default_factory=list)
+
+
+@dataclass
+class Prediction:
+    y: torch.Tensor
+    label: str = ""
+
+
+class NestedNet(nn.Module):
+    """Takes a Batch and a keyword dict, returns a namedtuple holding a tensor and a dict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+
+    def forward(self, batch: Batch, scale=None):
+        y = self.lin(batch.x) * batch.mask
+        if scale is not None:
+            y = y * scale["s"]
+        return Out(y=y, aux={"h": batch.x.sum(1, keepdim=True), "tags": len(batch.tags)})
+
+
+HINTS = {
+    "type": "rebuild each container with its own type: `type(obj)(*fields)` for a namedtuple (it takes its fields "
+    "as arguments, not one iterable), `dataclasses.replace(obj, **fields)` for a dataclass, `type(obj)(pairs)` for "
+    "a dict.",
+    "rows": "a dataclass's tensor fields must be split too (PyTorch passes dataclasses through whole, issues "
+    "#41327 and #45840): visit every field with `dataclasses.fields(obj)`.",
+    "dropped": "rebuild a dataclass from *all* its fields, tensors or not: `dataclasses.replace(obj, **fields)` "
+    "keeps every field you do not pass.",
+    "shared": "anything that is not a tensor or a container goes to every slot as it is: the same object, not a copy, "
+    "and not dropped.",
+    "grad": "split and join with the differentiable `Scatter.apply` / `Gather.apply` (or tensor operations), never "
+    "on `.detach()`ed tensors or under `torch.no_grad()`.",
+    "count": "`tensor.chunk(n)` can give fewer than n pieces (2 rows over 4 slots give 2); the result has one entry "
+    "per piece, and `zip` stops at the shortest.",
+    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+}
+
+
+def _inputs():
+    """(description, inputs, number of slots, dim) for every scatter case; x requires grad."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        x = torch.randn(8, 4, requires_grad=True)
+        y = torch.randn(8, 2)
+        mask = (torch.rand(8, 1) > 0.3).float()
+        wide = torch.randn(3, 6, requires_grad=True)
+    tags = ["cat", "dog"]
+    return [
+        ("a tensor", x, 3, 0),
+        ("a tuple (x, y)", (x, y), 2, 0),
+        ("a list [x, 'label']", [x, "label"], 4, 0),
+        ("a dict {'x': x, 'n': 5}", {"x": x, "n": 5}, 2, 0),
+        ("a namedtuple Pair(x, y)", Pair(x, y), 3, 0),
+        ("a dataclass Batch(x, mask, tags)", Batch(x, mask, tags), 2, 0),
+        ("a dict holding a Batch and a tuple", {"batch": Batch(x, mask, tags), "extra": (y, [x])}, 4, 0),
+        ("2 rows over 4 slots", x[:2], 4, 0),
+        ("a tensor split along dim=1", wide, 3, 1),
+    ], x
+
+
+def _outputs():
+    """(description, per-slot outputs, dim) for every gather case; the tensors require grad."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        ys = [torch.randn(2, 3, requires_grad=True) for _ in range(3)]
+    return [
+        ("tensors", ys, 0),
+        ("tuples (y, None)", [(y, None) for y in ys], 0),
+        ("dicts {'y': y, 'n': slot}", [{"y": y, "n": i} for i, y in enumerate(ys)], 0),
+        ("namedtuples Out(y, aux={'h': y})", [Out(y, {"h": y * 2}) for y in ys], 0),
+        ("dataclasses Prediction(y, label)", [Prediction(y, "p") for y in ys], 0),
+        ("tensors joined along dim=1", ys, 1),
+    ], ys
+
+
+def _describe(path: str) -> str:
+    return f"`{path}`"
+
+
+def first_difference(got, want, path: str) -> tuple[str, str] | None:
+    """(kind, sentence) for the first place where ``got`` differs from ``want``; None when they agree."""
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return "type", f"{_describe(path)} is a {type(got).__name__}, expected a tensor"
+        if got.shape != want.shape:
+            kind = "rows" if got.dim() == want.dim() and got.dim() > 0 else "type"
+            return kind, f"{_describe(path)} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        if got.device != want.device:
+            return "device", f"{_describe(path)} is on {got.device}, expected {want.device}"
+        if not torch.allclose(got.detach(), want.detach(), rtol=RTOL, atol=ATOL):
+            return "values", f"{_describe(path)} holds the wrong values (the wrong rows of the input?)"
+        if want.requires_grad and not got.requires_grad:
+            return "grad", f"{_describe(path)} has no gradient path back to the tensor it came from"
+        return None
+    if type(got) is not type(want):
+        return "type", f"{_describe(path)} is a {type(got).__name__}, expected a {type(want).__name__}"
+    if isinstance(want, tuple) and hasattr(want, "_fields"):
+        pairs = [(f".{k}", getattr(got, k), getattr(want, k)) for k in want._fields]
+    elif dataclasses.is_dataclass(want):
+        for f in dataclasses.fields(want):
+            g, w = getattr(got, f.name), getattr(want, f.name)
+            if not isinstance(w, torch.Tensor) and _is_default(f, g) and not _is_default(f, w):
+                return "dropped", f"{_describe(path + '.' + f.name)} is {g!r}, the field's default, not {w!r}: the " \
+                    "field was dropped on the way"
+        pairs = [(f".{f.name}", getattr(got, f.name), getattr(want, f.name)) for f in dataclasses.fields(want)]
+    elif isinstance(want, (list, tuple)):
+        if len(got) != len(want):
+            kind = "count" if path.count("[") == 0 else "type"
+            return kind, f"{_describe(path)} has {len(got)} entries, expected {len(want)}"
+        pairs = [(f"[{i}]", g, w) for i, (g, w) in enumerate(zip(got, want))]
+    elif isinstance(want, dict):
+        if list(got) != list(want):
+            return "type", f"{_describe(path)} has keys {list(got)}, expected {list(want)}"
+        pairs = [(f"[{k!r}]", got[k], want[k]) for k in want]
+    else:
+        if got is want:
+            return None
+        if got == want:
+            return "shared", f"{_describe(path)} is a copy of {want!r}; a non-tensor is shared: the same object"
+        return "shared", f"{_describe(path)} is {got!r}, expected {want!r} (the same object the input holds)"
+    for suffix, g, w in pairs:
+        found = first_difference(g, w, path + suffix)
+        if found is not None:
+            return found
+    return None
+
+
+def _is_default(f: dataclasses.Field, value) -> bool:
+    if f.default is not dataclasses.MISSING:
+        return value is f.default or value == f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return value == f.default_factory()
+    return False
+
+
+class _Plugged(DataParallel):
+    """DataParallel with the learner's scatter and gather in place of dpteach's."""
+
+    def __init__(self, module, device_ids, scatter, gather) -> None:
+        super().__init__(module, device_ids)
+        self._scatter, self._gather = scatter, gather
+
+    def scatter(self, inputs, kwargs, device_ids):
+        pieces = self._scatter(inputs, device_ids, self.dim) if inputs else []
+        kw = self._scatter(kwargs, device_ids, self.dim) if kwargs else []
+        pieces, kw = list(pieces), list(kw)
+        pieces += [()] * (len(kw) - len(pieces))
+        kw += [{}] * (len(pieces) - len(kw))
+        return tuple(pieces), tuple(kw)
+
+    def gather(self, outputs, output_device):
+        return self._gather(outputs, output_device, self.dim)
+
+
+def _check_scatter(findings: Findings, scatter) -> None:
+    cases, _ = _inputs()
+    for what, inputs, n, dim in cases:
+        findings.context = f"Scattering {what} over {n} slots"
+        slots = [torch.device("cpu")] * n
+        want = real_scatter(inputs, slots, dim)
+        got = scatter(inputs, slots, dim)
+        if not isinstance(got, (list, tuple)):
+            findings.problem("type", f"scatter({what}, {n} slots) returned a {type(got).__name__}; it must return a "
+                             "list with one entry per piece")
+            continue
+        if len(got) != len(want):
+            findings.problem("count", f"scatter({what}, {n} slots) returned {len(got)} entries, expected {len(want)}: "
+                             "one per piece of the split")
+            continue
+        for i, (g, w) in enumerate(zip(got, want)):
+            found = first_difference(g, w, f"result[{i}]")
+            if found is not None:
+                kind, text = found
+                findings.problem(kind, f"scatter({what}, {n} slots): {text}")
+                break
+
+
+def _check_gather(findings: Findings, gather) -> None:
+    cases, _ = _outputs()
+    for what, outputs, dim in cases:
+        findings.context = f"Gathering {what}"
+        want = real_gather(outputs, "cpu", dim)
+        got = gather(outputs, torch.device("cpu"), dim)
+        found = first_difference(got, want, "result")
+        if found is not None:
+            kind, text = found
+            findings.problem(kind, f"gather(3 slots' {what}): {text}")
+
+
+def _check_data_parallel(findings: Findings, scatter, gather, devices) -> None:
+    """The learner's pair inside DataParallel against dpteach's own, on a dataclass batch and a keyword dict."""
+    for slots in slot_lists(devices)[1:]:
+        n = len(slots)
+        findings.context = f"Running DataParallel with your scatter and gather on {n} slots"
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(2)
+            model = NestedNet()
+            x, mask, s = torch.randn(8, 4), (torch.rand(8, 1) > 0.3).float(), torch.rand(8, 1)
+        twin = copy.deepcopy(model)
+        outs = []
+        for net, module in ((_Plugged(model, slots, scatter, gather), model), (DataParallel(twin, slots), twin)):
+            xi = x.to(slots[0]).requires_grad_()
+            out = net(Batch(xi, mask.to(slots[0]), ["a", "b"]), scale={"s": s.to(slots[0])})
+            y = out.y if isinstance(out, Out) else None
+            if y is not None:
+                (y * torch.arange(1.0, 3.0, device=y.device)).sum().backward()
+            outs.append((out, xi.grad, module.lin.weight.grad))
+        (got, gx, gw), (want, wx, ww) = outs
+        found = first_difference(got, want, "output")
+        if found is not None:
+            findings.problem(found[0], f"{findings.context}: {found[1]}")
+        elif gx is None or not torch.allclose(gx, wx, rtol=RTOL, atol=ATOL):
+            findings.problem("grad", f"{findings.context}: the input's gradient is not dpteach's; "
+                             "the pieces must stay connected to the batch they came from")
+        elif gw is None or not torch.allclose(gw, ww, rtol=RTOL, atol=ATOL):
+            findings.problem("grad", f"{findings.context}: the model's gradient is not dpteach's")
+
+
+def check_scatter_gather(scatter=None, gather=None, *, devices=None) -> Result:
+    """Check a learner's ``scatter`` and ``gather`` on nested structures and inside DataParallel."""
+
+    def body(findings: Findings) -> None:
+        if not (callable(scatter) and callable(gather)):
+            findings.problem("usage", "pass your two functions: `exercises.check_scatter_gather(scatter, gather)`")
+            raise Stop
+        if devices is not None:
+            as_devices(devices)
+        _check_scatter(findings, scatter)
+        _check_gather(findings, gather)
+        if findings.ok:
+            _check_data_parallel(findings, scatter, gather, devices)
+        findings.held += [
+            "scatter splits tensors, tuples, lists, dicts, namedtuples and dataclasses like dpteach.scatter: types and "
+            "fields kept, non-tensors shared, gradients flowing back",
+            "gather joins them back like dpteach.gather, nested types kept",
+            "inside DataParallel, a dataclass batch and a keyword dict give dpteach's outputs and gradients on 2-4 "
+            "slots",
+        ]
+
+    return run_check(TASK, HINTS, body)

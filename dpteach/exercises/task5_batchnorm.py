@@ -1,0 +1,59 @@
+"""Task 5 (chapter 05): keep BatchNorm statistics from slot 0.
+
+PR #20910's replicas deep-copy every buffer, so BatchNorm's running statistics, which each replica
+updates in place, die with the replicas (issue #21144; ssnl: "it would be impossible to correctly
+perform BN"). The learner writes a strategy whose slot-0 buffers *are* the original's. The check
+runs it through DataParallel in training mode on every model and 1-4 slots: slot 0 aliases, later
+slots own their buffers, the original's statistics are those one device has after slot 0's piece,
+and the gradients still reach the original.
+"""
+
+from __future__ import annotations
+
+from ..replicate import resolve_strategy
+from ._feedback import Findings, Result, Stop, Task
+from ._harness import CASES, check_buffers, check_replicas, compare, run_check, run_strategy, slot_lists
+
+TASK = Task(5, "batchnorm", "keep BatchNorm statistics from slot 0", "05")
+
+HINTS = {
+    "buffer_copied": "put the original's buffer itself into slot 0's replica: for every `name, buffer` in "
+    "`network.named_buffers()`, `replicas[0].get_submodule(owner)._buffers[key] = buffer` (not a copy, not "
+    "`.clone()`).",
+    "buffer_shared": "only slot 0 may hold the original's buffers; leave the other slots' copies as they are.",
+    "stats": "the original's running statistics should be exactly what one device has after seeing slot 0's piece "
+    "of the batch: only slot 0's BatchNorm writes into them.",
+    "fresh_leaf": "start from replicas whose parameters lead back to the original (strategy='rewire' or "
+    "'broadcast'), not from 'clone'.",
+    "grads_none": "start from replicas whose parameters lead back to the original (strategy='rewire' or "
+    "'broadcast'), not from 'clone'.",
+    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+}
+
+
+def check_batchnorm(strategy=None, *, devices=None) -> Result:
+    """Check a strategy that keeps slot 0's buffers the original's (any ``strategy=`` DataParallel accepts)."""
+
+    def body(findings: Findings) -> None:
+        if strategy is None:
+            findings.problem("usage", "pass your function: `exercises.check_batchnorm(keep_bn_statistics)`")
+            raise Stop
+        try:
+            resolve_strategy(strategy)
+        except ValueError as exc:
+            findings.problem("usage", f"check_batchnorm expects a replicate function or a strategy name: {exc}")
+            raise Stop from None
+        for case in CASES:
+            for slots in slot_lists(devices):
+                run = run_strategy(findings, strategy, case, slots)
+                check_replicas(findings, run)
+                check_buffers(findings, run)
+                compare(findings, run)
+        findings.held += [
+            "slot 0's buffers are the original's own; every later slot owns copies",
+            "after a training step the original's running statistics are one device's after slot 0's piece, on 1-4 "
+            "slots (chapter 05's lost updates are gone)",
+            "gradients still reach the original and equal one device's",
+        ]
+
+    return run_check(TASK, HINTS, body)
