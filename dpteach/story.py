@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from ._devices import as_devices
 from .data_parallel import DataParallel
 from .replicate import Strategy
 
@@ -54,9 +55,11 @@ def train(
     data: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Run:
     """Train the course model with SGD; ``strategy=None`` trains on one device, the reference."""
+    devices = as_devices(devices or ["cpu", "cpu"])
     x, y = make_data(seed=seed) if data is None else data
-    model = make_model(seed)
-    net = model if strategy is None else DataParallel(model, devices or ["cpu", "cpu"], strategy=strategy)
+    x, y = x.to(devices[0]), y.to(devices[0])  # the batch starts where the module lives, as in a real loop
+    model = make_model(seed).to(devices[0])
+    net = model if strategy is None else DataParallel(model, devices, strategy=strategy)
     label = "one device" if strategy is None else f"DataParallel, strategy={_name(strategy)!r}"
     run = Run(label, model=model)
     for _ in range(steps):
@@ -121,15 +124,16 @@ def one_step(strategy: Strategy, devices: Sequence | None = None, seed: int = 0)
     """
     from . import gather, parallel_apply, replicate, scatter
 
-    devices = list(devices or ["cpu", "cpu"])
+    devices = as_devices(devices or ["cpu", "cpu"])
     x, y = make_data(seed=seed)
     ref = make_model(seed)
     nn.functional.mse_loss(ref(x), y).backward()
-    model = make_model(seed)
+    x, y = x.to(devices[0]), y.to(devices[0])
+    model = make_model(seed).to(devices[0])
     replicas = replicate(model, devices, strategy=strategy)
     pieces = scatter(x, devices)
     outputs = parallel_apply(replicas[: len(pieces)], [(p,) for p in pieces], devices=devices[: len(pieces)])
-    nn.functional.mse_loss(gather(outputs, devices[0]), y.to(devices[0])).backward()
+    nn.functional.mse_loss(gather(outputs, devices[0]), y).backward()
     grads = {k: (None if p.grad is None else p.grad.detach().cpu()) for k, p in model.named_parameters()}
     reference = {k: p.grad.detach().cpu() for k, p in ref.named_parameters()}
     replica_grads = [

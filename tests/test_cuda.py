@@ -88,3 +88,12 @@ def test_against_torch_data_parallel():
     ours = dpteach.DataParallel(model, list(range(n)))(x)
     theirs = nn.DataParallel(model, device_ids=list(range(n)))(x)
     assert_close(ours, theirs)  # the drop-in computes what PyTorch's computes
+
+
+def test_the_course_story_runs_on_gpu_slots():
+    from dpteach import story
+
+    devices = dpteach.default_devices()
+    assert story.train("rewire", devices, steps=20).learned  # chapter 01/03's loop on the GPU
+    assert not story.train("clone", devices, steps=5).learned
+    assert story.one_step("broadcast", devices).matches

@@ -4,6 +4,11 @@
 ``NoGradGuard``, buffers cloned too, children cloned one by one. Nothing links a replica's
 parameter to the original's, so backward fills the replicas' ``.grad`` and the original learns
 nothing. Each tensor is copied twice, ``clone()`` then ``.to(device)`` (the copy PR #20995 removed).
+
+One difference from C++ remains: ``clone()`` ran the module's ``reset()``, which re-created the
+member handles too. Python cannot re-run a module's ``__init__``, so tensors a module keeps
+outside its registries (plain attributes) are shared with the original here; chapter 04's
+``demos.cpp_clone`` builds such a module the C++ way.
 """
 
 from __future__ import annotations

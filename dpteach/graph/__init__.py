@@ -1,0 +1,40 @@
+"""Autograd graphs, walked from a live output and drawn: before and after the gradient edges are rewired.
+
+    g = autograd_graph(loss, module=model, replicas=replicas)
+    g.dead_ends       # replica parameters whose gradient stops in the replica ("clone": all of them)
+    g.unreached       # original parameters no path from the output reaches
+    g                 # in Jupyter: the picture (SVG); without Graphviz: a text tree
+    graph_diff(before, after)            # the edges the fix added, the dead ends it removed
+    compare_strategies(model, x, devices)  # "clone", "rewire", "broadcast" side by side
+
+Files: ``names.py`` (which tensor is which), ``model.py`` (the walk), ``autograd.py`` (the graph
+and its facts), ``view.py`` (collapse by module, node limit), ``dot.py`` (the drawing and its
+legend), ``text.py`` (the text form), ``display.py`` (showing itself), ``diff.py``, ``compare.py``.
+Graphviz is imported only when a picture is drawn.
+"""
+
+from __future__ import annotations
+
+from .autograd import AutogradGraph, autograd_graph
+from .compare import StrategyComparison, capture_replicas, compare_strategies, replicated_forward
+from .diff import GraphDiff, graph_diff
+from .display import Drawing, GraphvizMissing, set_jupyter_format
+from .model import Edge, Node
+from .names import Param
+
+__all__ = [
+    "autograd_graph",
+    "graph_diff",
+    "compare_strategies",
+    "capture_replicas",
+    "replicated_forward",
+    "AutogradGraph",
+    "GraphDiff",
+    "StrategyComparison",
+    "Drawing",
+    "GraphvizMissing",
+    "set_jupyter_format",
+    "Node",
+    "Edge",
+    "Param",
+]

@@ -1,0 +1,153 @@
+"""``autograd_graph(output, module, replicas)``: the graph behind a tensor, and the facts a learner asks of it."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from .display import Drawable
+from .model import Edge, Node, build_graph, frozen
+from .names import Param, build_names
+
+
+class AutogradGraph(Drawable):
+    """The autograd graph behind an output, as plain nodes and edges; shows itself as a picture.
+
+    ``nodes`` (id -> :class:`Node`, in the order of the walk) and ``edges`` (gradient direction)
+    are the whole graph. ``dead_ends`` are the replica parameters whose gradient stops in the
+    replica; ``unreached`` the original parameters no path from the output reaches. ``draw()``
+    makes a picture (see ``dpteach.graph.dot`` for its legend); ``dot`` is its DOT source.
+    """
+
+    def __init__(
+        self, nodes: Sequence[Node], edges: Sequence[Edge], params: Sequence[Param], title: str | None,
+        canonical: Mapping[str, str] | None = None,
+    ) -> None:
+        self._canonical = dict(canonical or {})  # a tied weight's other names -> the name its original has
+        self.nodes: Mapping[str, Node] = frozen(nodes)
+        self.edges: tuple[Edge, ...] = tuple(edges)
+        self._order = {p.name: i for i, p in enumerate(params)}  # the module's own order, for sorting
+        self._children: dict[str, list[str]] = {n.id: [] for n in nodes}
+        for e in self.edges:
+            self._children[e.src].append(e.dst)
+        self.name = title  # the caller's first line, e.g. "strategy='clone'" (None: none given)
+        self.title = self._summary() if title is None else f"{title}\n{self._summary()}"
+        self.short_title = self._summary(short=True) if title is None else f"{title}\n{self._summary(short=True)}"
+
+    def _sorted(self, params) -> tuple[Param, ...]:
+        def key(p: Param):
+            rank = self._order.get(self._canonical.get(p.name, p.name), len(self._order))
+            return (-1 if p.slot is None else p.slot, rank, p.name)
+
+        return tuple(sorted(params, key=key))
+
+    @property
+    def dead_ends(self) -> tuple[Param, ...]:
+        """Replica parameters from which no path leads on to an original parameter: the gradient stops there."""
+        return self._sorted(n.param for n in self.nodes.values() if n.kind == "replica" and n.dead_end)
+
+    @property
+    def unreached(self) -> tuple[Param, ...]:
+        """Original parameters (that require grad) no path from the output reaches: their .grad stays None."""
+        return self._sorted(n.param for n in self.nodes.values() if n.kind == "original" and not n.reached)
+
+    @property
+    def originals(self) -> tuple[Param, ...]:
+        """Every original parameter that requires grad, reached or not."""
+        return self._sorted(n.param for n in self.nodes.values() if n.kind == "original")
+
+    @property
+    def replica_params(self) -> tuple[Param, ...]:
+        """Every replica parameter the output's graph goes through."""
+        return self._sorted(n.param for n in self.nodes.values() if n.kind == "replica")
+
+    def children(self, node_id: str) -> list[str]:
+        """The ids ``node_id``'s ``next_functions`` lead to."""
+        return list(self._children[node_id])
+
+    def path(self, src: str, dst: str) -> tuple[str, ...] | None:
+        """A shortest path of node ids from ``src`` to ``dst`` along the gradient, or None."""
+        before = {src: None}
+        queue = deque([src])
+        while queue:
+            nid = queue.popleft()
+            if nid == dst:
+                out = []
+                while nid is not None:
+                    out.append(nid)
+                    nid = before[nid]
+                return tuple(reversed(out))
+            for c in self._children.get(nid, ()):
+                if c not in before:
+                    before[c] = nid
+                    queue.append(c)
+        return None
+
+    def paths_to_original(self) -> dict[Param, tuple[str, ...] | None]:
+        """For each replica parameter, the path its gradient takes to *its* original (None: a dead end)."""
+        nodes = {n.param: n.id for n in self.nodes.values() if n.param is not None}
+        originals = {p.name: nid for p, nid in nodes.items() if p.slot is None}
+        def original_of(p: Param) -> str | None:
+            return originals.get(self._canonical.get(p.name, p.name))
+
+        return {p: (self.path(nodes[p], original_of(p)) if original_of(p) else None) for p in self.replica_params}
+
+    def _drawn_parts(self) -> tuple[list[Node], list[Edge]]:
+        # draw the edge clone() never made, from each dead end to its original: the picture of #19540
+        originals = {n.param.name: n.id for n in self.nodes.values() if n.kind == "original"}
+        dead = [(n.id, self._canonical.get(n.param.name, n.param.name)) for n in self.nodes.values()
+                if n.kind == "replica" and n.dead_end]
+        missing = [Edge(nid, originals[name], "missing") for nid, name in dead if name in originals]
+        return list(self.nodes.values()), [*self.edges, *missing]
+
+    def _summary(self, short: bool = False) -> str:
+        nodes = list(self.nodes.values())
+        originals = [n for n in nodes if n.kind == "original"]
+        replicas = [n for n in nodes if n.kind == "replica"]
+        reached = sum(n.reached for n in originals)
+        if replicas:
+            dead = sum(n.dead_end for n in replicas)
+            if short:
+                return f"{reached}/{len(originals)} originals reached, {dead} dead ends"
+            return (f"the gradient reaches {reached} of {len(originals)} original parameters; "
+                    f"{dead} of {len(replicas)} replica parameters are dead ends")
+        if originals:
+            return f"the gradient reaches {reached} of {len(originals)} parameters"
+        ops = sum(n.kind in ("op", "join") for n in nodes)
+        leaves = sum(n.leaf for n in nodes)
+        return f"{ops} backward function{'s' * (ops != 1)}, {leaves} lea{'f' if leaves == 1 else 'ves'}"
+
+    def __repr__(self) -> str:
+        return (f"<AutogradGraph: {len(self.nodes)} nodes, {len(self.edges)} edges, "
+                f"{len(self.dead_ends)} dead ends, {len(self.unreached)} unreached>")
+
+
+def autograd_graph(
+    output: torch.Tensor | Sequence[torch.Tensor],
+    module: nn.Module | None = None,
+    replicas: Sequence[nn.Module] | None = None,
+    *,
+    names: Mapping[str, torch.Tensor] | None = None,
+    title: str | None = None,
+) -> AutogradGraph:
+    """The autograd graph behind ``output``, its leaves named after ``module`` and ``replicas``.
+
+    ``module``: the original module (a ``DataParallel`` is unwrapped to its ``.module``); its
+    parameters are named ``original 0.weight``. ``replicas``: the modules ``replicate`` made from it,
+    one per slot; their copies are named ``replica 1 · 0.weight · cpu``, whether they are leaves
+    (``"clone"``) or outputs of a ReduceAdd / Broadcast node (``"rewire"``, ``"broadcast"``).
+    ``names``: more tensors to name, ``{"x": x, "h": h}``; a non-leaf gets a node of its own.
+    ``title``: a first line for the picture. Works after ``backward()``: no saved tensor is read.
+    """
+    if isinstance(output, torch.Tensor):
+        outputs = [output]
+    else:
+        outputs = list(output) if isinstance(output, (list, tuple)) else []
+    if not outputs or not all(isinstance(o, torch.Tensor) for o in outputs):
+        raise TypeError(f"autograd_graph expects a tensor (or a list of tensors), got {type(output).__name__}")
+    table = build_names(module, replicas, names)
+    nodes, edges = build_graph(outputs, table)
+    return AutogradGraph(nodes, edges, [p for p, _ in table.originals], title, table.canonical)

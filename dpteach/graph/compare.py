@@ -1,0 +1,133 @@
+"""One model, one input, several replication strategies: their graphs side by side, and how to get replicas.
+
+``compare_strategies(model, x, devices)`` runs the four moves of ``DataParallel`` by hand
+(scatter, replicate, parallel_apply, gather) once per strategy, so it can keep the replicas and
+name their parameters, and shows the graphs next to each other. ``capture_replicas(dp)`` keeps
+the replicas a ``DataParallel`` makes inside its forward, for ``autograd_graph(..., replicas=)``.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from html import escape
+from typing import Callable, Iterator, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from .autograd import AutogradGraph, autograd_graph
+from .diff import GraphDiff, graph_diff
+from .display import GraphvizMissing
+from .legend import legend_html
+
+
+def replicated_forward(
+    model: nn.Module, x: torch.Tensor, devices: Sequence, strategy="broadcast",
+    loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, list[nn.Module]]:
+    """``loss_fn(gather(parallel_apply(replicate(model), scatter(x))))`` and the replicas it used.
+
+    ``loss_fn`` defaults to the mean of the squared output, a scalar to call ``backward()`` on.
+    """
+    from .. import gather, parallel_apply, replicate, scatter
+
+    devices = list(devices)
+    pieces = scatter(x, devices)
+    replicas = replicate(model, devices[: len(pieces)], strategy=strategy)
+    outputs = parallel_apply(replicas, [(p,) for p in pieces], devices=devices[: len(pieces)])
+    out = gather(outputs, devices[0])
+    return (out.pow(2).mean() if loss_fn is None else loss_fn(out)), replicas
+
+
+class StrategyComparison(Mapping[str, AutogradGraph]):
+    """The graphs of one model and input under several strategies, by strategy name; shows them side by side."""
+
+    def __init__(self, graphs: dict[str, AutogradGraph]) -> None:
+        self.graphs = graphs
+
+    def __getitem__(self, strategy: str) -> AutogradGraph:
+        return self.graphs[strategy]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.graphs)
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    def diff(self, before: str, after: str) -> GraphDiff:
+        """``graph_diff`` of two of the strategies, e.g. ``.diff("clone", "rewire")``."""
+        return graph_diff(self.graphs[before], self.graphs[after], title=f"{before!r} → {after!r}")
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(f"=== strategy {name!r} ===\n{g.text}" for name, g in self.graphs.items())
+
+    def html(self) -> str:
+        """The graphs in one row, drawn compact, with one legend under them; raises GraphvizMissing without Graphviz."""
+        drawings = {name: g.draw(legend=False, compact=True) for name, g in self.graphs.items()}
+        images = {name: d.data_uri() for name, d in drawings.items()}
+        cells = "".join(
+            f'<div style="flex:1 1 0;min-width:360px;text-align:center">'
+            f'<img style="max-width:100%;height:auto" alt="autograd graph, strategy {escape(name)}" src="{uri}"></div>'
+            for name, uri in images.items()
+        )
+        legend = legend_html(d.view for d in drawings.values())
+        return f'<div style="display:flex;flex-wrap:wrap;gap:8px;align-items:flex-start">{cells}</div>{legend}'
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        try:
+            return {"text/html": self.html(), "text/plain": repr(self)}
+        except GraphvizMissing as err:  # the text forms one after another, and what to install
+            return {"text/plain": f"{self.text}\n\n{err}"}
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{name}: {len(g.dead_ends)} dead ends, {len(g.unreached)} unreached"
+                          for name, g in self.graphs.items())
+        return f"<StrategyComparison {parts}>"
+
+
+def compare_strategies(
+    model: nn.Module,
+    x: torch.Tensor,
+    devices: Sequence | None = None,
+    strategies: Sequence = ("clone", "rewire", "broadcast"),
+    loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> StrategyComparison:
+    """The graph of ``model`` on ``x`` under each strategy (default: all three), ready to be shown side by side."""
+    from .. import default_devices
+    from ..replicate import strategy_name
+
+    devices = default_devices() if devices is None else list(devices)
+    graphs = {}
+    for strategy in strategies:
+        loss, replicas = replicated_forward(model, x, devices, strategy, loss_fn)
+        name = strategy_name(strategy)
+        graphs[name] = autograd_graph(loss, module=model, replicas=replicas, title=f"strategy={name!r}")
+    return StrategyComparison(graphs)
+
+
+@contextmanager
+def capture_replicas(dp: nn.Module) -> Iterator[list[nn.Module]]:
+    """Keep the replicas ``dp`` (a ``DataParallel``) makes in its forward: ``with capture_replicas(dp) as replicas:``.
+
+    The list is filled by each forward inside the block (the last one wins), for
+    ``autograd_graph(out, module=dp, replicas=replicas)``.
+    """
+    if not callable(getattr(dp, "replicate", None)):
+        raise TypeError(f"capture_replicas expects a DataParallel (something with .replicate), got {type(dp).__name__}")
+    kept: list[nn.Module] = []
+    original = dp.replicate
+
+    def replicate(module, device_ids):
+        replicas = original(module, device_ids)
+        kept[:] = replicas
+        return replicas
+
+    dp.replicate = replicate  # an instance attribute shadows the method for this block only
+    try:
+        yield kept
+    finally:
+        del dp.replicate

@@ -1,0 +1,85 @@
+"""``graph_diff(before, after)``: what changed between two graphs of the same model, drawn as one picture.
+
+Node ids are names (``replica1.0.weight``, ``AddmmBackward0_2``), so the graphs of one model and
+input under two strategies share every node they have in common, and the difference is exactly
+what the strategy changed. From ``"clone"`` to ``"rewire"`` (PR #20910) that is: edges from each
+replica parameter into one ``ReduceAddBackward`` node and from there to the original parameter,
+drawn green; every dead end gone, its border purple; every original parameter now reached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .autograd import AutogradGraph
+from .display import Drawable
+from .model import Edge, Node
+from .names import Param
+
+
+class GraphDiff(Drawable):
+    """The edges ``after`` adds to ``before`` and removes from it, and what that does to the gradient.
+
+    ``added`` / ``removed``: edges (gradient direction) in one graph only. ``fixed``: replica
+    parameters that were dead ends and are not any more; ``new_dead_ends``: the reverse.
+    ``newly_reached`` / ``newly_unreached``: original parameters whose fate changed.
+    """
+
+    def __init__(self, before: AutogradGraph, after: AutogradGraph, title: str | None = None) -> None:
+        self.before, self.after = before, after
+        old = {(e.src, e.dst) for e in before.edges}
+        new = {(e.src, e.dst) for e in after.edges}
+        self.added: tuple[Edge, ...] = tuple(
+            Edge(e.src, e.dst, "added") for e in after.edges if (e.src, e.dst) not in old)
+        self.removed: tuple[Edge, ...] = tuple(
+            Edge(e.src, e.dst, "removed") for e in before.edges if (e.src, e.dst) not in new)
+        self.fixed: tuple[Param, ...] = tuple(p for p in before.dead_ends if p not in set(after.dead_ends))
+        self.new_dead_ends: tuple[Param, ...] = tuple(p for p in after.dead_ends if p not in set(before.dead_ends))
+        self.newly_reached: tuple[Param, ...] = tuple(p for p in before.unreached if p not in set(after.unreached))
+        self.newly_unreached: tuple[Param, ...] = tuple(p for p in after.unreached if p not in set(before.unreached))
+        summary = (f"{len(self.added)} edges added, {len(self.removed)} removed; "
+                   f"{len(self.fixed)} dead ends removed, {len(self.newly_reached)} original parameters now reached")
+        if title is None and before.name and after.name:
+            title = f"from {before.name} to {after.name}"
+        self.title = summary if title is None else f"{title}\n{summary}"
+
+    def _drawn_parts(self) -> tuple[list[Node], list[Edge]]:
+        fixed, reached = set(self.fixed), set(self.newly_reached)
+        nodes = []
+        for n in self.after.nodes.values():
+            if n.param in fixed:
+                n = replace(n, status="fixed")
+            elif n.param in reached:
+                n = replace(n, status="newly reached")
+            elif n.id not in self.before.nodes:
+                n = replace(n, status="added")
+            nodes.append(n)
+        nodes += [replace(n, status="removed") for nid, n in self.before.nodes.items() if nid not in self.after.nodes]
+        old = {(e.src, e.dst) for e in self.before.edges}
+        edges = [e if (e.src, e.dst) in old else Edge(e.src, e.dst, "added") for e in self.after.edges]
+        _, after_drawn = self.after._drawn_parts()
+        missing = [e for e in after_drawn if e.status == "missing"]
+        return nodes, [*edges, *self.removed, *missing]
+
+    def _footer(self) -> list[str]:
+        lines = [f"added ({len(self.added)}):"] + [f"  + {e}" for e in self.added]
+        lines += [f"removed ({len(self.removed)}):"] + [f"  - {e}" for e in self.removed]
+        if self.fixed:
+            lines += ["dead ends removed: " + ", ".join(map(str, self.fixed))]
+        if self.new_dead_ends:
+            lines += ["new dead ends: " + ", ".join(map(str, self.new_dead_ends))]
+        if self.newly_reached:
+            lines += ["original parameters now reached: " + ", ".join(map(str, self.newly_reached))]
+        return lines
+
+    def __repr__(self) -> str:
+        return f"<GraphDiff: {self.title.splitlines()[-1]}>"
+
+
+def graph_diff(before: AutogradGraph, after: AutogradGraph, *, title: str | None = None) -> GraphDiff:
+    """The difference between two graphs (say, one model under ``"clone"`` and under ``"rewire"``)."""
+    for name, g in (("before", before), ("after", after)):
+        if not isinstance(g, AutogradGraph):
+            raise TypeError(f"graph_diff expects two AutogradGraphs (from autograd_graph), but {name} is a "
+                            f"{type(g).__name__}")
+    return GraphDiff(before, after, title)

@@ -1,0 +1,193 @@
+"""Showing a graph: SVG in Jupyter when Graphviz is there, text with one sentence on how to get it when not.
+
+Displaying never raises. Without the ``graphviz`` Python package or the ``dot`` program the object
+shows its text form (``text.py``) and says what to install; ``.svg()`` and ``.save()``, asked for
+explicitly, do raise, with the same sentence.
+"""
+
+from __future__ import annotations
+
+import base64
+from functools import cached_property
+from typing import Sequence
+
+from . import text as text_form
+from .model import Edge, Node
+from .view import MAX_NODES, View, make_view
+
+NO_DOT = (
+    "(This is the text form: Graphviz's `dot` program was not found. To see the picture, install it "
+    "(`conda install -c conda-forge graphviz`, `sudo apt-get install graphviz` or `brew install graphviz`) "
+    "and run the cell again.)"
+)
+NO_PACKAGE = (
+    "(This is the text form: the `graphviz` Python package is missing. To see the picture, "
+    "`pip install graphviz` and install Graphviz's `dot` program, then run the cell again.)"
+)
+
+
+_FORMAT = {"jupyter": "svg"}
+
+
+def set_jupyter_format(fmt: str) -> str:
+    """Show graphs in Jupyter as ``"svg"`` (the default) or ``"png"`` (for front ends that crop SVG,
+    like VS Code; torchview #101 and ``graphviz.set_jupyter_format`` do the same). Returns the old one."""
+    if fmt not in ("svg", "png"):
+        raise ValueError(f"the Jupyter format is 'svg' or 'png', not {fmt!r}")
+    old, _FORMAT["jupyter"] = _FORMAT["jupyter"], fmt
+    return old
+
+
+class GraphvizMissing(RuntimeError):
+    """Raised by ``.svg()`` / ``.save()`` when the picture cannot be made; the message says what to install."""
+
+
+def _render(digraph_maker, fmt: str) -> bytes:
+    """Run ``dot``; every way it can be missing becomes one GraphvizMissing with the right sentence."""
+    try:
+        import graphviz
+    except ImportError as err:
+        raise GraphvizMissing(NO_PACKAGE) from err
+    try:
+        return digraph_maker().pipe(format=fmt)
+    except graphviz.ExecutableNotFound as err:
+        raise GraphvizMissing(NO_DOT) from err
+    except (graphviz.CalledProcessError, OSError) as err:
+        raise GraphvizMissing(f"(This is the text form: Graphviz's `dot` failed: {err}.)") from err
+
+
+class Drawing:
+    """One picture of a graph: ``.dot`` (DOT source), ``.text``, ``.svg()``, ``.save(path)``; shows itself."""
+
+    def __init__(self, view: View, legend: bool = True, compact: bool = False) -> None:
+        self.view = view
+        self.legend = legend
+        self.compact = compact
+
+    def digraph(self):
+        """The ``graphviz.Digraph`` (needs the graphviz Python package, not ``dot``)."""
+        from .dot import to_digraph
+
+        return to_digraph(self.view, self.legend, self.compact)
+
+    @cached_property
+    def dot(self) -> str:
+        """The DOT source: the same text for the same graph on every run."""
+        return self.digraph().source
+
+    @cached_property
+    def text(self) -> str:
+        return text_form.render(self.view)
+
+    def svg(self) -> str:
+        """The picture as SVG text; raises GraphvizMissing (saying what to install) without Graphviz."""
+        if "_failure" in self.__dict__:  # shown once already without Graphviz: don't run dot twice per display
+            raise GraphvizMissing(str(self._failure))
+        if "_svg" not in self.__dict__:
+            try:
+                self._svg = _render(self.digraph, "svg").decode("utf-8")
+            except GraphvizMissing as err:
+                self._failure = err
+                raise
+        return self._svg
+
+    def save(self, path: str, format: str | None = None) -> str:
+        """Write the picture to ``path`` (format from the suffix: .svg, .png, .pdf, .dot); returns the path."""
+        fmt = format or (path.rsplit(".", 1)[-1] if "." in path else "svg")
+        data = self.dot.encode() if fmt in ("dot", "gv") else _render(self.digraph, fmt)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def _repr_svg_(self) -> str | None:
+        if _FORMAT["jupyter"] != "svg":
+            return None
+        try:
+            return self.svg()
+        except GraphvizMissing:
+            return None
+
+    def png(self) -> bytes:
+        """The picture as PNG bytes; raises GraphvizMissing (saying what to install) without Graphviz."""
+        if "_png" not in self.__dict__:
+            self._png = _render(self.digraph, "png")
+        return self._png
+
+    def data_uri(self) -> str:
+        """The picture as a ``data:`` URI in the Jupyter format, for an ``<img>`` in HTML."""
+        if _FORMAT["jupyter"] == "png":
+            return "data:image/png;base64," + base64.b64encode(self.png()).decode()
+        return "data:image/svg+xml;base64," + base64.b64encode(self.svg().encode()).decode()
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        try:
+            if _FORMAT["jupyter"] == "png":
+                return {"image/png": base64.b64encode(self.png()).decode(), "text/plain": self.view.title}
+            return {"image/svg+xml": self.svg(), "text/plain": self.view.title}
+        except GraphvizMissing as err:
+            return {"text/plain": f"{self.text}\n\n{err}"}
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"<Drawing: {self.view.title.splitlines()[0]}>"
+
+
+class Drawable:
+    """What graphs and diffs share: ``draw()``, ``.dot``, ``.text``, ``.svg()``, and showing themselves."""
+
+    title: str
+
+    def _drawn_parts(self) -> tuple[Sequence[Node], Sequence[Edge]]:
+        raise NotImplementedError
+
+    def _footer(self) -> list[str]:
+        """Lines the text form adds after the tree."""
+        return []
+
+    def draw(
+        self, collapse: bool | int | None = None, max_nodes: int | None = MAX_NODES, legend: bool = True,
+        compact: bool = False,
+    ) -> Drawing:
+        """A picture of the graph.
+
+        ``collapse``: ``True`` or a depth merges each module's nodes into one per replica slot
+        (``False``: never); ``None`` collapses only when there are more than ``max_nodes`` nodes.
+        ``max_nodes=None`` draws everything. ``legend=False`` leaves the legend out; ``compact=True``
+        writes only names in the boxes, for pictures shown side by side.
+        """
+        nodes, edges = self._drawn_parts()
+        title = getattr(self, "short_title", self.title) if compact else self.title
+        view = make_view(nodes, edges, title, collapse, max_nodes)
+        view.footer = self._footer()
+        return Drawing(view, legend, compact)
+
+    @cached_property
+    def _default(self) -> Drawing:
+        return self.draw()
+
+    @property
+    def dot(self) -> str:
+        """DOT source of the default drawing (deterministic: no ``id()`` in it)."""
+        return self._default.dot
+
+    @property
+    def text(self) -> str:
+        """The text form of the default drawing (what shows without ``dot``)."""
+        return self._default.text
+
+    def svg(self) -> str:
+        return self._default.svg()
+
+    def save(self, path: str, format: str | None = None) -> str:
+        return self._default.save(path, format)
+
+    def _repr_svg_(self) -> str | None:
+        return self._default._repr_svg_()
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return self._default._repr_mimebundle_(include, exclude)
+
+    def __str__(self) -> str:
+        return self.text

@@ -1,0 +1,179 @@
+"""Drawing a view with graphviz: one box per replica slot, one for the original module, a legend inside.
+
+Arrows follow ``next_functions``: the way the gradient flows in ``backward()``, from the output
+at the top down to the tensors whose ``.grad`` it fills. The legend drawn into every picture
+lists the entries that picture uses:
+
+==========================  =====================================================================
+green box                   the output ``backward()`` starts from
+grey rounded box            a backward function (``AddmmBackward0``, ``GatherBackward``, ...)
+orange rounded box          the node that joins replicas to the original: ``ReduceAddBackward``
+                            (one per parameter, PR #20910) or ``BroadcastBackward`` (replicate.py);
+                            orange arrows go into and out of it
+blue box                    an original parameter the gradient reaches: a leaf, its ``.grad`` fills
+white box, red dashed       an original parameter (or a leaf named in ``names=``) no path from the
+                            output reaches: ``.grad`` stays None
+red box                     a replica parameter that is a dead end: a leaf of the replica (``"clone"``),
+                            its ``.grad`` fills and nothing passes it on to the original
+pale blue box               a replica parameter that leads on to the original (not a leaf)
+yellow box                  another leaf that requires grad (an input, a tensor named in ``names=``)
+white box                   a named tensor that is not a leaf (its ``.grad`` stays None)
+red dotted arrow, bar head  the edge ``clone()`` never made, from a dead end to its original (#19540)
+green thick arrow           (diffs) an edge the second graph adds
+red dashed arrow            (diffs) an edge the second graph removes
+purple border               (diffs) a replica parameter that was a dead end and is not any more
+green border                (diffs) a node only in the second graph, or an original reached only there
+3-D box                     several nodes collapsed into one (``collapse=``)
+==========================  =====================================================================
+
+The box around each replica slot is tinted by device (grey for the CPU, a colour per CUDA device),
+so two slots on one device share a tint and slots on different GPUs do not. The original module's
+parameters and the ReduceAdd / Broadcast nodes sit in a blue-bordered box of their own, except in
+drawings of more than ``view.MAX_NODES`` nodes, where that box would cost dot seconds of layout.
+"""
+
+from __future__ import annotations
+
+from .legend import FILL, FONT, GREEN, GREY, ORANGE, PURPLE, RED, device_tint, entry, legend_label
+from .model import Edge, Node
+from .view import MAX_NODES, View
+
+
+def _shape_text(shape) -> str:
+    if shape is None:
+        return ""
+    return "scalar" if len(shape) == 0 else "×".join(str(s) for s in shape)
+
+
+def _join_detail(n: Node, view: View, kinds: dict[str, Node]) -> str:
+    copies = sum(1 for e in view.edges if e.dst == n.id and kinds[e.src].kind == "replica")
+    targets = [kinds[e.dst] for e in view.edges if e.src == n.id and kinds[e.dst].kind == "original"]
+    if not copies:
+        return ""
+    if n.members > 1:
+        return f"each sums {copies} replicas' gradients"
+    into = targets[0].label.removeprefix("original ") if len(targets) == 1 else f"{len(targets)} parameters"
+    return f"sums {copies} gradients into {into}"
+
+
+def _short(n: Node) -> str:
+    """A compact label: the colour and the box already say what the node is and where it lives."""
+    if n.param is not None:
+        return n.param.name
+    if n.members > 1:
+        where = n.module or "(top)"
+        if n.kind == "op":
+            return f"{where} ({n.members} ops)"
+        return f"{n.members} × {n.op}" if n.kind == "join" else f"{where}.* ({n.members})"
+    return n.label.splitlines()[0]
+
+
+def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = False) -> dict[str, str]:
+    kind = entry(n)
+    lines = [n.label]
+    shape = _shape_text(n.shape)
+    if n.kind in ("output", "original", "replica", "input", "leaf", "tensor") and shape:
+        lines[0] += f"  ({shape})"
+    attrs = {"fillcolor": FILL.get(kind, "#ffffff"), "style": "filled"}
+    if n.kind in ("op", "join", "more"):
+        attrs["style"] = "rounded,filled"
+    if n.kind == "join":
+        attrs.update(penwidth="2", color=ORANGE)
+        detail = _join_detail(n, view, kinds)
+        if detail:
+            lines.append(detail)
+    if kind == "unreached":
+        attrs.update(color=RED, fontcolor=RED, style="filled,dashed", penwidth="2")
+        lines.append("never reached: .grad stays None")
+    elif kind == "dead_end":
+        attrs.update(color=RED, penwidth="2")
+        lines.append("dead end: .grad stops here")
+    elif n.kind == "tensor":
+        lines.append("not a leaf: .grad stays None")
+    if n.members > 1:
+        attrs["shape"] = "box3d"
+    if n.status == "fixed":
+        attrs.update(color=PURPLE, penwidth="3")
+        lines.append("no longer a dead end")
+    elif n.status == "newly reached":
+        attrs.update(color=GREEN, penwidth="3")
+        lines.append("reached now")
+    elif n.status == "added":
+        attrs.update(color=GREEN, penwidth="3")
+    elif n.status == "removed":
+        attrs.update(style="dashed", color=GREY, fontcolor=GREY, fillcolor="#f5f5f5")
+    attrs["label"] = _short(n) if compact else "\n".join(lines)  # compact: colours and borders say the rest
+    return attrs
+
+
+def _edge_attrs(e: Edge, kinds: dict[str, Node]) -> dict[str, str]:
+    if e.status == "added":
+        return {"color": GREEN, "penwidth": "3"}
+    if e.status == "removed":
+        return {"color": RED, "style": "dashed", "penwidth": "2"}
+    if e.status == "missing":
+        return {"color": "#e57373", "style": "dotted", "arrowhead": "tee", "penwidth": "1.5"}
+    if kinds[e.src].kind == "join" or kinds[e.dst].kind == "join":
+        return {"color": ORANGE, "penwidth": "2"}
+    return {"color": GREY}
+
+
+def to_digraph(view: View, legend: bool = True, compact: bool = False):
+    """A ``graphviz.Digraph`` of ``view`` (needs the graphviz Python package, not the dot program).
+
+    ``compact=True`` writes only names in the boxes (no shapes, no status lines) and packs them
+    tighter: for pictures shown side by side, whose legend is drawn once beside them.
+    """
+    import graphviz  # imported here: `import dpteach` must not need it
+
+    kinds = {n.id: n for n in view.nodes}
+    title = "\n".join([view.title, *view.notes])
+    # Past MAX_NODES, dot's layout of a box whose nodes span many ranks (the original module's, fed from
+    # every depth of the replicas) costs seconds: big drawings leave that box out (the ReduceAdd nodes
+    # then line up between the replicas) and cap network simplex's iterations.
+    big = len(view.nodes) > MAX_NODES
+    fast = {"nslimit": "2", "nslimit1": "2"} if big else {}
+    g = graphviz.Digraph(
+        "autograd",
+        graph_attr={"rankdir": "TB", "label": title, "labelloc": "t", "fontname": FONT, "fontsize": "13",
+                    "nodesep": "0.12" if compact else "0.25", "ranksep": "0.25" if compact else "0.35",
+                    "ordering": "out", **fast},
+        node_attr={"shape": "box", "fontname": FONT, "fontsize": "10", "height": "0.3", "margin": "0.08,0.04"},
+        edge_attr={"arrowsize": "0.7"},
+    )
+    slots = sorted({n.slot for n in view.nodes if n.slot is not None and n.kind in ("op", "replica")})
+    clusters: dict[str, list[Node]] = {f"replica{s}": [] for s in slots}
+    for n in view.nodes:
+        if n.slot is not None and n.kind in ("op", "replica"):
+            clusters[f"replica{n.slot}"].append(n)
+        elif n.kind in ("original", "join") and slots and not big:
+            clusters.setdefault("original", []).append(n)
+    in_cluster = {n.id for members in clusters.values() for n in members}
+    for n in view.nodes:  # the nodes outside any box first: dot then keeps the slots in order, 0 on the left
+        if n.id not in in_cluster:
+            g.node(n.id, **_node_attrs(n, view, kinds, compact))
+    for name, members in clusters.items():
+        if name == "original":  # its label below: the edges from the replicas come in over the top
+            device = next((n.device for n in members if n.kind == "original"), None) or "cpu"
+            label, border, loc = f"original module · {device}", "#1565c0", "b"
+        else:
+            device = next((n.device for n in members if n.kind == "replica"), members[0].device)
+            label, border, loc = f"replica {name.removeprefix('replica')} · {device}", "#9e9e9e", "t"
+        with g.subgraph(name=f"cluster_{name}") as c:
+            c.attr(label=label, style="filled,rounded", color=border, fillcolor=device_tint(device),
+                   fontname=FONT, fontsize="12", labelloc=loc, labeljust="c", peripheries="1")
+            for n in members:
+                c.node(n.id, **_node_attrs(n, view, kinds, compact))
+    for e in view.edges:
+        g.edge(e.src, e.dst, **_edge_attrs(e, kinds))
+    if legend and view.nodes:
+        # the legend is the label of a frameless box around everything: below the picture, moving no node
+        outer = graphviz.Digraph(
+            "autograd", graph_attr={**g.graph_attr}, node_attr={**g.node_attr}, edge_attr={**g.edge_attr}
+        )
+        g.name, g.graph_attr = "cluster_legend", {"label": legend_label(view), "labelloc": "b", "labeljust": "r",
+                                                  "peripheries": "0", "fontsize": "9"}
+        g.node_attr, g.edge_attr = {}, {}
+        outer.subgraph(g)
+        return outer
+    return g

@@ -1,0 +1,136 @@
+"""What the colours mean: the legend, drawn into every picture (graphviz HTML) and under side-by-sides (HTML).
+
+The meaning of each entry is in ``dpteach.graph.dot``'s docstring; a picture's legend lists only
+the entries that picture uses.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Iterable
+
+from .model import Edge, Node
+from .view import View
+
+FONT = "Helvetica"
+FILL = {
+    "output": "#c5e1a5",
+    "op": "#e0e0e0",
+    "join": "#ffb74d",
+    "original": "#90caf9",
+    "unreached": "#ffffff",
+    "dead_end": "#ef9a9a",
+    "replica": "#e3f2fd",
+    "input": "#fff59d",
+    "leaf": "#fff59d",
+    "tensor": "#ffffff",
+    "more": "#fafafa",
+}
+RED, GREEN, ORANGE, PURPLE, GREY = "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "#616161"
+DEVICE_TINTS = ["#e3f0fb", "#fdf0e0", "#e8f5e9", "#f3e5f5", "#fffde7", "#e0f7fa", "#fbe9e7", "#ede7f6"]
+
+LEGEND = {  # entry -> (fill, border, border style, text)
+    "output": (FILL["output"], "black", "solid", "output: backward() starts here"),
+    "op": (FILL["op"], "black", "solid", "backward function (grad_fn)"),
+    "join": (FILL["join"], "black", "solid", "ReduceAdd / Broadcast: joins the replicas to the original"),
+    "original": (FILL["original"], "black", "solid", "original parameter: a leaf, its .grad fills"),
+    "unreached": (FILL["unreached"], RED, "dashed", "never reached from the output: .grad stays None"),
+    "dead_end": (FILL["dead_end"], RED, "solid", "replica parameter, dead end: the gradient stops here"),
+    "replica": (FILL["replica"], "black", "solid", "replica parameter: leads on to the original (not a leaf)"),
+    "input": (FILL["input"], "black", "solid", "leaf that requires grad: its .grad fills"),
+    "tensor": (FILL["tensor"], "black", "solid", "named tensor, not a leaf: .grad stays None"),
+    "fixed": (FILL["replica"], PURPLE, "solid", "was a dead end, is not any more"),
+    "newly reached": (FILL["original"], GREEN, "solid", "original parameter reached now, not before"),
+    "added_node": (FILL["join"], GREEN, "solid", "node only in the second graph"),
+    "removed_node": ("#f5f5f5", GREY, "dashed", "node only in the first graph"),
+    "collapsed": (FILL["op"], "black", "solid", "3-D box: several nodes collapsed into one"),
+}
+EDGE_LEGEND = {  # entry -> (colour, glyph, text)
+    "": (GREY, "──▶", "the gradient flows this way (next_functions)"),
+    "join": (ORANGE, "━━▶", "gradient edge into / out of ReduceAdd or Broadcast"),
+    "missing": ("#e57373", "┈┈⊣", "no edge: clone() made a fresh leaf (#19540)"),
+    "added": (GREEN, "━━▶", "edge added (in the second graph only)"),
+    "removed": (RED, "┄┄▶", "edge removed (in the first graph only)"),
+}
+
+
+def entry(n: Node) -> str:
+    """The legend entry (and fill colour) a node uses."""
+    if n.kind in ("original", "input") and not n.reached:
+        return "unreached"
+    if n.kind == "original":
+        return "original"
+    if n.kind == "replica":
+        return "dead_end" if n.dead_end else "replica"
+    return "input" if n.kind == "leaf" else n.kind
+
+
+def edge_entry(e: Edge, kinds: dict[str, Node]) -> str:
+    if e.status:
+        return e.status
+    return "join" if "join" in (kinds[e.src].kind, kinds[e.dst].kind) else ""
+
+
+def used_entries(views: Iterable[View]) -> tuple[list[str], list[str], bool]:
+    """The node entries, the edge entries (in the legend's order) and whether there are replica boxes."""
+    nodes: set[str] = set()
+    edges: set[str] = set()
+    boxes = False
+    for view in views:
+        kinds = {n.id: n for n in view.nodes}
+        nodes |= {entry(n) for n in view.nodes}
+        nodes |= {n.status for n in view.nodes if n.status in ("fixed", "newly reached")}
+        nodes |= {f"{n.status}_node" for n in view.nodes if n.status in ("added", "removed")}
+        nodes |= {"collapsed" for n in view.nodes if n.members > 1}
+        edges |= {edge_entry(e, kinds) for e in view.edges}
+        boxes = boxes or any(n.kind == "replica" for n in view.nodes)
+    return [k for k in LEGEND if k in nodes], [k for k in EDGE_LEGEND if k in edges], boxes
+
+
+BOXES = "a tinted box: one replica slot, its tint the device"
+
+
+def legend_label(view: View) -> str:
+    """The legend as a graphviz HTML-like table: the entries this view uses, in the legend's own order."""
+    node_keys, edge_keys, boxes = used_entries([view])
+    rows = []
+    for key in node_keys:
+        fill, border, style, text = LEGEND[key]
+        dashed = ' STYLE="dashed"' if style == "dashed" else ""
+        width = "3" if border in (GREEN, PURPLE) else "1"
+        rows.append(f'<TR><TD BGCOLOR="{fill}" COLOR="{border}" BORDER="{width}"{dashed} WIDTH="28"> </TD>'
+                    f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>')
+    for key in edge_keys:
+        colour, glyph, text = EDGE_LEGEND[key]
+        rows.append(f'<TR><TD BORDER="0"><FONT COLOR="{colour}"><B>{glyph}</B></FONT></TD>'
+                    f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>')
+    if boxes:
+        rows.append(f'<TR><TD COLSPAN="2" ALIGN="LEFT" BORDER="0">{BOXES}</TD></TR>')
+    return ('<<TABLE BORDER="1" CELLBORDER="1" CELLSPACING="3" CELLPADDING="2" COLOR="#9e9e9e">'
+            '<TR><TD COLSPAN="2" BORDER="0"><B>legend</B></TD></TR>' + "".join(rows) + "</TABLE>>")
+
+
+def legend_html(views: Iterable[View]) -> str:
+    """The legend as browser HTML, one line, for pictures drawn side by side without their own."""
+    node_keys, edge_keys, boxes = used_entries(views)
+    items = []
+    for key in node_keys:
+        fill, border, style, text = LEGEND[key]
+        width = 3 if border in (GREEN, PURPLE) else 1
+        swatch = (f'<span style="display:inline-block;width:22px;height:12px;background:{fill};'
+                  f'border:{width}px {style} {border};vertical-align:middle"></span>')
+        items.append(f"{swatch}&nbsp;{escape(text)}")
+    for key in edge_keys:
+        colour, glyph, text = EDGE_LEGEND[key]
+        items.append(f'<b style="color:{colour}">{glyph}</b>&nbsp;{escape(text)}')
+    if boxes:
+        items.append(escape(BOXES))
+    spans = "".join(f'<span style="margin-right:18px;white-space:nowrap">{item}</span> ' for item in items)
+    return f'<div style="font-size:12px;line-height:1.9"><b>legend</b>&nbsp; {spans}</div>'
+
+
+def device_tint(device: str | None) -> str:
+    if not device or not device.startswith("cuda"):
+        return "#f2f2f2"
+    index = int(device.partition(":")[2] or 0)
+    return DEVICE_TINTS[index % len(DEVICE_TINTS)]

@@ -1,0 +1,194 @@
+"""Which tensor is which: the original module's parameters, each replica's copies, the learner's own names.
+
+The autograd graph holds no names. A leaf is reachable as ``AccumulateGrad.variable``, so it is
+found by identity. A replica parameter under ``"rewire"`` or ``"broadcast"`` is not a leaf: it is
+output number ``output_nr`` of its ``grad_fn`` (a ``ReduceAddBackward`` or ``BroadcastBackward``
+node), and a node cannot hand back its output tensors, so it is found by the *site*
+``(grad_fn, output_nr)`` that every consumer's ``next_functions`` entry points at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of the original module (``slot=None``) or of the replica in ``slot``."""
+
+    name: str  # the dotted name in the original module, e.g. "0.weight"
+    slot: int | None = None
+    device: str = "cpu"
+
+    def __str__(self) -> str:
+        if self.slot is None:
+            return f"original {self.name}"
+        return f"replica {self.slot} · {self.name} · {self.device}"
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True)
+class Named:
+    """What the graph should call one tensor: its role, its name and its shape."""
+
+    kind: str  # "original", "replica", "input" (a named leaf) or "tensor" (a named non-leaf)
+    label: str
+    param: Param | None
+    shape: tuple[int, ...]
+    device: str
+
+
+class TensorNames:
+    """Look-up tables from the graph's handles (a leaf, or a ``(grad_fn, output_nr)`` site) to names."""
+
+    def __init__(self) -> None:
+        self.leaves: dict[int, Named] = {}  # id(leaf tensor) -> name
+        self.sites: dict[tuple[int, int], Named] = {}  # (id(grad_fn), output_nr) -> name
+        self.originals: list[tuple[Param, torch.Tensor]] = []  # in module order, for .unreached
+        self.canonical: dict[str, str] = {}  # every name of an original tensor -> its first name (tied weights)
+        self.named_leaves: list[tuple[Named, torch.Tensor]] = []  # names= leaves, drawn even when unreached
+        self._keep: list[object] = []  # hold every tensor and grad_fn so their id()s stay theirs
+
+    def add(self, tensor: torch.Tensor, named: Named) -> None:
+        """Remember ``tensor`` under ``named``; the first name given to a tensor wins (tied weights)."""
+        self._keep.append(tensor)
+        if tensor.grad_fn is None:
+            self.leaves.setdefault(id(tensor), named)
+        else:
+            fn = tensor.grad_fn
+            self._keep.append(fn)
+            self.sites.setdefault((id(fn), tensor.output_nr), named)
+
+    def lookup_leaf(self, tensor: torch.Tensor) -> Named | None:
+        return self.leaves.get(id(tensor))
+
+    def lookup_site(self, fn: object, output_nr: int) -> Named | None:
+        return self.sites.get((id(fn), output_nr))
+
+    @property
+    def join_fns(self) -> set[int]:
+        """id() of every grad_fn that produced a replica parameter: the ReduceAdd / Broadcast nodes."""
+        return {fid for (fid, _), n in self.sites.items() if n.kind == "replica"}
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The module a ``DataParallel`` wraps (dpteach's or torch's): names read ``0.weight``, not ``module.0.weight``."""
+    from ..data_parallel import DataParallel
+
+    if isinstance(module, (DataParallel, nn.DataParallel)):
+        return module.module
+    return module
+
+
+def named_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Parameters and buffers that require grad, under every name they have (a tied weight twice)."""
+    for name, p in module.named_parameters(remove_duplicate=False):
+        if p.requires_grad:
+            yield name, p
+    for name, b in module.named_buffers(remove_duplicate=False):
+        if b.requires_grad:
+            yield name, b
+
+
+def resolve(module: nn.Module, dotted: str) -> torch.Tensor | None:
+    """``module.a.b.weight`` by name, whatever holds it: ``_parameters``, ``_buffers`` or a plain attribute.
+
+    Replicas made by ``"broadcast"`` and ``"rewire"`` keep their parameters as plain attributes
+    (replicate.py: "parameters in replicas are no longer leaves"), so ``named_parameters()`` misses them.
+    """
+    *path, key = dotted.split(".")
+    for part in path:
+        module = module._modules.get(part) if isinstance(module, nn.Module) else None
+        if module is None:
+            return None
+    try:
+        value = getattr(module, key)
+    except AttributeError:
+        return None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def shape_of(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(int(s) for s in t.shape)
+
+
+def held_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Tensors a module holds outside its registries: plain attributes, and one level into plain objects.
+
+    A C++-style module keeps its tensors in member fields that ``replicate`` cannot see
+    (``demos.CppStyleLinear.members``, the "failed attempt" of PR #20910); its forward reads those.
+    """
+    for key, value in vars(module).items():
+        if key.startswith("_") or isinstance(value, nn.Module):
+            continue
+        if isinstance(value, torch.Tensor):
+            yield key, value
+        elif hasattr(value, "__dict__") and not callable(value):
+            for field, inner in vars(value).items():
+                if isinstance(inner, torch.Tensor):
+                    yield f"{key}.{field}", inner
+
+
+def _name_originals(table: TensorNames, module: nn.Module) -> None:
+    first_name: dict[int, str] = {}
+    for name, t in named_tensors(module):
+        table.canonical[name] = first_name.setdefault(id(t), name)
+        if table.canonical[name] == name:  # a tied weight is one original, named once
+            param = Param(name, None, str(t.device))
+            table.originals.append((param, t))
+            table.add(t, Named("original", str(param), param, shape_of(t), str(t.device)))
+
+
+def _name_replica(table: TensorNames, module: nn.Module, slot: int, replica: nn.Module) -> None:
+    def add(name: str, copy: torch.Tensor | None) -> None:
+        if copy is not None and copy.requires_grad:  # a frozen copy is not in the graph
+            param = Param(name, slot, str(copy.device))
+            table.add(copy, Named("replica", str(param), param, shape_of(copy), str(copy.device)))
+
+    for name in list(table.canonical):  # every alias: "clone" unties tied weights (two copies), "broadcast" does not
+        add(name, resolve(replica, name))
+    for path, original in module.named_modules():  # then what the replica's modules hold besides
+        sub = replica.get_submodule(path) if path else replica
+        prefix = f"{path}." if path else ""
+        for attr, t in held_tensors(sub):
+            name = prefix + attr
+            key = prefix + attr.rpartition(".")[2]  # members.weight stands in for weight
+            if key in table.canonical:
+                table.canonical.setdefault(name, table.canonical[key])
+            add(name, t)
+
+
+def build_names(
+    module: nn.Module | None,
+    replicas: Sequence[nn.Module] | None,
+    names: Mapping[str, torch.Tensor] | None,
+) -> TensorNames:
+    """Name the original's parameters, every replica's copies (by the original's names) and the learner's tensors."""
+    table = TensorNames()
+    if replicas is not None and module is None:
+        raise ValueError("replicas= needs module= too: the original module they were made from, whose names they take")
+    if module is not None:
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"module= expects an nn.Module, got {type(module).__name__}")
+        module = unwrap(module)
+        _name_originals(table, module)
+        for slot, replica in enumerate(replicas or ()):
+            if not isinstance(replica, nn.Module):
+                raise TypeError(f"replicas= expects a list of modules, got {type(replica).__name__} in slot {slot}")
+            try:
+                _name_replica(table, module, slot, replica)
+            except AttributeError as err:  # get_submodule: the replica is not shaped like the module
+                raise ValueError(f"replica {slot} does not have the modules of module=: {err}") from None
+    for name, t in (names or {}).items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"names= maps names to tensors, but {name!r} is a {type(t).__name__}")
+        named = Named("input" if t.grad_fn is None else "tensor", name, None, shape_of(t), str(t.device))
+        table.add(t, named)
+        if t.grad_fn is None and t.requires_grad:
+            table.named_leaves.append((named, t))
+    return table

@@ -1,0 +1,151 @@
+"""What a drawing shows of a graph: every node, or nodes collapsed by module, and at most ``max_nodes``.
+
+A ResNet has hundreds of backward nodes per replica; drawn one by one they are a wall (torchviz
+#71; albanD's advice there: collapse by module). ``collapse=d`` merges, per replica slot, the ops
+and the parameters of each module ``d`` levels deep into one node (``layer1`` for ``d=1``,
+``layer1.0`` for ``d=2``); the output, the loss and ``Gather`` stay as they are. When a graph has
+more than ``max_nodes`` nodes and ``collapse`` was not given, the finest depth that fits is chosen;
+if even depth 1 does not fit, the first ``max_nodes`` nodes of the walk are kept and one node
+says how many were left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .model import Edge, Node
+
+MAX_NODES = 150  # the default limit: a picture dot lays out in well under a second, and a reader can scan
+_PRIORITY = {"added": 3, "removed": 2, "missing": 1, "": 0}  # a merged edge keeps its loudest status
+
+
+@dataclass
+class View:
+    """The nodes and edges one drawing shows, its title, and notes on what was merged or left out."""
+
+    nodes: list[Node]
+    edges: list[Edge]
+    title: str
+    notes: list[str] = field(default_factory=list)
+    footer: list[str] = field(default_factory=list)  # text form only: lines after the tree
+
+
+def _group(n: Node, depth: int) -> tuple | None:
+    if n.module is None or n.kind not in ("op", "join", "original", "replica"):
+        return None
+    prefix = ".".join(n.module.split(".")[:depth]) if n.module else ""
+    slot = n.slot if n.kind in ("op", "replica") else None
+    return (n.kind, slot, prefix)
+
+
+def _merged(key: tuple, members: list[Node]) -> Node:
+    kind, slot, prefix = key
+    first = members[0]
+    where = prefix or "(top)"
+    k = len(members)
+    if kind == "op":
+        nid = f"ops[{slot}].{where}" if slot is not None else f"ops.{where}"
+        label = f"{where}\n{k} backward ops"
+    elif kind == "replica":
+        nid = f"replica{slot}.{where}.*"
+        label = f"replica {slot} · {where}.* · {first.device}\n{k} parameters"
+    elif kind == "original":
+        nid = f"original.{where}.*"
+        label = f"original {where}.*\n{k} parameters"
+    else:
+        nid = f"{first.op}[{where}.*]"
+        label = f"{k} × {first.op}"
+    statuses = {m.status for m in members}
+    status = next((s for s in ("fixed", "newly reached") if s in statuses), "")
+    if len(statuses) == 1 and statuses <= {"removed", "added"}:
+        status = statuses.pop()
+    return Node(
+        nid, kind, label, op=first.op if kind == "join" else None, slot=first.slot, device=first.device,
+        leaf=all(m.leaf for m in members), dead_end=any(m.dead_end for m in members),
+        reached=all(m.reached for m in members), module=prefix, members=sum(m.members for m in members),
+        status=status,
+    )
+
+
+def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
+    """Merge each (kind, slot, module at ``depth``) group of two or more nodes into one node."""
+    groups: dict[tuple, list[Node]] = {}
+    for n in nodes:
+        key = _group(n, depth)
+        if key is not None:
+            groups.setdefault(key, []).append(n)
+    rename: dict[str, str] = {}
+    merged: dict[tuple, Node] = {}
+    for key, members in groups.items():
+        if len(members) > 1:
+            merged[key] = _merged(key, members)
+            rename.update({m.id: merged[key].id for m in members})
+    out: list[Node] = []
+    placed: set[str] = set()
+    for n in nodes:  # keep the walk's order: a merged node sits where its first member was
+        key = _group(n, depth)
+        node = merged.get(key, n) if key is not None else n
+        if node.id not in placed:
+            placed.add(node.id)
+            out.append(node)
+    return out, _merge_edges(edges, rename)
+
+
+def _merge_edges(edges: Sequence[Edge], rename: dict[str, str]) -> list[Edge]:
+    merged: dict[tuple[str, str], str] = {}
+    for e in edges:
+        src, dst = rename.get(e.src, e.src), rename.get(e.dst, e.dst)
+        if src == dst:
+            continue  # an edge inside one module disappears into its node
+        old = merged.get((src, dst))
+        if old is None or _PRIORITY[e.status] > _PRIORITY[old]:
+            merged[(src, dst)] = e.status
+    return [Edge(s, d, st) for (s, d), st in merged.items()]
+
+
+def truncate(nodes: Sequence[Node], edges: Sequence[Edge], max_nodes: int) -> tuple[list[Node], list[Edge], int]:
+    """Keep the first ``max_nodes - 1`` nodes of the walk; one more node stands for the rest."""
+    keep = list(nodes[: max(1, max_nodes - 1)])
+    left_out = len(nodes) - len(keep)
+    kept = {n.id for n in keep}
+    more = Node("more", "more", f"… {left_out} more nodes not drawn")
+    keep.append(more)
+    rename = {n.id: "more" for n in nodes if n.id not in kept}
+    out = [e for e in _merge_edges(edges, rename) if e.src != "more"]
+    return keep, out, left_out
+
+
+def _depths(nodes: Sequence[Node]) -> int:
+    return max((len(n.module.split(".")) for n in nodes if n.module), default=0)
+
+
+def make_view(
+    nodes: Sequence[Node],
+    edges: Sequence[Edge],
+    title: str,
+    collapse_depth: bool | int | None = None,
+    max_nodes: int | None = MAX_NODES,
+) -> View:
+    """Apply ``collapse`` (``True`` means depth 1) and ``max_nodes`` (``None``: no limit) to a graph."""
+    nodes, edges, notes = list(nodes), list(edges), []
+    if collapse_depth is True:
+        collapse_depth = 1
+    if isinstance(collapse_depth, int) and not isinstance(collapse_depth, bool) and collapse_depth < 0:
+        raise ValueError(f"collapse= must be True, False, None or a depth >= 1, got {collapse_depth}")
+    if collapse_depth:
+        nodes, edges = collapse(nodes, edges, collapse_depth)
+        notes.append(f"collapsed by module, depth {collapse_depth}")
+    elif collapse_depth is None and max_nodes is not None and len(nodes) > max_nodes:
+        total = len(nodes)
+        for depth in range(max(_depths(nodes), 1), 0, -1):
+            cn, ce = collapse(nodes, edges, depth)
+            if len(cn) <= max_nodes or depth == 1:
+                nodes, edges = cn, ce
+                break
+        notes.append(f"{total} nodes collapsed by module (depth {depth}) to stay under max_nodes={max_nodes}; "
+                     "draw(collapse=False) shows each one")
+    if max_nodes is not None and len(nodes) > max_nodes:
+        nodes, edges, left_out = truncate(nodes, edges, max_nodes)
+        notes.append(f"{left_out} nodes left out (max_nodes={max_nodes}); draw(max_nodes=None) shows all")
+    return View(nodes, edges, title, notes)

@@ -1,0 +1,35 @@
+"""The course's running example tells the same story wherever it is used (chapters 01, 03, the tour)."""
+
+from torch.testing import assert_close
+
+from dpteach import story
+
+
+def test_one_device_learns_and_clone_does_not():
+    reference = story.train(None, steps=30)
+    broken = story.train("clone", ["cpu", "cpu"], steps=30)
+    assert reference.learned  # the loss falls by more than a quarter
+    assert not broken.learned and len(set(broken.losses)) == 1  # the clone loss never moves at all (#19540)
+    assert broken.losses[0] == reference.losses[0]  # same model, same data, same first loss
+
+
+def test_fixed_strategies_follow_the_reference_step_by_step():
+    reference = story.train(None, steps=20)
+    for strategy in ("rewire", "broadcast"):
+        run = story.train(strategy, ["cpu", "cpu"], steps=20)
+        assert_close(run.losses, reference.losses, rtol=1e-5, atol=1e-6)  # the same curve as one device
+
+
+def test_one_step_reports():
+    clone = story.one_step("clone")
+    assert not clone.matches and clone.missing == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert all(g is not None for r in clone.replica_grads for g in r.values())  # replicas hold the gradients
+    assert "nobody reads" in clone.summary()
+    assert story.one_step("rewire").matches and story.one_step("broadcast").matches
+
+
+def test_sgd_step_skips_parameters_without_gradient():
+    model = story.make_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    story.sgd_step(model, 0.1)  # no backward yet: every .grad is None
+    assert all((a == b).all() for a, b in zip(before, model.parameters()))
