@@ -1,0 +1,132 @@
+"""What replication costs: bytes moved (counted by ``dpteach.comm``, not estimated) and seconds (medians).
+
+Chapter 06 uses these; they are small on purpose so that other measurements can reuse them.
+
+* ``state_nbytes(module)``: bytes of a module's parameters and buffers, each tensor once.
+* ``step_traffic(model, x, devices, strategy)``: every copy one DataParallel step makes.
+* ``median_time(fn)``: a ``Timing`` (median and every sample) of ``fn()``, with CUDA synchronised.
+* ``clone_then_to`` / ``to_device``: one tensor copied the pre-#20995 way (two copies) and the fixed way.
+* ``copy_per_tensor`` / ``copy_coalesced``: many tensors copied one by one, or in flat buckets.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+from torch._utils import _flatten_dense_tensors, _reorder_tensors_as, _take_tensors, _unflatten_dense_tensors
+
+from . import comm
+from ._devices import as_device
+from .data_parallel import DataParallel
+
+__all__ = [
+    "state_nbytes",
+    "step_traffic",
+    "Timing",
+    "median_time",
+    "clone_then_to",
+    "to_device",
+    "copy_per_tensor",
+    "copy_coalesced",
+]
+
+
+def state_nbytes(module: nn.Module) -> dict[str, int]:
+    """Bytes of ``module``'s parameters and of its buffers, each distinct tensor counted once."""
+    return {
+        "parameters": sum(comm.nbytes(p) for p in module.parameters()),
+        "buffers": sum(comm.nbytes(b) for b in module.buffers()),
+    }
+
+
+def step_traffic(
+    model: nn.Module,
+    x: torch.Tensor,
+    devices: Sequence,
+    strategy="broadcast",
+    loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> comm.Traffic:
+    """Every copy dpteach makes in one DataParallel step of ``model`` on ``x``: forward and backward.
+
+    The loss is ``loss_fn(output)`` (default: mean of squares); gradients are left in ``model``.
+    """
+    loss_fn = loss_fn or (lambda out: out.pow(2).mean())
+    dp = DataParallel(model, devices, strategy=strategy)
+    with comm.traffic() as meter:
+        loss_fn(dp(x)).backward()
+    return meter
+
+
+@dataclass
+class Timing:
+    """Seconds per call: every sample, and their median (robust to the odd slow run)."""
+
+    samples: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    def __repr__(self) -> str:
+        return f"{self.median * 1e3:.3f} ms (median of {len(self.samples)})"
+
+
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()  # GPU work is asynchronous: wait, or the clock stops too early
+
+
+def median_time(fn: Callable[[], object], repeats: int = 20, warmup: int = 2) -> Timing:
+    """Run ``fn`` ``warmup`` times untimed, then time ``repeats`` calls one by one."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        _sync()
+        start = time.perf_counter()
+        fn()
+        _sync()
+        samples.append(time.perf_counter() - start)
+    return Timing(samples)
+
+
+def clone_then_to(tensor: torch.Tensor, device) -> torch.Tensor:
+    """``Cloneable::clone`` before PR #20995: a full copy where the tensor is, then a second onto ``device``.
+
+    The destination is always treated as another memory, even on the same device, so the second
+    copy (the transfer) happens and can be timed on a laptop.
+    """
+    data = comm.copy_to(tensor, tensor.device, "clone")  # COST (#20995): this copy is thrown away ...
+    return comm.copy_to(data, as_device(device), "to")  # ... once this one exists
+
+
+def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
+    """``Cloneable::clone`` after PR #20995: one copy, straight onto ``device``."""
+    return comm.copy_to(tensor, as_device(device), "to")
+
+
+def copy_per_tensor(tensors: Sequence[torch.Tensor], device) -> list[torch.Tensor]:
+    """Copy each tensor on its own: one copy per tensor."""
+    device = as_device(device)
+    return [comm.copy_to(t, device, "per_tensor") for t in tensors]
+
+
+def copy_coalesced(tensors: Sequence[torch.Tensor], device, buffer_size: int = comm.BUFFER_SIZE) -> list[torch.Tensor]:
+    """Copy tensors in flat buckets of at most ``buffer_size`` bytes: one copy per bucket.
+
+    ``torch.cuda.comm.broadcast_coalesced`` does this between GPUs (10 MiB buckets): fewer, larger
+    copies, paid for by flattening first (one more pass over the data).
+    """
+    device = as_device(device)
+    out: list[torch.Tensor] = []
+    for bucket in _take_tensors(list(tensors), buffer_size):
+        flat = comm.copy_to(_flatten_dense_tensors(bucket), device, "coalesced")
+        out.extend(t.data for t in _unflatten_dense_tensors(flat, bucket))  # .data: own version counters
+    return list(_reorder_tensors_as(out, list(tensors)))  # buckets group by dtype; give the input order back

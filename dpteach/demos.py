@@ -1,0 +1,219 @@
+"""Modules and strategies that chapters 04 and 05 use to show what breaks, and why.
+
+* ``CppStyleLinear``: a Linear written the way ``LinearImpl`` is in the C++ frontend. Its forward
+  reads *member handles* set in ``reset()``, not the parameter registry, so putting a new tensor
+  in ``_parameters`` does not change what forward uses (the "Failed Attempt" of PR #20910).
+* ``cpp_clone``: ``Cloneable::clone(device)``, a deep copy with fresh leaf tensors.
+* ``failed_attempt``: the PR's first try, as a ``strategy=``: clone, ``Broadcast``, assign into
+  ``_parameters``. Works for ``nn.Linear`` (its forward reads ``self.weight`` through the
+  registry) and silently trains nothing for ``CppStyleLinear``.
+* ``Replicatable``, ``ReplicatableLinear``, ``option_two``: the PR's Option Two, where each module
+  knows how to load its replica's tensors (like ``Cloneable`` knows how to clone).
+* ``CallCounter``: module state three ways (attribute, buffer updated in place, buffer rebound),
+  to see which survives a DataParallel forward (chapter 05, issue #2864).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from types import SimpleNamespace
+from typing import Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import comm
+from ._devices import as_devices
+from .functions import Broadcast
+
+__all__ = [
+    "CppStyleLinear",
+    "cpp_style",
+    "cpp_clone",
+    "failed_attempt",
+    "Replicatable",
+    "ReplicatableLinear",
+    "option_two",
+    "CallCounter",
+]
+
+
+class CppStyleLinear(nn.Module):
+    """``y = x W^T + b``, written like C++'s ``LinearImpl``: forward reads ``self.members``.
+
+    In C++, ``reset()`` does ``weight = register_parameter("weight", ...)``: the member ``weight``
+    and ``parameters_["weight"]`` are two handles on one ``TensorImpl``. Here ``members.weight`` and
+    ``_parameters["weight"]`` are two references to one tensor object. Replacing the registry entry
+    leaves the member where it was.
+    """
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.reset()
+
+    def reset(self) -> None:
+        """Register fresh parameters and keep member handles on them (``LinearImpl::reset``)."""
+        weight = nn.Parameter(torch.empty(self.out_features, self.in_features))
+        bias = nn.Parameter(torch.empty(self.out_features))
+        self.register_parameter("weight", weight)
+        self.register_parameter("bias", bias)
+        self.members = SimpleNamespace(weight=weight, bias=bias)  # Tensor weight; Tensor bias; in LinearImpl
+        bound = 1 / math.sqrt(self.in_features)
+        with torch.no_grad():  # nn.Linear's initialisation, so the two modules can hold the same numbers
+            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+            nn.init.uniform_(bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # the members, not self.weight: what LinearImpl::forward reads (torch::linear(input, weight, bias))
+        return F.linear(x, self.members.weight, self.members.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+def cpp_style(model: nn.Module, cls: type = CppStyleLinear) -> nn.Module:
+    """A deep copy of ``model`` with every ``nn.Linear`` rewritten as ``cls``, holding the same numbers."""
+    model = copy.deepcopy(model)
+    for name, child in list(model.named_children()):
+        if isinstance(child, nn.Linear) and child.bias is not None:
+            twin = cls(child.in_features, child.out_features).to(child.weight.device)
+            with torch.no_grad():
+                twin.weight.copy_(child.weight)
+                twin.bias.copy_(child.bias)
+            setattr(model, name, twin)
+        else:
+            setattr(model, name, cpp_style(child, cls))
+    return model
+
+
+def cpp_clone(module: nn.Module, device: torch.device | str) -> nn.Module:
+    """``Cloneable::clone(device)``: a deep copy whose tensors are fresh leaves with no history.
+
+    ``deepcopy`` keeps aliasing inside the copy, so a member handle and its registry entry stay one
+    tensor object, as the C++ copy's member and map entry share a ``TensorImpl``. Then each tensor's
+    data moves to ``device`` in place (``set_data``), so the handles keep pointing at it.
+    """
+    device = torch.device(device)
+    with torch.no_grad():  # NoGradGuard no_grad;
+        replica = copy.deepcopy(module)
+        for tensor in list(replica.parameters()) + list(replica.buffers()):
+            tensor.grad = None
+            tensor.data = tensor.data.to(device)  # set_data(data.to(device)): same object, new storage
+    return replica
+
+
+def _pairs(original: nn.Module, replica: nn.Module) -> Iterator[tuple[nn.Module, nn.Module]]:
+    """Each submodule of ``original`` with its counterpart in ``replica``, by key."""
+    yield original, replica
+    for key, child in original._modules.items():
+        if child is not None:
+            yield from _pairs(child, replica._modules[key])
+
+
+def _broadcast(params: list[torch.Tensor], devices, detach: bool) -> list[list[torch.Tensor]]:
+    """Broadcast ``params`` to every slot, regrouped per slot (as replicate.py does)."""
+    if not params:
+        return [[] for _ in devices]
+    if detach:
+        return [[t.detach() for t in slot] for slot in comm.broadcast_coalesced(params, devices)]
+    flat = Broadcast.apply(devices, *params)
+    return [list(flat[i : i + len(params)]) for i in range(0, len(flat), len(params))]
+
+
+def failed_attempt(network: nn.Module, devices: Sequence, detach: bool = False) -> list[nn.Module]:
+    """PR #20910's "Failed Attempt", usable as ``strategy=``: clone, ``Broadcast``, assign into the registry.
+
+    1. ``cpp_clone`` the module onto every slot;
+    2. ``Broadcast`` every original parameter to every slot (its backward sums onto the original);
+    3. put each slot's copy in the replica's ``_parameters`` (C++: ``parameters_[key] = copy``).
+    A module whose forward reads ``self.weight`` now uses the copy; a ``CppStyleLinear`` does not.
+    """
+    slots = as_devices(devices)
+    replicas = [cpp_clone(network, d) for d in slots]
+    params = list(network.parameters())
+    index = {p: i for i, p in enumerate(params)}
+    copies = _broadcast(params, slots, detach)
+    for j, replica in enumerate(replicas):
+        for original, twin in _pairs(network, replica):
+            for key, param in original._parameters.items():
+                if param is not None:
+                    # BROKEN for C++-style modules: only the registry entry changes, the member keeps the clone's leaf
+                    twin._parameters[key] = copies[j][index[param]]
+    return replicas
+
+
+class Replicatable:
+    """PR #20910's Option Two: a module that knows how to take its replica's tensors.
+
+    Like ``Cloneable`` knows how to clone, a ``Replicatable`` module re-points its own member
+    handles at the tensors replicate hands it. The price (the PR's "Con"): every module has to
+    implement it.
+    """
+
+    def load_replica_params(self, tensors: dict[str, torch.Tensor]) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement load_replica_params(tensors): put each tensor where forward "
+            "reads it (the registry and every member handle)"
+        )
+
+
+class ReplicatableLinear(CppStyleLinear, Replicatable):
+    """``CppStyleLinear`` that implements Option Two: loading replica tensors re-points its members."""
+
+    def load_replica_params(self, tensors: dict[str, torch.Tensor]) -> None:
+        for key, tensor in tensors.items():
+            self._parameters[key] = tensor
+        # FIX (Option Two): the module itself knows which members must follow
+        self.members = SimpleNamespace(weight=self._parameters["weight"], bias=self._parameters["bias"])
+
+
+def _owns_tensors(module: nn.Module) -> bool:
+    return any(t is not None for t in module._parameters.values())
+
+
+def option_two(network: nn.Module, devices: Sequence, detach: bool = False) -> list[nn.Module]:
+    """Option Two as a ``strategy=``: clone, ``Broadcast``, then each module loads its own copies.
+
+    Refuses a module that holds parameters and does not implement ``Replicatable``, because
+    nothing outside a module can know where its forward reads them.
+    """
+    for name, module in network.named_modules():
+        if _owns_tensors(module) and not isinstance(module, Replicatable):
+            where = f" ({name!r})" if name else ""
+            raise TypeError(
+                f"Option Two needs every module with parameters to implement Replicatable.load_replica_params, "
+                f"and {type(module).__name__}{where} does not. This is the cost PR #20910 named: "
+                "'Require changes to every existing module'."
+            )
+    slots = as_devices(devices)
+    replicas = [cpp_clone(network, d) for d in slots]
+    params = list(network.parameters())
+    index = {p: i for i, p in enumerate(params)}
+    copies = _broadcast(params, slots, detach)
+    for j, replica in enumerate(replicas):
+        for original, twin in _pairs(network, replica):
+            if _owns_tensors(original):
+                twin.load_replica_params(
+                    {key: copies[j][index[p]] for key, p in original._parameters.items() if p is not None}
+                )
+    return replicas
+
+
+class CallCounter(nn.Module):
+    """A Linear that counts its forward calls three ways, to see which count survives DataParallel."""
+
+    def __init__(self, features: int = 3) -> None:
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+        self.calls = 0  # a plain attribute
+        self.register_buffer("calls_in_place", torch.zeros((), dtype=torch.long))
+        self.register_buffer("calls_rebound", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1  # rebinds the name in this replica's own __dict__ copy
+        self.calls_in_place.add_(1)  # writes into storage; slot 0's is the module's own
+        self.calls_rebound = self.calls_rebound + 1  # a new tensor, bound in this replica's _buffers only
+        return self.linear(x)

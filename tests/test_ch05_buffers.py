@@ -1,0 +1,147 @@
+"""Chapter 05: buffers under each strategy; slot 0's in-place updates survive, every other slot's are lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from torch import nn
+from torch.testing import assert_close
+
+import dpteach
+from dpteach import demos
+
+ROOT = Path(__file__).resolve().parents[1]
+STRATEGIES = ["clone", "rewire", "broadcast"]
+DEEP_COPY = ["clone", "rewire"]  # the strategies that deep-copy buffers, as Cloneable::clone did
+
+
+GPU = [pytest.param(["cuda:0", "cuda:0"], marks=pytest.mark.cuda, id="cuda0x2"),
+       pytest.param(["cuda:0", "cpu"], marks=pytest.mark.cuda, id="cuda0+cpu"),
+       pytest.param(["cuda:0", "cuda:1"], marks=pytest.mark.multigpu, id="cuda0+cuda1")]  # torch.cuda.comm's path
+
+
+def make_model(device="cpu"):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.BatchNorm1d(4), nn.Linear(4, 1)).to(device)
+
+
+def batch(generator, rows=16):
+    return torch.randn(rows, 4, generator=generator) * 2 + 3
+
+
+@pytest.mark.parametrize("devices", [["cpu"] * 2, ["cpu"] * 3] + GPU)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_only_broadcast_slot0_shares_buffer_storage(strategy, devices):
+    model = make_model(devices[0])
+    replicas = dpteach.replicate(model, devices, strategy=strategy)
+    shares = [r[0].running_mean.data_ptr() == model[0].running_mean.data_ptr() for r in replicas]
+    expected = [strategy == "broadcast"] + [False] * (len(devices) - 1)
+    assert shares == expected  # slot 0 aliases under broadcast only; every later slot owns its storage
+
+
+@pytest.mark.parametrize("devices", [["cpu"] * 2, ["cpu"] * 4] + GPU)
+def test_broadcast_running_stats_are_exactly_slot0s_update(devices):
+    x = batch(torch.Generator().manual_seed(0)).to(devices[0])
+    model = make_model(devices[0])
+    dpteach.DataParallel(model, devices)(x)
+    slot0_only = make_model(devices[0])[0]
+    slot0_only(x.chunk(len(devices))[0])  # one device fed only what scatter gives slot 0
+    assert_close(model[0].running_mean, slot0_only.running_mean)  # slot 0's in-place update survived ...
+    assert_close(model[0].running_var, slot0_only.running_var)
+    assert model[0].num_batches_tracked.item() == 1  # ... once: the other slots' updates were lost
+    whole = make_model(devices[0])[0]
+    whole(x)
+    assert not torch.allclose(model[0].running_mean, whole.running_mean)  # not what the whole batch gives
+
+
+@pytest.mark.parametrize("strategy", DEEP_COPY)
+def test_deep_copied_buffers_never_move(strategy):
+    model = make_model()
+    dpteach.DataParallel(model, ["cpu"] * 2, strategy=strategy)(batch(torch.Generator().manual_seed(0)))
+    assert torch.equal(model[0].running_mean, torch.zeros(4))  # no slot wrote into the model (#21144)
+    assert torch.equal(model[0].running_var, torch.ones(4))
+    assert model[0].num_batches_tracked.item() == 0
+
+
+def test_slot1_updates_its_own_copy_then_it_is_dropped():
+    x = batch(torch.Generator().manual_seed(0))
+    model = make_model()
+    replicas = dpteach.replicate(model, ["cpu"] * 2)
+    pieces = dpteach.scatter(x, ["cpu"] * 2)
+    for replica, piece in zip(replicas, pieces):
+        replica(piece)
+    slot1_only = make_model()[0]
+    slot1_only(pieces[1])
+    assert_close(replicas[1][0].running_mean, slot1_only.running_mean)  # slot 1 did the work ...
+    assert not torch.allclose(model[0].running_mean, replicas[1][0].running_mean)  # ... in a copy the model never sees
+    fresh = dpteach.replicate(model, ["cpu"] * 2)
+    assert_close(fresh[1][0].running_mean, model[0].running_mean)  # the next replicas start from the model again
+
+
+def run_many(steps=30):
+    generator = torch.Generator().manual_seed(0)
+    runs = {name: make_model() for name in ["one device", *STRATEGIES]}
+    slot0_only = make_model()[0]
+    for _ in range(steps):
+        x = batch(generator)
+        for name, net in runs.items():
+            (net if name == "one device" else dpteach.DataParallel(net, ["cpu"] * 2, strategy=name))(x)
+        slot0_only(x.chunk(2)[0])
+    return runs, slot0_only, generator
+
+
+def test_over_many_steps():
+    runs, slot0_only, generator = run_many()
+    assert_close(runs["broadcast"][0].running_mean, slot0_only.running_mean)  # the dots lie on the dashed line
+    for name in DEEP_COPY:
+        assert torch.equal(runs[name][0].running_mean, torch.zeros(4))  # never leaves zero
+        assert runs[name][0].num_batches_tracked.item() == 0
+    assert runs["broadcast"][0].running_mean[0].item() > 2  # climbs towards the true mean 3, like one device
+    x = batch(generator)
+    with torch.no_grad():
+        expected = runs["one device"].eval()(x)
+        gap = {n: (runs[n].eval()(x) - expected).abs().max().item() for n in ["broadcast", "rewire"]}
+    assert gap["rewire"] > 5 * gap["broadcast"]  # in eval mode the never-updated statistics are far off
+
+
+def test_sorted_batches_follow_slot0s_half():
+    generator = torch.Generator().manual_seed(0)
+    model, whole = make_model(), make_model()[0]
+    for _ in range(30):
+        x = torch.cat([torch.randn(8, 4, generator=generator), torch.randn(8, 4, generator=generator) + 6])
+        dpteach.DataParallel(model, ["cpu"] * 2)(x)
+        whole(x)
+    assert abs(model[0].running_mean[0].item()) < 0.5  # slot 0's half has mean 0
+    assert abs(whole.running_mean[0].item() - 3) < 0.5  # the whole data has mean 3
+
+
+@pytest.mark.parametrize("devices", [["cpu"] * 2, ["cpu"] * 3] + GPU)
+def test_call_counter_what_survives(devices):
+    x = torch.randn(8, 3, device=devices[0])
+    expected = {"one device": (3, 3, 3), "broadcast": (0, 3, 0), "clone": (0, 0, 0), "rewire": (0, 0, 0)}
+    for name, (calls, in_place, rebound) in expected.items():
+        counter = demos.CallCounter().to(devices[0])
+        net = counter if name == "one device" else dpteach.DataParallel(counter, devices, strategy=name)
+        for _ in range(3):
+            net(x)
+        assert counter.calls == calls  # a plain attribute: rebound in the replica's own __dict__ (#2864)
+        assert counter.calls_in_place.item() == in_place  # in place: slot 0 only, once per step
+        assert counter.calls_rebound.item() == rebound  # rebinding: lost even on slot 0
+
+
+def test_call_counter_replicas_each_count_their_own_call():
+    counter = demos.CallCounter()
+    replicas = dpteach.replicate(counter, ["cpu"] * 2)
+    for replica in replicas:
+        replica(torch.randn(2, 3))
+    assert [r.calls for r in replicas] == [1, 1]  # each replica counted in its own copy
+    assert counter.calls_in_place.item() == 1  # only slot 0's increment reached the module
+
+
+def test_chapter_ends_with_summary_and_exercises():
+    nb = nbformat.read(ROOT / "notebooks" / "05_buffers_and_batchnorm.ipynb", as_version=4)
+    headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown"]
+    assert headings[-2:] == ["## Summary", "## Exercises"]

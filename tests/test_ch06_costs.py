@@ -1,0 +1,177 @@
+"""Chapter 06: the bytes each strategy copies, counted by dpteach.comm.traffic(); the costs helpers.
+
+Expected byte counts are derived from the model (parameter and buffer bytes times copies), never
+copied from a run. Timings are measured but never asserted.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from torch import nn
+from torch.testing import assert_close
+
+import dpteach
+from dpteach import costs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_model():
+    return nn.Sequential(
+        nn.Linear(64, 256), nn.BatchNorm1d(256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)
+    )
+
+
+def sizes(model):
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    return params, buffers
+
+
+def test_state_nbytes_counts_each_tensor_once():
+    model = make_model()
+    assert costs.state_nbytes(model) == dict(zip(["parameters", "buffers"], sizes(model)))
+    a = nn.Linear(8, 8)
+    tied = nn.Sequential(a, nn.Linear(8, 8))
+    tied[1].weight = a.weight
+    expected = (8 * 8 + 8 + 8) * 4  # one shared weight, two biases
+    assert costs.state_nbytes(tied)["parameters"] == expected  # a tied weight is one tensor
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_step_bytes_per_strategy_on_one_device(n):
+    model = make_model()
+    P, B = sizes(model)
+    x = torch.randn(32, 64)
+    out_bytes = 32 * 10 * 4  # the gathered output
+    devices = ["cpu"] * n
+    broadcast = costs.step_traffic(model, x, devices, "broadcast")
+    assert broadcast.by_op() == {"broadcast": (n - 1) * (P + B), "gather": out_bytes}  # slot 0 aliases: N - 1 copies
+    for strategy in ["clone", "rewire"]:
+        model.zero_grad()
+        t = costs.step_traffic(model, x, devices, strategy)
+        assert t.by_op() == {"clone": n * (P + B), "gather": out_bytes}  # slot 0 deep-copied too: N copies
+    assert broadcast.cross_device_bytes == 0  # nothing crossed devices: no "to", no "reduce_add"
+
+
+def test_every_step_pays_again():
+    model = make_model()
+    x = torch.randn(32, 64)
+    first = costs.step_traffic(model, x, ["cpu"] * 2)
+    second = costs.step_traffic(model, x, ["cpu"] * 2)
+    assert first.by_op() == second.by_op() and first.bytes > 0  # replicas are rebuilt on every forward
+
+
+def test_one_slot_copies_nothing():
+    model = make_model()
+    for strategy in ["clone", "rewire", "broadcast"]:
+        t = costs.step_traffic(model, torch.randn(32, 64), ["cpu"], strategy)
+        assert t.bytes == 0  # DataParallel on one slot calls the module itself
+        model.zero_grad()
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_replicate_bytes_grow_with_the_slots(n):
+    model = make_model()
+    P, B = sizes(model)
+    expected = {"clone": n * (P + B), "rewire": n * (P + B), "broadcast": (n - 1) * (P + B)}
+    for strategy, want in expected.items():
+        with dpteach.comm.traffic() as t:
+            dpteach.replicate(model, ["cpu"] * n, strategy=strategy)
+        assert t.bytes == want  # the plot's lines: N copies, or N - 1
+
+
+def test_step_traffic_leaves_gradients_and_uses_the_loss():
+    model = make_model()
+    costs.step_traffic(model, torch.randn(32, 64), ["cpu"] * 2, loss_fn=lambda out: out.sum())
+    assert all(p.grad is not None for p in model.parameters())  # backward ran, gradients reached the model
+
+
+def test_clone_then_to_copies_twice_to_device_once():
+    tensor = torch.randn(1024, 1024)
+    with dpteach.comm.traffic() as before:
+        a = costs.clone_then_to(tensor, "cpu")
+    with dpteach.comm.traffic() as after:
+        b = costs.to_device(tensor, "cpu")
+    nbytes = tensor.numel() * 4
+    assert [c.op for c in before.copies] == ["clone", "to"] and before.bytes == 2 * nbytes  # pre-#20995: two copies
+    assert [c.op for c in after.copies] == ["to"] and after.bytes == nbytes  # #20995: one
+    assert torch.equal(a, tensor) and torch.equal(b, tensor)  # the same result
+    assert a.data_ptr() != tensor.data_ptr() and b.data_ptr() != tensor.data_ptr()  # real copies, even on one device
+
+
+@pytest.mark.parametrize("count, bucket", [(1024, 10 * 1024 * 1024), (1024, 64 * 1024), (7, 3000)])
+def test_coalesced_copies_one_per_bucket(count, bucket):
+    tensors = [torch.randn(256) for _ in range(count)]  # 1 kB each
+    with dpteach.comm.traffic() as per:
+        one_by_one = costs.copy_per_tensor(tensors, "cpu")
+    with dpteach.comm.traffic() as co:
+        coalesced = costs.copy_coalesced(tensors, "cpu", buffer_size=bucket)
+    per_bucket = max(1, bucket // 1024)  # whole tensors that fit in one bucket
+    assert len(per.copies) == count  # one copy per tensor
+    assert len(co.copies) == math.ceil(count / per_bucket)  # one copy per bucket
+    assert per.bytes == co.bytes == count * 1024  # the same bytes either way
+    for t, a, b in zip(tensors, one_by_one, coalesced):
+        assert torch.equal(a, t) and torch.equal(b, t)  # the same values, in the same order
+
+
+def test_coalesced_keeps_order_across_dtypes():
+    tensors = [torch.arange(3.0), torch.arange(4), torch.arange(5.0)]
+    out = costs.copy_coalesced(tensors, "cpu")
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(out, tensors))  # buckets group by dtype
+
+
+def test_coalesced_pieces_have_their_own_version_counters():
+    out = costs.copy_coalesced([torch.zeros(3), torch.zeros(3)], "cpu")
+    out[0].add_(1)
+    assert out[0]._version == 1 and out[1]._version == 0  # an in-place update of one piece leaves the other alone
+
+
+def test_median_time_calls_and_median():
+    calls = []
+    timing = costs.median_time(lambda: calls.append(1), repeats=5, warmup=2)
+    assert len(calls) == 7 and len(timing.samples) == 5  # warm-up runs are not timed
+    assert costs.Timing([3.0, 1.0, 2.0]).median == 2.0  # the middle sample
+    assert "median of 3" in repr(costs.Timing([3.0, 1.0, 2.0]))
+    with pytest.raises(ValueError):
+        costs.median_time(lambda: None, repeats=0)
+
+
+@pytest.mark.cuda
+def test_step_bytes_across_two_distinct_devices():
+    """The chapter's table for two devices, counted on a GPU and the CPU."""
+    pair = [torch.device("cuda", 0), torch.device("cpu")]
+    model = make_model().to(pair[0])
+    P, B = sizes(model)
+    x = torch.randn(32, 64, device=pair[0])
+    x1 = x.chunk(2)[1].numel() * 4  # slot 1's piece of the input, and later of the output's gradient
+    g1 = 16 * 10 * 4  # slot 1's piece of the output gradient
+    out_bytes = 32 * 10 * 4
+    expected = {
+        "clone": {"clone": 2 * (P + B), "to": P + B, "scatter": x1 + g1, "gather": out_bytes},
+        "rewire": {"clone": 2 * (P + B), "to": P + B, "reduce_add": P, "scatter": x1 + g1, "gather": out_bytes},
+        "broadcast": {"broadcast": P + B, "reduce_add": P, "scatter": x1 + g1, "gather": out_bytes},
+    }
+    for strategy, want in expected.items():
+        model.zero_grad()
+        assert costs.step_traffic(model, x, pair, strategy).by_op() == want  # forward copies, backward reduce
+
+
+@pytest.mark.cuda
+def test_clone_then_to_across_devices():
+    tensor = torch.randn(1000, device="cuda")
+    with dpteach.comm.traffic() as t:
+        out = costs.clone_then_to(tensor, "cpu")
+    assert [(c.op, c.src.type, c.dst.type) for c in t.copies] == [("clone", "cuda", "cuda"), ("to", "cuda", "cpu")]
+    assert_close(out, tensor.cpu())
+
+
+def test_chapter_ends_with_summary_and_exercises():
+    nb = nbformat.read(ROOT / "notebooks" / "06_the_cost_of_copies.ipynb", as_version=4)
+    headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown"]
+    assert headings[-2:] == ["## Summary", "## Exercises"]
