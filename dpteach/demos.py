@@ -123,6 +123,17 @@ def _broadcast(params: list[torch.Tensor], devices, detach: bool) -> list[list[t
     return [list(flat[i : i + len(params)]) for i in range(0, len(flat), len(params))]
 
 
+def _clones_and_copies(network: nn.Module, devices: Sequence, detach: bool):
+    """The first two steps both designs share: a ``cpp_clone`` per slot, and every parameter broadcast.
+
+    Returns the replicas, the copies per slot, and each original parameter's index among the copies.
+    """
+    slots = as_devices(devices)
+    replicas = [cpp_clone(network, d) for d in slots]
+    params = list(network.parameters())
+    return replicas, _broadcast(params, slots, detach), {p: i for i, p in enumerate(params)}
+
+
 def failed_attempt(network: nn.Module, devices: Sequence, detach: bool = False) -> list[nn.Module]:
     """PR #20910's "Failed Attempt", usable as ``strategy=``: clone, ``Broadcast``, assign into the registry.
 
@@ -131,11 +142,7 @@ def failed_attempt(network: nn.Module, devices: Sequence, detach: bool = False) 
     3. put each slot's copy in the replica's ``_parameters`` (C++: ``parameters_[key] = copy``).
     A module whose forward reads ``self.weight`` now uses the copy; a ``CppStyleLinear`` does not.
     """
-    slots = as_devices(devices)
-    replicas = [cpp_clone(network, d) for d in slots]
-    params = list(network.parameters())
-    index = {p: i for i, p in enumerate(params)}
-    copies = _broadcast(params, slots, detach)
+    replicas, copies, index = _clones_and_copies(network, devices, detach)
     for j, replica in enumerate(replicas):
         for original, twin in _pairs(network, replica):
             for key, param in original._parameters.items():
@@ -188,11 +195,7 @@ def option_two(network: nn.Module, devices: Sequence, detach: bool = False) -> l
                 f"and {type(module).__name__}{where} does not. This is the cost PR #20910 named: "
                 "'Require changes to every existing module'."
             )
-    slots = as_devices(devices)
-    replicas = [cpp_clone(network, d) for d in slots]
-    params = list(network.parameters())
-    index = {p: i for i, p in enumerate(params)}
-    copies = _broadcast(params, slots, detach)
+    replicas, copies, index = _clones_and_copies(network, devices, detach)
     for j, replica in enumerate(replicas):
         for original, twin in _pairs(network, replica):
             if _owns_tensors(original):

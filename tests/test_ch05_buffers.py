@@ -139,9 +139,3 @@ def test_call_counter_replicas_each_count_their_own_call():
         replica(torch.randn(2, 3))
     assert [r.calls for r in replicas] == [1, 1]  # each replica counted in its own copy
     assert counter.calls_in_place.item() == 1  # only slot 0's increment reached the module
-
-
-def test_chapter_ends_with_summary_and_exercises():
-    nb = nbformat.read(ROOT / "notebooks" / "05_buffers_and_batchnorm.ipynb", as_version=4)
-    headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown"]
-    assert headings[-2:] == ["## Summary", "## Exercises"]

@@ -6,6 +6,7 @@ Executed copies go to artifacts/notebooks/ for a reviewer to open.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -55,3 +56,14 @@ def test_notebook_executes(path, monkeypatch):
     tagged = [c for c in nb.cells if "raises-exception" in c.metadata.get("tags", [])]
     assert len(errors) == len(tagged)  # the only errors are the ones a cell is tagged to expect
     print(f"{path.name}: {seconds:.1f} s")
+
+
+TAUGHT = [p for p in CHAPTERS if "exercises" not in p.name]  # the exercises notebook is all exercise
+
+
+@pytest.mark.parametrize("path", TAUGHT, ids=[p.name for p in TAUGHT])
+def test_chapter_ends_with_summary_and_exercises(path):
+    nb = nbformat.read(path, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    headings = [h for h in re.findall(r"^## .*", text, re.M) if not h.startswith("## Try it yourself")]
+    assert headings[-2:] == ["## Summary", "## Exercises"]  # every chapter ends this way (a try-it task may follow)
