@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 from torch import nn

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.nn.functional as F

@@ -17,7 +17,7 @@ from torch import nn
 
 from .._devices import as_devices
 from ..data_parallel import DataParallel
-from ..replicate import replicate
+from ..replicate import replicate, resolve_strategy
 from ._feedback import Findings, Result, Stop, Task, explain, not_implemented_message
 from ._models import CASES, Case, Reference, reference
 from ._paths import edge_problem, places, replica_tensor, shares_storage
@@ -162,6 +162,28 @@ def check_buffers(findings: Findings, run: Run) -> None:
             change = "did not change" if _unchanged(run, name) else "is not what one device has after slot 0's piece"
             findings.problem("stats", f"{run.where}: after one training-mode step the original's `{name}` {change} "
                              f"(expected {_short(expected)}, got {_short(b)})")
+
+
+def require_strategy(findings: Findings, strategy, check: str, example: str) -> None:
+    """Stop with a usage message unless ``strategy`` is something ``DataParallel(strategy=...)`` accepts."""
+    if strategy is None:
+        findings.problem("usage", f"pass your function: `exercises.{check}({example})`")
+        raise Stop
+    try:
+        resolve_strategy(strategy)
+    except ValueError as exc:
+        findings.problem("usage", f"{check} expects a replicate function or a strategy name: {exc}")
+        raise Stop from None
+
+
+def run_cases(findings: Findings, strategy, devices, *checks: Callable[[Findings, Run], None]) -> None:
+    """Run ``strategy`` on every model and slot count, then each of ``checks`` on every run, then compare."""
+    for case in CASES:
+        for slots in slot_lists(devices):
+            run = run_strategy(findings, strategy, case, slots)
+            for check in checks:
+                check(findings, run)
+            compare(findings, run)
 
 
 def run_check(task: Task, hints: dict[str, str], body: Callable[[Findings], None]) -> Result:

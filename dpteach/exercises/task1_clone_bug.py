@@ -8,9 +8,8 @@ memory? and of the original: is its gradient the one one device computes?
 
 from __future__ import annotations
 
-from ..replicate import resolve_strategy
-from ._feedback import Findings, Result, Stop, Task
-from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists
+from ._feedback import Findings, Result, Task
+from ._harness import check_replicas, require_strategy, run_cases, run_check
 
 TASK = Task(1, "clone_bug", "find the bug in clone-based replicate", "01")
 
@@ -35,19 +34,8 @@ def check_clone_bug(strategy=None, *, devices=None) -> Result:
     """Check a fixed clone-based replicate (any ``strategy=`` DataParallel accepts) against one device."""
 
     def body(findings: Findings) -> None:
-        if strategy is None:
-            findings.problem("usage", "pass your function: `exercises.check_clone_bug(replicate_by_clone)`")
-            raise Stop
-        try:
-            resolve_strategy(strategy)
-        except ValueError as exc:
-            findings.problem("usage", f"check_clone_bug expects a replicate function or a strategy name: {exc}")
-            raise Stop from None
-        for case in CASES:
-            for slots in slot_lists(devices):
-                run = run_strategy(findings, strategy, case, slots)
-                check_replicas(findings, run)
-                compare(findings, run)
+        require_strategy(findings, strategy, "check_clone_bug", "replicate_by_clone")
+        run_cases(findings, strategy, devices, check_replicas)
         findings.held += [
             "every replica's parameters lead back to the original's, on all three models (MLP, conv net with "
             "BatchNorm, tied weights) and 1-4 slots",

@@ -18,7 +18,7 @@ from torch.autograd import Function
 from ..replicate._modules import set_tensor, walk_pairs
 from ..replicate.clone import clone_module
 from ._feedback import Findings, Result, Stop, Task
-from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists
+from ._harness import check_replicas, run_cases, run_check
 from ._paths import leaves_behind
 
 TASK = Task(2, "rewire", "rewire gradient edges", "03")
@@ -187,12 +187,7 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
         _probe_device(findings, reduce_add)
         if not findings.ok:
             return
-        strategy = rewire_with(reduce_add)
-        for case in CASES:
-            for slots in slot_lists(devices):
-                run = run_strategy(findings, strategy, case, slots)
-                check_replicas(findings, run)
-                compare(findings, run)
+        run_cases(findings, rewire_with(reduce_add), devices, check_replicas)
         findings.held += [
             f"every replica's copy of a parameter is an output of one {reduce_add.__name__} node, whose one edge "
             "leads to the original parameter (PR #20910's graph)",

@@ -10,9 +10,8 @@ and the gradients still reach the original.
 
 from __future__ import annotations
 
-from ..replicate import resolve_strategy
-from ._feedback import Findings, Result, Stop, Task
-from ._harness import CASES, check_buffers, check_replicas, compare, run_check, run_strategy, slot_lists
+from ._feedback import Findings, Result, Task
+from ._harness import check_buffers, check_replicas, require_strategy, run_cases, run_check
 
 TASK = Task(5, "batchnorm", "keep BatchNorm statistics from slot 0", "05")
 
@@ -35,20 +34,8 @@ def check_batchnorm(strategy=None, *, devices=None) -> Result:
     """Check a strategy that keeps slot 0's buffers the original's (any ``strategy=`` DataParallel accepts)."""
 
     def body(findings: Findings) -> None:
-        if strategy is None:
-            findings.problem("usage", "pass your function: `exercises.check_batchnorm(keep_bn_statistics)`")
-            raise Stop
-        try:
-            resolve_strategy(strategy)
-        except ValueError as exc:
-            findings.problem("usage", f"check_batchnorm expects a replicate function or a strategy name: {exc}")
-            raise Stop from None
-        for case in CASES:
-            for slots in slot_lists(devices):
-                run = run_strategy(findings, strategy, case, slots)
-                check_replicas(findings, run)
-                check_buffers(findings, run)
-                compare(findings, run)
+        require_strategy(findings, strategy, "check_batchnorm", "keep_bn_statistics")
+        run_cases(findings, strategy, devices, check_replicas, check_buffers)
         findings.held += [
             "slot 0's buffers are the original's own; every later slot owns copies",
             "after a training step the original's running statistics are one device's after slot 0's piece, on 1-4 "
