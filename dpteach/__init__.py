@@ -33,10 +33,18 @@ __all__ = [
 ]
 
 
+# Submodules that import optional libraries (graphviz, ipywidgets, matplotlib) load on first use,
+# so `import dpteach` needs torch alone and `dpteach.widgets` still works after it.
+_LAZY = ("graph", "widgets", "exercises", "env", "profile", "bench", "story", "costs", "demos", "cpp", "distributed")
+
+
 def __getattr__(name: str):
-    # the graph model lives in dpteach.graph; imported on first use so `import dpteach` stays light
     if name in ("autograd_graph", "graph_diff"):
         from . import graph
 
         return getattr(graph, name)
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'dpteach' has no attribute {name!r}")

@@ -14,7 +14,8 @@ OUT=${1:-${OUT:-artifacts/gpu}}
 mkdir -p "$OUT"
 PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TQDM_DISABLE=1 MPLBACKEND=Agg
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TQDM_DISABLE=1
+unset MPLBACKEND  # the chapter's kernel draws its figures inline; the benchmark picks Agg itself
 if ! $PY -c "import nbclient, ipykernel" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH="$PYTHONPATH:/tmp/site"

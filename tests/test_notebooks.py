@@ -48,6 +48,7 @@ def test_chapter_numbers_are_unique():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_notebook_executes(path, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # conftest's Agg would reach the kernel and hide every figure
     nb, seconds = execute(path, timeout=600)  # raises CellExecutionError, with the cell, on any error
     out = ROOT / "artifacts" / "notebooks"
     out.mkdir(parents=True, exist_ok=True)
@@ -55,6 +56,9 @@ def test_notebook_executes(path, monkeypatch):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     tagged = [c for c in nb.cells if "raises-exception" in c.metadata.get("tags", [])]
     assert len(errors) == len(tagged)  # the only errors are the ones a cell is tagged to expect
+    images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    if "plt." in "".join(c.source for c in nb.cells if c.cell_type == "code"):
+        assert images, "a chapter that plots shows its figures inline"
     print(f"{path.name}: {seconds:.1f} s")
 
 

@@ -1,0 +1,128 @@
+"""The cost explorer's model: model size and slots against the bytes one step moves and the time it takes.
+
+``CostLab(width, slots).measure()`` takes real DataParallel steps of the course's MLP made wider
+(``Linear(2, w) → Tanh → Linear(w, w) → Tanh → Linear(w, 1)``) under each strategy. The bytes are
+counted, not estimated: every copy dpteach makes is recorded by ``dpteach.comm.traffic()``. The time
+is the median of a few steps, as many as fit in ``budget_s`` per strategy (at least one, at most
+``max_repeats``), so the widget answers quickly on a laptop; the machine's load shows in the numbers.
+
+Plain Python, no ipywidgets; ``view_cost.py`` only shows it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .. import comm, story
+from ..data_parallel import DataParallel
+from .training import STRATEGIES, slot_devices
+
+WIDTHS = (16, 64, 256, 1024)  # hidden width: from the course's model (16) to about a million parameters
+
+
+def wide_model(width: int, seed: int = 0) -> nn.Sequential:
+    """The course's MLP with a square hidden layer: about ``width**2`` parameters."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(2, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 1))
+
+
+def n_params(width: int) -> int:
+    return 2 * width + width + width * width + width + width + 1
+
+
+@dataclass(frozen=True)
+class StrategyCost:
+    """What one strategy's step cost: bytes copied, by operation, and seconds per step."""
+
+    strategy: str
+    bytes_by_op: dict[str, int]
+    seconds: tuple[float, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.bytes_by_op.values())
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+
+def _timed_steps(step, budget_s: float, max_repeats: int) -> list[float]:
+    samples = []
+    while len(samples) < max_repeats and (not samples or sum(samples) + samples[-1] <= budget_s):
+        start = time.perf_counter()
+        step()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+class CostLab:
+    """Bytes and seconds of one DataParallel step, per strategy, for a model width and a number of slots."""
+
+    def __init__(self, width: int = 64, slots: int = 2, strategies=STRATEGIES, budget_s: float = 0.05,
+                 max_repeats: int = 5, seed: int = 0):
+        self.width, self.slots, self.strategies = width, slots, tuple(strategies)
+        self.budget_s, self.max_repeats, self.seed = budget_s, max_repeats, seed
+        self.costs: list[StrategyCost] = []
+        self.reference_s: float | None = None
+
+    def configure(self, width: int | None = None, slots: int | None = None) -> None:
+        if width is not None:
+            self.width = int(width)
+        if slots is not None:
+            if int(slots) < 1:
+                raise ValueError(f"slots must be at least 1, got {slots}")
+            self.slots = int(slots)
+
+    @property
+    def model_bytes(self) -> int:
+        """Bytes of the model's parameters: what one full copy of it moves."""
+        return n_params(self.width) * 4
+
+    def measure(self) -> list[StrategyCost]:
+        """One counted step per strategy, then timed steps within the budget; also times one device."""
+        devices = slot_devices(self.slots)
+        x, y = (t.to(devices[0]) for t in story.make_data(seed=self.seed))
+        costs = []
+        for strategy in self.strategies:
+            model = wide_model(self.width, self.seed).to(devices[0])
+            dp = DataParallel(model, devices, strategy=strategy)
+
+            def step():
+                model.zero_grad(set_to_none=True)
+                nn.functional.mse_loss(dp(x), y).backward()
+
+            with comm.traffic() as meter:  # every copy dpteach makes in this step, forward and backward
+                step()  # also the warm-up: the first step pays for allocations
+            costs.append(StrategyCost(strategy, meter.by_op(), tuple(_timed_steps(step, self.budget_s, self.max_repeats))))
+        model = wide_model(self.width, self.seed).to(devices[0])
+
+        def plain():
+            model.zero_grad(set_to_none=True)
+            nn.functional.mse_loss(model(x), y).backward()
+
+        plain()
+        self.reference_s = statistics.median(_timed_steps(plain, self.budget_s, self.max_repeats))
+        self.costs = costs
+        return costs
+
+    def rows(self) -> list[tuple[str, int, float, float]]:
+        """(strategy, bytes, bytes / model size, median ms) per strategy."""
+        return [(c.strategy, c.bytes, c.bytes / self.model_bytes, c.median * 1e3) for c in self.costs]
+
+    def status(self) -> str:
+        if not self.costs:
+            return "not measured yet"
+        slots = f"{self.slots} slot{'s' * (self.slots != 1)}"
+        most = max(self.costs, key=lambda c: c.bytes)
+        least = min(self.costs, key=lambda c: c.bytes)
+        return (f"width {self.width} ({n_params(self.width):,} parameters, {self.model_bytes:,} bytes) on {slots}: "
+                f"{most.strategy!r} moves {most.bytes:,} bytes per step, {least.strategy!r} {least.bytes:,}")
+
+    def __repr__(self) -> str:
+        return f"<CostLab {self.status()}>"

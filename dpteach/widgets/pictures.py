@@ -1,0 +1,105 @@
+"""The pictures the widgets show, as HTML snippets: charts (``charts.py``) and graphs (Graphviz's SVG).
+
+Every picture is an ``<img>`` with a data URI inside an ``HTML`` widget, so ipywidgets 7 and 8 show
+it the same way and a test can read it back from ``widget.value`` (``decode_img``). When Graphviz
+is missing the graph shows as text, with one sentence on what to install.
+"""
+
+from __future__ import annotations
+
+import base64
+from functools import lru_cache
+from html import escape
+
+from .charts import bar_chart, line_chart
+
+BLUE, ORANGE = "#1565c0", "#ef6c00"
+OP_COLOURS = {"broadcast": "#1e88e5", "clone": "#e53935", "to": "#fb8c00", "reduce_add": "#43a047",
+              "scatter": "#8e24aa", "gather": "#757575"}
+
+
+def img(svg: str, alt: str) -> str:
+    """An ``<img>`` tag holding an SVG picture as a data URI."""
+    data = base64.b64encode(svg.encode()).decode()
+    return f'<img alt="{escape(alt)}" style="max-width:100%;height:auto" src="data:image/svg+xml;base64,{data}">'
+
+
+def decode_img(html: str) -> str | None:
+    """The SVG text of the first data-URI image in ``html``; None without one (for tests)."""
+    start = html.find('src="data:image/svg+xml;base64,')
+    if start < 0:
+        return None
+    rest = html[start + 31:]
+    return base64.b64decode(rest[: rest.index('"')]).decode()
+
+
+def note(text: str) -> str:
+    return f'<div style="color:#b71c1c">{escape(text)}</div>'
+
+
+def loss_curve(losses, reference, strategy: str, steps: int) -> str:
+    """The DataParallel run's loss against the one-device reference, step by step."""
+    svg = line_chart([("one device (the reference)", reference, BLUE, False),
+                      (f"DataParallel, strategy={strategy!r}", losses, ORANGE, True)],
+                     steps, "the original model's loss against one device's", "SGD step", "training loss (MSE)",
+                     y_cap=3 * max(reference[0], losses[0]) if reference and losses else None)  # a diverging run stays readable
+    return img(svg, f"loss curve under strategy {strategy}")
+
+
+def human(n: float) -> str:
+    """Bytes as a learner reads them: 1.3 KB, 4.2 MB."""
+    for unit in ("B", "KB", "MB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def cost_charts(costs, model_bytes: int, slots: int, reference_s: float | None) -> str:
+    """Bytes each strategy moves in one step, stacked by operation, and each step's median time."""
+    names = [c.strategy for c in costs]
+    ops = sorted({op for c in costs for op in c.bytes_by_op},
+                 key=lambda op: list(OP_COLOURS).index(op) if op in OP_COLOURS else len(OP_COLOURS))
+    stacks = [(op, [c.bytes_by_op.get(op, 0) for c in costs], OP_COLOURS.get(op, "#bdbdbd")) for op in ops]
+    notes = [f"{human(c.bytes)} · {c.bytes / model_bytes:.1f}×" for c in costs]
+    extra = f"one model copy per extra slot ({human(model_bytes * (slots - 1))})" if slots > 1 else None
+    left = bar_chart(names, stacks, f"bytes copied per step, {slots} slot{'s' * (slots != 1)} (by operation)",
+                     "bytes", notes, (model_bytes * (slots - 1), extra) if extra else None)
+    times = [c.median * 1e3 for c in costs]
+    labels = list(names)
+    if reference_s is not None:
+        times.append(reference_s * 1e3)
+        labels.append("one device")
+    right = bar_chart(labels, [("ms", times, ORANGE)], "time per training step (median, this machine)", "ms",
+                      [f"{t:.1f} ms" for t in times])
+    return (f'<div style="display:flex;flex-wrap:wrap;gap:8px">{img(left, "bytes moved per strategy")}'
+            f'{img(right, "time per step per strategy")}</div>')
+
+
+@lru_cache(maxsize=64)
+def _svg_of_dot(dot: str) -> str:
+    import graphviz  # the package only builds the command line; `dot` does the layout
+
+    return graphviz.Source(dot).pipe(format="svg", encoding="utf-8")
+
+
+def graph_svg(graph) -> str:
+    """The graph's SVG, cached by its DOT source (deterministic), so an unchanged graph costs no ``dot`` run.
+
+    Raises ``dpteach.graph.GraphvizMissing`` (its message says what to install) without Graphviz.
+    """
+    try:
+        return _svg_of_dot(graph.dot)
+    except Exception:  # no graphviz package, no `dot`, or dot failed: the graph's own svg() says which, or works
+        return graph.svg()
+
+
+def graph_html(graph, svg: str | None = None, alt: str = "autograd graph") -> str:
+    """The graph as an ``<img>`` (SVG), or its text form and one sentence on what to install."""
+    from ..graph import GraphvizMissing
+
+    try:
+        svg = graph_svg(graph) if svg is None else svg
+    except GraphvizMissing as err:
+        return f"<pre style='font-size:11px'>{escape(graph.text)}</pre>{note(str(err))}"
+    return img(svg, alt)

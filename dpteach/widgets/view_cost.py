@@ -1,0 +1,53 @@
+"""The cost explorer: a thin ipywidgets view over ``cost.CostLab``.
+
+Move the model width or the number of slots and the lab takes real steps under every strategy:
+bytes copied (counted by ``dpteach.comm.traffic()``) and the median time per step. Only widgets
+and calls that ipywidgets 7.7 (Colab) and 8 share.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ._ipywidgets import guarded, require
+from .cost import WIDTHS, CostLab, n_params
+from .pictures import cost_charts
+from .tables import cost_table
+
+widgets = require()
+
+
+class CostExplorer(widgets.VBox):
+    """Model size and slots against bytes moved and time, per strategy."""
+
+    def __init__(self, lab: CostLab | None = None, **settings):
+        self.lab = lab or CostLab(**settings)
+        self.error: Exception | None = None
+        self.last_update_s = 0.0
+        widths = sorted({*WIDTHS, self.lab.width})
+        self.width = widgets.SelectionSlider(
+            options=[(f"{w} ({n_params(w):,} parameters)", w) for w in widths], value=self.lab.width,
+            description="hidden width", continuous_update=False, style={"description_width": "initial"},
+            layout=widgets.Layout(width="420px"))
+        self.slots = widgets.IntSlider(value=self.lab.slots, min=1, max=8, description="slots", continuous_update=False)
+        self.again = widgets.Button(description="↻ measure again", tooltip="the times move with the machine's load")
+        self.status = widgets.HTML()
+        self.status.add_class("dpteach-cost-status")
+        self.charts = widgets.HTML()
+        self.table = widgets.HTML()
+        for w in (self.width, self.slots):
+            w.observe(guarded(self, self._measure), names="value")
+        self.again.on_click(guarded(self, self._measure))
+        super().__init__([widgets.HBox([self.width, self.slots, self.again]), self.status, self.charts, self.table])
+        self.add_class("dpteach-cost")
+        self._measure(None)
+
+    def _measure(self, _) -> None:
+        start = time.perf_counter()
+        self.lab.configure(width=self.width.value, slots=self.slots.value)
+        self.lab.measure()
+        lab = self.lab
+        self.status.value = f"<b>{lab.status()}</b>"
+        self.charts.value = cost_charts(lab.costs, lab.model_bytes, lab.slots, lab.reference_s)
+        self.table.value = cost_table(lab)
+        self.last_update_s = time.perf_counter() - start
