@@ -9,12 +9,18 @@ Writes ``bench.json`` and ``bench.png`` to ``--out`` (default ``artifacts/bench`
    with the phase breakdown;
 5. with CUDA: dpteach against ``torch.nn.DataParallel`` on the same GPUs.
 
-Every figure is a median over repeats; ratios are of medians. ``--quick`` shrinks the sizes for CI.
+Every figure is a median over repeats, timed in turns; ratios are of medians. ``--quick`` shrinks the
+sizes for CI. On Linux the allocator is first told to keep freed memory (glibc ``mallopt``): otherwise
+each large copy may or may not pay the kernel's page faults, depending on what ran before, and two
+runs of the very same copy differed by 4x here (16 against 67 ms for 100 MB). ``--page-faults``
+leaves the allocator alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import json
 import platform
 import sys
@@ -27,9 +33,22 @@ from torch import nn
 from . import __version__, comm
 from ._devices import default_devices
 from .data_parallel import DataParallel
-from .profile import median_time, profile_step
+from .profile import median_time, median_times, profile_step
 from .replicate import replicate
 from .replicate.clone import clone_tensor
+
+
+def steady_allocator() -> bool:
+    """Ask glibc to keep freed memory in the heap (no mmap, no trim), so copies measure bandwidth."""
+    name = ctypes.util.find_library("c")
+    if not sys.platform.startswith("linux") or not name:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # from <malloc.h>
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)) and bool(libc.mallopt(M_TRIM_THRESHOLD, (1 << 31) - 1))
+    except (OSError, AttributeError):
+        return False
 
 
 def big_model(mbytes: float, device) -> nn.Module:
@@ -54,12 +73,14 @@ def replicate_vs_copy(devices, mbytes, repeats) -> dict:
     params = list(model.parameters())
     nbytes = sum(comm.nbytes(p) for p in params)
     others = devices[1:]
-    # the reference: the same tensors copied by hand to every other slot, nothing else (the memory bound)
-    copy_s = median_time(lambda: [p.detach().to(d, copy=True) for d in others for p in params], devices, repeats)
-    out = {"model_bytes": nbytes, "slots": [str(d) for d in devices], "plain_copy_s": copy_s}
+    fns = {  # the reference: the same tensors copied by hand to every other slot, nothing else (the memory bound)
+        "copy": lambda: [p.detach().to(d, copy=True) for d in others for p in params],
+        **{s: (lambda s=s: replicate(model, devices, strategy=s)) for s in ("broadcast", "rewire", "clone")},
+    }
+    med = median_times(fns, devices, repeats)
+    out = {"model_bytes": nbytes, "slots": [str(d) for d in devices], "plain_copy_s": med["copy"]}
     for strategy in ("broadcast", "rewire", "clone"):
-        seconds = median_time(lambda: replicate(model, devices, strategy=strategy), devices, repeats)
-        out[strategy] = {"replicate_s": seconds, "ratio_to_copy": seconds / out["plain_copy_s"]}
+        out[strategy] = {"replicate_s": med[strategy], "ratio_to_copy": med[strategy] / med["copy"]}
     return out
 
 
@@ -112,8 +133,8 @@ def step_vs_plain(devices, hidden, batch, repeats) -> dict:
         model.zero_grad(set_to_none=True)
         dp(x).float().pow(2).mean().backward()
 
-    plain_s = median_time(plain, devices, repeats)
-    dp_s = median_time(parallel, devices, repeats)
+    med = median_times({"plain": plain, "dp": parallel}, devices, repeats)
+    plain_s, dp_s = med["plain"], med["dp"]
     profile = profile_step(model, x, devices, repeats=repeats)
     return {"params": n_params(model), "batch": batch, "slots": [str(d) for d in devices], "plain_step_s": plain_s,
             "dp_step_s": dp_s, "ratio": dp_s / plain_s, "phases_median_s": profile.medians,
@@ -197,8 +218,9 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def run(out: Path, quick: bool = False, repeats: int | None = None) -> dict:
+def run(out: Path, quick: bool = False, repeats: int | None = None, page_faults: bool = False) -> dict:
     devices = default_devices()
+    steady = False if page_faults else steady_allocator()
     on_gpu = devices[0].type == "cuda"
     repeats = repeats or (5 if quick else 15)
     mb = 8 if quick else 100
@@ -207,6 +229,7 @@ def run(out: Path, quick: bool = False, repeats: int | None = None) -> dict:
             "dpteach": __version__, "torch": torch.__version__, "python": platform.python_version(),
             "device": torch.cuda.get_device_name(0) if on_gpu else f"CPU ({torch.get_num_threads()} threads)",
             "slots": [str(d) for d in devices], "repeats": repeats, "statistic": "median",
+            "allocator": "glibc keeps freed memory (mallopt)" if steady else "as it comes (page faults included)",
             "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         },
         "replicate_vs_copy": replicate_vs_copy(devices, mb, repeats),
@@ -225,7 +248,8 @@ def run(out: Path, quick: bool = False, repeats: int | None = None) -> dict:
 def summary(results: dict) -> str:
     r, s = results["replicate_vs_copy"], results["step_vs_plain"]
     lines = [
-        f"device: {results['env']['device']}, slots {', '.join(results['env']['slots'])}, medians of {results['env']['repeats']}",
+        f"device: {results['env']['device']}, slots {', '.join(results['env']['slots'])}, medians of "
+        f"{results['env']['repeats']}, allocator: {results['env']['allocator']}",
         f"replicate {r['model_bytes'] / 1e6:.0f} MB to {len(r['slots'])} slots: plain copy {r['plain_copy_s'] * 1e3:.1f} ms; "
         + "; ".join(f"{k} {r[k]['replicate_s'] * 1e3:.1f} ms ({r[k]['ratio_to_copy']:.2f}x)" for k in ("broadcast", "rewire", "clone")),
     ]
@@ -247,8 +271,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("artifacts/bench"))
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     parser.add_argument("--repeats", type=int)
+    parser.add_argument("--page-faults", action="store_true", help="leave the allocator alone (see the docstring)")
     args = parser.parse_args(argv)
-    results = run(args.out, args.quick, args.repeats)
+    results = run(args.out, args.quick, args.repeats, args.page_faults)
     print(summary(results))
     print(f"wrote {args.out / 'bench.json'} and {args.out / 'bench.png'}")
     return 0

@@ -24,7 +24,7 @@ from .scatter_gather import gather, scatter
 
 PHASES = ("scatter", "replicate", "parallel_apply", "gather", "backward")
 
-__all__ = ["PHASES", "Timer", "StepProfile", "profile_step", "median_time", "sync"]
+__all__ = ["PHASES", "Timer", "StepProfile", "profile_step", "median_time", "median_times", "sync"]
 
 
 def sync(devices: Sequence[torch.device]) -> None:
@@ -152,3 +152,21 @@ def median_time(fn: Callable[[], object], devices: Sequence[DeviceLike] = ("cpu"
         if i >= warmup:
             times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def median_times(
+    fns: dict[str, Callable[[], object]], devices: Sequence[DeviceLike] = ("cpu",), repeats: int = 10, warmup: int = 2
+) -> dict[str, float]:
+    """Median seconds of each function, timed in turns (a, b, a, b, ...) so drift on a shared
+    machine (other jobs, clocks, caches) falls on all of them alike; use this for ratios."""
+    slots = as_devices(devices)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for i in range(warmup + repeats):
+        for name, fn in fns.items():
+            sync(slots)
+            start = time.perf_counter()
+            fn()
+            sync(slots)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}

@@ -12,9 +12,9 @@ from dpteach.profile import PHASES, profile_step
 
 
 def test_quick_bench_writes_json_and_plot(tmp_path):
-    results = bench.run(tmp_path, quick=True, repeats=2)
+    results = bench.run(tmp_path, quick=True, repeats=2, page_faults=True)  # leave this process's allocator alone
     saved = json.loads((tmp_path / "bench.json").read_text())
-    assert saved["env"]["statistic"] == "median"
+    assert saved["env"]["statistic"] == "median" and "page faults" in saved["env"]["allocator"]
     assert (tmp_path / "bench.png").stat().st_size > 10_000  # a real picture
     r = saved["replicate_vs_copy"]
     assert r["model_bytes"] == sum(comm.nbytes(p) for p in bench.big_model(8, "cpu").parameters())
