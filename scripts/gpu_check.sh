@@ -8,6 +8,15 @@
 # is missing (a bare GPU image) and a folder .whl/ of wheels travelled with the tree, it installs them
 # into /tmp/site first (see the device tool's README). Files written: env.txt, pytest.log, bench.json,
 # bench.png, bench.log, 08_real_gpus.ipynb (executed), ch08.log.
+#
+# The wheels for a Python 3.12 GPU image without Jupyter (about 15 MB, kept out of git):
+#   echo /.whl/ >> .git/info/exclude
+#   .venv/bin/python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     --platform manylinux1_x86_64 -d .whl nbclient nbformat jupyter_client jupyter_core traitlets \
+#     fastjsonschema jsonschema jsonschema-specifications referencing rpds-py platformdirs pyzmq tornado \
+#     ipykernel comm debugpy ipython ipython-pygments-lexers jedi parso matplotlib-inline nest_asyncio \
+#     pexpect ptyprocess prompt_toolkit wcwidth stack_data executing asttokens pure_eval decorator graphviz
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${OUT:-artifacts/gpu}}
