@@ -16,7 +16,7 @@ from torch import nn
 
 from ._devices import DeviceLike, as_device, as_devices, default_devices
 from .parallel_apply import parallel_apply
-from .replicate import Strategy, check_replicatable, replicate, resolve_strategy
+from .replicate import Strategy, replicate, resolve_strategy
 from .scatter_gather import gather, scatter_kwargs
 
 __all__ = ["DataParallel", "data_parallel"]
@@ -71,8 +71,7 @@ class DataParallel(nn.Module):
             self.module.to(self.src_device_obj)
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        check_replicatable(self.module, self.device_ids)
-        _check_module_device(self.module, self.src_device_obj)
+        _check_module_device(self.module, self.src_device_obj)  # replicate() checks the rest (lazy modules...)
         inputs, module_kwargs = self.scatter(inputs, kwargs, self.device_ids)
         if not inputs and not module_kwargs:  # a forward with no inputs still runs, once per slot
             inputs, module_kwargs = ((),), ({},)
@@ -116,7 +115,6 @@ def data_parallel(
         inputs = (inputs,) if inputs is not None else ()
     slots = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
     output_device = slots[0] if output_device is None else as_device(output_device)
-    check_replicatable(module, slots)
     _check_module_device(module, slots[0])
     inputs, module_kwargs = scatter_kwargs(inputs, module_kwargs, slots, dim)
     if not inputs and not module_kwargs:
