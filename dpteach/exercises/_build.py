@@ -85,7 +85,8 @@ TASKS = {
         "tuples, lists, dicts, namedtuples, dataclasses, and things that are not tensors at all. Write "
         "`scatter` and `gather`: tensors are split (and joined) along `dim` with the differentiable `Scatter` / "
         "`Gather` functions, containers keep their type and every field, anything else is shared by every slot. "
-        "PyTorch itself passes a dataclass through unsplit (issues #41327, #45840); yours must not.",
+        "PyTorch's `scatter` hands a dataclass to every slot unsplit (issue #45840) and its `gather` cannot "
+        "rebuild one (issue #41327); yours must do both.",
     ),
     "batchnorm": (
         "## Task 5 · Keep BatchNorm statistics from slot 0\n\n"
