@@ -19,7 +19,7 @@ from typing import Sequence
 
 from ._devices import DeviceLike, as_devices
 
-__all__ = ["MARGIN", "Comparison", "hardware", "across_devices", "crossover"]
+__all__ = ["MARGIN", "Comparison", "SpeedUp", "hardware", "across_devices", "crossover"]
 
 MARGIN = 1.2  # a ratio of medians inside (1/MARGIN, MARGIN) is "about the same": noise, not a finding
 
@@ -56,6 +56,34 @@ class Comparison:
     def __str__(self) -> str:
         return (f"{self.first} took {self.ratio:.2f}x the time of {self.second} "
                 f"({_ms(self.first_seconds)} against {_ms(self.second_seconds)}): {self.verdict}")
+
+
+@dataclass(frozen=True)
+class SpeedUp:
+    """Whether a parallel step beat the plain one by more than the margin: the question DataParallel answers.
+
+    Coarser than a ``Comparison`` on purpose: "slower" and "about the same" are both "no speed-up",
+    so a step that costs about as much as the plain one does not flip the sentence from run to run.
+    """
+
+    parallel: str
+    plain: str
+    parallel_seconds: float
+    plain_seconds: float
+    margin: float = MARGIN
+
+    @property
+    def ratio(self) -> float:
+        """Speed relative to the plain step: above 1, the parallel step was faster."""
+        return self.plain_seconds / self.parallel_seconds
+
+    @property
+    def verdict(self) -> str:
+        return "a speed-up" if self.ratio >= self.margin else "no speed-up"
+
+    def __str__(self) -> str:
+        return (f"{self.parallel} ran at {self.ratio:.2f}x the speed of {self.plain} "
+                f"({_ms(self.parallel_seconds)} against {_ms(self.plain_seconds)}): {self.verdict}")
 
 
 def hardware(devices: Sequence[DeviceLike]) -> str:

@@ -30,6 +30,10 @@ SENTENCE = re.compile(
     r"took (?P<ratio>\d+\.\d+)x the time of .*? \((?P<a>[\d.]+) (?P<au>us|ms) against (?P<b>[\d.]+) (?P<bu>us|ms)\): "
     r"(?P<verdict>slower|faster|about the same)"
 )
+SPEEDUP = re.compile(
+    r"ran at (?P<ratio>\d+\.\d+)x the speed of .*? \((?P<a>[\d.]+) (?P<au>us|ms) against (?P<b>[\d.]+) (?P<bu>us|ms)\): "
+    r"(?P<verdict>a speed-up|no speed-up)"
+)
 UNIT = {"us": 1e-6, "ms": 1e-3}
 CROSSOVER = re.compile(r"coalesced / per tensor, at \[([\d, ]+)\] tensors: (.*)\n"
                        r"On this machine coalescing (won from \d+ tensors on|did not win at any)")
@@ -64,6 +68,13 @@ def test_sentence_states_the_numbers_it_was_computed_from():
     assert float(match["a"]) == 97.0 and match["au"] == "us"
     assert float(match["b"]) == 48.4 and float(match["ratio"]) == pytest.approx(97.0 / 48.4, abs=0.01)
     assert match["verdict"] == "slower"
+
+
+def test_speed_up_needs_more_than_the_margin():
+    assert claims.SpeedUp("dp", "plain", 1.0, 2.0).verdict == "a speed-up"
+    assert claims.SpeedUp("dp", "plain", 1.0, 1.05).verdict == "no speed-up"  # noise is not a speed-up
+    assert claims.SpeedUp("dp", "plain", 2.0, 1.0).verdict == "no speed-up"
+    assert SPEEDUP.search(str(claims.SpeedUp("dp", "the plain step", 1e-3, 2e-3)))["ratio"] == "2.00"
 
 
 def test_hardware_branches_on_the_slots():
@@ -112,6 +123,13 @@ def test_printed_claims_agree_with_the_measurements(name, monkeypatch):
             assert match["verdict"] == verdict_for(ratio), match[0]  # the verdict is the ratio's
             if len(printed) >= 2:
                 assert _close((a, ra), printed) and _close((b, rb), printed), f"{match[0]} names medians the cell did not print"
+            checked += 1
+        for match in SPEEDUP.finditer(text):  # chapter 08: did DataParallel beat the plain step?
+            (a, ra), (b, rb) = _seconds(match["a"], match["au"]), _seconds(match["b"], match["bu"])
+            ratio = float(match["ratio"])
+            assert (b - rb) / (a + ra) - 0.006 <= ratio <= (b + rb) / max(a - ra, 1e-12) + 0.006, match[0]
+            assert match["verdict"] == ("a speed-up" if ratio >= claims.MARGIN else "no speed-up"), match[0]
+            assert _close((a, ra), printed) and _close((b, rb), printed), f"{match[0]} names times the cell did not print"
             checked += 1
         for counts, ratios, verdict in CROSSOVER.findall(text):  # chapter 06: where coalescing won
             counts = [int(k) for k in counts.split(",")]
