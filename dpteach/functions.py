@@ -9,9 +9,10 @@ dataParallel is incomplete", whose error was "Scatter is not differentiable twic
     Scatter.backward            = Gather.apply(...)
     Gather.backward             = Scatter.apply(...)
 
-The ``comm`` functions move data outside autograd (they run under ``no_grad``), so a backward made
-of them would record nothing; a backward that calls ``apply`` records a node, and double backward
-(a gradient penalty, a Hessian-vector product) works through replication. A node does not need a
+The ``comm`` functions move data without autograd history (their copies are detached, their sums
+run under ``no_grad``), so a backward made of them would record nothing; a backward that calls
+``apply`` records a node, and double backward (a gradient penalty, a Hessian-vector product) works
+through replication. A node does not need a
 partner to be differentiable: the engine runs every backward with grad mode set to ``create_graph``,
 so one made of ordinary recorded operations is differentiable too. The C++ ``ReduceAdd`` of PR
 #20910 was such a body (``zeros_like``, ``.to``, ``add_``); what stopped double backward was its
