@@ -104,40 +104,63 @@ def _close(value: tuple[float, float], printed: list[tuple[float, float]]) -> bo
     return any(abs(value[0] - p) <= value[1] + r + 1e-12 for p, r in printed)
 
 
+def check_cell_output(text: str) -> int:
+    """Check every claim one cell printed against the numbers it printed; return how many were checked."""
+    checked = 0
+    printed = _numbers_printed(text)
+    for match in SENTENCE.finditer(text):
+        (a, ra), (b, rb) = _seconds(match["a"], match["au"]), _seconds(match["b"], match["bu"])
+        ratio = float(match["ratio"])
+        low, high = (a - ra) / (b + rb), (a + ra) / max(b - rb, 1e-12)
+        assert low - 0.006 <= ratio <= high + 0.006, match[0]  # the ratio is of the medians it names
+        assert match["verdict"] == verdict_for(ratio), match[0]  # the verdict is the ratio's
+        if len(printed) >= 2:
+            assert _close((a, ra), printed) and _close((b, rb), printed), f"{match[0]} names medians the cell did not print"
+        checked += 1
+    for match in SPEEDUP.finditer(text):  # chapter 08: did DataParallel beat the plain step?
+        (a, ra), (b, rb) = _seconds(match["a"], match["au"]), _seconds(match["b"], match["bu"])
+        ratio = float(match["ratio"])
+        assert (b - rb) / (a + ra) - 0.006 <= ratio <= (b + rb) / max(a - ra, 1e-12) + 0.006, match[0]
+        assert match["verdict"] == ("a speed-up" if ratio >= claims.MARGIN else "no speed-up"), match[0]
+        assert _close((a, ra), printed) and _close((b, rb), printed), f"{match[0]} names times the cell did not print"
+        checked += 1
+    for counts, ratios, verdict in CROSSOVER.findall(text):  # chapter 06: where coalescing won
+        counts = [int(k) for k in counts.split(",")]
+        wins = [float(r) <= 1 / claims.MARGIN for r in re.findall(r"(\d+\.\d+)x", ratios)]
+        assert len(wins) == len(counts)
+        start = next((k for i, k in enumerate(counts) if all(wins[i:])), None)
+        assert verdict == (f"won from {start} tensors on" if start is not None else "did not win at any"), verdict
+        checked += 1
+    return checked
+
+
+GOOD = """plain step         100.00 ms
+DataParallel       150.00 ms   (1.50x the plain step)
+On cpu, 2 slots: the DataParallel step ran at 0.67x the speed of the plain step (150.000 ms against 100.000 ms): no speed-up
+"""
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [GOOD.replace("no speed-up", "a speed-up"),  # a verdict the numbers do not support
+     GOOD.replace("150.000 ms against", "250.000 ms against"),  # a median the table did not print
+     "clone_then_to  5.0 us\nto_device  3.0 us\n"
+     "x took 1.67x the time of y (5.0 us against 3.0 us): about the same\n",  # 1.67 is beyond the margin
+     "coalesced / per tensor, at [1, 16] tensors: 2.00x  0.50x\nOn this machine coalescing did not win at any"],
+)
+def test_the_check_catches_a_claim_its_numbers_contradict(bad):
+    assert check_cell_output(GOOD) == 1
+    with pytest.raises(AssertionError):
+        check_cell_output(bad)
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("name", MEASURING)
 def test_printed_claims_agree_with_the_measurements(name, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")
     nb, _ = execute(ROOT / "notebooks" / name, timeout=600)
-    checked = 0
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-        printed = _numbers_printed(text)
-        for match in SENTENCE.finditer(text):
-            (a, ra), (b, rb) = _seconds(match["a"], match["au"]), _seconds(match["b"], match["bu"])
-            ratio = float(match["ratio"])
-            low, high = (a - ra) / (b + rb), (a + ra) / max(b - rb, 1e-12)
-            assert low - 0.006 <= ratio <= high + 0.006, match[0]  # the ratio is of the medians it names
-            assert match["verdict"] == verdict_for(ratio), match[0]  # the verdict is the ratio's
-            if len(printed) >= 2:
-                assert _close((a, ra), printed) and _close((b, rb), printed), f"{match[0]} names medians the cell did not print"
-            checked += 1
-        for match in SPEEDUP.finditer(text):  # chapter 08: did DataParallel beat the plain step?
-            (a, ra), (b, rb) = _seconds(match["a"], match["au"]), _seconds(match["b"], match["bu"])
-            ratio = float(match["ratio"])
-            assert (b - rb) / (a + ra) - 0.006 <= ratio <= (b + rb) / max(a - ra, 1e-12) + 0.006, match[0]
-            assert match["verdict"] == ("a speed-up" if ratio >= claims.MARGIN else "no speed-up"), match[0]
-            assert _close((a, ra), printed) and _close((b, rb), printed), f"{match[0]} names times the cell did not print"
-            checked += 1
-        for counts, ratios, verdict in CROSSOVER.findall(text):  # chapter 06: where coalescing won
-            counts = [int(k) for k in counts.split(",")]
-            wins = [float(r) <= 1 / claims.MARGIN for r in re.findall(r"(\d+\.\d+)x", ratios)]
-            assert len(wins) == len(counts)
-            start = next((k for i, k in enumerate(counts) if all(wins[i:])), None)
-            assert verdict == (f"won from {start} tensors on" if start is not None else "did not win at any"), verdict
-            checked += 1
+    checked = sum(check_cell_output("".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream"))
+                  for cell in nb.cells if cell.cell_type == "code")
     assert checked >= SENTENCES[name], f"{name} printed {checked} measured comparisons; its conclusions come from them"
 
 
