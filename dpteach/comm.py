@@ -5,7 +5,7 @@ semantics but work on any list of slots, duplicates allowed: ``["cpu", "cpu"]``,
 "cuda:0"]`` or ``[0, 1, 2, 3]``. When every slot is a distinct CUDA device they hand the work to
 ``torch.cuda.comm`` (NCCL where it is there); the results are the same.
 
-Two rules carry the slot semantics of ``../DESIGN.md``:
+Two rules give the slots their meaning:
 
 * the first slot on a tensor's own device gets the tensor itself (as ``torch.cuda.comm`` returns the
   source tensor on its own device), every other slot gets a copy that owns its storage, even on the
@@ -237,7 +237,10 @@ def reduce_add(inputs: Sequence[torch.Tensor], destination: DeviceLike | None = 
     """Sum tensors from several slots onto ``destination`` (default: the first input's device).
 
     Like every function here it moves data and records no autograd history, on one device as
-    across several; ``dpteach.functions.ReduceAddCoalesced`` is the differentiable form.
+    across several; ``dpteach.functions.ReduceAddCoalesced`` is the differentiable form. The
+    ``traffic()`` meter records one ``reduce_add`` copy per input not on ``destination``: a logical
+    count (N - 1 tensors are summed into the destination). On the NCCL path NCCL decides how the
+    data moves between the GPUs, so the records do not say which bytes crossed which link.
     """
     with torch.no_grad():
         return _reduce_add(list(inputs), destination)

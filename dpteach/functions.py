@@ -1,16 +1,22 @@
 """The autograd functions of ``torch/nn/parallel/_functions.py``, on any device list.
 
 They come in adjoint pairs, and each one's backward is written with its partner's ``apply``,
-not with raw ``comm`` calls (PR #2508, after issue #2467 "Scatter is not differentiable twice"):
+not with raw ``comm`` calls (PR #2508, after issue #2467 "Double backward functionality within
+dataParallel is incomplete", whose error was "Scatter is not differentiable twice"):
 
     Broadcast.backward          = ReduceAddCoalesced.apply(...)
     ReduceAddCoalesced.backward = Broadcast.apply(...)
     Scatter.backward            = Gather.apply(...)
     Gather.backward             = Scatter.apply(...)
 
-So the backward graph is itself made of differentiable nodes and double backward (a gradient
-penalty, a Hessian-vector product) works through replication. The C++ ``ReduceAdd`` of PR #20910
-had no such partner, which is why it could not (see ``dpteach.replicate.rewire``).
+The ``comm`` functions move data without autograd history (their copies are detached, their sums
+run under ``no_grad``), so a backward made of them would record nothing; a backward that calls
+``apply`` records a node, and double backward (a gradient penalty, a Hessian-vector product) works
+through replication. A node does not need a
+partner to be differentiable: the engine runs every backward with grad mode set to ``create_graph``,
+so one made of ordinary recorded operations is differentiable too. The C++ ``ReduceAdd`` of PR
+#20910 was such a body (``zeros_like``, ``.to``, ``add_``); what stopped double backward was its
+explicit ``TORCH_CHECK(!compute_requires_grad(inputs))`` (see ``dpteach.replicate.rewire``).
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def buckets(hidden: int = 256, depth: int = 3, global_batch: int = 64, bucket_ca
 
 
 def traffic(hidden: int = 16, depth: int = 1, global_batch: int = 64, steps: int = 3) -> dict:
-    """What DDP moves per step: copies made by dpteach's machinery (none) and bytes all-reduced."""
+    """What DDP moves per step, as its own comm hook sees it: all-reduce calls and bytes (and dpteach copies: none)."""
     ddp = wrap(make_model(hidden, depth))
     storage = [p.data_ptr() for p in ddp.parameters()]
     reduced: list = []
@@ -113,6 +113,7 @@ def traffic(hidden: int = 16, depth: int = 1, global_batch: int = 64, steps: int
             loss_fn(ddp(x), y).backward()
             sgd_step(ddp, lr=0.1)  # the same update on every rank: the gradients are the same
     return dict(dpteach_copies=len(seen.copies), allreduce_bytes_per_step=sum(e["bytes"] for e in reduced) // steps,
+                allreduce_calls_per_step=len(reduced) // steps,  # buckets DDP's comm hook handed to all-reduce
                 same_parameters=storage == [p.data_ptr() for p in ddp.parameters()])  # fmt: skip
 
 

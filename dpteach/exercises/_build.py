@@ -72,7 +72,8 @@ TASKS = {
     "broadcast_pair": (
         "## Task 3 · A Broadcast / ReduceAddCoalesced pair that survives double backward\n\n"
         "Python's `replicate.py` uses two autograd functions, each the other's backward (PR #2508, after issue "
-        "#2467 \"Scatter is not differentiable twice\"). Write both. Forward does the copying and the summing with "
+        "#2467, \"Double backward functionality within dataParallel is incomplete\", whose error read "
+        "\"Scatter is not differentiable twice\"). Write both. Forward does the copying and the summing with "
         "`dpteach.comm`; backward must call the **partner's `apply`**, so the backward graph is itself made of "
         "nodes with a backward, and a gradient penalty or a Hessian-vector product can go through it (chapter 07). "
         "The check replicates with `exercises.broadcast_with(Broadcast)` and compares gradients *and* the "
@@ -84,7 +85,8 @@ TASKS = {
         "tuples, lists, dicts, namedtuples, dataclasses, and things that are not tensors at all. Write "
         "`scatter` and `gather`: tensors are split (and joined) along `dim` with the differentiable `Scatter` / "
         "`Gather` functions, containers keep their type and every field, anything else is shared by every slot. "
-        "PyTorch itself passes a dataclass through unsplit (issues #41327, #45840); yours must not.",
+        "PyTorch's `scatter` hands a dataclass to every slot unsplit (issue #45840) and its `gather` cannot "
+        "rebuild one (issue #41327); yours must do both.",
     ),
     "batchnorm": (
         "## Task 5 · Keep BatchNorm statistics from slot 0\n\n"
@@ -116,9 +118,11 @@ SUMMARY = """\
 
 * Task 1: a replica's parameter learns nothing unless autograd made it *from* the original (issue #19540).
 * Task 2: PR #20910 gave every copy an edge into one `ReduceAdd` node per parameter, summing onto the
-  original's device; its backward has no partner, so double backward stops there.
-* Task 3: `Broadcast` and `ReduceAddCoalesced` are each other's backward, which is why Python's
-  DataParallel supports double backward.
+  original's device. Its C++ body was made of recorded operations, but an explicit check refused
+  gradients that require grad, so double backward stopped there (issue #21144 kept it open).
+* Task 3: `Broadcast` and `ReduceAddCoalesced` are each other's backward: the `comm` calls they wrap
+  leave autograd, so each backward calls the other's `apply` to be recorded, and Python's DataParallel
+  supports double backward.
 * Task 4: scatter and gather are recursive maps over the input's structure; keep every type and field.
 * Task 5: slot 0 shares the model's buffers, so BatchNorm's statistics survive; every other slot's are lost.
 

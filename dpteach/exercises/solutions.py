@@ -27,8 +27,9 @@ def replicate_by_clone(network, devices, detach=False):
             for key, param in original._parameters.items():
                 if param is None:
                     continue
-                # FIX (#20910): a copy made *by autograd* (not under no_grad, not detached, not a new
-                # Parameter): its grad_fn has an edge to `param`. copy=True: its own memory on every slot
+                # FIX (Task 1; PR #20910 instead kept the clone and rewired it, Task 2): a copy made
+                # *by autograd* (not under no_grad, not detached, not a new Parameter): its grad_fn has
+                # an edge to `param`. copy=True: its own memory on every slot
                 copy = param.to(device, copy=True)
                 twin._parameters.pop(key)  # a copy with history is no leaf, so no Parameter:
                 setattr(twin, key, copy)  # set it as a plain attribute, as replicate.py does

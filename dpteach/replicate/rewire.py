@@ -46,8 +46,8 @@ class ReduceAdd(Function):
         if torch.is_grad_enabled() and any(g.requires_grad for g in grads):
             raise RuntimeError(
                 "ReduceAdd can only be used during the backward pass of data parallel: it got gradients "
-                "that require grad (create_graph=True, double backward). The C++ node of PR #20910 has no "
-                "differentiable backward (issue #21144); use strategy='broadcast' for double backward."
+                "that require grad (create_graph=True, double backward). The C++ node of PR #20910 refused them "
+                "with this check (double backward was left to issue #21144); use strategy='broadcast' for double backward."
             )
         output = torch.zeros(ctx.size, dtype=ctx.dtype, device=ctx.destination)
         for g in grads:

@@ -5,8 +5,11 @@ parallel_apply, gather: ``dpteach.graph.replicated_forward``), puts a hook on ev
 (``grad_fn.register_hook``), runs ``backward()``, and lines the nodes up with the drawn graph
 (``dpteach.autograd_graph``). Each ``FlowStep`` is one node running, in the order autograd's
 engine ran them: what it received, and which gradient (shape, norm) it handed to which node. The
-last steps are leaves: ``AccumulateGrad`` writing an original parameter's ``.grad``, or, under
-``"clone"``, a replica's, where the gradient stops (issue #19540).
+engine runs a leaf's ``AccumulateGrad`` as soon as its gradient is ready (its sequence number is
+UINT64_MAX, the highest priority, ``node.h``), so under ``"clone"`` a replica's ``AccumulateGrad``,
+where the gradient stops (issue #19540), can run before other nodes. Under ``"rewire"`` and
+``"broadcast"`` the originals' ``AccumulateGrad`` do come last: they wait for the replication node,
+which was made before the forward and so runs after every replica's backward.
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
 """

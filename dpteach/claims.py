@@ -1,0 +1,113 @@
+"""Sentences about speed, computed from what a chapter just measured on the learner's machine.
+
+A chapter never states "A is twice as fast as B" in prose: the machine it runs on may be a laptop,
+a one-GPU Colab or a node of eight GPUs, and a shared machine is noisy. Instead it measures
+(medians, timed in turns with ``dpteach.profile.median_times``) and prints a ``Comparison``, whose
+verdict has a margin so that noise between runs does not flip it:
+
+    >>> print(Comparison("clone-then-.to", "to", 2.0e-3, 1.0e-3))
+    clone-then-.to took 2.00x the time of to (2.000 ms against 1.000 ms): slower
+
+``tests/test_claims.py`` runs the chapters and checks every such sentence against the numbers
+printed beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ._devices import DeviceLike, as_devices
+
+__all__ = ["MARGIN", "Comparison", "SpeedUp", "hardware", "across_devices", "crossover"]
+
+MARGIN = 1.2  # a ratio of medians inside (1/MARGIN, MARGIN) is "about the same": noise, not a finding
+
+SLOWER, FASTER, SAME = "slower", "faster", "about the same"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.3f} ms"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two medians (seconds) and the verdict they support: ``first`` is slower, faster or about the same."""
+
+    first: str
+    second: str
+    first_seconds: float
+    second_seconds: float
+    margin: float = MARGIN
+
+    @property
+    def ratio(self) -> float:
+        """``first``'s time over ``second``'s: above 1, ``first`` took longer."""
+        return self.first_seconds / self.second_seconds
+
+    @property
+    def verdict(self) -> str:
+        if self.ratio >= self.margin:
+            return SLOWER
+        if self.ratio <= 1 / self.margin:
+            return FASTER
+        return SAME
+
+    def __str__(self) -> str:
+        return (f"{self.first} took {self.ratio:.2f}x the time of {self.second} "
+                f"({_ms(self.first_seconds)} against {_ms(self.second_seconds)}): {self.verdict}")
+
+
+@dataclass(frozen=True)
+class SpeedUp:
+    """Whether a parallel step beat the plain one by more than the margin: the question DataParallel answers.
+
+    Coarser than a ``Comparison`` on purpose: "slower" and "about the same" are both "no speed-up",
+    so a step that costs about as much as the plain one does not flip the sentence from run to run.
+    """
+
+    parallel: str
+    plain: str
+    parallel_seconds: float
+    plain_seconds: float
+    margin: float = MARGIN
+
+    @property
+    def ratio(self) -> float:
+        """Speed relative to the plain step: above 1, the parallel step was faster."""
+        return self.plain_seconds / self.parallel_seconds
+
+    @property
+    def verdict(self) -> str:
+        return "a speed-up" if self.ratio >= self.margin else "no speed-up"
+
+    def __str__(self) -> str:
+        return (f"{self.parallel} ran at {self.ratio:.2f}x the speed of {self.plain} "
+                f"({_ms(self.parallel_seconds)} against {_ms(self.plain_seconds)}): {self.verdict}")
+
+
+def hardware(devices: Sequence[DeviceLike]) -> str:
+    """What the slots are: ``"cpu"``, ``"one gpu"`` (every slot on one GPU) or ``"gpus"`` (several GPUs)."""
+    slots = as_devices(devices)
+    cuda = {d.index for d in slots if d.type == "cuda"}
+    if not cuda:
+        return "cpu"
+    return "gpus" if len(cuda) > 1 else "one gpu"
+
+
+def across_devices(source: DeviceLike, target: DeviceLike) -> bool:
+    """Whether a copy from ``source`` to ``target`` crosses from one memory to another."""
+    (a, b) = as_devices([source, target])
+    return a != b
+
+
+def crossover(counts: Sequence[int], comparisons: Sequence[Comparison]) -> int | None:
+    """The smallest count from which on every comparison says ``first`` was faster; None if there is none."""
+    start = None
+    for count, comparison in zip(counts, comparisons):
+        if comparison.verdict == FASTER:
+            start = count if start is None else start
+        else:
+            start = None
+    return start
+

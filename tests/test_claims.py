@@ -1,0 +1,176 @@
+"""Sentences about speed follow what the chapter measured, never the prose's hopes.
+
+``dpteach.claims.Comparison`` turns two medians into a sentence with a verdict. These tests check the
+verdict rule, then run chapters 06 and 08 and check every printed sentence against its own numbers
+and against the measurements printed in the same cell, and that the chapters' markdown states no
+measured speed itself.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from dpteach import claims
+from dpteach.claims import Comparison
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from run_notebook import execute  # noqa: E402
+
+MEASURING = ["06_the_cost_of_copies.ipynb", "08_real_gpus.ipynb"]
+SENTENCES = {"06_the_cost_of_copies.ipynb": 6, "08_real_gpus.ipynb": 1}  # the comparisons each chapter prints
+
+# "<a> took 2.00x the time of <b> (2.000 ms against 1.000 ms): slower"
+SENTENCE = re.compile(
+    r"took (?P<ratio>\d+\.\d+)x the time of .*? \((?P<a>[\d.]+) (?P<au>us|ms) against (?P<b>[\d.]+) (?P<bu>us|ms)\): "
+    r"(?P<verdict>slower|faster|about the same)"
+)
+SPEEDUP = re.compile(
+    r"ran at (?P<ratio>\d+\.\d+)x the speed of .*? \((?P<a>[\d.]+) (?P<au>us|ms) against (?P<b>[\d.]+) (?P<bu>us|ms)\): "
+    r"(?P<verdict>a speed-up|no speed-up)"
+)
+UNIT = {"us": 1e-6, "ms": 1e-3}
+CROSSOVER = re.compile(r"coalesced / per tensor, at \[([\d, ]+)\] tensors: (.*)\n"
+                       r"On this machine coalescing (won from \d+ tensors on|did not win at any)")
+
+
+def verdict_for(ratio: float) -> str:
+    """The rule, written out again independently of dpteach.claims."""
+    if ratio >= claims.MARGIN:
+        return "slower"
+    if ratio <= 1 / claims.MARGIN:
+        return "faster"
+    return "about the same"
+
+
+@pytest.mark.parametrize(
+    "a, b, verdict",
+    [(2.0, 1.0, "slower"), (1.0, 2.0, "faster"), (1.1, 1.0, "about the same"), (1.0, 1.1, "about the same"),
+     (claims.MARGIN, 1.0, "slower"), (1.0, claims.MARGIN, "faster")],
+)
+def test_verdict_follows_the_ratio_of_medians(a, b, verdict):
+    assert Comparison("a", "b", a, b).verdict == verdict
+
+
+def test_swapping_the_measurements_swaps_the_verdict():
+    assert Comparison("a", "b", 3e-3, 1e-3).verdict == "slower"
+    assert Comparison("a", "b", 1e-3, 3e-3).verdict == "faster"  # the numbers decide, not the names
+
+
+def test_sentence_states_the_numbers_it_was_computed_from():
+    match = SENTENCE.search(str(Comparison("clone_then_to", "to_device", 97.0e-6, 48.4e-6)))
+    assert match, "the sentence keeps its parseable form"
+    assert float(match["a"]) == 97.0 and match["au"] == "us"
+    assert float(match["b"]) == 48.4 and float(match["ratio"]) == pytest.approx(97.0 / 48.4, abs=0.01)
+    assert match["verdict"] == "slower"
+
+
+def test_speed_up_needs_more_than_the_margin():
+    assert claims.SpeedUp("dp", "plain", 1.0, 2.0).verdict == "a speed-up"
+    assert claims.SpeedUp("dp", "plain", 1.0, 1.05).verdict == "no speed-up"  # noise is not a speed-up
+    assert claims.SpeedUp("dp", "plain", 2.0, 1.0).verdict == "no speed-up"
+    assert SPEEDUP.search(str(claims.SpeedUp("dp", "the plain step", 1e-3, 2e-3)))["ratio"] == "2.00"
+
+
+def test_hardware_branches_on_the_slots():
+    assert claims.hardware(["cpu", "cpu"]) == "cpu"
+    assert claims.across_devices("cpu", "cpu") is False
+
+
+def test_crossover_is_where_the_first_one_wins_from_then_on():
+    wins = [Comparison("c", "p", t, 1.0) for t in (2.0, 0.5, 2.0, 0.5, 0.5)]
+    assert claims.crossover([1, 2, 3, 4, 5], wins) == 4  # a win that does not last is no crossover
+    assert claims.crossover([1, 2], [Comparison("c", "p", 2.0, 1.0)] * 2) is None
+
+
+def _seconds(value: str, unit: str) -> tuple[float, float]:
+    """A printed 'number unit' in seconds, with half its last digit: what rounding may have moved."""
+    decimals = len(value.split(".")[1]) if "." in value else 0
+    return float(value) * UNIT[unit], 0.5 * 10 ** -decimals * UNIT[unit]
+
+
+def _numbers_printed(text: str) -> list[tuple[float, float]]:
+    """Every 'number unit' the cell printed outside the sentences, in seconds."""
+    table = "\n".join(line for line in text.splitlines() if not SENTENCE.search(line))
+    return [_seconds(v, u) for v, u in re.findall(r"(\d+\.\d+) (us|ms)\b", table)]
+
+
+def _close(value: tuple[float, float], printed: list[tuple[float, float]]) -> bool:
+    return any(abs(value[0] - p) <= value[1] + r + 1e-12 for p, r in printed)
+
+
+def check_cell_output(text: str) -> int:
+    """Check every claim one cell printed against the numbers it printed; return how many were checked."""
+    checked = 0
+    printed = _numbers_printed(text)
+    for match in SENTENCE.finditer(text):
+        (a, ra), (b, rb) = _seconds(match["a"], match["au"]), _seconds(match["b"], match["bu"])
+        ratio = float(match["ratio"])
+        low, high = (a - ra) / (b + rb), (a + ra) / max(b - rb, 1e-12)
+        assert low - 0.006 <= ratio <= high + 0.006, match[0]  # the ratio is of the medians it names
+        assert match["verdict"] == verdict_for(ratio), match[0]  # the verdict is the ratio's
+        if len(printed) >= 2:
+            assert _close((a, ra), printed) and _close((b, rb), printed), f"{match[0]} names medians the cell did not print"
+        checked += 1
+    for match in SPEEDUP.finditer(text):  # chapter 08: did DataParallel beat the plain step?
+        (a, ra), (b, rb) = _seconds(match["a"], match["au"]), _seconds(match["b"], match["bu"])
+        ratio = float(match["ratio"])
+        assert (b - rb) / (a + ra) - 0.006 <= ratio <= (b + rb) / max(a - ra, 1e-12) + 0.006, match[0]
+        assert match["verdict"] == ("a speed-up" if ratio >= claims.MARGIN else "no speed-up"), match[0]
+        assert _close((a, ra), printed) and _close((b, rb), printed), f"{match[0]} names times the cell did not print"
+        checked += 1
+    for counts, ratios, verdict in CROSSOVER.findall(text):  # chapter 06: where coalescing won
+        counts = [int(k) for k in counts.split(",")]
+        wins = [float(r) <= 1 / claims.MARGIN for r in re.findall(r"(\d+\.\d+)x", ratios)]
+        assert len(wins) == len(counts)
+        start = next((k for i, k in enumerate(counts) if all(wins[i:])), None)
+        assert verdict == (f"won from {start} tensors on" if start is not None else "did not win at any"), verdict
+        checked += 1
+    return checked
+
+
+GOOD = """plain step         100.00 ms
+DataParallel       150.00 ms   (1.50x the plain step)
+On cpu, 2 slots: the DataParallel step ran at 0.67x the speed of the plain step (150.000 ms against 100.000 ms): no speed-up
+"""
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [GOOD.replace("no speed-up", "a speed-up"),  # a verdict the numbers do not support
+     GOOD.replace("150.000 ms against", "250.000 ms against"),  # a median the table did not print
+     "clone_then_to  5.0 us\nto_device  3.0 us\n"
+     "x took 1.67x the time of y (5.0 us against 3.0 us): about the same\n",  # 1.67 is beyond the margin
+     "coalesced / per tensor, at [1, 16] tensors: 2.00x  0.50x\nOn this machine coalescing did not win at any"],
+)
+def test_the_check_catches_a_claim_its_numbers_contradict(bad):
+    assert check_cell_output(GOOD) == 1
+    with pytest.raises(AssertionError):
+        check_cell_output(bad)
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("name", MEASURING)
+def test_printed_claims_agree_with_the_measurements(name, monkeypatch):
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    nb, _ = execute(ROOT / "notebooks" / name, timeout=600)
+    checked = sum(check_cell_output("".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream"))
+                  for cell in nb.cells if cell.cell_type == "code")
+    assert checked >= SENTENCES[name], f"{name} printed {checked} measured comparisons; its conclusions come from them"
+
+
+NUMBER_CLAIM = re.compile(r"\d+(\.\d+)?\s*(×|x\b)|\d+(\.\d+)?\s*(ms|µs|us)\b|\b(twice|three times|half) as (fast|slow|long)\b")
+
+
+@pytest.mark.parametrize("name", MEASURING)
+def test_markdown_states_no_measured_speed(name):
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            found = NUMBER_CLAIM.search(cell.source)
+            assert not found, f"cell {i} states {found[0]!r}: print it from the measurement instead"
