@@ -78,7 +78,8 @@ class Timing:
 
 def _sync() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()  # GPU work is asynchronous: wait, or the clock stops too early
+        for index in range(torch.cuda.device_count()):  # every GPU, not only the current one
+            torch.cuda.synchronize(index)  # GPU work is asynchronous: wait, or the clock stops too early
 
 
 def median_time(fn: Callable[[], object], repeats: int = 20, warmup: int = 2) -> Timing:
