@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 from torch import nn
-from torch._utils import _flatten_dense_tensors, _reorder_tensors_as, _take_tensors, _unflatten_dense_tensors
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from . import comm
 from ._devices import as_device
@@ -126,8 +126,11 @@ def copy_coalesced(tensors: Sequence[torch.Tensor], device, buffer_size: int = c
     copies, paid for by flattening first (one more pass over the data).
     """
     device = as_device(device)
-    out: list[torch.Tensor] = []
-    for bucket in _take_tensors(list(tensors), buffer_size):
-        flat = comm.copy_to(_flatten_dense_tensors(bucket), device, "coalesced")
-        out.extend(t.data for t in _unflatten_dense_tensors(flat, bucket))  # .data: own version counters
-    return list(_reorder_tensors_as(out, list(tensors)))  # buckets group by dtype; give the input order back
+    tensors = list(tensors)
+    out: list[torch.Tensor | None] = [None] * len(tensors)
+    for bucket in comm._buckets(tensors, buffer_size):  # by dtype, by index: safe from CPU to GPU and back
+        chunk = [tensors[i] for i in bucket]
+        flat = comm.copy_to(_flatten_dense_tensors(chunk), device, "coalesced")
+        for i, t in zip(bucket, _unflatten_dense_tensors(flat, chunk)):
+            out[i] = t.data  # .data: own version counters
+    return out

@@ -271,3 +271,11 @@ def test_cpp_build_option_only_where_torch_has_it():
 
     assert _build.header_options(old_load_inline) == {}  # torch 2.4 to 2.7
     assert _build.header_options(new_load_inline) == {"no_implicit_headers": True}
+
+
+def test_costs_copy_coalesced_onto_another_device_type():
+    from dpteach import costs
+
+    tensors = [torch.randn(3, 2), torch.arange(4), torch.randn(5)]
+    out = costs.copy_coalesced(tensors, "meta", buffer_size=24)
+    assert [(t.device.type, t.shape, t.dtype) for t in out] == [("meta", t.shape, t.dtype) for t in tensors]
