@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Iterable, Sequence, Union
 
 import torch
@@ -33,6 +34,21 @@ def as_device(device: DeviceLike) -> torch.device:
             raise RuntimeError(f"cuda:{index} was asked for, but only {torch.cuda.device_count()} CUDA device(s) exist")
         device = torch.device("cuda", index)
     return device
+
+
+def as_output_device(device: DeviceLike) -> torch.device:
+    """Where outputs are gathered: a device, or torch.nn.parallel's deprecated ``-1`` for the CPU.
+
+    torch's DataParallel and gather both accept ``-1`` (gather warns that it is deprecated); so does
+    dpteach, with the same FutureWarning. As a slot, -1 stays refused (:func:`as_device`)."""
+    if isinstance(device, int) and not isinstance(device, bool) and device == -1:
+        warnings.warn(
+            'Using -1 to represent CPU tensor is deprecated. Please use a device object or string instead, e.g., "cpu".',
+            FutureWarning,
+            stacklevel=3,
+        )
+        return torch.device("cpu")
+    return as_device(device)
 
 
 def as_devices(devices: Iterable[DeviceLike] | DeviceLike, what: str = "devices") -> list[torch.device]:

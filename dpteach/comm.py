@@ -3,7 +3,9 @@
 PyTorch's ``torch.cuda.comm`` refuses CPU tensors. These functions keep its names, signatures and
 semantics but work on any list of slots, duplicates allowed: ``["cpu", "cpu"]``, ``["cuda:0",
 "cuda:0"]`` or ``[0, 1, 2, 3]``. When every slot is a distinct CUDA device they hand the work to
-``torch.cuda.comm`` (NCCL where it is there); the results are the same.
+``torch.nn.parallel.comm`` (NCCL where it is there); the results are the same. Which path a slot list
+takes, and which copies block, is decided by two small functions, :func:`fast_path` and
+:func:`non_blocking`.
 
 Two rules give the slots their meaning:
 
@@ -24,7 +26,11 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import torch
-from torch._utils import _flatten_dense_tensors, _reorder_tensors_as, _take_tensors, _unflatten_dense_tensors
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+# ``import torch`` does not import torch.cuda.comm; torch's own DataParallel imports these functions
+# from torch.nn.parallel.comm, where they live (torch.cuda.comm only re-exports them).
+from torch.nn.parallel import comm as torch_comm
 
 from ._devices import DeviceLike, as_device, as_devices, distinct_cuda
 
@@ -132,6 +138,42 @@ def copy_to(tensor: torch.Tensor, device: torch.device, op: str) -> torch.Tensor
     return tensor.to(device, copy=True)
 
 
+def fast_path(devices: Sequence[torch.device], tensors: Sequence[torch.Tensor] = ()) -> bool:
+    """True when a slot list goes to ``torch.nn.parallel.comm``: two or more slots, each a different
+    CUDA device, and no complex tensors. Every other list (``["cuda:0", "cuda:0"]``, one slot, any
+    CPU slot) takes dpteach's own copies."""
+    return len(devices) > 1 and distinct_cuda(devices) and not any(t.is_complex() for t in tensors)
+
+
+def non_blocking(destination: torch.device) -> bool:
+    """Whether a copy onto ``destination`` may return before the data has arrived.
+
+    Only onto a GPU, where the next kernel on the stream waits for it; a copy onto the CPU is read by
+    the CPU at once, so it must block. torch's gather decides the same way (``non_blocking`` is
+    ``out_tensor.is_cuda()`` in ``torch/csrc/cuda/comm.cpp``).
+    """
+    return destination.type == "cuda"
+
+
+def _buckets(tensors: Sequence[torch.Tensor], size_limit: int) -> list[list[int]]:
+    """Indices of ``tensors`` in buckets of one dtype and layout, each at most ``size_limit`` bytes
+    (a bucket holds at least one tensor). Like ``torch._utils._take_tensors``, but by index and
+    blind to the device, so lists whose copies land on another device type reorder safely
+    (torch groups by ``tensor.type()``, which differs between ``cpu`` and ``cuda``)."""
+    open_: dict[tuple, list] = {}
+    done: list[list[int]] = []
+    for i, t in enumerate(tensors):
+        key = (t.dtype, t.layout)
+        size = nbytes(t)
+        bucket = open_.setdefault(key, [[], 0])
+        if bucket[1] + size > size_limit and bucket[1] > 0:
+            done.append(bucket[0])
+            bucket = open_[key] = [[], 0]
+        bucket[0].append(i)
+        bucket[1] += size
+    return done + [b[0] for b in open_.values() if b[0]]
+
+
 def _check_dim(dim: int, ndim: int, what: str) -> int:
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise TypeError(f"{what}: dim must be an int, got {dim!r}")
@@ -200,8 +242,8 @@ def broadcast_coalesced(
             raise ValueError(
                 f"broadcast_coalesced: all tensors must be on devices[0] ({slots[0]}), but tensor {i} is on {t.device}"
             )
-    if len(slots) > 1 and distinct_cuda(slots) and not any(t.is_complex() for t in tensors):
-        outs = torch.cuda.comm.broadcast_coalesced(tensors, [d.index for d in slots], buffer_size)
+    if fast_path(slots, tensors):
+        outs = torch_comm.broadcast_coalesced(tensors, [d.index for d in slots], buffer_size)
         for device in slots[1:]:
             record("broadcast", sum(nbytes(t) for t in tensors), slots[0], device)
         return [list(tensors)] + [list(o) for o in outs[1:]]
@@ -216,16 +258,19 @@ def broadcast_coalesced(
 
 def _coalesced_copy(tensors: list[torch.Tensor], device: torch.device, buffer_size: int) -> list[torch.Tensor]:
     """Copy tensors to another device in flat buckets, then hand back per-tensor pieces."""
-    out: list[torch.Tensor] = []
-    for chunk in _take_tensors(tensors, buffer_size):
+    out: list[torch.Tensor | None] = [None] * len(tensors)
+    for bucket in _buckets(tensors, buffer_size):
+        chunk = [tensors[i] for i in bucket]
         if chunk[0].is_sparse:
-            out.extend(copy_to(t, device, "broadcast") for t in chunk)
+            for i, t in zip(bucket, chunk):
+                out[i] = copy_to(t, device, "broadcast")
             continue
         flat = _flatten_dense_tensors(chunk)
         moved = copy_to(flat, device, "broadcast")
         # pieces of one flat buffer would share a version counter; .data gives each its own
-        out.extend(t.data for t in _unflatten_dense_tensors(moved, chunk))
-    return list(_reorder_tensors_as(out, tensors))
+        for i, t in zip(bucket, _unflatten_dense_tensors(moved, chunk)):
+            out[i] = t.data
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -260,11 +305,11 @@ def _reduce_add(inputs: list[torch.Tensor], destination: DeviceLike | None) -> t
     if len(inputs) == 1:
         return inputs[0] if inputs[0].device == dest else copy_to(inputs[0], dest, "reduce_add")
     devices = [t.device for t in inputs]
-    if distinct_cuda(devices) and dest in devices and not inputs[0].is_complex():
+    if fast_path(devices, inputs[:1]) and dest in devices:
         for t in inputs:
             if t.device != dest:
                 record("reduce_add", nbytes(t), t.device, dest)
-        return torch.cuda.comm.reduce_add(inputs, dest.index)
+        return torch_comm.reduce_add(inputs, dest.index)
     root = next((i for i, t in enumerate(inputs) if t.device == dest), None)
     if root is None:
         result = copy_to(inputs[0], dest, "reduce_add")
@@ -283,7 +328,7 @@ def _moved(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     if tensor.device == device:
         return tensor
     record("reduce_add", nbytes(tensor), tensor.device, device)
-    return tensor.to(device, non_blocking=True)
+    return tensor.to(device, non_blocking=non_blocking(device))
 
 
 def reduce_add_coalesced(
@@ -310,28 +355,31 @@ def _reduce_add_coalesced(groups: list[list[torch.Tensor]], destination, buffer_
         return ()
     dest = groups[0][0].device if destination is None else as_device(destination)
     devices = [g[0].device for g in groups]
-    if len(groups) > 1 and distinct_cuda(devices) and dest in devices and not any(t.is_complex() for t in groups[0]):
+    if fast_path(devices, groups[0]) and dest in devices:
         for g in groups:
             if g[0].device != dest:
                 record("reduce_add", sum(nbytes(t) for t in g), g[0].device, dest)
-        return tuple(torch.cuda.comm.reduce_add_coalesced(groups, dest.index, buffer_size))
+        return tuple(torch_comm.reduce_add_coalesced(groups, dest.index, buffer_size))
     if all(t.device == dest for g in groups for t in g):
         return tuple(reduce_add(ts, dest) for ts in zip(*groups))
     # Across devices: PyTorch's algorithm, sparse first, then dense in flat buckets.
+    # outputs are placed by index, not matched by tensor.type(), which differs between device types
+    output: list[torch.Tensor | None] = [None] * n
     dense: list[list[torch.Tensor]] = [[] for _ in groups]
-    output, ref_order = [], []
-    for at_slots in zip(*groups):
+    dense_at: list[int] = []
+    for k, at_slots in enumerate(zip(*groups)):
         if all(t.is_sparse for t in at_slots):
-            output.append(reduce_add(at_slots, dest))
-            ref_order.append(at_slots[0])
+            output[k] = reduce_add(at_slots, dest)
         else:
             for coll, t in zip(dense, at_slots):
                 coll.append(t.to_dense() if t.is_sparse else t)
-            ref_order.append(dense[0][-1])
-    for chunks in zip(*[_take_tensors(ts, buffer_size) for ts in dense]):
+            dense_at.append(k)
+    for bucket in _buckets(dense[0], buffer_size):
+        chunks = [[ts[i] for i in bucket] for ts in dense]
         flat = reduce_add([_flatten_dense_tensors(c) for c in chunks], dest)
-        output.extend(t.data for t in _unflatten_dense_tensors(flat, chunks[0]))
-    return tuple(_reorder_tensors_as(output, ref_order))
+        for i, t in zip(bucket, _unflatten_dense_tensors(flat, chunks[0])):
+            output[dense_at[i]] = t.data
+    return tuple(output)
 
 
 # --------------------------------------------------------------------------------------------
@@ -403,7 +451,7 @@ def scatter(
         stream = streams[i] if streams is not None else None
         ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
         with ctx:
-            result.append(piece.to(device, non_blocking=stream is not None))
+            result.append(piece.to(device, non_blocking=stream is not None and non_blocking(device)))
     return tuple(result)
 
 
@@ -437,7 +485,7 @@ def gather(tensors: Sequence[torch.Tensor], dim: int = 0, destination: DeviceLik
         dest = tensors[0].device if destination is None else as_device(destination)
     for t in tensors:
         record("gather", nbytes(t), t.device, dest)
-    moved = [t if t.device == dest else t.to(dest, non_blocking=True) for t in tensors]
+    moved = [t if t.device == dest else t.to(dest, non_blocking=non_blocking(dest)) for t in tensors]
     if out is not None:
         return torch.cat(moved, dim, out=out)
     return torch.cat(moved, dim)

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 from torch import nn
-from torch._utils import _flatten_dense_tensors, _reorder_tensors_as, _take_tensors, _unflatten_dense_tensors
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from . import comm
 from ._devices import as_device
@@ -78,7 +78,8 @@ class Timing:
 
 def _sync() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()  # GPU work is asynchronous: wait, or the clock stops too early
+        for index in range(torch.cuda.device_count()):  # every GPU, not only the current one
+            torch.cuda.synchronize(index)  # GPU work is asynchronous: wait, or the clock stops too early
 
 
 def median_time(fn: Callable[[], object], repeats: int = 20, warmup: int = 2) -> Timing:
@@ -125,8 +126,11 @@ def copy_coalesced(tensors: Sequence[torch.Tensor], device, buffer_size: int = c
     copies, paid for by flattening first (one more pass over the data).
     """
     device = as_device(device)
-    out: list[torch.Tensor] = []
-    for bucket in _take_tensors(list(tensors), buffer_size):
-        flat = comm.copy_to(_flatten_dense_tensors(bucket), device, "coalesced")
-        out.extend(t.data for t in _unflatten_dense_tensors(flat, bucket))  # .data: own version counters
-    return list(_reorder_tensors_as(out, list(tensors)))  # buckets group by dtype; give the input order back
+    tensors = list(tensors)
+    out: list[torch.Tensor | None] = [None] * len(tensors)
+    for bucket in comm._buckets(tensors, buffer_size):  # by dtype, by index: safe from CPU to GPU and back
+        chunk = [tensors[i] for i in bucket]
+        flat = comm.copy_to(_flatten_dense_tensors(chunk), device, "coalesced")
+        for i, t in zip(bucket, _unflatten_dense_tensors(flat, chunk)):
+            out[i] = t.data  # .data: own version counters
+    return out

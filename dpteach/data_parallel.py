@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from ._devices import DeviceLike, as_device, as_devices, default_devices
+from ._devices import DeviceLike, as_devices, as_output_device, default_devices
 from .parallel_apply import parallel_apply
 from .replicate import Strategy, replicate, resolve_strategy
 from .scatter_gather import gather, scatter_kwargs
@@ -63,7 +63,7 @@ class DataParallel(nn.Module):
         resolve_strategy(strategy)  # an unknown strategy fails here, not at the first forward
         self.module = module
         self.device_ids = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
-        self.output_device = self.device_ids[0] if output_device is None else as_device(output_device)
+        self.output_device = self.device_ids[0] if output_device is None else as_output_device(output_device)
         self.dim = _check_dim(dim)
         self.strategy = strategy
         self.src_device_obj = self.device_ids[0]
@@ -114,7 +114,7 @@ def data_parallel(
     if not isinstance(inputs, tuple):
         inputs = (inputs,) if inputs is not None else ()
     slots = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
-    output_device = slots[0] if output_device is None else as_device(output_device)
+    output_device = slots[0] if output_device is None else as_output_device(output_device)
     _check_module_device(module, slots[0])
     inputs, module_kwargs = scatter_kwargs(inputs, module_kwargs, slots, dim)
     if not inputs and not module_kwargs:

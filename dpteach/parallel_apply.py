@@ -32,13 +32,24 @@ def get_a_var(obj: Any) -> torch.Tensor | None:
     return None
 
 
-def _device_context(device: torch.device):
-    """Make ``device`` current in this thread (CUDA device and its current stream); nothing for CPU."""
+def caller_stream(device: torch.device | None):
+    """The caller's current CUDA stream on ``device`` (None for CPU or an unknown device).
+
+    Read in the calling thread, as torch's parallel_apply does: a new thread's current stream is
+    always the default stream, so reading it in the worker would ignore a ``torch.cuda.stream(s)``
+    block the caller is in."""
+    if device is None or device.type != "cuda":
+        return None
+    return torch.cuda.current_stream(device)
+
+
+def _device_context(device: torch.device, stream=None):
+    """Make ``device`` current in this thread, and ``stream`` (the caller's) its stream; nothing for CPU."""
     if device.type != "cuda":
         return contextlib.nullcontext()
     stack = contextlib.ExitStack()
     stack.enter_context(torch.cuda.device(device))
-    stack.enter_context(torch.cuda.stream(torch.cuda.current_stream(device)))
+    stack.enter_context(torch.cuda.stream(stream if stream is not None else torch.cuda.current_stream(device)))
     return stack
 
 
@@ -67,6 +78,8 @@ def parallel_apply(
     elif len(devices) != len(modules):
         raise AssertionError(f"The number of modules {len(modules)} is not equal to the number of devices {len(devices)}")
     devices = [None if d is None else as_device(d) for d in devices]
+    streams = [caller_stream(d if d is not None else getattr(get_a_var(inp), "device", None))
+               for d, inp in zip(devices, inputs)]  # fmt: skip
 
     grad_enabled = torch.is_grad_enabled()
     autocast = {
@@ -77,7 +90,7 @@ def parallel_apply(
     lock = threading.Lock()
     results: dict[int, Any] = {}
 
-    def _worker(i: int, module, input, kwargs, device) -> None:
+    def _worker(i: int, module, input, kwargs, device, stream=None) -> None:
         torch.set_grad_enabled(grad_enabled)
         if device is None:
             t = get_a_var(input)
@@ -94,7 +107,7 @@ def parallel_apply(
             device = t.device
         try:
             with contextlib.ExitStack() as stack:
-                stack.enter_context(_device_context(device))
+                stack.enter_context(_device_context(device, stream))
                 for kind, (enabled, dtype) in autocast.items():
                     if enabled:
                         stack.enter_context(torch.autocast(kind, dtype=dtype))
@@ -109,15 +122,15 @@ def parallel_apply(
 
     if len(modules) > 1:
         threads = [
-            threading.Thread(target=_worker, args=(i, m, inp, kw, dev), name=f"dpteach-replica-{i}")
-            for i, (m, inp, kw, dev) in enumerate(zip(modules, inputs, kwargs_tup, devices))
+            threading.Thread(target=_worker, args=(i, m, inp, kw, dev, st), name=f"dpteach-replica-{i}")
+            for i, (m, inp, kw, dev, st) in enumerate(zip(modules, inputs, kwargs_tup, devices, streams))
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
     elif modules:
-        _worker(0, modules[0], inputs[0], kwargs_tup[0], devices[0])
+        _worker(0, modules[0], inputs[0], kwargs_tup[0], devices[0], streams[0])
 
     outputs = []
     for i in range(len(inputs)):

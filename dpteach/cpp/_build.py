@@ -155,6 +155,16 @@ def _ticking(label: str, expected: int):
     return bar()
 
 
+def header_options(load_inline) -> dict:
+    """``no_implicit_headers=True`` where ``load_inline`` takes it (torch 2.8 and newer), else nothing.
+
+    The option skips the implicit ``#include <torch/extension.h>``; the source includes what it
+    needs, so on an older torch it compiles the same, only more slowly."""
+    import inspect
+
+    return {"no_implicit_headers": True} if "no_implicit_headers" in inspect.signature(load_inline).parameters else {}
+
+
 def build(*, progress: bool = True, verbose: bool = False) -> ModuleType:
     """Compile (or load from the cache) ``dp_original.cpp``; raises when the compiler fails."""
     global _fallback_root
@@ -185,7 +195,7 @@ def build(*, progress: bool = True, verbose: bool = False) -> ModuleType:
                 module = load_inline(
                     name=extension_name(),
                     cpp_sources=[SOURCE.read_text()],
-                    no_implicit_headers=True,  # the source includes what it needs, less than torch/extension.h
+                    **header_options(load_inline),  # the source includes what it needs, less than torch/extension.h
                     extra_cflags=CFLAGS,
                     build_directory=str(directory),
                     verbose=verbose,

@@ -80,6 +80,28 @@ def default_backend(world_size: int) -> str:
     return "gloo"
 
 
+def check_backend(backend: str, world_size: int) -> None:
+    """Refuse, in one sentence, a backend this machine cannot run for ``world_size`` ranks.
+
+    NCCL binds one GPU to each rank; without CUDA, or with fewer GPUs than ranks, torch would fail
+    later inside a rank with an internal error ("invalid device ordinal", an AttributeError)."""
+    if backend != "nccl":
+        return
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"backend='nccl' needs a CUDA GPU for each of the {world_size} ranks, but CUDA is not available "
+            "here; use backend='gloo' (the default without GPUs), which runs the ranks on the CPU."
+        )
+    gpus = torch.cuda.device_count()
+    if gpus < world_size:
+        raise RuntimeError(
+            f"backend='nccl' needs a GPU for each of the {world_size} ranks, but only {gpus} GPU(s) exist "
+            f"here; use at most {gpus} ranks with NCCL, or backend='gloo'."
+        )
+    if not dist.is_nccl_available():
+        raise RuntimeError("backend='nccl' was asked for, but this PyTorch was built without NCCL; use backend='gloo'.")
+
+
 def task_name(task: str | Callable) -> str:
     """The name a rank imports a task by; refuses functions a spawned process cannot import."""
     if isinstance(task, str):
@@ -139,6 +161,7 @@ class Ranks:
             raise ValueError(f"world_size must be at least 1, got {world_size}")
         self.world_size = world_size
         self.backend = backend or default_backend(world_size)
+        check_backend(self.backend, world_size)  # before any process starts
         self.timeout = timeout
         threads = threads or max(1, (os.cpu_count() or 1) // world_size)
         # The rendezvous store lives here, as torchrun's agent keeps it; port 0 lets the OS pick a free one.

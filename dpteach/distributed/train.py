@@ -83,6 +83,9 @@ def _join(args: argparse.Namespace) -> None:
     gpu_each = torch.cuda.is_available() and torch.cuda.device_count() >= local_world  # a GPU for every local rank
     backend = args.backend or ("nccl" if gpu_each else "gloo")
     if backend == "nccl":
+        from .launch import check_backend
+
+        check_backend(backend, local_world)  # one sentence, not torch's "invalid device ordinal"
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # before init, so NCCL binds this rank's GPU
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))  # env://, as torchrun set it
 

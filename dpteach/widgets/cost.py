@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .. import comm, story
+from .. import comm, profile, story
 from ..data_parallel import DataParallel
 from .training import STRATEGIES, slot_devices
 
@@ -52,11 +52,15 @@ class StrategyCost:
         return statistics.median(self.seconds)
 
 
-def _timed_steps(step, budget_s: float, max_repeats: int) -> list[float]:
+def _timed_steps(step, budget_s: float, max_repeats: int, sync=lambda: None) -> list[float]:
+    """Seconds of each call of ``step``; ``sync()`` waits for the GPUs before and after each one,
+    since GPU work is asynchronous and without it the clock measures kernel launches."""
     samples = []
     while len(samples) < max_repeats and (not samples or sum(samples) + samples[-1] <= budget_s):
+        sync()
         start = time.perf_counter()
         step()
+        sync()
         samples.append(time.perf_counter() - start)
     return samples
 
@@ -99,7 +103,8 @@ class CostLab:
 
             with comm.traffic() as meter:  # every copy dpteach makes in this step, forward and backward
                 step()  # also the warm-up: the first step pays for allocations
-            costs.append(StrategyCost(strategy, meter.by_op(), tuple(_timed_steps(step, self.budget_s, self.max_repeats))))
+            timed = _timed_steps(step, self.budget_s, self.max_repeats, lambda: profile.sync(devices))
+            costs.append(StrategyCost(strategy, meter.by_op(), tuple(timed)))
         model = wide_model(self.width, self.seed).to(devices[0])
 
         def plain():
@@ -107,7 +112,9 @@ class CostLab:
             nn.functional.mse_loss(model(x), y).backward()
 
         plain()
-        self.reference_s = statistics.median(_timed_steps(plain, self.budget_s, self.max_repeats))
+        self.reference_s = statistics.median(
+            _timed_steps(plain, self.budget_s, self.max_repeats, lambda: profile.sync(devices[:1]))
+        )
         self.costs = costs
         return costs
 
