@@ -182,6 +182,9 @@ def main(root: Path) -> None:
     nbformat.write(exercises_notebook(), root / "notebooks" / "11_exercises.ipynb")
     (root / "notebooks" / "solutions").mkdir(parents=True, exist_ok=True)
     nbformat.write(solutions_notebook(), root / "notebooks" / "solutions" / "11_exercises_solutions.ipynb")
+    from .._course import main as add_links  # the Colab/Binder link cell and set-up cell, as every chapter has
+
+    add_links([str(root)])
 
 
 if __name__ == "__main__":
