@@ -3,8 +3,8 @@
 One place for where the course lives and which release it is:
 
 * ``REPOSITORY``: the course's home. Moving it is a one-line change here, then
-  ``python -m dpteach._course`` rewrites what is derived from it (the README's badges and chapter
-  table links, every chapter's set-up cell and link line); ``tests/test_course_links.py`` fails until
+  ``scripts/sync_course.py`` (``make sync``) rewrites what is derived from it (the README's badges and
+  chapter table links, every chapter's set-up cell and link line, pyproject's URLs); ``tests/test_course_links.py`` fails until
   that is done.
 * ``VERSION``: the package version. ``pyproject.toml`` reads it (``dynamic = ["version"]``), and
   ``dpteach.__version__`` is this string. ``RELEASE`` is its git tag, which the set-up cell installs
@@ -71,7 +71,7 @@ if "google.colab" in sys.modules:
 
 
 # --------------------------------------------------------------------------------------------
-# Writing the derived copies: python -m dpteach._course [ROOT]
+# Writing the derived copies: scripts/sync_course.py [ROOT]
 # --------------------------------------------------------------------------------------------
 
 
@@ -140,12 +140,27 @@ def sync_readme(root: Path) -> bool:
     return True
 
 
+def sync_pyproject(root: Path) -> bool:
+    """Point pyproject.toml's [project.urls] at REPOSITORY; True if it changed."""
+    import re
+
+    path = root / "pyproject.toml"
+    text = path.read_text()
+    new = re.sub(r'^(\w+ = ")https://github\.com/[\w.-]+/[\w.-]+', lambda m: m.group(1) + REPOSITORY, text, flags=re.M)
+    if new == text:
+        return False
+    path.write_text(new)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     root = Path(args[0]) if args else Path(__file__).resolve().parents[1]
     changed = [p.relative_to(root).as_posix() for p in chapter_notebooks(root) if sync_notebook(p, root)]
     if sync_readme(root):
         changed.append("README.md")
+    if sync_pyproject(root):
+        changed.append("pyproject.toml")
     print("rewrote: " + (", ".join(changed) if changed else "nothing (all up to date)"))
     return 0
 
