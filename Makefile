@@ -37,7 +37,7 @@ $(TEST_STAMP): pyproject.toml scripts/setup.sh
 book: $(TEST_STAMP)
 	$(VENV)/bin/python scripts/build_book.py
 
-colab-stack: $(TEST_STAMP)
+colab-stack:
 	scripts/colab_stack.sh
 
 dist: $(TEST_STAMP)

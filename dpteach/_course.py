@@ -132,6 +132,7 @@ def sync_readme(root: Path) -> bool:
         path = root / rel
         return readme_table_row(path, root, what)
 
+    new = re.sub(r"dpteach @ git\+https://[\w./-]+@v[\w.]+", f"dpteach @ git+{REPOSITORY}@{RELEASE}", new)
     new = re.sub(r"^\| \[(\d\d [^\]]+)\]\((notebooks/[\w/.-]+\.ipynb)\) \| (.*?) \|(?: \[!\[Open In Colab.*\|)?$",
                  row, new, flags=re.M)
     if new == text:

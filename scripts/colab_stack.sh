@@ -10,7 +10,7 @@
 #   3. on Colab's Python (3.13, when an interpreter is here): every file byte-compiles, and the set-up cell
 #      runs its Colab branch against a stand-in google.colab and a stand-in pip.
 # torch: Colab's 2.11.0 CPU wheel comes from download.pytorch.org; where that index cannot be reached
-# (CI here), TORCH_SPEC falls back to the CPU wheel at hand (torch 2.13.0), and the Python is then the
+# (CI here), the torch spec falls back to the CPU wheel at hand (torch 2.13.0), and the Python is then the
 # one that wheel is built for. The run says which it used. Times each step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,18 +19,25 @@ VENV=.venv-colab-stack
 OUT=artifacts/colab-stack
 COLAB_PINS=${COLAB_PINS:-"ipython==7.34.0 ipykernel==6.17.1 ipywidgets==7.7.1 tornado==6.5.1 numpy==2.0.2 matplotlib==3.10.0 graphviz==0.21 tqdm==4.67.1"}
 TEST_DEPS="pytest pytest-timeout hypothesis nbclient nbformat pyyaml packaging ninja"
-PY313=${PY313:-$(command -v python3.13 || true)}
+# Colab's Python: python3.13 on PATH, or pyenv's (whose shim may refuse when 3.13 is not selected)
+if [ -z "${PY313:-}" ]; then
+  for candidate in python3.13 "$(pyenv root 2>/dev/null)"/versions/3.13*/bin/python3.13; do
+    if "$candidate" -c "" >/dev/null 2>&1; then PY313=$(command -v "$candidate"); break; fi
+  done
+fi
+PY313=${PY313:-}
 start=$(date +%s)
 step() { echo "colab-stack [$(( $(date +%s) - start )) s] $*"; }
 
-# torch 2.11 (Colab's) if its CPU wheel can be had, else the pinned CPU wheel CI uses
-PYTHON=${PYTHON:-}
-TORCH_SPEC=${TORCH_SPEC:-}
+# torch 2.11 (Colab's) if its CPU wheel can be had, else the pinned CPU wheel CI uses.
+# COLAB_PYTHON and COLAB_TORCH (a pip spec, options allowed) override the choice.
+PYTHON=${COLAB_PYTHON:-}
+TORCH_SPEC=${COLAB_TORCH:-}
 if [ -z "$TORCH_SPEC" ]; then
-  if timeout 30 "${PY313:-python3}" -m pip download -q --no-deps -d "$(mktemp -d)" torch==2.11.0 \
-       --index-url https://download.pytorch.org/whl/cpu >/dev/null 2>&1; then
+  if [ -n "$PY313" ] && timeout 60 "$PY313" -m pip download -q --no-deps -d "$(mktemp -d)" torch==2.11.0 \
+       --index-url https://download.pytorch.org/whl/cpu --only-binary=:all: >/dev/null 2>&1; then
     TORCH_SPEC="torch==2.11.0 --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple"
-    PYTHON=${PYTHON:-${PY313:-python3}}
+    PYTHON=${PYTHON:-$PY313}
   else
     step "download.pytorch.org/whl/cpu is out of reach: torch 2.11.0+cpu cannot be had; using torch==2.13.0 (CPU wheel on disk)"
     TORCH_SPEC="torch==2.13.0"

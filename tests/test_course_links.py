@@ -88,6 +88,7 @@ def test_readme_badges_and_table_are_derived():
         rows = [line for line in readme.splitlines() if line.startswith(f"| [{path.stem[:2]} ") and f"({rel})" in line]
         assert len(rows) == 1, f"the README's chapter table needs one row for {rel}"
         assert rows[0].endswith(f"| {_course.badges(rel)} |")
+    assert f'pip install "dpteach @ git+{REPOSITORY}@{RELEASE}"' in readme  # the install line for your own notebook
 
 
 def test_pyproject_urls_point_at_the_repository():
