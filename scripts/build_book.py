@@ -154,6 +154,12 @@ def title_of(nb: nbformat.NotebookNode, path: Path) -> str:
     return path.stem.replace("_", " ")
 
 
+def short(path: Path) -> str:
+    """A chapter's short name for the link bar: "05 buffers and batchnorm"."""
+    number, _, name = path.stem.partition("_")
+    return f"{number} {name.replace('_', ' ')}"
+
+
 def page_name(path: Path) -> str:
     rel = path.relative_to(ROOT / "notebooks")
     return rel.with_suffix(".html").as_posix().replace("/", "__")
@@ -199,8 +205,10 @@ def build(out: Path, source_dir: Path, force: bool = False) -> dict:
         nb.cells = [c for c in nb.cells if c.get("id") != _course.LINKS_CELL_ID]
         widgets = static_widgets(nb)
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": titles[path]}})
-        prev = (page_name(chapters[i - 1]), titles[chapters[i - 1]]) if i else None
-        nxt = (page_name(chapters[i + 1]), titles[chapters[i + 1]]) if i + 1 < len(chapters) else None
+        prev = (page_name(chapters[i - 1]), short(chapters[i - 1])) if i else None
+        nxt = (page_name(chapters[i + 1]), short(chapters[i + 1])) if i + 1 < len(chapters) else None
+        # require.js (from a CDN) only serves live widgets and JavaScript outputs; the pages have neither
+        body = re.sub(r'<script src="[^"]*require(\.min)?\.js"></script>\s*', "", body)
         body = body.replace("</head>", f"<style>{CSS}</style></head>", 1)
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav(rel, prev, nxt), body, count=1)
         (out / page_name(path)).write_text(body)

@@ -44,15 +44,34 @@ def book(tmp_path_factory):
     return out
 
 
+def _has_image(output: dict) -> bool:
+    data = output.get("data", {})
+    return "image/png" in data or "image/svg+xml" in data
+
+
 def expected_figures(path: Path) -> tuple[int, int]:
-    """(figures drawn by cell outputs, widget outputs) in the executed copy of a chapter."""
+    """(figures the chapter drew, widget outputs) in its executed copy; a figure inside a widget's
+    Output area (the kernel's saved widget state) counts too."""
     nb = nbformat.read(ROOT / "artifacts" / "notebooks" / path.name, as_version=4)
+    state = nb.metadata.get("widgets", {}).get(build_book.WIDGET_STATE, {}).get("state", {})
     figures = widgets = 0
+    todo: list[str] = []
     for cell in nb.cells:
         for output in cell.get("outputs", []):
-            data = output.get("data", {})
-            figures += ("image/png" in data) or ("image/svg+xml" in data)
-            widgets += build_book.WIDGET_VIEW in data
+            figures += _has_image(output)
+            view = output.get("data", {}).get(build_book.WIDGET_VIEW)
+            if view:
+                widgets += 1
+                todo.append(view["model_id"])
+    seen: set[str] = set()
+    while todo:  # every widget reachable from a displayed one
+        model_id = todo.pop()
+        if model_id in seen or model_id not in state:
+            continue
+        seen.add(model_id)
+        st = state[model_id].get("state", {})
+        todo += [c.removeprefix("IPY_MODEL_") for c in st.get("children", [])]
+        figures += sum(_has_image(o) for o in st.get("outputs", []))
     return figures, widgets
 
 
