@@ -31,7 +31,7 @@ from nbconvert import HTMLExporter
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # an installed dpteach wins; a bare checkout still works
 from run_notebook import execute  # noqa: E402
 
 from dpteach import _course  # noqa: E402
