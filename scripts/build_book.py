@@ -150,7 +150,7 @@ def title_of(nb: nbformat.NotebookNode, path: Path) -> str:
         if cell.cell_type == "markdown":
             match = re.search(r"^# (.+)$", cell.source, re.M)
             if match:
-                return match.group(1).strip()
+                return match.group(1).replace("`", "").strip()
     return path.stem.replace("_", " ")
 
 
@@ -223,7 +223,7 @@ def build(out: Path, source_dir: Path, force: bool = False) -> dict:
     index = f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
 <title>dpteach: data parallelism in PyTorch, through one real bug and its fix</title>
 <style>body {{ font: 16px/1.5 system-ui, sans-serif; max-width: 860px; margin: 2em auto; padding: 0 1em; }}
-td {{ padding: 4px 12px 4px 0; }} a {{ color: #0969da; }}</style></head><body>
+td {{ padding: 4px 12px 4px 0; }} td:last-child {{ white-space: nowrap; }} a {{ color: #0969da; }}</style></head><body>
 <h1>dpteach</h1>
 <p><b>Learn data parallelism in PyTorch through one real bug and its fix</b> (PyTorch PR #20910). Each chapter
 below is shown with the outputs it produced when it last ran; open it on Colab or Binder to run it yourself, or
