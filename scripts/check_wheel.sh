@@ -24,7 +24,8 @@ if "$BUILD_PY" -m twine --version >/dev/null 2>&1; then "$BUILD_PY" -m twine che
 WHEEL=$(ls "$WORK"/dist/dpteach-*.whl)
 echo "check_wheel: fresh venv with $TORCH_SPEC, then $(basename "$WHEEL")"
 "$PYTHON" -m venv "$WORK/venv"
-"$WORK/venv/bin/python" -m pip install -q "$TORCH_SPEC"
+# shellcheck disable=SC2086  # TORCH_SPEC may carry pip options (--index-url ...), as in CI
+"$WORK/venv/bin/python" -m pip install -q $TORCH_SPEC
 "$WORK/venv/bin/python" -m pip install -q "$WHEEL"
 cd "$WORK"   # no dpteach/ source folder here: only the installed wheel can be imported
 env -u PYTHONPATH "$WORK/venv/bin/python" -c "import dpteach, pathlib; p = pathlib.Path(dpteach.__file__); \
