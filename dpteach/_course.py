@@ -63,8 +63,9 @@ if "google.colab" in sys.modules:
     for line in pip.stdout:
         print(line, end="", flush=True)
     if pip.wait() != 0:
-        raise RuntimeError("pip could not install dpteach (its messages are above): check that this runtime "
-                           "is online and that {REPOSITORY} has the tag {RELEASE}, then run this cell again.")
+        raise RuntimeError("pip could not install dpteach (its messages are above): check that this "
+                           "runtime is online and that {REPOSITORY} has the tag "
+                           "{RELEASE}, then run this cell again.")
     from google.colab import output
     output.enable_custom_widget_manager()
     print("dpteach {VERSION} is installed.")'''

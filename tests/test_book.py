@@ -21,6 +21,7 @@ import pytest
 from dpteach import _course
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest.importorskip("nbconvert", reason="the book is built with nbconvert")
 sys.path.insert(0, str(ROOT / "scripts"))
 import build_book  # noqa: E402
 
