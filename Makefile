@@ -1,32 +1,66 @@
 # The two commands of the README:
-#   make lab    set everything up, then open the course in JupyterLab
-#   make test   set everything up, then run the whole test suite (what CI runs)
-# Set-up is scripts/setup.sh: system packages (graphviz's dot, chromium) where it may install them,
-# a virtual environment in .venv with PyTorch and dpteach, and a Colab-like one for ipywidgets 7.
+#   make lab    set up what a learner needs, then open the course in JupyterLab
+#   make test   set up what the tests need too, then run the whole test suite (what CI runs)
+# Set-up is scripts/setup.sh: system packages (graphviz's dot; chromium for the tests) where it may
+# install them, a virtual environment in .venv with PyTorch and dpteach (+ its lab, or lab/test/e2e, extras).
+# More:
+#   make book         a static HTML book of every chapter with its outputs, in artifacts/book/
+#   make colab-stack  the library tests and the chapters in a Colab-like environment (ipywidgets 7.7.1)
+#   make dist         the sdist and wheel in dist/, checked with twine
+#   make wheel-check  build the wheel from a clean copy and install it into a fresh venv with torch
+#   make memory       peak memory of chapters 09 and 10, the two heaviest on Binder's 2 GB
+#   make sync         rewrite what is derived from dpteach/_course.py (badges, set-up cells)
 
 PYTHON ?= python3
 VENV   := .venv
-STAMP  := $(VENV)/.dpteach-installed
+LAB_STAMP  := $(VENV)/.dpteach-lab
+TEST_STAMP := $(VENV)/.dpteach-test
 
-.PHONY: lab test setup gpu-check bench clean
+.PHONY: lab test setup book colab-stack dist wheel-check memory sync gpu-check bench clean
 
-lab: $(STAMP)
+lab: $(LAB_STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-setup: $(STAMP)
+setup: $(LAB_STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
-	PYTHON=$(PYTHON) scripts/setup.sh
+$(LAB_STAMP): pyproject.toml scripts/setup.sh
+	PYTHON=$(PYTHON) scripts/setup.sh lab
 	touch $@
 
-gpu-check: $(STAMP)
+$(TEST_STAMP): pyproject.toml scripts/setup.sh
+	PYTHON=$(PYTHON) scripts/setup.sh test
+	touch $@ $(LAB_STAMP)
+
+book: $(TEST_STAMP)
+	$(VENV)/bin/python scripts/build_book.py
+
+colab-stack:
+	scripts/colab_stack.sh
+
+dist: $(TEST_STAMP)
+	rm -rf dist
+	$(VENV)/bin/python -m pip install -q build twine
+	$(VENV)/bin/python -m build --outdir dist .
+	$(VENV)/bin/python -m twine check --strict dist/*
+
+wheel-check: $(TEST_STAMP)
+	$(VENV)/bin/python -m pip install -q build twine
+	scripts/check_wheel.sh
+
+memory: $(TEST_STAMP)
+	$(VENV)/bin/python scripts/peak_memory.py notebooks/09_beyond_one_process.ipynb notebooks/10_the_cpp_original.ipynb
+
+sync: $(LAB_STAMP)
+	$(VENV)/bin/python scripts/sync_course.py
+
+gpu-check: $(TEST_STAMP)
 	scripts/gpu_check.sh
 
-bench: $(STAMP)
+bench: $(LAB_STAMP)
 	$(VENV)/bin/python -m dpteach.bench
 
 clean:
-	rm -rf $(VENV) .venv-colab artifacts .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-colab artifacts dist .pytest_cache .hypothesis

@@ -14,7 +14,7 @@ from .parallel_apply import parallel_apply
 from .replicate import STRATEGIES, replicate
 from .scatter_gather import gather, scatter, scatter_kwargs
 
-__version__ = "0.1.0"
+from ._course import VERSION as __version__  # the one place the version is written
 
 __all__ = [
     "replicate",

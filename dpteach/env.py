@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 __all__ = ["Item", "Report", "check", "where"]
@@ -104,10 +105,84 @@ def _version(module) -> str:
 
 
 def _python(place: str) -> Item:
-    found = f"Python {platform.python_version()}"
+    found = f"Python {platform.python_version()} at {sys.executable}"
     if sys.version_info < (3, 10):
         return Item("python", MISSING, found, "dpteach needs Python 3.10 or newer.")
     return Item("python", OK, found)
+
+
+def _dpteach(place: str) -> Item:
+    from ._course import RELEASE, REPOSITORY, VERSION
+
+    folder = Path(__file__).resolve().parent
+    site = any(part in ("site-packages", "dist-packages") for part in folder.parts)
+    how = "installed" if site else "a source checkout (editable install or PYTHONPATH)"
+    return Item("dpteach", OK, f"dpteach {VERSION} (release {RELEASE} of {REPOSITORY}), {how}: {folder}")
+
+
+def _memory(place: str) -> Item:
+    """Free memory, and the container's limit where there is one (Binder stops a kernel over 2 GB)."""
+    gib = 1024**3
+    available = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if available is None:
+        try:
+            import psutil
+
+            available = psutil.virtual_memory().available
+        except ImportError:
+            return Item("memory", INFO, "free memory unknown on this system")
+    limit = None
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            text = Path(limit_file).read_text().strip()
+            if text != "max" and int(text) < 1 << 50:  # cgroup v1 writes a huge number for "no limit"
+                limit = int(text)
+                available = min(available, limit - int(Path(usage_file).read_text().strip()))
+            break
+        except (OSError, ValueError):
+            continue
+    found = f"{available / gib:.1f} GB free"
+    if limit is not None:
+        found += f" of a {limit / gib:.1f} GB limit for this container"
+    if available < 0.75 * gib:
+        return Item("memory", WARN, found, "Shut down the kernels of notebooks you are not using "
+                                           "(Kernel > Shut Down Kernel, or the Running panel) to free memory.")
+    return Item("memory", INFO, found)
+
+
+def _compiler(place: str) -> Item:
+    exe = shutil.which(os.environ.get("CXX", "cl" if sys.platform == "win32" else "c++"))
+    if exe is None:
+        fix = {
+            "Binder": "Add cxx-compiler to environment.yml (conda-forge) and rebuild the Binder.",
+            "Colab": "Run `!apt-get install -y g++` in a cell.",
+        }.get(place, "Install a C++ compiler: `apt-get install g++`, `xcode-select --install` on macOS, "
+                     "or `conda install -c conda-forge cxx-compiler`.")
+        return Item("compiler", WARN, "no C++ compiler on PATH (chapter 10 skips its compiled cells)", fix)
+    done = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+    first = (done.stdout or done.stderr).strip().splitlines()[:1]
+    if done.returncode != 0:
+        return Item("compiler", WARN, f"{exe} is there but `--version` failed", "Reinstall the C++ compiler.")
+    return Item("compiler", OK, f"{first[0] if first else exe} at {exe} (chapter 10 compiles C++)")
+
+
+def _ninja(place: str) -> Item:
+    exe = shutil.which("ninja") or shutil.which("ninja", path=str(Path(sys.executable).parent))
+    if exe is None:
+        fix = "Run `!pip install ninja` in a cell." if place == "Colab" else _install_hint(place, "ninja", "ninja")
+        return Item("ninja", WARN, "not found (chapter 10 builds its C++ with ninja)", fix)
+    done = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
+    if done.returncode != 0:
+        return Item("ninja", WARN, f"{exe} is there but `--version` failed", "Reinstall it: `pip install ninja`.")
+    return Item("ninja", OK, f"ninja {done.stdout.strip()} at {exe} (chapter 10's C++ build)")
 
 
 def _torch(place: str) -> Item:
@@ -232,15 +307,25 @@ def _kernel(place: str) -> Item:
 
 PROBES: list[tuple[str, Callable[[str], Item]]] = [
     ("python", _python),
+    ("dpteach", _dpteach),
     ("torch", _torch),
     ("devices", _devices),
+    ("memory", _memory),
     ("dot", _dot),
     ("graphviz", _package("graphviz", "graphviz", "python-graphviz", "Python side of the drawings")),
     ("ipywidgets", _widgets),
     ("matplotlib", _package("matplotlib", "matplotlib", "matplotlib", "plots")),
     ("tqdm", _package("tqdm", "tqdm", "tqdm", "progress bars")),
+    ("compiler", _compiler),
+    ("ninja", _ninja),
     ("notebook", _kernel),
 ]
+
+
+def _issues() -> str:
+    from ._course import REPOSITORY
+
+    return f"{REPOSITORY}/issues"
 
 
 def check() -> Report:
@@ -256,6 +341,6 @@ def check() -> Report:
         except Exception as err:  # a broken probe is a finding, not a crash
             report.items.append(
                 Item(name, WARN, f"the check itself failed: {type(err).__name__}: {err}",
-                     "Report this at the course repository, with the message.")
+                     f"Report this, with the message, at {_issues()}.")
             )
     return report

@@ -36,7 +36,8 @@ echo "colab_like: building $VENV with $PYTHON"
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q "$TORCH_SPEC"
+# shellcheck disable=SC2086  # TORCH_SPEC may carry pip options (--index-url ...), as in CI
+"$VENV/bin/python" -m pip install -q $TORCH_SPEC
 # shellcheck disable=SC2086  # the pins are separate words on purpose
 "$VENV/bin/python" -m pip install -q $PINS $REST
 "$VENV/bin/python" -m pip install -q --no-deps -e .

@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Set up dpteach on a fresh machine: what `make lab` and `make test` run first.
-#  1. system packages: graphviz (the `dot` program) and chromium (browser tests), when missing and
-#     this user may install them (root or sudo on Debian/Ubuntu); otherwise one line on how to.
-#  2. .venv: PyTorch (TORCH_SPEC, CPU build 2.13.0 by default), then dpteach with its lab and test extras.
+# Set up dpteach on a fresh machine: what `make lab` (scripts/setup.sh lab) and `make test`
+# (scripts/setup.sh test) run first.
+#  1. system packages: graphviz (the `dot` program), and for `test` chromium (browser tests), when
+#     missing and this user may install them (root or sudo on Debian/Ubuntu); otherwise one line on how to.
+#  2. .venv: PyTorch (TORCH_SPEC, CPU build 2.13.0 by default), then dpteach with the `lab` extra
+#     (JupyterLab, ipywidgets 8, ninja), and for `test` also the `test` and `e2e` extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+WHAT=${1:-lab}
+case "$WHAT" in
+  lab) EXTRAS="lab" ;;
+  test) EXTRAS="lab,test,e2e" ;;
+  *) echo "usage: scripts/setup.sh [lab|test]" >&2; exit 2 ;;
+esac
 PYTHON=${PYTHON:-python3}
 # A bare `torch` or an open range can pull a multi-GB CUDA build; pin the release CI uses.
+# On a machine with an NVIDIA GPU, e.g. TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128".
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 
 need=()
 command -v dot >/dev/null 2>&1 || need+=(graphviz)
-command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+if [ "$WHAT" = test ]; then
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need+=(chromium)
+fi
 if ((${#need[@]})); then
   if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" = 0 ] || sudo -n true 2>/dev/null; }; then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
@@ -20,7 +31,7 @@ if ((${#need[@]})); then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   else
     echo "setup: ${need[*]} not found and not installable here; graphs print as text without dot"
-    echo "       (macOS: brew install graphviz; Debian/Ubuntu: sudo apt-get install graphviz chromium)"
+    echo "       (macOS: brew install graphviz; Debian/Ubuntu: sudo apt-get install ${need[*]})"
   fi
 fi
 
@@ -28,7 +39,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q "$TORCH_SPEC"
-.venv/bin/python -m pip install -q -e ".[lab,test,e2e]"
+# shellcheck disable=SC2086  # TORCH_SPEC may carry pip options (--index-url ...)
+.venv/bin/python -m pip install -q $TORCH_SPEC
+.venv/bin/python -m pip install -q -e ".[$EXTRAS]"
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
-echo "setup: done ($(.venv/bin/python -c 'import torch, dpteach; print("torch", torch.__version__, "| dpteach", dpteach.__version__)'))"
+echo "setup ($WHAT): done ($(.venv/bin/python -c 'import torch, dpteach; print("torch", torch.__version__, "| dpteach", dpteach.__version__)'))"

@@ -16,7 +16,8 @@ import dpteach
 from dpteach import env, story
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = ["python", "torch", "devices", "dot", "graphviz", "ipywidgets", "matplotlib", "tqdm", "notebook"]
+NAMES = ["python", "dpteach", "torch", "devices", "memory", "dot", "graphviz", "ipywidgets", "matplotlib", "tqdm",
+         "compiler", "ninja", "notebook"]
 
 
 @pytest.fixture

@@ -186,6 +186,9 @@ def main(root: Path) -> None:
     nbformat.write(exercises_notebook(), root / "notebooks" / "11_exercises.ipynb")
     (root / "notebooks" / "solutions").mkdir(parents=True, exist_ok=True)
     nbformat.write(solutions_notebook(), root / "notebooks" / "solutions" / "11_exercises_solutions.ipynb")
+    from .._course import main as add_links  # the link cell and set-up cell every chapter has
+
+    add_links([str(root)])
 
 
 if __name__ == "__main__":
