@@ -17,6 +17,7 @@ from torch import nn
 from ._devices import DeviceLike, as_device, as_devices, default_devices
 from .parallel_apply import parallel_apply
 from .replicate import Strategy, replicate, resolve_strategy
+from .replicate._modules import check_not_compiled
 from .scatter_gather import gather, scatter_kwargs
 
 __all__ = ["DataParallel", "data_parallel"]
@@ -60,6 +61,11 @@ class DataParallel(nn.Module):
         strategy: Strategy = "broadcast",
     ) -> None:
         super().__init__()
+        if not isinstance(module, nn.Module):
+            raise TypeError(
+                f"DataParallel wraps an nn.Module, got {type(module).__name__}; wrap it in an nn.Module whose "
+                "forward calls it, or use dpteach.data_parallel(module, inputs, ...) for a module"
+            )
         resolve_strategy(strategy)  # an unknown strategy fails here, not at the first forward
         self.module = module
         self.device_ids = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
@@ -69,6 +75,8 @@ class DataParallel(nn.Module):
         self.src_device_obj = self.device_ids[0]
         if len(self.device_ids) == 1:
             self.module.to(self.src_device_obj)
+        else:  # refused now, before a forward copies it into the learner's model
+            check_not_compiled(module, "DataParallel")
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         _check_module_device(self.module, self.src_device_obj)  # replicate() checks the rest (lazy modules...)
@@ -115,6 +123,13 @@ def data_parallel(
         inputs = (inputs,) if inputs is not None else ()
     slots = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
     output_device = slots[0] if output_device is None else as_device(output_device)
+    if not isinstance(module, nn.Module):
+        raise TypeError(
+            f"data_parallel runs an nn.Module, got {type(module).__name__}; wrap it in an nn.Module whose "
+            "forward calls it"
+        )
+    if len(slots) > 1:
+        check_not_compiled(module, "data_parallel")
     _check_module_device(module, slots[0])
     inputs, module_kwargs = scatter_kwargs(inputs, module_kwargs, slots, dim)
     if not inputs and not module_kwargs:

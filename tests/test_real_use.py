@@ -62,30 +62,39 @@ def test_equal_meters_close_without_error():
 
 def test_meters_closed_out_of_order_from_two_threads():
     opened = threading.Barrier(2)
-    first_closed = threading.Event()
+    a_copied, b_closed = threading.Event(), threading.Event()
     meters, errors = {}, []
 
-    def run(name, close_first):
+    def run_a():  # opens first, closes last
         try:
-            with comm.traffic() as meter:
-                meters[name] = meter
+            with comm.traffic() as meters["a"]:
                 opened.wait(timeout=10)
                 comm.broadcast(torch.ones(4), SLOTS)
-                if not close_first:
-                    first_closed.wait(timeout=10)  # the meter opened first closes last
-                    comm.broadcast(torch.ones(4), SLOTS)
-            if close_first:
-                first_closed.set()
+                a_copied.set()
+                b_closed.wait(timeout=10)
+                comm.broadcast(torch.ones(4), SLOTS)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    a = threading.Thread(target=run, args=("a", False))
-    b = threading.Thread(target=run, args=("b", True))
-    a.start(), b.start(), a.join(10), b.join(10)
+    def run_b():
+        try:
+            with comm.traffic() as meters["b"]:
+                opened.wait(timeout=10)
+                a_copied.wait(timeout=10)
+                comm.broadcast(torch.ones(4), SLOTS)
+            b_closed.set()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
     assert errors == []
     assert comm._meters == []
     one = comm.nbytes(torch.ones(4))  # one broadcast to the second slot copies 16 bytes
-    assert meters["b"].bytes == 2 * one  # both threads' copies while b was open (traffic counts every thread)
+    assert meters["b"].bytes == 2 * one  # a's copy and its own: traffic() counts every thread's copies
     assert meters["a"].bytes == 3 * one
 
 
@@ -123,3 +132,115 @@ def test_memory_flat_over_many_metered_steps():
     with comm.traffic() as after:  # a new meter starts empty: nothing piled up anywhere
         one_step(model, x)
     assert len(after.copies) == copies_per_step
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. torch.compile: refused before anything is touched; compiling the wrapper works
+# ------------------------------------------------------------------------------------------------
+
+
+def _snapshot(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}, [id(p) for p in model.parameters()]
+
+
+@pytest.mark.parametrize("strategy", ["broadcast", "rewire", "clone"])
+def test_compiled_module_is_refused_and_left_intact(strategy):
+    model = small_model()
+    compiled = torch.compile(model)
+    state, ids = _snapshot(model)
+    with pytest.raises(TypeError, match=r"torch\.compile.*torch\.compile\(DataParallel\(model"):
+        dpteach.DataParallel(compiled, SLOTS, strategy=strategy)
+    with pytest.raises(TypeError, match=r"torch\.compile"):
+        dpteach.replicate(compiled, SLOTS, strategy=strategy)
+    with pytest.raises(TypeError, match=r"torch\.compile"):
+        dpteach.data_parallel(compiled, torch.randn(4, 4), SLOTS, strategy=strategy)
+    # the learner's model: same parameter objects, same values, its children still its own
+    assert [id(p) for p in model.parameters()] == ids
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert [type(m).__name__ for m in model.children()] == ["Linear", "ReLU", "Linear"]
+    x = torch.randn(5, 4)
+    assert_close(compiled._orig_mod(x), model(x))
+
+
+def test_compiled_submodule_is_refused_with_its_name():
+    model = small_model()
+    model[0] = torch.compile(model[0])
+    with pytest.raises(TypeError, match=r"submodule '0'.*model\.0 = model\.0\._orig_mod"):
+        dpteach.DataParallel(model, SLOTS)
+
+
+def test_one_slot_runs_the_compiled_module_itself():
+    # with one slot nothing is replicated (the module itself runs), so a compiled module is fine there
+    model = small_model()
+    dp = dpteach.DataParallel(torch.compile(model, backend="eager"), ["cpu"])
+    x = torch.randn(6, 4)
+    assert_close(dp(x), model(x))
+
+
+COMPILED_WRAPPER = """
+import torch, dpteach
+from torch import nn
+def small_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+model, reference, x = small_model(), small_model(), torch.randn(8, 4)
+reference(x).pow(2).sum().backward()
+dp = torch.compile(dpteach.DataParallel(model, ["cpu", "cpu"]), backend="eager")  # the fix the message names
+out = dp(x)
+out.pow(2).sum().backward()
+torch.testing.assert_close(out, reference(x))  # forward went well
+for p, q in zip(model.parameters(), reference.parameters()):
+    torch.testing.assert_close(p.grad, q.grad)  # backward went well: the original learned
+print("compiled wrapper trains")
+"""
+
+
+def test_compiling_the_wrapper_trains_like_one_device():
+    # in a process of its own: dynamo's caches would otherwise outlive the test (and its garbage, later tests' counts)
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", COMPILED_WRAPPER], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "compiled wrapper trains" in done.stdout
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. ScriptModules replicate under every strategy, as torch.nn.parallel.replicate does
+# ------------------------------------------------------------------------------------------------
+
+
+def scripted_bn(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2))
+
+
+@pytest.mark.parametrize("make", [torch.jit.script, lambda m: torch.jit.trace(m, torch.randn(4, 4))],
+                         ids=["script", "trace"])
+@pytest.mark.parametrize("strategy", ["broadcast", "rewire"])
+def test_script_module_trains_like_one_device(make, strategy):
+    x = torch.randn(8, 4)
+    model = make(scripted_bn())
+    out = dpteach.DataParallel(model, SLOTS, strategy=strategy)(x)
+    out.pow(2).sum().backward()
+    # each slot normalises its own half, so compare with the plain model run on the halves
+    halves = torch.cat([scripted_bn()(h) for h in x.chunk(2)])
+    assert_close(out, halves)
+    ref = scripted_bn()
+    torch.cat([ref(h) for h in x.chunk(2)]).pow(2).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert p.grad is not None, f"{name}: the original ScriptModule's parameter got no gradient"
+        assert_close(p.grad, q.grad)
+
+
+def test_script_replicas_keep_their_children_findable():
+    model = torch.jit.script(scripted_bn())
+    replicas = dpteach.replicate(model, SLOTS)
+    for slot, replica in enumerate(replicas):
+        children = dict(replica.named_modules())
+        assert list(children) == ["", "0", "1", "2", "3"]
+        weight = children["0"].weight
+        assert (weight.data_ptr() == model[0].weight.data_ptr()) == (slot == 0)  # slot 0 shares, others copy
+        assert not weight.is_leaf  # an output of Broadcast: its gradient goes back to the original
