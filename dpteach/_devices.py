@@ -23,6 +23,8 @@ def as_device(device: DeviceLike) -> torch.device:
         device = torch.device(device)
     elif not isinstance(device, torch.device):
         raise TypeError(f"expected a device (int, str or torch.device), got {type(device).__name__}: {device!r}")
+    if device.type == "cpu":
+        return torch.device("cpu")  # "cpu:0" is the CPU, where tensors report plain "cpu"
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError(

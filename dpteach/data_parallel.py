@@ -8,6 +8,7 @@ replicas' gradients reach ``module`` is what the replication strategy decides.
 
 from __future__ import annotations
 
+import dataclasses
 from itertools import chain
 from typing import Any, Sequence
 
@@ -29,6 +30,34 @@ def _check_module_device(module: nn.Module, src: torch.device) -> None:
             raise RuntimeError(
                 f"module must have its parameters and buffers on device {src} (device_ids[0]) "
                 f"but found one of them on device: {t.device}"
+            )
+
+
+def _tensors(obj: Any, path: str):
+    """Every tensor in a nested input, with its path (``inputs[0]``, ``kwargs['mask']``)."""
+    if isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from _tensors(getattr(obj, f.name), f"{path}.{f.name}")
+    elif isinstance(obj, (list, tuple)):
+        for i, item in enumerate(obj):
+            yield from _tensors(item, f"{path}[{i}]")
+    elif isinstance(obj, dict):
+        for k, item in obj.items():
+            yield from _tensors(item, f"{path}[{k!r}]")
+
+
+def _check_not_empty(inputs: Any, kwargs: Any, dim: int, who: str) -> None:
+    """An empty batch fails now, in words, rather than in backward ("Expected positive chunk size")."""
+    if not torch.is_grad_enabled():
+        return  # inference on an empty batch runs, as in torch: each slot gets an empty piece
+    for path, t in chain(_tensors(inputs, "inputs"), _tensors(kwargs or {}, "kwargs")):
+        if t.dim() > 0 and -t.dim() <= dim < t.dim() and t.size(dim) == 0:
+            raise ValueError(
+                f"{who} got an empty batch: {path} has size 0 along dim {dim}, so there is nothing to split over "
+                "the slots, and backward would fail. Skip empty batches before calling the model (or run them "
+                "under torch.no_grad(), where they pass through)"
             )
 
 
@@ -64,7 +93,7 @@ class DataParallel(nn.Module):
         if not isinstance(module, nn.Module):
             raise TypeError(
                 f"DataParallel wraps an nn.Module, got {type(module).__name__}; wrap it in an nn.Module whose "
-                "forward calls it, or use dpteach.data_parallel(module, inputs, ...) for a module"
+                "forward calls it"
             )
         resolve_strategy(strategy)  # an unknown strategy fails here, not at the first forward
         self.module = module
@@ -80,6 +109,8 @@ class DataParallel(nn.Module):
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         _check_module_device(self.module, self.src_device_obj)  # replicate() checks the rest (lazy modules...)
+        if len(self.device_ids) > 1:
+            _check_not_empty(inputs, kwargs, self.dim, "DataParallel")
         inputs, module_kwargs = self.scatter(inputs, kwargs, self.device_ids)
         if not inputs and not module_kwargs:  # a forward with no inputs still runs, once per slot
             inputs, module_kwargs = ((),), ({},)
@@ -131,6 +162,8 @@ def data_parallel(
     if len(slots) > 1:
         check_not_compiled(module, "data_parallel")
     _check_module_device(module, slots[0])
+    if len(slots) > 1:
+        _check_not_empty(inputs, module_kwargs, dim, "data_parallel")
     inputs, module_kwargs = scatter_kwargs(inputs, module_kwargs, slots, dim)
     if not inputs and not module_kwargs:
         inputs, module_kwargs = ((),), ({},)

@@ -76,6 +76,7 @@ def parallel_apply(
     }
     lock = threading.Lock()
     results: dict[int, Any] = {}
+    interrupts: list[BaseException] = []
 
     def _worker(i: int, module, input, kwargs, device) -> None:
         torch.set_grad_enabled(grad_enabled)
@@ -106,6 +107,10 @@ def parallel_apply(
         except Exception:
             with lock:
                 results[i] = ExceptionWrapper(where=f"in replica {i} on device {device}")
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: handed to the caller as themselves
+            with lock:
+                interrupts.append(exc)
+                results[i] = None
 
     if len(modules) > 1:
         threads = [
@@ -119,6 +124,8 @@ def parallel_apply(
     elif modules:
         _worker(0, modules[0], inputs[0], kwargs_tup[0], devices[0])
 
+    if interrupts:  # Ctrl-C or sys.exit() in a replica stops the caller too, as itself
+        raise interrupts[0]
     outputs = []
     for i in range(len(inputs)):
         output = results[i]

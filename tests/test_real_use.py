@@ -244,3 +244,77 @@ def test_script_replicas_keep_their_children_findable():
         weight = children["0"].weight
         assert (weight.data_ptr() == model[0].weight.data_ptr()) == (slot == 0)  # slot 0 shares, others copy
         assert not weight.is_leaf  # an output of Broadcast: its gradient goes back to the original
+
+
+# ------------------------------------------------------------------------------------------------
+# 5. rarer inputs: torch's behaviour or an error that names the problem and the fix
+# ------------------------------------------------------------------------------------------------
+
+
+class SometimesNone(nn.Module):
+    """Returns None for a piece whose first value is negative: replicas disagree on the structure."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return None if x[0, 0] < 0 else self.linear(x)
+
+
+@pytest.mark.parametrize("first_negative", [True, False], ids=["None-then-tensor", "tensor-then-None"])
+def test_gather_of_none_beside_a_tensor_is_refused(first_negative):
+    x = torch.ones(4, 2)
+    x[0 if first_negative else 2, 0] = -1  # the piece of slot 0 or of slot 1 gives None
+    with pytest.raises(ValueError, match=r"replica 1 returned (None|a tensor) at output where replica 0 returned"):
+        dpteach.DataParallel(SometimesNone(), SLOTS)(x)
+    with pytest.raises(ValueError, match="same structure"):
+        dpteach.gather([None, torch.ones(2)] if first_negative else [torch.ones(2), None], "cpu")
+
+
+def test_gather_of_none_everywhere_is_none():
+    assert dpteach.gather([None, None], "cpu") is None  # as torch
+
+
+@pytest.mark.parametrize("slots", [["cpu:0", "cpu:0"], ["cpu", "cpu:0"], [torch.device("cpu", 0)] * 3])
+def test_cpu_0_slots_are_the_cpu(slots):
+    model, x = small_model(), torch.randn(6, 4)
+    assert_close(dpteach.DataParallel(model, slots)(x), model(x))
+    assert all(r[0].weight.device == torch.device("cpu") for r in dpteach.replicate(model, slots))
+
+
+class Interrupting(nn.Module):
+    def __init__(self, exc):
+        super().__init__()
+        self.exc = exc
+        self.linear = nn.Linear(2, 2)
+
+    def forward(self, x):
+        if x[0, 0] > 0:  # only slot 1's piece
+            raise self.exc
+        return self.linear(x)
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(3)], ids=["KeyboardInterrupt", "SystemExit"])
+def test_interrupt_inside_a_replica_reaches_the_caller_as_itself(exc):
+    x = torch.cat([-torch.ones(2, 2), torch.ones(2, 2)])
+    with pytest.raises(type(exc)) as caught:
+        dpteach.DataParallel(Interrupting(exc), SLOTS)(x)
+    assert caught.value is exc
+    assert threading.active_count() == 1  # no replica thread left behind
+
+
+def test_empty_batch_fails_at_once_in_words():
+    model = small_model()
+    with pytest.raises(ValueError, match=r"empty batch: inputs\[0\] has size 0 along dim 0.*Skip empty batches"):
+        dpteach.DataParallel(model, SLOTS)(torch.randn(0, 4))
+    with pytest.raises(ValueError, match=r"empty batch: kwargs\['x'\]"):
+        dpteach.data_parallel(model, (), SLOTS, module_kwargs={"x": torch.randn(0, 4)})
+    with torch.no_grad():  # inference passes through, as in torch and on one device
+        assert dpteach.DataParallel(model, SLOTS)(torch.randn(0, 4)).shape == (0, 3)
+
+
+@pytest.mark.parametrize("thing", [lambda x: x * 2, "model", None, torch.randn(2)], ids=["function", "str", "None", "tensor"])
+def test_dataparallel_of_a_non_module_is_refused_at_construction(thing):
+    with pytest.raises(TypeError, match=r"DataParallel wraps an nn\.Module, got \w+; wrap it in an nn\.Module"):
+        dpteach.DataParallel(thing, SLOTS)
