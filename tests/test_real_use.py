@@ -318,3 +318,131 @@ def test_empty_batch_fails_at_once_in_words():
 def test_dataparallel_of_a_non_module_is_refused_at_construction(thing):
     with pytest.raises(TypeError, match=r"DataParallel wraps an nn\.Module, got \w+; wrap it in an nn\.Module"):
         dpteach.DataParallel(thing, SLOTS)
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. fidelity against torch.nn.parallel, and the differences kept on purpose (README: "Where dpteach differs")
+# ------------------------------------------------------------------------------------------------
+
+
+def torch_replicate_on_cpu(monkeypatch, model, devices, detach):
+    """torch.nn.parallel.replicate itself, with dpteach's device-agnostic comm and Broadcast under it (CPU has no NCCL)."""
+    import sys
+
+    import torch.nn.parallel.replicate  # noqa: F401 - the module, not the function the package re-exports
+
+    import dpteach.functions
+
+    tr = sys.modules["torch.nn.parallel.replicate"]
+    monkeypatch.setattr(tr, "comm", comm)
+    monkeypatch.setattr(tr, "_get_device_index", lambda d, optional=False: torch.device(d))
+    monkeypatch.setattr(torch.nn.parallel._functions, "Broadcast", dpteach.functions.Broadcast)
+    return tr.replicate(model, devices, detach)
+
+
+@pytest.mark.parametrize("detach", [True, False])
+def test_slot_0_holds_what_torch_gives_it(monkeypatch, detach):
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+    ours = dpteach.replicate(model, SLOTS, detach=detach)
+    theirs = torch_replicate_on_cpu(monkeypatch, model, SLOTS, detach)
+    for name, original in list(model.named_parameters()) + list(model.named_buffers()):
+        owner, key = name.rsplit(".", 1)
+        mine = [getattr(r.get_submodule(owner), key) for r in ours]
+        torch_ = [getattr(r.get_submodule(owner), key) for r in theirs]
+        assert (mine[0] is original) == (torch_[0] is original), name  # with detach: the original object itself
+        assert type(mine[0]) is type(torch_[0]), name  # a Parameter where torch has one
+        assert mine[1] is not original and mine[1].data_ptr() != original.data_ptr()  # slot 1 owns its copy
+        assert (mine[1].grad_fn is None) == (torch_[1].grad_fn is None), name
+    assert [n for n, _ in ours[0].named_parameters()] == [n for n, _ in theirs[0].named_parameters()]
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(3, 3)
+        self.b = nn.Linear(3, 3)
+        self.b.weight = self.a.weight  # tied
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("strategy", ["broadcast", "rewire"])
+def test_tied_weights_get_one_device_gradients(strategy):
+    x = torch.randn(6, 3)
+    ref = Tied()
+    ref(x).pow(2).sum().backward()
+    model = Tied()
+    one_step(model, x, strategy=strategy)
+    assert_close(model.a.weight.grad, ref.a.weight.grad)  # both uses of the tied weight summed, as on one device
+    replica = dpteach.replicate(model, SLOTS, strategy=strategy)[1]
+    # broadcast keeps the weight tied inside each replica (as torch); rewire clones each module, so
+    # the replica holds two copies, both outputs of the one ReduceAdd node of the original weight
+    assert (replica.a.weight is replica.b.weight) == (strategy == "broadcast")
+    if strategy == "rewire":
+        assert replica.a.weight.grad_fn is replica.b.weight.grad_fn
+
+
+@pytest.mark.parametrize("strategy", ["broadcast", "rewire", "clone"])
+def test_frozen_parameters_stay_without_gradient(strategy):
+    model, x = small_model(), torch.randn(6, 4)
+    model[0].requires_grad_(False)
+    one_step(model, x, strategy=strategy)
+    assert model[0].weight.grad is None and model[0].bias.grad is None  # as on one device
+    for replica in dpteach.replicate(model, SLOTS, strategy=strategy):
+        assert not replica[0].weight.requires_grad  # a frozen parameter's copies ask for nothing
+
+
+class Sparse(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(10, 3, sparse=True)
+        self.used = nn.Linear(3, 2)
+        self.unused = nn.Linear(3, 2)
+
+    def forward(self, i):
+        return self.used(self.emb(i))
+
+
+def test_sparse_gradients_broadcast_sparse_rewire_dense():
+    i = torch.tensor([1, 2, 3, 1])
+    ref = Sparse()
+    ref(i).pow(2).sum().backward()  # one_step's loss
+    for strategy, sparse in (("broadcast", True), ("rewire", False)):
+        model = Sparse()
+        one_step(model, i, strategy=strategy)
+        grad = model.emb.weight.grad
+        assert grad.is_sparse == sparse  # rewire sums into a dense tensor, as the C++ ReduceAdd (zeros + add_)
+        assert_close(grad.to_dense(), ref.emb.weight.grad.to_dense())  # the same numbers either way
+
+
+# ------------------------------------------------------------------------------------------------
+# 7. the surprising parts, pinned down (docstrings and README say them)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_unused_parameters_zero_under_broadcast_none_under_rewire():
+    i = torch.tensor([1, 2, 3, 1])
+    expected = {"broadcast": torch.zeros(2, 3), "rewire": None, "clone": None}
+    for strategy, want in expected.items():
+        model = Sparse()
+        one_step(model, i, strategy=strategy)
+        got = model.unused.weight.grad
+        if want is None:
+            assert got is None, strategy  # as on one device
+        else:
+            assert_close(got, want)  # as torch.nn.DataParallel: one Broadcast node reduces every parameter
+
+
+def test_one_slot_runs_the_module_itself_so_clone_learns():
+    model, x = small_model(), torch.randn(6, 4)
+    ref = small_model()
+    ref(x).pow(2).sum().backward()
+    one_step(model, x, devices=["cpu"], strategy="clone")
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad)  # nothing is replicated with one slot: the clone bug cannot show
+    model = small_model()
+    one_step(model, x, devices=SLOTS, strategy="clone")
+    assert all(p.grad is None for p in model.parameters())  # with two slots it does

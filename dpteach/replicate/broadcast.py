@@ -26,10 +26,8 @@ def _broadcast_coalesced_reshape(tensors, devices, detach):
     if not tensors:
         return [[] for _ in devices]
     if detach:
-        copies = comm.broadcast_coalesced(tensors, devices)
-        # slot 0 hands back the originals themselves; give it detached aliases, not the Parameters
-        copies[0] = [t.detach() for t in copies[0]]
-        return copies
+        # as replicate.py: slot 0 gets the original Parameter and buffer objects themselves, other slots copies
+        return comm.broadcast_coalesced(tensors, devices)
     flat = Broadcast.apply(devices, *tensors)
     n = len(tensors)
     return [list(flat[i : i + n]) for i in range(0, len(flat), n)]
