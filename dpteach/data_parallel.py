@@ -78,6 +78,11 @@ class DataParallel(nn.Module):
     As in PyTorch, the module is replicated on every forward, so changes a replica makes to
     itself are lost, except in-place updates of slot 0's tensors, which share storage with
     ``module`` when slot 0 is on its device (BatchNorm's running statistics rely on this).
+
+    Also as in PyTorch, with one slot nothing is replicated: ``module`` itself runs, so every
+    strategy learns there, ``"clone"`` included; its bug shows from two slots on. A
+    ``torch.compile``'d module is refused (replicating the wrapper would empty the model it
+    wraps): compile the DataParallel instead. Under grad mode an empty batch is refused.
     """
 
     def __init__(

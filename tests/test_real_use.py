@@ -446,3 +446,33 @@ def test_one_slot_runs_the_module_itself_so_clone_learns():
     model = small_model()
     one_step(model, x, devices=SLOTS, strategy="clone")
     assert all(p.grad is None for p in model.parameters())  # with two slots it does
+
+
+def test_a_slow_answer_stops_at_the_time_limit_with_a_sentence():
+    import time
+
+    from dpteach import exercises
+
+    def slow_replicate(network, devices, detach=False):
+        time.sleep(60)  # a learner's answer that takes far too long (a sleep: the watchdog must wake it)
+
+    before = exercises.time_limit()
+    exercises.set_time_limit(1)
+    try:
+        start = time.monotonic()
+        result = exercises.check_clone_bug(slow_replicate)
+        took = time.monotonic() - start
+    finally:
+        exercises.set_time_limit(before)
+    assert not result.passed
+    assert any("stopped after 1 seconds with your code still running" in m for m in result.messages), result.messages
+    assert any("set_time_limit" in m for m in result.messages)
+    assert took < 30  # stopped by the limit, not by the answer finishing
+    assert exercises.time_limit() == before
+
+
+def test_time_limit_refuses_nonsense():
+    from dpteach import exercises
+
+    with pytest.raises(ValueError, match="positive number of seconds, or None"):
+        exercises.set_time_limit(0)
