@@ -25,11 +25,11 @@ __all__ = ["DataParallel", "data_parallel"]
 
 
 def _check_module_device(module: nn.Module, src: torch.device) -> None:
-    for t in chain(module.parameters(), module.buffers()):
+    for name, t in chain(module.named_parameters(), module.named_buffers()):
         if t.device != src:
             raise RuntimeError(
                 f"module must have its parameters and buffers on device {src} (device_ids[0]) "
-                f"but found one of them on device: {t.device}"
+                f"but found one of them on device: {t.device} ({name!r}). Move it first: module.to({str(src)!r})"
             )
 
 

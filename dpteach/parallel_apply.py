@@ -55,7 +55,10 @@ def parallel_apply(
     message naming the replica and device, with the original traceback.
     """
     if len(modules) != len(inputs):
-        raise AssertionError(f"The number of modules {len(modules)} is not equal to the number of inputs {len(inputs)}")
+        raise AssertionError(
+            f"The number of modules {len(modules)} is not equal to the number of inputs {len(inputs)}; "
+            "give one input per module"
+        )
     if kwargs_tup is None:
         kwargs_tup = ({},) * len(modules)
     elif len(kwargs_tup) != len(modules):

@@ -58,7 +58,7 @@ def _scatter(inputs: Any, slots: list, dim: int, root: str) -> tuple[list[Any], 
 
     def scatter_map(obj, path):
         if isinstance(obj, torch.Tensor):
-            _check_splittable(obj, path, dim)
+            _check_splittable(obj, path, dim, slots)
             out = Scatter.apply(slots, None, dim, obj)
             pieces[path] = (obj.size(dim), len(out))
             return out
@@ -85,8 +85,13 @@ def _scatter(inputs: Any, slots: list, dim: int, root: str) -> tuple[list[Any], 
         scatter_map = None  # type: ignore[assignment]  # break the closure's reference cycle
 
 
-def _check_splittable(tensor: torch.Tensor, path: str, dim: int) -> None:
+def _check_splittable(tensor: torch.Tensor, path: str, dim: int, slots: list) -> None:
     """Refuse, in the caller's words, a tensor that Scatter could only fail on deep inside torch."""
+    if tensor.is_meta and any(d.type != "meta" for d in slots):
+        raise ValueError(
+            f"scatter: {path} is on the meta device, which holds shapes but no data, so it cannot be copied to the "
+            "slots; create it on a real device, e.g. torch.randn(..., device='cpu')"
+        )
     if tensor.layout != torch.strided:
         raise ValueError(
             f"scatter: {path} is a {str(tensor.layout).replace('torch.', '')} tensor, which cannot be split over "
@@ -96,6 +101,12 @@ def _check_splittable(tensor: torch.Tensor, path: str, dim: int) -> None:
         raise ValueError(
             f"scatter: {path} is a 0-d tensor, which has no batch dimension to split over the slots; pass it as "
             "a Python number (.item()), or give it a batch dimension"
+        )
+    if isinstance(dim, int) and not isinstance(dim, bool) and not -tensor.dim() <= dim < tensor.dim():
+        raise IndexError(
+            f"scatter: dim {dim} is out of range for {path}, which has {tensor.dim()} dimension(s) (shape "
+            f"{tuple(tensor.shape)}); dim names the batch dimension, from {-tensor.dim()} to {tensor.dim() - 1} "
+            "(DataParallel(model, ..., dim=0) for a batch in the first dimension)"
         )
 
 
@@ -145,6 +156,24 @@ def _kind(value: Any) -> str:
     return "another value"
 
 
+SAME = "make forward return the same structure for every piece of the batch"
+
+
+def _check_shapes(outs: list[torch.Tensor], path: str, dim: int) -> None:
+    """Tensors are joined along ``dim``, so they must agree everywhere else."""
+    ndim = outs[0].dim()
+    if ndim == 0 or not isinstance(dim, int) or not -ndim <= dim < ndim:
+        return  # 0-d outputs become a vector (Gather warns); a bad dim is Gather's to report
+    d = dim % ndim
+    for i, t in enumerate(outs[1:], start=1):
+        if t.dim() != ndim or any(t.size(k) != outs[0].size(k) for k in range(ndim) if k != d):
+            raise ValueError(
+                f"gather: replica {i} returned shape {tuple(t.shape)} at {path} where replica 0 returned "
+                f"{tuple(outs[0].shape)}; outputs are joined along dim {dim}, so they may differ only there. Does "
+                f"forward's output depend on the batch size in another dimension? Return the batch along dim {dim}"
+            )
+
+
 def _check_same_kind(outs: list[Any], path: str) -> None:
     """Every replica must return the same structure: a tensor beside None (or a dict beside a list) is refused."""
     first = _kind(outs[0])
@@ -175,15 +204,18 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
         out = outs[0]
         _check_same_kind(outs, path)
         if isinstance(out, torch.Tensor):
+            _check_shapes(outs, path, dim)
             return Gather.apply(target, dim, *outs)
         if out is None:
             return None
         if isinstance(out, dict):
             keys = set(out)
             if not all(len(d) == len(out) for d in outs):
-                raise ValueError(f"All dicts must have the same number of keys (at {path})")
+                raise ValueError(f"All dicts must have the same number of keys (at {path}); {SAME}")
             if not all(set(d) == keys for d in outs):
-                raise ValueError(f"All dicts must have the same keys; replica 0 has {sorted(map(str, keys))} (at {path})")
+                raise ValueError(
+                    f"All dicts must have the same keys; replica 0 has {sorted(map(str, keys))} (at {path}); {SAME}"
+                )
             return type(out)((k, gather_map([d[k] for d in outs], f"{path}[{k!r}]")) for k in out)
         if _is_namedtuple(out):
             return type(out)._make(gather_map(v, f"{path}.{k}") for k, v in zip(out._fields, zip(*outs)))
@@ -195,7 +227,9 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
         if isinstance(out, (list, tuple)):
             lengths = {len(o) for o in outs}
             if len(lengths) != 1:
-                raise ValueError(f"gather: replicas returned sequences of different lengths {sorted(lengths)} (at {path})")
+                raise ValueError(
+                    f"gather: replicas returned sequences of different lengths {sorted(lengths)} (at {path}); {SAME}"
+                )
             return type(out)(gather_map(v, f"{path}[{i}]") for i, v in enumerate(zip(*outs)))
         return list(outs)  # strings, numbers, other objects: one per replica
 
