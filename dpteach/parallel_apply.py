@@ -63,12 +63,16 @@ def parallel_apply(
         kwargs_tup = ({},) * len(modules)
     elif len(kwargs_tup) != len(modules):
         raise AssertionError(
-            f"The number of modules {len(modules)} is not equal to the number of kwargs_tup {len(kwargs_tup)}"
+            f"The number of modules {len(modules)} is not equal to the number of kwargs_tup {len(kwargs_tup)}; "
+            "give one dict of keyword inputs per module"
         )
     if devices is None:
         devices = [None] * len(modules)
     elif len(devices) != len(modules):
-        raise AssertionError(f"The number of modules {len(modules)} is not equal to the number of devices {len(devices)}")
+        raise AssertionError(
+            f"The number of modules {len(modules)} is not equal to the number of devices {len(devices)}; "
+            "give one device per module"
+        )
     devices = [None if d is None else as_device(d) for d in devices]
 
     grad_enabled = torch.is_grad_enabled()

@@ -110,6 +110,10 @@ CASES = [
      r"ReduceAdd can only be used during the backward pass", r"use strategy='broadcast' for double backward"),
     ("modules and inputs", lambda: dpteach.parallel_apply([lin(), lin()], [torch.ones(1, 4)]), AssertionError,
      r"number of modules 2 is not equal to the number of inputs 1", r"one input per module"),
+    ("modules and keyword dicts", lambda: dpteach.parallel_apply([lin()], [torch.ones(1, 4)], [{}, {}]),
+     AssertionError, r"number of kwargs_tup 2", r"one dict of keyword inputs per module"),
+    ("modules and devices", lambda: dpteach.parallel_apply([lin()], [torch.ones(1, 4)], None, S), AssertionError,
+     r"number of devices 2", r"one device per module"),
 ]
 
 

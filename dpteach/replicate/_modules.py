@@ -39,7 +39,10 @@ def check_replicatable(network: nn.Module, devices: Sequence[torch.device]) -> N
     except ImportError:  # pragma: no cover - older or newer torch without the helper
         return
     if not _replicatable_module(network):
-        raise RuntimeError("Cannot replicate network where python modules are children of ScriptModule")
+        raise RuntimeError(
+            "Cannot replicate network where python modules are children of ScriptModule; script the whole "
+            "model (torch.jit.script(model)) so every submodule is a ScriptModule, or replicate the plain Python model"
+        )
 
 
 def check_not_compiled(network: nn.Module, who: str) -> None:
