@@ -21,9 +21,14 @@ def as_device(device: DeviceLike) -> torch.device:
             )
         device = torch.device("cuda", device)
     elif isinstance(device, str):
-        device = torch.device(device)
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            raise RuntimeError(f"{device!r} is not a device; use 'cpu', 'cuda:0' or a CUDA index such as 0") from None
     elif not isinstance(device, torch.device):
         raise TypeError(f"expected a device (int, str or torch.device), got {type(device).__name__}: {device!r}")
+    if device.type == "cpu":
+        return torch.device("cpu")  # "cpu:0" is the CPU, where tensors report plain "cpu"
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError(

@@ -100,7 +100,13 @@ _meters_lock = threading.Lock()
 
 @contextlib.contextmanager
 def traffic() -> Iterator[Traffic]:
-    """Record every copy dpteach makes inside the block (replicate, scatter, gather, reduce)."""
+    """Record every copy dpteach makes while the block is open (replicate, scatter, gather, reduce).
+
+    The meter counts the copies of *every* thread, not only the caller's: the replicas' threads
+    and backward's copies belong to the step being measured, and so would another thread's step
+    running at the same time. Blocks nest and may close in any order, from any thread; each block
+    sees every copy made while it was open.
+    """
     meter = Traffic()
     with _meters_lock:
         _meters.append(meter)
@@ -108,7 +114,8 @@ def traffic() -> Iterator[Traffic]:
         yield meter
     finally:
         with _meters_lock:
-            _meters.remove(meter)
+            # by identity: two meters that saw the same copies are equal, and list.remove would take the wrong one
+            _meters[:] = [m for m in _meters if m is not meter]
 
 
 def nbytes(tensor: torch.Tensor) -> int:

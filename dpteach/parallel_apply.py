@@ -66,17 +66,24 @@ def parallel_apply(
     message naming the replica and device, with the original traceback.
     """
     if len(modules) != len(inputs):
-        raise AssertionError(f"The number of modules {len(modules)} is not equal to the number of inputs {len(inputs)}")
+        raise AssertionError(
+            f"The number of modules {len(modules)} is not equal to the number of inputs {len(inputs)}; "
+            "give one input per module"
+        )
     if kwargs_tup is None:
         kwargs_tup = ({},) * len(modules)
     elif len(kwargs_tup) != len(modules):
         raise AssertionError(
-            f"The number of modules {len(modules)} is not equal to the number of kwargs_tup {len(kwargs_tup)}"
+            f"The number of modules {len(modules)} is not equal to the number of kwargs_tup {len(kwargs_tup)}; "
+            "give one dict of keyword inputs per module"
         )
     if devices is None:
         devices = [None] * len(modules)
     elif len(devices) != len(modules):
-        raise AssertionError(f"The number of modules {len(modules)} is not equal to the number of devices {len(devices)}")
+        raise AssertionError(
+            f"The number of modules {len(modules)} is not equal to the number of devices {len(devices)}; "
+            "give one device per module"
+        )
     devices = [None if d is None else as_device(d) for d in devices]
     streams = [caller_stream(d if d is not None else getattr(get_a_var(inp), "device", None))
                for d, inp in zip(devices, inputs)]  # fmt: skip
@@ -89,6 +96,7 @@ def parallel_apply(
     }
     lock = threading.Lock()
     results: dict[int, Any] = {}
+    interrupts: list[BaseException] = []
 
     def _worker(i: int, module, input, kwargs, device, stream=None) -> None:
         torch.set_grad_enabled(grad_enabled)
@@ -119,6 +127,10 @@ def parallel_apply(
         except Exception:
             with lock:
                 results[i] = ExceptionWrapper(where=f"in replica {i} on device {device}")
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: handed to the caller as themselves
+            with lock:
+                interrupts.append(exc)
+                results[i] = None
 
     if len(modules) > 1:
         threads = [
@@ -132,6 +144,8 @@ def parallel_apply(
     elif modules:
         _worker(0, modules[0], inputs[0], kwargs_tup[0], devices[0], streams[0])
 
+    if interrupts:  # Ctrl-C or sys.exit() in a replica stops the caller too, as itself
+        raise interrupts[0]
     outputs = []
     for i in range(len(inputs)):
         output = results[i]

@@ -43,45 +43,148 @@ def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> lis
     """Slice tensors into roughly equal chunks, one per slot; everything else is shared.
 
     The result has one entry per chunk, which can be fewer than the slots when a batch is small.
+    Tensors that would split into different numbers of pieces (a batch of 8 beside a tensor of 1
+    row) are refused: torch would silently drop the extra pieces.
     """
     slots = as_devices(target_gpus, "target_gpus")
+    result, pieces = _scatter(inputs, slots, dim, "inputs")
+    _check_pieces(pieces, dim, len(slots))
+    return result
 
-    def scatter_map(obj):
+
+def _scatter(inputs: Any, slots: list, dim: int, root: str) -> tuple[list[Any], dict[str, tuple[int, int]]]:
+    """Scatter ``inputs``; also say, for each tensor by its path, its size along ``dim`` and how many pieces it gave."""
+    pieces: dict[str, tuple[int, int]] = {}
+
+    def scatter_map(obj, path):
         if isinstance(obj, torch.Tensor):
-            return Scatter.apply(slots, None, dim, obj)
+            _check_splittable(obj, path, dim, slots)
+            out = Scatter.apply(slots, None, dim, obj)
+            pieces[path] = (obj.size(dim), len(out))
+            return out
         if _is_namedtuple(obj):
-            return [type(obj)(*args) for args in zip(*map(scatter_map, obj))]
+            return [type(obj)(*args) for args in zip(*(scatter_map(v, f"{path}.{k}") for k, v in zip(obj._fields, obj)))]
         if _is_dataclass_instance(obj):
             fields = _dataclass_fields(obj)
             if fields:
                 names = list(fields)
-                per_slot = zip(*(scatter_map(v) for v in fields.values()))
+                per_slot = zip(*(scatter_map(v, f"{path}.{k}") for k, v in fields.items()))
                 return [_rebuild_dataclass(obj, dict(zip(names, vals))) for vals in per_slot]
         if isinstance(obj, tuple) and len(obj) > 0:
-            return list(zip(*map(scatter_map, obj)))
+            return list(zip(*(scatter_map(v, f"{path}[{i}]") for i, v in enumerate(obj))))
         if isinstance(obj, list) and len(obj) > 0:
-            return [list(i) for i in zip(*map(scatter_map, obj))]
+            return [list(i) for i in zip(*(scatter_map(v, f"{path}[{i}]") for i, v in enumerate(obj)))]
         if isinstance(obj, dict) and len(obj) > 0:
-            return [type(obj)(i) for i in zip(*map(scatter_map, obj.items()))]
+            items = [[(k, piece) for piece in scatter_map(v, f"{path}[{k!r}]")] for k, v in obj.items()]
+            return [type(obj)(i) for i in zip(*items)]
         return [obj for _ in slots]  # non-tensors and empty containers: the same object for every slot
 
     try:
-        return scatter_map(inputs)
+        return scatter_map(inputs, root), pieces
     finally:
         scatter_map = None  # type: ignore[assignment]  # break the closure's reference cycle
+
+
+def _check_splittable(tensor: torch.Tensor, path: str, dim: int, slots: list) -> None:
+    """Refuse, in the caller's words, a tensor that Scatter could only fail on deep inside torch."""
+    if tensor.is_meta and any(d.type != "meta" for d in slots):
+        raise ValueError(
+            f"scatter: {path} is on the meta device, which holds shapes but no data, so it cannot be copied to the "
+            "slots; create it on a real device, e.g. torch.randn(..., device='cpu')"
+        )
+    if tensor.layout != torch.strided:
+        raise ValueError(
+            f"scatter: {path} is a {str(tensor.layout).replace('torch.', '')} tensor, which cannot be split over "
+            "the slots; pass it dense (.to_dense()), or keep it on the module instead of passing it"
+        )
+    if tensor.dim() == 0:
+        raise ValueError(
+            f"scatter: {path} is a 0-d tensor, which has no batch dimension to split over the slots; pass it as "
+            "a Python number (.item()), or give it a batch dimension"
+        )
+    if isinstance(dim, int) and not isinstance(dim, bool) and not -tensor.dim() <= dim < tensor.dim():
+        raise IndexError(
+            f"scatter: dim {dim} is out of range for {path}, which has {tensor.dim()} dimension(s) (shape "
+            f"{tuple(tensor.shape)}); dim names the batch dimension, from {-tensor.dim()} to {tensor.dim() - 1} "
+            "(DataParallel(model, ..., dim=0) for a batch in the first dimension)"
+        )
+
+
+def _check_pieces(pieces: dict[str, tuple[int, int]], dim: int, n_slots: int) -> None:
+    """Every tensor must split into as many pieces as the others, or zip would drop the extra ones."""
+    counts = {n for _, n in pieces.values()}
+    if len(counts) <= 1:
+        return
+    p1, (s1, n1) = max(pieces.items(), key=lambda kv: kv[1][1])
+    p2, (s2, n2) = min(pieces.items(), key=lambda kv: kv[1][1])
+    raise ValueError(
+        f"scatter: {p1} has size {s1} along dim {dim} and {p2} has size {s2}, so over {n_slots} slots they split "
+        f"into {n1} and {n2} pieces and the extra pieces would be dropped. Every tensor passed in is split along "
+        f"dim {dim}: give them all the same batch size, and keep a tensor that is not part of the batch on the "
+        "module (an attribute or buffer) instead of passing it"
+    )
 
 
 def scatter_kwargs(
     inputs: Any, kwargs: dict[str, Any] | None, target_gpus: Sequence[DeviceLike], dim: int = 0
 ) -> tuple[tuple[Any, ...], tuple[dict[str, Any], ...]]:
     """Scatter positional and keyword inputs; pad the shorter result with ``()`` or ``{}``."""
-    scattered_inputs = scatter(inputs, target_gpus, dim) if inputs else []
-    scattered_kwargs = scatter(kwargs, target_gpus, dim) if kwargs else []
+    slots = as_devices(target_gpus, "target_gpus")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"keyword inputs must be a dict of name -> value, got {type(kwargs).__name__}")
+    scattered_inputs, pieces = _scatter(inputs, slots, dim, "inputs") if inputs else ([], {})
+    scattered_kwargs, kw_pieces = _scatter(kwargs, slots, dim, "kwargs") if kwargs else ([], {})
+    _check_pieces({**pieces, **kw_pieces}, dim, len(slots))
     if len(scattered_inputs) < len(scattered_kwargs):
         scattered_inputs.extend(() for _ in range(len(scattered_kwargs) - len(scattered_inputs)))
     elif len(scattered_kwargs) < len(scattered_inputs):
         scattered_kwargs.extend({} for _ in range(len(scattered_inputs) - len(scattered_kwargs)))
     return tuple(scattered_inputs), tuple(scattered_kwargs)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return "a tensor"
+    if value is None:
+        return "None"
+    if isinstance(value, dict):
+        return "a dict"
+    if _is_namedtuple(value) or _is_dataclass_instance(value):
+        return f"a {type(value).__name__}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__}"
+    return "another value"
+
+
+SAME = "make forward return the same structure for every piece of the batch"
+
+
+def _check_shapes(outs: list[torch.Tensor], path: str, dim: int) -> None:
+    """Tensors are joined along ``dim``, so they must agree everywhere else."""
+    ndim = outs[0].dim()
+    if ndim == 0 or not isinstance(dim, int) or not -ndim <= dim < ndim:
+        return  # 0-d outputs become a vector (Gather warns); a bad dim is Gather's to report
+    d = dim % ndim
+    for i, t in enumerate(outs[1:], start=1):
+        if t.dim() != ndim or any(t.size(k) != outs[0].size(k) for k in range(ndim) if k != d):
+            raise ValueError(
+                f"gather: replica {i} returned shape {tuple(t.shape)} at {path} where replica 0 returned "
+                f"{tuple(outs[0].shape)}; outputs are joined along dim {dim}, so they may differ only there. Does "
+                f"forward's output depend on the batch size in another dimension? Return the batch along dim {dim}"
+            )
+
+
+def _check_same_kind(outs: list[Any], path: str) -> None:
+    """Every replica must return the same structure: a tensor beside None (or a dict beside a list) is refused."""
+    first = _kind(outs[0])
+    for i, o in enumerate(outs[1:], start=1):
+        if _kind(o) != first:
+            raise ValueError(
+                f"gather: replica {i} returned {_kind(o)} at {path} where replica 0 returned {first}; every replica "
+                "must return the same structure. Does forward return something else for some inputs (an `if` on "
+                "the batch, or on its size, which differs between slots)? Make it return the same kinds of values "
+                "for every piece of the batch"
+            )
 
 
 def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> Any:
@@ -97,32 +200,40 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
     if not outputs:
         raise ValueError("gather expects at least one output")
 
-    def gather_map(outs):
+    def gather_map(outs, path):
         out = outs[0]
+        _check_same_kind(outs, path)
         if isinstance(out, torch.Tensor):
+            _check_shapes(outs, path, dim)
             return Gather.apply(target, dim, *outs)
         if out is None:
             return None
         if isinstance(out, dict):
             keys = set(out)
-            if not all(isinstance(d, dict) and len(d) == len(out) for d in outs):
-                raise ValueError("All dicts must have the same number of keys")
+            if not all(len(d) == len(out) for d in outs):
+                raise ValueError(f"All dicts must have the same number of keys (at {path}); {SAME}")
             if not all(set(d) == keys for d in outs):
-                raise ValueError(f"All dicts must have the same keys; replica 0 has {sorted(map(str, keys))}")
-            return type(out)((k, gather_map([d[k] for d in outs])) for k in out)
+                raise ValueError(
+                    f"All dicts must have the same keys; replica 0 has {sorted(map(str, keys))} (at {path}); {SAME}"
+                )
+            return type(out)((k, gather_map([d[k] for d in outs], f"{path}[{k!r}]")) for k in out)
         if _is_namedtuple(out):
-            return type(out)._make(map(gather_map, zip(*outs)))
+            return type(out)._make(gather_map(v, f"{path}.{k}") for k, v in zip(out._fields, zip(*outs)))
         if _is_dataclass_instance(out):
             fields = _dataclass_fields(out)
-            return _rebuild_dataclass(out, {k: gather_map([_dataclass_fields(o)[k] for o in outs]) for k in fields})
+            return _rebuild_dataclass(
+                out, {k: gather_map([_dataclass_fields(o)[k] for o in outs], f"{path}.{k}") for k in fields}
+            )
         if isinstance(out, (list, tuple)):
             lengths = {len(o) for o in outs}
             if len(lengths) != 1:
-                raise ValueError(f"gather: replicas returned sequences of different lengths {sorted(lengths)}")
-            return type(out)(map(gather_map, zip(*outs)))
+                raise ValueError(
+                    f"gather: replicas returned sequences of different lengths {sorted(lengths)} (at {path}); {SAME}"
+                )
+            return type(out)(gather_map(v, f"{path}[{i}]") for i, v in enumerate(zip(*outs)))
         return list(outs)  # strings, numbers, other objects: one per replica
 
     try:
-        return gather_map(outputs)
+        return gather_map(outputs, "output")
     finally:
         gather_map = None  # type: ignore[assignment]

@@ -4,7 +4,8 @@ Five tasks, one per core idea of the course. Each has a stub that fails loudly
 (``NotImplementedError("Task 2 (rewire gradient edges): ...")``) and a check that runs the
 learner's code against the real thing and answers with a :class:`Result`: "Correct!" when
 everything holds, otherwise what is wrong, where, and a hint. A check never raises on a
-learner's bug.
+learner's bug, and stops with a sentence when the learner's code runs longer than
+``time_limit()`` seconds (two minutes; ``set_time_limit(seconds)`` changes it, ``None`` lifts it).
 
 =====  ==================  ===========================================  =======  ================================
 task   key                 what the learner writes                      chapter  check
@@ -34,6 +35,7 @@ from .task4_scatter_gather import TASK as _T4
 from .task4_scatter_gather import check_scatter_gather
 from .task5_batchnorm import TASK as _T5
 from .task5_batchnorm import check_batchnorm
+from ._time_limit import set_time_limit, time_limit
 from ._try import try_it
 
 TASKS: dict[str, Task] = {t.key: t for t in (_T1, _T2, _T3, _T4, _T5)}
@@ -69,4 +71,6 @@ __all__ = [
     "solution_source",
     "check_source",
     "try_it",
+    "set_time_limit",
+    "time_limit",
 ]

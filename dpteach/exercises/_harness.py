@@ -21,6 +21,7 @@ from ..replicate import replicate, resolve_strategy
 from ._feedback import Findings, Result, Stop, Task, explain, not_implemented_message
 from ._models import CASES, Case, Reference, reference
 from ._paths import edge_problem, places, replica_tensor, shares_storage
+from ._time_limit import TimeLimit, time_limit
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -191,12 +192,21 @@ def run_check(task: Task, hints: dict[str, str], body: Callable[[Findings], None
     findings = Findings(task, hints)
     findings.context = "While setting up"
     threads = torch.get_num_threads()
+    limit = TimeLimit(time_limit())
     try:
         # tiny models run 3-4x faster on one thread than on two cores that other work contends for
         torch.set_num_threads(1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            body(findings)
+            with limit:
+                body(findings)
+    except KeyboardInterrupt:
+        if not limit.fired:
+            raise  # the learner pressed stop: stop
+        findings.problem("time", f"{findings.context}, the check stopped after {limit.seconds:g} seconds with your "
+                         "code still running. Each step here takes well under a second, so look for a loop that "
+                         "never ends, or work far larger than these tiny models need. To allow more time: "
+                         "`exercises.set_time_limit(seconds)` (None for no limit)")
     except NotImplementedError as exc:
         return findings.result(not_implemented=not_implemented_message(task, exc))
     except Stop:

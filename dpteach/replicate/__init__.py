@@ -9,6 +9,13 @@ Three strategies, each faithful to its history (see each module's docstring):
 =============  ==========================================================================
 
 A learner's own function ``f(network, devices, detach) -> list of replicas`` works too.
+
+Where the strategies differ in what backward leaves behind: a parameter the forward never used
+gets a zero gradient under ``"broadcast"`` (one ``Broadcast`` node covers every parameter, as in
+``torch.nn.DataParallel``) and keeps ``None`` under ``"rewire"`` (one ``ReduceAdd`` node per
+parameter, reached only through a used copy), as on one device. ``"rewire"`` sums gradients into a
+dense tensor, as the C++ node did, so a sparse gradient arrives dense. ScriptModules replicate under
+every strategy (as in ``replicate.py``); ``torch.compile``'d modules are refused.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from itertools import chain
 from typing import Iterator, Sequence
 
@@ -11,9 +12,16 @@ from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 
 
 def check_replicatable(network: nn.Module, devices: Sequence[torch.device]) -> None:
-    """Refuse, with a sentence that says why, a module no strategy can replicate correctly."""
+    """Refuse, with a sentence that says why, a module no strategy can replicate correctly.
+
+    Runs before anything is copied, so a refused module is left exactly as it was.
+    """
     if not isinstance(network, nn.Module):
-        raise TypeError(f"replicate expects an nn.Module, got {type(network).__name__}")
+        raise TypeError(
+            f"replicate expects an nn.Module, got {type(network).__name__}; wrap the function in an nn.Module "
+            "whose forward calls it"
+        )
+    check_not_compiled(network, "replicate")
     for name, t in chain(network.named_parameters(), network.named_buffers()):
         if isinstance(t, (UninitializedParameter, UninitializedBuffer)):
             raise RuntimeError(
@@ -31,7 +39,55 @@ def check_replicatable(network: nn.Module, devices: Sequence[torch.device]) -> N
     except ImportError:  # pragma: no cover - older or newer torch without the helper
         return
     if not _replicatable_module(network):
-        raise RuntimeError("Cannot replicate network where python modules are children of ScriptModule")
+        raise RuntimeError(
+            "Cannot replicate network where python modules are children of ScriptModule; script the whole "
+            "model (torch.jit.script(model)) so every submodule is a ScriptModule, or replicate the plain Python model"
+        )
+
+
+def check_not_compiled(network: nn.Module, who: str) -> None:
+    """Refuse a ``torch.compile`` wrapper anywhere in ``network``, before anything is touched.
+
+    ``OptimizedModule`` forwards attribute writes to the module it wraps, so the shallow copy every
+    replica starts from (``_replicate_for_data_parallel``, torch's recipe) would write into the
+    learner's own model: it would lose its parameters. torch.nn.parallel.replicate has no guard.
+    """
+    for name, module in network.named_modules(remove_duplicate=False):
+        if not _is_compiled(module):
+            continue
+        if not name:
+            raise TypeError(
+                f"{who} got a torch.compile'd module (an OptimizedModule), which cannot be replicated: copying it "
+                "would write into the model it wraps. Compile the wrapper instead, "
+                "torch.compile(DataParallel(model, ...)), or pass the uncompiled module, model._orig_mod."
+            )
+        raise TypeError(
+            f"{who} got a module whose submodule {name!r} is torch.compile'd (an OptimizedModule), which cannot be "
+            f"replicated: copying it would write into the module it wraps. Put the uncompiled submodule back "
+            f"(model.{name} = model.{name}._orig_mod) and compile the DataParallel wrapper instead."
+        )
+
+
+def _is_compiled(module: nn.Module) -> bool:
+    dynamo = sys.modules.get("torch._dynamo.eval_frame")  # not imported: nothing can be compiled yet
+    return dynamo is not None and isinstance(module, dynamo.OptimizedModule)
+
+
+def is_script_module(module: nn.Module) -> bool:
+    return isinstance(module, torch.jit.ScriptModule)
+
+
+def set_child(replica: nn.Module, key: str, child: nn.Module | None) -> None:
+    """Make ``child`` the replica's submodule ``key``.
+
+    A ScriptModule's ``_modules`` item assignment sets the C++ slot the compiled forward reads and
+    keeps the Python wrapper findable (``replica[0]``, ``named_modules``); on a plain module it is
+    the same as ``setattr``.
+    """
+    if child is None or is_script_module(replica):
+        replica._modules[key] = child
+    else:
+        setattr(replica, key, child)
 
 
 def shallow_copy(module: nn.Module) -> nn.Module:
@@ -53,11 +109,17 @@ def set_tensor(module: nn.Module, key: str, value: torch.Tensor, kind: str) -> N
     Replica parameters are no longer leaves, so like replicate.py they become plain attributes;
     ``nn.Module.__getattr__`` finds them there, and ``_former_parameters`` still lists them (DDP).
     """
-    if kind == "buffer":
+    if is_script_module(module):
+        # a ScriptModule's forward reads C++ slots, which setattr sets; its registries cannot pop (as replicate.py)
+        setattr(module, key, value)
+        if kind == "buffer":
+            return
+    elif kind == "buffer":
         module._buffers[key] = value
         return
-    module._parameters.pop(key, None)
-    setattr(module, key, value)
-    if not hasattr(module, "_former_parameters") or module._former_parameters is None:
+    else:
+        module._parameters.pop(key, None)
+        setattr(module, key, value)
+    if getattr(module, "_former_parameters", None) is None:
         module._former_parameters = {}
     module._former_parameters[key] = value

@@ -18,7 +18,7 @@ from torch import nn
 
 from .. import comm
 from ..functions import Broadcast
-from ._modules import set_tensor, shallow_copy
+from ._modules import set_child, set_tensor, shallow_copy
 
 
 def _broadcast_coalesced_reshape(tensors, devices, detach):
@@ -26,10 +26,8 @@ def _broadcast_coalesced_reshape(tensors, devices, detach):
     if not tensors:
         return [[] for _ in devices]
     if detach:
-        copies = comm.broadcast_coalesced(tensors, devices)
-        # slot 0 hands back the originals themselves; give it detached aliases, not the Parameters
-        copies[0] = [t.detach() for t in copies[0]]
-        return copies
+        # as replicate.py: slot 0 gets the original Parameter and buffer objects themselves, other slots copies
+        return comm.broadcast_coalesced(tensors, devices)
     flat = Broadcast.apply(devices, *tensors)
     n = len(tensors)
     return [list(flat[i : i + n]) for i in range(0, len(flat), n)]
@@ -60,10 +58,7 @@ def replicate(network: nn.Module, devices: Sequence[torch.device], detach: bool 
         for j in range(len(devices)):
             replica = module_copies[j][i]
             for key, child in module._modules.items():
-                if child is None:
-                    replica._modules[key] = None
-                else:
-                    setattr(replica, key, module_copies[j][module_indices[child]])
+                set_child(replica, key, None if child is None else module_copies[j][module_indices[child]])
             for key, param in module._parameters.items():
                 if param is None:
                     replica._parameters[key] = None
