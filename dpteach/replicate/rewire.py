@@ -5,8 +5,10 @@ next edge is X's gradient accumulator; every replica's copy of X becomes an outp
 (its ``grad_fn``). Backward then sums the replicas' gradients onto X's device and hands the sum
 to X. In C++ this was ``autograd::set_history(replica->parameters_[key], grad_fn)``, which
 changed the autograd meta of the shared ``TensorImpl`` so the ``Linear::weight`` member saw it
-too. Python cannot give an existing tensor a new ``grad_fn``, so the replica gets a new tensor
-object that shares the clone's storage and is the node's output: the same graph.
+too. Python could do the same with a ``Function`` that calls ``ctx.mark_dirty`` on the copies
+(chapter 04's ``ReduceAddInPlace``); this strategy keeps it simpler: the replica gets a new tensor
+object that shares the clone's storage and is the node's output, set by name as ``replicate.py``
+does with ``setattr``: the same graph, for modules that read their tensors by name.
 
 Kept as in C++: the node refuses gradients that require grad (no double backward), and buffers
 stay deep-copied (no BatchNorm running stats): the items left open in issue #21144.

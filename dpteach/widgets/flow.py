@@ -7,9 +7,12 @@ parallel_apply, gather: ``dpteach.graph.replicated_forward``), puts a hook on ev
 engine ran them: what it received, and which gradient (shape, norm) it handed to which node. The
 engine runs a leaf's ``AccumulateGrad`` as soon as its gradient is ready (its sequence number is
 UINT64_MAX, the highest priority, ``node.h``), so under ``"clone"`` a replica's ``AccumulateGrad``,
-where the gradient stops (issue #19540), can run before other nodes. Under ``"rewire"`` and
-``"broadcast"`` the originals' ``AccumulateGrad`` do come last: they wait for the replication node,
-which was made before the forward and so runs after every replica's backward.
+where the gradient stops (issue #19540), can run before other nodes. Under ``"broadcast"`` the
+originals' ``AccumulateGrad`` come last: they wait for the one ``BroadcastBackward``, which needs
+every replica parameter's gradient. Under ``"rewire"`` each parameter's ``ReduceAddBackward``, and
+then its original's ``AccumulateGrad``, runs as soon as that parameter's gradients from every
+replica have arrived, in between the replicas' other nodes (a node runs once all its inputs have
+arrived; sequence numbers only order nodes that are ready).
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
 """
