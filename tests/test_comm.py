@@ -98,7 +98,8 @@ def test_reduce_add_coalesced_equals_per_tensor_reduce_add():
 def test_scatter_even_uneven_dims_and_views():
     x = torch.arange(24.0).view(6, 4)
     a, b = comm.scatter(x, CPU2)
-    assert_close(a, x[:3]) and assert_close(b, x[3:])
+    assert_close(a, x[:3])
+    assert_close(b, x[3:])
     assert a.data_ptr() == x.data_ptr()  # a piece already on its device is a view, not a copy
     c, d = comm.scatter(x, CPU2, dim=1)
     assert_close(torch.cat([c, d], 1), x)  # dim 1
