@@ -180,3 +180,44 @@ def test_comm_records_no_autograd_history():
     assert comm.reduce_add([a, b]).grad_fn is None  # comm moves data; the graph is dpteach.functions' job
     assert comm.reduce_add_coalesced([[a], [b]])[0].grad_fn is None
     assert comm.broadcast(a, ["cpu", "cpu"])[1].grad_fn is None
+
+
+def test_scatter_into_given_tensors():
+    x = torch.arange(12.0).view(6, 2)
+    out = [torch.empty(2, 2), torch.empty(4, 2)]
+    with comm.traffic() as t:
+        res = comm.scatter(x, out=out)
+    assert res[0] is out[0] and res[1] is out[1]  # out= fills the given tensors, of the sizes they have
+    assert_close(out[0], x[:2])
+    assert_close(out[1], x[2:])
+    assert t.bytes == comm.nbytes(x)  # every byte copied once
+    with pytest.raises(RuntimeError, match="does not match"):
+        comm.scatter(x, out=[torch.empty(2, 2)])
+    with pytest.raises(RuntimeError, match="'devices' must not be specified"):
+        comm.scatter(x, CPU2, out=out)
+    with pytest.raises(RuntimeError, match="'chunk_sizes' must not be specified"):
+        comm.scatter(x, chunk_sizes=(2, 4), out=out)
+
+
+def test_empty_inputs_and_bad_dims_are_refused_with_a_sentence():
+    with pytest.raises(ValueError, match="at least one input"):
+        comm.reduce_add([])
+    with pytest.raises(ValueError, match="at least one list"):
+        comm.reduce_add_coalesced([])
+    assert comm.reduce_add_coalesced([[], []]) == ()
+    with pytest.raises(ValueError, match="at least one tensor"):
+        comm.gather([])
+    with pytest.raises(TypeError, match="dim must be an int"):
+        comm.scatter(torch.ones(4), CPU2, dim=True)
+
+
+def test_traffic_counts_sparse_tensors_and_says_what_it_saw():
+    i = torch.tensor([[0, 2]])
+    a = torch.sparse_coo_tensor(i, torch.tensor([1.0, 2.0]), (4,))
+    assert comm.nbytes(a) == i.numel() * 8 + 2 * 4  # indices (int64) and values (float32), not the dense size
+    with comm.traffic() as t:
+        comm.broadcast(torch.ones(3), ["cpu"] * 2)
+    assert repr(t) == "Traffic(12 bytes in 1 copies: broadcast=12)"
+    with comm.traffic() as empty:
+        pass
+    assert "none" in repr(empty)
