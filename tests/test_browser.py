@@ -14,13 +14,17 @@ fresh kernel, shut down afterwards. For each chapter in ``notebooks/*.ipynb``:
   draws graphs shows at least one, and no widget failed ("Click to show javascript error", "Error
   displaying widget");
 * in ``12_the_lab`` the widgets render, and the explorer's step button takes a step: its status line
-  and loss curve change. The time from click to changed text is measured (median of several clicks).
+  and loss curve change; the stepper's next button moves its status line. The time from click to
+  changed text is recorded in ``report.json`` for a reviewer, never asserted: a loaded machine must not
+  fail a functional test (the widgets' own speed is measured by ``scripts/bench_widgets.py``).
 
 Chapters in ``OPEN_ONLY`` are opened and checked for rendering without running their cells (the
 reason is next to each), unless they are cheap today (chapter 10 once its C++ build is cached);
 ``DPTEACH_BROWSER_FULL=1`` runs them all. Screenshots for a reviewer go
 to ``artifacts/screenshots/``. Skips, saying why, only where Chromium or Playwright cannot be had.
-Recipe: /work/shared/research/ecosystem.md §4.
+How: Python Playwright drives the system Chromium against a server configured as JupyterLab's own
+Galata test tool configures it (``expose_app_in_browser``), and calls ``window.jupyterapp``'s
+commands (open, run all); Galata itself needs a Node.js toolchain and is not used.
 """
 
 from __future__ import annotations
@@ -291,7 +295,7 @@ def check_chapter(page, lab_url: str, path: Path) -> None:
 
 
 def _exercise_the_lab(page, stem: str) -> dict:
-    """The three widgets rendered; the explorer and the stepper answer clicks (timed, median of several)."""
+    """The three widgets rendered; the explorer and the stepper answer clicks (timed for the report)."""
     panel = page.locator(".jp-NotebookPanel:visible")
     explorer, stepper, cost = (panel.locator(f".{c}") for c in ("dpteach-explorer", "dpteach-stepper", "dpteach-cost"))
     for w in (explorer, stepper, cost):
@@ -318,9 +322,7 @@ def _exercise_the_lab(page, stem: str) -> dict:
         _shoot(page, w, SHOTS / f"{stem}-{shot}-after.png")
     found = {"explorer_click_to_update_ms": clicks, "explorer_median_ms": statistics.median(clicks),
              "stepper_click_to_update_ms": stepper_clicks, "stepper_median_ms": statistics.median(stepper_clicks)}
-    for what in ("explorer", "stepper"):  # responsive: the 300 ms target is reported; a second would be broken
-        assert found[f"{what}_median_ms"] < 1000, f"the {what} takes {found[what + '_median_ms']} ms to answer a click"
-    return found
+    return found  # the timings are reported, not asserted (see the module docstring)
 
 
 CLICK_JS = """async ([view, label, status, want]) => {  // ms from a click to the status text changing, in the page
