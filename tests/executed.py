@@ -9,9 +9,11 @@ notebook again. Any edit to a chapter or to the library changes the key, so a st
 used. ``DPTEACH_NB_CACHE=0`` turns the cross-run cache off (every run executes every notebook once).
 A failed run is never stored: the error is raised to every test that asks, in this run only.
 
-Who shares it: tests/test_notebooks.py (every notebook) and tests/test_exercises.py (the exercises
-and solutions notebooks). The browser run and the ipywidgets-7 run execute chapters on purpose in
-other kernels (JupyterLab's, the Colab-like environment's): what they test is that run.
+Who shares it: tests/test_notebooks.py (every notebook), tests/test_exercises.py (the exercises and
+solutions notebooks) and tests/test_browser.py (it opens the executed copy of every chapter without
+widgets and checks how JupyterLab renders it). Chapters with widgets need a live kernel in the page,
+so the browser runs those itself; the ipywidgets-7 test runs chapter 12 in the Colab-like kernel,
+since that run is what it tests.
 """
 
 from __future__ import annotations
@@ -71,6 +73,12 @@ def _restore(old: dict[str, str | None]) -> None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+def stored_copy(path: Path) -> Path:
+    """Where ``executed(path)`` keeps the executed copy (under the repository, so JupyterLab can open it)."""
+    path = Path(path).resolve()
+    return CACHE / f"{path.stem}-{source_key(path)}.ipynb"
 
 
 def executed(path: Path, timeout: int = 600) -> tuple[nbformat.NotebookNode, float, bool]:
