@@ -75,3 +75,25 @@ def test_chapter_ends_with_summary_and_exercises(path):
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     headings = [h for h in re.findall(r"^## .*", text, re.M) if not h.startswith("## Try it yourself")]
     assert headings[-2:] == ["## Summary", "## Exercises"]  # every chapter ends this way (a try-it task may follow)
+
+
+def test_an_executed_copy_is_reused_only_while_its_sources_stay_the_same(tmp_path, monkeypatch):
+    import executed as cache
+
+    (tmp_path / "dpteach").mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "dpteach" / "comm.py").write_text("x = 1\n")
+    (tmp_path / "scripts" / "run_notebook.py").write_text("# runner\n")
+    nb = tmp_path / "01_a.ipynb"
+    nb.write_text("{}")
+    monkeypatch.setattr(cache, "ROOT", tmp_path)
+    first = cache.source_key(nb)
+    assert cache.source_key(nb) == first  # the same sources: the same key, the stored copy is read
+    (tmp_path / "dpteach" / "comm.py").write_text("x = 2\n")
+    after_library_edit = cache.source_key(nb)
+    assert after_library_edit != first  # an edit to the library runs the chapter again
+    nb.write_text('{"cells": []}')
+    after_chapter_edit = cache.source_key(nb)
+    assert after_chapter_edit not in (first, after_library_edit)  # so does an edit to the chapter
+    monkeypatch.setenv("DPTEACH_EXAMPLE_SETTING", "1")
+    assert cache.source_key(nb) != after_chapter_edit  # and a DPTEACH_* setting the kernel inherits
