@@ -147,12 +147,15 @@ def test_detach_gives_replicas_without_history():
     model, x = mlp(), torch.randn(5, 4)
     originals = [model[0].weight, model[0].bias, model[2].weight, model[2].bias]
     for strategy in STRATEGIES:
-        for r in replicate(model, CPU2, detach=True, strategy=strategy):
+        replicas = replicate(model, ["cpu"] * 3, detach=True, strategy=strategy)
+        for slot, r in enumerate(replicas):
             copies = [r[0].weight, r[0].bias, r[2].weight, r[2].bias]
             for c, p in zip(copies, originals):
-                assert c is not p  # a replica's own tensor, not the module's Parameter (which has no grad_fn either)
                 assert c.grad_fn is None  # detach: no autograd history at all
                 assert_close(c, p)  # ... with the module's values
+                if slot:  # slot 0 may hold the module's own tensors (torch's replicate does); the others never
+                    assert c is not p and c.data_ptr() != p.data_ptr()  # a copy of its own, which the originals are not
+        for r in replicas[1:]:
             out = r(x).sum()
             if out.requires_grad:  # clone and rewire give fresh leaves; broadcast gives tensors that need no grad
                 out.backward()
