@@ -89,6 +89,7 @@ BAD_STDERR = re.compile(r"Traceback \(most recent call last\)|^\s*\w*(Error|Exce
 DRAWS_GRAPHS = re.compile(r"autograd_graph|compare_strategies|graph_diff|gradient_stepper|widgets\.explorer")
 TIMINGS: dict[str, object] = {}
 TRUST: dict[str, Path] = {}
+STARTED = time.time()  # checkpoint folders modified after this were made by this run
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python: pip install playwright")
 if CHROMIUM is None:
@@ -134,7 +135,11 @@ def lab_url():
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--IdentityProvider.token=",
          "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", "--LabApp.expose_app_in_browser=True",
-         f"--ServerApp.root_dir={ROOT}"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+         f"--ServerApp.root_dir={ROOT}",
+         # checkpoints of the opened chapters go to the throw-away folder, not notebooks/.ipynb_checkpoints
+         # (copies there were collected as chapters, and rewritten by tools that walk notebooks/)
+         f"--FileCheckpoints.checkpoint_dir={tmp / 'checkpoints'}"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
     while True:
@@ -278,6 +283,9 @@ def _check_rendering(page, name: str, nb, ran: bool) -> dict:
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_chapter_in_jupyterlab(lab_page, lab_url, path):
     check_chapter(lab_page, lab_url, path)
+    left = [p for folder in (ROOT / "notebooks", ROOT / "artifacts") for p in folder.rglob(".ipynb_checkpoints/*")
+            if p.stat().st_mtime >= STARTED]
+    assert not left, f"JupyterLab left checkpoint folders in the repository: {left}"
 
 
 def check_chapter(page, lab_url: str, path: Path) -> None:
