@@ -78,7 +78,8 @@ if "google.colab" in sys.modules:
 
 def chapter_notebooks(root: Path) -> list[Path]:
     """Every notebook of the course (chapters and solutions), sorted."""
-    return sorted((root / "notebooks").rglob("*.ipynb"))
+    found = (root / "notebooks").rglob("*.ipynb")
+    return sorted(p for p in found if ".ipynb_checkpoints" not in p.parts)  # JupyterLab's copies are not the course
 
 
 def sync_notebook(path: Path, root: Path) -> bool:

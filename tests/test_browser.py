@@ -1,11 +1,13 @@
-"""End to end: every chapter opened in JupyterLab, in headless Chromium, run as a learner runs it.
+"""End to end: every chapter opened in JupyterLab, in headless Chromium, as a learner sees it.
 
 One JupyterLab server (loopback, no token, throw-away settings and workspaces, all cells kept in
 the page, the news toast off) and one browser page serve the whole module; each chapter gets a
 fresh kernel, shut down afterwards. For each chapter in ``notebooks/*.ipynb``:
 
-* every cell runs (``notebook:run-all-cells``) and none shows an error, except cells tagged
-  ``raises-exception``;
+* a chapter with widgets runs in the page (``notebook:run-all-cells``), since a widget needs a live
+  kernel; every other chapter is the executed copy tests/test_notebooks.py made headless
+  (``tests/executed.py``: each chapter runs once per test run), opened with its outputs. Either way
+  every code cell ran and none shows an error, except cells tagged ``raises-exception``;
 * stderr output is allowed when it is harmless: warnings (``UserWarning: ...`` and the source line
   Python prints under them), progress bars and log lines. It fails when it holds a traceback or a
   line that starts with an error (``SomethingError:`` / ``Exception:``), since that is a failure the
@@ -14,13 +16,17 @@ fresh kernel, shut down afterwards. For each chapter in ``notebooks/*.ipynb``:
   draws graphs shows at least one, and no widget failed ("Click to show javascript error", "Error
   displaying widget");
 * in ``12_the_lab`` the widgets render, and the explorer's step button takes a step: its status line
-  and loss curve change. The time from click to changed text is measured (median of several clicks).
+  and loss curve change; the stepper's next button moves its status line. The time from click to
+  changed text is recorded in ``report.json`` for a reviewer, never asserted: a loaded machine must not
+  fail a functional test (the widgets' own speed is measured by ``scripts/bench_widgets.py``).
 
-Chapters in ``OPEN_ONLY`` are opened and checked for rendering without running their cells (the
-reason is next to each), unless they are cheap today (chapter 10 once its C++ build is cached);
-``DPTEACH_BROWSER_FULL=1`` runs them all. Screenshots for a reviewer go
+Chapters in ``OPEN_ONLY`` that would run in the page are opened and checked for rendering without
+running their cells (the reason is next to each), unless they are cheap today (chapter 10 once its C++
+build is cached); ``DPTEACH_BROWSER_FULL=1`` runs every chapter in the page. Screenshots for a reviewer go
 to ``artifacts/screenshots/``. Skips, saying why, only where Chromium or Playwright cannot be had.
-Recipe: /work/shared/research/ecosystem.md §4.
+How: Python Playwright drives the system Chromium against a server configured as JupyterLab's own
+Galata test tool configures it (``expose_app_in_browser``), and calls ``window.jupyterapp``'s
+commands (open, run all); Galata itself needs a Node.js toolchain and is not used.
 """
 
 from __future__ import annotations
@@ -50,6 +56,12 @@ OPEN_ONLY = {  # chapter -> why it is opened and rendered but not run here (test
     "10_the_cpp_original.ipynb": "compiles a C++ extension with the system compiler: minutes on 2 cores",
 }
 FULL = os.environ.get("DPTEACH_BROWSER_FULL") == "1"
+LIVE = re.compile(r"\bipywidgets\b|\bwidgets\.(explorer|gradient_stepper|cost_explorer)\(")  # needs a kernel in the page
+
+
+def _needs_a_live_kernel(nb) -> bool:
+    """A chapter that shows widgets: they answer only while the page talks to a kernel."""
+    return bool(LIVE.search("\n".join(c.source for c in nb.cells if c.cell_type == "code")))
 
 
 def _cheap_now(name: str) -> bool:
@@ -76,6 +88,8 @@ READY_JS = """cells => {  // the notebook is open, all its cells are in the page
 BAD_STDERR = re.compile(r"Traceback \(most recent call last\)|^\s*\w*(Error|Exception)\b:", re.M)
 DRAWS_GRAPHS = re.compile(r"autograd_graph|compare_strategies|graph_diff|gradient_stepper|widgets\.explorer")
 TIMINGS: dict[str, object] = {}
+TRUST: dict[str, Path] = {}
+STARTED = time.time()  # checkpoint folders modified after this were made by this run
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python: pip install playwright")
 if CHROMIUM is None:
@@ -110,7 +124,9 @@ def lab_url():
         path = settings / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
+    TRUST["data_dir"] = tmp / "data"  # the server's notebook secret and signatures: executed copies are signed there
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "ws"),
+           "JUPYTER_DATA_DIR": str(TRUST["data_dir"]),
            "JUPYTER_CONFIG_DIR": str(tmp / "config"), "TQDM_DISABLE": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
     env.pop("MPLBACKEND", None)  # conftest sets Agg for pytest; kernels must keep the inline backend, as a learner's do
     port = _free_port()
@@ -119,7 +135,11 @@ def lab_url():
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--IdentityProvider.token=",
          "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", "--LabApp.expose_app_in_browser=True",
-         f"--ServerApp.root_dir={ROOT}"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+         f"--ServerApp.root_dir={ROOT}",
+         # checkpoints of the opened chapters go to the throw-away folder, not notebooks/.ipynb_checkpoints
+         # (copies there were collected as chapters, and rewritten by tools that walk notebooks/)
+         f"--FileCheckpoints.checkpoint_dir={tmp / 'checkpoints'}"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
     while True:
@@ -263,18 +283,32 @@ def _check_rendering(page, name: str, nb, ran: bool) -> dict:
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_chapter_in_jupyterlab(lab_page, lab_url, path):
     check_chapter(lab_page, lab_url, path)
+    left = [p for folder in (ROOT / "notebooks", ROOT / "artifacts") for p in folder.rglob(".ipynb_checkpoints/*")
+            if p.stat().st_mtime >= STARTED]
+    assert not left, f"JupyterLab left checkpoint folders in the repository: {left}"
 
 
 def check_chapter(page, lab_url: str, path: Path) -> None:
     """Open ``path`` (under the repository), run it unless it is open-only, check it, take the screenshots."""
     name = path.name
     nb = nbformat.read(path, as_version=4)
-    run = FULL or name not in OPEN_ONLY or _cheap_now(name)
+    live = FULL or _needs_a_live_kernel(nb)
+    run = live and (FULL or name not in OPEN_ONLY or _cheap_now(name))
     start = time.perf_counter()
+    opened = path
+    if not live:
+        from executed import executed, stored_copy
+
+        nb, _, _ = executed(path)  # the headless run every test shares (raises, with the cell, if it failed)
+        opened = stored_copy(path)
+        # outputs a kernel of ours wrote, as trusted as the learner's own run: JupyterLab shows their SVG
+        from nbformat.sign import NotebookNotary
+
+        NotebookNotary(data_dir=str(TRUST["data_dir"])).sign(nbformat.read(opened, as_version=4))
     try:
-        _open(page, lab_url, path.relative_to(ROOT).as_posix(), len(nb.cells))
+        _open(page, lab_url, opened.relative_to(ROOT).as_posix(), len(nb.cells))
         seconds = _run_all(page, 420, len(nb.cells)) if run else 0.0
-        found = _check_rendering(page, name, nb, run)
+        found = _check_rendering(page, name, nb, run or not live)
     except BaseException:
         page.screenshot(path=str(SHOTS / f"{path.stem}-FAILED.png"))  # what the page showed when it failed
         raise
@@ -286,12 +320,13 @@ def check_chapter(page, lab_url: str, path: Path) -> None:
         _shoot(page, svgs.first, SHOTS / f"{path.stem}-first-graph.png")
     if name == "12_the_lab.ipynb":
         found["widgets"] = _exercise_the_lab(page, path.stem)
-    TIMINGS[name] = {"run": run if run else f"opened only: {OPEN_ONLY[name]}", "run_seconds": round(seconds, 1),
+    how = "run in the page" if run else "executed copy" if not live else f"opened only: {OPEN_ONLY[name]}"
+    TIMINGS[name] = {"run": how, "run_seconds": round(seconds, 1),
                      "total_seconds": round(time.perf_counter() - start, 1), **found}
 
 
 def _exercise_the_lab(page, stem: str) -> dict:
-    """The three widgets rendered; the explorer and the stepper answer clicks (timed, median of several)."""
+    """The three widgets rendered; the explorer and the stepper answer clicks (timed for the report)."""
     panel = page.locator(".jp-NotebookPanel:visible")
     explorer, stepper, cost = (panel.locator(f".{c}") for c in ("dpteach-explorer", "dpteach-stepper", "dpteach-cost"))
     for w in (explorer, stepper, cost):
@@ -318,9 +353,7 @@ def _exercise_the_lab(page, stem: str) -> dict:
         _shoot(page, w, SHOTS / f"{stem}-{shot}-after.png")
     found = {"explorer_click_to_update_ms": clicks, "explorer_median_ms": statistics.median(clicks),
              "stepper_click_to_update_ms": stepper_clicks, "stepper_median_ms": statistics.median(stepper_clicks)}
-    for what in ("explorer", "stepper"):  # responsive: the 300 ms target is reported; a second would be broken
-        assert found[f"{what}_median_ms"] < 1000, f"the {what} takes {found[what + '_median_ms']} ms to answer a click"
-    return found
+    return found  # the timings are reported, not asserted (see the module docstring)
 
 
 CLICK_JS = """async ([view, label, status, want]) => {  // ms from a click to the status text changing, in the page

@@ -55,6 +55,23 @@ def test_broadcast_coalesced_equals_per_tensor_broadcast(n_slots):
                 assert o.data_ptr() != t.data_ptr()  # a real copy
 
 
+def test_coalesced_copy_buckets_small_tensors_and_hands_back_each_one():
+    # the bucketing path broadcast_coalesced takes between distinct devices, run here onto the CPU itself
+    tensors = [torch.randn(2, 2), torch.randn(3), torch.arange(4), torch.randn(4), torch.randn(2, dtype=torch.float64),
+               torch.randn(40)]  # 16 + 12 + 16 float32 bytes share a bucket; 160 bytes need their own
+    with comm.traffic() as t:
+        out = comm._coalesced_copy(tensors, torch.device("cpu"), buffer_size=64)
+    for o, src in zip(out, tensors):
+        assert o.dtype == src.dtype and o.shape == src.shape  # each tensor back in its place, with its type
+        assert_close(o, src)
+        assert o.data_ptr() != src.data_ptr()  # copied
+    assert t.bytes == sum(comm.nbytes(x) for x in tensors)  # every byte moved once
+    assert len(t.copies) == 4  # buckets per type under the 64-byte cap: 3 small float32s, the big one, int64, float64
+    before = out[1]._version
+    out[0].add_(1)
+    assert out[1]._version == before  # pieces of one bucket keep separate version counters
+
+
 def test_broadcast_coalesced_copies_have_their_own_version_counters():
     tensors = [torch.randn(3), torch.randn(3)]
     outs = comm.broadcast_coalesced(tensors, CPU2)
@@ -98,7 +115,8 @@ def test_reduce_add_coalesced_equals_per_tensor_reduce_add():
 def test_scatter_even_uneven_dims_and_views():
     x = torch.arange(24.0).view(6, 4)
     a, b = comm.scatter(x, CPU2)
-    assert_close(a, x[:3]) and assert_close(b, x[3:])
+    assert_close(a, x[:3])
+    assert_close(b, x[3:])
     assert a.data_ptr() == x.data_ptr()  # a piece already on its device is a view, not a copy
     c, d = comm.scatter(x, CPU2, dim=1)
     assert_close(torch.cat([c, d], 1), x)  # dim 1
@@ -162,3 +180,44 @@ def test_comm_records_no_autograd_history():
     assert comm.reduce_add([a, b]).grad_fn is None  # comm moves data; the graph is dpteach.functions' job
     assert comm.reduce_add_coalesced([[a], [b]])[0].grad_fn is None
     assert comm.broadcast(a, ["cpu", "cpu"])[1].grad_fn is None
+
+
+def test_scatter_into_given_tensors():
+    x = torch.arange(12.0).view(6, 2)
+    out = [torch.empty(2, 2), torch.empty(4, 2)]
+    with comm.traffic() as t:
+        res = comm.scatter(x, out=out)
+    assert res[0] is out[0] and res[1] is out[1]  # out= fills the given tensors, of the sizes they have
+    assert_close(out[0], x[:2])
+    assert_close(out[1], x[2:])
+    assert t.bytes == comm.nbytes(x)  # every byte copied once
+    with pytest.raises(RuntimeError, match="does not match"):
+        comm.scatter(x, out=[torch.empty(2, 2)])
+    with pytest.raises(RuntimeError, match="'devices' must not be specified"):
+        comm.scatter(x, CPU2, out=out)
+    with pytest.raises(RuntimeError, match="'chunk_sizes' must not be specified"):
+        comm.scatter(x, chunk_sizes=(2, 4), out=out)
+
+
+def test_empty_inputs_and_bad_dims_are_refused_with_a_sentence():
+    with pytest.raises(ValueError, match="at least one input"):
+        comm.reduce_add([])
+    with pytest.raises(ValueError, match="at least one list"):
+        comm.reduce_add_coalesced([])
+    assert comm.reduce_add_coalesced([[], []]) == ()
+    with pytest.raises(ValueError, match="at least one tensor"):
+        comm.gather([])
+    with pytest.raises(TypeError, match="dim must be an int"):
+        comm.scatter(torch.ones(4), CPU2, dim=True)
+
+
+def test_traffic_counts_sparse_tensors_and_says_what_it_saw():
+    i = torch.tensor([[0, 2]])
+    a = torch.sparse_coo_tensor(i, torch.tensor([1.0, 2.0]), (4,))
+    assert comm.nbytes(a) == i.numel() * 8 + 2 * 4  # indices (int64) and values (float32), not the dense size
+    with comm.traffic() as t:
+        comm.broadcast(torch.ones(3), ["cpu"] * 2)
+    assert repr(t) == "Traffic(12 bytes in 1 copies: broadcast=12)"
+    with comm.traffic() as empty:
+        pass
+    assert "none" in repr(empty)

@@ -130,7 +130,7 @@ def test_moving_the_repository_is_a_one_line_change(tmp_path):
     spec = importlib.util.spec_from_file_location("moved_course", copy / "dpteach" / "_course.py")
     moved = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(moved)
-    for path in [copy / "README.md", copy / "pyproject.toml", *(copy / "notebooks").rglob("*.ipynb")]:
+    for path in [copy / "README.md", copy / "pyproject.toml", *moved.chapter_notebooks(copy)]:
         text = path.read_text()
         assert "dpteach/dpteach" not in text, path  # the old home is gone everywhere
     for path in moved.chapter_notebooks(copy):

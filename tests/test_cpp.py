@@ -8,6 +8,7 @@ Skipped only when no C++ compiler is found; with one, a failed compile is a fail
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -227,13 +228,19 @@ def _start(env=None):
     return subprocess.Popen([sys.executable, "-c", LOAD_AND_STEP], env=env, stdout=subprocess.PIPE, text=True)
 
 
-def test_two_processes_building_at_once_and_a_stale_baton(ext):
-    """Without the binary both must build (here only the link step); one waits for the other; both load."""
-    directory = _build.build_directory()
+def test_two_processes_building_at_once_and_a_stale_baton(ext, tmp_path):
+    """Without the binary both must build (here only the link step); one waits for the other; both load.
+
+    It works on a copy of the build folder in a temporary cache, never on the user-wide one, so no
+    other test (or notebook) finds the binary gone and the outcome does not depend on test order.
+    """
+    directory = tmp_path / _build.build_directory().name
+    shutil.copytree(_build.build_directory(), directory)  # copy2 keeps mtimes: ninja sees main.o up to date
     binary = next(directory.glob("dpteach_cpp_*.so"))
     binary.unlink()
     (directory / "lock").touch()  # torch's baton, as a kernel killed mid-build leaves it
-    first, second = _start(), _start()
+    env = {**os.environ, "DPTEACH_CPP_CACHE": str(tmp_path)}
+    first, second = _start(env), _start(env)
     for proc in (first, second):
         out, _ = proc.communicate(timeout=180)  # torch alone would wait forever on the stale baton
         assert proc.returncode == 0 and out.strip() == "ok True"  # both loaded a working module

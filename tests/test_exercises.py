@@ -8,9 +8,6 @@ wrong thing, fails a test.
 from __future__ import annotations
 
 import dataclasses
-import statistics
-import sys
-import time
 from copy import deepcopy
 from pathlib import Path
 
@@ -123,18 +120,6 @@ def test_checks_leave_the_learners_random_state_and_threads_alone():
     exercises.check("clone_bug", *SOLUTIONS["clone_bug"])
     assert torch.equal(torch.rand(3), expected)  # the check used its own random stream
     assert torch.get_num_threads() == threads  # and gave back the thread count it borrowed
-
-
-@pytest.mark.parametrize("key", list(SOLUTIONS))
-def test_every_check_answers_in_under_two_seconds(key):
-    exercises.check(key, *SOLUTIONS[key])  # warm up (first calls load kernels)
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        exercises.check(key, *SOLUTIONS[key])
-        times.append(time.perf_counter() - start)
-    assert min(times) < 2.0, f"{key}: {times}"  # fast enough to run after every edit (best of 3: load varies)
-    print(f"{key}: median {statistics.median(times):.2f} s")
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,11 +489,10 @@ def test_solutions_notebook_holds_every_solution():
 
 @pytest.mark.notebook
 def test_notebooks_run_and_checks_answer():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from run_notebook import execute
+    from executed import executed  # the run tests/test_notebooks.py shares: each notebook runs once
 
     for path, role, expected in ((SOLUTIONS_NB, "solution", "Correct!"), (NB, "stub", "You haven't implemented")):
-        nb, _ = execute(path, timeout=300)
+        nb, _, _ = executed(path)
         checks = [c for c in nb.cells if c.metadata.get("dpteach", {}).get("role") == "check"]
         assert len(checks) == len(exercises.TASKS)
         for cell in checks:

@@ -4,7 +4,9 @@ Golden files live in tests/golden/. After a deliberate change to the drawings, r
 
     DPTEACH_REGEN_GOLDEN=1 python -m pytest tests/test_graph*.py
 
-and review the diff of the .dot files like any other code change.
+and review the diff of the .dot files like any other code change. Under CI (``CI=true``, as GitHub
+Actions sets it) regeneration is refused: a CI run that rewrote the goldens would compare the drawings
+with themselves and pass whatever they show.
 """
 
 from __future__ import annotations
@@ -24,14 +26,18 @@ from dpteach.graph import GraphvizMissing, autograd_graph, compare_strategies, g
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("DPTEACH_REGEN_GOLDEN") == "1"
+UNDER_CI = os.environ.get("CI", "").lower() in ("true", "1")
 HAS_DOT = shutil.which("dot") is not None
 STRATEGIES = ["clone", "rewire", "broadcast"]
 DEVICES = ["cpu", "cpu"]
 
 
 def check_golden(name: str, text: str) -> None:
+    """``text`` equals the reviewed golden file ``name``; with DPTEACH_REGEN_GOLDEN=1 (never under CI) it becomes it."""
     path = GOLDEN / f"{name}.dot"
     if REGEN:
+        if UNDER_CI:
+            pytest.fail("DPTEACH_REGEN_GOLDEN=1 is refused under CI: regenerate on a workstation and commit the diff")
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
         return
@@ -266,3 +272,12 @@ def test_big_drawings_leave_out_the_original_box():
     assert "subgraph cluster_replica1" in big.dot and "cluster_original" not in big.dot
     # while the default drawing collapses to under the limit and keeps it
     assert len(g.draw().view.nodes) <= MAX_NODES and "cluster_original" in g.dot
+
+
+def test_golden_regeneration_is_refused_under_ci(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys.modules[__name__], "REGEN", True)
+    monkeypatch.setattr(sys.modules[__name__], "UNDER_CI", True)
+    monkeypatch.setattr(sys.modules[__name__], "GOLDEN", tmp_path)
+    with pytest.raises(pytest.fail.Exception, match="refused under CI"):
+        check_golden("anything", "digraph {}")
+    assert not list(tmp_path.iterdir())  # nothing was written

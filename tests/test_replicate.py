@@ -144,10 +144,22 @@ def test_replicate_buffers(strategy):
 
 
 def test_detach_gives_replicas_without_history():
-    model = mlp()
+    model, x = mlp(), torch.randn(5, 4)
+    originals = [model[0].weight, model[0].bias, model[2].weight, model[2].bias]
     for strategy in STRATEGIES:
-        for r in replicate(model, CPU2, detach=True, strategy=strategy):
-            assert r[0].weight.grad_fn is None  # detach: no autograd history at all
+        replicas = replicate(model, ["cpu"] * 3, detach=True, strategy=strategy)
+        for slot, r in enumerate(replicas):
+            copies = [r[0].weight, r[0].bias, r[2].weight, r[2].bias]
+            for c, p in zip(copies, originals):
+                assert c.grad_fn is None  # detach: no autograd history at all
+                assert_close(c, p)  # ... with the module's values
+                if slot:  # slot 0 may hold the module's own tensors (torch's replicate does); the others never
+                    assert c is not p and c.data_ptr() != p.data_ptr()  # a copy of its own, which the originals are not
+        for r in replicas[1:]:
+            out = r(x).sum()
+            if out.requires_grad:  # clone and rewire give fresh leaves; broadcast gives tensors that need no grad
+                out.backward()
+        assert all(p.grad is None for p in originals), f"{strategy}: a detached replica sent a gradient to the module"
 
 
 def test_unknown_strategy_lists_the_valid_ones():
@@ -201,9 +213,14 @@ def test_parameter_list_and_dict_inside_a_replica():
 
 @pytest.mark.parametrize("detach", [False, True])
 def test_replicas_can_be_saved(detach):
+    model, x = mlp(), torch.randn(5, 4)
     buf = io.BytesIO()
-    torch.save(replicate(mlp(), CPU2, detach=detach), buf)  # pickling replicas works (#37182)
-    assert buf.tell() > 0
+    torch.save(replicate(model, CPU2, detach=detach), buf)  # pickling replicas works (#37182)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert len(loaded) == 2
+    for r in loaded:
+        assert_close(r(x), model(x))  # what comes back is still the module's function
 
 
 def test_zero_grad_on_a_replica_warns():
@@ -225,6 +242,13 @@ def test_rnn_replicas_keep_their_flat_weights_in_sync():
 
 
 def test_slot0_can_sit_on_another_device_than_later_slots():
-    # duplicates and mixed entries are fine; the module must sit on slot 0's device
-    replicas = replicate(mlp(), ["cpu", torch.device("cpu"), "cpu"])
+    # duplicates and mixed spellings are fine; the module must sit on slot 0's device.
+    # Two device types (cpu and meta): tests/test_cross_device.py::test_replicas_land_on_their_slots_device
+    model, x = mlp(), torch.randn(5, 4)
+    replicas = replicate(model, ["cpu", torch.device("cpu"), "cpu"])
     assert len(replicas) == 3
+    for r in replicas:
+        assert r[0].weight.device == torch.device("cpu")
+        assert_close(r(x), model(x))
+    with pytest.raises(RuntimeError, match="on device meta"):
+        replicate(model, ["meta", "cpu"])  # slot 0 must be the module's device

@@ -40,7 +40,8 @@ def test_scatter_splits_tensors_and_shares_everything_else():
     tag = object()
     pieces = scatter((x, tag), CPU2)
     assert len(pieces) == 2
-    assert_close(pieces[0][0], x[:2]) and assert_close(pieces[1][0], x[2:])
+    assert_close(pieces[0][0], x[:2])
+    assert_close(pieces[1][0], x[2:])
     assert pieces[0][1] is tag and pieces[1][1] is tag  # non-tensors are shared, not copied
 
 
@@ -56,17 +57,20 @@ def test_namedtuples_round_trip(kind):
     assert all(type(p) is cls for p in pieces)  # the type survives the split
     back = gather(pieces, "cpu")
     assert type(back) is cls and back._fields == cls._fields
-    assert_close(back.a, value.a) and assert_close(back.b, value.b)
+    assert_close(back.a, value.a)
+    assert_close(back.b, value.b)
 
 
 def test_dataclasses_are_split_and_joined():
-    batch = Batch(torch.randn(6, 3), torch.ones(6, dtype=torch.bool))
+    mask = torch.tensor([1, 0, 0, 1, 1, 1], dtype=torch.bool)  # halves differ, so a gather that reuses slot 0's shows
+    batch = Batch(torch.randn(6, 3), mask)
     pieces = scatter(batch, CPU2)
     assert [type(p) for p in pieces] == [Batch, Batch]  # PyTorch passes a dataclass through unsplit
     assert pieces[0].x.shape == (3, 3) and pieces[1].mask.shape == (6 // 2,)
     assert pieces[0].name == "batch"
     back = gather(pieces, "cpu")
-    assert_close(back.x, batch.x) and assert_close(back.mask, batch.mask)
+    assert_close(back.x, batch.x)
+    assert_close(back.mask, batch.mask)
 
 
 def test_frozen_dataclass_outputs_gather_through_data_parallel():

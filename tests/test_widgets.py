@@ -183,6 +183,15 @@ def test_reduce_add_sums_what_the_replicas_hand_it():
         (h,) = j.handoffs
         assert h.to.startswith("original.") and h.grad.shape == j.received[0].shape  # one sum, to the original
         assert h.grad.norm <= sum(g.norm for g in j.received) + 1e-9  # a sum is no longer than its parts (triangle)
+    # and the sum is the one-device gradient: the same model and batch, backward on one device
+    model = story.make_model(flow.seed)
+    x, y = story.make_data(seed=flow.seed)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    expected = {f"original.{n}": p.grad.double().norm().item() for n, p in model.named_parameters()}
+    handed = {h.to: h.grad.norm for j in joins for h in j.handoffs}
+    assert handed.keys() == expected.keys()
+    for name, norm in handed.items():
+        assert norm == pytest.approx(expected[name], rel=1e-4), name  # a dropped replica gradient would be short
 
 
 @needs_dot

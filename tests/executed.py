@@ -1,0 +1,119 @@
+"""Each course notebook executed once, its executed copy shared by every test that reads one.
+
+``executed(path)`` runs ``path`` headless (``scripts/run_notebook.execute``, a fresh kernel, as a
+learner's) the first time any test asks for it, and hands every later caller the same executed
+notebook. The copy is also kept in ``artifacts/notebooks/cache/`` under a key that hashes the
+notebook, every file of ``dpteach/``, ``scripts/run_notebook.py``, the torch and Python versions and
+the ``DPTEACH_*`` environment; a later run with the same key reads it instead of running the
+notebook again. Any edit to a chapter or to the library changes the key, so a stale copy is never
+used. ``DPTEACH_NB_CACHE=0`` turns the cross-run cache off (every run executes every notebook once).
+A failed run is never stored: the error is raised to every test that asks, in this run only.
+
+Who shares it: tests/test_notebooks.py (every notebook), tests/test_exercises.py (the exercises and
+solutions notebooks) and tests/test_browser.py (it opens the executed copy of every chapter without
+widgets and checks how JupyterLab renders it). Chapters with widgets need a live kernel in the page,
+so the browser runs those itself; the ipywidgets-7 test runs chapter 12 in the Colab-like kernel,
+since that run is what it tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / "artifacts" / "notebooks" / "cache"
+sys.path.insert(0, str(ROOT / "scripts"))
+from run_notebook import execute  # noqa: E402
+
+_memo: dict[Path, tuple[nbformat.NotebookNode, float, bool] | BaseException] = {}
+
+
+def course_notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
+    """Every notebook under ``folder``, without JupyterLab's ``.ipynb_checkpoints`` copies (or any hidden folder)."""
+    return sorted(p for p in folder.rglob("*.ipynb") if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def source_key(path: Path) -> str:
+    """16 hex digits naming what an executed copy of ``path`` depends on."""
+    import torch
+
+    h = hashlib.sha256()
+    h.update(path.read_bytes())
+    for f in sorted((ROOT / "dpteach").rglob("*")):
+        if f.is_file() and "__pycache__" not in f.parts:
+            h.update(str(f.relative_to(ROOT)).encode())
+            h.update(f.read_bytes())
+    h.update((ROOT / "scripts" / "run_notebook.py").read_bytes())
+    h.update(f"{torch.__version__} {sys.version}".encode())
+    h.update(repr(sorted((k, v) for k, v in os.environ.items() if k.startswith("DPTEACH_"))).encode())
+    return h.hexdigest()[:16]
+
+
+def _kernel_env() -> dict[str, str | None]:
+    """What the kernel must (not) inherit from pytest; the old values, to put back."""
+    changes = {"TQDM_DISABLE": "1", "MPLBACKEND": None}  # conftest's Agg would hide every inline figure
+    old = {k: os.environ.get(k) for k in changes}
+    for k, v in changes.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    return old
+
+
+def _restore(old: dict[str, str | None]) -> None:
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def stored_copy(path: Path) -> Path:
+    """Where ``executed(path)`` keeps the executed copy (under the repository, so JupyterLab can open it)."""
+    path = Path(path).resolve()
+    return CACHE / f"{path.stem}-{source_key(path)}.ipynb"
+
+
+def executed(path: Path, timeout: int = 600) -> tuple[nbformat.NotebookNode, float, bool]:
+    """``(executed notebook, seconds it took to run, whether it came from an earlier run's cache)``.
+
+    Each caller gets its own deep copy, so one test cannot change what another reads.
+    """
+    path = Path(path).resolve()
+    if path not in _memo:
+        _memo[path] = _execute_or_read(path, timeout)
+    found = _memo[path]
+    if isinstance(found, BaseException):
+        raise found
+    nb, seconds, cached = found
+    return copy.deepcopy(nb), seconds, cached
+
+
+def _execute_or_read(path: Path, timeout: int):
+    key = source_key(path)
+    stored = CACHE / f"{path.stem}-{key}.ipynb"
+    if os.environ.get("DPTEACH_NB_CACHE", "1") != "0" and stored.exists():
+        nb = nbformat.read(stored, as_version=4)
+        return nb, float(nb.metadata.get("dpteach_executed", {}).get("seconds", 0.0)), True
+    old = _kernel_env()
+    try:
+        nb, seconds = execute(path, timeout=timeout)
+    except Exception as err:  # noqa: BLE001 - CellExecutionError and kernel failures alike: remembered, not stored
+        return err
+    finally:
+        _restore(old)
+    nb.metadata["dpteach_executed"] = {"seconds": round(seconds, 1), "key": key}
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for old_copy in CACHE.glob(f"{path.stem}-*.ipynb"):
+        old_copy.unlink()  # one copy per notebook: the newest
+    nbformat.write(nb, stored)
+    review = ROOT / "artifacts" / "notebooks" / path.name  # where a reviewer opens it, as before
+    nbformat.write(nb, review)
+    return nb, seconds, False
