@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Sequence
 
 from . import text as text_form
-from .model import Edge, Node
+from .walk import Edge, Node
 from .view import MAX_NODES, View, make_view
 
 NO_DOT = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .model import Edge, Node
+from .walk import Edge, Node
 
 MAX_NODES = 150  # the default limit: a picture dot lays out in well under a second, and a reader can scan
 _PRIORITY = {"added": 3, "removed": 2, "missing": 1, "": 0}  # a merged edge keeps its loudest status
