@@ -12,6 +12,7 @@ says how many were left out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Sequence
 
 from .walk import Edge, Node
@@ -31,12 +32,28 @@ class View:
     footer: list[str] = field(default_factory=list)  # text form only: lines after the tree
 
 
+@lru_cache(maxsize=4096)
+def _prefix(module: str, depth: int) -> str:
+    return ".".join(module.split(".")[:depth]) if module else ""
+
+
 def _group(n: Node, depth: int) -> tuple | None:
     if n.module is None or n.kind not in ("op", "join", "original", "replica"):
         return None
-    prefix = ".".join(n.module.split(".")[:depth]) if n.module else ""
     slot = n.slot if n.kind in ("op", "replica") else None
-    return (n.kind, slot, prefix)
+    return (n.kind, slot, _prefix(n.module, depth))
+
+
+def _merged_id(key: tuple, first: Node) -> str:
+    kind, slot, prefix = key
+    where = prefix or "(top)"
+    if kind == "op":
+        return f"ops[{slot}].{where}" if slot is not None else f"ops.{where}"
+    if kind == "replica":
+        return f"replica{slot}.{where}.*"
+    if kind == "original":
+        return f"original.{where}.*"
+    return f"{first.op}[{where}.*]"
 
 
 def _merged(key: tuple, members: list[Node]) -> Node:
@@ -44,17 +61,14 @@ def _merged(key: tuple, members: list[Node]) -> Node:
     first = members[0]
     where = prefix or "(top)"
     k = len(members)
+    nid = _merged_id(key, first)
     if kind == "op":
-        nid = f"ops[{slot}].{where}" if slot is not None else f"ops.{where}"
         label = f"{where}\n{k} backward ops"
     elif kind == "replica":
-        nid = f"replica{slot}.{where}.*"
         label = f"replica {slot} · {where}.* · {first.device}\n{k} parameters"
     elif kind == "original":
-        nid = f"original.{where}.*"
         label = f"original {where}.*\n{k} parameters"
     else:
-        nid = f"{first.op}[{where}.*]"
         label = f"{k} × {first.op}"
     statuses = {m.status for m in members}
     status = next((s for s in ("fixed", "newly reached") if s in statuses), "")
@@ -68,13 +82,27 @@ def _merged(key: tuple, members: list[Node]) -> Node:
     )
 
 
-def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
-    """Merge each (kind, slot, module at ``depth``) group of two or more nodes into one node."""
+def _groups(nodes: Sequence[Node], depth: int) -> tuple[list[tuple | None], dict[tuple, list[Node]]]:
+    """Each node's group key (None: drawn as it is), and the members of each group."""
+    keys = [_group(n, depth) for n in nodes]
     groups: dict[tuple, list[Node]] = {}
-    for n in nodes:
-        key = _group(n, depth)
+    for n, key in zip(nodes, keys):
         if key is not None:
             groups.setdefault(key, []).append(n)
+    return keys, groups
+
+
+def collapsed_size(nodes: Sequence[Node], depth: int) -> int:
+    """How many nodes ``collapse(nodes, edges, depth)`` keeps, without making them."""
+    keys, groups = _groups(nodes, depth)
+    ids = {n.id for n, key in zip(nodes, keys) if key is None}
+    ids.update(members[0].id if len(members) == 1 else _merged_id(key, members[0]) for key, members in groups.items())
+    return len(ids)
+
+
+def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
+    """Merge each (kind, slot, module at ``depth``) group of two or more nodes into one node."""
+    keys, groups = _groups(nodes, depth)
     rename: dict[str, str] = {}
     merged: dict[tuple, Node] = {}
     for key, members in groups.items():
@@ -83,8 +111,7 @@ def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[
             rename.update({m.id: merged[key].id for m in members})
     out: list[Node] = []
     placed: set[str] = set()
-    for n in nodes:  # keep the walk's order: a merged node sits where its first member was
-        key = _group(n, depth)
+    for n, key in zip(nodes, keys):  # keep the walk's order: a merged node sits where its first member was
         node = merged.get(key, n) if key is not None else n
         if node.id not in placed:
             placed.add(node.id)
@@ -138,10 +165,9 @@ def make_view(
         notes.append(f"collapsed by module, depth {collapse_depth}")
     elif collapse_depth is None and max_nodes is not None and len(nodes) > max_nodes:
         total = len(nodes)
-        for depth in range(max(_depths(nodes), 1), 0, -1):
-            cn, ce = collapse(nodes, edges, depth)
-            if len(cn) <= max_nodes or depth == 1:
-                nodes, edges = cn, ce
+        for depth in range(max(_depths(nodes), 1), 0, -1):  # the finest depth that fits
+            if depth == 1 or collapsed_size(nodes, depth) <= max_nodes:
+                nodes, edges = collapse(nodes, edges, depth)
                 break
         notes.append(f"{total} nodes collapsed by module (depth {depth}) to stay under max_nodes={max_nodes}; "
                      "draw(collapse=False) shows each one")

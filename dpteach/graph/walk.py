@@ -103,6 +103,20 @@ class _Found:
         self.entries: list[tuple[int, int]] = []  # (index into next_functions, child), kept on request
 
 
+class _Face(NamedTuple):
+    """What pass 2 gives a node: the fields of its ``Node`` that do not need the whole graph."""
+
+    id: str
+    kind: str
+    label: str
+    op: str | None = None
+    param: Param | None = None
+    shape: tuple[int, ...] | None = None
+    slot: int | None = None
+    device: str | None = None
+    leaf: bool = False
+
+
 _LEAF_TYPES: dict[type, bool] = {}  # grad_fn class -> is it AccumulateGrad (has .variable)?
 
 
@@ -122,16 +136,16 @@ def _walk(outputs: Sequence[torch.Tensor], table: TensorNames, keep_entries: boo
     sites, leaves = table.sites, table.leaves
     post: list[int] = []
 
-    def targets(f: _Found):
-        """A node's way on: (entry index, grad_fn, output_nr); output_nr None means "the grad_fn itself"."""
+    def targets(f: _Found) -> enumerate:
+        """A node's way on: numbered (grad_fn, output_nr) entries; output_nr None means "the grad_fn itself"."""
         if f.where == FN:
-            return ((i, fn, nr) for i, (fn, nr) in enumerate(f.fn.next_functions))
+            return enumerate(f.fn.next_functions)
         if f.where == SITE:
-            return iter(((0, f.fn, None),))
+            return enumerate(((f.fn, None),))
         if f.where == OUTPUT and f.fn is not None:
             out = f.tensor
-            return iter(((0, f.fn, None if out.grad_fn is None else out.output_nr),))
-        return iter(())
+            return enumerate(((f.fn, None if out.grad_fn is None else out.output_nr),))
+        return enumerate(())
 
     def visit(fn: object, nr: int | None) -> tuple[int, bool]:
         """The node a next_functions entry leads to, and whether it was made just now."""
@@ -169,7 +183,7 @@ def _walk(outputs: Sequence[torch.Tensor], table: TensorNames, keep_entries: boo
         while stack:
             parent, way = stack[-1]
             node = found[parent]
-            for i, fn, nr in way:
+            for i, (fn, nr) in way:
                 if fn is None:
                     continue
                 child, new = visit(fn, nr)
@@ -186,12 +200,12 @@ def _walk(outputs: Sequence[torch.Tensor], table: TensorNames, keep_entries: boo
     return found, post
 
 
-def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[Node]:
+def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face]:
     """Pass 2: each node's id (from names, and counts in the walk's order) and what it shows."""
     counts: Counter[str] = Counter()
     taken: set[str] = set()
     join_fns = table.join_fns
-    nodes: list[Node] = []
+    nodes: list[_Face] = []
     outputs = 0
     for f in found:
         named = f.named
@@ -199,7 +213,7 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[Node]
             out = f.tensor
             nid = "output" if n_outputs == 1 else f"output_{outputs}"
             outputs += 1
-            node = Node(nid, "output", "output", shape=shape_of(out), device=str(out.device))
+            node = _Face(nid, "output", "output", shape=shape_of(out), device=str(out.device))
         elif named is not None:  # a named tensor: a parameter, a replica's copy, one of names=
             param = named.param
             if named.kind == "original":
@@ -208,13 +222,13 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[Node]
                 nid = f"replica{param.slot}.{param.name}"
             else:
                 nid = f"tensor.{named.label}"
-            node = Node(nid, named.kind, named.label, param=param, shape=named.shape,
+            node = _Face(nid, named.kind, named.label, param=param, shape=named.shape,
                         slot=None if param is None else param.slot, device=named.device, leaf=f.where == LEAF)
         elif f.where == LEAF:
             var = f.tensor
             counts["leaf"] += 1
             what = "parameter (not the module's)" if isinstance(var, torch.nn.Parameter) else "leaf tensor"
-            node = Node(f"leaf_{counts['leaf']}", "leaf", what, shape=shape_of(var), device=str(var.device), leaf=True)
+            node = _Face(f"leaf_{counts['leaf']}", "leaf", what, shape=shape_of(var), device=str(var.device), leaf=True)
         else:
             name = type(f.fn).__name__
             kind = "join" if id(f.fn) in join_fns else "op"
@@ -227,18 +241,18 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[Node]
             if nid is None:
                 counts[name] += 1
                 nid = f"{name}_{counts[name]}"
-            node = Node(nid, kind, name, op=name)
+            node = _Face(nid, kind, name, op=name)
         if node.id in taken:  # two tensors given one name: keep both, deterministically
             nid = node.id
             while nid in taken:
                 nid += "'"
-            node = Node(nid, node.kind, node.label, node.op, node.param, node.shape, node.slot, node.device, node.leaf)
+            node = node._replace(id=nid)
         taken.add(node.id)
         nodes.append(node)
     return nodes
 
 
-def _trace(found: list[_Found], post: list[int], nodes: list[Node]) -> tuple[list[int | None], list[bool]]:
+def _trace(found: list[_Found], post: list[int], nodes: list[_Face]) -> tuple[list[int | None], list[bool]]:
     """Pass 3: the one replica slot each op leads to (None: none or several), and which nodes lead to an original."""
     mask = [0] * len(found)  # bit s: a path from the node reaches a parameter of replica slot s
     to_original = [False] * len(found)
@@ -261,7 +275,7 @@ def _module_of(param: Param | None) -> str | None:
     return None if param is None else param.name.rpartition(".")[0]
 
 
-def _place(found: list[_Found], post: list[int], nodes: list[Node]) -> list[str | None]:
+def _place(found: list[_Found], post: list[int], nodes: list[_Face]) -> list[str | None]:
     """Pass 4: the module each node belongs to; the ops between the output and the first parameter (loss,
     Gather) belong to none."""
     params = [n.param if n.kind in ("original", "replica") else None for n in nodes]
@@ -286,7 +300,7 @@ def _place(found: list[_Found], post: list[int], nodes: list[Node]) -> list[str 
     return module
 
 
-def _finish(found: list[_Found], nodes: list[Node], slots: list[int | None], to_original: list[bool],
+def _finish(found: list[_Found], nodes: list[_Face], slots: list[int | None], to_original: list[bool],
             module: list[str | None], table: TensorNames) -> tuple[list[Node], list[Edge]]:
     """Pass 5: the final nodes (with the parameters the walk never reached), and the edges."""
     slot_device = {n.slot: n.device for n in nodes if n.kind == "replica"}  # an op runs on its slot's device
@@ -306,7 +320,7 @@ def _finish(found: list[_Found], nodes: list[Node], slots: list[int | None], to_
             out.append(Node(f"tensor.{named.label}", "input", named.label, shape=named.shape, device=named.device,
                             leaf=True, reached=False))
     ids = [n.id for n in nodes]
-    edges = [Edge(ids[i], ids[c]) for i, f in enumerate(found) for c in f.children]
+    edges = [Edge._make((ids[i], ids[c], "")) for i, f in enumerate(found) for c in f.children]
     return out, edges
 
 
