@@ -132,8 +132,10 @@ def held_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     A C++-style module keeps its tensors in member fields that ``replicate`` cannot see
     (``demos.CppStyleLinear.members``, the "failed attempt" of PR #20910); its forward reads those.
     """
-    for key, value in vars(module).items():
-        if key[:1] == "_" or type(value) in _PLAIN or isinstance(value, nn.Module):
+    attributes = vars(module)
+    for key in [k for k in attributes if k[:1] != "_"]:  # a module's own bookkeeping starts with _
+        value = attributes[key]
+        if type(value) in _PLAIN or isinstance(value, nn.Module):
             continue
         if isinstance(value, torch.Tensor):
             yield key, value
@@ -153,17 +155,29 @@ def _name_originals(table: TensorNames, module: nn.Module) -> None:
             table.add(t, Named("original", str(param), param, shape_of(t), str(t.device)))
 
 
+def _submodule(root: nn.Module, path: str) -> nn.Module:
+    """``root.get_submodule(path)``, along ``_modules`` (the same modules; get_submodule checks more,
+    slowly, and says what is missing: it is asked when the path is not there)."""
+    module = root
+    for part in path.split(".") if path else ():
+        module = module._modules.get(part)
+        if not isinstance(module, nn.Module):
+            return root.get_submodule(path)
+    return module
+
+
 def _name_replica(table: TensorNames, paths: list[str], slot: int, replica: nn.Module) -> None:
     def add(name: str, copy: torch.Tensor | None) -> None:
         # a frozen copy is not in the graph; one named already keeps its first name
         if copy is not None and copy.requires_grad and not table.knows(copy):
-            param = Param(name, slot, str(copy.device))
-            table.add(copy, Named("replica", str(param), param, shape_of(copy), str(copy.device)))
+            device = str(copy.device)
+            param = Param(name, slot, device)
+            table.add(copy, Named("replica", str(param), param, shape_of(copy), device))
 
     for name in list(table.canonical):  # every alias: "clone" unties tied weights (two copies), "broadcast" does not
         add(name, resolve(replica, name))
     for path in paths:  # then what the replica's modules hold besides
-        sub = replica.get_submodule(path) if path else replica
+        sub = _submodule(replica, path)
         prefix = f"{path}." if path else ""
         for attr, t in held_tensors(sub):
             name = prefix + attr

@@ -37,11 +37,16 @@ def _prefix(module: str, depth: int) -> str:
     return ".".join(module.split(".")[:depth]) if module else ""
 
 
-def _group(n: Node, depth: int) -> tuple | None:
+def _base(n: Node) -> tuple | None:
+    """What collapsing groups a node by, its whole module (None: it is always drawn as it is)."""
     if n.module is None or n.kind not in ("op", "join", "original", "replica"):
         return None
-    slot = n.slot if n.kind in ("op", "replica") else None
-    return (n.kind, slot, _prefix(n.module, depth))
+    return (n.kind, n.slot if n.kind in ("op", "replica") else None, n.module)
+
+
+def _group(n: Node, depth: int) -> tuple | None:
+    base = _base(n)
+    return None if base is None else (base[0], base[1], _prefix(base[2], depth))
 
 
 def _merged_id(key: tuple, first: Node) -> str:
@@ -92,12 +97,29 @@ def _groups(nodes: Sequence[Node], depth: int) -> tuple[list[tuple | None], dict
     return keys, groups
 
 
-def collapsed_size(nodes: Sequence[Node], depth: int) -> int:
-    """How many nodes ``collapse(nodes, edges, depth)`` keeps, without making them."""
-    keys, groups = _groups(nodes, depth)
-    ids = {n.id for n, key in zip(nodes, keys) if key is None}
-    ids.update(members[0].id if len(members) == 1 else _merged_id(key, members[0]) for key, members in groups.items())
-    return len(ids)
+def collapsed_sizes(nodes: Sequence[Node], depths: Sequence[int]) -> dict[int, int]:
+    """How many nodes ``collapse(nodes, edges, depth)`` keeps, for each depth, without making them."""
+    alone: set[str] = set()  # nodes no depth merges
+    by_module: dict[tuple, list[Node]] = {}  # the rest by (kind, slot, whole module), in the walk's order
+    for n in nodes:
+        key = _base(n)
+        if key is None:
+            alone.add(n.id)
+        else:
+            by_module.setdefault(key, []).append(n)
+    sizes = {}
+    for depth in depths:
+        merged: dict[tuple, list] = {}  # key at this depth -> [members, the first member]
+        for (kind, slot, module), members in by_module.items():
+            key = (kind, slot, _prefix(module, depth))
+            if key in merged:
+                merged[key][0] += len(members)
+            else:
+                merged[key] = [len(members), members[0]]
+        ids = set(alone)
+        ids.update(first.id if k == 1 else _merged_id(key, first) for key, (k, first) in merged.items())
+        sizes[depth] = len(ids)
+    return sizes
 
 
 def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
@@ -165,8 +187,10 @@ def make_view(
         notes.append(f"collapsed by module, depth {collapse_depth}")
     elif collapse_depth is None and max_nodes is not None and len(nodes) > max_nodes:
         total = len(nodes)
-        for depth in range(max(_depths(nodes), 1), 0, -1):  # the finest depth that fits
-            if depth == 1 or collapsed_size(nodes, depth) <= max_nodes:
+        depths = range(max(_depths(nodes), 1), 0, -1)
+        sizes = collapsed_sizes(nodes, depths)
+        for depth in depths:  # the finest depth that fits
+            if depth == 1 or sizes[depth] <= max_nodes:
                 nodes, edges = collapse(nodes, edges, depth)
                 break
         notes.append(f"{total} nodes collapsed by module (depth {depth}) to stay under max_nodes={max_nodes}; "
