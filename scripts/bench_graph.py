@@ -73,7 +73,7 @@ class ResNet18(nn.Module):
 
 
 def in_turns(ours, theirs, runs: int) -> dict[str, tuple[float, float]]:
-    """Medians (ms) of ``ours`` and ``theirs`` timed in turns, by wall clock and by this process's CPU time."""
+    """Medians (ms) of ``ours`` and ``theirs`` timed in turns, by wall clock and by this process's CPU."""
     times: dict[str, tuple[list[float], list[float]]] = {"wall": ([], []), "cpu": ([], [])}
     for i in range(runs):
         pair = ((0, ours), (1, theirs)) if i % 2 == 0 else ((1, theirs), (0, ours))
@@ -121,8 +121,8 @@ def main() -> None:
             medians = in_turns(lambda: autograd_graph(out, module=model, replicas=reps).dot,
                                lambda: make_dot(out, params=params).source, args.runs)
             for clock, (ours, theirs) in medians.items():
-                print(f"  graph + DOT vs torchviz make_dot, {clock:>4}: median {ours:6.2f} ms vs {theirs:6.2f} ms, "
-                      f"ratio {ours / theirs:.2f} ({args.runs} runs each, in turns)")
+                print(f"  graph + DOT vs torchviz make_dot, {clock:>4}: median {ours:6.2f} ms vs "
+                      f"{theirs:6.2f} ms, ratio {ours / theirs:.2f} ({args.runs} runs each, in turns)")
         build = median_ms(lambda: autograd_graph(out, module=model, replicas=reps), args.runs)
         print(f"  autograd_graph (walk, name, facts)   median {build:7.1f} ms")
         for label, kwargs in (("DOT, default (auto-collapse)", {}), ("DOT, collapse=2", {"collapse": 2}),

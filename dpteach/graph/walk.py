@@ -1,4 +1,4 @@
-"""The one walk of the autograd graph behind a tensor, in named passes: walk → name → trace → place → finish.
+"""The one walk of the autograd graph behind a tensor, in named passes: walk, name, trace, place, finish.
 
 The walk starts at ``output.grad_fn`` and follows ``next_functions``: the way the gradient flows
 in ``backward()``. Every ``AccumulateGrad`` node becomes its leaf tensor (``.variable``), named
@@ -47,7 +47,7 @@ class Node:
     # "output", "op", "join" (a ReduceAdd/Broadcast node a replica parameter comes out of), "original",
     # "replica", "input" (a named leaf), "tensor" (a named non-leaf), "leaf" (any other), "more" (drawings)
     kind: str
-    label: str  # the name a learner reads: "AddmmBackward0", "original 0.weight", "replica 1 · 0.weight · cpu"
+    label: str  # what a learner reads: "AddmmBackward0", "original 0.weight", "replica 1 · 0.weight · cpu"
     op: str | None = None  # the grad_fn's class name, for op and join nodes
     param: Param | None = None
     shape: tuple[int, ...] | None = None
@@ -128,16 +128,18 @@ def _is_leaf_fn(fn: object) -> bool:
     return leaf
 
 
-def _walk(outputs: Sequence[torch.Tensor], table: TensorNames, keep_entries: bool) -> tuple[list[_Found], list[int]]:
-    """Pass 1: one depth-first walk from the outputs; nodes in preorder, and the postorder (children first)."""
+def _walk(
+    outputs: Sequence[torch.Tensor], table: TensorNames, keep_entries: bool,
+) -> tuple[list[_Found], list[int]]:
+    """Pass 1: one depth-first walk from the outputs; nodes in preorder, and the postorder."""
     found: list[_Found] = []
-    by_fn: dict[int, int] = {}  # id(grad_fn) -> node; the grad_fns are held in found, so their id()s stay theirs
+    by_fn: dict[int, int] = {}  # id(grad_fn) -> node; found holds the grad_fns, so their id()s stay theirs
     by_site: dict[tuple[int, int], int] = {}  # (id(grad_fn), output_nr) of a named non-leaf tensor -> node
     sites, leaves = table.sites, table.leaves
     post: list[int] = []
 
     def targets(f: _Found) -> enumerate:
-        """A node's way on: numbered (grad_fn, output_nr) entries; output_nr None means "the grad_fn itself"."""
+        """A node's way on: numbered (grad_fn, output_nr) entries; output_nr None: "the grad_fn itself"."""
         if f.where == FN:
             return enumerate(f.fn.next_functions)
         if f.where == SITE:
@@ -228,7 +230,8 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             var = f.tensor
             counts["leaf"] += 1
             what = "parameter (not the module's)" if isinstance(var, torch.nn.Parameter) else "leaf tensor"
-            node = _Face(f"leaf_{counts['leaf']}", "leaf", what, shape=shape_of(var), device=str(var.device), leaf=True)
+            node = _Face(f"leaf_{counts['leaf']}", "leaf", what, shape=shape_of(var), device=str(var.device),
+                         leaf=True)
         else:
             name = type(f.fn).__name__
             kind = "join" if id(f.fn) in join_fns else "op"
@@ -236,8 +239,9 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             if kind == "join":  # a ReduceAdd node feeds one original parameter: name it after it
                 named_leaves = [table.leaves.get(id(fn.variable)) for fn, _ in f.fn.next_functions
                                 if fn is not None and _is_leaf_fn(fn)]
-                if len(named_leaves) == 1 and named_leaves[0] is not None and named_leaves[0].kind == "original":
-                    nid = f"{name}[{named_leaves[0].param.name}]"
+                only = named_leaves[0] if len(named_leaves) == 1 else None
+                if only is not None and only.kind == "original":
+                    nid = f"{name}[{only.param.name}]"
             if nid is None:
                 counts[name] += 1
                 nid = f"{name}_{counts[name]}"
@@ -253,7 +257,8 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
 
 
 def _trace(found: list[_Found], post: list[int], nodes: list[_Face]) -> tuple[list[int | None], list[bool]]:
-    """Pass 3: the one replica slot each op leads to (None: none or several), and which nodes lead to an original."""
+    """Pass 3: the one replica slot each op leads to (None: none or several), and which nodes lead on to an
+    original parameter."""
     mask = [0] * len(found)  # bit s: a path from the node reaches a parameter of replica slot s
     to_original = [False] * len(found)
     passes_on = [n.kind not in ("join", "original") for n in nodes]  # a join starts the original's side
@@ -303,17 +308,21 @@ def _place(found: list[_Found], post: list[int], nodes: list[_Face]) -> list[str
 _new, _set = object.__new__, object.__setattr__
 
 
-def _node(id: str, kind: str, label: str, op: str | None, param: Param | None, shape: tuple[int, ...] | None,
-          slot: int | None, device: str | None, leaf: bool, dead_end: bool, reached: bool, module: str | None) -> Node:
+def _node(
+    id: str, kind: str, label: str, op: str | None, param: Param | None, shape: tuple[int, ...] | None,
+    slot: int | None, device: str | None, leaf: bool, dead_end: bool, reached: bool, module: str | None,
+) -> Node:
     """``Node(...)`` for the walk's hundreds of nodes, without the frozen dataclass's ``__init__``.
 
     That ``__init__`` sets each of 14 fields through ``object.__setattr__`` (frozen), a third of the
     walk's time on a ResNet; this fills the same ``__dict__`` directly: an equal, equally frozen Node.
     """
     node = _new(Node)
-    _set(node, "__dict__", {"id": id, "kind": kind, "label": label, "op": op, "param": param, "shape": shape,
-                            "slot": slot, "device": device, "leaf": leaf, "dead_end": dead_end, "reached": reached,
-                            "module": module, "members": 1, "status": ""})
+    _set(node, "__dict__", {
+        "id": id, "kind": kind, "label": label, "op": op, "param": param, "shape": shape, "slot": slot,
+        "device": device, "leaf": leaf, "dead_end": dead_end, "reached": reached, "module": module,
+        "members": 1, "status": "",
+    })
     return node
 
 
@@ -330,12 +339,13 @@ def _finish(found: list[_Found], nodes: list[_Face], slots: list[int | None], to
     for param, t in table.originals:
         if param not in seen:
             out.append(Node(f"original.{param.name}", "original", str(param), param=param, shape=shape_of(t),
-                            device=param.device, leaf=t.grad_fn is None, reached=False, module=_module_of(param)))
+                            device=param.device, leaf=t.grad_fn is None, reached=False,
+                            module=_module_of(param)))
     present = {n.id for n in out}
-    for named, t in table.named_leaves:  # a leaf you named that the output does not reach: its .grad stays None
+    for named, t in table.named_leaves:  # a leaf you named that the output does not reach: .grad stays None
         if f"tensor.{named.label}" not in present and table.lookup_leaf(t) is named:
-            out.append(Node(f"tensor.{named.label}", "input", named.label, shape=named.shape, device=named.device,
-                            leaf=True, reached=False))
+            out.append(Node(f"tensor.{named.label}", "input", named.label, shape=named.shape,
+                            device=named.device, leaf=True, reached=False))
     ids = [n.id for n in nodes]
     edges = [Edge(ids[i], ids[c]) for i, f in enumerate(found) for c in f.children]
     return out, edges
