@@ -66,3 +66,22 @@ def test_collapsed_sizes_are_what_collapse_keeps():
     limit = sizes[2]
     view = make_view(nodes, edges, "t", None, limit)
     assert len(view.nodes) == limit and "depth 2" in view.notes[0]
+
+
+def test_the_collector_is_left_as_it_was():
+    import gc
+
+    model = mlp()
+    was_on = gc.isenabled()
+    try:
+        for on in (True, False):
+            gc.enable() if on else gc.disable()
+            g, _ = walked_graph(model(torch.randn(3, 2)).sum(), model)
+            assert g.dot and g.draw(collapse=1).dot  # built and drawn with the collector paused...
+            assert gc.isenabled() == on  # ... and left on or off as it was
+        gc.enable()
+        with pytest.raises(ValueError, match="replicas= needs module="):  # raised while it is paused
+            walked_graph(model(torch.randn(3, 2)).sum(), None, [model])
+        assert gc.isenabled()  # an error does not leave it off either
+    finally:
+        gc.enable() if was_on else gc.disable()

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .display import Drawable
-from .walk import Edge, Handles, Node, frozen, walk_graph
+from .walk import Edge, Handles, Node, frozen, gc_paused, walk_graph
 from .names import Param, build_names
 
 
@@ -162,6 +162,7 @@ def walked_graph(
         outputs = list(output) if isinstance(output, (list, tuple)) else []
     if not outputs or not all(isinstance(o, torch.Tensor) for o in outputs):
         raise TypeError(f"autograd_graph expects a tensor (or a list of tensors), got {type(output).__name__}")
-    table = build_names(module, replicas, names)
-    nodes, edges, found = walk_graph(outputs, table, handles=handles)
-    return AutogradGraph(nodes, edges, [p for p, _ in table.originals], title, table.canonical), found
+    with gc_paused():
+        table = build_names(module, replicas, names)
+        nodes, edges, found = walk_graph(outputs, table, handles=handles)
+        return AutogradGraph(nodes, edges, [p for p, _ in table.originals], title, table.canonical), found
