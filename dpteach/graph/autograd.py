@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from .display import Drawable
-from .walk import Edge, Handles, Node, frozen, gc_paused, walk_graph
+from .nodes import Edge, Node, frozen
+from .walk import Handles, gc_paused, walk_graph
 from .names import Param, build_names
 
 

@@ -12,7 +12,8 @@ from functools import cached_property
 from typing import Sequence
 
 from . import text as text_form
-from .walk import Edge, Node, gc_paused
+from .nodes import Edge, Node
+from .walk import gc_paused
 from .view import MAX_NODES, View, make_view
 
 NO_DOT = (

@@ -35,7 +35,7 @@ drawings of more than ``view.MAX_NODES`` nodes, where that box would cost dot se
 from __future__ import annotations
 
 from .legend import FILL, FONT, GREEN, GREY, ORANGE, PURPLE, RED, device_tint, entry, legend_label
-from .walk import Edge, Node
+from .nodes import Edge, Node
 from .view import MAX_NODES, View
 
 

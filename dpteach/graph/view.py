@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
 
-from .walk import Edge, Node
+from .nodes import Edge, Node
 
 MAX_NODES = 150  # the default limit: a picture dot lays out in well under a second, and a reader can scan
 _PRIORITY = {"added": 3, "removed": 2, "missing": 1, "": 0}  # a merged edge keeps its loudest status

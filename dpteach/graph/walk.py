@@ -39,39 +39,7 @@ from typing import Iterator, Mapping, NamedTuple, Sequence
 import torch
 
 from .names import Named, Param, TensorNames, shape_of
-
-
-@dataclass(frozen=True)
-class Node:
-    """One node of the graph: a backward function (``op``, ``join``) or a tensor (everything else)."""
-
-    id: str
-    # "output", "op", "join" (a ReduceAdd/Broadcast node a replica parameter comes out of), "original",
-    # "replica", "input" (a named leaf), "tensor" (a named non-leaf), "leaf" (any other), "more" (drawings)
-    kind: str
-    label: str  # what a learner reads: "AddmmBackward0", "original 0.weight", "replica 1 · 0.weight · cpu"
-    op: str | None = None  # the grad_fn's class name, for op and join nodes
-    param: Param | None = None
-    shape: tuple[int, ...] | None = None
-    slot: int | None = None  # the replica slot the node lives in, when exactly one
-    device: str | None = None
-    leaf: bool = False  # a leaf tensor: its AccumulateGrad node is what writes .grad
-    dead_end: bool = False  # a replica parameter from which no path leads to an original one
-    reached: bool = True  # False for an original parameter no path from the output reaches
-    module: str | None = None  # the module the node belongs to, for collapse= (None: not collapsed)
-    members: int = 1  # how many nodes a collapsed node stands for
-    status: str = ""  # in a diff: "", "added", "removed", "fixed" (a dead end no longer) or "newly reached"
-
-
-class Edge(NamedTuple):
-    """An edge in the gradient's direction: from a node to one of its ``next_functions``."""
-
-    src: str
-    dst: str
-    status: str = ""  # "", or in drawings "added" / "removed" (a diff) and "missing" (clone's lost edge)
-
-    def __str__(self) -> str:
-        return f"{self.src} → {self.dst}"
+from .nodes import Edge, Node, new_node
 
 
 @dataclass(frozen=True)
@@ -81,7 +49,8 @@ class Handles:
     ``fns``: node id -> the ``grad_fn`` it stands for (op and join nodes, and the ``AccumulateGrad``
     of each leaf); output nodes and non-leaf named tensors have none. ``entries``: node id -> one
     ``(i, child id)`` per entry ``i`` of its ``next_functions`` that is not ``None``, in order (two
-    entries may lead to one child); an output node's one entry is its tensor.
+    entries may lead to one child); an output node and a named non-leaf tensor have one entry, 0,
+    to the node their tensor came out of.
     """
 
     fns: Mapping[str, object]
@@ -308,27 +277,6 @@ def _place(found: list[_Found], post: list[int], nodes: list[_Face]) -> list[str
     return module
 
 
-_new, _set = object.__new__, object.__setattr__
-
-
-def _node(
-    id: str, kind: str, label: str, op: str | None, param: Param | None, shape: tuple[int, ...] | None,
-    slot: int | None, device: str | None, leaf: bool, dead_end: bool, reached: bool, module: str | None,
-) -> Node:
-    """``Node(...)`` for the walk's hundreds of nodes, without the frozen dataclass's ``__init__``.
-
-    That ``__init__`` sets each of 14 fields through ``object.__setattr__`` (frozen), a third of the
-    walk's time on a ResNet; this fills the same ``__dict__`` directly: an equal, equally frozen Node.
-    """
-    node = _new(Node)
-    _set(node, "__dict__", {
-        "id": id, "kind": kind, "label": label, "op": op, "param": param, "shape": shape, "slot": slot,
-        "device": device, "leaf": leaf, "dead_end": dead_end, "reached": reached, "module": module,
-        "members": 1, "status": "",
-    })
-    return node
-
-
 def _finish(found: list[_Found], nodes: list[_Face], slots: list[int | None], to_original: list[bool],
             module: list[str | None], table: TensorNames) -> tuple[list[Node], list[Edge]]:
     """Pass 5: the final nodes (with the parameters the walk never reached), and the edges."""
@@ -336,8 +284,8 @@ def _finish(found: list[_Found], nodes: list[_Face], slots: list[int | None], to
     out = []
     for n, slot, reaches, mod in zip(nodes, slots, to_original, module):
         device = slot_device.get(slot, n.device) if n.kind == "op" else n.device
-        out.append(_node(n.id, n.kind, n.label, n.op, n.param, n.shape, slot, device, n.leaf,
-                         n.kind == "replica" and not reaches, True, mod))
+        out.append(new_node(n.id, n.kind, n.label, n.op, n.param, n.shape, slot, device, n.leaf,
+                            n.kind == "replica" and not reaches, True, mod))
     seen = {n.param for n in nodes if n.kind == "original"}
     for param, t in table.originals:
         if param not in seen:
@@ -388,7 +336,3 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_on:
             gc.enable()
-
-
-def frozen(nodes: Sequence[Node]) -> Mapping[str, Node]:
-    return MappingProxyType({n.id: n for n in nodes})
