@@ -57,12 +57,14 @@ class Handles:
     entries: Mapping[str, list[tuple[int, str]]]
 
 
-# what the walk found, one per node, in preorder: where it is ("output", "site", "leaf", "fn"),
-# its live handle, its name if it has one
+# where a node of the walk comes from: an output, a named non-leaf tensor (the "site" (grad_fn,
+# output_nr) its consumers point at), a leaf (an AccumulateGrad), or any other grad_fn
 OUTPUT, SITE, LEAF, FN = "output", "site", "leaf", "fn"
 
 
 class _Found:
+    """What the walk found, one per node, in preorder: where it comes from, its live handle, its name."""
+
     __slots__ = ("where", "fn", "named", "tensor", "children", "entries")
 
     def __init__(self, where: str, fn: object, named: Named | None, tensor: torch.Tensor | None) -> None:
@@ -196,8 +198,9 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
                 nid = f"replica{param.slot}.{param.name}"
             else:
                 nid = f"tensor.{named.label}"
-            node = _Face(nid, named.kind, named.label, param=param, shape=named.shape,
-                        slot=None if param is None else param.slot, device=named.device, leaf=f.where == LEAF)
+            slot = None if param is None else param.slot
+            node = _Face(nid, named.kind, named.label, param=param, shape=named.shape, slot=slot,
+                         device=named.device, leaf=f.where == LEAF)
         elif f.where == LEAF:
             var = f.tensor
             counts["leaf"] += 1
@@ -229,8 +232,10 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
 
 
 def _trace(found: list[_Found], post: list[int], nodes: list[_Face]) -> tuple[list[int | None], list[bool]]:
-    """Pass 3: the one replica slot each op leads to (None: none or several), and which nodes lead on to an
-    original parameter."""
+    """Pass 3: the one replica slot each op leads to (None: none or several); which nodes lead to an original.
+
+    A replica parameter from which no path leads on to an original parameter is a dead end (#19540).
+    """
     mask = [0] * len(found)  # bit s: a path from the node reaches a parameter of replica slot s
     to_original = [False] * len(found)
     passes_on = [n.kind not in ("join", "original") for n in nodes]  # a join starts the original's side
@@ -253,8 +258,11 @@ def _module_of(param: Param | None) -> str | None:
 
 
 def _place(found: list[_Found], post: list[int], nodes: list[_Face]) -> list[str | None]:
-    """Pass 4: the module each node belongs to; the ops between the output and the first parameter (loss,
-    Gather) belong to none."""
+    """Pass 4: the module each node belongs to, for ``collapse=``.
+
+    An op that consumes a parameter belongs to that parameter's module; an op below one, to its
+    children's; the ops between the output and the first parameter (the loss, Gather) to none.
+    """
     params = [n.param if n.kind in ("original", "replica") else None for n in nodes]
     below = [False] * len(found)  # under a node that consumes a parameter
     for i in reversed(post):  # parents first
