@@ -82,10 +82,10 @@ class GradientFlow:
         self.model = story.make_model(seed).to(devices[0])
         loss, self.replicas = replicated_forward(
             self.model, x.to(devices[0]), devices, strategy, lambda out: nn.functional.mse_loss(out, y.to(devices[0])))
+        ran: list[tuple[object, tuple, tuple]] = []  # (node, what it handed on, what it received), in order
         title = f"strategy={strategy!r}, {slots} slot{'s' * (slots != 1)}"
         # one walk gives the drawn graph and the live grad_fn behind each of its nodes: hook those, then run
         self.graph, handles = walked_graph(loss, self.model, self.replicas, title=title, handles=True)
-        ran: list[tuple[str, tuple, tuple]] = []  # (node, what it handed on, what it received), in order
         for nid, fn in handles.fns.items():
             fn.register_hook(lambda grad_inputs, grad_outputs, nid=nid: ran.append((nid, grad_inputs, grad_outputs)))
         loss.backward()
