@@ -132,13 +132,14 @@ class _Statements:
         from graphviz import quoting
 
         self._quote = getattr(quoting.quote, "__wrapped__", quoting.quote)  # past the deprecation wrapper
-        self._is_id, self._keywords = quoting.ID.match, quoting.KEYWORDS
+        self._fast = hasattr(quoting, "ID") and hasattr(quoting, "KEYWORDS")  # 0.21 has both; else quote() decides
+        self._is_id, self._keywords = (quoting.ID.match, quoting.KEYWORDS) if self._fast else (None, set())
         self._quoted: dict[str, str] = {}
 
     def quote(self, text: str) -> str:
         quoted = self._quoted.get(text)
         if quoted is None:
-            if '"' in text or "\\" in text or text[:1] == "<":  # escapes, HTML-like: graphviz's own rules
+            if not self._fast or '"' in text or "\\" in text or text[:1] == "<":  # graphviz's own rules
                 quoted = self._quote(text)
             elif self._is_id(text) and text.lower() not in self._keywords:  # quote()'s other two cases, told
                 quoted = text  # apart as it does; with nothing to escape, its other expressions find nothing
