@@ -132,7 +132,8 @@ class _Statements:
         from graphviz import quoting
 
         self._quote = getattr(quoting.quote, "__wrapped__", quoting.quote)  # past the deprecation wrapper
-        self._fast = hasattr(quoting, "ID") and hasattr(quoting, "KEYWORDS")  # 0.21 has both; else quote() decides
+        # graphviz 0.21 has both; without them, quote() decides every string
+        self._fast = hasattr(quoting, "ID") and hasattr(quoting, "KEYWORDS")
         self._is_id, self._keywords = (quoting.ID.match, quoting.KEYWORDS) if self._fast else (None, set())
         self._quoted: dict[str, str] = {}
 
