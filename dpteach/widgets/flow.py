@@ -1,15 +1,15 @@
 """The gradient-flow stepper's model: one backward pass, node by node, with the gradients it really hands on.
 
 ``GradientFlow(strategy, slots)`` takes one step of the course model by hand (scatter, replicate,
-parallel_apply, gather: ``dpteach.graph.replicated_forward``), walks its graph once
-(``dpteach.graph.walk``: the drawn nodes and the live ``grad_fn`` behind each), puts a hook on every
-backward node (``grad_fn.register_hook``) and runs ``backward()``. Each ``FlowStep`` is one node
-running, in the order autograd's engine ran them: what it received, and which gradient (shape, norm)
-it handed to which node. The engine runs a leaf's ``AccumulateGrad`` as soon as its gradient is
-ready (its sequence number is UINT64_MAX, the highest priority, ``node.h``), so under ``"clone"`` a
-replica's ``AccumulateGrad``, where the gradient stops (issue #19540), can run before other nodes.
-Under ``"rewire"`` and ``"broadcast"`` the originals' ``AccumulateGrad`` do come last: they wait for
-the replication node, which was made before the forward and so runs after every replica's backward.
+parallel_apply, gather: ``dpteach.graph.replicated_forward``), walks its graph once into the drawn
+nodes and the live ``grad_fn`` behind each (``graph/walk.py``), hooks those (``register_hook``),
+runs ``backward()``. Each ``FlowStep`` is one node running, in the order autograd's
+engine ran them: what it received, and which gradient (shape, norm) it handed to which node. The
+engine runs a leaf's ``AccumulateGrad`` as soon as its gradient is ready (its sequence number is
+UINT64_MAX, the highest priority, ``node.h``), so under ``"clone"`` a replica's ``AccumulateGrad``,
+where the gradient stops (issue #19540), can run before other nodes. Under ``"rewire"`` and
+``"broadcast"`` the originals' ``AccumulateGrad`` do come last: they wait for the replication node,
+which was made before the forward and so runs after every replica's backward.
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
 """
