@@ -2,8 +2,8 @@
 
 ``GradientFlow(strategy, slots)`` takes one step of the course model by hand (scatter, replicate,
 parallel_apply, gather: ``dpteach.graph.replicated_forward``), walks its graph once into the drawn
-nodes and the live ``grad_fn`` behind each (``graph/walk.py``), hooks those (``register_hook``),
-runs ``backward()``. Each ``FlowStep`` is one node running, in the order autograd's
+nodes and the live ``grad_fn`` behind each (``graph/walk.py``), hooks those (``register_hook``)
+and runs ``backward()``. Each ``FlowStep`` is one node running, in the order autograd's
 engine ran them: what it received, and which gradient (shape, norm) it handed to which node. The
 engine runs a leaf's ``AccumulateGrad`` as soon as its gradient is ready (its sequence number is
 UINT64_MAX, the highest priority, ``node.h``), so under ``"clone"`` a replica's ``AccumulateGrad``,
