@@ -1,11 +1,17 @@
-"""How long building and drawing the autograd graph of a ResNet-18-sized model takes (median of runs).
+"""How long building and drawing the autograd graph of a ResNet-18-sized model takes, and against torchviz.
 
-    python scripts/bench_graph.py [--runs 7] [--svg]
+    python scripts/bench_graph.py [--runs 51] [--svg]
 
 Measured separately: walking the graph (``autograd_graph``), making the DOT text (collapsed by
 module, and every node), and, with ``--svg``, Graphviz laying it out as SVG. Cases: the model on
 one device, and under ``"rewire"`` on two CPU slots (twice the backward nodes, plus ReduceAdd).
 torchvision is not needed: the ResNet-18 below is built from nn.Conv2d / BatchNorm2d / residual blocks.
+
+When torchviz is installed (``pip install torchviz``; it is not a dependency), each case also times
+graph + DOT text (``autograd_graph(out, ...).dot``) against torchviz's ``make_dot(out,
+params=dict(model.named_parameters())).source`` on the same output, in turns (one run of each,
+alternating which goes first), and reports both medians and their ratio, by the wall clock and by
+the process's CPU time (what other programs on a busy machine do not stretch).
 """
 
 from __future__ import annotations
@@ -66,6 +72,19 @@ class ResNet18(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
+def in_turns(ours, theirs, runs: int) -> dict[str, tuple[float, float]]:
+    """Medians (ms) of ``ours`` and ``theirs`` timed in turns, by wall clock and by this process's CPU."""
+    times: dict[str, tuple[list[float], list[float]]] = {"wall": ([], []), "cpu": ([], [])}
+    for i in range(runs):
+        pair = ((0, ours), (1, theirs)) if i % 2 == 0 else ((1, theirs), (0, ours))
+        for which, fn in pair:
+            wall, cpu = time.perf_counter(), time.process_time()
+            fn()
+            times["cpu"][which].append((time.process_time() - cpu) * 1000)
+            times["wall"][which].append((time.perf_counter() - wall) * 1000)
+    return {clock: (statistics.median(a), statistics.median(b)) for clock, (a, b) in times.items()}
+
+
 def median_ms(fn, runs: int) -> float:
     times = []
     for _ in range(runs):
@@ -77,7 +96,7 @@ def median_ms(fn, runs: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=51)
     parser.add_argument("--svg", action="store_true", help="also time Graphviz's layout to SVG")
     args = parser.parse_args()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -88,10 +107,22 @@ def main() -> None:
     cases = {"one device": (model(x).pow(2).mean(), None)}
     loss, replicas = replicated_forward(model, x, ["cpu", "cpu"], "rewire")
     cases["rewire, 2 slots"] = (loss, replicas)
+    try:
+        from torchviz import make_dot
+    except ImportError:  # optional: pip install torchviz
+        make_dot = None
+        print("torchviz is not installed (pip install torchviz): no comparison with make_dot")
+    params = dict(model.named_parameters())
     for name, (out, reps) in cases.items():
         g = autograd_graph(out, module=model, replicas=reps)
         ops = sum(n.kind in ("op", "join") for n in g.nodes.values())
         print(f"{name}: {len(g.nodes)} nodes ({ops} backward functions), {len(g.edges)} edges")
+        if make_dot is not None:
+            medians = in_turns(lambda: autograd_graph(out, module=model, replicas=reps).dot,
+                               lambda: make_dot(out, params=params).source, args.runs)
+            for clock, (ours, theirs) in medians.items():
+                print(f"  graph + DOT vs torchviz make_dot, {clock:>4}: median {ours:6.2f} ms vs "
+                      f"{theirs:6.2f} ms, ratio {ours / theirs:.2f} ({args.runs} runs each, in turns)")
         build = median_ms(lambda: autograd_graph(out, module=model, replicas=reps), args.runs)
         print(f"  autograd_graph (walk, name, facts)   median {build:7.1f} ms")
         for label, kwargs in (("DOT, default (auto-collapse)", {}), ("DOT, collapse=2", {"collapse": 2}),

@@ -7,9 +7,10 @@
     graph_diff(before, after)            # the edges the fix added, the dead ends it removed
     compare_strategies(model, x, devices)  # "clone", "rewire", "broadcast" side by side
 
-Files: ``names.py`` (which tensor is which), ``model.py`` (the walk), ``autograd.py`` (the graph
-and its facts), ``view.py`` (collapse by module, node limit), ``dot.py`` (the drawing and its
-legend), ``text.py`` (the text form), ``display.py`` (showing itself), ``diff.py``, ``compare.py``.
+Files: ``names.py`` (which tensor is which), ``nodes.py`` (nodes and edges), ``walk.py`` (the one
+walk of ``next_functions``), ``autograd.py`` (the graph and its facts), ``view.py`` (collapse by
+module, node limit), ``dot.py`` (the drawing and its legend), ``text.py`` (the text form),
+``display.py`` (showing itself), ``diff.py``, ``compare.py``.
 Graphviz is imported only when a picture is drawn.
 """
 
@@ -19,7 +20,7 @@ from .autograd import AutogradGraph, autograd_graph
 from .compare import StrategyComparison, capture_replicas, compare_strategies, replicated_forward
 from .diff import GraphDiff, graph_diff
 from .display import Drawing, GraphvizMissing, set_jupyter_format
-from .model import Edge, Node
+from .nodes import Edge, Node
 from .names import Param
 
 __all__ = [

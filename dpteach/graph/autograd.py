@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from .display import Drawable
-from .model import Edge, Node, build_graph, frozen
+from .nodes import Edge, Node, frozen
+from .walk import Handles, gc_paused, walk_graph
 from .names import Param, build_names
 
 
@@ -142,12 +143,27 @@ def autograd_graph(
     ``names``: more tensors to name, ``{"x": x, "h": h}``; a non-leaf gets a node of its own.
     ``title``: a first line for the picture. Works after ``backward()``: no saved tensor is read.
     """
+    graph, _ = walked_graph(output, module, replicas, names=names, title=title)
+    return graph
+
+
+def walked_graph(
+    output: torch.Tensor | Sequence[torch.Tensor],
+    module: nn.Module | None = None,
+    replicas: Sequence[nn.Module] | None = None,
+    *,
+    names: Mapping[str, torch.Tensor] | None = None,
+    title: str | None = None,
+    handles: bool = False,
+) -> tuple[AutogradGraph, Handles | None]:
+    """``autograd_graph``, and with ``handles=True`` the live ``grad_fn`` behind each node (``walk.Handles``)."""
     if isinstance(output, torch.Tensor):
         outputs = [output]
     else:
         outputs = list(output) if isinstance(output, (list, tuple)) else []
     if not outputs or not all(isinstance(o, torch.Tensor) for o in outputs):
         raise TypeError(f"autograd_graph expects a tensor (or a list of tensors), got {type(output).__name__}")
-    table = build_names(module, replicas, names)
-    nodes, edges = build_graph(outputs, table)
-    return AutogradGraph(nodes, edges, [p for p, _ in table.originals], title, table.canonical)
+    with gc_paused():
+        table = build_names(module, replicas, names)
+        nodes, edges, found = walk_graph(outputs, table, handles=handles)
+        return AutogradGraph(nodes, edges, [p for p, _ in table.originals], title, table.canonical), found

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from .autograd import AutogradGraph
 from .display import Drawable
-from .model import Edge, Node
+from .nodes import Edge, Node
 from .names import Param
 
 

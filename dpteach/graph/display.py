@@ -12,7 +12,8 @@ from functools import cached_property
 from typing import Sequence
 
 from . import text as text_form
-from .model import Edge, Node
+from .nodes import Edge, Node
+from .walk import gc_paused
 from .view import MAX_NODES, View, make_view
 
 NO_DOT = (
@@ -73,7 +74,8 @@ class Drawing:
     @cached_property
     def dot(self) -> str:
         """The DOT source: the same text for the same graph on every run."""
-        return self.digraph().source
+        with gc_paused():
+            return self.digraph().source
 
     @cached_property
     def text(self) -> str:
@@ -159,7 +161,8 @@ class Drawable:
         """
         nodes, edges = self._drawn_parts()
         title = getattr(self, "short_title", self.title) if compact else self.title
-        view = make_view(nodes, edges, title, collapse, max_nodes)
+        with gc_paused():
+            view = make_view(nodes, edges, title, collapse, max_nodes)
         view.footer = self._footer()
         return Drawing(view, legend, compact)
 

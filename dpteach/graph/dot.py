@@ -35,7 +35,7 @@ drawings of more than ``view.MAX_NODES`` nodes, where that box would cost dot se
 from __future__ import annotations
 
 from .legend import FILL, FONT, GREEN, GREY, ORANGE, PURPLE, RED, device_tint, entry, legend_label
-from .model import Edge, Node
+from .nodes import Edge, Node
 from .view import MAX_NODES, View
 
 
@@ -118,6 +118,58 @@ def _edge_attrs(e: Edge, kinds: dict[str, Node]) -> dict[str, str]:
     return {"color": GREY}
 
 
+class _Statements:
+    """Node and edge lines written the way ``graphviz.Digraph.node`` / ``.edge`` write them, faster.
+
+    ``Digraph.node`` quotes every key and value through a deprecation wrapper and sorts the
+    attributes; on a ResNet that was most of the time from graph to DOT text. The same text comes
+    from ``graphviz.quoting.quote`` itself, called once per distinct string (colours, styles and
+    keys repeat on every node), in the same order (``label`` first, the rest sorted); the golden
+    DOT files hold it to that.
+    """
+
+    def __init__(self) -> None:
+        from graphviz import quoting
+
+        self._quote = getattr(quoting.quote, "__wrapped__", quoting.quote)  # past the deprecation wrapper
+        # graphviz 0.21 has both; without them, quote() decides every string
+        self._fast = hasattr(quoting, "ID") and hasattr(quoting, "KEYWORDS")
+        self._is_id, self._keywords = (quoting.ID.match, quoting.KEYWORDS) if self._fast else (None, set())
+        self._quoted: dict[str, str] = {}
+
+    def quote(self, text: str) -> str:
+        quoted = self._quoted.get(text)
+        if quoted is None:
+            if not self._fast or '"' in text or "\\" in text or text[:1] == "<":  # graphviz's own rules
+                quoted = self._quote(text)
+            elif self._is_id(text) and text.lower() not in self._keywords:  # quote()'s other two cases, told
+                quoted = text  # apart as it does; with nothing to escape, its other expressions find nothing
+            else:
+                quoted = f'"{text}"'
+            self._quoted[text] = quoted
+        return quoted
+
+    def _attrs(self, attrs: dict[str, str]) -> str:
+        q = self.quote
+        label = attrs.get("label")  # node()'s and edge()'s own argument: written first, the rest sorted
+        items = [f"label={q(label)}"] if label is not None else []
+        items += [f"{q(k)}={q(v)}" for k, v in sorted(attrs.items()) if v is not None and k != "label"]
+        return f" [{' '.join(items)}]" if items else ""
+
+    def _end(self, name: str) -> str:  # graphviz.quoting.quote_edge: node[:port[:compass]]
+        node, _, rest = name.partition(":")
+        if not rest:
+            return self.quote(node)
+        port, _, compass = rest.partition(":")
+        return ":".join([self.quote(node), self.quote(port), *([compass] if compass else [])])
+
+    def node(self, graph, name: str, attrs: dict[str, str]) -> None:
+        graph.body.append(f"\t{self.quote(name)}{self._attrs(attrs)}\n")
+
+    def edge(self, graph, src: str, dst: str, attrs: dict[str, str]) -> None:
+        graph.body.append(f"\t{self._end(src)} -> {self._end(dst)}{self._attrs(attrs)}\n")
+
+
 def to_digraph(view: View, legend: bool = True, compact: bool = False):
     """A ``graphviz.Digraph`` of ``view`` (needs the graphviz Python package, not the dot program).
 
@@ -127,6 +179,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     import graphviz  # imported here: `import dpteach` must not need it
 
     kinds = {n.id: n for n in view.nodes}
+    put = _Statements()
     title = "\n".join([view.title, *view.notes])
     # Past MAX_NODES, dot's layout of a box whose nodes span many ranks (the original module's, fed from
     # every depth of the replicas) costs seconds: big drawings leave that box out (the ReduceAdd nodes
@@ -151,7 +204,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     in_cluster = {n.id for members in clusters.values() for n in members}
     for n in view.nodes:  # the nodes outside any box first: dot then keeps the slots in order, 0 on the left
         if n.id not in in_cluster:
-            g.node(n.id, **_node_attrs(n, view, kinds, compact))
+            put.node(g, n.id, _node_attrs(n, view, kinds, compact))
     for name, members in clusters.items():
         if name == "original":  # its label below: the edges from the replicas come in over the top
             device = next((n.device for n in members if n.kind == "original"), None) or "cpu"
@@ -163,9 +216,9 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             c.attr(label=label, style="filled,rounded", color=border, fillcolor=device_tint(device),
                    fontname=FONT, fontsize="12", labelloc=loc, labeljust="c", peripheries="1")
             for n in members:
-                c.node(n.id, **_node_attrs(n, view, kinds, compact))
+                put.node(c, n.id, _node_attrs(n, view, kinds, compact))
     for e in view.edges:
-        g.edge(e.src, e.dst, **_edge_attrs(e, kinds))
+        put.edge(g, e.src, e.dst, _edge_attrs(e, kinds))
     if legend and view.nodes:
         # the legend is the label of a frameless box around everything: below the picture, moving no node
         outer = graphviz.Digraph(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 from typing import Iterable
 
-from .model import Edge, Node
+from .nodes import Edge, Node
 from .view import View
 
 FONT = "Helvetica"

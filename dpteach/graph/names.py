@@ -64,6 +64,12 @@ class TensorNames:
             self._keep.append(fn)
             self.sites.setdefault((id(fn), tensor.output_nr), named)
 
+    def knows(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` has a name already (``add`` would keep that one)."""
+        if tensor.grad_fn is None:
+            return id(tensor) in self.leaves
+        return (id(tensor.grad_fn), tensor.output_nr) in self.sites
+
     def lookup_leaf(self, tensor: torch.Tensor) -> Named | None:
         return self.leaves.get(id(tensor))
 
@@ -114,7 +120,10 @@ def resolve(module: nn.Module, dotted: str) -> torch.Tensor | None:
 
 
 def shape_of(t: torch.Tensor) -> tuple[int, ...]:
-    return tuple(int(s) for s in t.shape)
+    return tuple(t.shape)  # torch.Size holds ints: a plain tuple of them
+
+
+_PLAIN = {bool, int, float, str, tuple, type(None)}  # what most attributes of a module are: nothing inside
 
 
 def held_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -123,8 +132,10 @@ def held_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     A C++-style module keeps its tensors in member fields that ``replicate`` cannot see
     (``demos.CppStyleLinear.members``, the "failed attempt" of PR #20910); its forward reads those.
     """
-    for key, value in vars(module).items():
-        if key.startswith("_") or isinstance(value, nn.Module):
+    attributes = vars(module)
+    for key in [k for k in attributes if k[:1] != "_"]:  # a module's own bookkeeping starts with _
+        value = attributes[key]
+        if type(value) in _PLAIN or isinstance(value, nn.Module):
             continue
         if isinstance(value, torch.Tensor):
             yield key, value
@@ -144,16 +155,29 @@ def _name_originals(table: TensorNames, module: nn.Module) -> None:
             table.add(t, Named("original", str(param), param, shape_of(t), str(t.device)))
 
 
-def _name_replica(table: TensorNames, module: nn.Module, slot: int, replica: nn.Module) -> None:
+def _submodule(root: nn.Module, path: str) -> nn.Module:
+    """``root.get_submodule(path)``, along ``_modules`` (the same modules; get_submodule checks more,
+    slowly, and says what is missing: it is asked when the path is not there)."""
+    module = root
+    for part in path.split(".") if path else ():
+        module = module._modules.get(part)
+        if not isinstance(module, nn.Module):
+            return root.get_submodule(path)
+    return module
+
+
+def _name_replica(table: TensorNames, paths: list[str], slot: int, replica: nn.Module) -> None:
     def add(name: str, copy: torch.Tensor | None) -> None:
-        if copy is not None and copy.requires_grad:  # a frozen copy is not in the graph
-            param = Param(name, slot, str(copy.device))
-            table.add(copy, Named("replica", str(param), param, shape_of(copy), str(copy.device)))
+        # a frozen copy is not in the graph; one named already keeps its first name
+        if copy is not None and copy.requires_grad and not table.knows(copy):
+            device = str(copy.device)
+            param = Param(name, slot, device)
+            table.add(copy, Named("replica", str(param), param, shape_of(copy), device))
 
     for name in list(table.canonical):  # every alias: "clone" unties tied weights (two copies), "broadcast" does not
         add(name, resolve(replica, name))
-    for path, original in module.named_modules():  # then what the replica's modules hold besides
-        sub = replica.get_submodule(path) if path else replica
+    for path in paths:  # then what the replica's modules hold besides
+        sub = _submodule(replica, path)
         prefix = f"{path}." if path else ""
         for attr, t in held_tensors(sub):
             name = prefix + attr
@@ -177,11 +201,12 @@ def build_names(
             raise TypeError(f"module= expects an nn.Module, got {type(module).__name__}")
         module = unwrap(module)
         _name_originals(table, module)
+        paths = [path for path, _ in module.named_modules()]
         for slot, replica in enumerate(replicas or ()):
             if not isinstance(replica, nn.Module):
                 raise TypeError(f"replicas= expects a list of modules, got {type(replica).__name__} in slot {slot}")
             try:
-                _name_replica(table, module, slot, replica)
+                _name_replica(table, paths, slot, replica)
             except AttributeError as err:  # get_submodule: the replica is not shaped like the module
                 raise ValueError(f"replica {slot} does not have the modules of module=: {err}") from None
     for name, t in (names or {}).items():

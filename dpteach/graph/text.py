@@ -7,7 +7,7 @@ with a single child continues straight down. A node met a second time is shown o
 
 from __future__ import annotations
 
-from .model import Node
+from .nodes import Node
 from .view import View
 
 MAX_LINES = 400

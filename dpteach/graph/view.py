@@ -12,9 +12,10 @@ says how many were left out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Sequence
 
-from .model import Edge, Node
+from .nodes import Edge, Node
 
 MAX_NODES = 150  # the default limit: a picture dot lays out in well under a second, and a reader can scan
 _PRIORITY = {"added": 3, "removed": 2, "missing": 1, "": 0}  # a merged edge keeps its loudest status
@@ -31,12 +32,33 @@ class View:
     footer: list[str] = field(default_factory=list)  # text form only: lines after the tree
 
 
-def _group(n: Node, depth: int) -> tuple | None:
+@lru_cache(maxsize=4096)
+def _prefix(module: str, depth: int) -> str:
+    return ".".join(module.split(".")[:depth]) if module else ""
+
+
+def _base(n: Node) -> tuple | None:
+    """What collapsing groups a node by, its whole module (None: it is always drawn as it is)."""
     if n.module is None or n.kind not in ("op", "join", "original", "replica"):
         return None
-    prefix = ".".join(n.module.split(".")[:depth]) if n.module else ""
-    slot = n.slot if n.kind in ("op", "replica") else None
-    return (n.kind, slot, prefix)
+    return (n.kind, n.slot if n.kind in ("op", "replica") else None, n.module)
+
+
+def _group(n: Node, depth: int) -> tuple | None:
+    base = _base(n)
+    return None if base is None else (base[0], base[1], _prefix(base[2], depth))
+
+
+def _merged_id(key: tuple, first: Node) -> str:
+    kind, slot, prefix = key
+    where = prefix or "(top)"
+    if kind == "op":
+        return f"ops[{slot}].{where}" if slot is not None else f"ops.{where}"
+    if kind == "replica":
+        return f"replica{slot}.{where}.*"
+    if kind == "original":
+        return f"original.{where}.*"
+    return f"{first.op}[{where}.*]"
 
 
 def _merged(key: tuple, members: list[Node]) -> Node:
@@ -44,17 +66,14 @@ def _merged(key: tuple, members: list[Node]) -> Node:
     first = members[0]
     where = prefix or "(top)"
     k = len(members)
+    nid = _merged_id(key, first)
     if kind == "op":
-        nid = f"ops[{slot}].{where}" if slot is not None else f"ops.{where}"
         label = f"{where}\n{k} backward ops"
     elif kind == "replica":
-        nid = f"replica{slot}.{where}.*"
         label = f"replica {slot} · {where}.* · {first.device}\n{k} parameters"
     elif kind == "original":
-        nid = f"original.{where}.*"
         label = f"original {where}.*\n{k} parameters"
     else:
-        nid = f"{first.op}[{where}.*]"
         label = f"{k} × {first.op}"
     statuses = {m.status for m in members}
     status = next((s for s in ("fixed", "newly reached") if s in statuses), "")
@@ -68,13 +87,44 @@ def _merged(key: tuple, members: list[Node]) -> Node:
     )
 
 
-def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
-    """Merge each (kind, slot, module at ``depth``) group of two or more nodes into one node."""
+def _groups(nodes: Sequence[Node], depth: int) -> tuple[list[tuple | None], dict[tuple, list[Node]]]:
+    """Each node's group key (None: drawn as it is), and the members of each group."""
+    keys = [_group(n, depth) for n in nodes]
     groups: dict[tuple, list[Node]] = {}
-    for n in nodes:
-        key = _group(n, depth)
+    for n, key in zip(nodes, keys):
         if key is not None:
             groups.setdefault(key, []).append(n)
+    return keys, groups
+
+
+def collapsed_sizes(nodes: Sequence[Node], depths: Sequence[int]) -> dict[int, int]:
+    """How many nodes ``collapse(nodes, edges, depth)`` keeps, for each depth, without making them."""
+    alone: set[str] = set()  # nodes no depth merges
+    by_module: dict[tuple, list[Node]] = {}  # the rest by (kind, slot, whole module), in the walk's order
+    for n in nodes:
+        key = _base(n)
+        if key is None:
+            alone.add(n.id)
+        else:
+            by_module.setdefault(key, []).append(n)
+    sizes = {}
+    for depth in depths:
+        merged: dict[tuple, list] = {}  # key at this depth -> [members, the first member]
+        for (kind, slot, module), members in by_module.items():
+            key = (kind, slot, _prefix(module, depth))
+            if key in merged:
+                merged[key][0] += len(members)
+            else:
+                merged[key] = [len(members), members[0]]
+        ids = set(alone)
+        ids.update(first.id if k == 1 else _merged_id(key, first) for key, (k, first) in merged.items())
+        sizes[depth] = len(ids)
+    return sizes
+
+
+def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
+    """Merge each (kind, slot, module at ``depth``) group of two or more nodes into one node."""
+    keys, groups = _groups(nodes, depth)
     rename: dict[str, str] = {}
     merged: dict[tuple, Node] = {}
     for key, members in groups.items():
@@ -83,8 +133,7 @@ def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[
             rename.update({m.id: merged[key].id for m in members})
     out: list[Node] = []
     placed: set[str] = set()
-    for n in nodes:  # keep the walk's order: a merged node sits where its first member was
-        key = _group(n, depth)
+    for n, key in zip(nodes, keys):  # keep the walk's order: a merged node sits where its first member was
         node = merged.get(key, n) if key is not None else n
         if node.id not in placed:
             placed.add(node.id)
@@ -138,10 +187,11 @@ def make_view(
         notes.append(f"collapsed by module, depth {collapse_depth}")
     elif collapse_depth is None and max_nodes is not None and len(nodes) > max_nodes:
         total = len(nodes)
-        for depth in range(max(_depths(nodes), 1), 0, -1):
-            cn, ce = collapse(nodes, edges, depth)
-            if len(cn) <= max_nodes or depth == 1:
-                nodes, edges = cn, ce
+        depths = range(max(_depths(nodes), 1), 0, -1)
+        sizes = collapsed_sizes(nodes, depths)
+        for depth in depths:  # the finest depth that fits
+            if depth == 1 or sizes[depth] <= max_nodes:
+                nodes, edges = collapse(nodes, edges, depth)
                 break
         notes.append(f"{total} nodes collapsed by module (depth {depth}) to stay under max_nodes={max_nodes}; "
                      "draw(collapse=False) shows each one")

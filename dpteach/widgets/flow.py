@@ -1,9 +1,9 @@
 """The gradient-flow stepper's model: one backward pass, node by node, with the gradients it really hands on.
 
 ``GradientFlow(strategy, slots)`` takes one step of the course model by hand (scatter, replicate,
-parallel_apply, gather: ``dpteach.graph.replicated_forward``), puts a hook on every backward node
-(``grad_fn.register_hook``), runs ``backward()``, and lines the nodes up with the drawn graph
-(``dpteach.autograd_graph``). Each ``FlowStep`` is one node running, in the order autograd's
+parallel_apply, gather: ``dpteach.graph.replicated_forward``), walks its graph once into the drawn
+nodes and the live ``grad_fn`` behind each (``graph/walk.py``), hooks those (``register_hook``)
+and runs ``backward()``. Each ``FlowStep`` is one node running, in the order autograd's
 engine ran them: what it received, and which gradient (shape, norm) it handed to which node. The
 engine runs a leaf's ``AccumulateGrad`` as soon as its gradient is ready (its sequence number is
 UINT64_MAX, the highest priority, ``node.h``), so under ``"clone"`` a replica's ``AccumulateGrad``,
@@ -26,11 +26,7 @@ from torch import nn
 
 from .. import story
 from .highlight import caption, highlight, legend_line
-from .training import STRATEGIES, slot_devices, tensor_at
-
-
-class AlignmentError(RuntimeError):
-    """The drawn graph and the live autograd graph did not line up (a bug: please report it)."""
+from .training import STRATEGIES, slot_devices
 
 
 @dataclass(frozen=True)
@@ -74,76 +70,14 @@ class FlowStep:
         return [(self.node, h.to) for h in self.handoffs]
 
 
-def _backward_nodes(fn) -> list:
-    """Every backward node reachable from ``fn`` (grad_fn objects, AccumulateGrad included)."""
-    seen, stack, out = set(), [fn], []
-    while stack:
-        f = stack.pop()
-        if f is None or id(f) in seen:
-            continue
-        seen.add(id(f))
-        out.append(f)
-        stack.extend(g for g, _ in f.next_functions)
-    return out
-
-
-def align(graph, loss: torch.Tensor, replicas) -> tuple[dict[str, object], dict[str, list[tuple[int, str]]]]:
-    """Which grad_fn each graph node stands for, and where each of its ``next_functions`` entries leads.
-
-    Follows the rule ``dpteach.graph`` walks by: a node's children are the distinct targets of its
-    ``next_functions`` in order; an entry ``(fn, nr)`` that is a named replica parameter (a non-leaf
-    under "rewire" and "broadcast") leads to that parameter's node, and from there to ``fn``'s node.
-    Returns ``{node id: grad_fn}`` and ``{node id: [(entry index, child id), ...]}``.
-    """
-    sites = {}
-    for n in graph.nodes.values():
-        if n.kind == "replica" and not n.leaf:
-            t = tensor_at(replicas[n.param.slot], n.param.name)
-            sites[(id(t.grad_fn), t.output_nr)] = n.id
-    fn_of: dict[str, object] = {}
-    node_of: dict[int, str] = {}
-    targets: dict[str, list[tuple[int, str]]] = {}
-
-    def bind(nid: str, fn) -> None:
-        node = graph.nodes[nid]
-        want = "AccumulateGrad" if node.leaf else node.op
-        if type(fn).__name__ != want or node_of.setdefault(id(fn), nid) != nid or fn_of.setdefault(nid, fn) is not fn:
-            raise AlignmentError(f"graph node {nid} ({want}) does not match {type(fn).__name__}")
-
-    (first,) = graph.children("output")
-    start = sites.get((id(loss.grad_fn), loss.output_nr))
-    queue = [graph.children(start)[0] if start else first]
-    bind(queue[0], loss.grad_fn)
-    while queue:
-        nid = queue.pop()
-        if nid in targets:
-            continue
-        children, local, out = iter(graph.children(nid)), {}, []
-        for i, (f, nr) in enumerate(fn_of[nid].next_functions):
-            if f is None:
-                continue
-            site = sites.get((id(f), nr))
-            key = ("site", id(f), nr) if site else ("fn", id(f))
-            if key not in local:
-                local[key] = next(children, None)
-            child = local[key]
-            if child is None or (site and child != site):
-                raise AlignmentError(f"entry {i} of {nid}'s next_functions leads nowhere in the graph")
-            target = graph.children(child)[0] if site else child  # a named parameter leads on to its grad_fn
-            bind(target, f)
-            out.append((i, child))
-            queue.append(target)
-        targets[nid] = out
-    return fn_of, targets
-
-
 class GradientFlow:
     """One backward pass of the course model under ``strategy``, node by node."""
 
     def __init__(self, strategy: str = "clone", slots: int = 2, seed: int = 0):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        from ..graph import autograd_graph, replicated_forward
+        from ..graph import replicated_forward
+        from ..graph.autograd import walked_graph
 
         self.strategy, self.slots, self.seed = strategy, slots, seed
         devices = slot_devices(slots)
@@ -152,18 +86,17 @@ class GradientFlow:
         loss, self.replicas = replicated_forward(
             self.model, x.to(devices[0]), devices, strategy, lambda out: nn.functional.mse_loss(out, y.to(devices[0])))
         ran: list[tuple[object, tuple, tuple]] = []  # (node, what it handed on, what it received), in order
-        for fn in _backward_nodes(loss.grad_fn):
-            fn.register_hook(lambda grad_inputs, grad_outputs, fn=fn: ran.append((fn, grad_inputs, grad_outputs)))
-        loss.backward()
         title = f"strategy={strategy!r}, {slots} slot{'s' * (slots != 1)}"
-        self.graph = autograd_graph(loss, module=self.model, replicas=self.replicas, title=title)
-        fn_of, targets = align(self.graph, loss, self.replicas)
-        node_of = {id(fn): nid for nid, fn in fn_of.items()}
+        # one walk gives the drawn graph and the live grad_fn behind each of its nodes: hook those, then run
+        self.graph, handles = walked_graph(loss, self.model, self.replicas, title=title, handles=True)
+        for nid, fn in handles.fns.items():
+            fn.register_hook(lambda grad_inputs, grad_outputs, nid=nid: ran.append((nid, grad_inputs, grad_outputs)))
+        loss.backward()
+        targets = handles.entries  # node -> (index into its next_functions, the node that entry leads to)
         first = self.graph.children("output")[0]
         self.steps = [FlowStep("output", "output", "output", (), (Handoff(first, self._label(first), Grad((), 1.0)),),
                                f"backward() starts at the loss: d loss / d loss = 1 goes to {self._label(first)}.")]
-        for fn, handed, received in ran:
-            nid = node_of[id(fn)]
+        for nid, handed, received in ran:
             got = tuple(Grad.of(g) for g in received if g is not None)
             handoffs = tuple(Handoff(child, self._target(child), None if handed[i] is None else Grad.of(handed[i]))
                              for i, child in targets[nid])

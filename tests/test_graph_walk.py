@@ -1,0 +1,87 @@
+"""The one graph walker (dpteach/graph/walk.py): the live grad_fns it hands back; auto-collapse sizing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dpteach.graph import replicated_forward
+from dpteach.graph.autograd import walked_graph
+from dpteach.graph.view import collapse, collapsed_sizes, make_view
+
+STRATEGIES = ["clone", "rewire", "broadcast"]
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
+
+
+def convnet() -> nn.Module:  # modules three deep, and BatchNorm: collapse has depths to pick from
+    def block(c: int) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU())
+
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.Sequential(block(4), block(4)), nn.Flatten(),
+                         nn.Linear(4 * 6 * 6, 2))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_handles_are_the_live_grad_fns_behind_the_nodes(strategy):
+    model = mlp()
+    loss, replicas = replicated_forward(model, torch.randn(4, 2), ["cpu", "cpu"], strategy)
+    g, handles = walked_graph(loss, model, replicas, handles=True)
+    # every backward function and every leaf has its grad_fn; outputs and non-leaf named tensors do not
+    want = {n.id for n in g.nodes.values() if n.reached and (n.kind in ("op", "join") or n.leaf)}
+    assert set(handles.fns) == want
+    for nid, fn in handles.fns.items():
+        n = g.nodes[nid]
+        if n.leaf:  # a leaf's handle is the AccumulateGrad that writes its .grad: of that very tensor
+            assert type(fn).__name__ == "AccumulateGrad" and fn.variable.shape == n.shape
+        else:
+            assert type(fn).__name__ == n.op
+    assert handles.fns[g.children("output")[0]] is loss.grad_fn  # the first node is the loss's own grad_fn
+    for nid, entries in handles.entries.items():
+        # the entries, duplicates dropped, are the node's edges in order
+        assert list(dict.fromkeys(child for _, child in entries)) == g.children(nid), nid
+        if nid in handles.fns:  # and each entry index points at a real next_functions entry
+            fns = handles.fns[nid].next_functions
+            assert all(i < len(fns) and fns[i][0] is not None for i, _ in entries), nid
+
+
+def test_no_handles_unless_asked():
+    model = mlp()
+    g, handles = walked_graph(model(torch.randn(3, 2)).sum(), model)
+    assert handles is None and "output" in g.nodes
+
+
+def test_collapsed_sizes_are_what_collapse_keeps():
+    model = convnet()
+    loss, replicas = replicated_forward(model, torch.randn(4, 1, 8, 8), ["cpu", "cpu"], "rewire")
+    g, _ = walked_graph(loss, model, replicas)
+    nodes, edges = g._drawn_parts()
+    sizes = collapsed_sizes(nodes, range(1, 5))
+    assert [sizes[d] for d in range(1, 5)] == [len(collapse(nodes, edges, d)[0]) for d in range(1, 5)]
+    assert sizes[1] < sizes[3] < len(nodes)  # collapsing merges, and merges less the deeper it goes
+    # auto-collapse picks the finest depth that fits
+    limit = sizes[2]
+    view = make_view(nodes, edges, "t", None, limit)
+    assert len(view.nodes) == limit and "depth 2" in view.notes[0]
+
+
+def test_the_collector_is_left_as_it_was():
+    import gc
+
+    model = mlp()
+    was_on = gc.isenabled()
+    try:
+        for on in (True, False):
+            gc.enable() if on else gc.disable()
+            g, _ = walked_graph(model(torch.randn(3, 2)).sum(), model)
+            assert g.dot and g.draw(collapse=1).dot  # built and drawn with the collector paused...
+            assert gc.isenabled() == on  # ... and left on or off as it was
+        gc.enable()
+        with pytest.raises(ValueError, match="replicas= needs module="):  # raised while it is paused
+            walked_graph(model(torch.randn(3, 2)).sum(), None, [model])
+        assert gc.isenabled()  # an error does not leave it off either
+    finally:
+        gc.enable() if was_on else gc.disable()
