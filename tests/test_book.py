@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("nbconvert", reason="the book is built with nbconvert")
 sys.path.insert(0, str(ROOT / "scripts"))
 import build_book  # noqa: E402
+from executed import executed  # noqa: E402  (each chapter runs once per test run)
 
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
 FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -40,7 +41,10 @@ if CHROMIUM is None:
 def book(tmp_path_factory):
     out = ROOT / "artifacts" / "book"
     start = time.perf_counter()
-    summary = build_book.build(out, ROOT / "artifacts" / "notebooks")
+    executed_dir = tmp_path_factory.mktemp("executed")
+    for path in _course.chapter_notebooks(ROOT):  # the run's one executed copy of each chapter, shared
+        nbformat.write(executed(path)[0], executed_dir / path.name)
+    summary = build_book.build(out, executed_dir)
     print(f"book built in {time.perf_counter() - start:.0f} s, {summary['bytes'] / 1e6:.1f} MB")
     return out
 

@@ -20,7 +20,7 @@ from dpteach.claims import Comparison
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-from run_notebook import execute  # noqa: E402
+from executed import executed  # noqa: E402  (each chapter runs once per test run)
 
 MEASURING = ["06_the_cost_of_copies.ipynb", "08_real_gpus.ipynb"]
 SENTENCES = {"06_the_cost_of_copies.ipynb": 6, "08_real_gpus.ipynb": 1}  # the comparisons each chapter prints
@@ -158,7 +158,7 @@ def test_the_check_catches_a_claim_its_numbers_contradict(bad):
 @pytest.mark.parametrize("name", MEASURING)
 def test_printed_claims_agree_with_the_measurements(name, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")
-    nb, _ = execute(ROOT / "notebooks" / name, timeout=600)
+    nb, _, _ = executed(ROOT / "notebooks" / name)  # the run's one executed copy, shared with test_notebooks
     checked = sum(check_cell_output("".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream"))
                   for cell in nb.cells if cell.cell_type == "code")
     assert checked >= SENTENCES[name], f"{name} printed {checked} measured comparisons; its conclusions come from them"
