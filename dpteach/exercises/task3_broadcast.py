@@ -2,9 +2,10 @@
 
 Each function's backward is the other's ``apply`` (PR #2508, after issue #2467), so the backward
 graph is made of nodes that have a backward themselves. The check tries the pair alone (layout,
-values, and whether each backward's result comes out of the partner's node), then builds the
-``"broadcast"`` strategy around it (:func:`broadcast_with`) and compares, on every model and 1-4
-slots, the gradients and the gradients of a gradient penalty with one device's.
+values, and whether each backward's result comes out of the partner's node), then runs the
+library's ``"broadcast"`` strategy with it (:func:`broadcast_with`, ``broadcast=``) and compares,
+on every model and 1-4 slots, the gradients and the gradients of a gradient penalty with one
+device's.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import inspect
 import torch
 from torch.autograd import Function
 
-from .. import comm
-from ..replicate._modules import set_tensor, shallow_copy
+from ..replicate import broadcast as broadcast_strategy
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists
 from ._paths import nodes_behind
@@ -42,45 +42,10 @@ HINTS = {
 
 
 def broadcast_with(broadcast: type[Function]):
-    """The ``"broadcast"`` strategy (``dpteach.replicate.broadcast``) built around a learner's ``Broadcast``."""
+    """The library's ``"broadcast"`` strategy (``dpteach.replicate.broadcast``) running a learner's ``Broadcast``."""
 
     def replicate(network, devices, detach=False):
-        params = list(network.parameters())  # a tied weight appears once, so it stays tied in each replica
-        n = len(params)
-        index = {id(p): i for i, p in enumerate(params)}
-        if detach or not params:
-            per_slot = comm.broadcast_coalesced(params, devices) if params else [[] for _ in devices]
-            param_copies = [[t.detach() for t in slot] for slot in per_slot]
-        else:
-            flat = broadcast.apply(devices, *params)
-            flat = (flat,) if isinstance(flat, torch.Tensor) else tuple(flat)
-            if len(flat) != n * len(devices):
-                raise ValueError(f"Broadcast.apply(devices, *inputs) returned {len(flat)} tensors for {n} inputs on "
-                                 f"{len(devices)} slots; it must return {n * len(devices)}, slot by slot")
-            param_copies = [flat[j * n : (j + 1) * n] for j in range(len(devices))]
-        buffers = list(network.buffers())
-        bindex = {id(b): i for i, b in enumerate(buffers)}
-        buffer_copies = comm.broadcast_coalesced(buffers, devices) if buffers else [[] for _ in devices]
-        modules = list(network.modules())
-        mindex = {id(m): i for i, m in enumerate(modules)}
-        copies = [[shallow_copy(m) for m in modules] for _ in devices]
-        for j in range(len(devices)):
-            for i, module in enumerate(modules):
-                replica = copies[j][i]
-                replica._former_parameters = {}
-                for key, child in module._modules.items():
-                    replica._modules[key] = None if child is None else copies[j][mindex[id(child)]]
-                for key, p in module._parameters.items():
-                    if p is None:
-                        replica._parameters[key] = None  # e.g. a layer built with bias=False
-                    else:
-                        set_tensor(replica, key, param_copies[j][index[id(p)]], "parameter")
-                for key, b in module._buffers.items():
-                    if b is None:
-                        replica._buffers[key] = None
-                    else:
-                        set_tensor(replica, key, buffer_copies[j][bindex[id(b)]], "buffer")
-        return [copies[j][0] for j in range(len(devices))]
+        return broadcast_strategy.replicate(network, devices, detach, broadcast=broadcast)
 
     replicate.__name__ = f"broadcast_with({getattr(broadcast, '__name__', 'Broadcast')})"
     return replicate
