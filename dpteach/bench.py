@@ -34,7 +34,7 @@ from . import __version__, comm
 from ._devices import default_devices
 from .data_parallel import DataParallel
 from .profile import median_time, median_times, profile_step
-from .replicate import replicate
+from .replicate import STRATEGIES, replicate
 from .replicate.clone import clone_tensor
 
 
@@ -75,11 +75,11 @@ def replicate_vs_copy(devices, mbytes, repeats) -> dict:
     others = devices[1:]
     fns = {  # the reference: the same tensors copied by hand to every other slot, nothing else (the memory bound)
         "copy": lambda: [p.detach().to(d, copy=True) for d in others for p in params],
-        **{s: (lambda s=s: replicate(model, devices, strategy=s)) for s in ("broadcast", "rewire", "clone")},
+        **{s: (lambda s=s: replicate(model, devices, strategy=s)) for s in STRATEGIES},
     }
     med = median_times(fns, devices, repeats)
     out = {"model_bytes": nbytes, "slots": [str(d) for d in devices], "plain_copy_s": med["copy"]}
-    for strategy in ("broadcast", "rewire", "clone"):
+    for strategy in STRATEGIES:
         out[strategy] = {"replicate_s": med[strategy], "ratio_to_copy": med[strategy] / med["copy"]}
     return out
 
@@ -192,9 +192,10 @@ def plot(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     r = results["replicate_vs_copy"]
     ax = axes[0][0]
-    names = ["plain copy", "broadcast", "rewire", "clone"]
+    names = ["plain copy", *STRATEGIES]
     vals = [r["plain_copy_s"]] + [r[s]["replicate_s"] for s in names[1:]]
-    ax.bar(names, [v * 1e3 for v in vals], color=["#999999", "#2b83ba", "#abdda4", "#d7191c"])
+    colours = {"plain copy": "#999999", "broadcast": "#2b83ba", "rewire": "#abdda4", "clone": "#d7191c"}
+    ax.bar(names, [v * 1e3 for v in vals], color=[colours.get(n, "#777777") for n in names])
     ax.set_ylabel("ms (median)")
     ax.set_title(f"replicate {r['model_bytes'] / 1e6:.0f} MB to {len(r['slots'])} slots ({r['slots'][0]})")
 
@@ -253,7 +254,7 @@ def summary(results: dict) -> str:
         f"device: {results['env']['device']}, slots {', '.join(results['env']['slots'])}, medians of "
         f"{results['env']['repeats']}, allocator: {results['env']['allocator']}",
         f"replicate {r['model_bytes'] / 1e6:.0f} MB to {len(r['slots'])} slots: plain copy {r['plain_copy_s'] * 1e3:.1f} ms; "
-        + "; ".join(f"{k} {r[k]['replicate_s'] * 1e3:.1f} ms ({r[k]['ratio_to_copy']:.2f}x)" for k in ("broadcast", "rewire", "clone")),
+        + "; ".join(f"{k} {r[k]['replicate_s'] * 1e3:.1f} ms ({r[k]['ratio_to_copy']:.2f}x)" for k in STRATEGIES),
     ]
     for row in results["clone_then_to"]:
         lines.append(f"clone-then-.to vs .to {row['src']}->{row['dst']}: {row['clone_then_to_s'] * 1e3:.2f} vs {row['to_s'] * 1e3:.2f} ms ({row['ratio']:.2f}x)")

@@ -12,9 +12,10 @@ from torch.testing import assert_close
 
 import dpteach
 from dpteach import DataParallel, data_parallel
+from dpteach.replicate import FIXED as FIXED_STRATEGIES
 
 CPU2 = ["cpu", "cpu"]
-FIXED = ["rewire", "broadcast"]
+FIXED = list(FIXED_STRATEGIES)
 
 
 @pytest.mark.parametrize("strategy", FIXED)

@@ -16,8 +16,9 @@ from torch import nn
 from torch.testing import assert_close
 
 import dpteach
+from dpteach.replicate import FIXED as FIXED_STRATEGIES
 
-FIXED = ["rewire", "broadcast"]
+FIXED = list(FIXED_STRATEGIES)
 
 
 class M(nn.Module):

@@ -153,3 +153,14 @@ def test_task1_stub_shows_the_line_clone_py_runs():
     at = [i for i, line in enumerate(source) if line.strip() == shown]
     assert at, f"clone.py does not run {shown!r}"
     assert "# BROKEN (#19540)" in source[at[0] - 1]
+
+
+def test_one_registry_in_history_order():
+    from dpteach.replicate import FIXED
+    from dpteach.widgets.training import STRATEGIES as DROPDOWN
+
+    assert list(dpteach.STRATEGIES) == ["clone", "rewire", "broadcast"]  # #19540, #20910, replicate.py
+    assert DROPDOWN == tuple(dpteach.STRATEGIES)
+    assert set(FIXED) < set(dpteach.STRATEGIES)
+    for name, fn in dpteach.STRATEGIES.items():
+        assert fn.__module__ == f"dpteach.replicate.{name}"

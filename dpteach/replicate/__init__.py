@@ -31,13 +31,16 @@ from ._modules import check_replicatable
 
 Strategy = Union[str, Callable[[nn.Module, Sequence[torch.device], bool], Sequence[nn.Module]]]
 
-STRATEGIES = {
-    "broadcast": broadcast.replicate,
+# The one registry, in history order: the C++ bug (#19540), its fix (#20910), Python's replicate.py.
+# Every module and test that lists the strategies reads this dict.
+STRATEGIES: dict[str, Callable[..., list[nn.Module]]] = {
     "clone": clone.replicate,
     "rewire": rewire.replicate,
+    "broadcast": broadcast.replicate,
 }
+FIXED = ("rewire", "broadcast")  # the strategies whose gradients reach the original module
 
-__all__ = ["replicate", "resolve_strategy", "STRATEGIES", "ReduceAdd"]
+__all__ = ["replicate", "resolve_strategy", "STRATEGIES", "FIXED", "ReduceAdd"]
 
 ReduceAdd = rewire.ReduceAdd
 
@@ -48,7 +51,7 @@ def resolve_strategy(strategy: Strategy) -> Callable:
         return strategy
     if isinstance(strategy, str) and strategy in STRATEGIES:
         return STRATEGIES[strategy]
-    valid = ", ".join(repr(s) for s in STRATEGIES)
+    valid = ", ".join(repr(s) for s in sorted(STRATEGIES))
     raise ValueError(
         f"unknown strategy {strategy!r}; valid strategies are {valid}, "
         "or a callable f(network, devices, detach) -> list of replicas"

@@ -26,8 +26,9 @@ from torch import nn
 from .. import story
 from .._devices import default_devices
 from ..data_parallel import DataParallel
+from ..replicate import STRATEGIES as _REGISTRY
 
-STRATEGIES = ("clone", "rewire", "broadcast")
+STRATEGIES = tuple(_REGISTRY)  # the names, in history order, for dropdowns and checks
 
 
 def slot_devices(n: int) -> list[torch.device]:
