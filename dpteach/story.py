@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ._devices import as_devices
-from .data_parallel import DataParallel
+from .data_parallel import DataParallel, Moves, four_moves, keep_replicas
 from .replicate import Strategy
 
 
@@ -119,21 +119,19 @@ class GradientReport:
 def one_step(strategy: Strategy, devices: Sequence | None = None, seed: int = 0) -> GradientReport:
     """Run one forward and backward under ``strategy`` and compare with one device.
 
-    The replicas are kept (``replicate`` is called by hand) so the report can show where
-    the gradients went when they did not reach the original.
+    The replicas are kept (``keep_replicas``), and made even on one slot, so the report can show
+    where the gradients went when they did not reach the original.
     """
-    from . import gather, parallel_apply, replicate, scatter
-
     devices = as_devices(devices or ["cpu", "cpu"])
     x, y = make_data(seed=seed)
     ref = make_model(seed)
     nn.functional.mse_loss(ref(x), y).backward()
     x, y = x.to(devices[0]), y.to(devices[0])
     model = make_model(seed).to(devices[0])
-    replicas = replicate(model, devices, strategy=strategy)
-    pieces = scatter(x, devices)
-    outputs = parallel_apply(replicas[: len(pieces)], [(p,) for p in pieces], devices=devices[: len(pieces)])
-    nn.functional.mse_loss(gather(outputs, devices[0]), y).backward()
+    moves = Moves(model, devices, strategy=strategy)
+    with keep_replicas(moves) as replicas:
+        out = four_moves(moves, (x,), {}, run_one_slot=False)
+    nn.functional.mse_loss(out, y).backward()
     grads = {k: (None if p.grad is None else p.grad.detach().cpu()) for k, p in model.named_parameters()}
     reference = {k: p.grad.detach().cpu() for k, p in ref.named_parameters()}
     replica_grads = [
