@@ -14,11 +14,33 @@ import torch
 from torch.autograd import Function
 
 from ..replicate import rewire
+from .. import story
+from ._try import step
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import check_replicas, run_cases, run_check
 from ._paths import leaves_behind
 
-TASK = Task(2, "rewire", "rewire gradient edges", "03")
+TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+    2, "rewire", "rewire gradient edges", "03",
+    names=("ReduceAdd",),
+    check="check_rewire",
+    writes="`ReduceAdd` (forward, backward), PR #20910's node",
+    imports="import torch\nfrom torch.autograd import Function\n\nfrom dpteach import exercises",
+    intro=(
+        "## Task 2 · Rewire gradient edges (PR #20910)\n\n"
+        "PR #20910 kept `clone()` and gave every replica parameter a gradient edge into one `ReduceAdd` node "
+        "per original parameter. Write that node. `exercises.rewire_with(ReduceAdd)` runs the library's "
+        "`\"rewire\"` strategy with your class: it clones every slot and calls `ReduceAdd.apply(original, *copies)` once "
+        "per original parameter, putting the outputs in the replicas. Forward hands the copies back as the "
+        "node's outputs; backward sums the copies' gradients **on the original's device** (chapter 03)."
+    ),
+    demo=None,
+    note=(
+        "Forward returns the copies (detached aliases of the clones' memory), which makes them the node's "
+        "outputs; backward moves every gradient to `ctx.destination` and adds them: one value for `original`, "
+        "`None` for each copy."
+    ),
+)
 
 HINTS = {
     "outputs": "forward must return one tensor per copy, in order, e.g. `tuple(c.detach() for c in copies)`: "
@@ -173,3 +195,8 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
 
     return run_check(TASK, HINTS, body)
 
+
+def try_answer(reduce_add) -> str:
+    """One DataParallel step of the ``"rewire"`` strategy with the learner's node (``try_it("rewire", ReduceAdd)``)."""
+    x, _ = story.make_data(n=16)
+    return step(rewire_with(reduce_add), story.make_model(), x)

@@ -16,11 +16,34 @@ import torch
 from torch.autograd import Function
 
 from ..replicate import broadcast as broadcast_strategy
+from .. import story
+from ._try import step
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists
 from ._paths import nodes_behind
 
-TASK = Task(3, "broadcast_pair", "Broadcast / ReduceAddCoalesced for double backward", "07")
+TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+    3, "broadcast_pair", "Broadcast / ReduceAddCoalesced for double backward", "07",
+    names=("Broadcast", "ReduceAddCoalesced"),
+    check="check_broadcast_pair",
+    writes="`Broadcast` and `ReduceAddCoalesced`, the adjoint pair of `replicate.py`",
+    imports="import torch\nfrom torch.autograd import Function\n\nfrom dpteach import comm, exercises",
+    intro=(
+        "## Task 3 · A Broadcast / ReduceAddCoalesced pair that survives double backward\n\n"
+        "Python's `replicate.py` uses two autograd functions, each the other's backward (PR #2508, after issue "
+        "#2467, \"Double backward functionality within dataParallel is incomplete\", whose error read "
+        "\"Scatter is not differentiable twice\"). Write both. Forward does the copying and the summing with "
+        "`dpteach.comm`; backward must call the **partner's `apply`**, so the backward graph is itself made of "
+        "nodes with a backward, and a gradient penalty or a Hessian-vector product can go through it (chapter 07). "
+        "The check replicates with `exercises.broadcast_with(Broadcast)` and compares gradients *and* the "
+        "gradients of a gradient penalty with one device's."
+    ),
+    demo=None,
+    note=(
+        "Each backward is the other's `apply`: the sum in Broadcast's backward is a "
+        "ReduceAddCoalesced node, whose own backward is a Broadcast, and so on, as deep as differentiation goes."
+    ),
+)
 
 HINTS = {
     "layout": "`comm.broadcast_coalesced(inputs, devices)` gives one list per slot; flatten it slot by slot: "
@@ -146,3 +169,9 @@ def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=N
         ]
 
     return run_check(TASK, HINTS, body)
+
+
+def try_answer(broadcast, reduce_add_coalesced=None) -> str:
+    """One DataParallel step of ``"broadcast"`` with the learner's pair (``try_it("broadcast_pair", B, R)``)."""
+    x, _ = story.make_data(n=16)
+    return step(broadcast_with(broadcast), story.make_model(), x)
