@@ -164,3 +164,61 @@ def test_one_registry_in_history_order():
     assert set(FIXED) < set(dpteach.STRATEGIES)
     for name, fn in dpteach.STRATEGIES.items():
         assert fn.__module__ == f"dpteach.replicate.{name}"
+
+
+class _Tied(nn.Module):
+    """Two layers sharing one weight, and a BatchNorm: every column of replicate's "what differs" table."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 3, bias=False)
+        self.b = nn.Linear(3, 3, bias=False)
+        self.b.weight = self.a.weight
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        return self.bn(self.b(torch.tanh(self.a(x))))
+
+
+def _row(strategy):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model, x = _Tied(), torch.randn(8, 3)
+    replicas = dpteach.replicate(model, CPU2, strategy=strategy)
+    leaf = replicas[1].a.weight.is_leaf
+    shared = replicas[0].bn.running_mean.data_ptr() == model.bn.running_mean.data_ptr()
+    tied = replicas[1].a.weight is replicas[1].b.weight
+    out = dpteach.DataParallel(model, CPU2, strategy=strategy)(x)
+    try:
+        (g,) = torch.autograd.grad(out.pow(2).sum(), [model.a.weight], create_graph=True, allow_unused=True)
+        if g is None:
+            double = "nothing reaches"
+        else:
+            g.pow(2).sum().backward()
+            double = "works" if model.a.weight.grad is not None else "no second gradient"
+    except RuntimeError as err:
+        double = "refused by ReduceAdd" if "ReduceAdd" in str(err) else str(err)
+    return leaf, shared, tied, double
+
+
+def test_what_differs_table():
+    """Each cell of the table in dpteach/replicate/__init__.py's docstring, computed."""
+    assert _row("clone") == (True, False, False, "nothing reaches")
+    assert _row("rewire") == (False, False, False, "refused by ReduceAdd")
+    assert _row("broadcast") == (False, True, True, "works")
+    import sys
+
+    package_doc = sys.modules["dpteach.replicate"].__doc__  # the table sits in the package docstring
+    assert "What differs" in package_doc and "double backward" in package_doc
+
+
+def test_every_strategy_marks_its_lines():
+    marks = {
+        clone_strategy: ["# BROKEN (#19540)", "# BROKEN (#21144)"],
+        rewire_strategy: ["# FIX (#20910)", "# BROKEN (#21144)"],
+        broadcast_strategy: ["# EDGE (Broadcast)", "# SLOT 0 SHARES"],
+    }
+    for module, wanted in marks.items():
+        source = inspect.getsource(module)
+        for mark in wanted:
+            assert mark in source, (module.__name__, mark)

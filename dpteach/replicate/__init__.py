@@ -8,7 +8,25 @@ Three strategies, each faithful to its history (see each module's docstring):
 ``"broadcast"`` Python's replicate.py: ``Broadcast`` / ``ReduceAddCoalesced`` (the default)
 =============  ==========================================================================
 
-A learner's own function ``f(network, devices, detach) -> list of replicas`` works too.
+A learner's own function ``f(network, devices, detach) -> list of replicas`` works too, and a
+learner's own autograd node runs inside the library's code: ``rewire.replicate(..., node=ReduceAdd)``
+(called ``node.apply(original, *copies)``), ``broadcast.replicate(..., broadcast=Broadcast)``.
+
+What differs (each cell is checked by ``tests/test_strategy_nodes.py``); the markers ``# BROKEN
+(#19540)``, ``# FIX (#20910)``, ``# BROKEN (#21144)``, ``# EDGE (Broadcast)`` and ``# SLOT 0
+SHARES`` in the three modules show the lines that make each difference:
+
+=============  ==============  ======================  ======================  =======================
+strategy       replica param   slot 0's buffers        tied weights            double backward
+               a leaf?
+=============  ==============  ======================  ======================  =======================
+``"clone"``    yes (#19540)    deep copies (#21144)    untied: two copies      nothing reaches the
+                                                                               original
+``"rewire"``   no: ReduceAdd   deep copies, inherited  two copies, one node:   refused by ReduceAdd
+               output          from clone (#21144)     the gradients sum       (as in C++)
+``"broadcast"`` no: Broadcast  the original's own      tied: one copy per      works (ReduceAdd-
+               output          (BatchNorm stats kept)  replica                 Coalesced is a node)
+=============  ==============  ======================  ======================  =======================
 
 Where the strategies differ in what backward leaves behind: a parameter the forward never used
 gets a zero gradient under ``"broadcast"`` (one ``Broadcast`` node covers every parameter, as in
