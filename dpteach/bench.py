@@ -33,7 +33,7 @@ from torch import nn
 from . import __version__, comm
 from ._devices import default_devices
 from .data_parallel import DataParallel
-from .profile import median_time, median_times, profile_step
+from .profile import median_seconds, median_times, profile_step
 from .replicate import STRATEGIES, replicate
 from .replicate.clone import clone_tensor
 
@@ -65,6 +65,7 @@ def mlp(hidden: int, device) -> nn.Module:
 
 
 def n_params(module: nn.Module) -> int:
+    """The number of scalars in ``module``'s parameters (``widgets.cost.width_numel`` gives it for a width)."""
     return sum(p.numel() for p in module.parameters())
 
 
@@ -84,7 +85,7 @@ def replicate_vs_copy(devices, mbytes, repeats) -> dict:
     return out
 
 
-def clone_then_to(mbytes, repeats) -> list[dict]:
+def time_clone_then_to(mbytes, repeats) -> list[dict]:
     places = [("cpu", "cpu")]
     if torch.cuda.is_available():
         places += [("cpu", "cuda:0"), ("cuda:0", "cuda:0")]
@@ -95,8 +96,8 @@ def clone_then_to(mbytes, repeats) -> list[dict]:
         t = torch.randn(int(mbytes * 1e6) // 4, device=src)
         dst_dev = torch.device(dst)
         both = [src, dst]
-        a = median_time(lambda: clone_tensor(t, dst_dev), both, repeats)
-        b = median_time(lambda: t.to(dst_dev, copy=True), both, repeats)
+        a = median_seconds(lambda: clone_tensor(t, dst_dev), both, repeats)
+        b = median_seconds(lambda: t.to(dst_dev, copy=True), both, repeats)
         rows.append({"src": src, "dst": dst, "bytes": comm.nbytes(t), "clone_then_to_s": a, "to_s": b, "ratio": a / b})
     return rows
 
@@ -112,8 +113,8 @@ def per_tensor_vs_coalesced(n_tensors, numel, repeats) -> list[dict]:
         tensors = [torch.randn(numel, device=src) for _ in range(n_tensors)]
         dst_dev = torch.device(dst)
         both = [src, dst]
-        per = median_time(lambda: [t.to(dst_dev, copy=True) for t in tensors], both, repeats)
-        co = median_time(lambda: comm._coalesced_copy(tensors, dst_dev, comm.BUFFER_SIZE), both, repeats)
+        per = median_seconds(lambda: [t.to(dst_dev, copy=True) for t in tensors], both, repeats)
+        co = median_seconds(lambda: comm._coalesced_copy(tensors, dst_dev, comm.BUFFER_SIZE), both, repeats)
         rows.append({"src": src, "dst": dst, "tensors": n_tensors, "numel": numel, "per_tensor_s": per,
                      "coalesced_s": co, "ratio": co / per})
     return rows
@@ -160,12 +161,12 @@ def against_torch(hidden, batch, repeats) -> dict | None:
 
     slots = [torch.device("cuda", i) for i in ids]
     out = {"gpus": n, "gpu_name": torch.cuda.get_device_name(0), "params": n_params(model), "batch": batch,
-           "plain_s": median_time(step(model), slots, repeats),
-           "torch_dp_s": median_time(step(theirs), slots, repeats),
-           "dpteach_s": median_time(step(ours), slots, repeats),
+           "plain_s": median_seconds(step(model), slots, repeats),
+           "torch_dp_s": median_seconds(step(theirs), slots, repeats),
+           "dpteach_s": median_seconds(step(ours), slots, repeats),
            "dpteach_slots": [str(d) for d in ours.device_ids]}
     if n == 1:
-        out["dpteach_two_slots_s"] = median_time(step(DataParallel(model, ["cuda:0", "cuda:0"])), slots, repeats)
+        out["dpteach_two_slots_s"] = median_seconds(step(DataParallel(model, ["cuda:0", "cuda:0"])), slots, repeats)
         out["note"] = ("one GPU: torch.nn.DataParallel and dpteach with one slot both run the module itself "
                        "(no replicas), so torch_dp_s and dpteach_s compare like with like; dpteach_two_slots_s "
                        "is dpteach with two slots on cuda:0, replicating every step, which torch cannot do")
@@ -236,7 +237,7 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, page_faults:
             "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         },
         "replicate_vs_copy": replicate_vs_copy(devices, mb, repeats),
-        "clone_then_to": clone_then_to(mb / 4, repeats),
+        "clone_then_to": time_clone_then_to(mb / 4, repeats),
         "per_tensor_vs_coalesced": per_tensor_vs_coalesced(64 if quick else 256, 4096, repeats),
         "step_vs_plain": step_vs_plain(devices, 512 if quick else (8192 if on_gpu else 2048),
                                        64 if quick else (4096 if on_gpu else 512), repeats),

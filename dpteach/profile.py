@@ -23,7 +23,7 @@ from .replicate import Strategy, strategy_name
 
 PHASES = ("scatter", "replicate", "parallel_apply", "gather", "backward")
 
-__all__ = ["PHASES", "Timer", "StepProfile", "profile_step", "median_time", "median_times", "sync"]
+__all__ = ["PHASES", "Timer", "StepProfile", "profile_step", "median_seconds", "median_times", "sync"]
 
 
 def sync(devices: Sequence[torch.device]) -> None:
@@ -132,8 +132,9 @@ def profile_step(
     return profile
 
 
-def median_time(fn: Callable[[], object], devices: Sequence[DeviceLike] = ("cpu",), repeats: int = 10, warmup: int = 2) -> float:
-    """Median wall-clock seconds of ``fn()``, the GPUs synchronised around each call."""
+def median_seconds(fn: Callable[[], object], devices: Sequence[DeviceLike] = ("cpu",), repeats: int = 10, warmup: int = 2) -> float:
+    """Median wall-clock seconds of ``fn()`` as a float, the GPUs synchronised around each call
+    (``costs.median_time`` gives a ``Timing`` with every sample instead)."""
     slots = as_devices(devices)
     times = []
     for i in range(warmup + repeats):

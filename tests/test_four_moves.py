@@ -95,3 +95,25 @@ def test_story_one_step_keeps_its_replicas():
     report = story.one_step("clone", CPU2)
     assert report.missing and len(report.replica_grads) == 2
     assert story.one_step("rewire", CPU2).matches
+
+
+def test_model_builders_leave_the_global_random_state_alone():
+    from dpteach.distributed.model import make_model as deep_model
+    from dpteach.widgets.cost import wide_model
+
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    story.make_model(), deep_model(8, depth=3), wide_model(8)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert torch.equal(story.make_model(1)[0].weight, story.make_model(1)[0].weight)  # still the same per seed
+
+
+def test_one_name_one_meaning():
+    from dpteach import bench, costs, profile
+    from dpteach.widgets import cost
+
+    assert isinstance(profile.median_seconds(lambda: None, repeats=2, warmup=0), float)
+    assert not hasattr(profile, "median_time") and hasattr(costs, "median_time")
+    assert not hasattr(cost, "n_params") and cost.width_numel(8) == bench.n_params(cost.wide_model(8))
+    assert not hasattr(bench, "clone_then_to") and callable(costs.clone_then_to)
+    assert not hasattr(dpteach._devices, "describe")
