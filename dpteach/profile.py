@@ -132,7 +132,9 @@ def profile_step(
     return profile
 
 
-def median_seconds(fn: Callable[[], object], devices: Sequence[DeviceLike] = ("cpu",), repeats: int = 10, warmup: int = 2) -> float:
+def median_seconds(
+    fn: Callable[[], object], devices: Sequence[DeviceLike] = ("cpu",), repeats: int = 10, warmup: int = 2
+) -> float:
     """Median wall-clock seconds of ``fn()`` as a float, the GPUs synchronised around each call
     (``costs.median_time`` gives a ``Timing`` with every sample instead)."""
     slots = as_devices(devices)

@@ -83,7 +83,8 @@ def exercise_cells(key: str) -> list[nbformat.NotebookNode]:
 
 def exercises_notebook() -> nbformat.NotebookNode:
     """The learners' notebook: a stub cell (tagged ``raises-exception``) and a check cell per task."""
-    cells = [new_code_cell(SETUP_CELL), new_markdown_cell(INTRO.replace("{table}", task_table())), new_code_cell(IMPORTS)]
+    intro = INTRO.replace("{table}", task_table())
+    cells = [new_code_cell(SETUP_CELL), new_markdown_cell(intro), new_code_cell(IMPORTS)]
     for key, task in EXERCISES.items():
         cells.append(new_markdown_cell(task.intro))
         if task.demo:

@@ -13,7 +13,9 @@ from typing import Callable
 from . import task1_clone_bug, task2_rewire, task3_broadcast, task4_scatter_gather, task5_batchnorm
 from ._feedback import Task
 
-MODULES: tuple[ModuleType, ...] = (task1_clone_bug, task2_rewire, task3_broadcast, task4_scatter_gather, task5_batchnorm)
+MODULES: tuple[ModuleType, ...] = (
+    task1_clone_bug, task2_rewire, task3_broadcast, task4_scatter_gather, task5_batchnorm
+)
 
 EXERCISES: dict[str, Task] = {m.TASK.key: m.TASK for m in MODULES}
 _MODULE = {m.TASK.key: m for m in MODULES}

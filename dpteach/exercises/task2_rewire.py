@@ -30,7 +30,8 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
         "## Task 2 · Rewire gradient edges (PR #20910)\n\n"
         "PR #20910 kept `clone()` and gave every replica parameter a gradient edge into one `ReduceAdd` node "
         "per original parameter. Write that node. `exercises.rewire_with(ReduceAdd)` runs the library's "
-        "`\"rewire\"` strategy with your class: it clones every slot and calls `ReduceAdd.apply(original, *copies)` once "
+        "`\"rewire\"` strategy with your class: it clones every slot and calls "
+        "`ReduceAdd.apply(original, *copies)` once "
         "per original parameter, putting the outputs in the replicas. Forward hands the copies back as the "
         "node's outputs; backward sums the copies' gradients **on the original's device** (chapter 03)."
     ),

@@ -27,7 +27,10 @@ from ._modules import set_child, set_tensor, shallow_copy
 
 
 def broadcast_per_slot(
-    tensors: Sequence[torch.Tensor], devices: Sequence[torch.device], detach: bool, broadcast: type[Function] = Broadcast
+    tensors: Sequence[torch.Tensor],
+    devices: Sequence[torch.device],
+    detach: bool,
+    broadcast: type[Function] = Broadcast,
 ) -> list[list[torch.Tensor]]:
     """Broadcast ``tensors`` to every slot and regroup the flat result per slot (``_broadcast_coalesced_reshape``)."""
     if not tensors:
