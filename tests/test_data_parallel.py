@@ -353,7 +353,7 @@ def test_batch_smaller_than_slots_uses_fewer_replicas():
     assert_close(DataParallel(l, ["cpu"] * 4)(x), l(x))  # 2 rows over 4 slots: 2 replicas run
 
 
-@pytest.mark.parametrize("strategy", ["clone", "rewire", "broadcast"])
+@pytest.mark.parametrize("strategy", list(dpteach.STRATEGIES))
 def test_hooks_run_once_per_replica(strategy):
     calls = []
     l = nn.Linear(3, 2)
