@@ -222,3 +222,12 @@ def test_every_strategy_marks_its_lines():
         source = inspect.getsource(module)
         for mark in wanted:
             assert mark in source, (module.__name__, mark)
+
+
+def test_the_librarys_own_nodes_pass_the_exercise_checks():
+    """Chapter 03's ReduceAdd and chapter 04's Broadcast pair, pasted into Tasks 2 and 3, are correct answers."""
+    from dpteach import exercises
+    from dpteach.functions import Broadcast, ReduceAddCoalesced
+
+    assert exercises.check_rewire(rewire_strategy.ReduceAdd).passed
+    assert exercises.check_broadcast_pair(Broadcast, ReduceAddCoalesced).passed
