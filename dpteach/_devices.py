@@ -82,7 +82,3 @@ def distinct_cuda(devices: Sequence[torch.device]) -> bool:
     """True when every slot is a different CUDA device: torch.cuda.comm's (NCCL) fast paths apply."""
     return all(d.type == "cuda" for d in devices) and len({d.index for d in devices}) == len(devices)
 
-
-def describe(devices: Sequence[torch.device]) -> str:
-    """'cpu, cpu' style text for messages."""
-    return ", ".join(str(d) for d in devices)

@@ -33,8 +33,8 @@ from torch import nn
 from . import __version__, comm
 from ._devices import default_devices
 from .data_parallel import DataParallel
-from .profile import median_time, median_times, profile_step
-from .replicate import replicate
+from .profile import median_seconds, median_times, profile_step
+from .replicate import STRATEGIES, replicate
 from .replicate.clone import clone_tensor
 
 
@@ -65,6 +65,7 @@ def mlp(hidden: int, device) -> nn.Module:
 
 
 def n_params(module: nn.Module) -> int:
+    """The number of scalars in ``module``'s parameters (``widgets.cost.width_numel`` gives it for a width)."""
     return sum(p.numel() for p in module.parameters())
 
 
@@ -75,16 +76,16 @@ def replicate_vs_copy(devices, mbytes, repeats) -> dict:
     others = devices[1:]
     fns = {  # the reference: the same tensors copied by hand to every other slot, nothing else (the memory bound)
         "copy": lambda: [p.detach().to(d, copy=True) for d in others for p in params],
-        **{s: (lambda s=s: replicate(model, devices, strategy=s)) for s in ("broadcast", "rewire", "clone")},
+        **{s: (lambda s=s: replicate(model, devices, strategy=s)) for s in STRATEGIES},
     }
     med = median_times(fns, devices, repeats)
     out = {"model_bytes": nbytes, "slots": [str(d) for d in devices], "plain_copy_s": med["copy"]}
-    for strategy in ("broadcast", "rewire", "clone"):
+    for strategy in STRATEGIES:
         out[strategy] = {"replicate_s": med[strategy], "ratio_to_copy": med[strategy] / med["copy"]}
     return out
 
 
-def clone_then_to(mbytes, repeats) -> list[dict]:
+def time_clone_then_to(mbytes, repeats) -> list[dict]:
     places = [("cpu", "cpu")]
     if torch.cuda.is_available():
         places += [("cpu", "cuda:0"), ("cuda:0", "cuda:0")]
@@ -95,8 +96,8 @@ def clone_then_to(mbytes, repeats) -> list[dict]:
         t = torch.randn(int(mbytes * 1e6) // 4, device=src)
         dst_dev = torch.device(dst)
         both = [src, dst]
-        a = median_time(lambda: clone_tensor(t, dst_dev), both, repeats)
-        b = median_time(lambda: t.to(dst_dev, copy=True), both, repeats)
+        a = median_seconds(lambda: clone_tensor(t, dst_dev), both, repeats)
+        b = median_seconds(lambda: t.to(dst_dev, copy=True), both, repeats)
         rows.append({"src": src, "dst": dst, "bytes": comm.nbytes(t), "clone_then_to_s": a, "to_s": b, "ratio": a / b})
     return rows
 
@@ -112,8 +113,8 @@ def per_tensor_vs_coalesced(n_tensors, numel, repeats) -> list[dict]:
         tensors = [torch.randn(numel, device=src) for _ in range(n_tensors)]
         dst_dev = torch.device(dst)
         both = [src, dst]
-        per = median_time(lambda: [t.to(dst_dev, copy=True) for t in tensors], both, repeats)
-        co = median_time(lambda: comm._coalesced_copy(tensors, dst_dev, comm.BUFFER_SIZE), both, repeats)
+        per = median_seconds(lambda: [t.to(dst_dev, copy=True) for t in tensors], both, repeats)
+        co = median_seconds(lambda: comm._coalesced_copy(tensors, dst_dev, comm.BUFFER_SIZE), both, repeats)
         rows.append({"src": src, "dst": dst, "tensors": n_tensors, "numel": numel, "per_tensor_s": per,
                      "coalesced_s": co, "ratio": co / per})
     return rows
@@ -160,12 +161,12 @@ def against_torch(hidden, batch, repeats) -> dict | None:
 
     slots = [torch.device("cuda", i) for i in ids]
     out = {"gpus": n, "gpu_name": torch.cuda.get_device_name(0), "params": n_params(model), "batch": batch,
-           "plain_s": median_time(step(model), slots, repeats),
-           "torch_dp_s": median_time(step(theirs), slots, repeats),
-           "dpteach_s": median_time(step(ours), slots, repeats),
+           "plain_s": median_seconds(step(model), slots, repeats),
+           "torch_dp_s": median_seconds(step(theirs), slots, repeats),
+           "dpteach_s": median_seconds(step(ours), slots, repeats),
            "dpteach_slots": [str(d) for d in ours.device_ids]}
     if n == 1:
-        out["dpteach_two_slots_s"] = median_time(step(DataParallel(model, ["cuda:0", "cuda:0"])), slots, repeats)
+        out["dpteach_two_slots_s"] = median_seconds(step(DataParallel(model, ["cuda:0", "cuda:0"])), slots, repeats)
         out["note"] = ("one GPU: torch.nn.DataParallel and dpteach with one slot both run the module itself "
                        "(no replicas), so torch_dp_s and dpteach_s compare like with like; dpteach_two_slots_s "
                        "is dpteach with two slots on cuda:0, replicating every step, which torch cannot do")
@@ -192,9 +193,10 @@ def plot(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     r = results["replicate_vs_copy"]
     ax = axes[0][0]
-    names = ["plain copy", "broadcast", "rewire", "clone"]
+    names = ["plain copy", *STRATEGIES]
     vals = [r["plain_copy_s"]] + [r[s]["replicate_s"] for s in names[1:]]
-    ax.bar(names, [v * 1e3 for v in vals], color=["#999999", "#2b83ba", "#abdda4", "#d7191c"])
+    colours = {"plain copy": "#999999", "broadcast": "#2b83ba", "rewire": "#abdda4", "clone": "#d7191c"}
+    ax.bar(names, [v * 1e3 for v in vals], color=[colours.get(n, "#777777") for n in names])
     ax.set_ylabel("ms (median)")
     ax.set_title(f"replicate {r['model_bytes'] / 1e6:.0f} MB to {len(r['slots'])} slots ({r['slots'][0]})")
 
@@ -235,7 +237,7 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, page_faults:
             "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         },
         "replicate_vs_copy": replicate_vs_copy(devices, mb, repeats),
-        "clone_then_to": clone_then_to(mb / 4, repeats),
+        "clone_then_to": time_clone_then_to(mb / 4, repeats),
         "per_tensor_vs_coalesced": per_tensor_vs_coalesced(64 if quick else 256, 4096, repeats),
         "step_vs_plain": step_vs_plain(devices, 512 if quick else (8192 if on_gpu else 2048),
                                        64 if quick else (4096 if on_gpu else 512), repeats),
@@ -253,7 +255,7 @@ def summary(results: dict) -> str:
         f"device: {results['env']['device']}, slots {', '.join(results['env']['slots'])}, medians of "
         f"{results['env']['repeats']}, allocator: {results['env']['allocator']}",
         f"replicate {r['model_bytes'] / 1e6:.0f} MB to {len(r['slots'])} slots: plain copy {r['plain_copy_s'] * 1e3:.1f} ms; "
-        + "; ".join(f"{k} {r[k]['replicate_s'] * 1e3:.1f} ms ({r[k]['ratio_to_copy']:.2f}x)" for k in ("broadcast", "rewire", "clone")),
+        + "; ".join(f"{k} {r[k]['replicate_s'] * 1e3:.1f} ms ({r[k]['ratio_to_copy']:.2f}x)" for k in STRATEGIES),
     ]
     for row in results["clone_then_to"]:
         lines.append(f"clone-then-.to vs .to {row['src']}->{row['dst']}: {row['clone_then_to_s'] * 1e3:.2f} vs {row['to_s'] * 1e3:.2f} ms ({row['ratio']:.2f}x)")

@@ -4,24 +4,129 @@ One step is four moves (``torch/nn/parallel/data_parallel.py``):
 scatter the batch over the slots, replicate the module, run the replicas in parallel threads,
 gather the outputs on ``output_device``. Backward runs the same graph in reverse; how the
 replicas' gradients reach ``module`` is what the replication strategy decides.
+
+The four moves are written once, in :func:`four_moves`: ``DataParallel.forward``,
+``data_parallel``, the course's story helpers, the profiler and the graph comparison all call it.
+``with keep_replicas(dp) as replicas:`` keeps the replicas of the last step inside the block
+(nested blocks each get them; another thread's steps are not seen).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from contextvars import ContextVar
 from itertools import chain
-from typing import Any, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 import torch
 from torch import nn
 
 from ._devices import DeviceLike, as_devices, as_output_device, default_devices
 from .parallel_apply import parallel_apply
-from .replicate import Strategy, replicate, resolve_strategy
+from .replicate import Strategy, replicate_with, resolve_strategy
 from .replicate._modules import check_not_compiled
 from .scatter_gather import gather, scatter_kwargs
 
-__all__ = ["DataParallel", "data_parallel"]
+__all__ = ["DataParallel", "data_parallel", "four_moves", "keep_replicas", "Moves"]
+
+# Each keep_replicas block pushes (owner or None, list) here; four_moves fills every matching list.
+# A ContextVar, so nested blocks stack and a block in one thread never sees another thread's steps.
+_KEEPERS: ContextVar[tuple[tuple[Any, list], ...]] = ContextVar("dpteach_keep_replicas", default=())
+
+
+@contextlib.contextmanager
+def keep_replicas(of: Any = None) -> Iterator[list[nn.Module]]:
+    """Keep the replicas the DataParallel steps inside the block make: ``with keep_replicas(dp) as replicas:``.
+
+    The list holds the last step's replicas (empty while no step has replicated: one slot runs
+    the module itself). ``of`` limits it to one ``DataParallel`` (or the module it wraps);
+    ``None`` keeps every step's. Blocks nest, and each one gets the replicas.
+    """
+    kept: list[nn.Module] = []
+    token = _KEEPERS.set(_KEEPERS.get() + ((of, kept),))
+    try:
+        yield kept
+    finally:
+        _KEEPERS.reset(token)
+
+
+def _keep(owners: tuple[Any, ...], replicas: list[nn.Module]) -> None:
+    for of, kept in _KEEPERS.get():
+        if of is None or any(of is o for o in owners):
+            kept[:] = replicas
+
+
+def _no_phase(name: str) -> ContextManager[None]:
+    return contextlib.nullcontext()
+
+
+def four_moves(
+    dp: Any,
+    inputs: tuple,
+    kwargs: dict | None,
+    *,
+    run_one_slot: bool = True,
+    phase: Callable[[str], ContextManager[None]] = _no_phase,
+) -> Any:
+    """One forward of data parallelism, written once: scatter, replicate, parallel_apply, gather.
+
+    ``dp`` is a :class:`DataParallel` or a :class:`Moves`: it has ``module``, ``device_ids``,
+    ``output_device`` and the four methods, so a subclass that overrides one of them (as torch
+    allows) is obeyed. With one slot the module itself runs (``run_one_slot=True``, as
+    ``torch.nn.DataParallel``); ``False`` replicates anyway, for a look at the one replica.
+    ``phase(name)`` wraps each move (the profiler times them with it).
+    """
+    with phase("scatter"):
+        inputs, kwargs = dp.scatter(inputs, kwargs, dp.device_ids)
+    if not inputs and not kwargs:  # a forward with no inputs still runs, once per slot
+        inputs, kwargs = ((),), ({},)
+    if run_one_slot and len(dp.device_ids) == 1:
+        return dp.module(*inputs[0], **kwargs[0])
+    with phase("replicate"):
+        replicas = dp.replicate(dp.module, dp.device_ids[: len(inputs)])
+    _keep((dp, dp.module), replicas)
+    with phase("parallel_apply"):
+        outputs = dp.parallel_apply(replicas, inputs, kwargs)
+    with phase("gather"):
+        return dp.gather(outputs, dp.output_device)
+
+
+class _TheMoves:
+    """The four methods of ``torch.nn.DataParallel``, on ``self.device_ids`` with ``self._replicate_fn``."""
+
+    module: nn.Module
+    device_ids: list[torch.device]
+    output_device: torch.device
+    dim: int
+    _replicate_fn: Callable
+
+    def replicate(self, module: nn.Module, device_ids: Sequence[torch.device]) -> list[nn.Module]:
+        return replicate_with(self._replicate_fn, self._strategy, module, list(device_ids), not torch.is_grad_enabled())
+
+    def scatter(self, inputs, kwargs, device_ids):
+        return scatter_kwargs(inputs, kwargs, device_ids, dim=self.dim)
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        return parallel_apply(replicas, inputs, kwargs, self.device_ids[: len(replicas)])
+
+    def gather(self, outputs, output_device):
+        return gather(outputs, output_device, dim=self.dim)
+
+
+class Moves(_TheMoves):
+    """The four moves of one module on some slots, without an ``nn.Module`` wrapper (for ``four_moves``)."""
+
+    def __init__(
+        self, module: nn.Module, device_ids: Sequence[DeviceLike], output_device: DeviceLike | None = None,
+        dim: int = 0, strategy: Strategy = "broadcast",
+    ) -> None:
+        self._replicate_fn = resolve_strategy(strategy)
+        self._strategy = strategy
+        self.module = module
+        self.device_ids = as_devices(device_ids, "device_ids")
+        self.output_device = self.device_ids[0] if output_device is None else as_output_device(output_device)
+        self.dim = _check_batch_dim(dim)
 
 
 def _check_module_device(module: nn.Module, src: torch.device) -> None:
@@ -61,13 +166,13 @@ def _check_not_empty(inputs: Any, kwargs: Any, dim: int, who: str) -> None:
             )
 
 
-def _check_dim(dim: Any) -> int:
+def _check_batch_dim(dim: Any) -> int:
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise TypeError(f"dim must be an int (the batch dimension), got {dim!r}")
     return dim
 
 
-class DataParallel(nn.Module):
+class DataParallel(_TheMoves, nn.Module):
     """Implements data parallelism at the module level, on any list of slots.
 
     The same as ``torch.nn.DataParallel``, with two differences: ``device_ids`` may hold CPU
@@ -100,42 +205,32 @@ class DataParallel(nn.Module):
                 f"DataParallel wraps an nn.Module, got {type(module).__name__}; wrap it in an nn.Module whose "
                 "forward calls it"
             )
-        resolve_strategy(strategy)  # an unknown strategy fails here, not at the first forward
+        self.strategy = strategy  # resolved once, here: an unknown strategy fails now, not at the first forward
         self.module = module
         self.device_ids = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
         self.output_device = self.device_ids[0] if output_device is None else as_output_device(output_device)
-        self.dim = _check_dim(dim)
-        self.strategy = strategy
+        self.dim = _check_batch_dim(dim)
         self.src_device_obj = self.device_ids[0]
         if len(self.device_ids) == 1:
             self.module.to(self.src_device_obj)
         else:  # refused now, before a forward copies it into the learner's model
             check_not_compiled(module, "DataParallel")
 
+    @property
+    def strategy(self) -> Strategy:
+        return self._strategy
+
+    @strategy.setter
+    def strategy(self, strategy: Strategy) -> None:
+        self._replicate_fn = resolve_strategy(strategy)
+        self._strategy = strategy
+
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        _check_module_device(self.module, self.src_device_obj)  # replicate() checks the rest (lazy modules...)
         if len(self.device_ids) > 1:
             _check_not_empty(inputs, kwargs, self.dim, "DataParallel")
-        inputs, module_kwargs = self.scatter(inputs, kwargs, self.device_ids)
-        if not inputs and not module_kwargs:  # a forward with no inputs still runs, once per slot
-            inputs, module_kwargs = ((),), ({},)
-        if len(self.device_ids) == 1:
-            return self.module(*inputs[0], **module_kwargs[0])
-        replicas = self.replicate(self.module, self.device_ids[: len(inputs)])
-        outputs = self.parallel_apply(replicas, inputs, module_kwargs)
-        return self.gather(outputs, self.output_device)
-
-    def replicate(self, module: nn.Module, device_ids: Sequence[torch.device]) -> list[nn.Module]:
-        return replicate(module, device_ids, not torch.is_grad_enabled(), strategy=self.strategy)
-
-    def scatter(self, inputs, kwargs, device_ids):
-        return scatter_kwargs(inputs, kwargs, device_ids, dim=self.dim)
-
-    def parallel_apply(self, replicas, inputs, kwargs):
-        return parallel_apply(replicas, inputs, kwargs, self.device_ids[: len(replicas)])
-
-    def gather(self, outputs, output_device):
-        return gather(outputs, output_device, dim=self.dim)
+        else:  # no replicate() to check the module: check it here (replicate() walks the tensors otherwise)
+            _check_module_device(self.module, self.src_device_obj)
+        return four_moves(self, inputs, kwargs)
 
     def extra_repr(self) -> str:
         slots = ", ".join(str(d) for d in self.device_ids)
@@ -153,28 +248,18 @@ def data_parallel(
     strategy: Strategy = "broadcast",
 ) -> Any:
     """Evaluate ``module(*inputs)`` in parallel over ``device_ids``: the functional form of DataParallel."""
-    resolve_strategy(strategy)
-    _check_dim(dim)
     if not isinstance(inputs, tuple):
         inputs = (inputs,) if inputs is not None else ()
-    slots = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
-    output_device = slots[0] if output_device is None else as_output_device(output_device)
+    slots = default_devices() if device_ids is None else device_ids
+    moves = Moves(module, slots, output_device, dim, strategy)  # checks the strategy, the slots and dim
     if not isinstance(module, nn.Module):
         raise TypeError(
             f"data_parallel runs an nn.Module, got {type(module).__name__}; wrap it in an nn.Module whose "
             "forward calls it"
         )
-    if len(slots) > 1:
+    if len(moves.device_ids) > 1:
         check_not_compiled(module, "data_parallel")
-    _check_module_device(module, slots[0])
-    if len(slots) > 1:
         _check_not_empty(inputs, module_kwargs, dim, "data_parallel")
-    inputs, module_kwargs = scatter_kwargs(inputs, module_kwargs, slots, dim)
-    if not inputs and not module_kwargs:
-        inputs, module_kwargs = ((),), ({},)
-    if len(slots) == 1:
-        return module(*inputs[0], **module_kwargs[0])
-    used = slots[: len(inputs)]
-    replicas = replicate(module, used, not torch.is_grad_enabled(), strategy=strategy)
-    outputs = parallel_apply(replicas, inputs, module_kwargs, used)
-    return gather(outputs, output_device, dim)
+    else:
+        _check_module_device(module, moves.device_ids[0])
+    return four_moves(moves, inputs, module_kwargs)

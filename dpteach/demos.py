@@ -18,15 +18,15 @@ from __future__ import annotations
 import copy
 import math
 from types import SimpleNamespace
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import comm
 from ._devices import as_devices
-from .functions import Broadcast
+from .replicate._modules import walk_pairs
+from .replicate.broadcast import broadcast_per_slot
 
 __all__ = [
     "CppStyleLinear",
@@ -105,24 +105,6 @@ def cpp_clone(module: nn.Module, device: torch.device | str) -> nn.Module:
     return replica
 
 
-def _pairs(original: nn.Module, replica: nn.Module) -> Iterator[tuple[nn.Module, nn.Module]]:
-    """Each submodule of ``original`` with its counterpart in ``replica``, by key."""
-    yield original, replica
-    for key, child in original._modules.items():
-        if child is not None:
-            yield from _pairs(child, replica._modules[key])
-
-
-def _broadcast(params: list[torch.Tensor], devices, detach: bool) -> list[list[torch.Tensor]]:
-    """Broadcast ``params`` to every slot, regrouped per slot (as replicate.py does)."""
-    if not params:
-        return [[] for _ in devices]
-    if detach:
-        return [[t.detach() for t in slot] for slot in comm.broadcast_coalesced(params, devices)]
-    flat = Broadcast.apply(devices, *params)
-    return [list(flat[i : i + len(params)]) for i in range(0, len(flat), len(params))]
-
-
 def _clones_and_copies(network: nn.Module, devices: Sequence, detach: bool):
     """The first two steps both designs share: a ``cpp_clone`` per slot, and every parameter broadcast.
 
@@ -131,7 +113,7 @@ def _clones_and_copies(network: nn.Module, devices: Sequence, detach: bool):
     slots = as_devices(devices)
     replicas = [cpp_clone(network, d) for d in slots]
     params = list(network.parameters())
-    return replicas, _broadcast(params, slots, detach), {p: i for i, p in enumerate(params)}
+    return replicas, broadcast_per_slot(params, slots, detach), {p: i for i, p in enumerate(params)}
 
 
 def failed_attempt(network: nn.Module, devices: Sequence, detach: bool = False) -> list[nn.Module]:
@@ -144,7 +126,7 @@ def failed_attempt(network: nn.Module, devices: Sequence, detach: bool = False) 
     """
     replicas, copies, index = _clones_and_copies(network, devices, detach)
     for j, replica in enumerate(replicas):
-        for original, twin in _pairs(network, replica):
+        for original, twin in walk_pairs(network, replica):
             for key, param in original._parameters.items():
                 if param is not None:
                     # BROKEN for C++-style modules: only the registry entry changes, the member keeps the clone's leaf
@@ -197,7 +179,7 @@ def option_two(network: nn.Module, devices: Sequence, detach: bool = False) -> l
             )
     replicas, copies, index = _clones_and_copies(network, devices, detach)
     for j, replica in enumerate(replicas):
-        for original, twin in _pairs(network, replica):
+        for original, twin in walk_pairs(network, replica):
             if _owns_tensors(original):
                 twin.load_replica_params(
                     {key: copies[j][index[p]] for key, p in original._parameters.items() if p is not None}

@@ -18,13 +18,12 @@ from torch import nn
 
 from . import comm
 from ._devices import DeviceLike, as_devices
-from .parallel_apply import parallel_apply
-from .replicate import Strategy, replicate
-from .scatter_gather import gather, scatter
+from .data_parallel import Moves, four_moves
+from .replicate import Strategy, strategy_name
 
 PHASES = ("scatter", "replicate", "parallel_apply", "gather", "backward")
 
-__all__ = ["PHASES", "Timer", "StepProfile", "profile_step", "median_time", "median_times", "sync"]
+__all__ = ["PHASES", "Timer", "StepProfile", "profile_step", "median_seconds", "median_times", "sync"]
 
 
 def sync(devices: Sequence[torch.device]) -> None:
@@ -112,36 +111,32 @@ def profile_step(
 ) -> StepProfile:
     """Time each phase of ``repeats`` DataParallel steps of ``module`` on batch ``x``.
 
-    The steps are the ones ``DataParallel.forward`` and ``loss.backward()`` take, written out so
-    each can be timed; backward includes the reduction of the replicas' gradients.
+    The steps are the ones ``DataParallel.forward`` and ``loss.backward()`` take (``four_moves``,
+    each move timed); backward includes the reduction of the replicas' gradients.
     """
     slots = as_devices(devices)
-    name = strategy if isinstance(strategy, str) else getattr(strategy, "__name__", "custom")
+    moves = Moves(module, slots, strategy=strategy)
+    name = strategy_name(strategy)
     profile = StepProfile(name, [str(d) for d in slots])
     for i in range(warmup + repeats):
         module.zero_grad(set_to_none=True)
         timer = Timer(slots)
         with comm.traffic() as traffic:
-            with timer.phase("scatter"):
-                pieces = scatter(x, slots)
-            used = slots[: len(pieces)]
-            with timer.phase("replicate"):
-                replicas = replicate(module, used, strategy=strategy)
-            with timer.phase("parallel_apply"):
-                outputs = parallel_apply(replicas, [(p,) for p in pieces], devices=used)
-            with timer.phase("gather"):
-                out = gather(outputs, slots[0])
+            out = four_moves(moves, (x,), {}, phase=timer.phase)
             with timer.phase("backward"):
                 loss_fn(out).backward()
-        seconds = timer.seconds()
+        seconds = {p: 0.0 for p in PHASES} | timer.seconds()  # one slot: the module runs, nothing is replicated
         if i >= warmup:
             profile.steps.append(seconds)
             profile.bytes_by_op = traffic.by_op()
     return profile
 
 
-def median_time(fn: Callable[[], object], devices: Sequence[DeviceLike] = ("cpu",), repeats: int = 10, warmup: int = 2) -> float:
-    """Median wall-clock seconds of ``fn()``, the GPUs synchronised around each call."""
+def median_seconds(
+    fn: Callable[[], object], devices: Sequence[DeviceLike] = ("cpu",), repeats: int = 10, warmup: int = 2
+) -> float:
+    """Median wall-clock seconds of ``fn()`` as a float, the GPUs synchronised around each call
+    (``costs.median_time`` gives a ``Timing`` with every sample instead)."""
     slots = as_devices(devices)
     times = []
     for i in range(warmup + repeats):

@@ -13,8 +13,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ._devices import as_devices
-from .data_parallel import DataParallel
+from ._devices import as_devices, default_devices
+from .data_parallel import DataParallel, Moves, four_moves, keep_replicas
 from .replicate import Strategy
 
 
@@ -27,9 +27,13 @@ def make_data(n: int = 256, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def make_model(seed: int = 0, hidden: int = 16) -> nn.Sequential:
-    """``Linear(2, hidden) → Tanh → Linear(hidden, 1)``, the same weights for the same seed."""
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(2, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+    """``Linear(2, hidden) → Tanh → Linear(hidden, 1)``, the same weights for the same seed.
+
+    Seeded inside ``torch.random.fork_rng``: the caller's global random state is left as it was.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(2, hidden), nn.Tanh(), nn.Linear(hidden, 1))
 
 
 @dataclass
@@ -55,7 +59,7 @@ def train(
     data: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Run:
     """Train the course model with SGD; ``strategy=None`` trains on one device, the reference."""
-    devices = as_devices(devices or ["cpu", "cpu"])
+    devices = as_devices(default_devices() if devices is None else devices)
     x, y = make_data(seed=seed) if data is None else data
     x, y = x.to(devices[0]), y.to(devices[0])  # the batch starts where the module lives, as in a real loop
     model = make_model(seed).to(devices[0])
@@ -119,21 +123,19 @@ class GradientReport:
 def one_step(strategy: Strategy, devices: Sequence | None = None, seed: int = 0) -> GradientReport:
     """Run one forward and backward under ``strategy`` and compare with one device.
 
-    The replicas are kept (``replicate`` is called by hand) so the report can show where
-    the gradients went when they did not reach the original.
+    The replicas are kept (``keep_replicas``), and made even on one slot, so the report can show
+    where the gradients went when they did not reach the original.
     """
-    from . import gather, parallel_apply, replicate, scatter
-
-    devices = as_devices(devices or ["cpu", "cpu"])
+    devices = as_devices(default_devices() if devices is None else devices)
     x, y = make_data(seed=seed)
     ref = make_model(seed)
     nn.functional.mse_loss(ref(x), y).backward()
     x, y = x.to(devices[0]), y.to(devices[0])
     model = make_model(seed).to(devices[0])
-    replicas = replicate(model, devices, strategy=strategy)
-    pieces = scatter(x, devices)
-    outputs = parallel_apply(replicas[: len(pieces)], [(p,) for p in pieces], devices=devices[: len(pieces)])
-    nn.functional.mse_loss(gather(outputs, devices[0]), y).backward()
+    moves = Moves(model, devices, strategy=strategy)
+    with keep_replicas(moves) as replicas:
+        out = four_moves(moves, (x,), {}, run_one_slot=False)
+    nn.functional.mse_loss(out, y).backward()
     grads = {k: (None if p.grad is None else p.grad.detach().cpu()) for k, p in model.named_parameters()}
     reference = {k: p.grad.detach().cpu() for k, p in ref.named_parameters()}
     replica_grads = [

@@ -10,9 +10,6 @@ import torch
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
-STRATEGIES = ["clone", "rewire", "broadcast"]
-FIXED = ["rewire", "broadcast"]  # the strategies whose gradients reach the original module
-
 
 @pytest.fixture(autouse=True)
 def _seed():

@@ -133,7 +133,7 @@ def test_default_devices_rule(monkeypatch, gpus, expected):
     assert item.status in ("OK", "info") and ", ".join(expected) in item.found  # the report says the same
 
 
-@pytest.mark.parametrize("strategy", ["clone", "rewire", "broadcast"])
+@pytest.mark.parametrize("strategy", list(dpteach.STRATEGIES))
 def test_slot1_owns_its_copy_on_the_same_device(strategy):
     model = story.make_model()
     replicas = dpteach.replicate(model, ["cpu", "cpu"], strategy=strategy)

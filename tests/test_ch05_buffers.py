@@ -11,9 +11,10 @@ from torch.testing import assert_close
 
 import dpteach
 from dpteach import demos
+from dpteach.replicate import STRATEGIES as REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
-STRATEGIES = ["clone", "rewire", "broadcast"]
+STRATEGIES = list(REGISTRY)
 DEEP_COPY = ["clone", "rewire"]  # the strategies that deep-copy buffers, as Cloneable::clone did
 
 

@@ -68,7 +68,7 @@ def test_every_step_pays_again():
 
 def test_one_slot_copies_nothing():
     model = make_model()
-    for strategy in ["clone", "rewire", "broadcast"]:
+    for strategy in dpteach.STRATEGIES:
         t = costs.step_traffic(model, torch.randn(32, 64), ["cpu"], strategy)
         assert t.bytes == 0  # DataParallel on one slot calls the module itself
         model.zero_grad()

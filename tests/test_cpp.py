@@ -192,7 +192,9 @@ def test_a_pip_installed_ninja_is_found_off_path(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "ninja", None)  # no pip `ninja` package either: only the venv's bin folder
     monkeypatch.setattr(_build.sys, "executable", str(tmp_path / "python"))  # a venv's bin folder, not on PATH
     assert _build.ninja() == str(fake)  # found beside the interpreter
-    assert os.environ["PATH"].split(os.pathsep)[0] == str(tmp_path)  # and put on PATH, where torch looks
+    assert os.environ["PATH"] == "/nonexistent"  # a lookup changes nothing
+    assert _build.put_ninja_on_path() == str(fake)  # the build puts it on PATH, where torch looks
+    assert os.environ["PATH"].split(os.pathsep)[0] == str(tmp_path)
 
 
 def test_failed_compile_gives_a_reason_not_an_error(monkeypatch):

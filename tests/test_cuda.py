@@ -14,6 +14,7 @@ from torch.testing import assert_close
 
 import dpteach
 from dpteach import comm
+from dpteach.replicate import FIXED
 
 pytestmark = pytest.mark.cuda
 
@@ -24,7 +25,7 @@ def test_default_devices_use_the_gpu():
     assert len(slots) >= 2
 
 
-@pytest.mark.parametrize("strategy", ["rewire", "broadcast"])
+@pytest.mark.parametrize("strategy", FIXED)
 def test_data_parallel_on_gpu_slots_matches_one_device(strategy):
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).cuda()
     ref = copy.deepcopy(model)

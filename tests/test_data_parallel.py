@@ -12,9 +12,10 @@ from torch.testing import assert_close
 
 import dpteach
 from dpteach import DataParallel, data_parallel
+from dpteach.replicate import FIXED as FIXED_STRATEGIES
 
 CPU2 = ["cpu", "cpu"]
-FIXED = ["rewire", "broadcast"]
+FIXED = list(FIXED_STRATEGIES)
 
 
 @pytest.mark.parametrize("strategy", FIXED)
@@ -352,7 +353,7 @@ def test_batch_smaller_than_slots_uses_fewer_replicas():
     assert_close(DataParallel(l, ["cpu"] * 4)(x), l(x))  # 2 rows over 4 slots: 2 replicas run
 
 
-@pytest.mark.parametrize("strategy", ["clone", "rewire", "broadcast"])
+@pytest.mark.parametrize("strategy", list(dpteach.STRATEGIES))
 def test_hooks_run_once_per_replica(strategy):
     calls = []
     l = nn.Linear(3, 2)

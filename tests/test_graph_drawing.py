@@ -23,12 +23,13 @@ import torch
 from torch import nn
 
 from dpteach.graph import GraphvizMissing, autograd_graph, compare_strategies, graph_diff, replicated_forward
+from dpteach.replicate import STRATEGIES as REGISTRY
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("DPTEACH_REGEN_GOLDEN") == "1"
 UNDER_CI = os.environ.get("CI", "").lower() in ("true", "1")
 HAS_DOT = shutil.which("dot") is not None
-STRATEGIES = ["clone", "rewire", "broadcast"]
+STRATEGIES = list(REGISTRY)
 DEVICES = ["cpu", "cpu"]
 
 

@@ -10,9 +10,10 @@ from torch import nn
 
 import dpteach
 from dpteach.graph import Param, autograd_graph, capture_replicas, replicated_forward
+from dpteach.replicate import STRATEGIES as REGISTRY, FIXED as FIXED_STRATEGIES
 
-STRATEGIES = ["clone", "rewire", "broadcast"]
-FIXED = ["rewire", "broadcast"]
+STRATEGIES = list(REGISTRY)
+FIXED = list(FIXED_STRATEGIES)
 DEVICES = ["cpu", "cpu"]
 
 

@@ -16,8 +16,9 @@ from torch import nn
 from torch.testing import assert_close
 
 import dpteach
+from dpteach.replicate import FIXED as FIXED_STRATEGIES
 
-FIXED = ["rewire", "broadcast"]
+FIXED = list(FIXED_STRATEGIES)
 
 
 class M(nn.Module):
@@ -114,7 +115,7 @@ def _cnn(channels, kernel):
     kernel=st.integers(1, 3),
     batch=st.integers(1, 12),
     n_slots=st.integers(1, 4),
-    strategy=st.sampled_from(["clone", "rewire", "broadcast"]),
+    strategy=st.sampled_from(list(dpteach.STRATEGIES)),
 )
 def test_gradient_parity_property(kind, widths, channels, kernel, batch, n_slots, strategy):
     torch.manual_seed(batch * 7 + n_slots)

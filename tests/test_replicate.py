@@ -11,8 +11,9 @@ from torch.testing import assert_close
 
 import dpteach
 from dpteach import replicate
+from dpteach.replicate import STRATEGIES as REGISTRY
 
-STRATEGIES = ["clone", "rewire", "broadcast"]
+STRATEGIES = list(REGISTRY)
 
 CPU2 = ["cpu", "cpu"]
 

@@ -3,6 +3,7 @@
 from torch.testing import assert_close
 
 from dpteach import story
+from dpteach.replicate import FIXED
 
 
 def test_one_device_learns_and_clone_does_not():
@@ -15,7 +16,7 @@ def test_one_device_learns_and_clone_does_not():
 
 def test_fixed_strategies_follow_the_reference_step_by_step():
     reference = story.train(None, steps=20)
-    for strategy in ("rewire", "broadcast"):
+    for strategy in FIXED:
         run = story.train(strategy, ["cpu", "cpu"], steps=20)
         assert_close(run.losses, reference.losses, rtol=1e-5, atol=1e-6)  # the same curve as one device
 

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from dpteach import story
+from dpteach.replicate import FIXED, STRATEGIES
 from dpteach.widgets import CostLab, GradientFlow, TrainingLab
 from dpteach.widgets.charts import bar_chart, line_chart, nice_ticks
 from dpteach.widgets.highlight import marked
@@ -85,7 +86,7 @@ def test_clone_never_learns_and_its_gradients_stay_in_the_replicas():
     assert all(len(r.replicas) == 2 and all(g is not None and g > 0 for g in r.replicas) for r in rows)  # ... the replicas hold them
 
 
-@pytest.mark.parametrize("strategy", ["rewire", "broadcast"])
+@pytest.mark.parametrize("strategy", FIXED)
 def test_fixed_strategies_train_like_one_device(strategy):
     lab = TrainingLab(strategy, slots=3, steps=8)
     lab.run()
@@ -137,7 +138,7 @@ def test_graph_of_the_current_step_shows_the_bug_and_the_fix():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", ["clone", "rewire", "broadcast"])
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
 @pytest.mark.parametrize("slots", [1, 3])
 def test_flow_runs_the_graph_in_an_order_backward_could(strategy, slots):
     flow = GradientFlow(strategy, slots)
@@ -159,7 +160,7 @@ def test_flow_runs_the_graph_in_an_order_backward_could(strategy, slots):
 
 
 def test_flow_hands_the_real_gradients_to_the_leaves():
-    for strategy in ("rewire", "broadcast"):
+    for strategy in FIXED:
         flow = GradientFlow(strategy, 2)
         params = dict(flow.model.named_parameters())
         leaves = [s for s in flow.steps if s.kind == "original"]

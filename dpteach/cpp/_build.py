@@ -36,8 +36,11 @@ def compiler() -> str | None:
 
 
 def ninja() -> str | None:
-    """The ``ninja`` torch will run, or None. torch looks on PATH only, so a ``pip install ninja``
-    in a venv that is not activated (a kernel started as ``.venv/bin/python``) is put on PATH here."""
+    """The ``ninja`` a build can use, or None: on PATH, in the pip ``ninja`` package, or beside the interpreter.
+
+    A pure lookup: :func:`put_ninja_on_path` is what makes torch (which looks on PATH only) find one
+    that is off PATH, such as a ``pip install ninja`` in a venv that is not activated (a kernel
+    started as ``.venv/bin/python``)."""
     found = shutil.which("ninja")
     if found:
         return found
@@ -51,9 +54,16 @@ def ninja() -> str | None:
     for folder in folders:
         found = shutil.which("ninja", path=str(folder))
         if found:
-            os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
             return found
     return None
+
+
+def put_ninja_on_path() -> str | None:
+    """Put the folder of :func:`ninja` first on ``PATH`` when it is not there yet (torch looks on PATH only)."""
+    found = ninja()
+    if found and shutil.which("ninja") is None:
+        os.environ["PATH"] = f"{Path(found).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return found
 
 
 _fallback_root: Path | None = None  # set when the usual cache folder cannot be written
@@ -188,6 +198,8 @@ def build(*, progress: bool = True, verbose: bool = False) -> ModuleType:
                 cold = True
         if cold:
             from torch.utils.cpp_extension import load_inline
+
+            put_ninja_on_path()  # the one place PATH changes: right before torch runs ninja
 
             if progress:
                 print(f"compiling {SOURCE.name} (first time: ~{EXPECTED_SECONDS} s; later it loads from the cache)…")

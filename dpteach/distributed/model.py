@@ -26,11 +26,12 @@ def make_model(hidden: int = 16, depth: int = 1, seed: int = 0) -> nn.Sequential
     """The course model for ``depth=1``; otherwise ``depth`` Tanh hidden layers of width ``hidden``."""
     if depth == 1:
         return story.make_model(seed, hidden)
-    torch.manual_seed(seed)  # as story.make_model does: the same weights on every rank
-    layers: list[nn.Module] = [nn.Linear(2, hidden), nn.Tanh()]
-    for _ in range(depth - 1):
-        layers += [nn.Linear(hidden, hidden), nn.Tanh()]
-    return nn.Sequential(*layers, nn.Linear(hidden, 1))
+    with torch.random.fork_rng(devices=[]):  # as story.make_model does: the same weights on every rank
+        torch.manual_seed(seed)
+        layers: list[nn.Module] = [nn.Linear(2, hidden), nn.Tanh()]
+        for _ in range(depth - 1):
+            layers += [nn.Linear(hidden, hidden), nn.Tanh()]
+        return nn.Sequential(*layers, nn.Linear(hidden, 1))
 
 
 def loss_fn(output: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -7,15 +7,7 @@ everything holds, otherwise what is wrong, where, and a hint. A check never rais
 learner's bug, and stops with a sentence when the learner's code runs longer than
 ``time_limit()`` seconds (two minutes; ``set_time_limit(seconds)`` changes it, ``None`` lifts it).
 
-=====  ==================  ===========================================  =======  ================================
-task   key                 what the learner writes                      chapter  check
-=====  ==================  ===========================================  =======  ================================
-1      ``clone_bug``       fix ``replicate_by_clone``                   01       ``check_clone_bug(fn)``
-2      ``rewire``          ``ReduceAdd`` (forward, backward)            03       ``check_rewire(ReduceAdd)``
-3      ``broadcast_pair``  ``Broadcast`` and ``ReduceAddCoalesced``     07       ``check_broadcast_pair(B, R)``
-4      ``scatter_gather``  ``scatter`` and ``gather``                   04       ``check_scatter_gather(s, g)``
-5      ``batchnorm``       ``keep_bn_statistics`` (slot 0 buffers)      05       ``check_batchnorm(fn)``
-=====  ==================  ===========================================  =======  ================================
+{table}
 
 ``stub_source(key)`` and ``check_source(key)`` give the two cells of a task as text, for any
 chapter; ``solution_source(key)`` the worked answer (``dpteach.exercises.solutions``).
@@ -24,37 +16,36 @@ chapter; ``solution_source(key)`` the worked answer (``dpteach.exercises.solutio
 from __future__ import annotations
 
 from ._feedback import Result, Task
+from ._records import EXERCISES, check_of
 from ._sources import check_source, solution_source, stub_source
-from .task1_clone_bug import TASK as _T1
-from .task1_clone_bug import check_clone_bug
-from .task2_rewire import TASK as _T2
-from .task2_rewire import check_rewire, rewire_with
-from .task3_broadcast import TASK as _T3
-from .task3_broadcast import broadcast_with, check_broadcast_pair
-from .task4_scatter_gather import TASK as _T4
-from .task4_scatter_gather import check_scatter_gather
-from .task5_batchnorm import TASK as _T5
-from .task5_batchnorm import check_batchnorm
 from ._time_limit import set_time_limit, time_limit
 from ._try import try_it
+from .task1_clone_bug import check_clone_bug
+from .task2_rewire import check_rewire, rewire_with
+from .task3_broadcast import broadcast_with, check_broadcast_pair
+from .task4_scatter_gather import check_scatter_gather
+from .task5_batchnorm import check_batchnorm
 
-TASKS: dict[str, Task] = {t.key: t for t in (_T1, _T2, _T3, _T4, _T5)}
-
-_CHECKS = {
-    "clone_bug": check_clone_bug,
-    "rewire": check_rewire,
-    "broadcast_pair": check_broadcast_pair,
-    "scatter_gather": check_scatter_gather,
-    "batchnorm": check_batchnorm,
-}
+TASKS: dict[str, Task] = EXERCISES  # key -> the exercise's record (``exercises.TASKS["rewire"].chapter``)
 
 
 def check(key: str, *answer, devices=None) -> Result:
     """Run exercise ``key``'s check on the learner's ``answer`` (the objects its stub defines, in order)."""
-    if key not in _CHECKS:
-        raise KeyError(f"no exercise {key!r}; the exercises are {', '.join(repr(k) for k in _CHECKS)}")
-    return _CHECKS[key](*answer, devices=devices)
+    return check_of(key)(*answer, devices=devices)
 
+
+def _table() -> str:
+    """The index of the exercises for this docstring, from their records."""
+    rows = [(str(t.number), f"``{t.key}``", ", ".join(f"``{n}``" for n in t.names), t.chapter,
+             f"``{t.check}({', '.join(t.names)})``") for t in EXERCISES.values()]
+    head = ("task", "key", "what the learner writes", "chapter", "check")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    rule = "  ".join("=" * w for w in widths)
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([rule, line(head), rule, *map(line, rows), rule])
+
+
+__doc__ = (__doc__ or "").replace("{table}", _table())
 
 __all__ = [
     "TASKS",

@@ -25,12 +25,26 @@ _LIBRARY_DIRS = (
 
 @dataclass(frozen=True)
 class Task:
-    """One exercise: its number, its key (``stub_source(key)``), its title and the chapter it belongs to."""
+    """One exercise's record, kept in its own ``taskN_*.py``; every table about the exercises derives from these.
+
+    ``number``, ``key`` (``stub_source(key)``), ``title`` and ``chapter``; ``names``: the objects the
+    learner writes, in the order the check takes them; ``check``: the check function's name in the
+    task's module; ``writes``: what the learner writes, for the tables; ``imports``: the first lines
+    of the stub and solution cells; ``intro``, ``demo`` (a sentence and a code cell, or None) and
+    ``note``: the markdown of chapter 11 and its solutions notebook.
+    """
 
     number: int
     key: str
     title: str
     chapter: str
+    names: tuple[str, ...] = ()
+    check: str = ""
+    writes: str = ""
+    imports: str = ""
+    intro: str = ""
+    demo: tuple[str, str] | None = None
+    note: str = ""
 
     @property
     def label(self) -> str:

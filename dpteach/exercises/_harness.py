@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .._devices import as_devices
-from ..data_parallel import DataParallel
+from ..data_parallel import DataParallel, keep_replicas
 from ..replicate import replicate, resolve_strategy
 from ._feedback import Findings, Result, Stop, Task, explain, not_implemented_message
 from ._models import CASES, Case, Reference, reference
@@ -24,16 +24,6 @@ from ._paths import edge_problem, places, replica_tensor, shares_storage
 from ._time_limit import TimeLimit, time_limit
 
 RTOL, ATOL = 1e-4, 1e-5
-
-
-class Watched(DataParallel):
-    """DataParallel that keeps the replicas of its last forward, so a check can look at them."""
-
-    replicas: list[nn.Module] | None = None
-
-    def replicate(self, module, device_ids):
-        self.replicas = super().replicate(module, device_ids)
-        return self.replicas
 
 
 @dataclass
@@ -74,9 +64,10 @@ def run_strategy(findings: Findings, strategy, case: Case, slots: list[torch.dev
     direct = None
     if n == 1:  # DataParallel runs the module itself on one slot; ask the strategy for its one replica anyway
         direct = replicate(model, slots, strategy=strategy)
-    dp = Watched(model, slots, strategy=strategy)
-    out = dp(x)
-    replicas = direct if direct is not None else dp.replicas
+    dp = DataParallel(model, slots, strategy=strategy)
+    with keep_replicas(dp) as kept:
+        out = dp(x)
+    replicas = direct if direct is not None else kept
     params = dict(model.named_parameters())
     loss = (out * w).sum()
     second = None

@@ -10,58 +10,28 @@ from __future__ import annotations
 import inspect
 
 from . import solutions, stubs
-
-IMPORTS = {
-    "clone_bug": "from copy import deepcopy\n\nimport torch\nfrom torch import nn\n\nfrom dpteach import exercises",
-    "rewire": "import torch\nfrom torch.autograd import Function\n\nfrom dpteach import exercises",
-    "broadcast_pair": "import torch\nfrom torch.autograd import Function\n\nfrom dpteach import comm, exercises",
-    "scatter_gather": "import dataclasses\n\nimport torch\n\nfrom dpteach import exercises\n"
-    "from dpteach.functions import Gather, Scatter",
-    "batchnorm": "import dpteach\nfrom dpteach import exercises",
-}
-
-NAMES = {  # the objects a learner writes, in the order the check takes them
-    "clone_bug": ["replicate_by_clone"],
-    "rewire": ["ReduceAdd"],
-    "broadcast_pair": ["Broadcast", "ReduceAddCoalesced"],
-    "scatter_gather": ["scatter", "gather"],
-    "batchnorm": ["keep_bn_statistics"],
-}
-
-CHECKS = {
-    "clone_bug": "check_clone_bug",
-    "rewire": "check_rewire",
-    "broadcast_pair": "check_broadcast_pair",
-    "scatter_gather": "check_scatter_gather",
-    "batchnorm": "check_batchnorm",
-}
-
-
-def _key(key: str) -> str:
-    if key not in NAMES:
-        raise KeyError(f"no exercise {key!r}; the exercises are {', '.join(repr(k) for k in NAMES)}")
-    return key
+from ._records import record
 
 
 def _code(module, key: str) -> str:
-    return "\n\n\n".join(inspect.getsource(getattr(module, name)).rstrip() for name in NAMES[_key(key)])
+    return "\n\n\n".join(inspect.getsource(getattr(module, name)).rstrip() for name in record(key).names)
 
 
 def try_line(key: str) -> str:
     """The stub cell's last line: one DataParallel step with the learner's answer, errors shown in full."""
-    return f"exercises.try_it({key!r}, {', '.join(NAMES[_key(key)])})"
+    return f"exercises.try_it({key!r}, {', '.join(record(key).names)})"
 
 
 def stub_source(key: str) -> str:
     """The stub cell of exercise ``key``: imports, the stub (it raises NotImplementedError), a line that tries it."""
-    return f"{IMPORTS[_key(key)]}\n\n\n{_code(stubs, key)}\n\n\n{try_line(key)}"
+    return f"{record(key).imports}\n\n\n{_code(stubs, key)}\n\n\n{try_line(key)}"
 
 
 def solution_source(key: str) -> str:
     """A worked answer to exercise ``key`` as a cell: imports, the code, and the same line that tries it."""
-    return f"{IMPORTS[_key(key)]}\n\n\n{_code(solutions, key)}\n\n\n{try_line(key)}"
+    return f"{record(key).imports}\n\n\n{_code(solutions, key)}\n\n\n{try_line(key)}"
 
 
 def check_source(key: str) -> str:
     """The check cell of exercise ``key`` (it never raises; it says what is right, what is wrong, and a hint)."""
-    return f"exercises.{CHECKS[_key(key)]}({', '.join(NAMES[key])})"
+    return f"exercises.{record(key).check}({', '.join(record(key).names)})"

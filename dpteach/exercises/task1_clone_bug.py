@@ -8,10 +8,36 @@ memory? and of the original: is its gradient the one one device computes?
 
 from __future__ import annotations
 
+from .. import story
+from ._try import step
 from ._feedback import Findings, Result, Task
 from ._harness import check_replicas, require_strategy, run_cases, run_check
 
-TASK = Task(1, "clone_bug", "find the bug in clone-based replicate", "01")
+TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+    1, "clone_bug", "find the bug in clone-based replicate", "01",
+    names=("replicate_by_clone",),
+    check="check_clone_bug",
+    writes="the line of `replicate_by_clone` that loses the gradient edge",
+    imports="from copy import deepcopy\n\nimport torch\nfrom torch import nn\n\nfrom dpteach import exercises",
+    intro=(
+        "## Task 1 · Find the bug in clone-based replicate\n\n"
+        "Chapter 01 trained a model under `strategy=\"clone\"` and watched nothing happen (issue #19540). "
+        "`replicate_by_clone` below builds replicas the same way: a deep copy per slot, then every parameter "
+        "replaced by `copy`. The line that made `copy` is shown as a `# BROKEN` comment. Replace the `raise` "
+        "with a line that makes a copy of `param` on `device` that **keeps a gradient edge back to `param`** "
+        "and has memory of its own. One line; the check also tells you about the traps (`torch.no_grad()`, "
+        "`.detach()`, `nn.Parameter`, and `.to(device)` on the device a tensor is already on)."
+    ),
+    demo=(
+        "First, read what the check says about the broken strategy itself, `\"clone\"`: every sentence is one "
+        "symptom of the bug.",
+        'exercises.check_clone_bug("clone")',
+    ),
+    note=(
+        "`param.to(device, copy=True)` is computed by autograd from `param`, so its `grad_fn` has an "
+        "edge to `param`; `copy=True` gives every slot its own memory even on the device `param` is on."
+    ),
+)
 
 HINTS = {
     "fresh_leaf": "a new `nn.Parameter`, or anything made from `param.detach()` or under `torch.no_grad()`, is a "
@@ -44,3 +70,9 @@ def check_clone_bug(strategy=None, *, devices=None) -> Result:
         ]
 
     return run_check(TASK, HINTS, body)
+
+
+def try_answer(replicate_by_clone) -> str:
+    """One DataParallel step with the learner's strategy (``try_it("clone_bug", fn)``)."""
+    x, _ = story.make_data(n=16)
+    return step(replicate_by_clone, story.make_model(), x)

@@ -1,8 +1,8 @@
 """Task 2 (chapter 03): rewire gradient edges, PR #20910's way.
 
-The learner writes ``ReduceAdd``'s forward and backward. :func:`rewire_with` builds the
-``"rewire"`` strategy around it: clone every slot, then one ``ReduceAdd.apply(original, *copies)``
-per original parameter, whose outputs replace the copies. The check first tries the node alone
+The learner writes ``ReduceAdd``'s forward and backward. :func:`rewire_with` runs the library's
+``"rewire"`` strategy with it (``node=``): clone every slot, then one ``ReduceAdd.apply(original,
+*copies)`` per original parameter, whose outputs replace the copies. The check first tries the node alone
 (its outputs, its one edge, its sum, where the sum lands), then runs the strategy through
 DataParallel on every model and 1-4 slots against one device.
 """
@@ -10,18 +10,38 @@ DataParallel on every model and 1-4 slots against one device.
 from __future__ import annotations
 
 import inspect
-from collections import defaultdict
-
 import torch
 from torch.autograd import Function
 
-from ..replicate._modules import set_tensor, walk_pairs
-from ..replicate.clone import clone_module
+from ..replicate import rewire
+from .. import story
+from ._try import step
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import check_replicas, run_cases, run_check
 from ._paths import leaves_behind
 
-TASK = Task(2, "rewire", "rewire gradient edges", "03")
+TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+    2, "rewire", "rewire gradient edges", "03",
+    names=("ReduceAdd",),
+    check="check_rewire",
+    writes="`ReduceAdd` (forward, backward), PR #20910's node",
+    imports="import torch\nfrom torch.autograd import Function\n\nfrom dpteach import exercises",
+    intro=(
+        "## Task 2 · Rewire gradient edges (PR #20910)\n\n"
+        "PR #20910 kept `clone()` and gave every replica parameter a gradient edge into one `ReduceAdd` node "
+        "per original parameter. Write that node. `exercises.rewire_with(ReduceAdd)` runs the library's "
+        "`\"rewire\"` strategy with your class: it clones every slot and calls "
+        "`ReduceAdd.apply(original, *copies)` once "
+        "per original parameter, putting the outputs in the replicas. Forward hands the copies back as the "
+        "node's outputs; backward sums the copies' gradients **on the original's device** (chapter 03)."
+    ),
+    demo=None,
+    note=(
+        "Forward returns the copies (detached aliases of the clones' memory), which makes them the node's "
+        "outputs; backward moves every gradient to `ctx.destination` and adds them: one value for `original`, "
+        "`None` for each copy."
+    ),
+)
 
 HINTS = {
     "outputs": "forward must return one tensor per copy, in order, e.g. `tuple(c.detach() for c in copies)`: "
@@ -38,31 +58,10 @@ HINTS = {
 
 
 def rewire_with(reduce_add: type[Function]):
-    """The ``"rewire"`` strategy (``dpteach.replicate.rewire``) built around a learner's ``ReduceAdd``."""
+    """The library's ``"rewire"`` strategy (``dpteach.replicate.rewire``) running a learner's ``ReduceAdd``."""
 
     def replicate(network, devices, detach=False):
-        replicas = [clone_module(network, device) for device in devices]  # fresh leaves, as C++ clone() made
-        if detach:
-            return replicas
-        sites = defaultdict(list)  # id(original parameter) -> every (replica module, key) holding a copy of it
-        originals = {}
-        for replica in replicas:
-            for original, twin in walk_pairs(network, replica):
-                for key, param in original._parameters.items():
-                    if param is not None and param.requires_grad:
-                        sites[id(param)].append((twin, key))
-                        originals[id(param)] = param
-        for pid, spots in sites.items():
-            copies = [getattr(module, key).detach() for module, key in spots]
-            outputs = reduce_add.apply(originals[pid], *copies)  # one node per original parameter
-            if isinstance(outputs, torch.Tensor):
-                outputs = (outputs,)
-            if not isinstance(outputs, tuple) or len(outputs) != len(copies):
-                got = len(outputs) if isinstance(outputs, (tuple, list)) else type(outputs).__name__
-                raise ValueError(f"ReduceAdd.forward got {len(copies)} copies but returned {got}; return one per copy")
-            for (module, key), out in zip(spots, outputs):
-                set_tensor(module, key, out, "parameter")
-        return replicas
+        return rewire.replicate(network, devices, detach, node=reduce_add)
 
     replicate.__name__ = f"rewire_with({getattr(reduce_add, '__name__', 'ReduceAdd')})"
     return replicate
@@ -197,3 +196,8 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
 
     return run_check(TASK, HINTS, body)
 
+
+def try_answer(reduce_add) -> str:
+    """One DataParallel step of the ``"rewire"`` strategy with the learner's node (``try_it("rewire", ReduceAdd)``)."""
+    x, _ = story.make_data(n=16)
+    return step(rewire_with(reduce_add), story.make_model(), x)

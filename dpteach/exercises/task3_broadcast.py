@@ -2,9 +2,10 @@
 
 Each function's backward is the other's ``apply`` (PR #2508, after issue #2467), so the backward
 graph is made of nodes that have a backward themselves. The check tries the pair alone (layout,
-values, and whether each backward's result comes out of the partner's node), then builds the
-``"broadcast"`` strategy around it (:func:`broadcast_with`) and compares, on every model and 1-4
-slots, the gradients and the gradients of a gradient penalty with one device's.
+values, and whether each backward's result comes out of the partner's node), then runs the
+library's ``"broadcast"`` strategy with it (:func:`broadcast_with`, ``broadcast=``) and compares,
+on every model and 1-4 slots, the gradients and the gradients of a gradient penalty with one
+device's.
 """
 
 from __future__ import annotations
@@ -14,13 +15,35 @@ import inspect
 import torch
 from torch.autograd import Function
 
-from .. import comm
-from ..replicate._modules import set_tensor, shallow_copy
+from ..replicate import broadcast as broadcast_strategy
+from .. import story
+from ._try import step
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists
 from ._paths import nodes_behind
 
-TASK = Task(3, "broadcast_pair", "Broadcast / ReduceAddCoalesced for double backward", "07")
+TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+    3, "broadcast_pair", "Broadcast / ReduceAddCoalesced for double backward", "07",
+    names=("Broadcast", "ReduceAddCoalesced"),
+    check="check_broadcast_pair",
+    writes="`Broadcast` and `ReduceAddCoalesced`, the adjoint pair of `replicate.py`",
+    imports="import torch\nfrom torch.autograd import Function\n\nfrom dpteach import comm, exercises",
+    intro=(
+        "## Task 3 · A Broadcast / ReduceAddCoalesced pair that survives double backward\n\n"
+        "Python's `replicate.py` uses two autograd functions, each the other's backward (PR #2508, after issue "
+        "#2467, \"Double backward functionality within dataParallel is incomplete\", whose error read "
+        "\"Scatter is not differentiable twice\"). Write both. Forward does the copying and the summing with "
+        "`dpteach.comm`; backward must call the **partner's `apply`**, so the backward graph is itself made of "
+        "nodes with a backward, and a gradient penalty or a Hessian-vector product can go through it (chapter 07). "
+        "The check replicates with `exercises.broadcast_with(Broadcast)` and compares gradients *and* the "
+        "gradients of a gradient penalty with one device's."
+    ),
+    demo=None,
+    note=(
+        "Each backward is the other's `apply`: the sum in Broadcast's backward is a "
+        "ReduceAddCoalesced node, whose own backward is a Broadcast, and so on, as deep as differentiation goes."
+    ),
+)
 
 HINTS = {
     "layout": "`comm.broadcast_coalesced(inputs, devices)` gives one list per slot; flatten it slot by slot: "
@@ -42,45 +65,10 @@ HINTS = {
 
 
 def broadcast_with(broadcast: type[Function]):
-    """The ``"broadcast"`` strategy (``dpteach.replicate.broadcast``) built around a learner's ``Broadcast``."""
+    """The library's ``"broadcast"`` strategy (``dpteach.replicate.broadcast``) running a learner's ``Broadcast``."""
 
     def replicate(network, devices, detach=False):
-        params = list(network.parameters())  # a tied weight appears once, so it stays tied in each replica
-        n = len(params)
-        index = {id(p): i for i, p in enumerate(params)}
-        if detach or not params:
-            per_slot = comm.broadcast_coalesced(params, devices) if params else [[] for _ in devices]
-            param_copies = [[t.detach() for t in slot] for slot in per_slot]
-        else:
-            flat = broadcast.apply(devices, *params)
-            flat = (flat,) if isinstance(flat, torch.Tensor) else tuple(flat)
-            if len(flat) != n * len(devices):
-                raise ValueError(f"Broadcast.apply(devices, *inputs) returned {len(flat)} tensors for {n} inputs on "
-                                 f"{len(devices)} slots; it must return {n * len(devices)}, slot by slot")
-            param_copies = [flat[j * n : (j + 1) * n] for j in range(len(devices))]
-        buffers = list(network.buffers())
-        bindex = {id(b): i for i, b in enumerate(buffers)}
-        buffer_copies = comm.broadcast_coalesced(buffers, devices) if buffers else [[] for _ in devices]
-        modules = list(network.modules())
-        mindex = {id(m): i for i, m in enumerate(modules)}
-        copies = [[shallow_copy(m) for m in modules] for _ in devices]
-        for j in range(len(devices)):
-            for i, module in enumerate(modules):
-                replica = copies[j][i]
-                replica._former_parameters = {}
-                for key, child in module._modules.items():
-                    replica._modules[key] = None if child is None else copies[j][mindex[id(child)]]
-                for key, p in module._parameters.items():
-                    if p is None:
-                        replica._parameters[key] = None  # e.g. a layer built with bias=False
-                    else:
-                        set_tensor(replica, key, param_copies[j][index[id(p)]], "parameter")
-                for key, b in module._buffers.items():
-                    if b is None:
-                        replica._buffers[key] = None
-                    else:
-                        set_tensor(replica, key, buffer_copies[j][bindex[id(b)]], "buffer")
-        return [copies[j][0] for j in range(len(devices))]
+        return broadcast_strategy.replicate(network, devices, detach, broadcast=broadcast)
 
     replicate.__name__ = f"broadcast_with({getattr(broadcast, '__name__', 'Broadcast')})"
     return replicate
@@ -181,3 +169,9 @@ def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=N
         ]
 
     return run_check(TASK, HINTS, body)
+
+
+def try_answer(broadcast, reduce_add_coalesced=None) -> str:
+    """One DataParallel step of ``"broadcast"`` with the learner's pair (``try_it("broadcast_pair", B, R)``)."""
+    x, _ = story.make_data(n=16)
+    return step(broadcast_with(broadcast), story.make_model(), x)

@@ -21,10 +21,34 @@ from .._devices import as_devices
 from ..data_parallel import DataParallel
 from ..scatter_gather import gather as real_gather
 from ..scatter_gather import scatter as real_scatter
+from .. import story
+from ._try import SLOTS
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import RTOL, ATOL, run_check, slot_lists
 
-TASK = Task(4, "scatter_gather", "scatter and gather nested inputs", "04")
+TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+    4, "scatter_gather", "scatter and gather nested inputs", "04",
+    names=("scatter", "gather"),
+    check="check_scatter_gather",
+    writes="`scatter` and `gather` for tuples, dicts, namedtuples, dataclasses",
+    imports="import dataclasses\n\nimport torch\n\nfrom dpteach import exercises\n"
+    "from dpteach.functions import Gather, Scatter",
+    intro=(
+        "## Task 4 · Scatter and gather nested inputs\n\n"
+        "`DataParallel` splits its inputs over the slots and joins the outputs back. Inputs come nested: "
+        "tuples, lists, dicts, namedtuples, dataclasses, and things that are not tensors at all. Write "
+        "`scatter` and `gather`: tensors are split (and joined) along `dim` with the differentiable `Scatter` / "
+        "`Gather` functions, containers keep their type and every field, anything else is shared by every slot. "
+        "PyTorch's `scatter` hands a dataclass to every slot unsplit (issue #45840) and its `gather` cannot "
+        "rebuild one (issue #41327); yours must do both."
+    ),
+    demo=None,
+    note=(
+        "One recursive function each. A namedtuple takes its fields as arguments "
+        "(`type(obj)(*fields)`), a dataclass is rebuilt with `dataclasses.replace`, and `zip` stops at the "
+        "shortest, so a small batch gives fewer pieces than slots."
+    ),
+)
 
 Pair = namedtuple("Pair", "x y")
 Out = namedtuple("Out", "y aux")
@@ -279,3 +303,11 @@ def check_scatter_gather(scatter=None, gather=None, *, devices=None) -> Result:
         ]
 
     return run_check(TASK, HINTS, body)
+
+
+def try_answer(scatter, gather) -> str:
+    """The learner's scatter and gather once, on a tensor and a dict (``try_it("scatter_gather", s, g)``)."""
+    x, _ = story.make_data(n=16)
+    pieces = scatter((x, {"n": 3}), SLOTS, 0)
+    joined = gather([p[0] for p in pieces], "cpu", 0)
+    return f"scatter gave {len(pieces)} pieces and gather joined them into shape {tuple(joined.shape)}"

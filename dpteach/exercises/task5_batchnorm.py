@@ -10,10 +10,33 @@ and the gradients still reach the original.
 
 from __future__ import annotations
 
+import torch
+
+from ._models import conv_bn
+from ._try import step
 from ._feedback import Findings, Result, Task
 from ._harness import check_buffers, check_replicas, require_strategy, run_cases, run_check
 
-TASK = Task(5, "batchnorm", "keep BatchNorm statistics from slot 0", "05")
+TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+    5, "batchnorm", "keep BatchNorm statistics from slot 0", "05",
+    names=("keep_bn_statistics",),
+    check="check_batchnorm",
+    writes="`keep_bn_statistics`, a strategy whose slot-0 buffers are the model's",
+    imports="import dpteach\nfrom dpteach import exercises",
+    intro=(
+        "## Task 5 · Keep BatchNorm statistics from slot 0\n\n"
+        "PR #20910's replicas deep-copy every buffer, so BatchNorm's running statistics, updated in place on "
+        "each replica, vanish with the replicas (issue #21144, and chapter 05). Python's `replicate.py` avoids "
+        "this because slot 0's replica shares the model's memory. Start from the `\"rewire\"` replicas and make "
+        "every buffer of slot 0's replica **be** the model's own buffer; the other slots keep their copies "
+        "(only slot 0's statistics survive, as in PyTorch)."
+    ),
+    demo=None,
+    note=(
+        "For every buffer, the owner module's `_buffers` entry in slot 0's replica is set to the "
+        "original buffer itself: BatchNorm's in-place updates on slot 0 now land in the model."
+    ),
+)
 
 HINTS = {
     "buffer_copied": "put the original's buffer itself into slot 0's replica: for every `name, buffer` in "
@@ -44,3 +67,10 @@ def check_batchnorm(strategy=None, *, devices=None) -> Result:
         ]
 
     return run_check(TASK, HINTS, body)
+
+
+def try_answer(keep_bn_statistics) -> str:
+    """One training-mode DataParallel step of a conv net with BatchNorm (``try_it("batchnorm", fn)``)."""
+    with torch.random.fork_rng(devices=[]):  # the learner's random state is left alone
+        model, x = conv_bn(), torch.randn(8, 1, 5, 5)
+    return step(keep_bn_statistics, model, x)

@@ -29,14 +29,12 @@ def replicated_forward(
 
     ``loss_fn`` defaults to the mean of the squared output, a scalar to call ``backward()`` on.
     """
-    from .. import gather, parallel_apply, replicate, scatter
+    from ..data_parallel import Moves, four_moves, keep_replicas
 
-    devices = list(devices)
-    pieces = scatter(x, devices)
-    replicas = replicate(model, devices[: len(pieces)], strategy=strategy)
-    outputs = parallel_apply(replicas, [(p,) for p in pieces], devices=devices[: len(pieces)])
-    out = gather(outputs, devices[0])
-    return (out.pow(2).mean() if loss_fn is None else loss_fn(out)), replicas
+    moves = Moves(model, list(devices), strategy=strategy)
+    with keep_replicas(moves) as replicas:
+        out = four_moves(moves, (x,), {}, run_one_slot=False)  # replicas even on one slot, to look at
+    return (out.pow(2).mean() if loss_fn is None else loss_fn(out)), list(replicas)
 
 
 class StrategyComparison(Mapping[str, AutogradGraph]):
@@ -118,16 +116,7 @@ def capture_replicas(dp: nn.Module) -> Iterator[list[nn.Module]]:
     """
     if not callable(getattr(dp, "replicate", None)):
         raise TypeError(f"capture_replicas expects a DataParallel (something with .replicate), got {type(dp).__name__}")
-    kept: list[nn.Module] = []
-    original = dp.replicate
+    from ..data_parallel import keep_replicas
 
-    def replicate(module, device_ids):
-        replicas = original(module, device_ids)
-        kept[:] = replicas
-        return replicas
-
-    dp.replicate = replicate  # an instance attribute shadows the method for this block only
-    try:
+    with keep_replicas(dp) as kept:  # re-entrant and per thread: no method is patched
         yield kept
-    finally:
-        del dp.replicate

@@ -8,7 +8,25 @@ Three strategies, each faithful to its history (see each module's docstring):
 ``"broadcast"`` Python's replicate.py: ``Broadcast`` / ``ReduceAddCoalesced`` (the default)
 =============  ==========================================================================
 
-A learner's own function ``f(network, devices, detach) -> list of replicas`` works too.
+A learner's own function ``f(network, devices, detach) -> list of replicas`` works too, and a
+learner's own autograd node runs inside the library's code: ``rewire.replicate(..., node=ReduceAdd)``
+(called ``node.apply(original, *copies)``), ``broadcast.replicate(..., broadcast=Broadcast)``.
+
+What differs (each cell is checked by ``tests/test_strategy_nodes.py``); the markers ``# BROKEN
+(#19540)``, ``# FIX (#20910)``, ``# BROKEN (#21144)``, ``# EDGE (Broadcast)`` and ``# SLOT 0
+SHARES`` in the three modules show the lines that make each difference:
+
+=============  ==============  ======================  ======================  =======================
+strategy       replica param   slot 0's buffers        tied weights            double backward
+               a leaf?
+=============  ==============  ======================  ======================  =======================
+``"clone"``    yes (#19540)    deep copies (#21144)    untied: two copies      nothing reaches the
+                                                                               original
+``"rewire"``   no: ReduceAdd   deep copies, inherited  two copies, one node:   refused by ReduceAdd
+               output          from clone (#21144)     the gradients sum       (as in C++)
+``"broadcast"`` no: Broadcast  the original's own      tied: one copy per      works (ReduceAdd-
+               output          (BatchNorm stats kept)  replica                 Coalesced is a node)
+=============  ==============  ======================  ======================  =======================
 
 Where the strategies differ in what backward leaves behind: a parameter the forward never used
 gets a zero gradient under ``"broadcast"`` (one ``Broadcast`` node covers every parameter, as in
@@ -31,13 +49,16 @@ from ._modules import check_replicatable
 
 Strategy = Union[str, Callable[[nn.Module, Sequence[torch.device], bool], Sequence[nn.Module]]]
 
-STRATEGIES = {
-    "broadcast": broadcast.replicate,
+# The one registry, in history order: the C++ bug (#19540), its fix (#20910), Python's replicate.py.
+# Every module and test that lists the strategies reads this dict.
+STRATEGIES: dict[str, Callable[..., list[nn.Module]]] = {
     "clone": clone.replicate,
     "rewire": rewire.replicate,
+    "broadcast": broadcast.replicate,
 }
+FIXED = ("rewire", "broadcast")  # the strategies whose gradients reach the original module
 
-__all__ = ["replicate", "resolve_strategy", "STRATEGIES", "ReduceAdd"]
+__all__ = ["replicate", "resolve_strategy", "STRATEGIES", "FIXED", "ReduceAdd"]
 
 ReduceAdd = rewire.ReduceAdd
 
@@ -48,7 +69,7 @@ def resolve_strategy(strategy: Strategy) -> Callable:
         return strategy
     if isinstance(strategy, str) and strategy in STRATEGIES:
         return STRATEGIES[strategy]
-    valid = ", ".join(repr(s) for s in STRATEGIES)
+    valid = ", ".join(repr(s) for s in sorted(STRATEGIES))
     raise ValueError(
         f"unknown strategy {strategy!r}; valid strategies are {valid}, "
         "or a callable f(network, devices, detach) -> list of replicas"
@@ -68,8 +89,13 @@ def replicate(
     Slot 0 shares storage with ``network`` when it is on the same device (``"broadcast"``);
     every other slot owns its storage. With ``detach=True`` the replicas carry no autograd history.
     """
-    slots = as_devices(devices)
-    fn = resolve_strategy(strategy)
+    return replicate_with(resolve_strategy(strategy), strategy, network, as_devices(devices), detach)
+
+
+def replicate_with(
+    fn: Callable, strategy: Strategy, network: nn.Module, slots: list[torch.device], detach: bool
+) -> list[nn.Module]:
+    """``replicate`` with the strategy already resolved to ``fn`` (DataParallel resolves it once, not per step)."""
     check_replicatable(network, slots)
     replicas = fn(network, slots, detach)
     if not isinstance(replicas, (list, tuple)) or len(replicas) != len(slots):

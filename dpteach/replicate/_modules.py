@@ -22,17 +22,18 @@ def check_replicatable(network: nn.Module, devices: Sequence[torch.device]) -> N
             "whose forward calls it"
         )
     check_not_compiled(network, "replicate")
-    for name, t in chain(network.named_parameters(), network.named_buffers()):
+    tensors = list(chain(network.named_parameters(), network.named_buffers()))  # one walk, two checks
+    for name, t in tensors:
         if isinstance(t, (UninitializedParameter, UninitializedBuffer)):
             raise RuntimeError(
                 f"Modules with uninitialized parameters can't be used with `DataParallel` ({name!r} is still lazy). "
                 "Run a dummy forward pass to initialize the parameters before replicating the module."
             )
-    for name, t in chain(network.named_parameters(), network.named_buffers()):
+    for name, t in tensors:
         if t.device != devices[0]:
             raise RuntimeError(
                 f"module must have its parameters and buffers on device {devices[0]} (the first slot) "
-                f"but found {name!r} on device: {t.device}. Move it first: module.to({str(devices[0])!r})"
+                f"but found one of them on device: {t.device} ({name!r}). Move it first: module.to({str(devices[0])!r})"
             )
     try:  # torch refuses Python children under a ScriptModule; say so in its words
         from torch.nn.parallel.replicate import _replicatable_module

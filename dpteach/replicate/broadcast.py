@@ -7,6 +7,10 @@ which works because ``nn.Module.__getattr__`` reads them from the instance: the 
 the registry entry (the point ezyang made on PR #20910; in C++, ``Linear::weight`` is a separate
 member and could not be reassigned). Tied weights map to one copy per replica, frozen parameters
 give non-differentiable copies, and buffers that require grad are broadcast differentiably.
+
+The node is a parameter: ``replicate(network, devices, broadcast=MyBroadcast)`` runs this strategy
+with a learner's own ``Broadcast``, called as ``broadcast.apply(devices, *tensors)`` and expected
+to return the copies slot by slot (chapter 07 and exercise Task 3).
 """
 
 from __future__ import annotations
@@ -15,37 +19,52 @@ from typing import Sequence
 
 import torch
 from torch import nn
+from torch.autograd import Function
 
 from .. import comm
 from ..functions import Broadcast
 from ._modules import set_child, set_tensor, shallow_copy
 
 
-def _broadcast_coalesced_reshape(tensors, devices, detach):
-    """Broadcast ``tensors`` and regroup the flat result per slot."""
+def broadcast_per_slot(
+    tensors: Sequence[torch.Tensor],
+    devices: Sequence[torch.device],
+    detach: bool,
+    broadcast: type[Function] = Broadcast,
+) -> list[list[torch.Tensor]]:
+    """Broadcast ``tensors`` to every slot and regroup the flat result per slot (``_broadcast_coalesced_reshape``)."""
     if not tensors:
         return [[] for _ in devices]
     if detach:
         # as replicate.py: slot 0 gets the original Parameter and buffer objects themselves, other slots copies
         return comm.broadcast_coalesced(tensors, devices)
-    flat = Broadcast.apply(devices, *tensors)
+    # EDGE (Broadcast): one node makes every copy, its edges lead to the originals; backward is ReduceAddCoalesced
+    flat = broadcast.apply(devices, *tensors)
+    flat = (flat,) if isinstance(flat, torch.Tensor) else tuple(flat)
     n = len(tensors)
+    if len(flat) != n * len(devices):
+        name = getattr(broadcast, "__name__", "Broadcast")
+        raise ValueError(f"{name}.apply(devices, *inputs) returned {len(flat)} tensors for {n} inputs on "
+                         f"{len(devices)} slots; it must return {n * len(devices)}, slot by slot")
     return [list(flat[i : i + n]) for i in range(0, len(flat), n)]
 
 
-def replicate(network: nn.Module, devices: Sequence[torch.device], detach: bool = False) -> list[nn.Module]:
-    """One replica per slot, built the way ``torch.nn.parallel.replicate`` builds them."""
+def replicate(
+    network: nn.Module, devices: Sequence[torch.device], detach: bool = False, *, broadcast: type[Function] = Broadcast
+) -> list[nn.Module]:
+    """One replica per slot, built the way ``torch.nn.parallel.replicate`` builds them, through ``broadcast``."""
     params = list(network.parameters())  # deduplicated: a tied weight appears once
     param_indices = {p: i for i, p in enumerate(params)}
-    param_copies = _broadcast_coalesced_reshape(params, devices, detach)
+    param_copies = broadcast_per_slot(params, devices, detach, broadcast)
 
     buffers = list(network.buffers())
     buffers_rg = [b for b in buffers if b.requires_grad and not detach]
     buffers_not_rg = [b for b in buffers if not (b.requires_grad and not detach)]
     buffer_indices_rg = {b: i for i, b in enumerate(buffers_rg)}
     buffer_indices_not_rg = {b: i for i, b in enumerate(buffers_not_rg)}
-    buffer_copies_rg = _broadcast_coalesced_reshape(buffers_rg, devices, detach=False)
-    buffer_copies_not_rg = _broadcast_coalesced_reshape(buffers_not_rg, devices, detach=True)
+    buffer_copies_rg = broadcast_per_slot(buffers_rg, devices, False, broadcast)
+    # SLOT 0 SHARES (buffers): slot 0 gets the original buffers themselves, so BatchNorm's running stats survive
+    buffer_copies_not_rg = broadcast_per_slot(buffers_not_rg, devices, True)
 
     modules = list(network.modules())  # deduplicated too: a shared submodule stays shared
     module_indices = {m: i for i, m in enumerate(modules)}

@@ -39,10 +39,12 @@ def clone_module(module: nn.Module, device: torch.device) -> nn.Module:
             if param is None:
                 replica._parameters[key] = None
                 continue
-            # BROKEN (#19540): a new leaf with no gradient edge back to `param`; its .grad fills, the original's never
-            setattr(replica, key, nn.Parameter(clone_tensor(param, device), requires_grad=param.requires_grad))
+            # BROKEN (#19540): a new leaf with no gradient edge back to `param`: its .grad fills, the original's never
+            copy = nn.Parameter(clone_tensor(param, device), requires_grad=param.requires_grad)
+            setattr(replica, key, copy)
         for key, buf in module._buffers.items():
-            # deep copy even on the original's device: BatchNorm's running stats are lost on every slot (#21144)
+            # BROKEN (#21144): a deep copy even on the original's device, so BatchNorm's running stats are lost on
+            # every slot; "rewire" inherits this line
             replica._buffers[key] = None if buf is None else clone_tensor(buf, device).requires_grad_(buf.requires_grad)
         for key, child in module._modules.items():
             replica._modules[key] = None if child is None else clone_module(child, device)

@@ -12,6 +12,10 @@ does with ``setattr``: the same graph, for modules that read their tensors by na
 
 Kept as in C++: the node refuses gradients that require grad (no double backward), and buffers
 stay deep-copied (no BatchNorm running stats): the items left open in issue #21144.
+
+The node is a parameter: ``replicate(network, devices, node=MyReduceAdd)`` runs this strategy with
+a learner's own class, called as ``node.apply(original, *copies)`` (the copies as plain tensors,
+no history), as chapter 03 and exercise Task 2 write it.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ class ReduceAdd(Function):
     """
 
     @staticmethod
-    def forward(ctx, original, copies):
+    def forward(ctx, original, *copies):
         ctx.destination = original.device
         ctx.size, ctx.dtype = original.size(), original.dtype
         # FIX (#20910): each replica's copy comes out of this node, so its gradient edge leads to `original`
@@ -60,11 +64,11 @@ class ReduceAdd(Function):
             if g.device != ctx.destination:
                 comm.record("reduce_add", comm.nbytes(g), g.device, ctx.destination)
             output.add_(g.to(ctx.destination))  # TODO in C++ too: use nccl reduce
-        return output, None
+        return (output,) + (None,) * len(grads)  # the sum for `original`, nothing for the copies
 
 
-def rewire_grad_edges(network: nn.Module, replicas: Sequence[nn.Module]) -> None:
-    """Give every replica copy of each original parameter an edge into that parameter's ReduceAdd node."""
+def rewire_grad_edges(network: nn.Module, replicas: Sequence[nn.Module], node: type[Function] = ReduceAdd) -> None:
+    """Give every replica copy of each original parameter an edge into that parameter's ``node`` (one each)."""
     sites: dict[torch.Tensor, list[tuple[nn.Module, str, str]]] = defaultdict(list)
     for replica in replicas:
         for original, copy in walk_pairs(network, replica):
@@ -75,8 +79,9 @@ def rewire_grad_edges(network: nn.Module, replicas: Sequence[nn.Module]) -> None
                 if buf is not None and buf.requires_grad:  # C++ rewired grad-requiring buffers too
                     sites[buf].append((copy, key, "buffer"))
     for original, places in sites.items():
-        copies = [getattr(m, key) for m, key, _ in places]
-        outputs = ReduceAdd.apply(original, copies)  # one node, one input slot per replica copy
+        copies = [getattr(m, key).detach() for m, key, _ in places]  # plain tensors: the node's one edge is `original`
+        # FIX (#20910): one node per original parameter, one input slot per replica copy, its outputs replace them
+        outputs = _outputs(node, node.apply(original, *copies), len(copies))
         for (module, key, kind), out in zip(places, outputs):
             set_tensor(module, key, out, kind)
     for replica in replicas:
@@ -84,9 +89,23 @@ def rewire_grad_edges(network: nn.Module, replicas: Sequence[nn.Module]) -> None
             copy._is_replica = True  # replica tensors are no longer leaves: zero_grad() on them warns
 
 
-def replicate(network: nn.Module, devices: Sequence[torch.device], detach: bool = False) -> list[nn.Module]:
-    """Clone per slot (``clone.py``), then rewire; ``detach=True`` keeps the plain clones."""
+def _outputs(node: type[Function], outputs, n: int) -> tuple[torch.Tensor, ...]:
+    """``node.apply``'s outputs as a tuple of ``n``, or a sentence naming the class that returned something else."""
+    if isinstance(outputs, torch.Tensor):
+        outputs = (outputs,)
+    if not isinstance(outputs, (tuple, list)) or len(outputs) != n:
+        got = len(outputs) if isinstance(outputs, (tuple, list)) else type(outputs).__name__
+        name = getattr(node, "__name__", "the node")
+        raise ValueError(f"{name}.apply(original, *copies) got {n} copies but returned {got}; return one per copy")
+    return tuple(outputs)
+
+
+def replicate(
+    network: nn.Module, devices: Sequence[torch.device], detach: bool = False, *, node: type[Function] = ReduceAdd
+) -> list[nn.Module]:
+    """Clone per slot (``clone.py``), then rewire through ``node``; ``detach=True`` keeps the plain clones."""
+    # BROKEN (#21144), inherited from clone.py: every buffer deep-copied, slot 0's too (BatchNorm's stats are lost)
     replicas = [clone.clone_module(network, device) for device in devices]
     if not detach:
-        rewire_grad_edges(network, replicas)
+        rewire_grad_edges(network, replicas, node)
     return replicas

@@ -27,11 +27,13 @@ WIDTHS = (16, 64, 256, 1024)  # hidden width: from the course's model (16) to ab
 
 def wide_model(width: int, seed: int = 0) -> nn.Sequential:
     """The course's MLP with a square hidden layer: about ``width**2`` parameters."""
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(2, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 1))
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left alone
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(2, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 1))
 
 
-def n_params(width: int) -> int:
+def width_numel(width: int) -> int:
+    """The number of scalars in ``wide_model(width)``'s parameters, without building it."""
     return 2 * width + width + width * width + width + width + 1
 
 
@@ -86,7 +88,7 @@ class CostLab:
     @property
     def model_bytes(self) -> int:
         """Bytes of the model's parameters: what one full copy of it moves."""
-        return n_params(self.width) * 4
+        return width_numel(self.width) * 4
 
     def measure(self) -> list[StrategyCost]:
         """One counted step per strategy, then timed steps within the budget; also times one device."""
@@ -128,7 +130,7 @@ class CostLab:
         slots = f"{self.slots} slot{'s' * (self.slots != 1)}"
         most = max(self.costs, key=lambda c: c.bytes)
         least = min(self.costs, key=lambda c: c.bytes)
-        return (f"width {self.width} ({n_params(self.width):,} parameters, {self.model_bytes:,} bytes) on {slots}: "
+        return (f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes) on {slots}: "
                 f"{most.strategy!r} moves {most.bytes:,} bytes per step, {least.strategy!r} {least.bytes:,}")
 
     def __repr__(self) -> str:

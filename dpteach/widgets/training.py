@@ -25,9 +25,10 @@ from torch import nn
 
 from .. import story
 from .._devices import default_devices
-from ..data_parallel import DataParallel
+from ..data_parallel import DataParallel, keep_replicas
+from ..replicate import STRATEGIES as _REGISTRY
 
-STRATEGIES = ("clone", "rewire", "broadcast")
+STRATEGIES = tuple(_REGISTRY)  # the names, in history order, for dropdowns and checks
 
 
 def slot_devices(n: int) -> list[torch.device]:
@@ -128,11 +129,9 @@ class TrainingLab:
 
     def _evaluate(self) -> None:
         """Forward and backward at the current weights: this step's losses, gradients and replicas."""
-        from ..graph import capture_replicas
-
         self.model.zero_grad(set_to_none=True)
         self.reference.zero_grad(set_to_none=True)
-        with capture_replicas(self.dp) as replicas:  # keep the replicas this forward makes, to read their .grad
+        with keep_replicas(self.dp) as replicas:  # keep the replicas this forward makes, to read their .grad
             loss = nn.functional.mse_loss(self.dp(self.x), self.y)
         loss.backward()
         ref_loss = nn.functional.mse_loss(self.reference(self.x), self.y)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from ._ipywidgets import guarded, require
-from .cost import WIDTHS, CostLab, n_params
+from .cost import WIDTHS, CostLab, width_numel
 from .pictures import cost_charts
 from .tables import cost_table
 
@@ -26,7 +26,7 @@ class CostExplorer(widgets.VBox):
         self.last_update_s = 0.0
         widths = sorted({*WIDTHS, self.lab.width})
         self.width = widgets.SelectionSlider(
-            options=[(f"{w} ({n_params(w):,} parameters)", w) for w in widths], value=self.lab.width,
+            options=[(f"{w} ({width_numel(w):,} parameters)", w) for w in widths], value=self.lab.width,
             description="hidden width", continuous_update=False, style={"description_width": "initial"},
             layout=widgets.Layout(width="420px"))
         self.slots = widgets.IntSlider(value=self.lab.slots, min=1, max=8, description="slots", continuous_update=False)
