@@ -1,0 +1,9 @@
+"""The course kit: what the chapters use beside the library, never part of it.
+
+* ``story``: the running example (model, data, training loop, one step under a strategy);
+* ``demos``: chapter 04's C++-style modules and failed attempts, chapter 05's call counters;
+* ``env``: the environment check of chapter 00 (``dpteach.course.env.check()``);
+* ``claims``: sentences about speed computed from what a chapter just measured.
+
+Import the module you need (``from dpteach.course import story``); this file imports nothing.
+"""

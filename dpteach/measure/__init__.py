@@ -1,0 +1,9 @@
+"""Measurement: every second dpteach prints comes from one timer, ``timer``.
+
+* ``timer``: medians, timed in turns, CUDA synchronised, one intra-op thread per CPU slot;
+* ``profile``: where the time of one DataParallel step goes, phase by phase;
+* ``costs``: the bytes a step moves and the copies chapter 06 times;
+* ``bench``: ``python -m dpteach.measure.bench``, the benchmark (JSON and a plot).
+
+Import the module you need (``from dpteach.measure import timer``); this file imports nothing.
+"""
