@@ -47,7 +47,7 @@ def test_the_core_imports_no_wing(path):
     wings = tuple(f"dpteach.{w}" for w in WINGS)
     found = [m for m in _imports(path) if m.startswith(wings)]
     if path.name == "__init__.py" and path.parent == PACKAGE:
-        # the package's __init__ loads wings lazily, by name, on first attribute access; check it statically too
+        # the package's __init__ loads wings lazily, on first attribute access; check it statically too
         assert found == ["dpteach.graph"], found  # `from . import graph` inside __getattr__, nothing else
         return
     assert found == [], f"{path.name} imports {found}"
@@ -55,7 +55,8 @@ def test_the_core_imports_no_wing(path):
 
 def test_importing_the_library_loads_no_wing():
     code = "import sys, dpteach; print(sorted(m for m in sys.modules if m.startswith('dpteach.')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = done.stdout
     loaded = eval(out)  # a printed list of module names
     assert loaded, "dpteach loaded no submodule at all: the check would pass vacuously"
     assert not [m for m in loaded if m.split(".")[1] in WINGS], loaded

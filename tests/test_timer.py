@@ -22,13 +22,15 @@ def test_warm_up_calls_are_not_timed_and_the_median_is_the_middle_sample():
 
 def test_compared_functions_are_timed_in_turns():
     order = []
-    out = timer.time_in_turns({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=3, warmup=1)
+    fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    out = timer.time_in_turns(fns, repeats=3, warmup=1)
     assert order == ["a", "b"] * 4 and {k: len(t.samples) for k, t in out.items()} == {"a": 3, "b": 3}
 
 
 def test_a_budget_stops_early_but_after_one_round():
     calls = []
-    out = timer.time_in_turns({"slow": lambda: calls.append(sum(range(200_000)))}, repeats=50, warmup=0, budget_s=0.0)
+    fns = {"slow": lambda: calls.append(sum(range(200_000)))}
+    out = timer.time_in_turns(fns, repeats=50, warmup=0, budget_s=0.0)
     assert len(out["slow"].samples) == 1 and len(calls) == 1
 
 

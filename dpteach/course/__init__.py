@@ -5,5 +5,16 @@
 * ``env``: the environment check of chapter 00 (``dpteach.course.env.check()``);
 * ``claims``: sentences about speed computed from what a chapter just measured.
 
-Import the module you need (``from dpteach.course import story``); this file imports nothing.
+Import the module you need (``from dpteach.course import story``); this file imports a module only
+when it is asked for by attribute (``dpteach.course.story``).
 """
+
+_MODULES = ("story", "demos", "env", "claims")
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -98,7 +98,8 @@ def time_clone_then_to(mbytes, repeats) -> list[dict]:
         t = torch.randn(int(mbytes * 1e6) // 4, device=src)
         dst_dev = torch.device(dst)
         both = [src, dst]
-        med = time_in_turns({"a": lambda: clone_tensor(t, dst_dev), "b": lambda: t.to(dst_dev, copy=True)}, both, repeats)
+        fns = {"a": lambda: clone_tensor(t, dst_dev), "b": lambda: t.to(dst_dev, copy=True)}
+        med = time_in_turns(fns, both, repeats)
         a, b = med["a"].median, med["b"].median
         rows.append({"src": src, "dst": dst, "bytes": comm.nbytes(t), "clone_then_to_s": a, "to_s": b, "ratio": a / b})
     return rows
@@ -234,7 +235,8 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, page_faults:
     results = {
         "env": {
             "dpteach": __version__, "torch": torch.__version__, "python": platform.python_version(),
-            "device": torch.cuda.get_device_name(0) if on_gpu else f"CPU ({torch.get_num_threads()} threads; timed with 1 per slot)",
+            "device": torch.cuda.get_device_name(0) if on_gpu
+            else f"CPU ({torch.get_num_threads()} threads; timed with 1 per slot)",
             "slots": [str(d) for d in devices], "repeats": repeats, "statistic": "median",
             "allocator": "glibc keeps freed memory (mallopt)" if steady else "as it comes (page faults included)",
             "when": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -83,7 +83,7 @@ def profile_step(
                 out = four_moves(moves, (x,), {}, phase=timer.phase)
                 with timer.phase("backward"):
                     loss_fn(out).backward()
-            seconds = {p: 0.0 for p in PHASES} | timer.seconds()  # one slot: the module runs, nothing is replicated
+            seconds = {p: 0.0 for p in PHASES} | timer.seconds()  # one slot: nothing is replicated
             if i >= warmup:
                 profile.steps.append(seconds)
                 profile.bytes_by_op = traffic.by_op()

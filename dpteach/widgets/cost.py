@@ -97,7 +97,7 @@ class CostLab:
                 model.zero_grad(set_to_none=True)
                 nn.functional.mse_loss(dp(x), y).backward()
 
-            with comm.traffic() as meters[strategy]:  # every copy dpteach makes in this step, forward and backward
+            with comm.traffic() as meters[strategy]:  # every copy dpteach makes in this step, both passes
                 step()  # also the warm-up: the first step pays for allocations
             steps[strategy] = step
         model = wide_model(self.width, self.seed).to(devices[0])
@@ -108,7 +108,7 @@ class CostLab:
 
         plain()
         steps[_PLAIN] = plain
-        timed = time_in_turns(steps, devices, self.max_repeats, warmup=0, budget_s=self.budget_s)  # the one timer
+        timed = time_in_turns(steps, devices, self.max_repeats, warmup=0, budget_s=self.budget_s)
         costs = [StrategyCost(s, meters[s].by_op(), timed[s].samples) for s in self.strategies]
         self.reference_s = timed[_PLAIN].median
         self.costs = costs
