@@ -41,7 +41,7 @@ def test_cpu_slots_time_with_one_thread_each_and_the_setting_comes_back():
         seen = []
         timer.time_it(lambda: seen.append(torch.get_num_threads()), ["cpu", "cpu"], repeats=2, warmup=1)
         assert seen == [1, 1, 1] and torch.get_num_threads() == 2
-        with pytest.raises(KeyError), timer.one_thread_per_slot(["cpu"]):
+        with pytest.raises(KeyError), timer.threads_per_slot(["cpu"]):
             raise KeyError("restored even after an error")
         assert torch.get_num_threads() == 2
     finally:
@@ -69,5 +69,16 @@ def test_parallel_apply_workers_inherit_the_timers_single_thread():
         _Threads.seen = []
         timer.time_it(lambda: dp(torch.randn(4, 2)), ["cpu", "cpu"], repeats=1, warmup=0)
         assert _Threads.seen == [1, 1]  # each slot's worker thread starts its team from the timer's setting
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_threads_none_leaves_pytorchs_setting_for_a_learner_who_wants_every_core():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen = []
+        timer.time_it(lambda: seen.append(torch.get_num_threads()), ["cpu"], repeats=1, warmup=0, threads=None)
+        assert seen == [2]
     finally:
         torch.set_num_threads(before)

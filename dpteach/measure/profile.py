@@ -19,7 +19,7 @@ from .. import comm
 from .._devices import DeviceLike, as_devices
 from ..data_parallel import Moves, four_moves
 from ..replicate import Strategy, strategy_name
-from .timer import Phases, one_thread_per_slot
+from .timer import Phases, threads_per_slot
 
 PHASES = ("scatter", "replicate", "parallel_apply", "gather", "backward")
 
@@ -75,7 +75,7 @@ def profile_step(
     moves = Moves(module, slots, strategy=strategy)
     name = strategy_name(strategy)
     profile = StepProfile(name, [str(d) for d in slots])
-    with one_thread_per_slot(slots):
+    with threads_per_slot(slots):
         for i in range(warmup + repeats):
             module.zero_grad(set_to_none=True)
             timer = Phases(slots)

@@ -30,7 +30,7 @@ import torch
 
 from .._devices import DeviceLike, as_devices
 
-__all__ = ["Timing", "time_in_turns", "time_it", "sync", "one_thread_per_slot", "Phases"]
+__all__ = ["Timing", "time_in_turns", "time_it", "sync", "threads_per_slot", "Phases"]
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,16 @@ def sync(devices: Sequence[DeviceLike]) -> None:
 
 
 @contextlib.contextmanager
-def one_thread_per_slot(devices: Sequence[DeviceLike]) -> Iterator[None]:
-    """``torch.set_num_threads(1)`` while inside, when any slot is a CPU; the old value restored after."""
-    if not any(d.type == "cpu" for d in as_devices(devices)):
+def threads_per_slot(devices: Sequence[DeviceLike], n: int | None = 1) -> Iterator[None]:
+    """``torch.set_num_threads(n)`` while inside, when any slot is a CPU; the old value restored after.
+
+    ``n=None`` leaves PyTorch's setting alone (every core for each operation).
+    """
+    if n is None or not any(d.type == "cpu" for d in as_devices(devices)):
         yield
         return
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(n)
     try:
         yield
     finally:
@@ -80,17 +83,19 @@ def time_in_turns(
     repeats: int = 10,
     warmup: int = 2,
     budget_s: float | None = None,
+    threads: int | None = 1,
 ) -> dict[str, Timing]:
     """Time each function ``repeats`` times, in turns, after ``warmup`` untimed rounds.
 
     With ``budget_s``, stop early (after at least one round) once another round would take any
-    function past ``budget_s`` seconds in all.
+    function past ``budget_s`` seconds in all. ``threads``: intra-op threads per CPU slot while
+    timing (None: PyTorch's own setting, to see what the default costs).
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     slots = as_devices(devices)
     samples: dict[str, list[float]] = {name: [] for name in fns}
-    with one_thread_per_slot(slots):
+    with threads_per_slot(slots, threads):
         for _ in range(warmup):
             for fn in fns.values():
                 fn()
@@ -112,14 +117,15 @@ def time_it(
     repeats: int = 10,
     warmup: int = 2,
     budget_s: float | None = None,
+    threads: int | None = 1,
 ) -> Timing:
     """``time_in_turns`` of one function."""
-    return time_in_turns({"fn": fn}, devices, repeats, warmup, budget_s)["fn"]
+    return time_in_turns({"fn": fn}, devices, repeats, warmup, budget_s, threads)["fn"]
 
 
 class Phases:
     """Times the named phases of one step: CUDA events on every GPU slot's current stream (a phase
-    takes the longest device's time), or the wall clock. Use inside ``one_thread_per_slot``."""
+    takes the longest device's time), or the wall clock. Use inside ``threads_per_slot``."""
 
     def __init__(self, devices: Sequence[DeviceLike]):
         self.cuda = _cuda_indices(as_devices(devices))
