@@ -60,7 +60,7 @@ gpu-check: $(TEST_STAMP)
 	scripts/gpu_check.sh
 
 bench: $(LAB_STAMP)
-	$(VENV)/bin/python -m dpteach.bench
+	$(VENV)/bin/python -m dpteach.measure.bench
 
 clean:
 	rm -rf $(VENV) .venv-colab artifacts dist .pytest_cache .hypothesis

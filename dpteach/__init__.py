@@ -35,7 +35,7 @@ __all__ = [
 
 # Submodules that import optional libraries (graphviz, ipywidgets, matplotlib) load on first use,
 # so `import dpteach` needs torch alone and `dpteach.widgets` still works after it.
-_LAZY = ("graph", "widgets", "exercises", "env", "profile", "bench", "story", "costs", "demos", "cpp", "distributed")
+_LAZY = ("graph", "widgets", "exercises", "course", "measure", "cpp", "distributed")
 
 
 def __getattr__(name: str):

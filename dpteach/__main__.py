@@ -10,8 +10,9 @@ import sys
 
 
 def tour(out=sys.stdout) -> int:
-    from . import __version__, default_devices, story
-    from .env import check
+    from . import __version__, default_devices
+    from .course import story
+    from .course.env import check
 
     def say(line: str = "") -> None:
         print(line, file=out)

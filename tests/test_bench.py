@@ -7,8 +7,9 @@ import json
 import torch
 from torch import nn
 
-from dpteach import bench, comm
-from dpteach.profile import PHASES, profile_step
+from dpteach import comm
+from dpteach.measure import bench
+from dpteach.measure.profile import PHASES, profile_step
 
 
 def test_quick_bench_writes_json_and_plot(tmp_path):

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import dpteach
-from dpteach import env, story
+from dpteach.course import env, story
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["python", "dpteach", "torch", "devices", "memory", "dot", "graphviz", "ipywidgets", "matplotlib", "tqdm",
@@ -162,6 +162,6 @@ def test_scatter_piece_sizes_follow_torch_chunk(slots):
 
 
 def test_report_prints_as_plain_text_outside_jupyter():
-    done = subprocess.run([sys.executable, "-c", "import dpteach.env as e; print(e.check())"],
+    done = subprocess.run([sys.executable, "-c", "import dpteach.course.env as e; print(e.check())"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "dpteach environment check" in done.stdout  # plain text outside Jupyter

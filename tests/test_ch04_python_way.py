@@ -12,7 +12,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import dpteach
-from dpteach import demos, story
+from dpteach.course import demos, story
 from dpteach.functions import Broadcast
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import dpteach
-from dpteach import demos
+from dpteach.course import demos
 from dpteach.replicate import STRATEGIES as REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import dpteach
-from dpteach import costs
+from dpteach.measure import costs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -129,16 +129,6 @@ def test_coalesced_pieces_have_their_own_version_counters():
     out = costs.copy_coalesced([torch.zeros(3), torch.zeros(3)], "cpu")
     out[0].add_(1)
     assert out[0]._version == 1 and out[1]._version == 0  # an in-place update of one piece leaves the other alone
-
-
-def test_median_time_calls_and_median():
-    calls = []
-    timing = costs.median_time(lambda: calls.append(1), repeats=5, warmup=2)
-    assert len(calls) == 7 and len(timing.samples) == 5  # warm-up runs are not timed
-    assert costs.Timing([3.0, 1.0, 2.0]).median == 2.0  # the middle sample
-    assert "median of 3" in repr(costs.Timing([3.0, 1.0, 2.0]))
-    with pytest.raises(ValueError):
-        costs.median_time(lambda: None, repeats=0)
 
 
 @pytest.mark.cuda

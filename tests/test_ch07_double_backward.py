@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import dpteach
-from dpteach import story
+from dpteach.course import story
 from dpteach.functions import Broadcast, ReduceAddCoalesced
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """Sentences about speed follow what the chapter measured, never the prose's hopes.
 
-``dpteach.claims.Comparison`` turns two medians into a sentence with a verdict. These tests check the
+``dpteach.course.claims.Comparison`` turns two medians into a sentence with a verdict. These tests check the
 verdict rule, then run chapters 06 and 08 and check every printed sentence against its own numbers
 and against the measurements printed in the same cell, and that the chapters' markdown states no
 measured speed itself.
@@ -15,8 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from dpteach import claims
-from dpteach.claims import Comparison
+from dpteach.course import claims
+from dpteach.course.claims import Comparison
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -40,7 +40,7 @@ CROSSOVER = re.compile(r"coalesced / per tensor, at \[([\d, ]+)\] tensors: (.*)\
 
 
 def verdict_for(ratio: float) -> str:
-    """The rule, written out again independently of dpteach.claims."""
+    """The rule, written out again independently of dpteach.course.claims."""
     if ratio >= claims.MARGIN:
         return "slower"
     if ratio <= 1 / claims.MARGIN:

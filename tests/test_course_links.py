@@ -19,7 +19,8 @@ import nbformat
 import pytest
 
 import dpteach
-from dpteach import _course, env
+from dpteach import _course
+from dpteach.course import env
 from dpteach._course import GPU_CHAPTERS, LINKS_CELL_ID, RELEASE, REPOSITORY, SETUP_CELL, VERSION
 
 ROOT = Path(__file__).resolve().parents[1]

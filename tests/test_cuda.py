@@ -92,7 +92,7 @@ def test_against_torch_data_parallel():
 
 
 def test_the_course_story_runs_on_gpu_slots():
-    from dpteach import story
+    from dpteach.course import story
 
     devices = dpteach.default_devices()
     assert story.train("rewire", devices, steps=20).learned  # chapter 01/03's loop on the GPU

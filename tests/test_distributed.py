@@ -61,7 +61,7 @@ def assert_no_rank_left(group: Ranks, before: set[int]) -> None:
 
 
 def test_ddp_gradients_equal_dataparallel_and_single_device(ranks):
-    out = ranks.run("gradients", global_batch=8, seed=3, echo=False)  # the course model, dpteach.story
+    out = ranks.run("gradients", global_batch=8, seed=3, echo=False)  # the course model, dpteach.course.story
     single = single_device_gradients(global_batch=8, seed=3)
     dp = data_parallel_gradients(global_batch=8, seed=3)
     assert [o["rows"] for o in out] == [4, 4]  # equal shards: each rank saw half the global batch

@@ -252,12 +252,19 @@ def test_data_parallel_takes_output_device_minus_one_as_torch_does():
     assert out.device == torch.device("cpu") and out.shape == (4, 2)
 
 
-def test_cost_explorer_waits_for_the_gpus_around_each_timed_step():
-    from dpteach.widgets import cost
+def test_the_timer_waits_for_every_gpu_around_each_timed_call(monkeypatch):
+    from dpteach.measure import timer
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: GPUS)
     events = []
-    cost._timed_steps(lambda: events.append("step"), budget_s=10.0, max_repeats=3, sync=lambda: events.append("sync"))
-    assert events == ["sync", "step", "sync"] * 3
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda index=None: events.append(f"sync{index}"))
+    threads = torch.get_num_threads()
+    timer.time_in_turns({"a": lambda: events.append("a"), "b": lambda: events.append("b")}, ["cuda:1", "cuda:0", "cuda:1"],
+                        repeats=2, warmup=0)
+    around = ["sync0", "sync1"]
+    assert events == [*around, "a", *around, *around, "b", *around] * 2  # in turns, each GPU waited for once
+    assert torch.get_num_threads() == threads  # GPU slots only: the CPU's threads are left alone
 
 
 def test_cpp_build_option_only_where_torch_has_it():
@@ -274,7 +281,7 @@ def test_cpp_build_option_only_where_torch_has_it():
 
 
 def test_costs_copy_coalesced_onto_another_device_type():
-    from dpteach import costs
+    from dpteach.measure import costs
 
     tensors = [torch.randn(3, 2), torch.arange(4), torch.randn(5)]
     out = costs.copy_coalesced(tensors, "meta", buffer_size=24)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import dpteach
-from dpteach import story
+from dpteach.course import story
 from dpteach.data_parallel import DataParallel, Moves, four_moves, keep_replicas
 from dpteach.replicate import rewire
 
@@ -109,11 +109,12 @@ def test_model_builders_leave_the_global_random_state_alone():
 
 
 def test_one_name_one_meaning():
-    from dpteach import bench, costs, profile
+    from dpteach.measure import bench, costs, profile, timer
     from dpteach.widgets import cost
 
-    assert isinstance(profile.median_seconds(lambda: None, repeats=2, warmup=0), float)
-    assert not hasattr(profile, "median_time") and hasattr(costs, "median_time")
+    assert isinstance(timer.time_it(lambda: None, repeats=2, warmup=0).median, float)
+    assert not [m for m in (profile, costs, bench, cost) for n in ("median_time", "median_seconds", "median_times",
+                                                                    "_timed_steps", "Timer") if hasattr(m, n)]
     assert not hasattr(cost, "n_params") and cost.width_numel(8) == bench.n_params(cost.wide_model(8))
     assert not hasattr(bench, "clone_then_to") and callable(costs.clone_then_to)
     assert not hasattr(dpteach._devices, "describe")

@@ -108,7 +108,7 @@ def test_meter_unregistered_after_an_exception():
 
 def test_profile_step_inside_an_open_meter():
     # chapter 08's exercise: profile with traffic() open; profile_step opens a meter of its own
-    from dpteach.profile import profile_step
+    from dpteach.measure.profile import profile_step
 
     model, x = small_model(), torch.randn(8, 4)
     with comm.traffic() as outer:

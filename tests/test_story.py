@@ -2,7 +2,7 @@
 
 from torch.testing import assert_close
 
-from dpteach import story
+from dpteach.course import story
 from dpteach.replicate import FIXED
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpteach import story
+from dpteach.course import story
 from dpteach.replicate import FIXED, STRATEGIES
 from dpteach.widgets import CostLab, GradientFlow, TrainingLab
 from dpteach.widgets.charts import bar_chart, line_chart, nice_ticks
@@ -213,7 +213,7 @@ def test_flow_picture_marks_the_step_and_nothing_else():
 
 
 def test_cost_lab_counts_the_same_bytes_as_the_library():
-    from dpteach.costs import step_traffic
+    from dpteach.measure.costs import step_traffic
     from dpteach.widgets.cost import wide_model
 
     lab = CostLab(width=64, slots=3, max_repeats=1)

@@ -6,31 +6,17 @@ run in the caller's process, on the same model, batch and step, so the numbers s
 
 from __future__ import annotations
 
-import contextlib
-import statistics
-import time
 from collections import Counter
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 
 import dpteach
 
+from ..measure import timer
 from .model import loss_fn, make_data, make_model, sgd_step
 
 __all__ = ["step_times", "dataparallel_traffic"]
-
-
-@contextlib.contextmanager
-def _threads(n: int | None) -> Iterator[None]:
-    """Run the block with ``n`` intra-op threads, then put the old number back."""
-    old = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def step_times(
@@ -46,27 +32,23 @@ def step_times(
     """Median seconds per training step (forward, loss, backward, plain SGD step) in this process.
 
     ``how`` is ``"single"`` (one model, the whole batch) or ``"dataparallel"`` (dpteach's
-    DataParallel over ``devices``). ``threads`` sets torch's intra-op threads for the run: with
-    ``threads=1`` each DataParallel replica thread gets one core, as each DDP rank does.
+    DataParallel over ``devices``). Timed by ``dpteach.measure.timer``; ``threads`` sets torch's
+    intra-op threads per CPU slot for the run: with ``threads=1`` each DataParallel replica thread gets
+    one core, as each DDP rank does; ``None`` leaves PyTorch's setting (every core for each operation).
     """
     if how not in ("single", "dataparallel"):
         raise ValueError(f"how must be 'single' or 'dataparallel', got {how!r}")
     medians = {}
-    with _threads(threads):
-        for hidden in hiddens:
-            model = make_model(hidden, depth).to(torch.device(devices[0]))
-            step_model = dpteach.DataParallel(model, list(devices)) if how == "dataparallel" else model
-            x, y = (t.to(torch.device(devices[0])) for t in make_data(global_batch))
-            times = []
-            for i in range(warmup + repeats):
-                start = time.perf_counter()
-                loss_fn(step_model(x), y).backward()
-                sgd_step(model, lr=0.01)
-                if x.is_cuda:
-                    torch.cuda.synchronize()  # GPU work is asynchronous: wait for it before reading the clock
-                if i >= warmup:
-                    times.append(time.perf_counter() - start)
-            medians[hidden] = statistics.median(times)
+    for hidden in hiddens:
+        model = make_model(hidden, depth).to(torch.device(devices[0]))
+        step_model = dpteach.DataParallel(model, list(devices)) if how == "dataparallel" else model
+        x, y = (t.to(torch.device(devices[0])) for t in make_data(global_batch))
+
+        def step(step_model=step_model, model=model, x=x, y=y):
+            loss_fn(step_model(x), y).backward()
+            sgd_step(model, lr=0.01)
+
+        medians[hidden] = timer.time_it(step, devices, repeats, warmup, threads=threads).median  # the one timer
     return medians
 
 

@@ -1,4 +1,4 @@
-"""Chapter 09's model and data: the course's running example (``dpteach.story``), and a deeper kin.
+"""Chapter 09's model and data: the course's running example (``dpteach.course.story``), and a deeper kin.
 
 Every rank builds the same model from the same seed and draws the same global batch, then keeps
 its own shard of it, so "the same step on one device" is well defined and checkable. The course
@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import dpteach
-from dpteach import story
+from dpteach.course import story
 from dpteach._devices import as_devices
 
 make_data = story.make_data  # points in [-2, 2]², target sin(x0)·cos(x1): the course's task

@@ -1,4 +1,4 @@
-"""Train the course's model (``dpteach.story``) under DistributedDataParallel, launched by torchrun.
+"""Train the course's model (``dpteach.course.story``) under DistributedDataParallel, launched by torchrun.
 
     torchrun --standalone --nproc-per-node 2 -m dpteach.distributed.train --steps 20
     python -m dpteach.distributed.train --steps 20          # one process, world size 1

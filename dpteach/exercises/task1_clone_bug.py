@@ -8,7 +8,7 @@ memory? and of the original: is its gradient the one one device computes?
 
 from __future__ import annotations
 
-from .. import story
+from ..course import story
 from ._try import step
 from ._feedback import Findings, Result, Task
 from ._harness import check_replicas, require_strategy, run_cases, run_check

@@ -14,7 +14,7 @@ import torch
 from torch.autograd import Function
 
 from ..replicate import rewire
-from .. import story
+from ..course import story
 from ._try import step
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import check_replicas, run_cases, run_check

@@ -16,7 +16,7 @@ import torch
 from torch.autograd import Function
 
 from ..replicate import broadcast as broadcast_strategy
-from .. import story
+from ..course import story
 from ._try import step
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists

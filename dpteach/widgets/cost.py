@@ -3,8 +3,10 @@
 ``CostLab(width, slots).measure()`` takes real DataParallel steps of the course's MLP made wider
 (``Linear(2, w) → Tanh → Linear(w, w) → Tanh → Linear(w, 1)``) under each strategy. The bytes are
 counted, not estimated: every copy dpteach makes is recorded by ``dpteach.comm.traffic()``. The time
-is the median of a few steps, as many as fit in ``budget_s`` per strategy (at least one, at most
-``max_repeats``), so the widget answers quickly on a laptop; the machine's load shows in the numbers.
+is the median of a few steps, taken in turns (each strategy, then the one-device step) by the one
+timer, ``dpteach.measure.timer``, with one intra-op thread per CPU slot: as many rounds as fit in
+``budget_s`` per step (at least one, at most ``max_repeats``), so the widget answers quickly on a
+laptop; the machine's load shows in the numbers.
 
 Plain Python, no ipywidgets; ``view_cost.py`` only shows it.
 """
@@ -18,8 +20,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .. import comm, profile, story
+from .. import comm
+from ..course import story
 from ..data_parallel import DataParallel
+from ..measure.timer import time_in_turns
 from .training import STRATEGIES, slot_devices
 
 WIDTHS = (16, 64, 256, 1024)  # hidden width: from the course's model (16) to about a million parameters
@@ -54,17 +58,7 @@ class StrategyCost:
         return statistics.median(self.seconds)
 
 
-def _timed_steps(step, budget_s: float, max_repeats: int, sync=lambda: None) -> list[float]:
-    """Seconds of each call of ``step``; ``sync()`` waits for the GPUs before and after each one,
-    since GPU work is asynchronous and without it the clock measures kernel launches."""
-    samples = []
-    while len(samples) < max_repeats and (not samples or sum(samples) + samples[-1] <= budget_s):
-        sync()
-        start = time.perf_counter()
-        step()
-        sync()
-        samples.append(time.perf_counter() - start)
-    return samples
+_PLAIN = object()  # the one-device step's key: never a strategy's name
 
 
 class CostLab:
@@ -94,19 +88,18 @@ class CostLab:
         """One counted step per strategy, then timed steps within the budget; also times one device."""
         devices = slot_devices(self.slots)
         x, y = (t.to(devices[0]) for t in story.make_data(seed=self.seed))
-        costs = []
+        steps, meters = {}, {}
         for strategy in self.strategies:
             model = wide_model(self.width, self.seed).to(devices[0])
             dp = DataParallel(model, devices, strategy=strategy)
 
-            def step():
+            def step(model=model, dp=dp):
                 model.zero_grad(set_to_none=True)
                 nn.functional.mse_loss(dp(x), y).backward()
 
-            with comm.traffic() as meter:  # every copy dpteach makes in this step, forward and backward
+            with comm.traffic() as meters[strategy]:  # every copy dpteach makes in this step, both passes
                 step()  # also the warm-up: the first step pays for allocations
-            timed = _timed_steps(step, self.budget_s, self.max_repeats, lambda: profile.sync(devices))
-            costs.append(StrategyCost(strategy, meter.by_op(), tuple(timed)))
+            steps[strategy] = step
         model = wide_model(self.width, self.seed).to(devices[0])
 
         def plain():
@@ -114,9 +107,10 @@ class CostLab:
             nn.functional.mse_loss(model(x), y).backward()
 
         plain()
-        self.reference_s = statistics.median(
-            _timed_steps(plain, self.budget_s, self.max_repeats, lambda: profile.sync(devices[:1]))
-        )
+        steps[_PLAIN] = plain
+        timed = time_in_turns(steps, devices, self.max_repeats, warmup=0, budget_s=self.budget_s)
+        costs = [StrategyCost(s, meters[s].by_op(), timed[s].samples) for s in self.strategies]
+        self.reference_s = timed[_PLAIN].median
         self.costs = costs
         return costs
 

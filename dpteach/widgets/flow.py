@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .. import story
+from ..course import story
 from .highlight import caption, highlight, legend_line
 from .training import STRATEGIES, slot_devices
 

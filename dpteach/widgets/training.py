@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .. import story
+from ..course import story
 from .._devices import default_devices
 from ..data_parallel import DataParallel, keep_replicas
 from ..replicate import STRATEGIES as _REGISTRY

@@ -2,7 +2,7 @@
 
 A chapter never states "A is twice as fast as B" in prose: the machine it runs on may be a laptop,
 a one-GPU Colab or a node of eight GPUs, and a shared machine is noisy. Instead it measures
-(medians, timed in turns with ``dpteach.profile.median_times``) and prints a ``Comparison``, whose
+(medians, timed in turns by ``dpteach.measure.timer.time_in_turns``) and prints a ``Comparison``, whose
 verdict has a margin so that noise between runs does not flip it:
 
     >>> print(Comparison("clone-then-.to", "to", 2.0e-3, 1.0e-3))
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ._devices import DeviceLike, as_devices
+from .._devices import DeviceLike, as_devices
 
 __all__ = ["MARGIN", "Comparison", "SpeedUp", "hardware", "across_devices", "crossover"]
 

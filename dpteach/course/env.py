@@ -1,7 +1,7 @@
 """Where is this course running, and does everything it uses work here? A check that never fails.
 
-    >>> import dpteach.env
-    >>> dpteach.env.check()          # a table in Jupyter, plain text anywhere else
+    >>> import dpteach.course.env
+    >>> dpteach.course.env.check()          # a table in Jupyter, plain text anywhere else
 
 Each item says OK, missing or a warning, what was found, and one sentence on how to fix it.
 Nothing here raises: a probe that breaks becomes an item that says so, because chapter 00 and
@@ -112,9 +112,9 @@ def _python(place: str) -> Item:
 
 
 def _dpteach(place: str) -> Item:
-    from ._course import RELEASE, REPOSITORY, VERSION
+    from .._course import RELEASE, REPOSITORY, VERSION
 
-    folder = Path(__file__).resolve().parent
+    folder = Path(__file__).resolve().parents[1]  # the dpteach package, not this wing
     site = any(part in ("site-packages", "dist-packages") for part in folder.parts)
     how = "installed" if site else "a source checkout (editable install or PYTHONPATH)"
     return Item("dpteach", OK, f"dpteach {VERSION} (release {RELEASE} of {REPOSITORY}), {how}: {folder}")
@@ -197,7 +197,7 @@ def _torch(place: str) -> Item:
 def _devices(place: str) -> Item:
     import torch
 
-    from ._devices import default_devices
+    from .._devices import default_devices
 
     devices = default_devices()
     slots = ", ".join(str(d) for d in devices)
@@ -323,7 +323,7 @@ PROBES: list[tuple[str, Callable[[str], Item]]] = [
 
 
 def _issues() -> str:
-    from ._course import REPOSITORY
+    from .._course import REPOSITORY
 
     return f"{REPOSITORY}/issues"
 

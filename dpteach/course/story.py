@@ -13,9 +13,9 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ._devices import as_devices, default_devices
-from .data_parallel import DataParallel, Moves, four_moves, keep_replicas
-from .replicate import Strategy
+from .._devices import as_devices, default_devices
+from ..data_parallel import DataParallel, Moves, four_moves, keep_replicas
+from ..replicate import Strategy
 
 
 def make_data(n: int = 256, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

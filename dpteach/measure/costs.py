@@ -1,34 +1,29 @@
-"""What replication costs: bytes moved (counted by ``dpteach.comm``, not estimated) and seconds (medians).
+"""What replication costs: bytes moved (counted by ``dpteach.comm``, not estimated), and the copies chapter 06 times.
 
-Chapter 06 uses these; they are small on purpose so that other measurements can reuse them.
+Chapter 06 uses these; they are small on purpose so that other measurements can reuse them. Seconds
+come from the one timer, ``dpteach.measure.timer``.
 
 * ``state_nbytes(module)``: bytes of a module's parameters and buffers, each tensor once.
 * ``step_traffic(model, x, devices, strategy)``: every copy one DataParallel step makes.
-* ``median_time(fn)``: a ``Timing`` (median and every sample) of ``fn()``, with CUDA synchronised.
 * ``clone_then_to`` / ``to_device``: one tensor copied the pre-#20995 way (two copies) and the fixed way.
 * ``copy_per_tensor`` / ``copy_coalesced``: many tensors copied one by one, or in flat buckets.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from . import comm
-from ._devices import as_device
-from .data_parallel import DataParallel
+from .. import comm
+from .._devices import as_device
+from ..data_parallel import DataParallel
 
 __all__ = [
     "state_nbytes",
     "step_traffic",
-    "Timing",
-    "median_time",
     "clone_then_to",
     "to_device",
     "copy_per_tensor",
@@ -60,42 +55,6 @@ def step_traffic(
     with comm.traffic() as meter:
         loss_fn(dp(x)).backward()
     return meter
-
-
-@dataclass
-class Timing:
-    """Seconds per call: every sample, and their median (robust to the odd slow run)."""
-
-    samples: list[float]
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
-
-    def __repr__(self) -> str:
-        return f"{self.median * 1e3:.3f} ms (median of {len(self.samples)})"
-
-
-def _sync() -> None:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        for index in range(torch.cuda.device_count()):  # every GPU, not only the current one
-            torch.cuda.synchronize(index)  # GPU work is asynchronous: wait, or the clock stops too early
-
-
-def median_time(fn: Callable[[], object], repeats: int = 20, warmup: int = 2) -> Timing:
-    """Run ``fn`` ``warmup`` times untimed, then time ``repeats`` calls one by one."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        _sync()
-        start = time.perf_counter()
-        fn()
-        _sync()
-        samples.append(time.perf_counter() - start)
-    return Timing(samples)
 
 
 def clone_then_to(tensor: torch.Tensor, device) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""``python -m dpteach.bench``: what replication costs, measured on this machine. A benchmark, not a test.
+"""``python -m dpteach.measure.bench``: what replication costs, measured on this machine. A benchmark, not a test.
 
 Writes ``bench.json`` and ``bench.png`` to ``--out`` (default ``artifacts/bench``):
 
@@ -9,7 +9,8 @@ Writes ``bench.json`` and ``bench.png`` to ``--out`` (default ``artifacts/bench`
    with the phase breakdown;
 5. with CUDA: dpteach against ``torch.nn.DataParallel`` on the same GPUs.
 
-Every figure is a median over repeats, timed in turns; ratios are of medians. ``--quick`` shrinks the
+Every figure is a median over repeats, timed in turns by ``dpteach.measure.timer`` (one intra-op
+thread per CPU slot); ratios are of medians. ``--quick`` shrinks the
 sizes for CI. On Linux the allocator is first told to keep freed memory (glibc ``mallopt``): otherwise
 each large copy may or may not pay the kernel's page faults, depending on what ran before, and two
 runs of the very same copy differed by 4x here (16 against 67 ms for 100 MB). ``--page-faults``
@@ -30,12 +31,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import __version__, comm
-from ._devices import default_devices
-from .data_parallel import DataParallel
-from .profile import median_seconds, median_times, profile_step
-from .replicate import STRATEGIES, replicate
-from .replicate.clone import clone_tensor
+from .. import __version__, comm
+from .._devices import default_devices
+from ..data_parallel import DataParallel
+from .profile import profile_step
+from ..replicate import STRATEGIES, replicate
+from ..replicate.clone import clone_tensor
+from .timer import time_in_turns
 
 
 def steady_allocator() -> bool:
@@ -78,7 +80,7 @@ def replicate_vs_copy(devices, mbytes, repeats) -> dict:
         "copy": lambda: [p.detach().to(d, copy=True) for d in others for p in params],
         **{s: (lambda s=s: replicate(model, devices, strategy=s)) for s in STRATEGIES},
     }
-    med = median_times(fns, devices, repeats)
+    med = {name: t.median for name, t in time_in_turns(fns, devices, repeats).items()}
     out = {"model_bytes": nbytes, "slots": [str(d) for d in devices], "plain_copy_s": med["copy"]}
     for strategy in STRATEGIES:
         out[strategy] = {"replicate_s": med[strategy], "ratio_to_copy": med[strategy] / med["copy"]}
@@ -96,8 +98,9 @@ def time_clone_then_to(mbytes, repeats) -> list[dict]:
         t = torch.randn(int(mbytes * 1e6) // 4, device=src)
         dst_dev = torch.device(dst)
         both = [src, dst]
-        a = median_seconds(lambda: clone_tensor(t, dst_dev), both, repeats)
-        b = median_seconds(lambda: t.to(dst_dev, copy=True), both, repeats)
+        fns = {"a": lambda: clone_tensor(t, dst_dev), "b": lambda: t.to(dst_dev, copy=True)}
+        med = time_in_turns(fns, both, repeats)
+        a, b = med["a"].median, med["b"].median
         rows.append({"src": src, "dst": dst, "bytes": comm.nbytes(t), "clone_then_to_s": a, "to_s": b, "ratio": a / b})
     return rows
 
@@ -113,8 +116,9 @@ def per_tensor_vs_coalesced(n_tensors, numel, repeats) -> list[dict]:
         tensors = [torch.randn(numel, device=src) for _ in range(n_tensors)]
         dst_dev = torch.device(dst)
         both = [src, dst]
-        per = median_seconds(lambda: [t.to(dst_dev, copy=True) for t in tensors], both, repeats)
-        co = median_seconds(lambda: comm._coalesced_copy(tensors, dst_dev, comm.BUFFER_SIZE), both, repeats)
+        med = time_in_turns({"per": lambda: [t.to(dst_dev, copy=True) for t in tensors],
+                             "co": lambda: comm._coalesced_copy(tensors, dst_dev, comm.BUFFER_SIZE)}, both, repeats)
+        per, co = med["per"].median, med["co"].median
         rows.append({"src": src, "dst": dst, "tensors": n_tensors, "numel": numel, "per_tensor_s": per,
                      "coalesced_s": co, "ratio": co / per})
     return rows
@@ -134,8 +138,8 @@ def step_vs_plain(devices, hidden, batch, repeats) -> dict:
         model.zero_grad(set_to_none=True)
         dp(x).float().pow(2).mean().backward()
 
-    med = median_times({"plain": plain, "dp": parallel}, devices, repeats)
-    plain_s, dp_s = med["plain"], med["dp"]
+    med = time_in_turns({"plain": plain, "dp": parallel}, devices, repeats)
+    plain_s, dp_s = med["plain"].median, med["dp"].median
     profile = profile_step(model, x, devices, repeats=repeats)
     return {"params": n_params(model), "batch": batch, "slots": [str(d) for d in devices], "plain_step_s": plain_s,
             "dp_step_s": dp_s, "ratio": dp_s / plain_s, "phases_median_s": profile.medians,
@@ -160,13 +164,13 @@ def against_torch(hidden, batch, repeats) -> dict | None:
         return run
 
     slots = [torch.device("cuda", i) for i in ids]
-    out = {"gpus": n, "gpu_name": torch.cuda.get_device_name(0), "params": n_params(model), "batch": batch,
-           "plain_s": median_seconds(step(model), slots, repeats),
-           "torch_dp_s": median_seconds(step(theirs), slots, repeats),
-           "dpteach_s": median_seconds(step(ours), slots, repeats),
-           "dpteach_slots": [str(d) for d in ours.device_ids]}
+    steps = {"plain_s": step(model), "torch_dp_s": step(theirs), "dpteach_s": step(ours)}
     if n == 1:
-        out["dpteach_two_slots_s"] = median_seconds(step(DataParallel(model, ["cuda:0", "cuda:0"])), slots, repeats)
+        steps["dpteach_two_slots_s"] = step(DataParallel(model, ["cuda:0", "cuda:0"]))
+    med = time_in_turns(steps, slots, repeats)
+    out = {"gpus": n, "gpu_name": torch.cuda.get_device_name(0), "params": n_params(model), "batch": batch,
+           **{name: t.median for name, t in med.items()}, "dpteach_slots": [str(d) for d in ours.device_ids]}
+    if n == 1:
         out["note"] = ("one GPU: torch.nn.DataParallel and dpteach with one slot both run the module itself "
                        "(no replicas), so torch_dp_s and dpteach_s compare like with like; dpteach_two_slots_s "
                        "is dpteach with two slots on cuda:0, replicating every step, which torch cannot do")
@@ -231,7 +235,8 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, page_faults:
     results = {
         "env": {
             "dpteach": __version__, "torch": torch.__version__, "python": platform.python_version(),
-            "device": torch.cuda.get_device_name(0) if on_gpu else f"CPU ({torch.get_num_threads()} threads)",
+            "device": torch.cuda.get_device_name(0) if on_gpu
+            else f"CPU ({torch.get_num_threads()} threads; timed with 1 per slot)",
             "slots": [str(d) for d in devices], "repeats": repeats, "statistic": "median",
             "allocator": "glibc keeps freed memory (mallopt)" if steady else "as it comes (page faults included)",
             "when": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -273,7 +278,7 @@ def summary(results: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dpteach.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m dpteach.measure.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("artifacts/bench"))
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     parser.add_argument("--repeats", type=int)

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._devices import as_devices
-from .replicate._modules import walk_pairs
-from .replicate.broadcast import broadcast_per_slot
+from .._devices import as_devices
+from ..replicate._modules import walk_pairs
+from ..replicate.broadcast import broadcast_per_slot
 
 __all__ = [
     "CppStyleLinear",

@@ -1,0 +1,20 @@
+"""The course kit: what the chapters use beside the library, never part of it.
+
+* ``story``: the running example (model, data, training loop, one step under a strategy);
+* ``demos``: chapter 04's C++-style modules and failed attempts, chapter 05's call counters;
+* ``env``: the environment check of chapter 00 (``dpteach.course.env.check()``);
+* ``claims``: sentences about speed computed from what a chapter just measured.
+
+Import the module you need (``from dpteach.course import story``); this file imports a module only
+when it is asked for by attribute (``dpteach.course.story``).
+"""
+
+_MODULES = ("story", "demos", "env", "claims")
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,20 @@
+"""Measurement: every second dpteach prints comes from one timer, ``timer``.
+
+* ``timer``: medians, timed in turns, CUDA synchronised, one intra-op thread per CPU slot;
+* ``profile``: where the time of one DataParallel step goes, phase by phase;
+* ``costs``: the bytes a step moves and the copies chapter 06 times;
+* ``bench``: ``python -m dpteach.measure.bench``, the benchmark (JSON and a plot).
+
+Import the module you need (``from dpteach.measure import timer``); this file imports a module only
+when it is asked for by attribute (``dpteach.measure.timer``).
+"""
+
+_MODULES = ("timer", "profile", "costs", "bench")
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,161 @@
+"""The one timer: every second dpteach prints is read from the clock here, by the same rules.
+
+* **Medians** over repeats, after untimed warm-up calls: a shared machine is noisy, and the median
+  shrugs off the odd slow run.
+* **In turns**: things that are compared are timed a, b, a, b, ... so that drift on the machine
+  (other jobs, clocks, caches) falls on all of them alike; ratios are of medians.
+* **CUDA synchronised**: GPU work is asynchronous, so every GPU among the slots is waited for before
+  and after each timed call; without it the clock would measure kernel launches.
+* **One intra-op thread per CPU slot**: while it times, the timer sets ``torch.set_num_threads(1)``
+  (and restores the old value after). A CPU slot stands for one device, while PyTorch's default gives
+  every large operation (a copy of more than 32768 elements, a matmul) a team of threads, one per core;
+  ``parallel_apply`` runs one slot per thread, each with its own team, and the teams (and anything else
+  running) wait for each other's cores, so on a small or busy machine the clock measures that wait
+  instead of the work. ``parallel_apply``'s worker threads start their teams from this setting
+  (``tests/test_timer.py`` checks it), so one call covers every slot.
+
+``time_in_turns({"a": fa, "b": fb}, devices)`` gives a ``Timing`` per name; ``time_it(fn, devices)``
+one; ``Phases`` times the named phases of one step (CUDA events on GPUs, the wall clock on CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping, Sequence
+
+import torch
+
+from .._devices import DeviceLike, as_devices
+
+__all__ = ["Timing", "time_in_turns", "time_it", "sync", "threads_per_slot", "Phases"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call: every sample, and their median."""
+
+    samples: tuple[float, ...]
+
+    def __init__(self, samples):
+        object.__setattr__(self, "samples", tuple(samples))
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    def __repr__(self) -> str:
+        return f"{self.median * 1e3:.3f} ms (median of {len(self.samples)})"
+
+
+def _cuda_indices(slots: Sequence[torch.device]) -> list[int]:
+    return sorted({d.index for d in slots if d.type == "cuda"})  # as_devices gives every CUDA slot its index
+
+
+def sync(devices: Sequence[DeviceLike]) -> None:
+    """Wait for every CUDA device in ``devices`` (nothing to wait for on CPU)."""
+    for index in _cuda_indices(as_devices(devices)):
+        torch.cuda.synchronize(index)
+
+
+@contextlib.contextmanager
+def threads_per_slot(devices: Sequence[DeviceLike], n: int | None = 1) -> Iterator[None]:
+    """``torch.set_num_threads(n)`` while inside, when any slot is a CPU; the old value restored after.
+
+    ``n=None`` leaves PyTorch's setting alone (every core for each operation).
+    """
+    if n is None or not any(d.type == "cpu" for d in as_devices(devices)):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def time_in_turns(
+    fns: Mapping[str, Callable[[], object]],
+    devices: Sequence[DeviceLike] = ("cpu",),
+    repeats: int = 10,
+    warmup: int = 2,
+    budget_s: float | None = None,
+    threads: int | None = 1,
+) -> dict[str, Timing]:
+    """Time each function ``repeats`` times, in turns, after ``warmup`` untimed rounds.
+
+    With ``budget_s``, stop early (after at least one round) once another round would take any
+    function past ``budget_s`` seconds in all. ``threads``: intra-op threads per CPU slot while
+    timing (None: PyTorch's own setting, to see what the default costs).
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    slots = as_devices(devices)
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    with threads_per_slot(slots, threads):
+        for _ in range(warmup):
+            for fn in fns.values():
+                fn()
+        for _ in range(repeats):
+            if budget_s is not None and any(s and sum(s) + s[-1] > budget_s for s in samples.values()):
+                break
+            for name, fn in fns.items():
+                sync(slots)
+                start = time.perf_counter()
+                fn()
+                sync(slots)
+                samples[name].append(time.perf_counter() - start)
+    return {name: Timing(s) for name, s in samples.items()}
+
+
+def time_it(
+    fn: Callable[[], object],
+    devices: Sequence[DeviceLike] = ("cpu",),
+    repeats: int = 10,
+    warmup: int = 2,
+    budget_s: float | None = None,
+    threads: int | None = 1,
+) -> Timing:
+    """``time_in_turns`` of one function."""
+    return time_in_turns({"fn": fn}, devices, repeats, warmup, budget_s, threads)["fn"]
+
+
+class Phases:
+    """Times the named phases of one step: CUDA events on every GPU slot's current stream (a phase
+    takes the longest device's time), or the wall clock. Use inside ``threads_per_slot``."""
+
+    def __init__(self, devices: Sequence[DeviceLike]):
+        self.cuda = _cuda_indices(as_devices(devices))
+        self._events: list[tuple[str, dict, dict]] = []
+        self._wall: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if not self.cuda:
+            start = time.perf_counter()
+            yield
+            self._wall[name] = self._wall.get(name, 0.0) + time.perf_counter() - start
+            return
+        starts, ends = {}, {}
+        for i in self.cuda:
+            starts[i] = torch.cuda.Event(enable_timing=True)
+            starts[i].record(torch.cuda.current_stream(i))
+        yield
+        for i in self.cuda:
+            ends[i] = torch.cuda.Event(enable_timing=True)
+            ends[i].record(torch.cuda.current_stream(i))
+        self._events.append((name, starts, ends))
+
+    def seconds(self) -> dict[str, float]:
+        """Each phase's time in seconds (synchronises the GPUs first)."""
+        if not self.cuda:
+            return dict(self._wall)
+        for i in self.cuda:
+            torch.cuda.synchronize(i)
+        out: dict[str, float] = {}
+        for name, starts, ends in self._events:
+            out[name] = out.get(name, 0.0) + max(starts[i].elapsed_time(ends[i]) for i in self.cuda) / 1e3
+        return out
