@@ -8,13 +8,12 @@ widgets and plots import their libraries when used.
 from __future__ import annotations
 
 from . import comm, functions
+from ._course import VERSION as __version__  # noqa: F401  (the one place the version is written)
 from ._devices import default_devices
 from .data_parallel import DataParallel, data_parallel
 from .parallel_apply import parallel_apply
 from .replicate import STRATEGIES, replicate
 from .scatter_gather import gather, scatter, scatter_kwargs
-
-from ._course import VERSION as __version__  # the one place the version is written
 
 __all__ = [
     "replicate",

@@ -17,12 +17,16 @@ def tour(out=sys.stdout) -> int:
     def say(line: str = "") -> None:
         print(line, file=out)
 
-    say(f"dpteach {__version__}: data parallelism in PyTorch, taught through PR #20910 (\"Fix C++ data parallel\")")
+    say(
+        f'dpteach {__version__}: data parallelism in PyTorch, taught through PR #20910 ("Fix C++ data parallel")'
+    )
     say()
     say(str(check()))
     devices = default_devices()
     say()
-    say(f"The bug and the fix: one backward pass of Linear(2,16)-Tanh-Linear(16,1) over {', '.join(map(str, devices))}")
+    say(
+        f"The bug and the fix: one backward pass of Linear(2,16)-Tanh-Linear(16,1) over {', '.join(map(str, devices))}"
+    )
     mark = {True: "ok  ", False: "BUG "}
     for strategy, what in (
         ("clone", "C++ before the fix: Module::clone(), issue #19540"),

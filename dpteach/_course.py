@@ -44,8 +44,10 @@ def binder_url(notebook: str) -> str:
 
 def badges(notebook: str) -> str:
     """The markdown line of launch badges for one notebook (README and the top of each notebook)."""
-    return (f"[![Open In Colab]({COLAB_BADGE})]({colab_url(notebook)}) "
-            f"[![Binder]({BINDER_BADGE})]({binder_url(notebook)})")
+    return (
+        f"[![Open In Colab]({COLAB_BADGE})]({colab_url(notebook)}) "
+        f"[![Binder]({BINDER_BADGE})]({binder_url(notebook)})"
+    )
 
 
 # The first code cell of every chapter, verbatim (tests/test_notebooks.py checks it). It must work
@@ -79,7 +81,9 @@ if "google.colab" in sys.modules:
 def chapter_notebooks(root: Path) -> list[Path]:
     """Every notebook of the course (chapters and solutions), sorted."""
     found = (root / "notebooks").rglob("*.ipynb")
-    return sorted(p for p in found if ".ipynb_checkpoints" not in p.parts)  # JupyterLab's copies are not the course
+    return sorted(
+        p for p in found if ".ipynb_checkpoints" not in p.parts
+    )  # JupyterLab's copies are not the course
 
 
 def sync_notebook(path: Path, root: Path) -> bool:
@@ -137,8 +141,12 @@ def sync_readme(root: Path) -> bool:
         return readme_table_row(root / rel, root, what, title)  # the title as written is kept
 
     new = re.sub(r"dpteach @ git\+https://[\w./-]+@v[\w.]+", f"dpteach @ git+{REPOSITORY}@{RELEASE}", new)
-    new = re.sub(r"^\| \[(\d\d [^\]]+)\]\((notebooks/[\w/.-]+\.ipynb)\) \| (.*?) \|(?: \[!\[Open In Colab.*\|)?$",
-                 row, new, flags=re.M)
+    new = re.sub(
+        r"^\| \[(\d\d [^\]]+)\]\((notebooks/[\w/.-]+\.ipynb)\) \| (.*?) \|(?: \[!\[Open In Colab.*\|)?$",
+        row,
+        new,
+        flags=re.M,
+    )
     if new == text:
         return False
     readme.write_text(new)
@@ -151,7 +159,9 @@ def sync_pyproject(root: Path) -> bool:
 
     path = root / "pyproject.toml"
     text = path.read_text()
-    new = re.sub(r'^(\w+ = ")https://github\.com/[\w.-]+/[\w.-]+', lambda m: m.group(1) + REPOSITORY, text, flags=re.M)
+    new = re.sub(
+        r'^(\w+ = ")https://github\.com/[\w.-]+/[\w.-]+', lambda m: m.group(1) + REPOSITORY, text, flags=re.M
+    )
     if new == text:
         return False
     path.write_text(new)

@@ -24,9 +24,13 @@ def as_device(device: DeviceLike) -> torch.device:
         try:
             device = torch.device(device)
         except RuntimeError:
-            raise RuntimeError(f"{device!r} is not a device; use 'cpu', 'cuda:0' or a CUDA index such as 0") from None
+            raise RuntimeError(
+                f"{device!r} is not a device; use 'cpu', 'cuda:0' or a CUDA index such as 0"
+            ) from None
     elif not isinstance(device, torch.device):
-        raise TypeError(f"expected a device (int, str or torch.device), got {type(device).__name__}: {device!r}")
+        raise TypeError(
+            f"expected a device (int, str or torch.device), got {type(device).__name__}: {device!r}"
+        )
     if device.type == "cpu":
         return torch.device("cpu")  # "cpu:0" is the CPU, where tensors report plain "cpu"
     if device.type == "cuda":
@@ -36,7 +40,9 @@ def as_device(device: DeviceLike) -> torch.device:
             )
         index = torch.cuda.current_device() if device.index is None else device.index
         if index >= torch.cuda.device_count():
-            raise RuntimeError(f"cuda:{index} was asked for, but only {torch.cuda.device_count()} CUDA device(s) exist")
+            raise RuntimeError(
+                f"cuda:{index} was asked for, but only {torch.cuda.device_count()} CUDA device(s) exist"
+            )
         device = torch.device("cuda", index)
     return device
 
@@ -81,4 +87,3 @@ def default_devices() -> list[torch.device]:
 def distinct_cuda(devices: Sequence[torch.device]) -> bool:
     """True when every slot is a different CUDA device: torch.cuda.comm's (NCCL) fast paths apply."""
     return all(d.type == "cuda" for d in devices) and len({d.index for d in devices}) == len(devices)
-

@@ -187,7 +187,9 @@ def _check_dim(dim: int, ndim: int, what: str) -> int:
     if ndim == 0 or not -ndim <= dim < ndim:
         raise IndexError(
             f"{what}: dim {dim} is out of range for a tensor of {ndim} dimension(s) "
-            f"(valid: {-ndim} to {ndim - 1})" if ndim else f"{what}: cannot split or join 0-d tensors along dim {dim}"
+            f"(valid: {-ndim} to {ndim - 1})"
+            if ndim
+            else f"{what}: cannot split or join 0-d tensors along dim {dim}"
         )
     return dim % ndim
 
@@ -197,7 +199,9 @@ def _check_dim(dim: int, ndim: int, what: str) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def broadcast(tensor: torch.Tensor, devices: Sequence[DeviceLike] | None = None, *, out=None) -> tuple[torch.Tensor, ...]:
+def broadcast(
+    tensor: torch.Tensor, devices: Sequence[DeviceLike] | None = None, *, out=None
+) -> tuple[torch.Tensor, ...]:
     """Copy ``tensor`` to every slot; the first slot on its own device gets the tensor itself.
 
     Exactly one of ``devices`` and ``out`` is given, as in ``torch.cuda.comm.broadcast``.
@@ -263,7 +267,9 @@ def broadcast_coalesced(
     return result
 
 
-def _coalesced_copy(tensors: list[torch.Tensor], device: torch.device, buffer_size: int) -> list[torch.Tensor]:
+def _coalesced_copy(
+    tensors: list[torch.Tensor], device: torch.device, buffer_size: int
+) -> list[torch.Tensor]:
     """Copy tensors to another device in flat buckets, then hand back per-tensor pieces."""
     out: list[torch.Tensor | None] = [None] * len(tensors)
     for bucket in _buckets(tensors, buffer_size):
@@ -308,7 +314,9 @@ def _reduce_add(inputs: list[torch.Tensor], destination: DeviceLike | None) -> t
             got, expected = "x".join(map(str, t.size())), "x".join(map(str, size))
             raise ValueError(f"input {i} has invalid size: got {got}, but expected {expected}")
         if t.dtype != dtype:
-            raise ValueError(f"input {i} has dtype {t.dtype}, but input 0 has {dtype}; reduce_add adds like dtypes only")
+            raise ValueError(
+                f"input {i} has dtype {t.dtype}, but input 0 has {dtype}; reduce_add adds like dtypes only"
+            )
     if len(inputs) == 1:
         return inputs[0] if inputs[0].device == dest else copy_to(inputs[0], dest, "reduce_add")
     devices = [t.device for t in inputs]
@@ -339,7 +347,9 @@ def _moved(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 def reduce_add_coalesced(
-    inputs: Sequence[Sequence[torch.Tensor]], destination: DeviceLike | None = None, buffer_size: int = BUFFER_SIZE
+    inputs: Sequence[Sequence[torch.Tensor]],
+    destination: DeviceLike | None = None,
+    buffer_size: int = BUFFER_SIZE,
 ) -> tuple[torch.Tensor, ...]:
     """Sum lists of tensors, one list per slot, element by element, onto ``destination``.
 
@@ -351,7 +361,9 @@ def reduce_add_coalesced(
         return _reduce_add_coalesced([list(g) for g in inputs], destination, buffer_size)
 
 
-def _reduce_add_coalesced(groups: list[list[torch.Tensor]], destination, buffer_size: int) -> tuple[torch.Tensor, ...]:
+def _reduce_add_coalesced(
+    groups: list[list[torch.Tensor]], destination, buffer_size: int
+) -> tuple[torch.Tensor, ...]:
     if not groups:
         raise ValueError("reduce_add_coalesced expects at least one list of tensors")
     n = len(groups[0])
@@ -412,7 +424,9 @@ def scatter(
     dim = _check_dim(dim, tensor.dim(), "scatter")
     if out is not None:
         if devices is not None:
-            raise RuntimeError(f"'devices' must not be specified when 'out' is specified, but got devices={devices}")
+            raise RuntimeError(
+                f"'devices' must not be specified when 'out' is specified, but got devices={devices}"
+            )
         if chunk_sizes is not None:
             raise RuntimeError(
                 f"'chunk_sizes' must not be specified when 'out' is specified, but got chunk_sizes={chunk_sizes}"
@@ -462,7 +476,9 @@ def scatter(
     return tuple(result)
 
 
-def gather(tensors: Sequence[torch.Tensor], dim: int = 0, destination: DeviceLike | None = None, *, out=None) -> torch.Tensor:
+def gather(
+    tensors: Sequence[torch.Tensor], dim: int = 0, destination: DeviceLike | None = None, *, out=None
+) -> torch.Tensor:
     """Concatenate tensors from several slots along ``dim`` on ``destination`` (default: the first's device)."""
     tensors = list(tensors)
     if not tensors:

@@ -102,7 +102,9 @@ class _TheMoves:
     _replicate_fn: Callable
 
     def replicate(self, module: nn.Module, device_ids: Sequence[torch.device]) -> list[nn.Module]:
-        return replicate_with(self._replicate_fn, self._strategy, module, list(device_ids), not torch.is_grad_enabled())
+        return replicate_with(
+            self._replicate_fn, self._strategy, module, list(device_ids), not torch.is_grad_enabled()
+        )
 
     def scatter(self, inputs, kwargs, device_ids):
         return scatter_kwargs(inputs, kwargs, device_ids, dim=self.dim)
@@ -118,8 +120,12 @@ class Moves(_TheMoves):
     """The four moves of one module on some slots, without an ``nn.Module`` wrapper (for ``four_moves``)."""
 
     def __init__(
-        self, module: nn.Module, device_ids: Sequence[DeviceLike], output_device: DeviceLike | None = None,
-        dim: int = 0, strategy: Strategy = "broadcast",
+        self,
+        module: nn.Module,
+        device_ids: Sequence[DeviceLike],
+        output_device: DeviceLike | None = None,
+        dim: int = 0,
+        strategy: Strategy = "broadcast",
     ) -> None:
         self._replicate_fn = resolve_strategy(strategy)
         self._strategy = strategy
@@ -205,7 +211,9 @@ class DataParallel(_TheMoves, nn.Module):
                 f"DataParallel wraps an nn.Module, got {type(module).__name__}; wrap it in an nn.Module whose "
                 "forward calls it"
             )
-        self.strategy = strategy  # resolved once, here: an unknown strategy fails now, not at the first forward
+        self.strategy = (
+            strategy  # resolved once, here: an unknown strategy fails now, not at the first forward
+        )
         self.module = module
         self.device_ids = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
         self.output_device = self.device_ids[0] if output_device is None else as_output_device(output_device)

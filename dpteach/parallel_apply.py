@@ -49,7 +49,9 @@ def _device_context(device: torch.device, stream=None):
         return contextlib.nullcontext()
     stack = contextlib.ExitStack()
     stack.enter_context(torch.cuda.device(device))
-    stack.enter_context(torch.cuda.stream(stream if stream is not None else torch.cuda.current_stream(device)))
+    stack.enter_context(
+        torch.cuda.stream(stream if stream is not None else torch.cuda.current_stream(device))
+    )
     return stack
 
 
@@ -85,8 +87,10 @@ def parallel_apply(
             "give one device per module"
         )
     devices = [None if d is None else as_device(d) for d in devices]
-    streams = [caller_stream(d if d is not None else getattr(get_a_var(inp), "device", None))
-               for d, inp in zip(devices, inputs)]  # fmt: skip
+    streams = [
+        caller_stream(d if d is not None else getattr(get_a_var(inp), "device", None))
+        for d, inp in zip(devices, inputs)
+    ]
 
     grad_enabled = torch.is_grad_enabled()
     autocast = {

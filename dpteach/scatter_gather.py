@@ -63,7 +63,10 @@ def _scatter(inputs: Any, slots: list, dim: int, root: str) -> tuple[list[Any], 
             pieces[path] = (obj.size(dim), len(out))
             return out
         if _is_namedtuple(obj):
-            return [type(obj)(*args) for args in zip(*(scatter_map(v, f"{path}.{k}") for k, v in zip(obj._fields, obj)))]
+            return [
+                type(obj)(*args)
+                for args in zip(*(scatter_map(v, f"{path}.{k}") for k, v in zip(obj._fields, obj)))
+            ]
         if _is_dataclass_instance(obj):
             fields = _dataclass_fields(obj)
             if fields:

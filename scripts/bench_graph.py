@@ -61,8 +61,11 @@ class ResNet18(nn.Module):
         chans = [width, width, 2 * width, 4 * width, 8 * width]
         for i in range(1, 5):
             stride = 1 if i == 1 else 2
-            setattr(self, f"layer{i}", nn.Sequential(BasicBlock(chans[i - 1], chans[i], stride),
-                                                     BasicBlock(chans[i], chans[i])))
+            setattr(
+                self,
+                f"layer{i}",
+                nn.Sequential(BasicBlock(chans[i - 1], chans[i], stride), BasicBlock(chans[i], chans[i])),
+            )
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(chans[4], classes)
 
@@ -118,16 +121,26 @@ def main() -> None:
         ops = sum(n.kind in ("op", "join") for n in g.nodes.values())
         print(f"{name}: {len(g.nodes)} nodes ({ops} backward functions), {len(g.edges)} edges")
         if make_dot is not None:
-            medians = in_turns(lambda: autograd_graph(out, module=model, replicas=reps).dot,
-                               lambda: make_dot(out, params=params).source, args.runs)
+            medians = in_turns(
+                lambda: autograd_graph(out, module=model, replicas=reps).dot,
+                lambda: make_dot(out, params=params).source,
+                args.runs,
+            )
             for clock, (ours, theirs) in medians.items():
-                print(f"  graph + DOT vs torchviz make_dot, {clock:>4}: median {ours:6.2f} ms vs "
-                      f"{theirs:6.2f} ms, ratio {ours / theirs:.2f} ({args.runs} runs each, in turns)")
+                print(
+                    f"  graph + DOT vs torchviz make_dot, {clock:>4}: median {ours:6.2f} ms vs "
+                    f"{theirs:6.2f} ms, ratio {ours / theirs:.2f} ({args.runs} runs each, in turns)"
+                )
         build = median_ms(lambda: autograd_graph(out, module=model, replicas=reps), args.runs)
         print(f"  autograd_graph (walk, name, facts)   median {build:7.1f} ms")
-        for label, kwargs in (("DOT, default (auto-collapse)", {}), ("DOT, collapse=2", {"collapse": 2}),
-                              ("DOT, every node", {"collapse": False, "max_nodes": None})):
-            ms = median_ms(lambda: autograd_graph(out, module=model, replicas=reps).draw(**kwargs).dot, args.runs)
+        for label, kwargs in (
+            ("DOT, default (auto-collapse)", {}),
+            ("DOT, collapse=2", {"collapse": 2}),
+            ("DOT, every node", {"collapse": False, "max_nodes": None}),
+        ):
+            ms = median_ms(
+                lambda: autograd_graph(out, module=model, replicas=reps).draw(**kwargs).dot, args.runs
+            )
             print(f"  build + {label:<30} median {ms:7.1f} ms")
             if args.svg:
                 drawing = g.draw(**kwargs)

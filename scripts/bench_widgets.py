@@ -95,9 +95,19 @@ def main(argv=None) -> int:
         assert view.error is None, view.error  # a callback that failed would time nothing real
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"load_average": load, "cpus": os.cpu_count(), "target_ms": TARGET_MS,
-                       "rows": [{"control": lb, "course": c, "median_ms": statistics.median(s), "samples_ms": s}
-                                for lb, c, s in rows]}, f, indent=1)
+            json.dump(
+                {
+                    "load_average": load,
+                    "cpus": os.cpu_count(),
+                    "target_ms": TARGET_MS,
+                    "rows": [
+                        {"control": lb, "course": c, "median_ms": statistics.median(s), "samples_ms": s}
+                        for lb, c, s in rows
+                    ],
+                },
+                f,
+                indent=1,
+            )
     if slow:
         print(f"over {TARGET_MS:.0f} ms: {', '.join(slow)}")
     return 1 if slow else 0

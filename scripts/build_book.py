@@ -38,8 +38,15 @@ from dpteach import _course  # noqa: E402
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-BOXES = {"VBoxModel": "column", "HBoxModel": "row", "BoxModel": "column", "GridBoxModel": "row",
-         "TabModel": "column", "AccordionModel": "column", "StackModel": "column"}
+BOXES = {
+    "VBoxModel": "column",
+    "HBoxModel": "row",
+    "BoxModel": "column",
+    "GridBoxModel": "row",
+    "TabModel": "column",
+    "AccordionModel": "column",
+    "StackModel": "column",
+}
 CSS = """
 .book-nav { font: 14px/1.5 system-ui, sans-serif; padding: 8px 16px; background: #f6f8fa; border-bottom: 1px solid #d0d7de;
             display: flex; gap: 18px; flex-wrap: wrap; position: sticky; top: 0; z-index: 10; }
@@ -93,11 +100,16 @@ def widget_html(model_id: str, state: dict, seen: set[str] | None = None) -> str
         titles = st.get("titles") or st.get("_titles") or {}
         parts = []
         for i, child in enumerate(children):
-            title = titles.get(str(i)) if isinstance(titles, dict) else (titles[i] if i < len(titles) else None)
+            title = (
+                titles.get(str(i)) if isinstance(titles, dict) else (titles[i] if i < len(titles) else None)
+            )
             inner = widget_html(child, state, seen)
             parts.append(f"<div><b>{html.escape(title)}</b>{inner}</div>" if title else f"<div>{inner}</div>")
-        return (f'<div style="display:flex;flex-direction:{BOXES[name]};gap:6px;flex-wrap:wrap">'
-                + "".join(parts) + "</div>")
+        return (
+            f'<div style="display:flex;flex-direction:{BOXES[name]};gap:6px;flex-wrap:wrap">'
+            + "".join(parts)
+            + "</div>"
+        )
     if name == "OutputModel":
         return "".join(_output_html(o) for o in st.get("outputs", []))
     if name in ("LabelModel", "HTMLModel", "HTMLMathModel"):
@@ -131,10 +143,13 @@ def static_widgets(nb: nbformat.NotebookNode) -> int:
             if not view:
                 continue
             body = widget_html(view["model_id"], state)
-            note = ('<div class="note">A static view of the widget as the kernel left it: open the chapter on '
-                    'Colab or Binder to use it.</div>')
-            cell.outputs[i] = nbformat.v4.new_output("display_data", data={
-                "text/html": f'<div class="static-widget">{body or ""}{note}</div>'})
+            note = (
+                '<div class="note">A static view of the widget as the kernel left it: open the chapter on '
+                "Colab or Binder to use it.</div>"
+            )
+            cell.outputs[i] = nbformat.v4.new_output(
+                "display_data", data={"text/html": f'<div class="static-widget">{body or ""}{note}</div>'}
+            )
             count += 1
     nb.metadata.pop("widgets", None)  # no widget manager from a CDN: the views above are static
     return count
@@ -171,8 +186,10 @@ def nav(rel: str, prev: tuple[str, str] | None, nxt: tuple[str, str] | None) -> 
         parts.append(f'<a href="{prev[0]}">← {html.escape(prev[1])}</a>')
     if nxt:
         parts.append(f'<a href="{nxt[0]}">{html.escape(nxt[1])} →</a>')
-    parts.append(f'<span class="launch"><a class="colab" href="{_course.colab_url(rel)}">Open in Colab</a>'
-                 f'<a class="binder" href="{_course.binder_url(rel)}">Launch on Binder</a></span></nav>')
+    parts.append(
+        f'<span class="launch"><a class="colab" href="{_course.colab_url(rel)}">Open in Colab</a>'
+        f'<a class="binder" href="{_course.binder_url(rel)}">Launch on Binder</a></span></nav>'
+    )
     return "".join(parts)
 
 
@@ -212,8 +229,14 @@ def build(out: Path, source_dir: Path, force: bool = False) -> dict:
         body = body.replace("</head>", f"<style>{CSS}</style></head>", 1)
         body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav(rel, prev, nxt), body, count=1)
         (out / page_name(path)).write_text(body)
-        figures = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                      for key in ("image/png", "image/svg+xml") if key in o.get("data", {}))
+        figures = sum(
+            1
+            for c in nb.cells
+            if c.cell_type == "code"
+            for o in c.outputs
+            for key in ("image/png", "image/svg+xml")
+            if key in o.get("data", {})
+        )
         pages.append((path, rel, widgets, figures))
     rows = "".join(
         f'<tr><td><a href="{page_name(p)}">{html.escape(titles[p])}</a></td>'
@@ -243,8 +266,12 @@ install dpteach ({_course.VERSION}) and use it in your own notebooks: see the
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "artifacts" / "book")
-    parser.add_argument("--notebooks", type=Path, default=ROOT / "artifacts" / "notebooks",
-                        help="executed notebooks (default: what tests/test_notebooks.py wrote)")
+    parser.add_argument(
+        "--notebooks",
+        type=Path,
+        default=ROOT / "artifacts" / "notebooks",
+        help="executed notebooks (default: what tests/test_notebooks.py wrote)",
+    )
     parser.add_argument("--execute", action="store_true", help="execute every chapter again first")
     args = parser.parse_args()
     build(args.out, args.notebooks, args.execute)

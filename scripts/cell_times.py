@@ -12,5 +12,8 @@ for path in sys.argv[1:]:
         meta = cell.metadata.get("execution", {})
         start, end = meta.get("iopub.execute_input"), meta.get("shell.execute_reply")
         if cell.cell_type == "code" and start and end:
-            seconds = (datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00"))).total_seconds()
+            seconds = (
+                datetime.fromisoformat(end.replace("Z", "+00:00"))
+                - datetime.fromisoformat(start.replace("Z", "+00:00"))
+            ).total_seconds()
             print(f"  {seconds:6.2f} s  {cell.source.splitlines()[0][:70] if cell.source else ''}")

@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(path: Path, out: Path, cell_timeout: int) -> tuple[str, float, str]:
     """Execute ``path``; save the executed copy to ``out`` whatever happens; (status, seconds, detail)."""
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})  # fmt: skip
+    client = NotebookClient(
+        nb, timeout=cell_timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     start = time.perf_counter()
     status, detail = "ok", ""
     try:
@@ -49,7 +50,10 @@ def slowest(path: Path, n: int = 3) -> str:
     for i, cell in enumerate(nb.cells):
         t = cell.get("metadata", {}).get("execution", {})
         if "iopub.execute_input" in t and "shell.execute_reply" in t:
-            a, b = (datetime.fromisoformat(t[k].replace("Z", "+00:00")) for k in ("iopub.execute_input", "shell.execute_reply"))
+            a, b = (
+                datetime.fromisoformat(t[k].replace("Z", "+00:00"))
+                for k in ("iopub.execute_input", "shell.execute_reply")
+            )
             times.append(((b - a).total_seconds(), i))
     return ", ".join(f"cell {i} {s:.1f} s" for s, i in sorted(times, reverse=True)[:n])
 
@@ -59,9 +63,15 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--cell-timeout", type=int, default=120, help="seconds one cell may take")
-    parser.add_argument("--budget", type=float, default=300.0, help="no chapter starts after this many seconds")
-    parser.add_argument("--deadline", type=float, default=None,
-                        help="seconds after which no cell may still run (default: budget + cell timeout)")
+    parser.add_argument(
+        "--budget", type=float, default=300.0, help="no chapter starts after this many seconds"
+    )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds after which no cell may still run (default: budget + cell timeout)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("TQDM_DISABLE", "1")
     os.environ.pop("MPLBACKEND", None)  # figures are drawn inline, as a learner sees them
@@ -76,11 +86,15 @@ def main() -> int:
             continue
         left = deadline - (time.perf_counter() - start)  # a late chapter's cells get only what is left
         status, seconds, detail = run(path, args.out, max(10, int(min(args.cell_timeout, left))))
-        print(f"{status:<6} {path.name}: {seconds:.1f} s; slowest: {slowest(args.out / path.name)}", flush=True)
+        print(
+            f"{status:<6} {path.name}: {seconds:.1f} s; slowest: {slowest(args.out / path.name)}", flush=True
+        )
         if detail:
             bad += 1
             print("    " + detail.replace("\n", "\n    "), flush=True)
-    print(f"{len(chapters) - bad} of {len(chapters)} chapters ran clean in {time.perf_counter() - start:.0f} s")
+    print(
+        f"{len(chapters) - bad} of {len(chapters)} chapters ran clean in {time.perf_counter() - start:.0f} s"
+    )
     return 1 if bad else 0
 
 

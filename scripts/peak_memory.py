@@ -59,8 +59,9 @@ class Sampler(threading.Thread):
 
 def measure(path: Path, timeout: int = 900) -> dict:
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     start = time.perf_counter()
     with client.setup_kernel():
         sampler = Sampler(client.km.provisioner.pid)
@@ -72,9 +73,14 @@ def measure(path: Path, timeout: int = 900) -> dict:
         sampler.stop.set()
         sampler.join()
     seconds = time.perf_counter() - start
-    return {"notebook": path.name, "seconds": round(seconds, 1), "peak_pss_mb": round(sampler.peak_pss / MB),
-            "peak_rss_mb": round(sampler.peak_rss / MB), "peak_kernel_rss_mb": round(sampler.peak_kernel / MB),
-            "peak_processes": sampler.peak_processes}
+    return {
+        "notebook": path.name,
+        "seconds": round(seconds, 1),
+        "peak_pss_mb": round(sampler.peak_pss / MB),
+        "peak_rss_mb": round(sampler.peak_rss / MB),
+        "peak_kernel_rss_mb": round(sampler.peak_kernel / MB),
+        "peak_processes": sampler.peak_processes,
+    }
 
 
 def main() -> int:
@@ -89,11 +95,16 @@ def main() -> int:
         for path in args.notebooks:
             result = measure(path.resolve())
             results.append(result)
-            print(f"{result['notebook']}: peak {result['peak_pss_mb']} MB PSS ({result['peak_rss_mb']} MB RSS summed over "
-                  f"up to {result['peak_processes']} processes; kernel alone {result['peak_kernel_rss_mb']} MB) "
-                  f"in {result['seconds']} s", flush=True)
+            print(
+                f"{result['notebook']}: peak {result['peak_pss_mb']} MB PSS ({result['peak_rss_mb']} MB RSS summed over "
+                f"up to {result['peak_processes']} processes; kernel alone {result['peak_kernel_rss_mb']} MB) "
+                f"in {result['seconds']} s",
+                flush=True,
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"python": sys.version.split()[0], "cpus": os.cpu_count(), "results": results}, indent=2))
+    args.out.write_text(
+        json.dumps({"python": sys.version.split()[0], "cpus": os.cpu_count(), "results": results}, indent=2)
+    )
     return 0
 
 

@@ -36,7 +36,11 @@ _memo: dict[Path, tuple[nbformat.NotebookNode, float, bool] | BaseException] = {
 
 def course_notebooks(folder: Path = ROOT / "notebooks") -> list[Path]:
     """Every notebook under ``folder``, without JupyterLab's ``.ipynb_checkpoints`` copies (or any hidden folder)."""
-    return sorted(p for p in folder.rglob("*.ipynb") if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    return sorted(
+        p
+        for p in folder.rglob("*.ipynb")
+        if not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
 
 
 def source_key(path: Path) -> str:

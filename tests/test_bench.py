@@ -13,7 +13,9 @@ from dpteach.measure.profile import PHASES, profile_step
 
 
 def test_quick_bench_writes_json_and_plot(tmp_path):
-    results = bench.run(tmp_path, quick=True, repeats=2, page_faults=True)  # leave this process's allocator alone
+    results = bench.run(
+        tmp_path, quick=True, repeats=2, page_faults=True
+    )  # leave this process's allocator alone
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["env"]["statistic"] == "median" and "page faults" in saved["env"]["allocator"]
     assert (tmp_path / "bench.png").stat().st_size > 10_000  # a real picture

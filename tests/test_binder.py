@@ -41,18 +41,33 @@ def test_readme_tells_binder_users_to_shut_kernels_down():
 
 @pytest.mark.slow
 @pytest.mark.notebook
-@pytest.mark.skipif(shutil.which("c++") is None, reason="chapter 10 needs a C++ compiler to measure its compile")
+@pytest.mark.skipif(
+    shutil.which("c++") is None, reason="chapter 10 needs a C++ compiler to measure its compile"
+)
 def test_chapters_09_and_10_fit_in_binders_memory(tmp_path, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")
     monkeypatch.delenv("MPLBACKEND", raising=False)
     out = tmp_path / "memory.json"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "peak_memory.py"),
-                           str(ROOT / "notebooks" / "09_beyond_one_process.ipynb"),
-                           str(ROOT / "notebooks" / "10_the_cpp_original.ipynb"), "--out", str(out)],
-                          capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "peak_memory.py"),
+            str(ROOT / "notebooks" / "09_beyond_one_process.ipynb"),
+            str(ROOT / "notebooks" / "10_the_cpp_original.ipynb"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     results = {r["notebook"]: r for r in json.loads(out.read_text())["results"]}
     print(done.stdout)
     for name, result in results.items():
-        assert result["peak_processes"] >= 2, name  # the sampler saw the ranks / the compiler, not the kernel alone
-        assert result["peak_pss_mb"] < BINDER_MAX_MB, f"{name} peaks at {result['peak_pss_mb']} MB: over Binder's 2 GB"
+        assert result["peak_processes"] >= 2, (
+            name
+        )  # the sampler saw the ranks / the compiler, not the kernel alone
+        assert result["peak_pss_mb"] < BINDER_MAX_MB, (
+            f"{name} peaks at {result['peak_pss_mb']} MB: over Binder's 2 GB"
+        )

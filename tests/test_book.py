@@ -27,12 +27,21 @@ import build_book  # noqa: E402
 from executed import executed  # noqa: E402  (each chapter runs once per test run)
 
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 SHOTS = ROOT / "artifacts" / "book-screenshots"
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python: pip install playwright")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="needs Playwright for Python: pip install playwright"
+)
 if CHROMIUM is None:
     pytest.skip("needs Chromium: apt-get install chromium", allow_module_level=True)
 
@@ -126,14 +135,21 @@ def test_chapter_page_shows_its_figures(book, browser, path):
     figures, widgets = expected_figures(path)
     images = page.locator(".jp-OutputArea-output img, .jp-OutputArea-output svg")
     # every figure of the executed chapter is on the page (widget views may add more, never fewer)
-    assert images.count() >= figures, f"{path.name}: {images.count()} images on the page, {figures} in the notebook"
+    assert images.count() >= figures, (
+        f"{path.name}: {images.count()} images on the page, {figures} in the notebook"
+    )
     broken = page.evaluate("""() => [...document.querySelectorAll('.jp-OutputArea-output img')]
         .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 60))""")
     assert broken == [], f"{path.name}: images that did not load: {broken}"
     assert page.locator(".static-widget").count() == widgets  # each widget became a static view
     assert page.locator("text=Click to show javascript error").count() == 0
-    assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback").count() == 0 \
+    assert (
+        page.locator(
+            ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback"
+        ).count()
+        == 0
         or "raises-exception" in path.read_text()
+    )
     assert all("mathjax" in url.lower() for url in refused), refused  # only MathJax is ever asked for
     SHOTS.mkdir(parents=True, exist_ok=True)
     if images.count():

@@ -56,7 +56,9 @@ OPEN_ONLY = {  # chapter -> why it is opened and rendered but not run here (test
     "10_the_cpp_original.ipynb": "compiles a C++ extension with the system compiler: minutes on 2 cores",
 }
 FULL = os.environ.get("DPTEACH_BROWSER_FULL") == "1"
-LIVE = re.compile(r"\bipywidgets\b|\bwidgets\.(explorer|gradient_stepper|cost_explorer)\(")  # needs a kernel in the page
+LIVE = re.compile(
+    r"\bipywidgets\b|\bwidgets\.(explorer|gradient_stepper|cost_explorer)\("
+)  # needs a kernel in the page
 
 
 def _needs_a_live_kernel(nb) -> bool:
@@ -77,8 +79,16 @@ def _cheap_now(name: str) -> bool:
 
 
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 READY_JS = """cells => {  // the notebook is open, all its cells are in the page, and its kernel is idle
   const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
   const kernel = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
@@ -91,10 +101,14 @@ TIMINGS: dict[str, object] = {}
 TRUST: dict[str, Path] = {}
 STARTED = time.time()  # checkpoint folders modified after this were made by this run
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="needs Playwright for Python: pip install playwright")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="needs Playwright for Python: pip install playwright"
+)
 if CHROMIUM is None:
-    pytest.skip("needs Chromium: apt-get install chromium (Playwright's own browser download is not used)",
-                allow_module_level=True)
+    pytest.skip(
+        "needs Chromium: apt-get install chromium (Playwright's own browser download is not used)",
+        allow_module_level=True,
+    )
 expect = sync_api.expect
 
 
@@ -118,28 +132,59 @@ def lab_url():
     for plugin, values in {
         # every cell in the DOM; start the notebook's own kernel without asking ("Select Kernel" dialog)
         "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none", "autoStartDefaultKernel": True},
-        "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},  # no toast
-        "@jupyterlab/docmanager-extension/plugin": {"autosave": False},  # never write outputs into the chapters
+        "@jupyterlab/apputils-extension/notification": {
+            "fetchNews": "false",
+            "checkForUpdates": False,
+        },  # no toast
+        "@jupyterlab/docmanager-extension/plugin": {
+            "autosave": False
+        },  # never write outputs into the chapters
     }.items():
         path = settings / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
-    TRUST["data_dir"] = tmp / "data"  # the server's notebook secret and signatures: executed copies are signed there
-    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "ws"),
-           "JUPYTER_DATA_DIR": str(TRUST["data_dir"]),
-           "JUPYTER_CONFIG_DIR": str(tmp / "config"), "TQDM_DISABLE": "1", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-    env.pop("MPLBACKEND", None)  # conftest sets Agg for pytest; kernels must keep the inline backend, as a learner's do
+    TRUST["data_dir"] = (
+        tmp / "data"
+    )  # the server's notebook secret and signatures: executed copies are signed there
+    env = {
+        **os.environ,
+        "JUPYTERLAB_SETTINGS_DIR": str(settings),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "ws"),
+        "JUPYTER_DATA_DIR": str(TRUST["data_dir"]),
+        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+        "TQDM_DISABLE": "1",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+    }
+    env.pop(
+        "MPLBACKEND", None
+    )  # conftest sets Agg for pytest; kernels must keep the inline backend, as a learner's do
     port = _free_port()
     log = open(tmp / "server.log", "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--IdentityProvider.token=",
-         "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", "--LabApp.expose_app_in_browser=True",
-         f"--ServerApp.root_dir={ROOT}",
-         # checkpoints of the opened chapters go to the throw-away folder, not notebooks/.ipynb_checkpoints
-         # (copies there were collected as chapters, and rewritten by tools that walk notebooks/)
-         f"--FileCheckpoints.checkpoint_dir={tmp / 'checkpoints'}"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            "--IdentityProvider.token=",
+            "--ServerApp.password=",
+            "--ServerApp.disable_check_xsrf=True",
+            "--LabApp.expose_app_in_browser=True",
+            f"--ServerApp.root_dir={ROOT}",
+            # checkpoints of the opened chapters go to the throw-away folder, not notebooks/.ipynb_checkpoints
+            # (copies there were collected as chapters, and rewritten by tools that walk notebooks/)
+            f"--FileCheckpoints.checkpoint_dir={tmp / 'checkpoints'}",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
     while True:
@@ -168,7 +213,9 @@ def lab_page(lab_url):
     started = time.perf_counter()
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        pg = browser.new_page(viewport={"width": 1400, "height": 2200})  # tall: a whole widget fits in one screenshot
+        pg = browser.new_page(
+            viewport={"width": 1400, "height": 2200}
+        )  # tall: a whole widget fits in one screenshot
         pg.console_errors = []
         pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
         yield pg
@@ -254,10 +301,14 @@ def _check_rendering(page, name: str, nb, ran: bool) -> dict:
     for i, (dom, cell) in enumerate(zip(cells, nb.cells)):
         assert dom["code"] == (cell.cell_type == "code"), f"{name}: cell {i} shows as the wrong kind"
         if cell.cell_type == "markdown":
-            assert dom["markdown"], f"{name}: markdown cell {i} did not render"  # the text shows, not its source
+            assert dom["markdown"], (
+                f"{name}: markdown cell {i} did not render"
+            )  # the text shows, not its source
     text = page.locator(".jp-NotebookPanel:visible").inner_text()
     for bad in ("Click to show javascript error", "Error displaying widget"):
-        assert bad not in text, f"{name}: a widget failed to render ({bad!r}); console: {page.console_errors[-5:]}"
+        assert bad not in text, (
+            f"{name}: a widget failed to render ({bad!r}); console: {page.console_errors[-5:]}"
+        )
     found = {"stderr": []}
     if not ran:
         return found
@@ -265,26 +316,38 @@ def _check_rendering(page, name: str, nb, ran: bool) -> dict:
         if not dom["code"] or dom["empty"]:
             continue
         source = cell.source.splitlines()[0][:60] if cell.source else ""
-        assert dom["count"] is not None, f"{name}: cell {i} ({source!r}) did not run (an earlier cell failed?)"
+        assert dom["count"] is not None, (
+            f"{name}: cell {i} ({source!r}) did not run (an earlier cell failed?)"
+        )
         if "raises-exception" in cell.metadata.get("tags", []):
             continue  # the chapter shows this error on purpose
         assert not dom["errors"], f"{name}: cell {i} ({source!r}) failed:\n{dom['errors'][0][-2000:]}"
         for err in dom["stderr"]:
-            assert not BAD_STDERR.search(err), f"{name}: cell {i} ({source!r}) printed an error on stderr:\n{err[-2000:]}"
+            assert not BAD_STDERR.search(err), (
+                f"{name}: cell {i} ({source!r}) printed an error on stderr:\n{err[-2000:]}"
+            )
             found["stderr"].append(f"cell {i}: {err[:300]}")
     images = page.evaluate(IMAGES_JS)
-    assert all(im["ok"] for im in images), f"{name}: images that did not load: {[im['alt'] for im in images if not im['ok']]}"
+    assert all(im["ok"] for im in images), (
+        f"{name}: images that did not load: {[im['alt'] for im in images if not im['ok']]}"
+    )
     found["images"], found["svg_images"] = len(images), sum(im["svg"] for im in images)
     if DRAWS_GRAPHS.search("".join(c.source for c in nb.cells if c.cell_type == "code")):
-        assert found["svg_images"] >= 1, f"{name}: draws graphs, but no SVG picture shows"  # graphviz's SVG rendered
+        assert found["svg_images"] >= 1, (
+            f"{name}: draws graphs, but no SVG picture shows"
+        )  # graphviz's SVG rendered
     return found
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_chapter_in_jupyterlab(lab_page, lab_url, path):
     check_chapter(lab_page, lab_url, path)
-    left = [p for folder in (ROOT / "notebooks", ROOT / "artifacts") for p in folder.rglob(".ipynb_checkpoints/*")
-            if p.stat().st_mtime >= STARTED]
+    left = [
+        p
+        for folder in (ROOT / "notebooks", ROOT / "artifacts")
+        for p in folder.rglob(".ipynb_checkpoints/*")
+        if p.stat().st_mtime >= STARTED
+    ]
     assert not left, f"JupyterLab left checkpoint folders in the repository: {left}"
 
 
@@ -314,23 +377,33 @@ def check_chapter(page, lab_url: str, path: Path) -> None:
         raise
     page.locator(".jp-NotebookPanel:visible .jp-WindowedPanel-outer").evaluate("e => e.scrollTo(0, 0)")
     page.screenshot(path=str(SHOTS / f"{path.stem}.png"))
-    svgs = page.locator(".jp-NotebookPanel:visible .jp-RenderedSVG img, .jp-NotebookPanel:visible .jp-OutputArea "
-                        "img[src^='data:image/svg+xml']")
+    svgs = page.locator(
+        ".jp-NotebookPanel:visible .jp-RenderedSVG img, .jp-NotebookPanel:visible .jp-OutputArea "
+        "img[src^='data:image/svg+xml']"
+    )
     if svgs.count():
         _shoot(page, svgs.first, SHOTS / f"{path.stem}-first-graph.png")
     if name == "12_the_lab.ipynb":
         found["widgets"] = _exercise_the_lab(page, path.stem)
     how = "run in the page" if run else "executed copy" if not live else f"opened only: {OPEN_ONLY[name]}"
-    TIMINGS[name] = {"run": how, "run_seconds": round(seconds, 1),
-                     "total_seconds": round(time.perf_counter() - start, 1), **found}
+    TIMINGS[name] = {
+        "run": how,
+        "run_seconds": round(seconds, 1),
+        "total_seconds": round(time.perf_counter() - start, 1),
+        **found,
+    }
 
 
 def _exercise_the_lab(page, stem: str) -> dict:
     """The three widgets rendered; the explorer and the stepper answer clicks (timed for the report)."""
     panel = page.locator(".jp-NotebookPanel:visible")
-    explorer, stepper, cost = (panel.locator(f".{c}") for c in ("dpteach-explorer", "dpteach-stepper", "dpteach-cost"))
+    explorer, stepper, cost = (
+        panel.locator(f".{c}") for c in ("dpteach-explorer", "dpteach-stepper", "dpteach-cost")
+    )
     for w in (explorer, stepper, cost):
-        expect(w).to_have_count(1, timeout=30_000)  # each widget rendered once (a widget that fails shows no view)
+        expect(w).to_have_count(
+            1, timeout=30_000
+        )  # each widget rendered once (a widget that fails shows no view)
         expect(w.locator("img").first).to_be_visible()  # with its pictures
     status = explorer.locator(".dpteach-status")
     expect(status).to_contain_text("step 0 of 60")
@@ -339,20 +412,31 @@ def _exercise_the_lab(page, stem: str) -> dict:
     curve = explorer.locator("img").first
     before = curve.get_attribute("src")
     explorer.locator("button", has_text="step").click()  # a real mouse click
-    expect(status).to_contain_text("step 1 of 60", timeout=30_000)  # reached the kernel, and the answer came back
+    expect(status).to_contain_text(
+        "step 1 of 60", timeout=30_000
+    )  # reached the kernel, and the answer came back
     assert curve.get_attribute("src") != before  # the loss curve was redrawn
     expect(status).to_contain_text("None")  # clone: the original's .grad is None, said in the status line
-    clicks = [_timed_click(page, "dpteach-explorer", "step", "dpteach-status", f"step {k} of 60") for k in range(2, 9)]
+    clicks = [
+        _timed_click(page, "dpteach-explorer", "step", "dpteach-status", f"step {k} of 60")
+        for k in range(2, 9)
+    ]
     step_status = stepper.locator(".dpteach-stepper-status")
     expect(step_status).to_contain_text("step 0 of")
     stepper.locator("button", has_text="next").click()
     expect(step_status).to_contain_text("step 1 of", timeout=30_000)
-    stepper_clicks = [_timed_click(page, "dpteach-stepper", "next", "dpteach-stepper-status", f"step {k} of")
-                      for k in range(2, 9)]
+    stepper_clicks = [
+        _timed_click(page, "dpteach-stepper", "next", "dpteach-stepper-status", f"step {k} of")
+        for k in range(2, 9)
+    ]
     for shot, w in (("explorer", explorer), ("stepper", stepper)):
         _shoot(page, w, SHOTS / f"{stem}-{shot}-after.png")
-    found = {"explorer_click_to_update_ms": clicks, "explorer_median_ms": statistics.median(clicks),
-             "stepper_click_to_update_ms": stepper_clicks, "stepper_median_ms": statistics.median(stepper_clicks)}
+    found = {
+        "explorer_click_to_update_ms": clicks,
+        "explorer_median_ms": statistics.median(clicks),
+        "stepper_click_to_update_ms": stepper_clicks,
+        "stepper_median_ms": statistics.median(stepper_clicks),
+    }
     return found  # the timings are reported, not asserted (see the module docstring)
 
 

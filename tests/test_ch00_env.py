@@ -16,8 +16,21 @@ import dpteach
 from dpteach.course import env, story
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = ["python", "dpteach", "torch", "devices", "memory", "dot", "graphviz", "ipywidgets", "matplotlib", "tqdm",
-         "compiler", "ninja", "notebook"]
+NAMES = [
+    "python",
+    "dpteach",
+    "torch",
+    "devices",
+    "memory",
+    "dot",
+    "graphviz",
+    "ipywidgets",
+    "matplotlib",
+    "tqdm",
+    "compiler",
+    "ninja",
+    "notebook",
+]
 
 
 @pytest.fixture
@@ -38,7 +51,9 @@ def test_text_and_html_show_every_item(local):
     report = env.check()
     text, page = str(report), report._repr_html_()
     for item in report.items:
-        assert item.name in text and item.status in text  # the plain-text form (python -m dpteach) has each line
+        assert (
+            item.name in text and item.status in text
+        )  # the plain-text form (python -m dpteach) has each line
         assert f"<td>{item.name}</td>" in page  # the notebook table has each row
     assert repr(report) == text  # a bare `report` in a terminal prints the same table
 
@@ -119,15 +134,26 @@ def test_devices_item_names_the_default_devices(local):
 def test_no_gpu_means_two_cpu_slots():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    assert dpteach.default_devices() == [torch.device("cpu")] * 2  # the chapter's "no GPU: two slots on the CPU"
+    assert (
+        dpteach.default_devices() == [torch.device("cpu")] * 2
+    )  # the chapter's "no GPU: two slots on the CPU"
 
 
-@pytest.mark.parametrize("gpus, expected", [(0, ["cpu", "cpu"]), (1, ["cuda:0", "cuda:0"]),
-                                             (2, ["cuda:0", "cuda:1"]), (8, [f"cuda:{i}" for i in range(8)])])
+@pytest.mark.parametrize(
+    "gpus, expected",
+    [
+        (0, ["cpu", "cpu"]),
+        (1, ["cuda:0", "cuda:0"]),
+        (2, ["cuda:0", "cuda:1"]),
+        (8, [f"cuda:{i}" for i in range(8)]),
+    ],
+)
 def test_default_devices_rule(monkeypatch, gpus, expected):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
-    assert dpteach.default_devices() == [torch.device(d) for d in expected]  # the chapter's three cases, and 8 GPUs
+    assert dpteach.default_devices() == [
+        torch.device(d) for d in expected
+    ]  # the chapter's three cases, and 8 GPUs
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake GPU")
     item = env.check()["devices"]
     assert item.status in ("OK", "info") and ", ".join(expected) in item.found  # the report says the same
@@ -162,6 +188,10 @@ def test_scatter_piece_sizes_follow_torch_chunk(slots):
 
 
 def test_report_prints_as_plain_text_outside_jupyter():
-    done = subprocess.run([sys.executable, "-c", "import dpteach.course.env as e; print(e.check())"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", "import dpteach.course.env as e; print(e.check())"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "dpteach environment check" in done.stdout  # plain text outside Jupyter

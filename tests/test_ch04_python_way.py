@@ -64,7 +64,9 @@ def test_reduce_add_coalesced_sums_the_slots_gradients(devices):
     model = nn.Linear(3, 2)
     outputs = Broadcast.apply(devices, model.weight, model.bias)
     sum(out.sum() for out in outputs[0::2]).backward()
-    assert_close(model.weight.grad, torch.full_like(model.weight, float(len(devices))))  # ones from each slot, added
+    assert_close(
+        model.weight.grad, torch.full_like(model.weight, float(len(devices)))
+    )  # ones from each slot, added
     assert_close(model.bias.grad, torch.zeros_like(model.bias))  # no slot used its bias: zeros, summed
 
 
@@ -94,7 +96,9 @@ def test_cpp_style_linear_holds_two_handles_on_one_tensor_and_computes_like_line
 
 def test_failed_attempt_works_for_nn_linear():
     model = story.make_model()
-    for got, want in zip(grads_parallel(model, CPU2, demos.failed_attempt), grads_one_device(story.make_model())):
+    for got, want in zip(
+        grads_parallel(model, CPU2, demos.failed_attempt), grads_one_device(story.make_model())
+    ):
         tol(got, want)  # Linear.forward reads the registry, so the broadcast copies are used
 
 
@@ -107,8 +111,12 @@ def test_failed_attempt_replica_member_is_the_clones_leaf_where_the_gradient_sto
     cpp_model = demos.cpp_style(story.make_model())
     replicas = dpteach.replicate(cpp_model, CPU2, strategy=demos.failed_attempt)
     layer = replicas[1][0]
-    assert type(layer._parameters["weight"].grad_fn).__name__ == "BroadcastBackward"  # the registry got the copy
-    assert layer.members.weight.is_leaf and layer.members.weight is not layer._parameters["weight"]  # the member did not
+    assert (
+        type(layer._parameters["weight"].grad_fn).__name__ == "BroadcastBackward"
+    )  # the registry got the copy
+    assert (
+        layer.members.weight.is_leaf and layer.members.weight is not layer._parameters["weight"]
+    )  # the member did not
     x, y = data()
     outputs = dpteach.parallel_apply(replicas, [(p,) for p in dpteach.scatter(x, CPU2)], devices=CPU2)
     loss = F.mse_loss(dpteach.gather(outputs, "cpu"), y)
@@ -137,7 +145,9 @@ def test_training_under_the_failed_attempt():
     reference = train(story.make_model())
     linear = train(story.make_model(), demos.failed_attempt)
     cpp = train(demos.cpp_style(story.make_model()), demos.failed_attempt)
-    assert_close(torch.tensor(linear), torch.tensor(reference), rtol=1e-4, atol=1e-6)  # on the one-device curve
+    assert_close(
+        torch.tensor(linear), torch.tensor(reference), rtol=1e-4, atol=1e-6
+    )  # on the one-device curve
     assert cpp == [cpp[0]] * len(cpp)  # flat: no step changes a weight
     assert reference[-1] < 0.5 * reference[0]  # while one device does learn
 
@@ -154,14 +164,21 @@ def test_grad_fn_of_a_tensor_cannot_be_reassigned():
 @pytest.mark.parametrize("devices", [CPU2, CPU3])
 def test_option_two_matches_one_device(devices):
     model = demos.cpp_style(story.make_model(), demos.ReplicatableLinear)
-    for got, want in zip(grads_parallel(model, devices, demos.option_two), grads_one_device(story.make_model())):
+    for got, want in zip(
+        grads_parallel(model, devices, demos.option_two), grads_one_device(story.make_model())
+    ):
         tol(got, want)  # each module re-points its own members: gradients reach the original
 
 
 def test_option_two_refuses_modules_that_are_not_replicatable():
-    for model, name in [(story.make_model(), "Linear"), (demos.cpp_style(story.make_model()), "CppStyleLinear")]:
+    for model, name in [
+        (story.make_model(), "Linear"),
+        (demos.cpp_style(story.make_model()), "CppStyleLinear"),
+    ]:
         with pytest.raises(TypeError, match=rf"Replicatable.*{name} \('0'\)"):
-            dpteach.replicate(model, CPU2, strategy=demos.option_two)  # the PR's con: every module must change
+            dpteach.replicate(
+                model, CPU2, strategy=demos.option_two
+            )  # the PR's con: every module must change
 
 
 def test_replicatable_base_says_what_to_implement():
@@ -175,7 +192,9 @@ def test_replicatable_base_says_what_to_implement():
 def test_rnn_flat_weights_follow_the_replica_tensors():
     rnn = nn.RNN(3, 4, batch_first=True)
     replicas = dpteach.replicate(rnn, CPU2)
-    assert replicas[1]._flat_weights[0] is replicas[1].weight_ih_l0  # RNNBase.__setattr__ kept the list in step
+    assert (
+        replicas[1]._flat_weights[0] is replicas[1].weight_ih_l0
+    )  # RNNBase.__setattr__ kept the list in step
     assert replicas[1]._flat_weights is not rnn._flat_weights  # _replicate_for_data_parallel copied the list
 
 
@@ -192,7 +211,9 @@ def test_rnn_under_data_parallel_matches_one_device():
 def test_default_strategy_replicas_share_the_cpp_style_members_with_the_original():
     cpp_model = demos.cpp_style(story.make_model())
     replicas = dpteach.replicate(cpp_model, CPU2)
-    assert replicas[1][0].members.weight is cpp_model[0].weight  # exercise 1: slot 1 computes with the original
+    assert (
+        replicas[1][0].members.weight is cpp_model[0].weight
+    )  # exercise 1: slot 1 computes with the original
 
 
 @pytest.mark.cuda

@@ -18,9 +18,11 @@ STRATEGIES = list(REGISTRY)
 DEEP_COPY = ["clone", "rewire"]  # the strategies that deep-copy buffers, as Cloneable::clone did
 
 
-GPU = [pytest.param(["cuda:0", "cuda:0"], marks=pytest.mark.cuda, id="cuda0x2"),
-       pytest.param(["cuda:0", "cpu"], marks=pytest.mark.cuda, id="cuda0+cpu"),
-       pytest.param(["cuda:0", "cuda:1"], marks=pytest.mark.multigpu, id="cuda0+cuda1")]  # torch.cuda.comm's path
+GPU = [
+    pytest.param(["cuda:0", "cuda:0"], marks=pytest.mark.cuda, id="cuda0x2"),
+    pytest.param(["cuda:0", "cpu"], marks=pytest.mark.cuda, id="cuda0+cpu"),
+    pytest.param(["cuda:0", "cuda:1"], marks=pytest.mark.multigpu, id="cuda0+cuda1"),
+]  # torch.cuda.comm's path
 
 
 def make_model(device="cpu"):
@@ -76,9 +78,13 @@ def test_slot1_updates_its_own_copy_then_it_is_dropped():
     slot1_only = make_model()[0]
     slot1_only(pieces[1])
     assert_close(replicas[1][0].running_mean, slot1_only.running_mean)  # slot 1 did the work ...
-    assert not torch.allclose(model[0].running_mean, replicas[1][0].running_mean)  # ... in a copy the model never sees
+    assert not torch.allclose(
+        model[0].running_mean, replicas[1][0].running_mean
+    )  # ... in a copy the model never sees
     fresh = dpteach.replicate(model, ["cpu"] * 2)
-    assert_close(fresh[1][0].running_mean, model[0].running_mean)  # the next replicas start from the model again
+    assert_close(
+        fresh[1][0].running_mean, model[0].running_mean
+    )  # the next replicas start from the model again
 
 
 def run_many(steps=30):
@@ -95,7 +101,9 @@ def run_many(steps=30):
 
 def test_over_many_steps():
     runs, slot0_only, generator = run_many()
-    assert_close(runs["broadcast"][0].running_mean, slot0_only.running_mean)  # the dots lie on the dashed line
+    assert_close(
+        runs["broadcast"][0].running_mean, slot0_only.running_mean
+    )  # the dots lie on the dashed line
     for name in DEEP_COPY:
         assert torch.equal(runs[name][0].running_mean, torch.zeros(4))  # never leaves zero
         assert runs[name][0].num_batches_tracked.item() == 0

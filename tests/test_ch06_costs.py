@@ -50,7 +50,10 @@ def test_step_bytes_per_strategy_on_one_device(n):
     out_bytes = 32 * 10 * 4  # the gathered output
     devices = ["cpu"] * n
     broadcast = costs.step_traffic(model, x, devices, "broadcast")
-    assert broadcast.by_op() == {"broadcast": (n - 1) * (P + B), "gather": out_bytes}  # slot 0 aliases: N - 1 copies
+    assert broadcast.by_op() == {
+        "broadcast": (n - 1) * (P + B),
+        "gather": out_bytes,
+    }  # slot 0 aliases: N - 1 copies
     for strategy in ["clone", "rewire"]:
         model.zero_grad()
         t = costs.step_traffic(model, x, devices, strategy)
@@ -98,10 +101,15 @@ def test_clone_then_to_copies_twice_to_device_once():
     with dpteach.comm.traffic() as after:
         b = costs.to_device(tensor, "cpu")
     nbytes = tensor.numel() * 4
-    assert [c.op for c in before.copies] == ["clone", "to"] and before.bytes == 2 * nbytes  # pre-#20995: two copies
+    assert [c.op for c in before.copies] == [
+        "clone",
+        "to",
+    ] and before.bytes == 2 * nbytes  # pre-#20995: two copies
     assert [c.op for c in after.copies] == ["to"] and after.bytes == nbytes  # #20995: one
     assert torch.equal(a, tensor) and torch.equal(b, tensor)  # the same result
-    assert a.data_ptr() != tensor.data_ptr() and b.data_ptr() != tensor.data_ptr()  # real copies, even on one device
+    assert (
+        a.data_ptr() != tensor.data_ptr() and b.data_ptr() != tensor.data_ptr()
+    )  # real copies, even on one device
 
 
 @pytest.mark.parametrize("count, bucket", [(1024, 10 * 1024 * 1024), (1024, 64 * 1024), (7, 3000)])
@@ -122,13 +130,17 @@ def test_coalesced_copies_one_per_bucket(count, bucket):
 def test_coalesced_keeps_order_across_dtypes():
     tensors = [torch.arange(3.0), torch.arange(4), torch.arange(5.0)]
     out = costs.copy_coalesced(tensors, "cpu")
-    assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(out, tensors))  # buckets group by dtype
+    assert all(
+        torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(out, tensors)
+    )  # buckets group by dtype
 
 
 def test_coalesced_pieces_have_their_own_version_counters():
     out = costs.copy_coalesced([torch.zeros(3), torch.zeros(3)], "cpu")
     out[0].add_(1)
-    assert out[0]._version == 1 and out[1]._version == 0  # an in-place update of one piece leaves the other alone
+    assert (
+        out[0]._version == 1 and out[1]._version == 0
+    )  # an in-place update of one piece leaves the other alone
 
 
 @pytest.mark.cuda
@@ -143,7 +155,13 @@ def test_step_bytes_across_two_distinct_devices():
     out_bytes = 32 * 10 * 4
     expected = {
         "clone": {"clone": 2 * (P + B), "to": P + B, "scatter": x1 + g1, "gather": out_bytes},
-        "rewire": {"clone": 2 * (P + B), "to": P + B, "reduce_add": P, "scatter": x1 + g1, "gather": out_bytes},
+        "rewire": {
+            "clone": 2 * (P + B),
+            "to": P + B,
+            "reduce_add": P,
+            "scatter": x1 + g1,
+            "gather": out_bytes,
+        },
         "broadcast": {"broadcast": P + B, "reduce_add": P, "scatter": x1 + g1, "gather": out_bytes},
     }
     for strategy, want in expected.items():
@@ -156,5 +174,8 @@ def test_clone_then_to_across_devices():
     tensor = torch.randn(1000, device="cuda")
     with dpteach.comm.traffic() as t:
         out = costs.clone_then_to(tensor, "cpu")
-    assert [(c.op, c.src.type, c.dst.type) for c in t.copies] == [("clone", "cuda", "cuda"), ("to", "cuda", "cpu")]
+    assert [(c.op, c.src.type, c.dst.type) for c in t.copies] == [
+        ("clone", "cuda", "cuda"),
+        ("to", "cuda", "cpu"),
+    ]
     assert_close(out, tensor.cpu())

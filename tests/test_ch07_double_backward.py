@@ -17,8 +17,10 @@ from dpteach.course import story
 from dpteach.functions import Broadcast, ReduceAddCoalesced
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU = [pytest.param(["cuda:0", "cuda:0"], marks=pytest.mark.cuda, id="cuda0x2"),
-       pytest.param(["cuda:0", "cpu"], marks=pytest.mark.cuda, id="cuda0+cpu")]  # two distinct devices
+GPU = [
+    pytest.param(["cuda:0", "cuda:0"], marks=pytest.mark.cuda, id="cuda0x2"),
+    pytest.param(["cuda:0", "cpu"], marks=pytest.mark.cuda, id="cuda0+cpu"),
+]  # two distinct devices
 DEVICES = [["cpu"] * 2, ["cpu"] * 3]
 
 
@@ -103,7 +105,9 @@ def test_rewire_refuses_double_backward_naming_reduce_add(loss, devices):
     x, y = (t.to(devices[0]) for t in story.make_data())
     model = story.make_model().to(devices[0])
     net = dpteach.DataParallel(model, devices, strategy="rewire")
-    with pytest.raises(RuntimeError, match="ReduceAdd can only be used during the backward pass of data parallel"):
+    with pytest.raises(
+        RuntimeError, match="ReduceAdd can only be used during the backward pass of data parallel"
+    ):
         if loss == "gradient_norm":
             gradient_norm_loss(net, model, x, y)
         else:
@@ -115,20 +119,28 @@ def test_first_gradient_hangs_off_reduce_add_coalesced():
     model = story.make_model()
     loss = F.mse_loss(dpteach.DataParallel(model, ["cpu"] * 2)(x), y)
     grads = torch.autograd.grad(loss, list(model.parameters()), create_graph=True)
-    assert all(type(g.grad_fn).__name__ == "ReduceAddCoalescedBackward" for g in grads)  # a differentiable node
+    assert all(
+        type(g.grad_fn).__name__ == "ReduceAddCoalescedBackward" for g in grads
+    )  # a differentiable node
 
 
 @pytest.mark.parametrize("devices", DEVICES)
 def test_broadcast_passes_gradgradcheck(devices):
-    tensors = (torch.randn(3, 2, dtype=torch.double, requires_grad=True),
-               torch.randn(4, dtype=torch.double, requires_grad=True))
-    assert torch.autograd.gradgradcheck(lambda *t: Broadcast.apply(devices, *t), tensors)  # second derivatives right
+    tensors = (
+        torch.randn(3, 2, dtype=torch.double, requires_grad=True),
+        torch.randn(4, dtype=torch.double, requires_grad=True),
+    )
+    assert torch.autograd.gradgradcheck(
+        lambda *t: Broadcast.apply(devices, *t), tensors
+    )  # second derivatives right
 
 
 @pytest.mark.parametrize("devices", DEVICES)
 def test_reduce_add_coalesced_passes_gradgradcheck(devices):
     tensors = tuple(torch.randn(3, dtype=torch.double, requires_grad=True) for _ in devices)
-    assert torch.autograd.gradgradcheck(lambda *t: ReduceAddCoalesced.apply(devices[0], 1, *t), tensors)  # exercise 4
+    assert torch.autograd.gradgradcheck(
+        lambda *t: ReduceAddCoalesced.apply(devices[0], 1, *t), tensors
+    )  # exercise 4
 
 
 @pytest.mark.parametrize("devices", DEVICES)
@@ -148,7 +160,10 @@ def test_hessian_vector_product_traffic(devices):
     out_bytes = x.shape[0] * 1 * 4  # the model's output: one float32 per row
     assert forward.by_op()["broadcast"] == (len(devices) - 1) * P  # the forward broadcasts the parameters
     assert first.bytes == 0  # summing gradients within one device copies nothing
-    assert second.by_op() == {"broadcast": (len(devices) - 1) * P, "gather": out_bytes}  # ReduceAddCoalesced's backward broadcasts again
+    assert second.by_op() == {
+        "broadcast": (len(devices) - 1) * P,
+        "gather": out_bytes,
+    }  # ReduceAddCoalesced's backward broadcasts again
 
 
 def test_clone_gives_no_gradient_to_the_model():
@@ -156,4 +171,6 @@ def test_clone_gives_no_gradient_to_the_model():
     model = story.make_model()
     loss = F.mse_loss(dpteach.DataParallel(model, ["cpu"] * 2, strategy="clone")(x), y)
     with pytest.raises(RuntimeError, match="not have been used in the graph"):
-        torch.autograd.grad(loss, list(model.parameters()))  # exercise 2: the model is not in the graph at all
+        torch.autograd.grad(
+            loss, list(model.parameters())
+        )  # exercise 2: the model is not in the graph at all

@@ -35,8 +35,10 @@ SPEEDUP = re.compile(
     r"(?P<verdict>a speed-up|no speed-up)"
 )
 UNIT = {"us": 1e-6, "ms": 1e-3}
-CROSSOVER = re.compile(r"coalesced / per tensor, at \[([\d, ]+)\] tensors: (.*)\n"
-                       r"On this machine coalescing (won from \d+ tensors on|did not win at any)")
+CROSSOVER = re.compile(
+    r"coalesced / per tensor, at \[([\d, ]+)\] tensors: (.*)\n"
+    r"On this machine coalescing (won from \d+ tensors on|did not win at any)"
+)
 
 
 def verdict_for(ratio: float) -> str:
@@ -50,8 +52,14 @@ def verdict_for(ratio: float) -> str:
 
 @pytest.mark.parametrize(
     "a, b, verdict",
-    [(2.0, 1.0, "slower"), (1.0, 2.0, "faster"), (1.1, 1.0, "about the same"), (1.0, 1.1, "about the same"),
-     (claims.MARGIN, 1.0, "slower"), (1.0, claims.MARGIN, "faster")],
+    [
+        (2.0, 1.0, "slower"),
+        (1.0, 2.0, "faster"),
+        (1.1, 1.0, "about the same"),
+        (1.0, 1.1, "about the same"),
+        (claims.MARGIN, 1.0, "slower"),
+        (1.0, claims.MARGIN, "faster"),
+    ],
 )
 def test_verdict_follows_the_ratio_of_medians(a, b, verdict):
     assert Comparison("a", "b", a, b).verdict == verdict
@@ -91,7 +99,7 @@ def test_crossover_is_where_the_first_one_wins_from_then_on():
 def _seconds(value: str, unit: str) -> tuple[float, float]:
     """A printed 'number unit' in seconds, with half its last digit: what rounding may have moved."""
     decimals = len(value.split(".")[1]) if "." in value else 0
-    return float(value) * UNIT[unit], 0.5 * 10 ** -decimals * UNIT[unit]
+    return float(value) * UNIT[unit], 0.5 * 10**-decimals * UNIT[unit]
 
 
 def _numbers_printed(text: str) -> list[tuple[float, float]]:
@@ -115,21 +123,27 @@ def check_cell_output(text: str) -> int:
         assert low - 0.006 <= ratio <= high + 0.006, match[0]  # the ratio is of the medians it names
         assert match["verdict"] == verdict_for(ratio), match[0]  # the verdict is the ratio's
         if len(printed) >= 2:
-            assert _close((a, ra), printed) and _close((b, rb), printed), f"{match[0]} names medians the cell did not print"
+            assert _close((a, ra), printed) and _close((b, rb), printed), (
+                f"{match[0]} names medians the cell did not print"
+            )
         checked += 1
     for match in SPEEDUP.finditer(text):  # chapter 08: did DataParallel beat the plain step?
         (a, ra), (b, rb) = _seconds(match["a"], match["au"]), _seconds(match["b"], match["bu"])
         ratio = float(match["ratio"])
         assert (b - rb) / (a + ra) - 0.006 <= ratio <= (b + rb) / max(a - ra, 1e-12) + 0.006, match[0]
         assert match["verdict"] == ("a speed-up" if ratio >= claims.MARGIN else "no speed-up"), match[0]
-        assert _close((a, ra), printed) and _close((b, rb), printed), f"{match[0]} names times the cell did not print"
+        assert _close((a, ra), printed) and _close((b, rb), printed), (
+            f"{match[0]} names times the cell did not print"
+        )
         checked += 1
     for counts, ratios, verdict in CROSSOVER.findall(text):  # chapter 06: where coalescing won
         counts = [int(k) for k in counts.split(",")]
         wins = [float(r) <= 1 / claims.MARGIN for r in re.findall(r"(\d+\.\d+)x", ratios)]
         assert len(wins) == len(counts)
         start = next((k for i, k in enumerate(counts) if all(wins[i:])), None)
-        assert verdict == (f"won from {start} tensors on" if start is not None else "did not win at any"), verdict
+        assert verdict == (f"won from {start} tensors on" if start is not None else "did not win at any"), (
+            verdict
+        )
         checked += 1
     return checked
 
@@ -142,11 +156,13 @@ On cpu, 2 slots: the DataParallel step ran at 0.67x the speed of the plain step 
 
 @pytest.mark.parametrize(
     "bad",
-    [GOOD.replace("no speed-up", "a speed-up"),  # a verdict the numbers do not support
-     GOOD.replace("150.000 ms against", "250.000 ms against"),  # a median the table did not print
-     "clone_then_to  5.0 us\nto_device  3.0 us\n"
-     "x took 1.67x the time of y (5.0 us against 3.0 us): about the same\n",  # 1.67 is beyond the margin
-     "coalesced / per tensor, at [1, 16] tensors: 2.00x  0.50x\nOn this machine coalescing did not win at any"],
+    [
+        GOOD.replace("no speed-up", "a speed-up"),  # a verdict the numbers do not support
+        GOOD.replace("150.000 ms against", "250.000 ms against"),  # a median the table did not print
+        "clone_then_to  5.0 us\nto_device  3.0 us\n"
+        "x took 1.67x the time of y (5.0 us against 3.0 us): about the same\n",  # 1.67 is beyond the margin
+        "coalesced / per tensor, at [1, 16] tensors: 2.00x  0.50x\nOn this machine coalescing did not win at any",
+    ],
 )
 def test_the_check_catches_a_claim_its_numbers_contradict(bad):
     assert check_cell_output(GOOD) == 1
@@ -159,12 +175,19 @@ def test_the_check_catches_a_claim_its_numbers_contradict(bad):
 def test_printed_claims_agree_with_the_measurements(name, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")
     nb, _, _ = executed(ROOT / "notebooks" / name)  # the run's one executed copy, shared with test_notebooks
-    checked = sum(check_cell_output("".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream"))
-                  for cell in nb.cells if cell.cell_type == "code")
-    assert checked >= SENTENCES[name], f"{name} printed {checked} measured comparisons; its conclusions come from them"
+    checked = sum(
+        check_cell_output("".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream"))
+        for cell in nb.cells
+        if cell.cell_type == "code"
+    )
+    assert checked >= SENTENCES[name], (
+        f"{name} printed {checked} measured comparisons; its conclusions come from them"
+    )
 
 
-NUMBER_CLAIM = re.compile(r"\d+(\.\d+)?\s*(×|x\b)|\d+(\.\d+)?\s*(ms|µs|us)\b|\b(twice|three times|half) as (fast|slow|long)\b")
+NUMBER_CLAIM = re.compile(
+    r"\d+(\.\d+)?\s*(×|x\b)|\d+(\.\d+)?\s*(ms|µs|us)\b|\b(twice|three times|half) as (fast|slow|long)\b"
+)
 
 
 @pytest.mark.parametrize("name", MEASURING)

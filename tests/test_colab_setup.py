@@ -36,7 +36,7 @@ def fake_pip(tmp_path: Path, ok: bool) -> tuple[Path, Path]:
     last = (
         'echo "Successfully installed dpteach-0.1.0 ninja-1.13.0"; exit 0'
         if ok
-        else 'echo "ERROR: Could not find a tag or branch \'nope\' (stand-in pip)" >&2; exit 1'
+        else "echo \"ERROR: Could not find a tag or branch 'nope' (stand-in pip)\" >&2; exit 1"
     )
     script.write_text(
         "#!/bin/sh\n"
@@ -73,8 +73,11 @@ def test_on_colab_pip_output_is_shown_and_widgets_are_turned_on(colab, tmp_path,
     # pip's stdout and stderr both reach the notebook, in order, after the cell's own first line
     lines = [line for line in out.splitlines() if line.strip()]
     assert lines[0] == f"Installing dpteach {VERSION} from {REPOSITORY} ..."
-    assert lines[1:4] == ["Collecting dpteach (stand-in pip)", "  Cloning the course repository (stand-in pip)",
-                          "Successfully installed dpteach-0.1.0 ninja-1.13.0"]
+    assert lines[1:4] == [
+        "Collecting dpteach (stand-in pip)",
+        "  Cloning the course repository (stand-in pip)",
+        "Successfully installed dpteach-0.1.0 ninja-1.13.0",
+    ]
     assert lines[-1] == f"dpteach {VERSION} is installed."
     args = argv.read_text().splitlines()
     assert args[:3] == ["-m", "pip", "install"]
@@ -120,9 +123,12 @@ output.enable_custom_widget_manager = lambda: print("[widget manager on]")
 colab.output, google.colab = output, colab
 sys.modules.update({{"google": google, "google.colab": colab, "google.colab.output": output}})
 sys.executable = {str(pip)!r}"""
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(stand_in),
-                                         nbformat.v4.new_code_cell(committed_setup_cell())])
-    client = NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(stand_in), nbformat.v4.new_code_cell(committed_setup_cell())]
+    )
+    client = NotebookClient(
+        nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     if ok:
         client.execute()
     else:

@@ -57,8 +57,14 @@ def test_broadcast_coalesced_equals_per_tensor_broadcast(n_slots):
 
 def test_coalesced_copy_buckets_small_tensors_and_hands_back_each_one():
     # the bucketing path broadcast_coalesced takes between distinct devices, run here onto the CPU itself
-    tensors = [torch.randn(2, 2), torch.randn(3), torch.arange(4), torch.randn(4), torch.randn(2, dtype=torch.float64),
-               torch.randn(40)]  # 16 + 12 + 16 float32 bytes share a bucket; 160 bytes need their own
+    tensors = [
+        torch.randn(2, 2),
+        torch.randn(3),
+        torch.arange(4),
+        torch.randn(4),
+        torch.randn(2, dtype=torch.float64),
+        torch.randn(40),
+    ]  # 16 + 12 + 16 float32 bytes share a bucket; 160 bytes need their own
     with comm.traffic() as t:
         out = comm._coalesced_copy(tensors, torch.device("cpu"), buffer_size=64)
     for o, src in zip(out, tensors):
@@ -66,7 +72,9 @@ def test_coalesced_copy_buckets_small_tensors_and_hands_back_each_one():
         assert_close(o, src)
         assert o.data_ptr() != src.data_ptr()  # copied
     assert t.bytes == sum(comm.nbytes(x) for x in tensors)  # every byte moved once
-    assert len(t.copies) == 4  # buckets per type under the 64-byte cap: 3 small float32s, the big one, int64, float64
+    assert (
+        len(t.copies) == 4
+    )  # buckets per type under the 64-byte cap: 3 small float32s, the big one, int64, float64
     before = out[1]._version
     out[0].add_(1)
     assert out[1]._version == before  # pieces of one bucket keep separate version counters

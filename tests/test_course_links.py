@@ -12,16 +12,16 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import nbformat
 import pytest
+import tomllib
 
 import dpteach
 from dpteach import _course
-from dpteach.course import env
 from dpteach._course import GPU_CHAPTERS, LINKS_CELL_ID, RELEASE, REPOSITORY, SETUP_CELL, VERSION
+from dpteach.course import env
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = _course.chapter_notebooks(ROOT)
@@ -35,17 +35,20 @@ def test_version_is_written_once():
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "dpteach._course.VERSION"}
     assert RELEASE == f"v{VERSION}"
     # no other file spells the version out as a literal assignment
-    tracked = subprocess.run(["git", "ls-files", "*.py", "*.toml", "*.cfg"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "*.py", "*.toml", "*.cfg"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     literal = re.compile(r"""^\s*(__version__|version)\s*=\s*["']\d""", re.M | re.I)
     assert [f for f in tracked if literal.search((ROOT / f).read_text())] == ["dpteach/_course.py"]
 
 
 def test_setuptools_reads_the_version_without_importing_torch(tmp_path):
     """The build backend's own view of the version: what a wheel gets stamped with."""
-    code = ("import sys; sys.modules['torch'] = None\n"  # importing torch would fail: it must not be needed
-            "from setuptools.config.pyprojecttoml import read_configuration\n"
-            f"print(read_configuration({str(ROOT / 'pyproject.toml')!r}, expand=True)['project']['version'])")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # importing torch would fail: it must not be needed
+        "from setuptools.config.pyprojecttoml import read_configuration\n"
+        f"print(read_configuration({str(ROOT / 'pyproject.toml')!r}, expand=True)['project']['version'])"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == VERSION
@@ -86,10 +89,16 @@ def test_readme_badges_and_table_are_derived():
     assert _course.badges("notebooks/00_start_here.ipynb") in readme.split("\n\n")[1]  # the top badges
     for path in CHAPTERS:
         rel = path.relative_to(ROOT).as_posix()
-        rows = [line for line in readme.splitlines() if line.startswith(f"| [{path.stem[:2]} ") and f"({rel})" in line]
+        rows = [
+            line
+            for line in readme.splitlines()
+            if line.startswith(f"| [{path.stem[:2]} ") and f"({rel})" in line
+        ]
         assert len(rows) == 1, f"the README's chapter table needs one row for {rel}"
         assert rows[0].endswith(f"| {_course.badges(rel)} |")
-    assert f'pip install "dpteach @ git+{REPOSITORY}@{RELEASE}"' in readme  # the install line for your own notebook
+    assert (
+        f'pip install "dpteach @ git+{REPOSITORY}@{RELEASE}"' in readme
+    )  # the install line for your own notebook
 
 
 def test_pyproject_urls_point_at_the_repository():
@@ -106,17 +115,29 @@ def test_environment_check_reports_this_release():
 def test_everything_derived_is_up_to_date(tmp_path):
     """Running the sync on a copy changes nothing: no copy was edited by hand."""
     copy = _copy_course(tmp_path)
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sync_course.py"), str(copy)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "sync_course.py"), str(copy)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "nothing" in out, out
 
 
 def test_no_other_file_names_the_repository():
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     derived = {"dpteach/_course.py", "README.md", "pyproject.toml"}
-    stray = [f for f in tracked
-             if f not in derived and not f.endswith(".ipynb") and not f.startswith("tests/")
-             and (ROOT / f).is_file() and REPOSITORY in (ROOT / f).read_text(errors="ignore")]
+    stray = [
+        f
+        for f in tracked
+        if f not in derived
+        and not f.endswith(".ipynb")
+        and not f.startswith("tests/")
+        and (ROOT / f).is_file()
+        and REPOSITORY in (ROOT / f).read_text(errors="ignore")
+    ]
     assert stray == [], "derive these from dpteach._course.REPOSITORY instead"
 
 
@@ -125,9 +146,12 @@ def test_moving_the_repository_is_a_one_line_change(tmp_path):
     source = (copy / "dpteach" / "_course.py").read_text()
     line = f'REPOSITORY = "{REPOSITORY}"'
     assert source.count(line) == 1
-    (copy / "dpteach" / "_course.py").write_text(source.replace(line, 'REPOSITORY = "https://github.com/new-home/course"'))
-    subprocess.run([sys.executable, str(copy / "scripts" / "sync_course.py"), str(copy)], check=True,
-                   capture_output=True)
+    (copy / "dpteach" / "_course.py").write_text(
+        source.replace(line, 'REPOSITORY = "https://github.com/new-home/course"')
+    )
+    subprocess.run(
+        [sys.executable, str(copy / "scripts" / "sync_course.py"), str(copy)], check=True, capture_output=True
+    )
     spec = importlib.util.spec_from_file_location("moved_course", copy / "dpteach" / "_course.py")
     moved = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(moved)
@@ -136,8 +160,14 @@ def test_moving_the_repository_is_a_one_line_change(tmp_path):
         assert "dpteach/dpteach" not in text, path  # the old home is gone everywhere
     for path in moved.chapter_notebooks(copy):
         nb = nbformat.read(path, as_version=4)
-        assert "/github/new-home/course/blob/" in nb.cells[0].source and "/gh/new-home/course/" in nb.cells[0].source
-        assert "git+https://github.com/new-home/course@" in next(c for c in nb.cells if c.cell_type == "code").source
+        assert (
+            "/github/new-home/course/blob/" in nb.cells[0].source
+            and "/gh/new-home/course/" in nb.cells[0].source
+        )
+        assert (
+            "git+https://github.com/new-home/course@"
+            in next(c for c in nb.cells if c.cell_type == "code").source
+        )
     assert "colab.research.google.com/github/new-home/course/blob/" in (copy / "README.md").read_text()
 
 

@@ -126,11 +126,15 @@ def test_rewire_builds_one_reduce_add_per_parameter(ext):
     step = cpp.rewire_step(model, x, ["cpu", "cpu", "cpu"])
     for name, original in step.params.items():
         nodes = [r[name].grad_fn for r in step.replica_params]
-        assert all(n is not None and n.name() == "ReduceAdd" for n in nodes)  # set_history made ReduceAdd the grad_fn
+        assert all(
+            n is not None and n.name() == "ReduceAdd" for n in nodes
+        )  # set_history made ReduceAdd the grad_fn
         assert all(n is nodes[0] for n in nodes)  # one node per original parameter, shared by the replicas
-        (accumulate, _), = nodes[0].next_functions
+        ((accumulate, _),) = nodes[0].next_functions
         assert accumulate.variable is original  # its one edge: the original's gradient accumulator
-    assert all(all(g is None for g in r.values()) for r in step.replica_grads)  # replica copies are no longer leaves
+    assert all(
+        all(g is None for g in r.values()) for r in step.replica_grads
+    )  # replica copies are no longer leaves
 
 
 def test_clone_replicas_are_fresh_leaves(ext):
@@ -149,7 +153,9 @@ def test_member_handle(ext):
     assert_close(demo["member_weight"], model.weight.detach())  # the member still holds the old weight
     assert_close(demo["forward"], demo["forward_with_member"])  # and forward() reads the member
     assert not torch.allclose(demo["forward"], demo["forward_with_registry"])  # not the registry
-    assert demo["member_grad_fn_after_set_history"] == "ReduceAdd"  # set_history on any handle reaches the member
+    assert (
+        demo["member_grad_fn_after_set_history"] == "ReduceAdd"
+    )  # set_history on any handle reaches the member
     model._parameters["weight"] = nn.Parameter(torch.zeros_like(model.weight))
     assert model.weight is model._parameters["weight"]  # in Python the registry *is* the attribute
 
@@ -189,8 +195,12 @@ def test_a_pip_installed_ninja_is_found_off_path(monkeypatch, tmp_path):
     fake.write_text("#!/bin/sh\necho 1.11.1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setitem(sys.modules, "ninja", None)  # no pip `ninja` package either: only the venv's bin folder
-    monkeypatch.setattr(_build.sys, "executable", str(tmp_path / "python"))  # a venv's bin folder, not on PATH
+    monkeypatch.setitem(
+        sys.modules, "ninja", None
+    )  # no pip `ninja` package either: only the venv's bin folder
+    monkeypatch.setattr(
+        _build.sys, "executable", str(tmp_path / "python")
+    )  # a venv's bin folder, not on PATH
     assert _build.ninja() == str(fake)  # found beside the interpreter
     assert os.environ["PATH"] == "/nonexistent"  # a lookup changes nothing
     assert _build.put_ninja_on_path() == str(fake)  # the build puts it on PATH, where torch looks

@@ -18,6 +18,8 @@ from dpteach import comm, parallel_apply, replicate
 
 CPU2 = ["cpu", "cpu"]
 STRATEGIES = ["clone", "rewire", "broadcast"]
+
+
 # comm's coalesced functions regroup their outputs by tensor type, which differs between devices:
 # across device types they raise KeyError today (issue 18 fixes it; then these pass and the mark can go).
 def mlp():
@@ -44,7 +46,9 @@ def test_reduce_add_with_the_destination_among_the_inputs_moves_only_the_others(
     with comm.traffic() as t:
         out = comm.reduce_add([on_meta, on_cpu], destination="meta")
     assert out.device.type == "meta"
-    assert [(c.src.type, c.dst.type) for c in t.copies] == [("cpu", "meta")]  # the root input stays where it is
+    assert [(c.src.type, c.dst.type) for c in t.copies] == [
+        ("cpu", "meta")
+    ]  # the root input stays where it is
 
 
 def test_reduce_add_coalesced_onto_one_device_sums_each_position():
@@ -58,7 +62,9 @@ def test_reduce_add_coalesced_onto_another_device_goes_through_the_buckets():
     groups = [[torch.randn(3, 2), torch.randint(0, 9, (5,)), torch.randn(7)] for _ in range(2)]
     out = comm.reduce_add_coalesced(groups, destination="meta", buffer_size=32)
     assert [t.device.type for t in out] == ["meta"] * 3
-    assert [t.shape for t in out] == [g.shape for g in groups[0]] and [t.dtype for t in out] == [g.dtype for g in groups[0]]
+    assert [t.shape for t in out] == [g.shape for g in groups[0]] and [t.dtype for t in out] == [
+        g.dtype for g in groups[0]
+    ]
 
 
 def test_broadcast_coalesced_onto_another_device_keeps_shapes_and_types():
@@ -84,7 +90,9 @@ def test_scatter_and_gather_cross_devices_and_count_the_bytes():
     assert g.device.type == "meta" and g.shape == x.shape
     assert t.cross_device_bytes == comm.nbytes(x)
     a, b = comm.broadcast(x, ["meta", "cpu"])
-    assert a.device.type == "meta" and b is x  # the first slot on the source's own device gets the tensor itself
+    assert (
+        a.device.type == "meta" and b is x
+    )  # the first slot on the source's own device gets the tensor itself
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,7 +162,9 @@ def test_a_buffer_that_requires_grad_gets_the_one_device_gradient(strategy):
     model.scale.grad = None
     dpteach.DataParallel(model, ["cpu"] * 3, strategy=strategy)(x).pow(2).sum().backward()
     assert model.scale.grad is not None, f"{strategy}: the buffer's gradient never came back"
-    assert_close(model.scale.grad, expected)  # the replicas' gradients summed onto the buffer (#20910 rewired them too)
+    assert_close(
+        model.scale.grad, expected
+    )  # the replicas' gradients summed onto the buffer (#20910 rewired them too)
 
 
 def test_rewire_gives_each_grad_requiring_buffer_a_reduce_add_node():
@@ -203,8 +213,7 @@ def test_dataparallel_under_no_grad_builds_no_graph(strategy):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", [
-    "clone", "rewire", "broadcast"])
+@pytest.mark.parametrize("strategy", ["clone", "rewire", "broadcast"])
 def test_replicas_land_on_their_slots_device(strategy):
     model = mlp()
     a, b = replicate(model, ["cpu", "meta"], strategy=strategy)

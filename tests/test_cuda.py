@@ -38,7 +38,9 @@ def test_data_parallel_on_gpu_slots_matches_one_device(strategy):
 
 def test_clone_loses_gradients_on_gpu_too():
     model = nn.Linear(8, 2).cuda()
-    dpteach.DataParallel(model, dpteach.default_devices(), strategy="clone")(torch.randn(8, 8, device="cuda")).sum().backward()
+    dpteach.DataParallel(model, dpteach.default_devices(), strategy="clone")(
+        torch.randn(8, 8, device="cuda")
+    ).sum().backward()
     assert model.weight.grad is None  # the bug is in the graph, not the hardware
 
 

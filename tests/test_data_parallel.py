@@ -329,7 +329,10 @@ def test_complex_parameters():
 
     x = torch.randn(4, 10, dtype=torch.cfloat)
     out = DataParallel(M(), CPU2)(x)
-    assert out.dtype == torch.cfloat and out.shape == (4, 10)  # complex stays complex (PyTorch leaks a real view)
+    assert out.dtype == torch.cfloat and out.shape == (
+        4,
+        10,
+    )  # complex stays complex (PyTorch leaks a real view)
     assert_close(out, x)
 
 

@@ -18,7 +18,13 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from dpteach.distributed import RankFailed, Ranks, RankTimeout, data_parallel_gradients, single_device_gradients
+from dpteach.distributed import (
+    RankFailed,
+    Ranks,
+    RankTimeout,
+    data_parallel_gradients,
+    single_device_gradients,
+)
 from dpteach.distributed.compare import dataparallel_traffic
 from dpteach.distributed.launch import ENTRY, task_name
 from dpteach.distributed.model import loss_fn, make_data, make_model, sgd_step
@@ -67,7 +73,9 @@ def test_ddp_gradients_equal_dataparallel_and_single_device(ranks):
     assert [o["rows"] for o in out] == [4, 4]  # equal shards: each rank saw half the global batch
     assert any(g.abs().sum() > 0 for g in single.values())  # the reference is not trivially zero
     for name, reference in single.items():
-        assert torch.equal(out[0]["grads"][name], out[1]["grads"][name])  # all-reduce left every rank the same gradient
+        assert torch.equal(
+            out[0]["grads"][name], out[1]["grads"][name]
+        )  # all-reduce left every rank the same gradient
         assert_close(out[0]["grads"][name], reference)  # DDP's all-reduce mean == one device, whole batch
         assert_close(dp[name], reference)  # DataParallel's mean loss over the gathered batch == one device
 
@@ -79,7 +87,9 @@ def test_unequal_shards_average_per_rank_means(ranks):
     ((loss_fn(model(x[:6]), y[:6]) + loss_fn(model(x[6:]), y[6:])) / 2).backward()
     single = single_device_gradients(global_batch=8, seed=5)
     for name, p in model.named_parameters():
-        assert_close(out[1]["grads"][name], p.grad)  # DDP averages the two ranks' mean losses, whatever their sizes
+        assert_close(
+            out[1]["grads"][name], p.grad
+        )  # DDP averages the two ranks' mean losses, whatever their sizes
     assert any(not torch.allclose(out[0]["grads"][n], single[n]) for n in single)  # so not one device's mean
 
 
@@ -87,14 +97,21 @@ def test_ddp_replicates_nothing_per_step(ranks):
     ddp = ranks.run("traffic", hidden=32, depth=2, global_batch=64, steps=3, echo=False)[0]
     dp = dataparallel_traffic(hidden=32, depth=2, global_batch=64, steps=3)
     n_params = len(list(make_model(32, depth=2).parameters()))
-    assert dp["copies_per_step"]["broadcast"] == n_params  # DataParallel copies every parameter to slot 1 each step
+    assert (
+        dp["copies_per_step"]["broadcast"] == n_params
+    )  # DataParallel copies every parameter to slot 1 each step
     assert ddp["dpteach_copies"] == 0  # DDP makes none: its replica lives as long as the process
     assert ddp["same_parameters"]  # the very same parameter storage after three steps
-    assert ddp["allreduce_bytes_per_step"] == dp["parameter_bytes"]  # what travels is one gradient per parameter
+    assert (
+        ddp["allreduce_bytes_per_step"] == dp["parameter_bytes"]
+    )  # what travels is one gradient per parameter
 
 
 def test_train_main_runs_as_a_task(ranks):
-    assert ranks.run("dpteach.distributed.train:main", ["--steps", "2"], echo=False) == [0, 0]  # replicas agree
+    assert ranks.run("dpteach.distributed.train:main", ["--steps", "2"], echo=False) == [
+        0,
+        0,
+    ]  # replicas agree
 
 
 def test_failing_rank_is_named_and_every_rank_is_stopped():
@@ -137,9 +154,21 @@ def test_tasks_defined_in_a_notebook_are_refused_with_the_reason():
 
 
 def test_torchrun_entry_point():
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "dpteach.distributed.train", "--steps", "3"]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "dpteach.distributed.train",
+        "--steps",
+        "3",
+    ]
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    )
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr  # torchrun and both ranks exited cleanly
     assert "world size 2, backend gloo" in done.stdout  # two ranks joined one gloo group

@@ -34,7 +34,9 @@ def on_pieces(model: nn.Module, n: int, *inputs, dim: int = 0, **kwargs):
     params = dict(model.named_parameters())
     outs = [model(*pieces[0], **kwargs)]
     for piece in pieces[1:]:
-        buffers = {k: b.clone() for k, b in model.named_buffers()}  # another slot's statistics are thrown away
+        buffers = {
+            k: b.clone() for k, b in model.named_buffers()
+        }  # another slot's statistics are thrown away
         outs.append(functional_call(model, {**params, **buffers}, piece, kwargs))
     return torch.cat(outs, dim)
 
@@ -74,7 +76,9 @@ class Model(nn.Module):
 @pytest.mark.parametrize("n", SLOT_COUNTS)
 def test_the_tutorial(n, capsys):
     torch.manual_seed(0)
-    rand_loader = DataLoader(dataset=RandomDataset(input_size, data_size), batch_size=batch_size, shuffle=True)
+    rand_loader = DataLoader(
+        dataset=RandomDataset(input_size, data_size), batch_size=batch_size, shuffle=True
+    )
     model = Model(input_size, output_size)
     plain = copy.deepcopy(model)
     model = dpteach.DataParallel(model, slots(n))
@@ -98,15 +102,21 @@ def test_the_tutorial(n, capsys):
 def d2l_net():
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Conv2d(1, 4, kernel_size=3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
-        nn.AvgPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 10),
+        nn.Conv2d(1, 4, kernel_size=3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.AvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(4 * 4 * 4, 10),
     )
 
 
 def d2l_data(batches=3, batch=12):
     g = torch.Generator().manual_seed(1)
-    return [(torch.randn(batch, 1, 8, 8, generator=g), torch.randint(0, 10, (batch,), generator=g))
-            for _ in range(batches)]
+    return [
+        (torch.randn(batch, 1, 8, 8, generator=g), torch.randint(0, 10, (batch,), generator=g))
+        for _ in range(batches)
+    ]
 
 
 @pytest.mark.parametrize("n", SLOT_COUNTS)
@@ -149,7 +159,9 @@ def test_state_dict_round_trips_with_torch_dataparallel():
     trained = d2l_net()
     for p in trained.parameters():
         p.data.normal_()
-    theirs.load_state_dict(nn.DataParallel(trained).state_dict())  # a checkpoint saved from torch's wrapper ...
+    theirs.load_state_dict(
+        nn.DataParallel(trained).state_dict()
+    )  # a checkpoint saved from torch's wrapper ...
     ours.load_state_dict(theirs.state_dict())  # ... loads into dpteach's
     plain = d2l_net()
     plain.load_state_dict(ours.module.state_dict())  # and back out into a plain model
@@ -222,7 +234,9 @@ def test_kwargs_and_structured_outputs(n, strategy):
     for p, q in zip(model.parameters(), ref.parameters()):
         assert_close(p.grad, q.grad)  # gradients through keyword inputs reach the original
     as_dict = dp(x, return_dict=True)
-    assert set(as_dict) == {"logits", "hidden", "attention"} and as_dict["attention"] is None  # None stays None
+    assert (
+        set(as_dict) == {"logits", "hidden", "attention"} and as_dict["attention"] is None
+    )  # None stays None
     assert_close(as_dict["logits"], ref(x, return_dict=True)["logits"])
     functional = dpteach.data_parallel(model, (x,), slots(n), module_kwargs={"mask": mask}, strategy=strategy)
     assert_close(functional.logits, ref(x, mask=mask).logits)

@@ -8,7 +8,6 @@ from pathlib import Path
 import nbformat
 
 import dpteach
-
 from dpteach import exercises
 from dpteach.exercises import _build, _records
 
@@ -17,7 +16,7 @@ ROOT = PACKAGE.parents[1]
 
 
 def test_each_key_is_written_in_one_file_only():
-    for key, task in exercises.TASKS.items():
+    for key, _task in exercises.TASKS.items():
         if key in dpteach.STRATEGIES:
             continue  # "rewire" is a strategy's name too, written wherever that strategy is used
         holders = [p.name for p in PACKAGE.rglob("*.py") if re.search(rf"[\"']{key}[\"']", p.read_text())]

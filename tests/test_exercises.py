@@ -47,7 +47,9 @@ def text(result) -> str:
 
 def assert_fails_with(result, *phrases):
     """The check failed, and its messages contain every phrase."""
-    assert not result.passed, f"the check passed a wrong answer:\n{result}"  # a wrong answer is never Correct!
+    assert not result.passed, (
+        f"the check passed a wrong answer:\n{result}"
+    )  # a wrong answer is never Correct!
     for phrase in phrases:
         assert phrase in text(result), f"expected {phrase!r} in:\n{result}"  # the message names the mistake
 
@@ -88,7 +90,9 @@ def test_try_it_runs_a_solution_quietly(key, capsys):
 @pytest.mark.parametrize("key", list(SOLUTIONS))
 def test_checks_never_raise_on_nonsense(key):
     result = exercises.check(key, *([None] * len(SOLUTIONS[key])))
-    assert not result.passed and ("expects" in text(result) or "pass your" in text(result))  # says what to pass
+    assert not result.passed and (
+        "expects" in text(result) or "pass your" in text(result)
+    )  # says what to pass
 
 
 def test_a_crash_in_learner_code_is_explained_with_its_line():
@@ -102,7 +106,9 @@ def test_a_crash_in_learner_code_is_explained_with_its_line():
             return grads[0].reshape(7) + 1, *([None] * len(grads))  # a learner's typo
 
     result = exercises.check_rewire(Crashes)
-    assert_fails_with(result, "your code raised RuntimeError", "in `backward`", "reshape(7)")  # type, where, which line
+    assert_fails_with(
+        result, "your code raised RuntimeError", "in `backward`", "reshape(7)"
+    )  # type, where, which line
 
 
 def test_result_shows_itself_as_html():
@@ -148,9 +154,15 @@ def clone_replicate_with(make_copy):
 
 
 def test_clone_the_broken_line_itself():
-    result = exercises.check_clone_bug(clone_replicate_with(lambda p, d: nn.Parameter(p.detach().clone().to(d))))
-    assert_fails_with(result, "replica 0's `0.weight` has no path to the original `0.weight`", "fresh leaf",
-                      "see chapter 01")  # the edge is lost, and where to read about it
+    result = exercises.check_clone_bug(
+        clone_replicate_with(lambda p, d: nn.Parameter(p.detach().clone().to(d)))
+    )
+    assert_fails_with(
+        result,
+        "replica 0's `0.weight` has no path to the original `0.weight`",
+        "fresh leaf",
+        "see chapter 01",
+    )  # the edge is lost, and where to read about it
 
 
 def test_clone_the_libraries_broken_strategy():
@@ -159,7 +171,9 @@ def test_clone_the_libraries_broken_strategy():
 
 
 def test_clone_to_without_copy_shares_memory():
-    result = exercises.check_clone_bug(clone_replicate_with(lambda p, d: p.to(d)))  # .to is a no-op on the same device
+    result = exercises.check_clone_bug(
+        clone_replicate_with(lambda p, d: p.to(d))
+    )  # .to is a no-op on the same device
     assert_fails_with(result, "replica 1's `0.weight` shares memory with the original", "copy=True")
 
 
@@ -168,12 +182,18 @@ def test_clone_under_no_grad():
         with torch.no_grad():
             return p.to(d, copy=True)
 
-    assert_fails_with(exercises.check_clone_bug(clone_replicate_with(copy_without_grad)), "does not require grad")
+    assert_fails_with(
+        exercises.check_clone_bug(clone_replicate_with(copy_without_grad)), "does not require grad"
+    )
 
 
 def test_clone_edge_to_a_replica_leaf_instead_of_the_original():
-    result = exercises.check_clone_bug(clone_replicate_with(lambda p, d: nn.Parameter(p.detach()).to(d, copy=True)))
-    assert_fails_with(result, "its edges lead to a leaf of the replica's own")  # an edge, but to the wrong leaf
+    result = exercises.check_clone_bug(
+        clone_replicate_with(lambda p, d: nn.Parameter(p.detach()).to(d, copy=True))
+    )
+    assert_fails_with(
+        result, "its edges lead to a leaf of the replica's own"
+    )  # an edge, but to the wrong leaf
 
 
 def test_clone_the_library_strategies_that_work_pass():
@@ -199,8 +219,9 @@ def reduce_add_with(backward, forward=None):
 
 def test_rewire_gradients_handed_to_the_replicas_instead_of_the_original():
     wrong = reduce_add_with(lambda ctx, *grads: (None,) + grads)
-    assert_fails_with(exercises.check_rewire(wrong), "the original's .grad is None",
-                      "returns the gradients for the copies")  # edges to the replica, not the original
+    assert_fails_with(
+        exercises.check_rewire(wrong), "the original's .grad is None", "returns the gradients for the copies"
+    )  # edges to the replica, not the original
 
 
 def test_rewire_sum_on_the_wrong_device():
@@ -217,7 +238,9 @@ def test_rewire_mean_instead_of_sum():
 
 def test_rewire_forward_returns_copies_of_the_original_not_the_replicas():
     right = SOLUTIONS["rewire"][0].backward
-    wrong = reduce_add_with(right, forward=lambda original, copies: tuple(original.detach().clone() for _ in copies))
+    wrong = reduce_add_with(
+        right, forward=lambda original, copies: tuple(original.detach().clone() for _ in copies)
+    )
     assert_fails_with(exercises.check_rewire(wrong), "output 1 of ReduceAdd.forward is not copy 1")
 
 
@@ -281,7 +304,9 @@ def doubled(ctx, grads, partner):
 
 def test_broadcast_backward_with_raw_comm_is_not_the_partner():
     result = exercises.check_broadcast_pair(*pair(broadcast_backward=raw_comm_sum))
-    assert_fails_with(result, "Broadcast.backward is not differentiable")  # comm moves data and records no graph
+    assert_fails_with(
+        result, "Broadcast.backward is not differentiable"
+    )  # comm moves data and records no graph
 
 
 def test_broadcast_backward_under_no_grad_is_not_differentiable():
@@ -296,11 +321,15 @@ def test_reduce_backward_with_raw_comm_is_not_differentiable():
 
 def test_reduce_that_forgets_the_other_slots():
     result = exercises.check_broadcast_pair(*pair(reduce_forward=first_slot_only))
-    assert_fails_with(result, "a got 1, not 9", "the sum of input 0 over the three slots")  # both sides of the pair
+    assert_fails_with(
+        result, "a got 1, not 9", "the sum of input 0 over the three slots"
+    )  # both sides of the pair
 
 
 def test_broadcast_pair_of_the_library_passes():
-    assert exercises.check_broadcast_pair(dpteach.functions.Broadcast, dpteach.functions.ReduceAddCoalesced).passed
+    assert exercises.check_broadcast_pair(
+        dpteach.functions.Broadcast, dpteach.functions.ReduceAddCoalesced
+    ).passed
 
 
 def test_reduce_backward_that_scales_the_gradient():
@@ -309,7 +338,9 @@ def test_reduce_backward_that_scales_the_gradient():
 
 
 def test_the_pair_helper_builds_a_correct_pair():
-    assert exercises.check_broadcast_pair(*pair()).passed  # so each test above differs from a solution by one method
+    assert exercises.check_broadcast_pair(
+        *pair()
+    ).passed  # so each test above differs from a solution by one method
 
 
 # --------------------------------------------------------------------------------------------
@@ -332,8 +363,10 @@ def scatter_with(dataclass_rule=None, namedtuple_rule=None, detach=False):
                 if dataclass_rule:
                     return dataclass_rule(obj, scatter_map, devices)
                 names = [f.name for f in dataclasses.fields(obj)]
-                return [dataclasses.replace(obj, **dict(zip(names, v)))
-                        for v in zip(*(scatter_map(getattr(obj, n)) for n in names))]
+                return [
+                    dataclasses.replace(obj, **dict(zip(names, v)))
+                    for v in zip(*(scatter_map(getattr(obj, n)) for n in names))
+                ]
             if isinstance(obj, tuple) and obj:
                 return list(zip(*map(scatter_map, obj)))
             if isinstance(obj, list) and obj:
@@ -348,20 +381,26 @@ def scatter_with(dataclass_rule=None, namedtuple_rule=None, detach=False):
 
 
 def test_scatter_that_passes_dataclasses_through_whole():
-    whole = scatter_with(dataclass_rule=lambda obj, _, devices: [obj for _ in devices])  # torch's behaviour, #41327
+    whole = scatter_with(
+        dataclass_rule=lambda obj, _, devices: [obj for _ in devices]
+    )  # torch's behaviour, #41327
     result = exercises.check_scatter_gather(whole, S.gather)
     assert_fails_with(result, "Batch(x, mask, tags)", "`result[0].x` has shape (8, 4), expected (4, 4)")
 
 
 def test_scatter_that_drops_dataclass_fields():
     def tensors_only(obj, scatter_map, devices):
-        tensors = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)
-                   if isinstance(getattr(obj, f.name), torch.Tensor)}
+        tensors = {
+            f.name: getattr(obj, f.name)
+            for f in dataclasses.fields(obj)
+            if isinstance(getattr(obj, f.name), torch.Tensor)
+        }
         return [type(obj)(**dict(zip(tensors, v))) for v in zip(*map(scatter_map, tensors.values()))]
 
     result = exercises.check_scatter_gather(scatter_with(dataclass_rule=tensors_only), S.gather)
-    assert_fails_with(result, "`result[0].tags` is [], the field's default, not ['cat', 'dog']",
-                      "dropped")  # the non-tensor field is gone
+    assert_fails_with(
+        result, "`result[0].tags` is [], the field's default, not ['cat', 'dog']", "dropped"
+    )  # the non-tensor field is gone
 
 
 def test_scatter_that_turns_namedtuples_into_tuples():
@@ -392,8 +431,12 @@ def test_gather_that_keeps_dicts_per_slot():
 
 def test_batchnorm_rewire_as_it_is_copies_slot0_buffers():
     result = exercises.check_batchnorm("rewire")  # PR #20910 left buffers deep-copied (#21144)
-    assert_fails_with(result, "replica 0's `1.running_mean` is a copy", "see chapter 05",
-                      "the original's `1.running_mean` did not change")
+    assert_fails_with(
+        result,
+        "replica 0's `1.running_mean` is a copy",
+        "see chapter 05",
+        "the original's `1.running_mean` did not change",
+    )
 
 
 def test_batchnorm_buffers_shared_on_every_slot():
@@ -466,8 +509,11 @@ SOLUTIONS_NB = ROOT / "notebooks" / "solutions" / "11_exercises_solutions.ipynb"
 
 def _cells(path, role):
     nb = nbformat.read(path, as_version=4)
-    return {c.metadata["dpteach"]["exercise"]: c for c in nb.cells
-            if c.cell_type == "code" and c.metadata.get("dpteach", {}).get("role") == role}
+    return {
+        c.metadata["dpteach"]["exercise"]: c
+        for c in nb.cells
+        if c.cell_type == "code" and c.metadata.get("dpteach", {}).get("role") == role
+    }
 
 
 def test_exercises_notebook_holds_every_stub_and_check():
@@ -491,7 +537,10 @@ def test_solutions_notebook_holds_every_solution():
 def test_notebooks_run_and_checks_answer():
     from executed import executed  # the run tests/test_notebooks.py shares: each notebook runs once
 
-    for path, role, expected in ((SOLUTIONS_NB, "solution", "Correct!"), (NB, "stub", "You haven't implemented")):
+    for path, _role, expected in (
+        (SOLUTIONS_NB, "solution", "Correct!"),
+        (NB, "stub", "You haven't implemented"),
+    ):
         nb, _, _ = executed(path)
         checks = [c for c in nb.cells if c.metadata.get("dpteach", {}).get("role") == "check"]
         assert len(checks) == len(exercises.TASKS)

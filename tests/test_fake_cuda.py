@@ -38,7 +38,9 @@ class CopyLog(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.ops.aten._to_copy.default and "device" in kwargs:
-            self.copies.append((str(args[0].device), str(kwargs["device"]), bool(kwargs.get("non_blocking", False))))
+            self.copies.append(
+                (str(args[0].device), str(kwargs["device"]), bool(kwargs.get("non_blocking", False)))
+            )
         return func(*args, **kwargs)
 
     def to(self, device: str) -> list[tuple[str, str, bool]]:
@@ -102,7 +104,11 @@ def test_broadcast_coalesced_hands_torch_distinct_gpus_only(fake_cuda, name):
     calls, log = fake_cuda
     slots, fast = SLOT_LISTS[name]
     devices = _devices.as_devices(slots)
-    tensors = [torch.zeros(3, 2, device=devices[0]), torch.zeros(5, device=devices[0]), torch.zeros(4, dtype=torch.int64, device=devices[0])]
+    tensors = [
+        torch.zeros(3, 2, device=devices[0]),
+        torch.zeros(5, device=devices[0]),
+        torch.zeros(4, dtype=torch.int64, device=devices[0]),
+    ]
     out = comm.broadcast_coalesced(tensors, slots)
     assert calls == ([("broadcast_coalesced", [0, 1])] if fast else [])  # torch's fast path, or none at all
     assert out[0] == tensors  # slot 0 keeps the inputs themselves
@@ -117,7 +123,10 @@ def test_reduce_add_coalesced_hands_torch_distinct_gpus_only(fake_cuda, name):
     calls, log = fake_cuda
     slots, fast = SLOT_LISTS[name]
     devices = _devices.as_devices(slots)
-    groups = [[torch.zeros(3, 2, device=d), torch.zeros(4, dtype=torch.int64, device=d), torch.zeros(5, device=d)] for d in devices]
+    groups = [
+        [torch.zeros(3, 2, device=d), torch.zeros(4, dtype=torch.int64, device=d), torch.zeros(5, device=d)]
+        for d in devices
+    ]
     out = comm.reduce_add_coalesced(groups, devices[0])
     assert calls == ([("reduce_add_coalesced", [0, 1])] if fast else [])
     assert [(t.device, t.shape, t.dtype) for t in out] == [(devices[0], t.shape, t.dtype) for t in groups[0]]
@@ -164,7 +173,9 @@ def test_fast_path_functions_come_from_a_module_torch_imports():
 def test_broadcast_coalesced_from_cpu_onto_another_device_type():
     tensors = [torch.randn(3, 2), torch.arange(4), torch.randn(5), torch.arange(2, dtype=torch.int32)]
     out = comm.broadcast_coalesced(tensors, ["cpu", "meta"], buffer_size=24)
-    assert [(t.device.type, t.shape, t.dtype) for t in out[1]] == [("meta", t.shape, t.dtype) for t in tensors]
+    assert [(t.device.type, t.shape, t.dtype) for t in out[1]] == [
+        ("meta", t.shape, t.dtype) for t in tensors
+    ]
 
 
 def test_reduce_add_coalesced_onto_another_device_type():
@@ -174,7 +185,10 @@ def test_reduce_add_coalesced_onto_another_device_type():
 
 
 def test_reduce_add_coalesced_across_device_types_keeps_values_and_order():
-    groups = [[torch.full((2,), 1.0), torch.arange(3), torch.full((4,), 2.0)], [torch.full((2,), 10.0), torch.arange(3) * 10, torch.full((4,), 20.0)]]
+    groups = [
+        [torch.full((2,), 1.0), torch.arange(3), torch.full((4,), 2.0)],
+        [torch.full((2,), 10.0), torch.arange(3) * 10, torch.full((4,), 20.0)],
+    ]
     out = comm.reduce_add_coalesced(groups, "cpu", buffer_size=8)
     for got, *parts in zip(out, *groups):
         torch.testing.assert_close(got, sum(parts))
@@ -260,8 +274,12 @@ def test_the_timer_waits_for_every_gpu_around_each_timed_call(monkeypatch):
     events = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda index=None: events.append(f"sync{index}"))
     threads = torch.get_num_threads()
-    timer.time_in_turns({"a": lambda: events.append("a"), "b": lambda: events.append("b")}, ["cuda:1", "cuda:0", "cuda:1"],
-                        repeats=2, warmup=0)
+    timer.time_in_turns(
+        {"a": lambda: events.append("a"), "b": lambda: events.append("b")},
+        ["cuda:1", "cuda:0", "cuda:1"],
+        repeats=2,
+        warmup=0,
+    )
     around = ["sync0", "sync1"]
     assert events == [*around, "a", *around, *around, "b", *around] * 2  # in turns, each GPU waited for once
     assert torch.get_num_threads() == threads  # GPU slots only: the CPU's threads are left alone
@@ -273,7 +291,9 @@ def test_cpp_build_option_only_where_torch_has_it():
     def old_load_inline(name, cpp_sources, extra_cflags=None, build_directory=None, verbose=False):
         pass
 
-    def new_load_inline(name, cpp_sources, extra_cflags=None, build_directory=None, verbose=False, no_implicit_headers=False):
+    def new_load_inline(
+        name, cpp_sources, extra_cflags=None, build_directory=None, verbose=False, no_implicit_headers=False
+    ):
         pass
 
     assert _build.header_options(old_load_inline) == {}  # torch 2.4 to 2.7

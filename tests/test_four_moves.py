@@ -105,7 +105,9 @@ def test_model_builders_leave_the_global_random_state_alone():
     before = torch.random.get_rng_state()
     story.make_model(), deep_model(8, depth=3), wide_model(8)
     assert torch.equal(torch.random.get_rng_state(), before)
-    assert torch.equal(story.make_model(1)[0].weight, story.make_model(1)[0].weight)  # still the same per seed
+    assert torch.equal(
+        story.make_model(1)[0].weight, story.make_model(1)[0].weight
+    )  # still the same per seed
 
 
 def test_one_name_one_meaning():
@@ -113,8 +115,12 @@ def test_one_name_one_meaning():
     from dpteach.widgets import cost
 
     assert isinstance(timer.time_it(lambda: None, repeats=2, warmup=0).median, float)
-    assert not [m for m in (profile, costs, bench, cost) for n in ("median_time", "median_seconds", "median_times",
-                                                                    "_timed_steps", "Timer") if hasattr(m, n)]
+    assert not [
+        m
+        for m in (profile, costs, bench, cost)
+        for n in ("median_time", "median_seconds", "median_times", "_timed_steps", "Timer")
+        if hasattr(m, n)
+    ]
     assert not hasattr(cost, "n_params") and cost.width_numel(8) == bench.n_params(cost.wide_model(8))
     assert not hasattr(bench, "clone_then_to") and callable(costs.clone_then_to)
     assert not hasattr(dpteach._devices, "describe")

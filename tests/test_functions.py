@@ -16,7 +16,9 @@ CPU2 = ["cpu", "cpu"]
 
 def test_broadcast_double_backwards():
     inputs = tuple(torch.randn(4, 4, dtype=torch.double, requires_grad=True) for _ in range(3))
-    assert gradcheck(lambda *i: Broadcast.apply(CPU2, *i), inputs, check_batched_grad=False)  # first derivative
+    assert gradcheck(
+        lambda *i: Broadcast.apply(CPU2, *i), inputs, check_batched_grad=False
+    )  # first derivative
     assert gradgradcheck(lambda *i: Broadcast.apply(CPU2, *i), inputs, check_batched_grad=False)  # second
 
 
@@ -32,7 +34,9 @@ def test_broadcast_not_requiring_grad():
     inputs = [torch.randn(2, requires_grad=f) for f in flags]
     outputs = Broadcast.apply(CPU2, *inputs)
     for i, out in enumerate(outputs):
-        assert out.requires_grad == flags[i % len(flags)]  # a frozen input gives copies that never ask for grad
+        assert (
+            out.requires_grad == flags[i % len(flags)]
+        )  # a frozen input gives copies that never ask for grad
 
 
 def test_broadcast_no_grad():

@@ -24,8 +24,15 @@ def pairs(edges) -> set[tuple[str, str]]:
     return {(e.src, e.dst) for e in edges}
 
 
-NAMES = ["0.weight", "0.bias", "2.weight", "2.bias"]  # mlp()'s parameters, written out: not read off the graph under test
-DEAD_ENDS = {(slot, n) for slot in range(len(DEVICES)) for n in NAMES}  # under clone, every replica copy of every one
+NAMES = [
+    "0.weight",
+    "0.bias",
+    "2.weight",
+    "2.bias",
+]  # mlp()'s parameters, written out: not read off the graph under test
+DEAD_ENDS = {
+    (slot, n) for slot in range(len(DEVICES)) for n in NAMES
+}  # under clone, every replica copy of every one
 
 
 def slots_and_names(params) -> set[tuple[int, str]]:
@@ -64,7 +71,7 @@ def test_a_graph_against_itself_is_empty(comparison):
 def test_diff_drawing_marks_what_changed(comparison):
     dot = comparison.diff("clone", "rewire").dot
     # added edges are drawn thick green, and the former dead ends get their purple border
-    assert 'penwidth=3' in dot and "#2e7d32" in dot and "no longer a dead end" in dot
+    assert "penwidth=3" in dot and "#2e7d32" in dot and "no longer a dead end" in dot
     # and the picture's legend explains both
     assert "edge added" in dot and "was a dead end, is not any more" in dot
 
@@ -77,7 +84,9 @@ def test_rewire_then_break_it_again():
     before = autograd_graph(loss, module=model, replicas=replicas)
     diff = graph_diff(after, before)
     # going back to clone makes every copy a dead end again, and nothing is reached
-    assert slots_and_names(diff.new_dead_ends) == DEAD_ENDS and [p.name for p in diff.newly_unreached] == NAMES
+    assert (
+        slots_and_names(diff.new_dead_ends) == DEAD_ENDS and [p.name for p in diff.newly_unreached] == NAMES
+    )
     # and the edges the fix added (copy -> ReduceAdd, ReduceAdd -> original) are the ones removed
     into = {(f"replica{s}.{n}", f"ReduceAddBackward[{n}]") for s in range(len(DEVICES)) for n in NAMES}
     out_of = {(f"ReduceAddBackward[{n}]", f"original.{n}") for n in NAMES}

@@ -10,10 +10,37 @@ graphviz = pytest.importorskip("graphviz")
 
 from dpteach.graph.dot import _Statements  # noqa: E402
 
-TRICKY = ["output", "AddmmBackward0_1", "original.0.weight", "ReduceAddBackward[0.weight]",
-          "replica1.layer1.*", "node", "Node", "EDGE", "strict", "12", "-1.5", ".5", "1.", "a b", "", "x:y",
-          "x:y:n", "replica 0 · cpu", "two\nlines", 'say "hi"', "ends in \\", "ends in \\\\", "<b>html</b>",
-          "<not html", "#e0e0e0", "rounded,filled", "fillcolor", "café", "_under"]
+TRICKY = [
+    "output",
+    "AddmmBackward0_1",
+    "original.0.weight",
+    "ReduceAddBackward[0.weight]",
+    "replica1.layer1.*",
+    "node",
+    "Node",
+    "EDGE",
+    "strict",
+    "12",
+    "-1.5",
+    ".5",
+    "1.",
+    "a b",
+    "",
+    "x:y",
+    "x:y:n",
+    "replica 0 · cpu",
+    "two\nlines",
+    'say "hi"',
+    "ends in \\",
+    "ends in \\\\",
+    "<b>html</b>",
+    "<not html",
+    "#e0e0e0",
+    "rounded,filled",
+    "fillcolor",
+    "café",
+    "_under",
+]
 
 
 @pytest.mark.parametrize("text", TRICKY)

@@ -38,7 +38,9 @@ def check_golden(name: str, text: str) -> None:
     path = GOLDEN / f"{name}.dot"
     if REGEN:
         if UNDER_CI:
-            pytest.fail("DPTEACH_REGEN_GOLDEN=1 is refused under CI: regenerate on a workstation and commit the diff")
+            pytest.fail(
+                "DPTEACH_REGEN_GOLDEN=1 is refused under CI: regenerate on a workstation and commit the diff"
+            )
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
         return
@@ -75,8 +77,14 @@ class Block(nn.Module):
 
 
 def convnet() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), Block(4), Block(4), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(4, 2))
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        Block(4),
+        Block(4),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 2),
+    )
 
 
 @pytest.mark.parametrize("model_name", list(MODELS))
@@ -95,7 +103,9 @@ def test_golden_dot_of_a_tiny_named_graph():
 def test_golden_dot_collapsed_by_module():
     model = convnet()
     loss, replicas = replicated_forward(model, torch.randn(2, 3, 6, 6), DEVICES, "rewire")
-    check_golden("convnet_rewire_collapse1", autograd_graph(loss, module=model, replicas=replicas).draw(collapse=1).dot)
+    check_golden(
+        "convnet_rewire_collapse1", autograd_graph(loss, module=model, replicas=replicas).draw(collapse=1).dot
+    )
 
 
 def test_golden_dot_of_the_diff():
@@ -206,8 +216,10 @@ def test_comparison_draws_three_pictures_side_by_side():
 
 
 def test_import_dpteach_does_not_import_graphviz():
-    code = ("import sys, dpteach, torch; g = dpteach.autograd_graph(torch.ones(1, requires_grad=True) * 2); "
-            "g.text; assert 'graphviz' not in sys.modules, 'graphviz imported'")
+    code = (
+        "import sys, dpteach, torch; g = dpteach.autograd_graph(torch.ones(1, requires_grad=True) * 2); "
+        "g.text; assert 'graphviz' not in sys.modules, 'graphviz imported'"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     # the core and the text form need torch alone
     assert result.returncode == 0, result.stderr
@@ -252,7 +264,9 @@ def test_png_format(monkeypatch):
 @pytest.mark.multigpu
 def test_each_gpu_gets_its_own_tint():
     model = MODELS["mlp"][0]().to("cuda:0")
-    loss, replicas = replicated_forward(model, torch.randn(4, 2, device="cuda:0"), ["cuda:0", "cuda:1"], "rewire")
+    loss, replicas = replicated_forward(
+        model, torch.randn(4, 2, device="cuda:0"), ["cuda:0", "cuda:1"], "rewire"
+    )
     dot = autograd_graph(loss, module=model, replicas=replicas).dot
     from dpteach.graph.legend import device_tint
 

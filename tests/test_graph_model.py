@@ -10,7 +10,8 @@ from torch import nn
 
 import dpteach
 from dpteach.graph import Param, autograd_graph, capture_replicas, replicated_forward
-from dpteach.replicate import STRATEGIES as REGISTRY, FIXED as FIXED_STRATEGIES
+from dpteach.replicate import FIXED as FIXED_STRATEGIES
+from dpteach.replicate import STRATEGIES as REGISTRY
 
 STRATEGIES = list(REGISTRY)
 FIXED = list(FIXED_STRATEGIES)
@@ -152,8 +153,10 @@ def test_tied_weights():
         g, _, _ = graph_of(model, strategy, x=x)
         paths = g.paths_to_original()
         # every copy, under either name, leads to the one original a.weight
-        assert all(path[-1] == "original." + ("a.weight" if p.name.endswith("weight") else p.name)
-                   for p, path in paths.items()), paths
+        assert all(
+            path[-1] == "original." + ("a.weight" if p.name.endswith("weight") else p.name)
+            for p, path in paths.items()
+        ), paths
 
 
 def test_frozen_parameter_is_neither_dead_end_nor_unreached():
@@ -187,8 +190,14 @@ def test_names_and_leaves_of_a_tiny_graph():
     # w is a leaf (its AccumulateGrad writes .grad), h a named non-leaf, x needs no grad so is not there
     assert kinds == {"w": ("input", True), "h": ("tensor", False)}
     # h sits between its consumer and MulBackward0, which leads to w
-    assert g.path("output", "tensor.w") == ("output", "PowBackward0_1", "AddBackward0_1", "tensor.h",
-                                             "MulBackward0_1", "tensor.w")
+    assert g.path("output", "tensor.w") == (
+        "output",
+        "PowBackward0_1",
+        "AddBackward0_1",
+        "tensor.h",
+        "MulBackward0_1",
+        "tensor.w",
+    )
 
 
 def test_outputs_without_history():

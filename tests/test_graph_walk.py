@@ -21,8 +21,9 @@ def convnet() -> nn.Module:  # modules three deep, and BatchNorm: collapse has d
     def block(c: int) -> nn.Module:
         return nn.Sequential(nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU())
 
-    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.Sequential(block(4), block(4)), nn.Flatten(),
-                         nn.Linear(4 * 6 * 6, 2))
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3), nn.Sequential(block(4), block(4)), nn.Flatten(), nn.Linear(4 * 6 * 6, 2)
+    )
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

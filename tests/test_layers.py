@@ -36,8 +36,17 @@ def _imports(path: Path) -> list[str]:
 
 def test_the_top_holds_the_library_and_the_wings_are_folders():
     top = {p.stem for p in PACKAGE.glob("*.py")}
-    assert top == {"__init__", "__main__", "_course", "_devices", "comm", "functions", "scatter_gather",
-                   "parallel_apply", "data_parallel"}, top
+    assert top == {
+        "__init__",
+        "__main__",
+        "_course",
+        "_devices",
+        "comm",
+        "functions",
+        "scatter_gather",
+        "parallel_apply",
+        "data_parallel",
+    }, top
     for wing in (*WINGS, "replicate"):
         assert (PACKAGE / wing / "__init__.py").exists(), wing
 

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from executed import course_notebooks, executed
 
 from dpteach._course import SETUP_CELL
-
-from executed import course_notebooks, executed
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = course_notebooks()
@@ -51,19 +50,31 @@ def test_notebook_executes(path):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     tagged = [c for c in nb.cells if "raises-exception" in c.metadata.get("tags", [])]
     assert len(errors) == len(tagged)  # the only errors are the ones a cell is tagged to expect
-    images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    images = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})
+    ]
     if "plt." in "".join(c.source for c in nb.cells if c.cell_type == "code"):
         assert images, "a chapter that plots shows its figures inline"
-    print(f"{path.name}: {seconds:.1f} s" + (" (executed by an earlier run with the same sources)" if cached else ""))
+    print(
+        f"{path.name}: {seconds:.1f} s"
+        + (" (executed by an earlier run with the same sources)" if cached else "")
+    )
 
 
 def test_checkpoint_copies_are_not_course_notebooks(tmp_path):
     (tmp_path / "solutions" / ".ipynb_checkpoints").mkdir(parents=True)
     (tmp_path / ".ipynb_checkpoints").mkdir()
-    for rel in ("01_a.ipynb", "solutions/s.ipynb", ".ipynb_checkpoints/01_a-checkpoint.ipynb",
-                "solutions/.ipynb_checkpoints/s-checkpoint.ipynb"):
+    for rel in (
+        "01_a.ipynb",
+        "solutions/s.ipynb",
+        ".ipynb_checkpoints/01_a-checkpoint.ipynb",
+        "solutions/.ipynb_checkpoints/s-checkpoint.ipynb",
+    ):
         (tmp_path / rel).write_text("{}")
-    assert [p.relative_to(tmp_path).as_posix() for p in course_notebooks(tmp_path)] == ["01_a.ipynb", "solutions/s.ipynb"]
+    assert [p.relative_to(tmp_path).as_posix() for p in course_notebooks(tmp_path)] == [
+        "01_a.ipynb",
+        "solutions/s.ipynb",
+    ]
 
 
 TAUGHT = [p for p in CHAPTERS if "exercises" not in p.name]  # the exercises notebook is all exercise
@@ -74,7 +85,10 @@ def test_chapter_ends_with_summary_and_exercises(path):
     nb = nbformat.read(path, as_version=4)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     headings = [h for h in re.findall(r"^## .*", text, re.M) if not h.startswith("## Try it yourself")]
-    assert headings[-2:] == ["## Summary", "## Exercises"]  # every chapter ends this way (a try-it task may follow)
+    assert headings[-2:] == [
+        "## Summary",
+        "## Exercises",
+    ]  # every chapter ends this way (a try-it task may follow)
 
 
 def test_an_executed_copy_is_reused_only_while_its_sources_stay_the_same(tmp_path, monkeypatch):

@@ -6,10 +6,10 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -19,8 +19,14 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 ENV = yaml.safe_load((ROOT / "environment.yml").read_text())
 
 # What Google Colab ships (googlecolab/backend-info, 2026-08; see ../shared/research/ecosystem.md §2).
-COLAB = {"torch": "2.11.0", "ipywidgets": "7.7.1", "graphviz": "0.21", "matplotlib": "3.10.0", "tqdm": "4.67.3",
-         "numpy": "2.0.2"}
+COLAB = {
+    "torch": "2.11.0",
+    "ipywidgets": "7.7.1",
+    "graphviz": "0.21",
+    "matplotlib": "3.10.0",
+    "tqdm": "4.67.3",
+    "numpy": "2.0.2",
+}
 # PyPI name -> conda-forge name on Binder
 CONDA_NAME = {"torch": "pytorch-cpu", "graphviz": "python-graphviz", "matplotlib": "matplotlib-base"}
 
@@ -67,7 +73,9 @@ def test_environment_yml_is_conda_forge_with_pinned_python():
     specs = _conda_specs()
     assert re.fullmatch(r"3\.\d+", specs.get("python", "")), "pin Python: Binder's default is older"
     assert not any("cuda" in str(e).lower() for e in ENV["dependencies"])  # no CUDA builds on Binder
-    assert not any(isinstance(e, dict) for e in ENV["dependencies"]), "no pip: section (postBuild installs dpteach)"
+    assert not any(isinstance(e, dict) for e in ENV["dependencies"]), (
+        "no pip: section (postBuild installs dpteach)"
+    )
 
 
 def test_environment_yml_has_every_runtime_dependency():
@@ -78,9 +86,9 @@ def test_environment_yml_has_every_runtime_dependency():
         version = specs[name].rstrip(".*")
         if version:
             # the Binder pin must satisfy pyproject's range
-            assert req.specifier.contains(version + (".0" if version.count(".") < 2 else ""), prereleases=True), (
-                f"{name}={specs[name]} does not satisfy {req}"
-            )
+            assert req.specifier.contains(
+                version + (".0" if version.count(".") < 2 else ""), prereleases=True
+            ), f"{name}={specs[name]} does not satisfy {req}"
     assert "jupyterlab" in specs and "ipywidgets" in specs  # the lab itself
 
 

@@ -53,7 +53,9 @@ def test_parallel_apply_passes_exception():
             return {}["wonderful"]
 
     l1 = TestModule()
-    with pytest.raises(KeyError, match=r"Caught KeyError in replica \d on device cpu.\nOriginal Traceback[\s\S]+wonderful"):
+    with pytest.raises(
+        KeyError, match=r"Caught KeyError in replica \d on device cpu.\nOriginal Traceback[\s\S]+wonderful"
+    ):
         parallel_apply(modules=(l1, l1), inputs=(None, None), devices=CPU2)
 
 

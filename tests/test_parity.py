@@ -131,7 +131,9 @@ def test_gradient_parity_property(kind, widths, channels, kernel, batch, n_slots
     dpteach.DataParallel(model, ["cpu"] * n_slots, strategy=strategy)(x).pow(2).sum().backward()
     for p, q in zip(model.parameters(), ref.parameters()):
         if strategy == "clone" and n_slots > 1:  # (one slot runs the module itself, as in C++ and PyTorch)
-            assert p.grad is None  # the clone bug: gradients never reach the original, however many pieces ran
+            assert (
+                p.grad is None
+            )  # the clone bug: gradients never reach the original, however many pieces ran
         else:
             assert p.grad is not None
             assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)  # the same gradient as one device

@@ -102,7 +102,7 @@ def test_meter_unregistered_after_an_exception():
     with pytest.raises(ZeroDivisionError):
         with comm.traffic():
             with comm.traffic():
-                1 / 0
+                1 / 0  # noqa: B018
     assert comm._meters == []
 
 
@@ -201,8 +201,13 @@ def test_compiling_the_wrapper_trains_like_one_device():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", COMPILED_WRAPPER], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILED_WRAPPER],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "compiled wrapper trains" in done.stdout
 
@@ -217,8 +222,9 @@ def scripted_bn(seed=0):
     return nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2))
 
 
-@pytest.mark.parametrize("make", [torch.jit.script, lambda m: torch.jit.trace(m, torch.randn(4, 4))],
-                         ids=["script", "trace"])
+@pytest.mark.parametrize(
+    "make", [torch.jit.script, lambda m: torch.jit.trace(m, torch.randn(4, 4))], ids=["script", "trace"]
+)
 @pytest.mark.parametrize("strategy", ["broadcast", "rewire"])
 def test_script_module_trains_like_one_device(make, strategy):
     x = torch.randn(8, 4)
@@ -266,7 +272,9 @@ class SometimesNone(nn.Module):
 def test_gather_of_none_beside_a_tensor_is_refused(first_negative):
     x = torch.ones(4, 2)
     x[0 if first_negative else 2, 0] = -1  # the piece of slot 0 or of slot 1 gives None
-    with pytest.raises(ValueError, match=r"replica 1 returned (None|a tensor) at output where replica 0 returned"):
+    with pytest.raises(
+        ValueError, match=r"replica 1 returned (None|a tensor) at output where replica 0 returned"
+    ):
         dpteach.DataParallel(SometimesNone(), SLOTS)(x)
     with pytest.raises(ValueError, match="same structure"):
         dpteach.gather([None, torch.ones(2)] if first_negative else [torch.ones(2), None], "cpu")
@@ -307,7 +315,9 @@ def test_interrupt_inside_a_replica_reaches_the_caller_as_itself(exc):
 
 def test_empty_batch_fails_at_once_in_words():
     model = small_model()
-    with pytest.raises(ValueError, match=r"empty batch: inputs\[0\] has size 0 along dim 0.*Skip empty batches"):
+    with pytest.raises(
+        ValueError, match=r"empty batch: inputs\[0\] has size 0 along dim 0.*Skip empty batches"
+    ):
         dpteach.DataParallel(model, SLOTS)(torch.randn(0, 4))
     with pytest.raises(ValueError, match=r"empty batch: kwargs\['x'\]"):
         dpteach.data_parallel(model, (), SLOTS, module_kwargs={"x": torch.randn(0, 4)})
@@ -315,9 +325,13 @@ def test_empty_batch_fails_at_once_in_words():
         assert dpteach.DataParallel(model, SLOTS)(torch.randn(0, 4)).shape == (0, 3)
 
 
-@pytest.mark.parametrize("thing", [lambda x: x * 2, "model", None, torch.randn(2)], ids=["function", "str", "None", "tensor"])
+@pytest.mark.parametrize(
+    "thing", [lambda x: x * 2, "model", None, torch.randn(2)], ids=["function", "str", "None", "tensor"]
+)
 def test_dataparallel_of_a_non_module_is_refused_at_construction(thing):
-    with pytest.raises(TypeError, match=r"DataParallel wraps an nn\.Module, got \w+; wrap it in an nn\.Module"):
+    with pytest.raises(
+        TypeError, match=r"DataParallel wraps an nn\.Module, got \w+; wrap it in an nn\.Module"
+    ):
         dpteach.DataParallel(thing, SLOTS)
 
 
@@ -350,7 +364,9 @@ def test_slot_0_holds_what_torch_gives_it(monkeypatch, detach):
         owner, key = name.rsplit(".", 1)
         mine = [getattr(r.get_submodule(owner), key) for r in ours]
         torch_ = [getattr(r.get_submodule(owner), key) for r in theirs]
-        assert (mine[0] is original) == (torch_[0] is original), name  # with detach: the original object itself
+        assert (mine[0] is original) == (torch_[0] is original), (
+            name
+        )  # with detach: the original object itself
         assert type(mine[0]) is type(torch_[0]), name  # a Parameter where torch has one
         assert mine[1] is not original and mine[1].data_ptr() != original.data_ptr()  # slot 1 owns its copy
         assert (mine[1].grad_fn is None) == (torch_[1].grad_fn is None), name
@@ -376,7 +392,9 @@ def test_tied_weights_get_one_device_gradients(strategy):
     ref(x).pow(2).sum().backward()
     model = Tied()
     one_step(model, x, strategy=strategy)
-    assert_close(model.a.weight.grad, ref.a.weight.grad)  # both uses of the tied weight summed, as on one device
+    assert_close(
+        model.a.weight.grad, ref.a.weight.grad
+    )  # both uses of the tied weight summed, as on one device
     replica = dpteach.replicate(model, SLOTS, strategy=strategy)[1]
     # broadcast keeps the weight tied inside each replica (as torch); rewire clones each module, so
     # the replica holds two copies, both outputs of the one ReduceAdd node of the original weight
@@ -415,7 +433,9 @@ def test_sparse_gradients_broadcast_sparse_rewire_dense():
         model = Sparse()
         one_step(model, i, strategy=strategy)
         grad = model.emb.weight.grad
-        assert grad.is_sparse == sparse  # rewire sums into a dense tensor, as the C++ ReduceAdd (zeros + add_)
+        assert (
+            grad.is_sparse == sparse
+        )  # rewire sums into a dense tensor, as the C++ ReduceAdd (zeros + add_)
         assert_close(grad.to_dense(), ref.emb.weight.grad.to_dense())  # the same numbers either way
 
 
@@ -466,7 +486,9 @@ def test_a_slow_answer_stops_at_the_time_limit_with_a_sentence():
     finally:
         exercises.set_time_limit(before)
     assert not result.passed
-    assert any("stopped after 1 seconds with your code still running" in m for m in result.messages), result.messages
+    assert any("stopped after 1 seconds with your code still running" in m for m in result.messages), (
+        result.messages
+    )
     assert any("set_time_limit" in m for m in result.messages)
     assert took < 30  # stopped by the limit, not by the answer finishing
     assert exercises.time_limit() == before

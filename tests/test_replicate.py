@@ -49,7 +49,9 @@ def test_broadcast_replicas_are_non_leaves_and_slot0_aliases():
 def test_clone_replicas_are_fresh_leaves_with_no_edge_back():
     model = mlp()
     r0, r1 = replicate(model, CPU2, strategy="clone")
-    assert isinstance(r0[0].weight, nn.Parameter) and r0[0].weight.is_leaf  # a fresh leaf, as C++ clone() made
+    assert (
+        isinstance(r0[0].weight, nn.Parameter) and r0[0].weight.is_leaf
+    )  # a fresh leaf, as C++ clone() made
     assert r0[0].weight.grad_fn is None  # no gradient edge back to the original
     assert r0[0].weight.data_ptr() != model[0].weight.data_ptr()  # even slot 0 is a deep copy
 
@@ -73,7 +75,9 @@ def test_who_gets_the_gradient(strategy):
     sum(r(x).sum() for r in replicas).backward()
     if strategy == "clone":
         assert model[0].weight.grad is None  # the bug (#19540): the original never sees a gradient
-        assert all(r[0].weight.grad is not None for r in replicas)  # ... the replicas hold gradients nobody reads
+        assert all(
+            r[0].weight.grad is not None for r in replicas
+        )  # ... the replicas hold gradients nobody reads
     else:
         ref = mlp()
         ref.load_state_dict(model.state_dict())
@@ -129,7 +133,9 @@ def test_buffers_requiring_grad_are_broadcast_differentiably():
     m = M()
     inp = torch.randn(2, 10, dtype=torch.double)
     dpm = dpteach.DataParallel(m, CPU2)
-    assert torch.autograd.gradcheck(lambda t: dpm(inp), (m.t_rg,), check_batched_grad=False)  # PyTorch's own check
+    assert torch.autograd.gradcheck(
+        lambda t: dpm(inp), (m.t_rg,), check_batched_grad=False
+    )  # PyTorch's own check
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -154,13 +160,21 @@ def test_detach_gives_replicas_without_history():
             for c, p in zip(copies, originals):
                 assert c.grad_fn is None  # detach: no autograd history at all
                 assert_close(c, p)  # ... with the module's values
-                if slot:  # slot 0 may hold the module's own tensors (torch's replicate does); the others never
-                    assert c is not p and c.data_ptr() != p.data_ptr()  # a copy of its own, which the originals are not
+                if (
+                    slot
+                ):  # slot 0 may hold the module's own tensors (torch's replicate does); the others never
+                    assert (
+                        c is not p and c.data_ptr() != p.data_ptr()
+                    )  # a copy of its own, which the originals are not
         for r in replicas[1:]:
             out = r(x).sum()
-            if out.requires_grad:  # clone and rewire give fresh leaves; broadcast gives tensors that need no grad
+            if (
+                out.requires_grad
+            ):  # clone and rewire give fresh leaves; broadcast gives tensors that need no grad
                 out.backward()
-        assert all(p.grad is None for p in originals), f"{strategy}: a detached replica sent a gradient to the module"
+        assert all(p.grad is None for p in originals), (
+            f"{strategy}: a detached replica sent a gradient to the module"
+        )
 
 
 def test_unknown_strategy_lists_the_valid_ones():

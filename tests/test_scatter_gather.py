@@ -62,7 +62,9 @@ def test_namedtuples_round_trip(kind):
 
 
 def test_dataclasses_are_split_and_joined():
-    mask = torch.tensor([1, 0, 0, 1, 1, 1], dtype=torch.bool)  # halves differ, so a gather that reuses slot 0's shows
+    mask = torch.tensor(
+        [1, 0, 0, 1, 1, 1], dtype=torch.bool
+    )  # halves differ, so a gather that reuses slot 0's shows
     batch = Batch(torch.randn(6, 3), mask)
     pieces = scatter(batch, CPU2)
     assert [type(p) for p in pieces] == [Batch, Batch]  # PyTorch passes a dataclass through unsplit

@@ -96,12 +96,15 @@ def _reference():
 def test_a_learners_node_runs_inside_the_real_strategy(which):
     if which == "rewire":
         LearnerReduceAdd.calls = 0
-        strategy = lambda net, devs, detach=False: rewire_strategy.replicate(net, devs, detach, node=LearnerReduceAdd)
+
+        def strategy(net, devs, detach=False):
+            return rewire_strategy.replicate(net, devs, detach, node=LearnerReduceAdd)
     else:
         LearnerBroadcast.calls = 0
-        strategy = lambda net, devs, detach=False: broadcast_strategy.replicate(
-            net, devs, detach, broadcast=LearnerBroadcast
-        )
+
+        def strategy(net, devs, detach=False):
+            return broadcast_strategy.replicate(net, devs, detach, broadcast=LearnerBroadcast)
+
     got = _grads(strategy, CPU2)
     want = _grads(which, CPU2)  # the library's own node, the same strategy
     ref = _reference()
@@ -110,7 +113,9 @@ def test_a_learners_node_runs_inside_the_real_strategy(which):
         torch.testing.assert_close(got[k], want[k])
         torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=1e-6)
     if which == "rewire":
-        assert LearnerReduceAdd.calls == len(ref)  # one node per original parameter, all of them the learner's
+        assert LearnerReduceAdd.calls == len(
+            ref
+        )  # one node per original parameter, all of them the learner's
     else:
         assert LearnerBroadcast.calls == 1  # one node for every parameter (buffers need no grad)
 

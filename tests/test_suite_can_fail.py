@@ -40,8 +40,12 @@ def _name(func: ast.expr) -> str:
 
 
 def _is_pytest_check(func: ast.expr) -> bool:
-    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "pytest" \
+    return (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "pytest"
         and func.attr in PYTEST_CHECKS
+    )
 
 
 def _functions(tree: ast.Module) -> dict[str, ast.AST]:
@@ -100,15 +104,22 @@ CONFTEST = _functions(_parse(TESTS / "conftest.py"))
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 def test_no_assertion_is_joined_by_and(path):
     lines = dead_conjunctions(_parse(path))
-    assert not lines, f"{path.name}:{lines}: `assert_x(...) and assert_y(...)` never runs the second check; split it"
+    assert not lines, (
+        f"{path.name}:{lines}: `assert_x(...) and assert_y(...)` never runs the second check; split it"
+    )
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if p.name.startswith("test_")],
-                         ids=[p.name for p in FILES if p.name.startswith("test_")])
+@pytest.mark.parametrize(
+    "path",
+    [p for p in FILES if p.name.startswith("test_")],
+    ids=[p.name for p in FILES if p.name.startswith("test_")],
+)
 def test_every_test_function_asserts_something(path):
     tree = _parse(path)
     silent = silent_tests(tree, {**CONFTEST, **_functions(tree)})
-    assert not silent, f"{path.name}: these tests assert nothing (see this file's docstring for the rule): {silent}"
+    assert not silent, (
+        f"{path.name}: these tests assert nothing (see this file's docstring for the rule): {silent}"
+    )
 
 
 def test_the_rule_catches_what_it_is_meant_to():
@@ -118,8 +129,10 @@ def test_the_rule_catches_what_it_is_meant_to():
     assert dead_conjunctions(ast.parse("def test_a():\n    x = f() and g()\n    assert x\n")) == []
     silent = ast.parse("def test_a():\n    f()\n\ndef test_b():\n    check()\n\ndef check():\n    assert 1\n")
     assert silent_tests(silent, _functions(silent)) == ["test_a"]  # test_b asserts through its helper
-    ok = ast.parse("import pytest\ndef test_c():\n    with pytest.raises(ValueError):\n        f()\n"
-                   "def test_d():\n    torch.testing.assert_close(a, b)\n")
+    ok = ast.parse(
+        "import pytest\ndef test_c():\n    with pytest.raises(ValueError):\n        f()\n"
+        "def test_d():\n    torch.testing.assert_close(a, b)\n"
+    )
     assert silent_tests(ok, _functions(ok)) == []
     loop = ast.parse("def test_e():\n    h()\n\ndef h():\n    h()\n")
     assert silent_tests(loop, _functions(loop)) == ["test_e"]  # a recursive helper that never asserts

@@ -78,7 +78,9 @@ def test_threads_none_leaves_pytorchs_setting_for_a_learner_who_wants_every_core
     torch.set_num_threads(2)
     try:
         seen = []
-        timer.time_it(lambda: seen.append(torch.get_num_threads()), ["cpu"], repeats=1, warmup=0, threads=None)
+        timer.time_it(
+            lambda: seen.append(torch.get_num_threads()), ["cpu"], repeats=1, warmup=0, threads=None
+        )
         assert seen == [2]
     finally:
         torch.set_num_threads(before)

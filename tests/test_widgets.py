@@ -31,7 +31,9 @@ from dpteach.widgets.pictures import decode_img, loss_curve
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_DOT = shutil.which("dot") is not None
-needs_dot = pytest.mark.skipif(not HAS_DOT, reason="needs Graphviz's `dot` program (apt-get install graphviz)")
+needs_dot = pytest.mark.skipif(
+    not HAS_DOT, reason="needs Graphviz's `dot` program (apt-get install graphviz)"
+)
 
 
 def run_python(code: str, python: str = sys.executable) -> subprocess.CompletedProcess:
@@ -44,17 +46,21 @@ def run_python(code: str, python: str = sys.executable) -> subprocess.CompletedP
 
 
 def test_import_dpteach_does_not_import_ipywidgets():
-    code = ("import sys, dpteach, dpteach.widgets as w; lab = w.TrainingLab(); lab.step(); lab.grad_rows(); "
-            "w.GradientFlow('rewire'); print(sorted(m for m in sys.modules if m.split('.')[0] == 'ipywidgets'))")
+    code = (
+        "import sys, dpteach, dpteach.widgets as w; lab = w.TrainingLab(); lab.step(); lab.grad_rows(); "
+        "w.GradientFlow('rewire'); print(sorted(m for m in sys.modules if m.split('.')[0] == 'ipywidgets'))"
+    )
     done = run_python(code)
     assert done.returncode == 0, done.stderr  # the models work without touching ipywidgets
     assert done.stdout.strip() == "[]"  # ... and never import it
 
 
 def test_widget_without_ipywidgets_says_what_to_install():
-    code = ("import sys; sys.modules['ipywidgets'] = None\n"  # as if it were not installed
-            "import dpteach.widgets as w\n"
-            "try:\n    w.explorer()\nexcept ImportError as err:\n    print('ImportError:', err)\n")
+    code = (
+        "import sys; sys.modules['ipywidgets'] = None\n"  # as if it were not installed
+        "import dpteach.widgets as w\n"
+        "try:\n    w.explorer()\nexcept ImportError as err:\n    print('ImportError:', err)\n"
+    )
     done = run_python(code)
     assert done.returncode == 0, done.stderr
     message = done.stdout.strip()
@@ -83,7 +89,9 @@ def test_clone_never_learns_and_its_gradients_stay_in_the_replicas():
     assert not lab.learned
     rows = lab.grad_rows()
     assert all(r.original is None for r in rows)  # the original's .grad is None ...
-    assert all(len(r.replicas) == 2 and all(g is not None and g > 0 for g in r.replicas) for r in rows)  # ... the replicas hold them
+    assert all(
+        len(r.replicas) == 2 and all(g is not None and g > 0 for g in r.replicas) for r in rows
+    )  # ... the replicas hold them
 
 
 @pytest.mark.parametrize("strategy", FIXED)
@@ -91,8 +99,12 @@ def test_fixed_strategies_train_like_one_device(strategy):
     lab = TrainingLab(strategy, slots=3, steps=8)
     lab.run()
     reference = story.train(strategy=None, steps=9)  # the course's own one-device run, independent of the lab
-    torch.testing.assert_close(lab.losses, reference.losses, rtol=1e-4, atol=1e-6)  # loss curve = one device's
-    torch.testing.assert_close(lab.reference_losses, reference.losses, rtol=1e-5, atol=1e-7)  # so is the lab's reference
+    torch.testing.assert_close(
+        lab.losses, reference.losses, rtol=1e-4, atol=1e-6
+    )  # loss curve = one device's
+    torch.testing.assert_close(
+        lab.reference_losses, reference.losses, rtol=1e-5, atol=1e-7
+    )  # so is the lab's reference
     rows = lab.grad_rows()
     assert all(r.matches for r in rows)  # the original's gradient norms equal one device's
     assert all(g is None for r in rows for g in r.replicas)  # replicas are not leaves: they passed theirs on
@@ -124,12 +136,16 @@ def test_a_diverging_run_is_said_and_drawn():
     assert "diverged" in lab.status()  # the status says why, instead of "gradients differ" (NaN != NaN)
     svg = decode_img(loss_curve(lab.losses, lab.reference_losses, lab.strategy, lab.steps))
     xml.dom.minidom.parseString(svg)  # no "nan" coordinates: still a valid picture
-    assert "nan" not in svg.lower().replace("or nan", "") and "drawn on the top edge" in svg  # clipped, and said so
+    assert (
+        "nan" not in svg.lower().replace("or nan", "") and "drawn on the top edge" in svg
+    )  # clipped, and said so
 
 
 def test_graph_of_the_current_step_shows_the_bug_and_the_fix():
     clone, rewire = TrainingLab("clone"), TrainingLab("rewire")
-    assert len(clone.graph.dead_ends) == 8 and len(clone.graph.unreached) == 4  # 2 slots × 4 params stop; no original reached
+    assert (
+        len(clone.graph.dead_ends) == 8 and len(clone.graph.unreached) == 4
+    )  # 2 slots × 4 params stop; no original reached
     assert not rewire.graph.dead_ends and not rewire.graph.unreached  # every gradient reaches the original
 
 
@@ -167,11 +183,15 @@ def test_flow_hands_the_real_gradients_to_the_leaves():
         assert len(leaves) == 4  # every original parameter got its gradient
         for s in leaves:
             p = params[s.node.removeprefix("original.")]
-            assert s.received[0].shape == tuple(p.shape)  # AccumulateGrad received a gradient shaped like the parameter
+            assert s.received[0].shape == tuple(
+                p.shape
+            )  # AccumulateGrad received a gradient shaped like the parameter
             assert s.received[0].norm == pytest.approx(p.grad.norm().item(), rel=1e-5)  # ... and it is .grad
     clone = GradientFlow("clone", 2)
     stuck = [s for s in clone.steps if s.kind == "replica"]
-    assert len(stuck) == 8 and not [s for s in clone.steps if s.kind == "original"]  # clone: only replica leaves
+    assert len(stuck) == 8 and not [
+        s for s in clone.steps if s.kind == "original"
+    ]  # clone: only replica leaves
     assert all(not s.handoffs and "dead end" in s.text for s in stuck)  # nothing passes them on
 
 
@@ -182,8 +202,12 @@ def test_reduce_add_sums_what_the_replicas_hand_it():
     for j in joins:
         assert len(j.received) == 3  # one gradient per replica slot
         (h,) = j.handoffs
-        assert h.to.startswith("original.") and h.grad.shape == j.received[0].shape  # one sum, to the original
-        assert h.grad.norm <= sum(g.norm for g in j.received) + 1e-9  # a sum is no longer than its parts (triangle)
+        assert (
+            h.to.startswith("original.") and h.grad.shape == j.received[0].shape
+        )  # one sum, to the original
+        assert (
+            h.grad.norm <= sum(g.norm for g in j.received) + 1e-9
+        )  # a sum is no longer than its parts (triangle)
     # and the sum is the one-device gradient: the same model and batch, backward on one device
     model = story.make_model(flow.seed)
     x, y = story.make_data(seed=flow.seed)
@@ -192,7 +216,9 @@ def test_reduce_add_sums_what_the_replicas_hand_it():
     handed = {h.to: h.grad.norm for j in joins for h in j.handoffs}
     assert handed.keys() == expected.keys()
     for name, norm in handed.items():
-        assert norm == pytest.approx(expected[name], rel=1e-4), name  # a dropped replica gradient would be short
+        assert norm == pytest.approx(expected[name], rel=1e-4), (
+            name
+        )  # a dropped replica gradient would be short
 
 
 @needs_dot
@@ -220,11 +246,15 @@ def test_cost_lab_counts_the_same_bytes_as_the_library():
     costs = {c.strategy: c for c in lab.measure()}
     x, y = story.make_data()
     for strategy, cost in costs.items():
-        meter = step_traffic(wide_model(64), x, ["cpu"] * 3, strategy, lambda out: torch.nn.functional.mse_loss(out, y))
+        meter = step_traffic(
+            wide_model(64), x, ["cpu"] * 3, strategy, lambda out: torch.nn.functional.mse_loss(out, y)
+        )
         assert cost.bytes_by_op == meter.by_op()  # the widget's bytes are dpteach.comm's count, op by op
         assert cost.median > 0 and len(cost.seconds) == 1  # timed, no more often than max_repeats
     assert lab.model_bytes == sum(p.numel() * 4 for p in wide_model(64).parameters())  # n_params is right
-    assert costs["clone"].bytes > costs["broadcast"].bytes  # deep copies of every slot cost more than a broadcast
+    assert (
+        costs["clone"].bytes > costs["broadcast"].bytes
+    )  # deep copies of every slot cost more than a broadcast
 
 
 def test_cost_grows_with_slots_and_size():
@@ -255,11 +285,20 @@ def test_charts_draw_every_value():
     points = re.findall(r'class="series" data-label="(\w)" points="([^"]*)"', svg)
     assert [(k, len(p.split())) for k, p in points] == [("a", 3), ("b", 2)]  # one point per value
     bars = bar_chart(["p", "q"], [("s", [10, 30], "red"), ("t", [5, 0], "blue")], "t", "y")
-    values = re.findall(r'data-category="(\w)" data-stack="(\w)" data-value="([\d.]+)" x="[\d.]+" y="[\d.]+" '
-                        r'width="[\d.]+" height="([\d.]+)"', bars)
-    assert [(c, s, float(v)) for c, s, v, _ in values] == [("p", "s", 10), ("p", "t", 5), ("q", "s", 30)]  # zero: no bar
+    values = re.findall(
+        r'data-category="(\w)" data-stack="(\w)" data-value="([\d.]+)" x="[\d.]+" y="[\d.]+" '
+        r'width="[\d.]+" height="([\d.]+)"',
+        bars,
+    )
+    assert [(c, s, float(v)) for c, s, v, _ in values] == [
+        ("p", "s", 10),
+        ("p", "t", 5),
+        ("q", "s", 30),
+    ]  # zero: no bar
     heights = {(c, s): float(h) for c, s, _, h in values}
-    assert heights[("q", "s")] == pytest.approx(3 * heights[("p", "s")], rel=0.01)  # heights proportional to values
+    assert heights[("q", "s")] == pytest.approx(
+        3 * heights[("p", "s")], rel=0.01
+    )  # heights proportional to values
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,15 +318,23 @@ def test_explorer_step_run_and_switch(ipywidgets):
     assert isinstance(view, ipywidgets.Widget)  # displays itself in Jupyter, ipywidgets 7 or 8
     assert "step 0 of 12" in view.status.value
     view.step_button.click()
-    assert "step 1 of 12" in view.status.value and "None" in view.status.value  # a click takes a step; clone: no grad
+    assert (
+        "step 1 of 12" in view.status.value and "None" in view.status.value
+    )  # a click takes a step; clone: no grad
     curve = decode_img(view.curve.value)
     dp_points = re.search(r'data-label="DataParallel[^"]*" points="([^"]*)"', curve).group(1).split()
     assert len(dp_points) == 2  # the curve shows step 0 and step 1
-    assert view.grads.value.count(">None</b></td>") == 4  # every original parameter's .grad is None, cell by cell
+    assert (
+        view.grads.value.count(">None</b></td>") == 4
+    )  # every original parameter's .grad is None, cell by cell
     view.strategy.value = "rewire"
-    assert "step 0 of 12" in view.status.value and "equal one device" in view.status.value  # a fresh, fixed run
+    assert (
+        "step 0 of 12" in view.status.value and "equal one device" in view.status.value
+    )  # a fresh, fixed run
     view.run_button.click()
-    assert view.lab.step_count == 12 and view.run_button.disabled  # run goes to `steps`, then there is nothing to run
+    assert (
+        view.lab.step_count == 12 and view.run_button.disabled
+    )  # run goes to `steps`, then there is nothing to run
     assert "None" not in view.grads.value
     view.slots.value = 4
     assert len(view.lab.devices) == 4 and len(view.lab.replicas) == 4  # four slots, four replicas
@@ -314,7 +361,9 @@ def test_explorer_shows_a_bad_setting_instead_of_failing_silently(ipywidgets):
     view = explorer()
     view.lab.configure = lambda **kw: (_ for _ in ()).throw(RuntimeError("boom"))  # a failing model
     view.slots.value = 3
-    assert "RuntimeError: boom" in view.status.value and isinstance(view.error, RuntimeError)  # the learner sees it
+    assert "RuntimeError: boom" in view.status.value and isinstance(
+        view.error, RuntimeError
+    )  # the learner sees it
 
 
 def test_stepper_walks_forward_and_back(ipywidgets):
@@ -323,7 +372,9 @@ def test_stepper_walks_forward_and_back(ipywidgets):
     view = gradient_stepper(strategy="rewire", slots=2)
     assert view.position.value == 0 and view.prev_button.disabled  # starts at the output; nothing before it
     view.next_button.click()
-    assert view.position.value == 1 and view.flow.steps[1].label in view.status.value  # next: the next node runs
+    assert (
+        view.position.value == 1 and view.flow.steps[1].label in view.status.value
+    )  # next: the next node runs
     assert "MseLossBackward0" in view.handoffs.value
     view.prev_button.click()
     assert view.position.value == 0
@@ -354,7 +405,7 @@ def test_cost_explorer_answers_a_slider(ipywidgets):
     view.slots.value = 4
     after = view.lab.rows()
     assert [r[1] for r in after] > [r[1] for r in before]  # more slots: more bytes, for every strategy
-    for strategy, nbytes, _, _ in after:
+    for _strategy, nbytes, _, _ in after:
         assert f"{nbytes:,}" in view.table.value  # the table shows the counted bytes
     charts = view.charts.value
     assert charts.count("data:image/svg+xml") == 2  # two charts: bytes and time
@@ -373,12 +424,19 @@ def colab_python() -> str:
     if os.environ.get("DPTEACH_EXPECT_IPYWIDGETS"):
         pytest.skip("already inside the Colab-like run")
     try:
-        done = subprocess.run(["bash", str(ROOT / "scripts" / "colab_like.sh")], capture_output=True, text=True,
-                              cwd=ROOT, timeout=1800)
+        done = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "colab_like.sh")],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=1800,
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         pytest.skip(f"could not build .venv-colab with scripts/colab_like.sh: {err}")
     if done.returncode != 0:
-        pytest.skip(f"could not build .venv-colab (scripts/colab_like.sh failed; offline?):\n{done.stderr[-2000:]}")
+        pytest.skip(
+            f"could not build .venv-colab (scripts/colab_like.sh failed; offline?):\n{done.stderr[-2000:]}"
+        )
     return done.stdout.strip().splitlines()[-1]
 
 
@@ -387,10 +445,28 @@ def test_widgets_under_ipywidgets_7(tmp_path):
     python = colab_python()
     report = tmp_path / "junit.xml"
     env = {**os.environ, "DPTEACH_EXPECT_IPYWIDGETS": "7.7.1"}
-    done = subprocess.run([python, "-m", "pytest", str(Path(__file__)), "-q", "-p", "no:cacheprovider",
-                           "-k", "not under_ipywidgets_7 and not colab_like_kernel", f"--junitxml={report}"],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]  # every widget test passes under 7.7.1
+    done = subprocess.run(
+        [
+            python,
+            "-m",
+            "pytest",
+            str(Path(__file__)),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "not under_ipywidgets_7 and not colab_like_kernel",
+            f"--junitxml={report}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+    )
+    assert done.returncode == 0, (
+        done.stdout[-4000:] + done.stderr[-2000:]
+    )  # every widget test passes under 7.7.1
     suite = xml.dom.minidom.parse(str(report)).getElementsByTagName("testsuite")[0]
     ran, skipped = int(suite.getAttribute("tests")), int(suite.getAttribute("skipped"))
     assert ran >= 20 and (skipped == 0 or not HAS_DOT)  # ... and really ran, views included (none skipped)
@@ -407,12 +483,14 @@ def test_lab_notebook_in_colab_like_kernel(tmp_path, monkeypatch):
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(
         '{"argv": ["%s", "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "colab-like", '
-        '"language": "python"}' % python)
+        '"language": "python"}' % python
+    )
     monkeypatch.setenv("JUPYTER_PATH", f"{tmp_path}{os.pathsep}{os.environ.get('JUPYTER_PATH', '')}")
     path = ROOT / "notebooks" / "12_the_lab.ipynb"
     nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="colab-like",
-                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="colab-like", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]  # no cell failed
     views = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]

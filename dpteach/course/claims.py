@@ -54,8 +54,10 @@ class Comparison:
         return SAME
 
     def __str__(self) -> str:
-        return (f"{self.first} took {self.ratio:.2f}x the time of {self.second} "
-                f"({_ms(self.first_seconds)} against {_ms(self.second_seconds)}): {self.verdict}")
+        return (
+            f"{self.first} took {self.ratio:.2f}x the time of {self.second} "
+            f"({_ms(self.first_seconds)} against {_ms(self.second_seconds)}): {self.verdict}"
+        )
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,10 @@ class SpeedUp:
         return "a speed-up" if self.ratio >= self.margin else "no speed-up"
 
     def __str__(self) -> str:
-        return (f"{self.parallel} ran at {self.ratio:.2f}x the speed of {self.plain} "
-                f"({_ms(self.parallel_seconds)} against {_ms(self.plain_seconds)}): {self.verdict}")
+        return (
+            f"{self.parallel} ran at {self.ratio:.2f}x the speed of {self.plain} "
+            f"({_ms(self.parallel_seconds)} against {_ms(self.plain_seconds)}): {self.verdict}"
+        )
 
 
 def hardware(devices: Sequence[DeviceLike]) -> str:
@@ -110,4 +114,3 @@ def crossover(counts: Sequence[int], comparisons: Sequence[Comparison]) -> int |
         else:
             start = None
     return start
-

@@ -138,9 +138,10 @@ def _memory(place: str) -> Item:
         except ImportError:
             return Item("memory", INFO, "free memory unknown on this system")
     limit = None
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
         try:
             text = Path(limit_file).read_text().strip()
             if text != "max" and int(text) < 1 << 50:  # cgroup v1 writes a huge number for "no limit"
@@ -153,8 +154,13 @@ def _memory(place: str) -> Item:
     if limit is not None:
         found += f" of a {limit / gib:.1f} GB limit for this container"
     if available < 0.75 * gib:
-        return Item("memory", WARN, found, "Shut down the kernels of notebooks you are not using "
-                                           "(Kernel > Shut Down Kernel, or the Running panel) to free memory.")
+        return Item(
+            "memory",
+            WARN,
+            found,
+            "Shut down the kernels of notebooks you are not using "
+            "(Kernel > Shut Down Kernel, or the Running panel) to free memory.",
+        )
     return Item("memory", INFO, found)
 
 
@@ -164,8 +170,11 @@ def _compiler(place: str) -> Item:
         fix = {
             "Binder": "Add cxx-compiler to environment.yml (conda-forge) and rebuild the Binder.",
             "Colab": "Run `!apt-get install -y g++` in a cell.",
-        }.get(place, "Install a C++ compiler: `apt-get install g++`, `xcode-select --install` on macOS, "
-                     "or `conda install -c conda-forge cxx-compiler`.")
+        }.get(
+            place,
+            "Install a C++ compiler: `apt-get install g++`, `xcode-select --install` on macOS, "
+            "or `conda install -c conda-forge cxx-compiler`.",
+        )
         return Item("compiler", WARN, "no C++ compiler on PATH (chapter 10 skips its compiled cells)", fix)
     done = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
     first = (done.stdout or done.stderr).strip().splitlines()[:1]
@@ -177,11 +186,17 @@ def _compiler(place: str) -> Item:
 def _ninja(place: str) -> Item:
     exe = shutil.which("ninja") or shutil.which("ninja", path=str(Path(sys.executable).parent))
     if exe is None:
-        fix = "Run `!pip install ninja` in a cell." if place == "Colab" else _install_hint(place, "ninja", "ninja")
+        fix = (
+            "Run `!pip install ninja` in a cell."
+            if place == "Colab"
+            else _install_hint(place, "ninja", "ninja")
+        )
         return Item("ninja", WARN, "not found (chapter 10 builds its C++ with ninja)", fix)
     done = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10)
     if done.returncode != 0:
-        return Item("ninja", WARN, f"{exe} is there but `--version` failed", "Reinstall it: `pip install ninja`.")
+        return Item(
+            "ninja", WARN, f"{exe} is there but `--version` failed", "Reinstall it: `pip install ninja`."
+        )
     return Item("ninja", OK, f"ninja {done.stdout.strip()} at {exe} (chapter 10's C++ build)")
 
 
@@ -189,7 +204,12 @@ def _torch(place: str) -> Item:
     try:
         import torch
     except ImportError:
-        return Item("torch", MISSING, "not installed", "Install PyTorch: see https://pytorch.org/get-started/locally/.")
+        return Item(
+            "torch",
+            MISSING,
+            "not installed",
+            "Install PyTorch: see https://pytorch.org/get-started/locally/.",
+        )
     build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build"
     return Item("torch", OK, f"torch {torch.__version__} ({build})")
 
@@ -245,8 +265,11 @@ def _dot(place: str) -> Item:
         fix = {
             "Colab": "Run `!apt-get install -y graphviz` in a cell.",
             "Binder": "Add graphviz to environment.yml (conda-forge) and rebuild the Binder.",
-        }.get(place, "Install the Graphviz program: `apt-get install graphviz`, `brew install graphviz` "
-                     "or `conda install -c conda-forge graphviz`.")
+        }.get(
+            place,
+            "Install the Graphviz program: `apt-get install graphviz`, `brew install graphviz` "
+            "or `conda install -c conda-forge graphviz`.",
+        )
         return Item("dot", MISSING, "the Graphviz `dot` program is not on PATH (graphs print as text)", fix)
     try:  # draw a two-node graph, so "found" means "works"
         done = subprocess.run([exe, "-Tsvg"], input=b"digraph { a -> b }", capture_output=True, timeout=10)
@@ -254,8 +277,12 @@ def _dot(place: str) -> Item:
         return Item("dot", WARN, f"{exe} is there but did not run: {err}", "Reinstall Graphviz.")
     if done.returncode != 0 or b"<svg" not in done.stdout:
         message = done.stderr.decode(errors="replace").strip().splitlines()[:1]
-        return Item("dot", WARN, f"{exe} failed to draw a test graph: {' '.join(message)}", "Reinstall Graphviz.")
-    version = subprocess.run([exe, "-V"], capture_output=True, timeout=10).stderr.decode(errors="replace").strip()
+        return Item(
+            "dot", WARN, f"{exe} failed to draw a test graph: {' '.join(message)}", "Reinstall Graphviz."
+        )
+    version = (
+        subprocess.run([exe, "-V"], capture_output=True, timeout=10).stderr.decode(errors="replace").strip()
+    )
     return Item("dot", OK, f"{version or exe} (draws autograd graphs)")
 
 
@@ -270,7 +297,12 @@ def _widgets(place: str) -> Item:
     try:
         import ipywidgets
     except ImportError:
-        return Item("ipywidgets", MISSING, "not installed (sliders and buttons)", _install_hint(place, "ipywidgets", "ipywidgets"))
+        return Item(
+            "ipywidgets",
+            MISSING,
+            "not installed (sliders and buttons)",
+            _install_hint(place, "ipywidgets", "ipywidgets"),
+        )
     found = f"ipywidgets {ipywidgets.__version__} (sliders and buttons)"
     if place == "Colab":  # Colab draws core widgets itself, 7.x included; never upgrade them there
         return Item("ipywidgets", OK, found)
@@ -301,7 +333,9 @@ def _kernel(place: str) -> Item:
     except ImportError:
         pass
     if shell is None:
-        return Item("notebook", INFO, "plain Python, not a Jupyter kernel: plots and widgets show in notebooks only")
+        return Item(
+            "notebook", INFO, "plain Python, not a Jupyter kernel: plots and widgets show in notebooks only"
+        )
     return Item("notebook", OK, f"running in {type(shell).__name__} ({place})")
 
 
@@ -340,7 +374,11 @@ def check() -> Report:
             report.items.append(probe(place))
         except Exception as err:  # a broken probe is a finding, not a crash
             report.items.append(
-                Item(name, WARN, f"the check itself failed: {type(err).__name__}: {err}",
-                     f"Report this, with the message, at {_issues()}.")
+                Item(
+                    name,
+                    WARN,
+                    f"the check itself failed: {type(err).__name__}: {err}",
+                    f"Report this, with the message, at {_issues()}.",
+                )
             )
     return report

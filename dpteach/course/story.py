@@ -139,7 +139,8 @@ def one_step(strategy: Strategy, devices: Sequence | None = None, seed: int = 0)
     grads = {k: (None if p.grad is None else p.grad.detach().cpu()) for k, p in model.named_parameters()}
     reference = {k: p.grad.detach().cpu() for k, p in ref.named_parameters()}
     replica_grads = [
-        {k: (None if p.grad is None else p.grad.detach().cpu()) for k, p in r.named_parameters()} for r in replicas
+        {k: (None if p.grad is None else p.grad.detach().cpu()) for k, p in r.named_parameters()}
+        for r in replicas
     ]
     return GradientReport(_name(strategy), grads, reference, replica_grads)
 

@@ -26,14 +26,27 @@ from .._devices import DeviceLike, as_device, as_devices
 from ._build import SOURCE, build, build_directory, compiler, is_cached, ninja
 
 __all__ = [
-    "load", "available", "Step", "single_step", "clone_step", "rewire_step", "member_handle",
-    "SOURCE", "build_directory", "is_cached", "compiler", "ninja", "architecture",
+    "load",
+    "available",
+    "Step",
+    "single_step",
+    "clone_step",
+    "rewire_step",
+    "member_handle",
+    "SOURCE",
+    "build_directory",
+    "is_cached",
+    "compiler",
+    "ninja",
+    "architecture",
 ]
 
 _state: dict = {}  # the first load()'s outcome: "module" and "reason"; one compile per process
 
 
-def load(*, progress: bool = True, verbose: bool = False, retry: bool = False) -> tuple[Optional[ModuleType], Optional[str]]:
+def load(
+    *, progress: bool = True, verbose: bool = False, retry: bool = False
+) -> tuple[Optional[ModuleType], Optional[str]]:
     """The compiled module and None, or None and one sentence on why it is not there.
 
     Never raises. The outcome is remembered for the process; ``retry=True`` forgets a failure.
@@ -57,7 +70,9 @@ def load(*, progress: bool = True, verbose: bool = False, retry: bool = False) -
                 module = build(progress=progress, verbose=verbose)
             except Exception as err:  # a failed compile is reported, never raised into a lesson
                 lines = str(err).splitlines() or [type(err).__name__]
-                first = next((line for line in lines if ": error:" in line), lines[0])  # the compiler's own words
+                first = next(
+                    (line for line in lines if ": error:" in line), lines[0]
+                )  # the compiler's own words
                 reason = (
                     f"Compiling {SOURCE.name} failed ({first.strip()[:200]}), so the compiled cells are skipped; "
                     "dpteach.cpp.load(verbose=True, retry=True) shows the compiler's output."
@@ -99,6 +114,7 @@ class Step:
 
 def architecture(model: nn.Module) -> list[str]:
     """``["Linear"]`` or ``["Sequential", "Linear", "ReLU", ...]``: what the C++ side rebuilds."""
+
     def check_linear(m: nn.Module) -> None:
         if type(m) is not nn.Linear or m.bias is None:
             raise TypeError(f"dpteach.cpp rebuilds nn.Linear with a bias and nn.ReLU in C++; got {m!r}")
@@ -119,7 +135,7 @@ def architecture(model: nn.Module) -> list[str]:
 def _step(result: dict, n_replicas: int) -> Step:
     def part(kind: str, who: str) -> dict:
         prefix = f"{kind}/{who}/"
-        return {k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: v for k, v in result.items() if k.startswith(prefix)}
 
     return Step(
         loss=result["loss"],

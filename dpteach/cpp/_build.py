@@ -26,7 +26,9 @@ from types import ModuleType
 import torch
 
 SOURCE = Path(__file__).with_name("dp_original.cpp")
-CFLAGS: list[str] = []  # torch's default is -O0 without -g: the fastest build, and speed is not the point here
+CFLAGS: list[
+    str
+] = []  # torch's default is -O0 without -g: the fastest build, and speed is not the point here
 EXPECTED_SECONDS = 60  # a cold compile on a 2-core laptop or Binder; faster machines take less
 
 
@@ -147,6 +149,7 @@ def _ticking(label: str, expected: int):
     def bar():
         done = threading.Event()
         with tqdm(total=expected, desc=label, bar_format="{desc}: {bar} {elapsed}") as progress:
+
             def tick():
                 while not done.wait(0.5):
                     progress.n = min(expected - 1, int(progress.format_dict["elapsed"]))
@@ -172,7 +175,11 @@ def header_options(load_inline) -> dict:
     needs, so on an older torch it compiles the same, only more slowly."""
     import inspect
 
-    return {"no_implicit_headers": True} if "no_implicit_headers" in inspect.signature(load_inline).parameters else {}
+    return (
+        {"no_implicit_headers": True}
+        if "no_implicit_headers" in inspect.signature(load_inline).parameters
+        else {}
+    )
 
 
 def build(*, progress: bool = True, verbose: bool = False) -> ModuleType:
@@ -202,12 +209,16 @@ def build(*, progress: bool = True, verbose: bool = False) -> ModuleType:
             put_ninja_on_path()  # the one place PATH changes: right before torch runs ninja
 
             if progress:
-                print(f"compiling {SOURCE.name} (first time: ~{EXPECTED_SECONDS} s; later it loads from the cache)…")
+                print(
+                    f"compiling {SOURCE.name} (first time: ~{EXPECTED_SECONDS} s; later it loads from the cache)…"
+                )
             with _ticking("compiling", EXPECTED_SECONDS) if progress else contextlib.nullcontext():
                 module = load_inline(
                     name=extension_name(),
                     cpp_sources=[SOURCE.read_text()],
-                    **header_options(load_inline),  # the source includes what it needs, less than torch/extension.h
+                    **header_options(
+                        load_inline
+                    ),  # the source includes what it needs, less than torch/extension.h
                     extra_cflags=CFLAGS,
                     build_directory=str(directory),
                     verbose=verbose,

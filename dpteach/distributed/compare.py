@@ -48,12 +48,19 @@ def step_times(
             loss_fn(step_model(x), y).backward()
             sgd_step(model, lr=0.01)
 
-        medians[hidden] = timer.time_it(step, devices, repeats, warmup, threads=threads).median  # the one timer
+        medians[hidden] = timer.time_it(
+            step, devices, repeats, warmup, threads=threads
+        ).median  # the one timer
     return medians
 
 
-def dataparallel_traffic(hidden: int = 16, depth: int = 1, global_batch: int = 64, steps: int = 3,
-                         devices: Sequence = ("cpu", "cpu")) -> dict:  # fmt: skip
+def dataparallel_traffic(
+    hidden: int = 16,
+    depth: int = 1,
+    global_batch: int = 64,
+    steps: int = 3,
+    devices: Sequence = ("cpu", "cpu"),
+) -> dict:
     """What dpteach's DataParallel copies per training step, counted by ``dpteach.comm.traffic()``."""
     model = make_model(hidden, depth).to(torch.device(devices[0]))
     dp = dpteach.DataParallel(model, list(devices))

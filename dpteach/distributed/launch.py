@@ -47,7 +47,13 @@ class RankFailed(RuntimeError):
     """A rank raised (or died): ``rank``, ``exc_type``, ``message`` and ``traceback`` say where and why."""
 
     def __init__(self, rank: int, exc_type: str, message: str, traceback: str, output: str = "", others=()):
-        self.rank, self.exc_type, self.message, self.traceback, self.output = rank, exc_type, message, traceback, output
+        self.rank, self.exc_type, self.message, self.traceback, self.output = (
+            rank,
+            exc_type,
+            message,
+            traceback,
+            output,
+        )
         self.others = tuple(others)  # ranks that failed later, usually because this one did
         also = f" (later also ranks {', '.join(map(str, self.others))})" if self.others else ""
         super().__init__(
@@ -99,7 +105,9 @@ def check_backend(backend: str, world_size: int) -> None:
             f"here; use at most {gpus} ranks with NCCL, or backend='gloo'."
         )
     if not dist.is_nccl_available():
-        raise RuntimeError("backend='nccl' was asked for, but this PyTorch was built without NCCL; use backend='gloo'.")
+        raise RuntimeError(
+            "backend='nccl' was asked for, but this PyTorch was built without NCCL; use backend='gloo'."
+        )
 
 
 def task_name(task: str | Callable) -> str:
@@ -139,24 +147,40 @@ def _stop(processes: list, conns: list, grace: float) -> None:
         c.close()
 
 
-def _environment(rank: int, world_size: int, port: int, backend: str, timeout: float, threads: int, preload) -> dict:
+def _environment(
+    rank: int, world_size: int, port: int, backend: str, timeout: float, threads: int, preload
+) -> dict:
     """A rank's environment: torchrun's variables, plus how to find dpteach and what backend to use."""
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])  # so the rank imports this very dpteach
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env.update(
-        MASTER_ADDR=ADDR, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size), OMP_NUM_THREADS=str(threads),
-        DPTEACH_BACKEND=backend, DPTEACH_TIMEOUT=str(timeout), DPTEACH_PRELOAD=",".join(preload),
-    )  # fmt: skip
+        MASTER_ADDR=ADDR,
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+        OMP_NUM_THREADS=str(threads),
+        DPTEACH_BACKEND=backend,
+        DPTEACH_TIMEOUT=str(timeout),
+        DPTEACH_PRELOAD=",".join(preload),
+    )
     return env
 
 
 class Ranks:
     """``world_size`` worker processes in one process group, alive until :meth:`close`."""
 
-    def __init__(self, world_size: int = 2, backend: str | None = None, *, timeout: float = 120.0,
-                 threads: int | None = None, preload: Sequence[str] = PRELOAD):  # fmt: skip
+    def __init__(
+        self,
+        world_size: int = 2,
+        backend: str | None = None,
+        *,
+        timeout: float = 120.0,
+        threads: int | None = None,
+        preload: Sequence[str] = PRELOAD,
+    ):
         if world_size < 1:
             raise ValueError(f"world_size must be at least 1, got {world_size}")
         self.world_size = world_size
@@ -165,8 +189,9 @@ class Ranks:
         self.timeout = timeout
         threads = threads or max(1, (os.cpu_count() or 1) // world_size)
         # The rendezvous store lives here, as torchrun's agent keeps it; port 0 lets the OS pick a free one.
-        self.store = dist.TCPStore(ADDR, 0, world_size, is_master=True, wait_for_workers=False,
-                                   timeout=timedelta(seconds=timeout))  # fmt: skip
+        self.store = dist.TCPStore(
+            ADDR, 0, world_size, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout)
+        )
         self.port = self.store.port
         self.processes: list[subprocess.Popen] = []
         self._conns = []
@@ -176,11 +201,16 @@ class Ranks:
         try:
             for rank in range(world_size):
                 ours, theirs = mp.Pipe()  # a socket pair: the rank's end is inherited by its fd number
-                self.processes.append(subprocess.Popen(
-                    [sys.executable, "-c", ENTRY, str(theirs.fileno())],
-                    env=_environment(rank, world_size, self.port, self.backend, timeout, threads, preload),
-                    pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                ))  # fmt: skip
+                self.processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-c", ENTRY, str(theirs.fileno())],
+                        env=_environment(
+                            rank, world_size, self.port, self.backend, timeout, threads, preload
+                        ),
+                        pass_fds=[theirs.fileno()],
+                        stdin=subprocess.DEVNULL,
+                    )
+                )
                 theirs.close()  # only the rank holds its end now, so its death reads as EOF here
                 self._conns.append(ours)
         except BaseException:  # also Ctrl-C while the ranks start: none may be left running
@@ -197,8 +227,9 @@ class Ranks:
             self.ready = True
         return self
 
-    def run(self, task: str | Callable, *args: Any, timeout: float | None = None, echo: bool = True,
-            **kwargs: Any) -> list:  # fmt: skip
+    def run(
+        self, task: str | Callable, *args: Any, timeout: float | None = None, echo: bool = True, **kwargs: Any
+    ) -> list:
         """Run ``task(*args, **kwargs)`` on every rank at once; its return values, in rank order.
 
         What the ranks print comes back too, and is shown as ``[rank r] ...`` unless ``echo=False``.
@@ -257,8 +288,14 @@ class Ranks:
                 code = proc.wait(2.0)
             except subprocess.TimeoutExpired:
                 code = "none (it closed its end and kept running)"
-            message = ("error", time.time(), "ProcessExit", f"exited with code {code} without an answer",
-                       "(no Python traceback: the process was killed, crashed, or exited early)\n", "")  # fmt: skip
+            message = (
+                "error",
+                time.time(),
+                "ProcessExit",
+                f"exited with code {code} without an answer",
+                "(no Python traceback: the process was killed, crashed, or exited early)\n",
+                "",
+            )
         (failures if message[0] == "error" else answers)[rank] = message
 
     def alive(self) -> list[bool]:
@@ -292,8 +329,15 @@ class Ranks:
         return f"Ranks(world_size={self.world_size}, backend={self.backend!r}, {ADDR}:{self.port}, {state})"
 
 
-def run(task: str | Callable, *args: Any, world_size: int = 2, backend: str | None = None,
-        timeout: float = 120.0, echo: bool = True, **kwargs: Any) -> list:  # fmt: skip
+def run(
+    task: str | Callable,
+    *args: Any,
+    world_size: int = 2,
+    backend: str | None = None,
+    timeout: float = 120.0,
+    echo: bool = True,
+    **kwargs: Any,
+) -> list:
     """Start ``world_size`` ranks, run one task on all of them, stop them; the results in rank order."""
     with Ranks(world_size, backend, timeout=timeout) as ranks:
         return ranks.run(task, *args, timeout=timeout, echo=echo, **kwargs)

@@ -15,8 +15,8 @@ from torch import nn
 from torch.nn import functional as F
 
 import dpteach
-from dpteach.course import story
 from dpteach._devices import as_devices
+from dpteach.course import story
 
 make_data = story.make_data  # points in [-2, 2]², target sin(x0)·cos(x1): the course's task
 sgd_step = story.sgd_step  # p -= lr * p.grad, without importing torch.optim (and torch._dynamo)
@@ -39,7 +39,9 @@ def loss_fn(output: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(output, y)
 
 
-def shard_bounds(global_batch: int, world_size: int, shards: Sequence[int] | None = None) -> list[tuple[int, int]]:
+def shard_bounds(
+    global_batch: int, world_size: int, shards: Sequence[int] | None = None
+) -> list[tuple[int, int]]:
     """Rows ``[start, end)`` of the global batch that each rank keeps; equal shards unless ``shards`` says otherwise."""
     if shards is None:
         if global_batch % world_size:

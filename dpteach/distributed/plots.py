@@ -21,7 +21,9 @@ def _count(n: int) -> str:
     return f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k" if n >= 1e3 else str(n)
 
 
-def step_times(results: Mapping[str, Mapping[int, float]], title: str = "", params: Mapping[int, int] | None = None):
+def step_times(
+    results: Mapping[str, Mapping[int, float]], title: str = "", params: Mapping[int, int] | None = None
+):
     """One line per way of training: median milliseconds per step against the hidden width.
 
     ``results`` maps a label ("one process", "DataParallel", "DDP") to ``{hidden: seconds}``;
@@ -58,11 +60,25 @@ def buckets(report: Mapping, title: str = ""):
     fig, ax = plt.subplots(figsize=(7.5, 1.9 + 0.7 * len(rows)))
     ms = 1e3
     for i, b in enumerate(rows):
-        ax.barh(i, (b["done"] - b["sent"]) * ms, left=b["sent"] * ms, height=0.5, color="tab:orange",
-                label="all-reduce of the bucket (sent to done)" if i == 0 else None)  # fmt: skip
+        ax.barh(
+            i,
+            (b["done"] - b["sent"]) * ms,
+            left=b["sent"] * ms,
+            height=0.5,
+            color="tab:orange",
+            label="all-reduce of the bucket (sent to done)" if i == 0 else None,
+        )
         ready = [report["ready"][n] * ms for n in b["params"] if n in report["ready"]]
-        ax.plot(ready, [i] * len(ready), "o", color="tab:blue", label="a gradient is ready" if i == 0 else None)
-        ax.text(b["done"] * ms, i, f"  {', '.join(b['params'])} ({b['bytes'] / 1024:.0f} KiB)", va="center", fontsize=8)
+        ax.plot(
+            ready, [i] * len(ready), "o", color="tab:blue", label="a gradient is ready" if i == 0 else None
+        )
+        ax.text(
+            b["done"] * ms,
+            i,
+            f"  {', '.join(b['params'])} ({b['bytes'] / 1024:.0f} KiB)",
+            va="center",
+            fontsize=8,
+        )
     ax.axvline(report["backward"] * ms, color="black", linestyle="--", label="loss.backward() returns")
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"bucket {b['index']}" for b in rows])

@@ -26,8 +26,14 @@ __all__ = ["hello", "all_reduce", "gradients", "buckets", "traffic", "step_times
 
 def hello() -> dict:
     """Who am I: the rank's view of the world, as torchrun would have set it up."""
-    me = dict(rank=dist.get_rank(), world_size=dist.get_world_size(), backend=dist.get_backend(), pid=os.getpid(),
-              master=f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}", device=str(rank_device()))  # fmt: skip
+    me = dict(
+        rank=dist.get_rank(),
+        world_size=dist.get_world_size(),
+        backend=dist.get_backend(),
+        pid=os.getpid(),
+        master=f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+        device=str(rank_device()),
+    )
     print(f"rank {me['rank']} of {me['world_size']}, pid {me['pid']}, {me['backend']} via {me['master']}")
     return me
 
@@ -41,8 +47,13 @@ def all_reduce(values: Sequence[float] | None = None) -> tuple[torch.Tensor, tor
     return before.cpu(), t.cpu()
 
 
-def gradients(global_batch: int = 8, hidden: int = 16, depth: int = 1, seed: int = 0,
-              shards: Sequence[int] | None = None) -> dict:  # fmt: skip
+def gradients(
+    global_batch: int = 8,
+    hidden: int = 16,
+    depth: int = 1,
+    seed: int = 0,
+    shards: Sequence[int] | None = None,
+) -> dict:
     """One DDP step's gradients on this rank: its shard, its own mean loss, then DDP's all-reduce mean."""
     ddp = wrap(make_model(hidden, depth, seed))
     x, y = local_shard(global_batch, seed, shards)
@@ -57,8 +68,13 @@ def _timed_allreduce(log: list, t0: list):
 
     def hook(state, bucket):  # no annotations: DDP checks them, and ours would be strings (__future__)
         flat = bucket.buffer()  # the bucket's gradients, flattened into one tensor
-        entry = dict(index=bucket.index(), numel=flat.numel(), bytes=flat.numel() * flat.element_size(),
-                     sent=time.perf_counter() - t0[0], params=[id(p) for p in bucket.parameters()])  # fmt: skip
+        entry = dict(
+            index=bucket.index(),
+            numel=flat.numel(),
+            bytes=flat.numel() * flat.element_size(),
+            sent=time.perf_counter() - t0[0],
+            params=[id(p) for p in bucket.parameters()],
+        )
         log.append(entry)
 
         def done(fut):
@@ -70,8 +86,9 @@ def _timed_allreduce(log: list, t0: list):
     return hook
 
 
-def buckets(hidden: int = 256, depth: int = 3, global_batch: int = 64, bucket_cap_mb: float = 0.25,
-            steps: int = 3) -> dict:  # fmt: skip
+def buckets(
+    hidden: int = 256, depth: int = 3, global_batch: int = 64, bucket_cap_mb: float = 0.25, steps: int = 3
+) -> dict:
     """How DDP packs gradients into buckets, and when each is all-reduced while backward still runs.
 
     Times are seconds since backward began, from the last of ``steps`` steps (DDP rebuilds its
@@ -86,7 +103,9 @@ def buckets(hidden: int = 256, depth: int = 3, global_batch: int = 64, bucket_ca
     t0 = [0.0]
     ddp.register_comm_hook(dist.group.WORLD, _timed_allreduce(log, t0))
     for name, p in ddp.module.named_parameters():
-        p.register_post_accumulate_grad_hook(lambda p, name=name: ready.__setitem__(name, time.perf_counter() - t0[0]))
+        p.register_post_accumulate_grad_hook(
+            lambda p, name=name: ready.__setitem__(name, time.perf_counter() - t0[0])
+        )
     x, y = local_shard(global_batch, seed=0)
     for _ in range(steps):
         log.clear()
@@ -112,13 +131,21 @@ def traffic(hidden: int = 16, depth: int = 1, global_batch: int = 64, steps: int
             x, y = local_shard(global_batch, seed=step)
             loss_fn(ddp(x), y).backward()
             sgd_step(ddp, lr=0.1)  # the same update on every rank: the gradients are the same
-    return dict(dpteach_copies=len(seen.copies), allreduce_bytes_per_step=sum(e["bytes"] for e in reduced) // steps,
-                allreduce_calls_per_step=len(reduced) // steps,  # buckets DDP's comm hook handed to all-reduce
-                same_parameters=storage == [p.data_ptr() for p in ddp.parameters()])  # fmt: skip
+    return dict(
+        dpteach_copies=len(seen.copies),
+        allreduce_bytes_per_step=sum(e["bytes"] for e in reduced) // steps,
+        allreduce_calls_per_step=len(reduced) // steps,  # buckets DDP's comm hook handed to all-reduce
+        same_parameters=storage == [p.data_ptr() for p in ddp.parameters()],
+    )
 
 
-def step_times(hiddens: Sequence[int] = (32, 128, 512), depth: int = 3, global_batch: int = 64, repeats: int = 12,
-               warmup: int = 3) -> dict:  # fmt: skip
+def step_times(
+    hiddens: Sequence[int] = (32, 128, 512),
+    depth: int = 3,
+    global_batch: int = 64,
+    repeats: int = 12,
+    warmup: int = 3,
+) -> dict:
     """Median seconds per DDP training step for each hidden width (a step ends when the slowest rank is done)."""
     device = rank_device()
     medians = {}

@@ -61,26 +61,46 @@ def _free_port() -> int:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m dpteach.distributed.train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m dpteach.distributed.train", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps (default 20)")
-    parser.add_argument("--global-batch", type=int, default=256, help="rows over all ranks (default 256, story's)")
+    parser.add_argument(
+        "--global-batch", type=int, default=256, help="rows over all ranks (default 256, story's)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the data (default 0)")
     parser.add_argument("--hidden", type=int, default=16, help="width of the hidden layers (default 16)")
-    parser.add_argument("--depth", type=int, default=1, help="hidden layers; 1 is the course model (default 1)")
+    parser.add_argument(
+        "--depth", type=int, default=1, help="hidden layers; 1 is the course model (default 1)"
+    )
     parser.add_argument("--lr", type=float, default=0.2, help="SGD learning rate (default 0.2)")
-    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size (default 25)")
-    parser.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl with a GPU per rank, else gloo")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a collective may wait (default 120)")
+    parser.add_argument(
+        "--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size (default 25)"
+    )
+    parser.add_argument(
+        "--backend", choices=["gloo", "nccl"], help="default: nccl with a GPU per rank, else gloo"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds a collective may wait (default 120)"
+    )
     return parser.parse_args(argv)
 
 
 def _join(args: argparse.Namespace) -> None:
     """``init_process_group`` from torchrun's environment variables, or as a world of one without them."""
     if "RANK" not in os.environ:  # run directly, not by torchrun
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))  # fmt: skip
+        os.environ.update(
+            RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_RANK="0",
+            LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(_free_port()),
+        )
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
-    gpu_each = torch.cuda.is_available() and torch.cuda.device_count() >= local_world  # a GPU for every local rank
+    gpu_each = (
+        torch.cuda.is_available() and torch.cuda.device_count() >= local_world
+    )  # a GPU for every local rank
     backend = args.backend or ("nccl" if gpu_each else "gloo")
     if backend == "nccl":
         from .launch import check_backend
@@ -99,12 +119,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
         if args.global_batch % world:
-            raise SystemExit(f"--global-batch {args.global_batch} must be a multiple of the world size {world}")
+            raise SystemExit(
+                f"--global-batch {args.global_batch} must be a multiple of the world size {world}"
+            )
         ddp = wrap(make_model(args.hidden, args.depth, args.seed), bucket_cap_mb=args.bucket_cap_mb)
         opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
         if rank == 0:
-            print(f"world size {world}, backend {dist.get_backend()}, device {rank_device()}, "
-                  f"{args.global_batch // world} rows per rank", flush=True)  # fmt: skip
+            print(
+                f"world size {world}, backend {dist.get_backend()}, device {rank_device()}, "
+                f"{args.global_batch // world} rows per rank",
+                flush=True,
+            )
         x, y = local_shard(args.global_batch, args.seed)  # this rank's rows, the same every step
         for step in range(1, args.steps + 1):
             loss = loss_fn(ddp(x), y)
@@ -112,7 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             loss.backward()  # DDP all-reduces (averages) the gradients while backward runs
             opt.step()
             mean_loss = loss.detach().clone()
-            dist.all_reduce(mean_loss)  # only for printing: with equal shards, the mean of means is the global mean
+            dist.all_reduce(
+                mean_loss
+            )  # only for printing: with equal shards, the mean of means is the global mean
             if rank == 0:
                 print(f"step {step:3d}/{args.steps}  loss {mean_loss.item() / world:.6f}", flush=True)
         # Same start, same averaged gradients, same steps: every replica must hold the same weights.

@@ -58,10 +58,16 @@ def join() -> None:
     rank, world_size, backend = int(env["RANK"]), int(env["WORLD_SIZE"]), env["DPTEACH_BACKEND"]
     torch.set_num_threads(int(env["OMP_NUM_THREADS"]))  # one share of the cores per rank, as torchrun gives
     if backend == "nccl":
-        torch.cuda.set_device(int(env["LOCAL_RANK"]))  # one GPU per rank: NCCL refuses two ranks on one device
-    timeout = timedelta(seconds=float(env["DPTEACH_TIMEOUT"]))  # a collective waiting longer raises, not hangs
+        torch.cuda.set_device(
+            int(env["LOCAL_RANK"])
+        )  # one GPU per rank: NCCL refuses two ranks on one device
+    timeout = timedelta(
+        seconds=float(env["DPTEACH_TIMEOUT"])
+    )  # a collective waiting longer raises, not hangs
     # a client of the launcher's store; env:// would make rank 0 try to open a second one on the same port
-    store = dist.TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), world_size, is_master=False, timeout=timeout)
+    store = dist.TCPStore(
+        env["MASTER_ADDR"], int(env["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
+    )
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
 
 

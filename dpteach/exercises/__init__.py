@@ -36,8 +36,16 @@ def check(key: str, *answer, devices=None) -> Result:
 
 def _table() -> str:
     """The index of the exercises for this docstring, from their records."""
-    rows = [(str(t.number), f"``{t.key}``", ", ".join(f"``{n}``" for n in t.names), t.chapter,
-             f"``{t.check}({', '.join(t.names)})``") for t in EXERCISES.values()]
+    rows = [
+        (
+            str(t.number),
+            f"``{t.key}``",
+            ", ".join(f"``{n}``" for n in t.names),
+            t.chapter,
+            f"``{t.check}({', '.join(t.names)})``",
+        )
+        for t in EXERCISES.values()
+    ]
     head = ("task", "key", "what the learner writes", "chapter", "check")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     rule = "  ".join("=" * w for w in widths)

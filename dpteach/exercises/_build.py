@@ -42,6 +42,7 @@ def task_table() -> str:
     rows = [f"| {t.number} · {t.title} | {t.writes} | {t.chapter} |" for t in EXERCISES.values()]
     return "\n".join(["| task | you write | chapter |", "| --- | --- | --- |", *rows])
 
+
 IMPORTS = """\
 import torch
 from torch import nn
@@ -78,7 +79,10 @@ def _cell(source: str, key: str | None = None, role: str | None = None, tags: tu
 
 def exercise_cells(key: str) -> list[nbformat.NotebookNode]:
     """The two code cells of exercise ``key`` for any chapter: the stub (tagged ``raises-exception``) and its check."""
-    return [_cell(stub_source(key), key, "stub", ("raises-exception",)), _cell(check_source(key), key, "check")]
+    return [
+        _cell(stub_source(key), key, "stub", ("raises-exception",)),
+        _cell(check_source(key), key, "check"),
+    ]
 
 
 def exercises_notebook() -> nbformat.NotebookNode:
@@ -99,22 +103,29 @@ def solutions_notebook() -> nbformat.NotebookNode:
     """Worked solutions: each answer in full as a cell, then its check, which says "Correct!"."""
     cells = [
         new_code_cell(SETUP_CELL),
-        new_markdown_cell("# 11 · Exercises: worked solutions\n\nOne way to solve each task of "
-                          "`../11_exercises.ipynb`, and its check. Each cell is complete: the fix is marked "
-                          "`# FIX`. The same code lives in `dpteach.exercises.solutions`, which the tests check."),
+        new_markdown_cell(
+            "# 11 · Exercises: worked solutions\n\nOne way to solve each task of "
+            "`../11_exercises.ipynb`, and its check. Each cell is complete: the fix is marked "
+            "`# FIX`. The same code lives in `dpteach.exercises.solutions`, which the tests check."
+        ),
         new_code_cell(IMPORTS),
     ]
     for key, task in EXERCISES.items():
         heading = task.intro.split("\n\n", 1)[0]
-        cells += [new_markdown_cell(f"{heading}\n\n{task.note}"),
-                  _cell(solution_source(key), key, "solution"), _cell(check_source(key), key, "check")]
+        cells += [
+            new_markdown_cell(f"{heading}\n\n{task.note}"),
+            _cell(solution_source(key), key, "solution"),
+            _cell(check_source(key), key, "check"),
+        ]
     return _finish(cells)
 
 
 def _finish(cells) -> nbformat.NotebookNode:
     nb = new_notebook(cells=cells)
-    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-                   "language_info": {"name": "python"}}
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
     for i, cell in enumerate(nb.cells):
         cell.id = f"ex11-{i:02d}"  # stable ids: rebuilding gives the same file
     return nb

@@ -130,17 +130,26 @@ class Findings:
     def result(self, not_implemented: str | None = None) -> Result:
         seconds = time.perf_counter() - self._start
         if not_implemented is not None:
-            return Result(self.task, False, [not_implemented], [
-                "replace the `raise NotImplementedError(...)` in the stub cell with your code, run that cell, "
-                "then run this check again."
-            ], implemented=False, seconds=seconds)
+            return Result(
+                self.task,
+                False,
+                [not_implemented],
+                [
+                    "replace the `raise NotImplementedError(...)` in the stub cell with your code, run that cell, "
+                    "then run this check again."
+                ],
+                implemented=False,
+                seconds=seconds,
+            )
         if self.ok:
             return Result(self.task, True, list(self.held), seconds=seconds)
         messages = []
         for kind, text in list(self._first.items())[:5]:
             more = self._count[kind] - 1
             messages.append(text + (f" (and {more} more like it)" if more else ""))
-        hints = list(dict.fromkeys(self._hints[k] for k in self._first if k in self._hints))[:3]  # each hint once
+        hints = list(dict.fromkeys(self._hints[k] for k in self._first if k in self._hints))[
+            :3
+        ]  # each hint once
         return Result(self.task, False, messages, hints, seconds=seconds)
 
 
@@ -173,7 +182,9 @@ def _is_library(filename: str) -> bool:
 def _learner_frame(exc: BaseException, text: str) -> str | None:
     """'in `backward`, line 12: `return (total,)`' for the innermost frame that is not library code."""
     frames = [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(exc.__traceback__)]
-    for match in re.finditer(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', text):  # frames in a worker's text
+    for match in re.finditer(
+        r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', text
+    ):  # frames in a worker's text
         frames.append((match.group(1), int(match.group(2)), match.group(3), match.group(4)))
     mine = [f for f in frames if not _is_library(f[0])]
     if not mine:

@@ -53,7 +53,9 @@ def slot_lists(devices: Sequence | None) -> list[list[torch.device]]:
     return [slots[:n] for n in range(1, len(slots) + 1)]
 
 
-def run_strategy(findings: Findings, strategy, case: Case, slots: list[torch.device], double: bool = False) -> Run:
+def run_strategy(
+    findings: Findings, strategy, case: Case, slots: list[torch.device], double: bool = False
+) -> Run:
     """Replicate and step ``case``'s model through DataParallel with ``strategy`` on ``slots``."""
     n = len(slots)
     findings.context = f"On {case.name} with {n} slot{'s' if n != 1 else ''}"
@@ -97,39 +99,53 @@ def check_replicas(findings: Findings, run: Run) -> None:
                 continue
             if t.device != run.slots[slot]:
                 findings.problem(
-                    "device", f"{run.where}: replica {slot}'s `{place.name}` is on {t.device}, but slot {slot} is "
-                    f"{run.slots[slot]}"
+                    "device",
+                    f"{run.where}: replica {slot}'s `{place.name}` is on {t.device}, but slot {slot} is "
+                    f"{run.slots[slot]}",
                 )
             if slot > 0 and shares_storage(t, place.tensor):
                 findings.problem(
-                    "shared", f"{run.where}: replica {slot}'s `{place.name}` shares memory with the original "
+                    "shared",
+                    f"{run.where}: replica {slot}'s `{place.name}` shares memory with the original "
                     f"`{place.original_name}`: every slot after slot 0 needs a copy of its own (on a second GPU the "
-                    "original is not even there)"
+                    "original is not even there)",
                 )
 
 
 def compare(findings: Findings, run: Run, what: str = "grads") -> None:
     """The output, and the original's gradients (``what="grads"``) or second gradients (``"second"``), vs one device."""
     if what == "grads" and run.output.shape != run.ref.output.shape:
-        findings.problem("output", f"{run.where}: DataParallel's output has shape {tuple(run.output.shape)}, one "
-                         f"device's {tuple(run.ref.output.shape)}")
+        findings.problem(
+            "output",
+            f"{run.where}: DataParallel's output has shape {tuple(run.output.shape)}, one "
+            f"device's {tuple(run.ref.output.shape)}",
+        )
     elif what == "grads" and not torch.allclose(run.output.cpu(), run.ref.output, rtol=RTOL, atol=ATOL):
-        findings.problem("output", f"{run.where}: DataParallel's output differs from one device's "
-                         f"(largest difference {_largest(run.output, run.ref.output):.1e})")
+        findings.problem(
+            "output",
+            f"{run.where}: DataParallel's output differs from one device's "
+            f"(largest difference {_largest(run.output, run.ref.output):.1e})",
+        )
     got = run.grads if what == "grads" else run.second
     want = run.ref.grads if what == "grads" else run.ref.second
-    scale = max(1.0, max(t.abs().max().item() for t in want.values()))  # rounding grows with the gradients' size
+    scale = max(
+        1.0, max(t.abs().max().item() for t in want.values())
+    )  # rounding grows with the gradients' size
     for name, expected in want.items():
         g = got.get(name)
         subject = f"`{name}.grad`" if what == "grads" else f"`{name}` gradient of the gradient penalty"
         if g is None:
             landed = _landed(run, name) if what == "grads" else ""
-            findings.problem(f"{what}_none", f"{run.where}: the original's {subject} is None: nothing reached "
-                             f"it{landed}")
+            findings.problem(
+                f"{what}_none", f"{run.where}: the original's {subject} is None: nothing reached it{landed}"
+            )
         elif g.shape != expected.shape or not torch.allclose(g.cpu(), expected, rtol=RTOL, atol=ATOL * scale):
             ratio = g.norm().item() / max(expected.norm().item(), 1e-12)
-            findings.problem(f"{what}_wrong", f"{run.where}: the original's {subject} differs from one device's "
-                             f"(largest difference {_largest(g, expected):.1e}; yours is {ratio:.2f}× as large)")
+            findings.problem(
+                f"{what}_wrong",
+                f"{run.where}: the original's {subject} differs from one device's "
+                f"(largest difference {_largest(g, expected):.1e}; yours is {ratio:.2f}× as large)",
+            )
 
 
 def check_buffers(findings: Findings, run: Run) -> None:
@@ -141,19 +157,32 @@ def check_buffers(findings: Findings, run: Run) -> None:
             if t is None:
                 findings.problem("buffer_missing", f"{run.where}: {who} is missing")
             elif slot == 0 and not shares_storage(t, place.tensor):
-                findings.problem("buffer_copied", f"{run.where}: {who} is a copy, not the original's "
-                                 f"`{place.original_name}`: BatchNorm on slot 0 updates the copy, and the update "
-                                 "is thrown away with the replica (see chapter 05)")
+                findings.problem(
+                    "buffer_copied",
+                    f"{run.where}: {who} is a copy, not the original's "
+                    f"`{place.original_name}`: BatchNorm on slot 0 updates the copy, and the update "
+                    "is thrown away with the replica (see chapter 05)",
+                )
             elif slot > 0 and shares_storage(t, place.tensor):
-                findings.problem("buffer_shared", f"{run.where}: {who} shares memory with the original's: slot "
-                                 f"{slot}'s BatchNorm writes its own statistics into the original too "
-                                 "(only slot 0 should)")
+                findings.problem(
+                    "buffer_shared",
+                    f"{run.where}: {who} shares memory with the original's: slot "
+                    f"{slot}'s BatchNorm writes its own statistics into the original too "
+                    "(only slot 0 should)",
+                )
     for name, expected in run.ref.buffers.items():
         b = dict(run.model.named_buffers())[name].detach().cpu()
         if not torch.allclose(b.to(expected.dtype), expected, rtol=RTOL, atol=ATOL):
-            change = "did not change" if _unchanged(run, name) else "is not what one device has after slot 0's piece"
-            findings.problem("stats", f"{run.where}: after one training-mode step the original's `{name}` {change} "
-                             f"(expected {_short(expected)}, got {_short(b)})")
+            change = (
+                "did not change"
+                if _unchanged(run, name)
+                else "is not what one device has after slot 0's piece"
+            )
+            findings.problem(
+                "stats",
+                f"{run.where}: after one training-mode step the original's `{name}` {change} "
+                f"(expected {_short(expected)}, got {_short(b)})",
+            )
 
 
 def require_strategy(findings: Findings, strategy, check: str, example: str) -> None:
@@ -194,10 +223,13 @@ def run_check(task: Task, hints: dict[str, str], body: Callable[[Findings], None
     except KeyboardInterrupt:
         if not limit.fired:
             raise  # the learner pressed stop: stop
-        findings.problem("time", f"{findings.context}, the check stopped after {limit.seconds:g} seconds with your "
-                         "code still running. Each step here takes well under a second, so look for a loop that "
-                         "never ends, or work far larger than these tiny models need. To allow more time: "
-                         "`exercises.set_time_limit(seconds)` (None for no limit)")
+        findings.problem(
+            "time",
+            f"{findings.context}, the check stopped after {limit.seconds:g} seconds with your "
+            "code still running. Each step here takes well under a second, so look for a loop that "
+            "never ends, or work far larger than these tiny models need. To allow more time: "
+            "`exercises.set_time_limit(seconds)` (None for no limit)",
+        )
     except NotImplementedError as exc:
         return findings.result(not_implemented=not_implemented_message(task, exc))
     except Stop:
@@ -218,8 +250,12 @@ def _largest(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _landed(run: Run, name: str) -> str:
     """', and replica 1 holds one in its own .grad' when a replica kept the gradient the original should have."""
-    holders = [i for i, r in enumerate(run.replicas)
-               for n, p in r.named_parameters() if n == name and p.grad is not None]
+    holders = [
+        i
+        for i, r in enumerate(run.replicas)
+        for n, p in r.named_parameters()
+        if n == name and p.grad is not None
+    ]
     if holders:
         return f"; replica {holders[0]} holds one in its own `.grad`, which nobody reads (see chapter 01)"
     return ""
@@ -237,5 +273,15 @@ def _short(t: torch.Tensor) -> str:
     return f"[{text}{', …' if t.numel() > 3 else ''}]"
 
 
-__all__ = ["CASES", "Run", "run_strategy", "check_replicas", "compare", "check_buffers", "run_check", "slot_lists",
-           "Stop", "explain"]
+__all__ = [
+    "CASES",
+    "Run",
+    "run_strategy",
+    "check_replicas",
+    "compare",
+    "check_buffers",
+    "run_check",
+    "slot_lists",
+    "Stop",
+    "explain",
+]

@@ -38,7 +38,9 @@ def mlp() -> nn.Module:
 def conv_bn() -> nn.Module:
     # Tanh, not ReLU, so second derivatives are not zero (double backward has something to check);
     # no conv bias: BatchNorm cancels it, so its gradient is rounding noise
-    return nn.Sequential(nn.Conv2d(1, 3, 3, bias=False), nn.BatchNorm2d(3), nn.Tanh(), nn.Flatten(), nn.Linear(27, 2))
+    return nn.Sequential(
+        nn.Conv2d(1, 3, 3, bias=False), nn.BatchNorm2d(3), nn.Tanh(), nn.Flatten(), nn.Linear(27, 2)
+    )
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,9 @@ class Reference:
     buffers: dict[str, torch.Tensor]  # the module's buffers after slot 0's piece went through it
 
 
-def reference(model: nn.Module, x: torch.Tensor, w: torch.Tensor, slots: int, double: bool = False) -> Reference:
+def reference(
+    model: nn.Module, x: torch.Tensor, w: torch.Tensor, slots: int, double: bool = False
+) -> Reference:
     """Run a copy of ``model`` on each of ``x.chunk(slots)`` in turn, as DataParallel's replicas would.
 
     In training mode BatchNorm normalises each piece with that piece's statistics, so the reference
@@ -95,7 +99,10 @@ def reference(model: nn.Module, x: torch.Tensor, w: torch.Tensor, slots: int, do
         penalty = sum((g**2).sum() for g in first)
         seconds = torch.autograd.grad(penalty, list(params.values()), allow_unused=True)
         # a parameter the penalty does not depend on (the last bias) has a zero second gradient
-        second = {k: (torch.zeros_like(p) if g is None else g.detach()) for (k, p), g in zip(params.items(), seconds)}
+        second = {
+            k: (torch.zeros_like(p) if g is None else g.detach())
+            for (k, p), g in zip(params.items(), seconds)
+        }
     seen = copy.deepcopy(model)
     with torch.no_grad():
         seen(pieces[0])

@@ -14,7 +14,11 @@ from . import task1_clone_bug, task2_rewire, task3_broadcast, task4_scatter_gath
 from ._feedback import Task
 
 MODULES: tuple[ModuleType, ...] = (
-    task1_clone_bug, task2_rewire, task3_broadcast, task4_scatter_gather, task5_batchnorm
+    task1_clone_bug,
+    task2_rewire,
+    task3_broadcast,
+    task4_scatter_gather,
+    task5_batchnorm,
 )
 
 EXERCISES: dict[str, Task] = {m.TASK.key: m.TASK for m in MODULES}

@@ -22,7 +22,9 @@ def set_time_limit(seconds: float | None) -> None:
     """How long a check may run before it stops with a sentence (``None``: no limit)."""
     global _seconds
     if seconds is not None and not seconds > 0:
-        raise ValueError(f"the time limit is a positive number of seconds, or None for no limit; got {seconds!r}")
+        raise ValueError(
+            f"the time limit is a positive number of seconds, or None for no limit; got {seconds!r}"
+        )
     _seconds = seconds
 
 
@@ -54,7 +56,9 @@ class TimeLimit:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.stop(wait=exc_type is not KeyboardInterrupt)  # an interrupt on its way arrives here, inside the with
+        self.stop(
+            wait=exc_type is not KeyboardInterrupt
+        )  # an interrupt on its way arrives here, inside the with
 
     def _fire(self) -> None:
         with self._lock:

@@ -20,7 +20,11 @@ def step(strategy, model: nn.Module, x: torch.Tensor) -> str:
     out = DataParallel(model, SLOTS, strategy=strategy)(x)
     out.pow(2).mean().backward()
     missing = [name for name, p in model.named_parameters() if p.grad is None]
-    grads = f".grad is None for {', '.join(missing)}" if missing else "every parameter of the original has a .grad"
+    grads = (
+        f".grad is None for {', '.join(missing)}"
+        if missing
+        else "every parameter of the original has a .grad"
+    )
     return f"one DataParallel step on {len(SLOTS)} CPU slots ran without an error ({grads})"
 
 

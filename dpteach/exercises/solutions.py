@@ -49,7 +49,9 @@ class ReduceAdd(Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        total = sum(g.to(ctx.destination) for g in grads)  # every replica's gradient, on the original's device
+        total = sum(
+            g.to(ctx.destination) for g in grads
+        )  # every replica's gradient, on the original's device
         return (total,) + (None,) * len(grads)  # one value per forward input: the sum for `original`
 
 
@@ -75,7 +77,9 @@ class ReduceAddCoalesced(Function):
 
     @staticmethod
     def forward(ctx, destination, num_inputs, *grads):
-        ctx.devices = [grads[i].device for i in range(0, len(grads), num_inputs)]  # where each group came from
+        ctx.devices = [
+            grads[i].device for i in range(0, len(grads), num_inputs)
+        ]  # where each group came from
         groups = [grads[i : i + num_inputs] for i in range(0, len(grads), num_inputs)]
         return tuple(comm.reduce_add_coalesced(groups, destination))
 

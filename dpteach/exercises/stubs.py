@@ -140,7 +140,9 @@ def keep_bn_statistics(network, devices, detach=False):
     every buffer of slot 0's replica *be* the original's buffer; later slots keep their copies.
     """
     replicas = dpteach.replicate(network, devices, detach, strategy="rewire")
-    raise NotImplementedError("Task 5 (keep BatchNorm statistics from slot 0): make slot 0's buffers the original's")
+    raise NotImplementedError(
+        "Task 5 (keep BatchNorm statistics from slot 0): make slot 0's buffers the original's"
+    )
     return replicas
 
 

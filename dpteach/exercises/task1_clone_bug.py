@@ -9,19 +9,22 @@ memory? and of the original: is its gradient the one one device computes?
 from __future__ import annotations
 
 from ..course import story
-from ._try import step
 from ._feedback import Findings, Result, Task
 from ._harness import check_replicas, require_strategy, run_cases, run_check
+from ._try import step
 
 TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
-    1, "clone_bug", "find the bug in clone-based replicate", "01",
+    1,
+    "clone_bug",
+    "find the bug in clone-based replicate",
+    "01",
     names=("replicate_by_clone",),
     check="check_clone_bug",
     writes="the line of `replicate_by_clone` that loses the gradient edge",
     imports="from copy import deepcopy\n\nimport torch\nfrom torch import nn\n\nfrom dpteach import exercises",
     intro=(
         "## Task 1 · Find the bug in clone-based replicate\n\n"
-        "Chapter 01 trained a model under `strategy=\"clone\"` and watched nothing happen (issue #19540). "
+        'Chapter 01 trained a model under `strategy="clone"` and watched nothing happen (issue #19540). '
         "`replicate_by_clone` below builds replicas the same way: a deep copy per slot, then every parameter "
         "replaced by `copy`. The line that made `copy` is shown as a `# BROKEN` comment. Replace the `raise` "
         "with a line that makes a copy of `param` on `device` that **keeps a gradient edge back to `param`** "
@@ -29,7 +32,7 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
         "`.detach()`, `nn.Parameter`, and `.to(device)` on the device a tensor is already on)."
     ),
     demo=(
-        "First, read what the check says about the broken strategy itself, `\"clone\"`: every sentence is one "
+        'First, read what the check says about the broken strategy itself, `"clone"`: every sentence is one '
         "symptom of the bug.",
         'exercises.check_clone_bug("clone")',
     ),

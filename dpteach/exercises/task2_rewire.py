@@ -10,18 +10,22 @@ DataParallel on every model and 1-4 slots against one device.
 from __future__ import annotations
 
 import inspect
+
 import torch
 from torch.autograd import Function
 
-from ..replicate import rewire
 from ..course import story
-from ._try import step
+from ..replicate import rewire
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import check_replicas, run_cases, run_check
 from ._paths import leaves_behind
+from ._try import step
 
 TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
-    2, "rewire", "rewire gradient edges", "03",
+    2,
+    "rewire",
+    "rewire gradient edges",
+    "03",
     names=("ReduceAdd",),
     check="check_rewire",
     writes="`ReduceAdd` (forward, backward), PR #20910's node",
@@ -30,7 +34,7 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
         "## Task 2 · Rewire gradient edges (PR #20910)\n\n"
         "PR #20910 kept `clone()` and gave every replica parameter a gradient edge into one `ReduceAdd` node "
         "per original parameter. Write that node. `exercises.rewire_with(ReduceAdd)` runs the library's "
-        "`\"rewire\"` strategy with your class: it clones every slot and calls "
+        '`"rewire"` strategy with your class: it clones every slot and calls '
         "`ReduceAdd.apply(original, *copies)` once "
         "per original parameter, putting the outputs in the replicas. Forward hands the copies back as the "
         "node's outputs; backward sums the copies' gradients **on the original's device** (chapter 03)."
@@ -76,17 +80,25 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
     outputs = (outputs,) if isinstance(outputs, torch.Tensor) else outputs
     if not isinstance(outputs, tuple) or len(outputs) != 3:
         got = len(outputs) if isinstance(outputs, (tuple, list)) else type(outputs).__name__
-        findings.problem("outputs", f"ReduceAdd.apply(original, c0, c1, c2) returned {got} output(s); it must "
-                         "return 3, one per copy")
+        findings.problem(
+            "outputs",
+            f"ReduceAdd.apply(original, c0, c1, c2) returned {got} output(s); it must return 3, one per copy",
+        )
         raise Stop
     for i, (out, c) in enumerate(zip(outputs, copies)):
         if not isinstance(out, torch.Tensor) or out.shape != c.shape or not torch.equal(out.detach(), c):
-            findings.problem("outputs", f"output {i} of ReduceAdd.forward is not copy {i}: each replica must get "
-                             "back its own copy, values unchanged")
+            findings.problem(
+                "outputs",
+                f"output {i} of ReduceAdd.forward is not copy {i}: each replica must get "
+                "back its own copy, values unchanged",
+            )
             raise Stop
         if out.grad_fn is None or not type(out.grad_fn).__name__.startswith(reduce_add.__name__):
-            findings.problem("outputs", f"output {i} of ReduceAdd.forward has grad_fn {type(out.grad_fn).__name__}, "
-                             f"not your {reduce_add.__name__} node: the copies must be the node's own outputs")
+            findings.problem(
+                "outputs",
+                f"output {i} of ReduceAdd.forward has grad_fn {type(out.grad_fn).__name__}, "
+                f"not your {reduce_add.__name__} node: the copies must be the node's own outputs",
+            )
             raise Stop
     if not any(leaf is original for leaf in leaves_behind(outputs[0])):
         findings.problem("edge", "the ReduceAdd node has no edge to `original`, so no gradient can reach it")
@@ -97,16 +109,25 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
     if original.grad is None:
         back = _by_hand(reduce_add, marked=False) or (None,)
         if back[0] is None and any(b is not None for b in back[1:]):
-            findings.problem("sum_missing", "after backward the original's .grad is None: ReduceAdd.backward returns "
-                             "the gradients for the copies, which are the replicas' own tensors, and None for "
-                             "`original`: the edge that matters leads to the original")
+            findings.problem(
+                "sum_missing",
+                "after backward the original's .grad is None: ReduceAdd.backward returns "
+                "the gradients for the copies, which are the replicas' own tensors, and None for "
+                "`original`: the edge that matters leads to the original",
+            )
         else:
-            findings.problem("sum_missing", "after backward the original's .grad is None: ReduceAdd.backward returned "
-                             "nothing for `original` (its first return value must be the sum of the gradients)")
+            findings.problem(
+                "sum_missing",
+                "after backward the original's .grad is None: ReduceAdd.backward returned "
+                "nothing for `original` (its first return value must be the sum of the gradients)",
+            )
     elif not torch.allclose(original.grad, 7 * base):
         ratio = original.grad.norm().item() / (7 * base).norm().item()
-        findings.problem("sum_wrong", f"with gradients g, 2g and 4g from three copies, the original got "
-                         f"{ratio:.2f}× the sum 7g: backward must add them all")
+        findings.problem(
+            "sum_wrong",
+            f"with gradients g, 2g and 4g from three copies, the original got "
+            f"{ratio:.2f}× the sum 7g: backward must add them all",
+        )
 
 
 class _OnAnotherDevice(torch.Tensor):
@@ -116,7 +137,9 @@ class _OnAnotherDevice(torch.Tensor):
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.Tensor.cpu or (func is torch.Tensor.to and _names_a_device(args[1:], kwargs)):
-            return func(args[0].as_subclass(torch.Tensor), *args[1:], **kwargs)  # moved: an ordinary tensor again
+            return func(
+                args[0].as_subclass(torch.Tensor), *args[1:], **kwargs
+            )  # moved: an ordinary tensor again
         return super().__torch_function__(func, types, args, kwargs)
 
 
@@ -154,7 +177,9 @@ def _by_hand(reduce_add: type[Function], marked: bool):
         with torch.no_grad():
             reduce_add.forward(ctx, torch.zeros(2, 3, requires_grad=True), torch.ones(2, 3), torch.ones(2, 3))
             grads = [torch.ones(2, 3) for _ in range(2)]
-            back = reduce_add.backward(ctx, *[g.as_subclass(_OnAnotherDevice) if marked else g for g in grads])
+            back = reduce_add.backward(
+                ctx, *[g.as_subclass(_OnAnotherDevice) if marked else g for g in grads]
+            )
     except AttributeError:  # it uses a part of ctx this stand-in lacks: the DataParallel runs will tell
         return None
     return tuple(back) if isinstance(back, (tuple, list)) else (back,)
@@ -169,9 +194,12 @@ def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
     findings.context = "Trying ReduceAdd with the copies' gradients on another device"
     back = _by_hand(reduce_add, marked=True)
     if back is not None and isinstance(back[0], _OnAnotherDevice):
-        findings.problem("device", "ReduceAdd.backward leaves the sum on the device the gradients came from; it must "
-                         "land on the original's device, as the C++ node's `destination_device_` (the check marks "
-                         "each gradient as coming from another slot, as it would on a second GPU)")
+        findings.problem(
+            "device",
+            "ReduceAdd.backward leaves the sum on the device the gradients came from; it must "
+            "land on the original's device, as the C++ node's `destination_device_` (the check marks "
+            "each gradient as coming from another slot, as it would on a second GPU)",
+        )
 
 
 def check_rewire(reduce_add=None, *, devices=None) -> Result:
@@ -179,8 +207,11 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
 
     def body(findings: Findings) -> None:
         if not (inspect.isclass(reduce_add) and issubclass(reduce_add, Function)):
-            findings.problem("usage", f"check_rewire expects your ReduceAdd class (a torch.autograd.Function "
-                             f"subclass), got {reduce_add!r}: `exercises.check_rewire(ReduceAdd)`")
+            findings.problem(
+                "usage",
+                f"check_rewire expects your ReduceAdd class (a torch.autograd.Function "
+                f"subclass), got {reduce_add!r}: `exercises.check_rewire(ReduceAdd)`",
+            )
             raise Stop
         _probe_node(findings, reduce_add)
         _probe_device(findings, reduce_add)

@@ -15,15 +15,18 @@ import inspect
 import torch
 from torch.autograd import Function
 
-from ..replicate import broadcast as broadcast_strategy
 from ..course import story
-from ._try import step
+from ..replicate import broadcast as broadcast_strategy
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists
 from ._paths import nodes_behind
+from ._try import step
 
 TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
-    3, "broadcast_pair", "Broadcast / ReduceAddCoalesced for double backward", "07",
+    3,
+    "broadcast_pair",
+    "Broadcast / ReduceAddCoalesced for double backward",
+    "07",
     names=("Broadcast", "ReduceAddCoalesced"),
     check="check_broadcast_pair",
     writes="`Broadcast` and `ReduceAddCoalesced`, the adjoint pair of `replicate.py`",
@@ -31,8 +34,8 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
     intro=(
         "## Task 3 · A Broadcast / ReduceAddCoalesced pair that survives double backward\n\n"
         "Python's `replicate.py` uses two autograd functions, each the other's backward (PR #2508, after issue "
-        "#2467, \"Double backward functionality within dataParallel is incomplete\", whose error read "
-        "\"Scatter is not differentiable twice\"). Write both. Forward does the copying and the summing with "
+        '#2467, "Double backward functionality within dataParallel is incomplete", whose error read '
+        '"Scatter is not differentiable twice"). Write both. Forward does the copying and the summing with '
         "`dpteach.comm`; backward must call the **partner's `apply`**, so the backward graph is itself made of "
         "nodes with a backward, and a gradient penalty or a Hessian-vector product can go through it (chapter 07). "
         "The check replicates with `exercises.broadcast_with(Broadcast)` and compares gradients *and* the "
@@ -87,31 +90,50 @@ def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
     out = broadcast.apply(slots, a, b)
     out = (out,) if isinstance(out, torch.Tensor) else tuple(out)
     if len(out) != 6:
-        findings.problem("layout", f"Broadcast.apply(devices, a, b) on 3 slots returned {len(out)} tensors; it must "
-                         "return 6: slot 0's a and b, then slot 1's, then slot 2's")
+        findings.problem(
+            "layout",
+            f"Broadcast.apply(devices, a, b) on 3 slots returned {len(out)} tensors; it must "
+            "return 6: slot 0's a and b, then slot 1's, then slot 2's",
+        )
         raise Stop
     for j in range(3):
         for k, (t, want) in enumerate(((out[2 * j], a), (out[2 * j + 1], b))):
-            if not isinstance(t, torch.Tensor) or t.shape != want.shape or not torch.equal(t.detach(), want.detach()):
-                findings.problem("layout", f"output {2 * j + k} of Broadcast.apply(devices, a, b) should be slot {j}'s "
-                                 f"copy of {'ab'[k]}, but it is not (outputs go slot by slot)")
+            if (
+                not isinstance(t, torch.Tensor)
+                or t.shape != want.shape
+                or not torch.equal(t.detach(), want.detach())
+            ):
+                findings.problem(
+                    "layout",
+                    f"output {2 * j + k} of Broadcast.apply(devices, a, b) should be slot {j}'s "
+                    f"copy of {'ab'[k]}, but it is not (outputs go slot by slot)",
+                )
                 raise Stop
     weights = [torch.full_like(t, float(i + 1), requires_grad=True) for i, t in enumerate(out)]
     ga, gb = torch.autograd.grad([(t * w).sum() for t, w in zip(out, weights)], [a, b], create_graph=True)
     summed = torch.allclose(ga.detach(), torch.full_like(a, 1 + 3 + 5))  # a's copies got gradients 1, 3 and 5
     if not summed or not torch.allclose(gb.detach(), torch.full_like(b, 2 + 4 + 6)):
         got = ga.detach().flatten()[0].item()
-        findings.problem("broadcast_sum", "Broadcast's backward does not hand each input the sum of its copies' "
-                         f"gradients: with gradients 1, 3 and 5 on a's three copies, a got {got:g}, not 9")
+        findings.problem(
+            "broadcast_sum",
+            "Broadcast's backward does not hand each input the sum of its copies' "
+            f"gradients: with gradients 1, 3 and 5 on a's three copies, a got {got:g}, not 9",
+        )
         return  # ReduceAddCoalesced's own probe says more
     if not ga.requires_grad:
-        findings.problem("not_differentiable", "Broadcast.backward is not differentiable: even with "
-                         "`create_graph=True` the gradient it returns has no history, so a second backward (a "
-                         "gradient penalty, a Hessian-vector product) has nothing to go through (see chapter 07)")
+        findings.problem(
+            "not_differentiable",
+            "Broadcast.backward is not differentiable: even with "
+            "`create_graph=True` the gradient it returns has no history, so a second backward (a "
+            "gradient penalty, a Hessian-vector product) has nothing to go through (see chapter 07)",
+        )
     elif not _from_partner(ga, reduce_add):
-        findings.problem("partner", f"Broadcast.backward's result comes out of {type(ga.grad_fn).__name__}, not out of "
-                         f"your {reduce_add.__name__}: on CPU slots a plain sum happens to be differentiable, but "
-                         "between GPUs `comm` moves data outside autograd; call the partner's `apply` (PR #2508)")
+        findings.problem(
+            "partner",
+            f"Broadcast.backward's result comes out of {type(ga.grad_fn).__name__}, not out of "
+            f"your {reduce_add.__name__}: on CPU slots a plain sum happens to be differentiable, but "
+            "between GPUs `comm` moves data outside autograd; call the partner's `apply` (PR #2508)",
+        )
 
 
 def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
@@ -123,22 +145,35 @@ def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
     want = [torch.full((2, 2), 0.0 + 10 + 20), torch.full((2, 2), 3.0 + 10 + 20)]
     right = all(isinstance(s, torch.Tensor) and torch.allclose(s.detach(), w) for s, w in zip(sums, want))
     if len(sums) != 2 or not right:
-        findings.problem("sum", "ReduceAddCoalesced.apply(destination, 2, *six_tensors) must return 2 tensors: the sum "
-                         "of input 0 over the three slots, and the sum of input 1")
+        findings.problem(
+            "sum",
+            "ReduceAddCoalesced.apply(destination, 2, *six_tensors) must return 2 tensors: the sum "
+            "of input 0 over the three slots, and the sum of input 1",
+        )
         raise Stop
     u = torch.ones(2, 2, requires_grad=True)
     back = torch.autograd.grad([(sums[0] * u).sum(), (sums[1] * 2 * u).sum()], grads, create_graph=True)
-    if not all(torch.allclose(g.detach(), torch.full((2, 2), float(1 + (i % 2)))) for i, g in enumerate(back)):
-        findings.problem("sum", "ReduceAddCoalesced's backward must hand every slot the gradient of the sum, unchanged")
+    if not all(
+        torch.allclose(g.detach(), torch.full((2, 2), float(1 + (i % 2)))) for i, g in enumerate(back)
+    ):
+        findings.problem(
+            "sum", "ReduceAddCoalesced's backward must hand every slot the gradient of the sum, unchanged"
+        )
         raise Stop
     later = [g for g in back[2:]]  # slots 1 and 2: the copies a raw comm call makes outside autograd
     if not all(g.requires_grad for g in back):
         slot = next(i for i, g in enumerate(back) if not g.requires_grad) // 2
-        findings.problem("not_differentiable", f"ReduceAddCoalesced.backward is not differentiable: even with "
-                         f"`create_graph=True` the gradient it hands slot {slot} has no history (see chapter 07)")
+        findings.problem(
+            "not_differentiable",
+            f"ReduceAddCoalesced.backward is not differentiable: even with "
+            f"`create_graph=True` the gradient it hands slot {slot} has no history (see chapter 07)",
+        )
     elif not all(_from_partner(g, broadcast) for g in later):
-        findings.problem("partner", f"ReduceAddCoalesced.backward's results do not come out of your "
-                         f"{broadcast.__name__} node: call the partner's `apply`, not `comm` directly (PR #2508)")
+        findings.problem(
+            "partner",
+            f"ReduceAddCoalesced.backward's results do not come out of your "
+            f"{broadcast.__name__} node: call the partner's `apply`, not `comm` directly (PR #2508)",
+        )
 
 
 def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=None) -> Result:
@@ -147,9 +182,12 @@ def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=N
     def body(findings: Findings) -> None:
         for cls, name in ((broadcast, "Broadcast"), (reduce_add_coalesced, "ReduceAddCoalesced")):
             if not (inspect.isclass(cls) and issubclass(cls, Function)):
-                findings.problem("usage", f"check_broadcast_pair expects your two classes, "
-                                 f"`exercises.check_broadcast_pair(Broadcast, ReduceAddCoalesced)`; for {name} it got "
-                                 f"{cls!r}")
+                findings.problem(
+                    "usage",
+                    f"check_broadcast_pair expects your two classes, "
+                    f"`exercises.check_broadcast_pair(Broadcast, ReduceAddCoalesced)`; for {name} it got "
+                    f"{cls!r}",
+                )
                 raise Stop
         _probe_broadcast(findings, broadcast, reduce_add_coalesced)
         _probe_reduce(findings, broadcast, reduce_add_coalesced)

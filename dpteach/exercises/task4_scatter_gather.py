@@ -18,16 +18,19 @@ import torch
 from torch import nn
 
 from .._devices import as_devices
+from ..course import story
 from ..data_parallel import DataParallel
 from ..scatter_gather import gather as real_gather
 from ..scatter_gather import scatter as real_scatter
-from ..course import story
-from ._try import SLOTS
 from ._feedback import Findings, Result, Stop, Task
-from ._harness import RTOL, ATOL, run_check, slot_lists
+from ._harness import ATOL, RTOL, run_check, slot_lists
+from ._try import SLOTS
 
 TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
-    4, "scatter_gather", "scatter and gather nested inputs", "04",
+    4,
+    "scatter_gather",
+    "scatter and gather nested inputs",
+    "04",
     names=("scatter", "gather"),
     check="check_scatter_gather",
     writes="`scatter` and `gather` for tuples, dicts, namedtuples, dataclasses",
@@ -165,9 +168,14 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
         for f in dataclasses.fields(want):
             g, w = getattr(got, f.name), getattr(want, f.name)
             if not isinstance(w, torch.Tensor) and _is_default(f, g) and not _is_default(f, w):
-                return "dropped", f"{_describe(path + '.' + f.name)} is {g!r}, the field's default, not {w!r}: the " \
-                    "field was dropped on the way"
-        pairs = [(f".{f.name}", getattr(got, f.name), getattr(want, f.name)) for f in dataclasses.fields(want)]
+                return (
+                    "dropped",
+                    f"{_describe(path + '.' + f.name)} is {g!r}, the field's default, not {w!r}: the "
+                    "field was dropped on the way",
+                )
+        pairs = [
+            (f".{f.name}", getattr(got, f.name), getattr(want, f.name)) for f in dataclasses.fields(want)
+        ]
     elif isinstance(want, (list, tuple)):
         if len(got) != len(want):
             kind = "count" if path.count("[") == 0 else "type"
@@ -181,7 +189,10 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
         if got is want:
             return None
         if got == want:
-            return "shared", f"{_describe(path)} is a copy of {want!r}; a non-tensor is shared: the same object"
+            return (
+                "shared",
+                f"{_describe(path)} is a copy of {want!r}; a non-tensor is shared: the same object",
+            )
         return "shared", f"{_describe(path)} is {got!r}, expected {want!r} (the same object the input holds)"
     for suffix, g, w in pairs:
         found = first_difference(g, w, path + suffix)
@@ -225,12 +236,18 @@ def _check_scatter(findings: Findings, scatter) -> None:
         want = real_scatter(inputs, slots, dim)
         got = scatter(inputs, slots, dim)
         if not isinstance(got, (list, tuple)):
-            findings.problem("type", f"scatter({what}, {n} slots) returned a {type(got).__name__}; it must return a "
-                             "list with one entry per piece")
+            findings.problem(
+                "type",
+                f"scatter({what}, {n} slots) returned a {type(got).__name__}; it must return a "
+                "list with one entry per piece",
+            )
             continue
         if len(got) != len(want):
-            findings.problem("count", f"scatter({what}, {n} slots) returned {len(got)} entries, expected {len(want)}: "
-                             "one per piece of the split")
+            findings.problem(
+                "count",
+                f"scatter({what}, {n} slots) returned {len(got)} entries, expected {len(want)}: "
+                "one per piece of the split",
+            )
             continue
         for i, (g, w) in enumerate(zip(got, want)):
             found = first_difference(g, w, f"result[{i}]")
@@ -263,7 +280,10 @@ def _check_data_parallel(findings: Findings, scatter, gather, devices) -> None:
             x, mask, s = torch.randn(8, 4), (torch.rand(8, 1) > 0.3).float(), torch.rand(8, 1)
         twin = copy.deepcopy(model)
         outs = []
-        for net, module in ((_Plugged(model, slots, scatter, gather), model), (DataParallel(twin, slots), twin)):
+        for net, module in (
+            (_Plugged(model, slots, scatter, gather), model),
+            (DataParallel(twin, slots), twin),
+        ):
             xi = x.to(slots[0]).requires_grad_()
             out = net(Batch(xi, mask.to(slots[0]), ["a", "b"]), scale={"s": s.to(slots[0])})
             y = out.y if isinstance(out, Out) else None
@@ -275,8 +295,11 @@ def _check_data_parallel(findings: Findings, scatter, gather, devices) -> None:
         if found is not None:
             findings.problem(found[0], f"{findings.context}: {found[1]}")
         elif gx is None or not torch.allclose(gx, wx, rtol=RTOL, atol=ATOL):
-            findings.problem("grad", f"{findings.context}: the input's gradient is not dpteach's; "
-                             "the pieces must stay connected to the batch they came from")
+            findings.problem(
+                "grad",
+                f"{findings.context}: the input's gradient is not dpteach's; "
+                "the pieces must stay connected to the batch they came from",
+            )
         elif gw is None or not torch.allclose(gw, ww, rtol=RTOL, atol=ATOL):
             findings.problem("grad", f"{findings.context}: the model's gradient is not dpteach's")
 
@@ -286,7 +309,9 @@ def check_scatter_gather(scatter=None, gather=None, *, devices=None) -> Result:
 
     def body(findings: Findings) -> None:
         if not (callable(scatter) and callable(gather)):
-            findings.problem("usage", "pass your two functions: `exercises.check_scatter_gather(scatter, gather)`")
+            findings.problem(
+                "usage", "pass your two functions: `exercises.check_scatter_gather(scatter, gather)`"
+            )
             raise Stop
         if devices is not None:
             as_devices(devices)

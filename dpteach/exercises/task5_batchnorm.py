@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import torch
 
-from ._models import conv_bn
-from ._try import step
 from ._feedback import Findings, Result, Task
 from ._harness import check_buffers, check_replicas, require_strategy, run_cases, run_check
+from ._models import conv_bn
+from ._try import step
 
 TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
-    5, "batchnorm", "keep BatchNorm statistics from slot 0", "05",
+    5,
+    "batchnorm",
+    "keep BatchNorm statistics from slot 0",
+    "05",
     names=("keep_bn_statistics",),
     check="check_batchnorm",
     writes="`keep_bn_statistics`, a strategy whose slot-0 buffers are the model's",

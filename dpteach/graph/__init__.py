@@ -20,8 +20,8 @@ from .autograd import AutogradGraph, autograd_graph
 from .compare import StrategyComparison, capture_replicas, compare_strategies, replicated_forward
 from .diff import GraphDiff, graph_diff
 from .display import Drawing, GraphvizMissing, set_jupyter_format
-from .nodes import Edge, Node
 from .names import Param
+from .nodes import Edge, Node
 
 __all__ = [
     "autograd_graph",

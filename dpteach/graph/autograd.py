@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from .display import Drawable
+from .names import Param, build_names
 from .nodes import Edge, Node, frozen
 from .walk import Handles, gc_paused, walk_graph
-from .names import Param, build_names
 
 
 class AutogradGraph(Drawable):
@@ -24,7 +24,11 @@ class AutogradGraph(Drawable):
     """
 
     def __init__(
-        self, nodes: Sequence[Node], edges: Sequence[Edge], params: Sequence[Param], title: str | None,
+        self,
+        nodes: Sequence[Node],
+        edges: Sequence[Edge],
+        params: Sequence[Param],
+        title: str | None,
         canonical: Mapping[str, str] | None = None,
     ) -> None:
         self._canonical = dict(canonical or {})  # a tied weight's other names -> the name its original has
@@ -36,7 +40,9 @@ class AutogradGraph(Drawable):
             self._children[e.src].append(e.dst)
         self.name = title  # the caller's first line, e.g. "strategy='clone'" (None: none given)
         self.title = self._summary() if title is None else f"{title}\n{self._summary()}"
-        self.short_title = self._summary(short=True) if title is None else f"{title}\n{self._summary(short=True)}"
+        self.short_title = (
+            self._summary(short=True) if title is None else f"{title}\n{self._summary(short=True)}"
+        )
 
     def _sorted(self, params) -> tuple[Param, ...]:
         def key(p: Param):
@@ -91,16 +97,22 @@ class AutogradGraph(Drawable):
         """For each replica parameter, the path its gradient takes to *its* original (None: a dead end)."""
         nodes = {n.param: n.id for n in self.nodes.values() if n.param is not None}
         originals = {p.name: nid for p, nid in nodes.items() if p.slot is None}
+
         def original_of(p: Param) -> str | None:
             return originals.get(self._canonical.get(p.name, p.name))
 
-        return {p: (self.path(nodes[p], original_of(p)) if original_of(p) else None) for p in self.replica_params}
+        return {
+            p: (self.path(nodes[p], original_of(p)) if original_of(p) else None) for p in self.replica_params
+        }
 
     def _drawn_parts(self) -> tuple[list[Node], list[Edge]]:
         # draw the edge clone() never made, from each dead end to its original: the picture of #19540
         originals = {n.param.name: n.id for n in self.nodes.values() if n.kind == "original"}
-        dead = [(n.id, self._canonical.get(n.param.name, n.param.name)) for n in self.nodes.values()
-                if n.kind == "replica" and n.dead_end]
+        dead = [
+            (n.id, self._canonical.get(n.param.name, n.param.name))
+            for n in self.nodes.values()
+            if n.kind == "replica" and n.dead_end
+        ]
         missing = [Edge(nid, originals[name], "missing") for nid, name in dead if name in originals]
         return list(self.nodes.values()), [*self.edges, *missing]
 
@@ -113,8 +125,10 @@ class AutogradGraph(Drawable):
             dead = sum(n.dead_end for n in replicas)
             if short:
                 return f"{reached}/{len(originals)} originals reached, {dead} dead ends"
-            return (f"the gradient reaches {reached} of {len(originals)} original parameters; "
-                    f"{dead} of {len(replicas)} replica parameters are dead ends")
+            return (
+                f"the gradient reaches {reached} of {len(originals)} original parameters; "
+                f"{dead} of {len(replicas)} replica parameters are dead ends"
+            )
         if originals:
             return f"the gradient reaches {reached} of {len(originals)} parameters"
         ops = sum(n.kind in ("op", "join") for n in nodes)
@@ -122,8 +136,10 @@ class AutogradGraph(Drawable):
         return f"{ops} backward function{'s' * (ops != 1)}, {leaves} lea{'f' if leaves == 1 else 'ves'}"
 
     def __repr__(self) -> str:
-        return (f"<AutogradGraph: {len(self.nodes)} nodes, {len(self.edges)} edges, "
-                f"{len(self.dead_ends)} dead ends, {len(self.unreached)} unreached>")
+        return (
+            f"<AutogradGraph: {len(self.nodes)} nodes, {len(self.edges)} edges, "
+            f"{len(self.dead_ends)} dead ends, {len(self.unreached)} unreached>"
+        )
 
 
 def autograd_graph(
@@ -162,7 +178,9 @@ def walked_graph(
     else:
         outputs = list(output) if isinstance(output, (list, tuple)) else []
     if not outputs or not all(isinstance(o, torch.Tensor) for o in outputs):
-        raise TypeError(f"autograd_graph expects a tensor (or a list of tensors), got {type(output).__name__}")
+        raise TypeError(
+            f"autograd_graph expects a tensor (or a list of tensors), got {type(output).__name__}"
+        )
     with gc_paused():
         table = build_names(module, replicas, names)
         nodes, edges, found = walk_graph(outputs, table, handles=handles)

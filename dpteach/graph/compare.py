@@ -22,7 +22,10 @@ from .legend import legend_html
 
 
 def replicated_forward(
-    model: nn.Module, x: torch.Tensor, devices: Sequence, strategy="broadcast",
+    model: nn.Module,
+    x: torch.Tensor,
+    devices: Sequence,
+    strategy="broadcast",
     loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, list[nn.Module]]:
     """``loss_fn(gather(parallel_apply(replicate(model), scatter(x))))`` and the replicas it used.
@@ -70,7 +73,9 @@ class StrategyComparison(Mapping[str, AutogradGraph]):
             for name, uri in images.items()
         )
         legend = legend_html(d.view for d in drawings.values())
-        return f'<div style="display:flex;flex-wrap:wrap;gap:8px;align-items:flex-start">{cells}</div>{legend}'
+        return (
+            f'<div style="display:flex;flex-wrap:wrap;gap:8px;align-items:flex-start">{cells}</div>{legend}'
+        )
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         try:
@@ -82,8 +87,10 @@ class StrategyComparison(Mapping[str, AutogradGraph]):
         return self.text
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{name}: {len(g.dead_ends)} dead ends, {len(g.unreached)} unreached"
-                          for name, g in self.graphs.items())
+        parts = ", ".join(
+            f"{name}: {len(g.dead_ends)} dead ends, {len(g.unreached)} unreached"
+            for name, g in self.graphs.items()
+        )
         return f"<StrategyComparison {parts}>"
 
 
@@ -115,7 +122,9 @@ def capture_replicas(dp: nn.Module) -> Iterator[list[nn.Module]]:
     ``autograd_graph(out, module=dp, replicas=replicas)``.
     """
     if not callable(getattr(dp, "replicate", None)):
-        raise TypeError(f"capture_replicas expects a DataParallel (something with .replicate), got {type(dp).__name__}")
+        raise TypeError(
+            f"capture_replicas expects a DataParallel (something with .replicate), got {type(dp).__name__}"
+        )
     from ..data_parallel import keep_replicas
 
     with keep_replicas(dp) as kept:  # re-entrant and per thread: no method is patched

@@ -13,8 +13,8 @@ from dataclasses import replace
 
 from .autograd import AutogradGraph
 from .display import Drawable
-from .nodes import Edge, Node
 from .names import Param
+from .nodes import Edge, Node
 
 
 class GraphDiff(Drawable):
@@ -30,15 +30,25 @@ class GraphDiff(Drawable):
         old = {(e.src, e.dst) for e in before.edges}
         new = {(e.src, e.dst) for e in after.edges}
         self.added: tuple[Edge, ...] = tuple(
-            Edge(e.src, e.dst, "added") for e in after.edges if (e.src, e.dst) not in old)
+            Edge(e.src, e.dst, "added") for e in after.edges if (e.src, e.dst) not in old
+        )
         self.removed: tuple[Edge, ...] = tuple(
-            Edge(e.src, e.dst, "removed") for e in before.edges if (e.src, e.dst) not in new)
+            Edge(e.src, e.dst, "removed") for e in before.edges if (e.src, e.dst) not in new
+        )
         self.fixed: tuple[Param, ...] = tuple(p for p in before.dead_ends if p not in set(after.dead_ends))
-        self.new_dead_ends: tuple[Param, ...] = tuple(p for p in after.dead_ends if p not in set(before.dead_ends))
-        self.newly_reached: tuple[Param, ...] = tuple(p for p in before.unreached if p not in set(after.unreached))
-        self.newly_unreached: tuple[Param, ...] = tuple(p for p in after.unreached if p not in set(before.unreached))
-        summary = (f"{len(self.added)} edges added, {len(self.removed)} removed; "
-                   f"{len(self.fixed)} dead ends removed, {len(self.newly_reached)} original parameters now reached")
+        self.new_dead_ends: tuple[Param, ...] = tuple(
+            p for p in after.dead_ends if p not in set(before.dead_ends)
+        )
+        self.newly_reached: tuple[Param, ...] = tuple(
+            p for p in before.unreached if p not in set(after.unreached)
+        )
+        self.newly_unreached: tuple[Param, ...] = tuple(
+            p for p in after.unreached if p not in set(before.unreached)
+        )
+        summary = (
+            f"{len(self.added)} edges added, {len(self.removed)} removed; "
+            f"{len(self.fixed)} dead ends removed, {len(self.newly_reached)} original parameters now reached"
+        )
         if title is None and before.name and after.name:
             title = f"from {before.name} to {after.name}"
         self.title = summary if title is None else f"{title}\n{summary}"
@@ -54,7 +64,11 @@ class GraphDiff(Drawable):
             elif n.id not in self.before.nodes:
                 n = replace(n, status="added")
             nodes.append(n)
-        nodes += [replace(n, status="removed") for nid, n in self.before.nodes.items() if nid not in self.after.nodes]
+        nodes += [
+            replace(n, status="removed")
+            for nid, n in self.before.nodes.items()
+            if nid not in self.after.nodes
+        ]
         old = {(e.src, e.dst) for e in self.before.edges}
         edges = [e if (e.src, e.dst) in old else Edge(e.src, e.dst, "added") for e in self.after.edges]
         _, after_drawn = self.after._drawn_parts()
@@ -80,6 +94,8 @@ def graph_diff(before: AutogradGraph, after: AutogradGraph, *, title: str | None
     """The difference between two graphs (say, one model under ``"clone"`` and under ``"rewire"``)."""
     for name, g in (("before", before), ("after", after)):
         if not isinstance(g, AutogradGraph):
-            raise TypeError(f"graph_diff expects two AutogradGraphs (from autograd_graph), but {name} is a "
-                            f"{type(g).__name__}")
+            raise TypeError(
+                f"graph_diff expects two AutogradGraphs (from autograd_graph), but {name} is a "
+                f"{type(g).__name__}"
+            )
     return GraphDiff(before, after, title)

@@ -13,8 +13,8 @@ from typing import Sequence
 
 from . import text as text_form
 from .nodes import Edge, Node
-from .walk import gc_paused
 from .view import MAX_NODES, View, make_view
+from .walk import gc_paused
 
 NO_DOT = (
     "(This is the text form: Graphviz's `dot` program was not found. To see the picture, install it "
@@ -83,7 +83,9 @@ class Drawing:
 
     def svg(self) -> str:
         """The picture as SVG text; raises GraphvizMissing (saying what to install) without Graphviz."""
-        if "_failure" in self.__dict__:  # shown once already without Graphviz: don't run dot twice per display
+        if (
+            "_failure" in self.__dict__
+        ):  # shown once already without Graphviz: don't run dot twice per display
             raise GraphvizMissing(str(self._failure))
         if "_svg" not in self.__dict__:
             try:
@@ -149,7 +151,10 @@ class Drawable:
         return []
 
     def draw(
-        self, collapse: bool | int | None = None, max_nodes: int | None = MAX_NODES, legend: bool = True,
+        self,
+        collapse: bool | int | None = None,
+        max_nodes: int | None = MAX_NODES,
+        legend: bool = True,
         compact: bool = False,
     ) -> Drawing:
         """A picture of the graph.

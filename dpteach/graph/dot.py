@@ -188,10 +188,24 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     fast = {"nslimit": "2", "nslimit1": "2"} if big else {}
     g = graphviz.Digraph(
         "autograd",
-        graph_attr={"rankdir": "TB", "label": title, "labelloc": "t", "fontname": FONT, "fontsize": "13",
-                    "nodesep": "0.12" if compact else "0.25", "ranksep": "0.25" if compact else "0.35",
-                    "ordering": "out", **fast},
-        node_attr={"shape": "box", "fontname": FONT, "fontsize": "10", "height": "0.3", "margin": "0.08,0.04"},
+        graph_attr={
+            "rankdir": "TB",
+            "label": title,
+            "labelloc": "t",
+            "fontname": FONT,
+            "fontsize": "13",
+            "nodesep": "0.12" if compact else "0.25",
+            "ranksep": "0.25" if compact else "0.35",
+            "ordering": "out",
+            **fast,
+        },
+        node_attr={
+            "shape": "box",
+            "fontname": FONT,
+            "fontsize": "10",
+            "height": "0.3",
+            "margin": "0.08,0.04",
+        },
         edge_attr={"arrowsize": "0.7"},
     )
     slots = sorted({n.slot for n in view.nodes if n.slot is not None and n.kind in ("op", "replica")})
@@ -213,8 +227,17 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             device = next((n.device for n in members if n.kind == "replica"), members[0].device)
             label, border, loc = f"replica {name.removeprefix('replica')} · {device}", "#9e9e9e", "t"
         with g.subgraph(name=f"cluster_{name}") as c:
-            c.attr(label=label, style="filled,rounded", color=border, fillcolor=device_tint(device),
-                   fontname=FONT, fontsize="12", labelloc=loc, labeljust="c", peripheries="1")
+            c.attr(
+                label=label,
+                style="filled,rounded",
+                color=border,
+                fillcolor=device_tint(device),
+                fontname=FONT,
+                fontsize="12",
+                labelloc=loc,
+                labeljust="c",
+                peripheries="1",
+            )
             for n in members:
                 put.node(c, n.id, _node_attrs(n, view, kinds, compact))
     for e in view.edges:
@@ -224,8 +247,16 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
         outer = graphviz.Digraph(
             "autograd", graph_attr={**g.graph_attr}, node_attr={**g.node_attr}, edge_attr={**g.edge_attr}
         )
-        g.name, g.graph_attr = "cluster_legend", {"label": legend_label(view), "labelloc": "b", "labeljust": "r",
-                                                  "peripheries": "0", "fontsize": "9"}
+        g.name, g.graph_attr = (
+            "cluster_legend",
+            {
+                "label": legend_label(view),
+                "labelloc": "b",
+                "labeljust": "r",
+                "peripheries": "0",
+                "fontsize": "9",
+            },
+        )
         g.node_attr, g.edge_attr = {}, {}
         outer.subgraph(g)
         return outer

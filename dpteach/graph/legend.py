@@ -36,7 +36,12 @@ LEGEND = {  # entry -> (fill, border, border style, text)
     "original": (FILL["original"], "black", "solid", "original parameter: a leaf, its .grad fills"),
     "unreached": (FILL["unreached"], RED, "dashed", "never reached from the output: .grad stays None"),
     "dead_end": (FILL["dead_end"], RED, "solid", "replica parameter, dead end: the gradient stops here"),
-    "replica": (FILL["replica"], "black", "solid", "replica parameter: leads on to the original (not a leaf)"),
+    "replica": (
+        FILL["replica"],
+        "black",
+        "solid",
+        "replica parameter: leads on to the original (not a leaf)",
+    ),
     "input": (FILL["input"], "black", "solid", "leaf that requires grad: its .grad fills"),
     "tensor": (FILL["tensor"], "black", "solid", "named tensor, not a leaf: .grad stays None"),
     "fixed": (FILL["replica"], PURPLE, "solid", "was a dead end, is not any more"),
@@ -98,16 +103,22 @@ def legend_label(view: View) -> str:
         fill, border, style, text = LEGEND[key]
         dashed = ' STYLE="dashed"' if style == "dashed" else ""
         width = "3" if border in (GREEN, PURPLE) else "1"
-        rows.append(f'<TR><TD BGCOLOR="{fill}" COLOR="{border}" BORDER="{width}"{dashed} WIDTH="28"> </TD>'
-                    f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>')
+        rows.append(
+            f'<TR><TD BGCOLOR="{fill}" COLOR="{border}" BORDER="{width}"{dashed} WIDTH="28"> </TD>'
+            f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>'
+        )
     for key in edge_keys:
         colour, glyph, text = EDGE_LEGEND[key]
-        rows.append(f'<TR><TD BORDER="0"><FONT COLOR="{colour}"><B>{glyph}</B></FONT></TD>'
-                    f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>')
+        rows.append(
+            f'<TR><TD BORDER="0"><FONT COLOR="{colour}"><B>{glyph}</B></FONT></TD>'
+            f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>'
+        )
     if boxes:
         rows.append(f'<TR><TD COLSPAN="2" ALIGN="LEFT" BORDER="0">{BOXES}</TD></TR>')
-    return ('<<TABLE BORDER="1" CELLBORDER="1" CELLSPACING="3" CELLPADDING="2" COLOR="#9e9e9e">'
-            '<TR><TD COLSPAN="2" BORDER="0"><B>legend</B></TD></TR>' + "".join(rows) + "</TABLE>>")
+    return (
+        '<<TABLE BORDER="1" CELLBORDER="1" CELLSPACING="3" CELLPADDING="2" COLOR="#9e9e9e">'
+        '<TR><TD COLSPAN="2" BORDER="0"><B>legend</B></TD></TR>' + "".join(rows) + "</TABLE>>"
+    )
 
 
 def legend_html(views: Iterable[View]) -> str:
@@ -117,8 +128,10 @@ def legend_html(views: Iterable[View]) -> str:
     for key in node_keys:
         fill, border, style, text = LEGEND[key]
         width = 3 if border in (GREEN, PURPLE) else 1
-        swatch = (f'<span style="display:inline-block;width:22px;height:12px;background:{fill};'
-                  f'border:{width}px {style} {border};vertical-align:middle"></span>')
+        swatch = (
+            f'<span style="display:inline-block;width:22px;height:12px;background:{fill};'
+            f'border:{width}px {style} {border};vertical-align:middle"></span>'
+        )
         items.append(f"{swatch}&nbsp;{escape(text)}")
     for key in edge_keys:
         colour, glyph, text = EDGE_LEGEND[key]

@@ -50,7 +50,9 @@ class TensorNames:
         self.leaves: dict[int, Named] = {}  # id(leaf tensor) -> name
         self.sites: dict[tuple[int, int], Named] = {}  # (id(grad_fn), output_nr) -> name
         self.originals: list[tuple[Param, torch.Tensor]] = []  # in module order, for .unreached
-        self.canonical: dict[str, str] = {}  # every name of an original tensor -> its first name (tied weights)
+        self.canonical: dict[
+            str, str
+        ] = {}  # every name of an original tensor -> its first name (tied weights)
         self.named_leaves: list[tuple[Named, torch.Tensor]] = []  # names= leaves, drawn even when unreached
         self._keep: list[object] = []  # hold every tensor and grad_fn so their id()s stay theirs
 
@@ -174,7 +176,9 @@ def _name_replica(table: TensorNames, paths: list[str], slot: int, replica: nn.M
             param = Param(name, slot, device)
             table.add(copy, Named("replica", str(param), param, shape_of(copy), device))
 
-    for name in list(table.canonical):  # every alias: "clone" unties tied weights (two copies), "broadcast" does not
+    for name in list(
+        table.canonical
+    ):  # every alias: "clone" unties tied weights (two copies), "broadcast" does not
         add(name, resolve(replica, name))
     for path in paths:  # then what the replica's modules hold besides
         sub = _submodule(replica, path)
@@ -195,7 +199,9 @@ def build_names(
     """Name the original's parameters, every replica's copies (by the original's names) and the learner's tensors."""
     table = TensorNames()
     if replicas is not None and module is None:
-        raise ValueError("replicas= needs module= too: the original module they were made from, whose names they take")
+        raise ValueError(
+            "replicas= needs module= too: the original module they were made from, whose names they take"
+        )
     if module is not None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"module= expects an nn.Module, got {type(module).__name__}")
@@ -204,7 +210,9 @@ def build_names(
         paths = [path for path, _ in module.named_modules()]
         for slot, replica in enumerate(replicas or ()):
             if not isinstance(replica, nn.Module):
-                raise TypeError(f"replicas= expects a list of modules, got {type(replica).__name__} in slot {slot}")
+                raise TypeError(
+                    f"replicas= expects a list of modules, got {type(replica).__name__} in slot {slot}"
+                )
             try:
                 _name_replica(table, paths, slot, replica)
             except AttributeError as err:  # get_submodule: the replica is not shaped like the module

@@ -54,8 +54,18 @@ _new, _set = object.__new__, object.__setattr__
 
 
 def new_node(
-    id: str, kind: str, label: str, op: str | None, param: Param | None, shape: tuple[int, ...] | None,
-    slot: int | None, device: str | None, leaf: bool, dead_end: bool, reached: bool, module: str | None,
+    id: str,
+    kind: str,
+    label: str,
+    op: str | None,
+    param: Param | None,
+    shape: tuple[int, ...] | None,
+    slot: int | None,
+    device: str | None,
+    leaf: bool,
+    dead_end: bool,
+    reached: bool,
+    module: str | None,
 ) -> Node:
     """``Node(...)`` for the walk's hundreds of nodes, without the frozen dataclass's ``__init__``.
 
@@ -64,9 +74,24 @@ def new_node(
     fills the same ``__dict__`` at once: an equal, equally hashable and frozen Node.
     """
     node = _new(Node)
-    _set(node, "__dict__", {
-        "id": id, "kind": kind, "label": label, "op": op, "param": param, "shape": shape, "slot": slot,
-        "device": device, "leaf": leaf, "dead_end": dead_end, "reached": reached, "module": module,
-        "members": 1, "status": "",
-    })
+    _set(
+        node,
+        "__dict__",
+        {
+            "id": id,
+            "kind": kind,
+            "label": label,
+            "op": op,
+            "param": param,
+            "shape": shape,
+            "slot": slot,
+            "device": device,
+            "leaf": leaf,
+            "dead_end": dead_end,
+            "reached": reached,
+            "module": module,
+            "members": 1,
+            "status": "",
+        },
+    )
     return node

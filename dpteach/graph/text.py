@@ -80,7 +80,9 @@ def render(view: View) -> str:
         if n.id not in has_parent and n.id not in seen and (n.kind == "output" or kids[n.id]):
             emit(n.id, "", "")
     if len(lines) > MAX_LINES:
-        lines[MAX_LINES:] = [f"… {len(lines) - MAX_LINES} more lines of tree (draw(collapse=True) shortens it)"]
+        lines[MAX_LINES:] = [
+            f"… {len(lines) - MAX_LINES} more lines of tree (draw(collapse=True) shortens it)"
+        ]
     lonely = [n for n in view.nodes if n.id not in seen and n.kind != "more"]
     if lonely:
         lines += ["", "Not reached from the output:", *("  " + describe(n) for n in lonely)]

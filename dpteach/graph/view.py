@@ -80,9 +80,17 @@ def _merged(key: tuple, members: list[Node]) -> Node:
     if len(statuses) == 1 and statuses <= {"removed", "added"}:
         status = statuses.pop()
     return Node(
-        nid, kind, label, op=first.op if kind == "join" else None, slot=first.slot, device=first.device,
-        leaf=all(m.leaf for m in members), dead_end=any(m.dead_end for m in members),
-        reached=all(m.reached for m in members), module=prefix, members=sum(m.members for m in members),
+        nid,
+        kind,
+        label,
+        op=first.op if kind == "join" else None,
+        slot=first.slot,
+        device=first.device,
+        leaf=all(m.leaf for m in members),
+        dead_end=any(m.dead_end for m in members),
+        reached=all(m.reached for m in members),
+        module=prefix,
+        members=sum(m.members for m in members),
         status=status,
     )
 
@@ -153,7 +161,9 @@ def _merge_edges(edges: Sequence[Edge], rename: dict[str, str]) -> list[Edge]:
     return [Edge(s, d, st) for (s, d), st in merged.items()]
 
 
-def truncate(nodes: Sequence[Node], edges: Sequence[Edge], max_nodes: int) -> tuple[list[Node], list[Edge], int]:
+def truncate(
+    nodes: Sequence[Node], edges: Sequence[Edge], max_nodes: int
+) -> tuple[list[Node], list[Edge], int]:
     """Keep the first ``max_nodes - 1`` nodes of the walk; one more node stands for the rest."""
     keep = list(nodes[: max(1, max_nodes - 1)])
     left_out = len(nodes) - len(keep)
@@ -193,8 +203,10 @@ def make_view(
             if depth == 1 or sizes[depth] <= max_nodes:
                 nodes, edges = collapse(nodes, edges, depth)
                 break
-        notes.append(f"{total} nodes collapsed by module (depth {depth}) to stay under max_nodes={max_nodes}; "
-                     "draw(collapse=False) shows each one")
+        notes.append(
+            f"{total} nodes collapsed by module (depth {depth}) to stay under max_nodes={max_nodes}; "
+            "draw(collapse=False) shows each one"
+        )
     if max_nodes is not None and len(nodes) > max_nodes:
         nodes, edges, left_out = truncate(nodes, edges, max_nodes)
         notes.append(f"{left_out} nodes left out (max_nodes={max_nodes}); draw(max_nodes=None) shows all")

@@ -102,7 +102,9 @@ def _is_leaf_fn(fn: object) -> bool:
 
 
 def _walk(
-    outputs: Sequence[torch.Tensor], table: TensorNames, keep_entries: bool,
+    outputs: Sequence[torch.Tensor],
+    table: TensorNames,
+    keep_entries: bool,
 ) -> tuple[list[_Found], list[int]]:
     """Pass 1: one depth-first walk from the outputs; nodes in preorder, and the postorder."""
     found: list[_Found] = []
@@ -199,21 +201,33 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             else:
                 nid = f"tensor.{named.label}"
             slot = None if param is None else param.slot
-            node = _Face(nid, named.kind, named.label, param=param, shape=named.shape, slot=slot,
-                         device=named.device, leaf=f.where == LEAF)
+            node = _Face(
+                nid,
+                named.kind,
+                named.label,
+                param=param,
+                shape=named.shape,
+                slot=slot,
+                device=named.device,
+                leaf=f.where == LEAF,
+            )
         elif f.where == LEAF:
             var = f.tensor
             counts["leaf"] += 1
             what = "parameter (not the module's)" if isinstance(var, torch.nn.Parameter) else "leaf tensor"
-            node = _Face(f"leaf_{counts['leaf']}", "leaf", what, shape=shape_of(var), device=str(var.device),
-                         leaf=True)
+            node = _Face(
+                f"leaf_{counts['leaf']}", "leaf", what, shape=shape_of(var), device=str(var.device), leaf=True
+            )
         else:
             name = type(f.fn).__name__
             kind = "join" if id(f.fn) in join_fns else "op"
             nid = None
             if kind == "join":  # a ReduceAdd node feeds one original parameter: name it after it
-                named_leaves = [table.leaves.get(id(fn.variable)) for fn, _ in f.fn.next_functions
-                                if fn is not None and _is_leaf_fn(fn)]
+                named_leaves = [
+                    table.leaves.get(id(fn.variable))
+                    for fn, _ in f.fn.next_functions
+                    if fn is not None and _is_leaf_fn(fn)
+                ]
                 only = named_leaves[0] if len(named_leaves) == 1 else None
                 if only is not None and only.kind == "original":
                     nid = f"{name}[{only.param.name}]"
@@ -248,8 +262,10 @@ def _trace(found: list[_Found], post: list[int], nodes: list[_Face]) -> tuple[li
                 m |= mask[c]
             reaches = reaches or to_original[c]
         mask[i], to_original[i] = m, reaches
-    slots = [(m.bit_length() - 1) if n.kind == "op" and m and m & (m - 1) == 0 else n.slot  # exactly one bit
-             for m, n in zip(mask, nodes)]
+    slots = [
+        (m.bit_length() - 1) if n.kind == "op" and m and m & (m - 1) == 0 else n.slot  # exactly one bit
+        for m, n in zip(mask, nodes)
+    ]
     return slots, to_original
 
 
@@ -285,33 +301,75 @@ def _place(found: list[_Found], post: list[int], nodes: list[_Face]) -> list[str
     return module
 
 
-def _finish(found: list[_Found], nodes: list[_Face], slots: list[int | None], to_original: list[bool],
-            module: list[str | None], table: TensorNames) -> tuple[list[Node], list[Edge]]:
+def _finish(
+    found: list[_Found],
+    nodes: list[_Face],
+    slots: list[int | None],
+    to_original: list[bool],
+    module: list[str | None],
+    table: TensorNames,
+) -> tuple[list[Node], list[Edge]]:
     """Pass 5: the final nodes (with the parameters the walk never reached), and the edges."""
     slot_device = {n.slot: n.device for n in nodes if n.kind == "replica"}  # an op runs on its slot's device
     out = []
     for n, slot, reaches, mod in zip(nodes, slots, to_original, module):
         device = slot_device.get(slot, n.device) if n.kind == "op" else n.device
-        out.append(new_node(n.id, n.kind, n.label, n.op, n.param, n.shape, slot, device, n.leaf,
-                            n.kind == "replica" and not reaches, True, mod))
+        out.append(
+            new_node(
+                n.id,
+                n.kind,
+                n.label,
+                n.op,
+                n.param,
+                n.shape,
+                slot,
+                device,
+                n.leaf,
+                n.kind == "replica" and not reaches,
+                True,
+                mod,
+            )
+        )
     seen = {n.param for n in nodes if n.kind == "original"}
     for param, t in table.originals:
         if param not in seen:
-            out.append(Node(f"original.{param.name}", "original", str(param), param=param, shape=shape_of(t),
-                            device=param.device, leaf=t.grad_fn is None, reached=False,
-                            module=_module_of(param)))
+            out.append(
+                Node(
+                    f"original.{param.name}",
+                    "original",
+                    str(param),
+                    param=param,
+                    shape=shape_of(t),
+                    device=param.device,
+                    leaf=t.grad_fn is None,
+                    reached=False,
+                    module=_module_of(param),
+                )
+            )
     present = {n.id for n in out}
     for named, t in table.named_leaves:  # a leaf you named that the output does not reach: .grad stays None
         if f"tensor.{named.label}" not in present and table.lookup_leaf(t) is named:
-            out.append(Node(f"tensor.{named.label}", "input", named.label, shape=named.shape,
-                            device=named.device, leaf=True, reached=False))
+            out.append(
+                Node(
+                    f"tensor.{named.label}",
+                    "input",
+                    named.label,
+                    shape=named.shape,
+                    device=named.device,
+                    leaf=True,
+                    reached=False,
+                )
+            )
     ids = [n.id for n in nodes]
     edges = [Edge(ids[i], ids[c]) for i, f in enumerate(found) for c in f.children]
     return out, edges
 
 
 def walk_graph(
-    outputs: Sequence[torch.Tensor], table: TensorNames, *, handles: bool = False,
+    outputs: Sequence[torch.Tensor],
+    table: TensorNames,
+    *,
+    handles: bool = False,
 ) -> tuple[list[Node], list[Edge], Handles | None]:
     """The graph behind ``outputs`` as nodes and edges (and, with ``handles=True``, its live grad_fns)."""
     found, post = _walk(outputs, table, keep_entries=handles)

@@ -34,9 +34,9 @@ from torch import nn
 from .. import __version__, comm
 from .._devices import default_devices
 from ..data_parallel import DataParallel
-from .profile import profile_step
 from ..replicate import STRATEGIES, replicate
 from ..replicate.clone import clone_tensor
+from .profile import profile_step
 from .timer import time_in_turns
 
 
@@ -48,7 +48,9 @@ def steady_allocator() -> bool:
     try:
         libc = ctypes.CDLL(name)
         M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # from <malloc.h>
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)) and bool(libc.mallopt(M_TRIM_THRESHOLD, (1 << 31) - 1))
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, 1 << 30)) and bool(
+            libc.mallopt(M_TRIM_THRESHOLD, (1 << 31) - 1)
+        )
     except (OSError, AttributeError):
         return False
 
@@ -101,7 +103,9 @@ def time_clone_then_to(mbytes, repeats) -> list[dict]:
         fns = {"a": lambda: clone_tensor(t, dst_dev), "b": lambda: t.to(dst_dev, copy=True)}
         med = time_in_turns(fns, both, repeats)
         a, b = med["a"].median, med["b"].median
-        rows.append({"src": src, "dst": dst, "bytes": comm.nbytes(t), "clone_then_to_s": a, "to_s": b, "ratio": a / b})
+        rows.append(
+            {"src": src, "dst": dst, "bytes": comm.nbytes(t), "clone_then_to_s": a, "to_s": b, "ratio": a / b}
+        )
     return rows
 
 
@@ -116,11 +120,26 @@ def per_tensor_vs_coalesced(n_tensors, numel, repeats) -> list[dict]:
         tensors = [torch.randn(numel, device=src) for _ in range(n_tensors)]
         dst_dev = torch.device(dst)
         both = [src, dst]
-        med = time_in_turns({"per": lambda: [t.to(dst_dev, copy=True) for t in tensors],
-                             "co": lambda: comm._coalesced_copy(tensors, dst_dev, comm.BUFFER_SIZE)}, both, repeats)
+        med = time_in_turns(
+            {
+                "per": lambda: [t.to(dst_dev, copy=True) for t in tensors],
+                "co": lambda: comm._coalesced_copy(tensors, dst_dev, comm.BUFFER_SIZE),
+            },
+            both,
+            repeats,
+        )
         per, co = med["per"].median, med["co"].median
-        rows.append({"src": src, "dst": dst, "tensors": n_tensors, "numel": numel, "per_tensor_s": per,
-                     "coalesced_s": co, "ratio": co / per})
+        rows.append(
+            {
+                "src": src,
+                "dst": dst,
+                "tensors": n_tensors,
+                "numel": numel,
+                "per_tensor_s": per,
+                "coalesced_s": co,
+                "ratio": co / per,
+            }
+        )
     return rows
 
 
@@ -141,9 +160,16 @@ def step_vs_plain(devices, hidden, batch, repeats) -> dict:
     med = time_in_turns({"plain": plain, "dp": parallel}, devices, repeats)
     plain_s, dp_s = med["plain"].median, med["dp"].median
     profile = profile_step(model, x, devices, repeats=repeats)
-    return {"params": n_params(model), "batch": batch, "slots": [str(d) for d in devices], "plain_step_s": plain_s,
-            "dp_step_s": dp_s, "ratio": dp_s / plain_s, "phases_median_s": profile.medians,
-            "bytes_per_step": profile.bytes_by_op}
+    return {
+        "params": n_params(model),
+        "batch": batch,
+        "slots": [str(d) for d in devices],
+        "plain_step_s": plain_s,
+        "dp_step_s": dp_s,
+        "ratio": dp_s / plain_s,
+        "phases_median_s": profile.medians,
+        "bytes_per_step": profile.bytes_by_op,
+    }
 
 
 def against_torch(hidden, batch, repeats) -> dict | None:
@@ -155,12 +181,15 @@ def against_torch(hidden, batch, repeats) -> dict | None:
     model = mlp(hidden, "cuda:0")
     x = torch.randn(batch, 1024, device="cuda:0")
     theirs = nn.DataParallel(model, device_ids=ids)
-    ours = DataParallel(model, ids)  # like with like: the same GPUs, one slot each (one GPU: both pass through)
+    ours = DataParallel(
+        model, ids
+    )  # like with like: the same GPUs, one slot each (one GPU: both pass through)
 
     def step(net):
         def run():
             model.zero_grad(set_to_none=True)
             net(x).float().pow(2).mean().backward()
+
         return run
 
     slots = [torch.device("cuda", i) for i in ids]
@@ -168,12 +197,20 @@ def against_torch(hidden, batch, repeats) -> dict | None:
     if n == 1:
         steps["dpteach_two_slots_s"] = step(DataParallel(model, ["cuda:0", "cuda:0"]))
     med = time_in_turns(steps, slots, repeats)
-    out = {"gpus": n, "gpu_name": torch.cuda.get_device_name(0), "params": n_params(model), "batch": batch,
-           **{name: t.median for name, t in med.items()}, "dpteach_slots": [str(d) for d in ours.device_ids]}
+    out = {
+        "gpus": n,
+        "gpu_name": torch.cuda.get_device_name(0),
+        "params": n_params(model),
+        "batch": batch,
+        **{name: t.median for name, t in med.items()},
+        "dpteach_slots": [str(d) for d in ours.device_ids],
+    }
     if n == 1:
-        out["note"] = ("one GPU: torch.nn.DataParallel and dpteach with one slot both run the module itself "
-                       "(no replicas), so torch_dp_s and dpteach_s compare like with like; dpteach_two_slots_s "
-                       "is dpteach with two slots on cuda:0, replicating every step, which torch cannot do")
+        out["note"] = (
+            "one GPU: torch.nn.DataParallel and dpteach with one slot both run the module itself "
+            "(no replicas), so torch_dp_s and dpteach_s compare like with like; dpteach_two_slots_s "
+            "is dpteach with two slots on cuda:0, replicating every step, which torch cannot do"
+        )
     return out
 
 
@@ -204,11 +241,21 @@ def plot(results: dict, path: Path) -> None:
     ax.set_ylabel("ms (median)")
     ax.set_title(f"replicate {r['model_bytes'] / 1e6:.0f} MB to {len(r['slots'])} slots ({r['slots'][0]})")
 
-    _paired_bars(axes[0][1], results["clone_then_to"], ("clone_then_to_s", "clone then .to (before #20995)"),
-                 ("to_s", ".to (after)"), "one copy or two")
+    _paired_bars(
+        axes[0][1],
+        results["clone_then_to"],
+        ("clone_then_to_s", "clone then .to (before #20995)"),
+        ("to_s", ".to (after)"),
+        "one copy or two",
+    )
     rows = results["per_tensor_vs_coalesced"]
-    _paired_bars(axes[1][0], rows, ("per_tensor_s", "per tensor"), ("coalesced_s", "coalesced (10 MiB buckets)"),
-                 f"{rows[0]['tensors']} small tensors of {rows[0]['numel']} floats")
+    _paired_bars(
+        axes[1][0],
+        rows,
+        ("per_tensor_s", "per tensor"),
+        ("coalesced_s", "coalesced (10 MiB buckets)"),
+        f"{rows[0]['tensors']} small tensors of {rows[0]['numel']} floats",
+    )
 
     ax = axes[1][1]
     s = results["step_vs_plain"]
@@ -234,18 +281,29 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, page_faults:
     mb = 8 if quick else 100
     results = {
         "env": {
-            "dpteach": __version__, "torch": torch.__version__, "python": platform.python_version(),
-            "device": torch.cuda.get_device_name(0) if on_gpu
+            "dpteach": __version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "device": torch.cuda.get_device_name(0)
+            if on_gpu
             else f"CPU ({torch.get_num_threads()} threads; timed with 1 per slot)",
-            "slots": [str(d) for d in devices], "repeats": repeats, "statistic": "median",
-            "allocator": "glibc keeps freed memory (mallopt)" if steady else "as it comes (page faults included)",
+            "slots": [str(d) for d in devices],
+            "repeats": repeats,
+            "statistic": "median",
+            "allocator": "glibc keeps freed memory (mallopt)"
+            if steady
+            else "as it comes (page faults included)",
             "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         },
         "replicate_vs_copy": replicate_vs_copy(devices, mb, repeats),
         "clone_then_to": time_clone_then_to(mb / 4, repeats),
         "per_tensor_vs_coalesced": per_tensor_vs_coalesced(64 if quick else 256, 4096, repeats),
-        "step_vs_plain": step_vs_plain(devices, 512 if quick else (8192 if on_gpu else 2048),
-                                       64 if quick else (4096 if on_gpu else 512), repeats),
+        "step_vs_plain": step_vs_plain(
+            devices,
+            512 if quick else (8192 if on_gpu else 2048),
+            64 if quick else (4096 if on_gpu else 512),
+            repeats,
+        ),
         "against_torch": against_torch(512 if quick else 8192, 64 if quick else 4096, repeats),
     }
     out.mkdir(parents=True, exist_ok=True)
@@ -260,29 +318,46 @@ def summary(results: dict) -> str:
         f"device: {results['env']['device']}, slots {', '.join(results['env']['slots'])}, medians of "
         f"{results['env']['repeats']}, allocator: {results['env']['allocator']}",
         f"replicate {r['model_bytes'] / 1e6:.0f} MB to {len(r['slots'])} slots: plain copy {r['plain_copy_s'] * 1e3:.1f} ms; "
-        + "; ".join(f"{k} {r[k]['replicate_s'] * 1e3:.1f} ms ({r[k]['ratio_to_copy']:.2f}x)" for k in STRATEGIES),
+        + "; ".join(
+            f"{k} {r[k]['replicate_s'] * 1e3:.1f} ms ({r[k]['ratio_to_copy']:.2f}x)" for k in STRATEGIES
+        ),
     ]
     for row in results["clone_then_to"]:
-        lines.append(f"clone-then-.to vs .to {row['src']}->{row['dst']}: {row['clone_then_to_s'] * 1e3:.2f} vs {row['to_s'] * 1e3:.2f} ms ({row['ratio']:.2f}x)")
+        lines.append(
+            f"clone-then-.to vs .to {row['src']}->{row['dst']}: {row['clone_then_to_s'] * 1e3:.2f} vs {row['to_s'] * 1e3:.2f} ms ({row['ratio']:.2f}x)"
+        )
     for row in results["per_tensor_vs_coalesced"]:
-        lines.append(f"coalesced vs per-tensor {row['src']}->{row['dst']}: {row['coalesced_s'] * 1e3:.2f} vs {row['per_tensor_s'] * 1e3:.2f} ms ({row['ratio']:.2f}x)")
-    lines.append(f"DataParallel step vs plain ({s['params'] / 1e6:.1f}M params, batch {s['batch']}): "
-                 f"{s['dp_step_s'] * 1e3:.1f} vs {s['plain_step_s'] * 1e3:.1f} ms ({s['ratio']:.2f}x)")
+        lines.append(
+            f"coalesced vs per-tensor {row['src']}->{row['dst']}: {row['coalesced_s'] * 1e3:.2f} vs {row['per_tensor_s'] * 1e3:.2f} ms ({row['ratio']:.2f}x)"
+        )
+    lines.append(
+        f"DataParallel step vs plain ({s['params'] / 1e6:.1f}M params, batch {s['batch']}): "
+        f"{s['dp_step_s'] * 1e3:.1f} vs {s['plain_step_s'] * 1e3:.1f} ms ({s['ratio']:.2f}x)"
+    )
     t = results.get("against_torch")
     if t:
-        lines.append(f"vs torch.nn.DataParallel on {t['gpus']} x {t['gpu_name']}: dpteach {t['dpteach_s'] * 1e3:.2f} ms "
-                     f"({', '.join(t['dpteach_slots'])}), torch {t['torch_dp_s'] * 1e3:.2f} ms, plain {t['plain_s'] * 1e3:.2f} ms"
-                     + (f"; dpteach on two slots of cuda:0 {t['dpteach_two_slots_s'] * 1e3:.2f} ms (replicating)"
-                        if "dpteach_two_slots_s" in t else ""))
+        lines.append(
+            f"vs torch.nn.DataParallel on {t['gpus']} x {t['gpu_name']}: dpteach {t['dpteach_s'] * 1e3:.2f} ms "
+            f"({', '.join(t['dpteach_slots'])}), torch {t['torch_dp_s'] * 1e3:.2f} ms, plain {t['plain_s'] * 1e3:.2f} ms"
+            + (
+                f"; dpteach on two slots of cuda:0 {t['dpteach_two_slots_s'] * 1e3:.2f} ms (replicating)"
+                if "dpteach_two_slots_s" in t
+                else ""
+            )
+        )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dpteach.measure.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m dpteach.measure.bench", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--out", type=Path, default=Path("artifacts/bench"))
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     parser.add_argument("--repeats", type=int)
-    parser.add_argument("--page-faults", action="store_true", help="leave the allocator alone (see the docstring)")
+    parser.add_argument(
+        "--page-faults", action="store_true", help="leave the allocator alone (see the docstring)"
+    )
     args = parser.parse_args(argv)
     results = run(args.out, args.quick, args.repeats, args.page_faults)
     print(summary(results))

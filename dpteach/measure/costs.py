@@ -78,7 +78,9 @@ def copy_per_tensor(tensors: Sequence[torch.Tensor], device) -> list[torch.Tenso
     return [comm.copy_to(t, device, "per_tensor") for t in tensors]
 
 
-def copy_coalesced(tensors: Sequence[torch.Tensor], device, buffer_size: int = comm.BUFFER_SIZE) -> list[torch.Tensor]:
+def copy_coalesced(
+    tensors: Sequence[torch.Tensor], device, buffer_size: int = comm.BUFFER_SIZE
+) -> list[torch.Tensor]:
     """Copy tensors in flat buckets of at most ``buffer_size`` bytes: one copy per bucket.
 
     ``torch.cuda.comm.broadcast_coalesced`` does this between GPUs (10 MiB buckets): fewer, larger

@@ -82,7 +82,11 @@ def strategy_name(strategy: Strategy) -> str:
 
 
 def replicate(
-    network: nn.Module, devices: Sequence[DeviceLike], detach: bool = False, *, strategy: Strategy = "broadcast"
+    network: nn.Module,
+    devices: Sequence[DeviceLike],
+    detach: bool = False,
+    *,
+    strategy: Strategy = "broadcast",
 ) -> list[nn.Module]:
     """Replicas of ``network``, one per slot in ``devices`` (duplicates allowed).
 

@@ -44,13 +44,19 @@ def broadcast_per_slot(
     n = len(tensors)
     if len(flat) != n * len(devices):
         name = getattr(broadcast, "__name__", "Broadcast")
-        raise ValueError(f"{name}.apply(devices, *inputs) returned {len(flat)} tensors for {n} inputs on "
-                         f"{len(devices)} slots; it must return {n * len(devices)}, slot by slot")
+        raise ValueError(
+            f"{name}.apply(devices, *inputs) returned {len(flat)} tensors for {n} inputs on "
+            f"{len(devices)} slots; it must return {n * len(devices)}, slot by slot"
+        )
     return [list(flat[i : i + n]) for i in range(0, len(flat), n)]
 
 
 def replicate(
-    network: nn.Module, devices: Sequence[torch.device], detach: bool = False, *, broadcast: type[Function] = Broadcast
+    network: nn.Module,
+    devices: Sequence[torch.device],
+    detach: bool = False,
+    *,
+    broadcast: type[Function] = Broadcast,
 ) -> list[nn.Module]:
     """One replica per slot, built the way ``torch.nn.parallel.replicate`` builds them, through ``broadcast``."""
     params = list(network.parameters())  # deduplicated: a tied weight appears once

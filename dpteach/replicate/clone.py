@@ -45,7 +45,9 @@ def clone_module(module: nn.Module, device: torch.device) -> nn.Module:
         for key, buf in module._buffers.items():
             # BROKEN (#21144): a deep copy even on the original's device, so BatchNorm's running stats are lost on
             # every slot; "rewire" inherits this line
-            replica._buffers[key] = None if buf is None else clone_tensor(buf, device).requires_grad_(buf.requires_grad)
+            replica._buffers[key] = (
+                None if buf is None else clone_tensor(buf, device).requires_grad_(buf.requires_grad)
+            )
         for key, child in module._modules.items():
             replica._modules[key] = None if child is None else clone_module(child, device)
     return replica

@@ -58,16 +58,22 @@ class ReduceAdd(Function):
         output = torch.zeros(ctx.size, dtype=ctx.dtype, device=ctx.destination)
         for g in grads:
             if g.size() != ctx.size:
-                raise RuntimeError(f"All inputs of ReduceAdd must have the same size, but got {g.size()} and {ctx.size}")
+                raise RuntimeError(
+                    f"All inputs of ReduceAdd must have the same size, but got {g.size()} and {ctx.size}"
+                )
             if g.dtype != ctx.dtype:
-                raise RuntimeError(f"All inputs of ReduceAdd must have the same dtype, but got {g.dtype} and {ctx.dtype}")
+                raise RuntimeError(
+                    f"All inputs of ReduceAdd must have the same dtype, but got {g.dtype} and {ctx.dtype}"
+                )
             if g.device != ctx.destination:
                 comm.record("reduce_add", comm.nbytes(g), g.device, ctx.destination)
             output.add_(g.to(ctx.destination))  # TODO in C++ too: use nccl reduce
         return (output,) + (None,) * len(grads)  # the sum for `original`, nothing for the copies
 
 
-def rewire_grad_edges(network: nn.Module, replicas: Sequence[nn.Module], node: type[Function] = ReduceAdd) -> None:
+def rewire_grad_edges(
+    network: nn.Module, replicas: Sequence[nn.Module], node: type[Function] = ReduceAdd
+) -> None:
     """Give every replica copy of each original parameter an edge into that parameter's ``node`` (one each)."""
     sites: dict[torch.Tensor, list[tuple[nn.Module, str, str]]] = defaultdict(list)
     for replica in replicas:
@@ -79,7 +85,9 @@ def rewire_grad_edges(network: nn.Module, replicas: Sequence[nn.Module], node: t
                 if buf is not None and buf.requires_grad:  # C++ rewired grad-requiring buffers too
                     sites[buf].append((copy, key, "buffer"))
     for original, places in sites.items():
-        copies = [getattr(m, key).detach() for m, key, _ in places]  # plain tensors: the node's one edge is `original`
+        copies = [
+            getattr(m, key).detach() for m, key, _ in places
+        ]  # plain tensors: the node's one edge is `original`
         # FIX (#20910): one node per original parameter, one input slot per replica copy, its outputs replace them
         outputs = _outputs(node, node.apply(original, *copies), len(copies))
         for (module, key, kind), out in zip(places, outputs):
@@ -96,12 +104,18 @@ def _outputs(node: type[Function], outputs, n: int) -> tuple[torch.Tensor, ...]:
     if not isinstance(outputs, (tuple, list)) or len(outputs) != n:
         got = len(outputs) if isinstance(outputs, (tuple, list)) else type(outputs).__name__
         name = getattr(node, "__name__", "the node")
-        raise ValueError(f"{name}.apply(original, *copies) got {n} copies but returned {got}; return one per copy")
+        raise ValueError(
+            f"{name}.apply(original, *copies) got {n} copies but returned {got}; return one per copy"
+        )
     return tuple(outputs)
 
 
 def replicate(
-    network: nn.Module, devices: Sequence[torch.device], detach: bool = False, *, node: type[Function] = ReduceAdd
+    network: nn.Module,
+    devices: Sequence[torch.device],
+    detach: bool = False,
+    *,
+    node: type[Function] = ReduceAdd,
 ) -> list[nn.Module]:
     """Clone per slot (``clone.py``), then rewire through ``node``; ``detach=True`` keeps the plain clones."""
     # BROKEN (#21144), inherited from clone.py: every buffer deep-copied, slot 0's too (BatchNorm's stats are lost)

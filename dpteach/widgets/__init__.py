@@ -19,10 +19,24 @@ from .cost import CostLab
 from .flow import GradientFlow
 from .training import STRATEGIES, TrainingLab
 
-__all__ = ["explorer", "gradient_stepper", "cost_explorer", "TrainingLab", "GradientFlow", "CostLab", "STRATEGIES",
-           "DataParallelExplorer", "GradientStepper", "CostExplorer"]
+__all__ = [
+    "explorer",
+    "gradient_stepper",
+    "cost_explorer",
+    "TrainingLab",
+    "GradientFlow",
+    "CostLab",
+    "STRATEGIES",
+    "DataParallelExplorer",
+    "GradientStepper",
+    "CostExplorer",
+]
 
-_VIEWS = {"DataParallelExplorer": "view_explorer", "GradientStepper": "view_stepper", "CostExplorer": "view_cost"}
+_VIEWS = {
+    "DataParallelExplorer": "view_explorer",
+    "GradientStepper": "view_stepper",
+    "CostExplorer": "view_cost",
+}
 
 
 def explorer(strategy: str = "clone", slots: int = 2, lr: float = 0.2, steps: int = 60, seed: int = 0):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 INSTALL = (
     "dpteach's widgets need the ipywidgets package: install it with "
-    "`pip install \"ipywidgets>=7.6,<9\"` (JupyterLab 4 needs 8; Colab's preinstalled 7.7 works as it is)."
+    '`pip install "ipywidgets>=7.6,<9"` (JupyterLab 4 needs 8; Colab\'s preinstalled 7.7 works as it is).'
 )
 
 

@@ -36,26 +36,40 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _frame(width: int, height: int, title: str, xlabel: str, ylabel: str, ticks: Sequence[float]) -> list[str]:
+def _frame(
+    width: int, height: int, title: str, xlabel: str, ylabel: str, ticks: Sequence[float]
+) -> list[str]:
     h = height - TOP - BOTTOM
     y0 = TOP + h
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-           f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="12" {FONT}>{escape(title)}</text>',
-           f'<text x="{LEFT + (width - LEFT - RIGHT) / 2}" y="{height - 6}" text-anchor="middle" font-size="11" '
-           f'{FONT}>{escape(xlabel)}</text>',
-           f'<text transform="translate(12 {TOP + h / 2}) rotate(-90)" text-anchor="middle" font-size="11" '
-           f'{FONT}>{escape(ylabel)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="12" {FONT}>{escape(title)}</text>',
+        f'<text x="{LEFT + (width - LEFT - RIGHT) / 2}" y="{height - 6}" text-anchor="middle" font-size="11" '
+        f"{FONT}>{escape(xlabel)}</text>",
+        f'<text transform="translate(12 {TOP + h / 2}) rotate(-90)" text-anchor="middle" font-size="11" '
+        f"{FONT}>{escape(ylabel)}</text>",
+    ]
     for t in ticks:
         y = y0 - h * t / ticks[-1]
         out.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e0e0e0"/>')
-        out.append(f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10" {FONT}>{_fmt(t)}</text>')
+        out.append(
+            f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10" {FONT}>{_fmt(t)}</text>'
+        )
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{y0}" stroke="#616161"/>')
     return out
 
 
-def line_chart(series: Sequence[tuple[str, Sequence[float], str, bool]], x_max: int, title: str, xlabel: str,
-               ylabel: str, width: int = 470, height: int = 270, y_cap: float | None = None) -> str:
+def line_chart(
+    series: Sequence[tuple[str, Sequence[float], str, bool]],
+    x_max: int,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    width: int = 470,
+    height: int = 270,
+    y_cap: float | None = None,
+) -> str:
     """Lines ``(label, values, colour, dashed)`` over x = 0, 1, 2, ...; a dot marks each line's last value.
 
     ``y_cap``: the y axis ends there; larger values, infinities and NaNs (a diverging run) are drawn on
@@ -76,29 +90,44 @@ def line_chart(series: Sequence[tuple[str, Sequence[float], str, bool]], x_max: 
     for t in nice_ticks(x_max, 6):
         if t <= x_max:
             x = LEFT + w * t / x_max
-            out.append(f'<text x="{x:.1f}" y="{TOP + h + 14}" text-anchor="middle" font-size="10" {FONT}>{t:g}</text>')
+            out.append(
+                f'<text x="{x:.1f}" y="{TOP + h + 14}" text-anchor="middle" font-size="10" {FONT}>{t:g}</text>'
+            )
     for k, (label, values, colour, dashed) in enumerate(series):
         dash = ' stroke-dasharray="6 4"' if dashed else ""
         if len(values):
             points = " ".join(f"{x:.1f},{y:.1f}" for x, y in (xy(i, v) for i, v in enumerate(values)))
-            out.append(f'<polyline class="series" data-label="{escape(label)}" points="{points}" fill="none" '
-                       f'stroke="{colour}" stroke-width="2"{dash}/>')
+            out.append(
+                f'<polyline class="series" data-label="{escape(label)}" points="{points}" fill="none" '
+                f'stroke="{colour}" stroke-width="2"{dash}/>'
+            )
             x, y = xy(len(values) - 1, values[-1])
             out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{colour}"/>')
         ly = TOP + 12 + 15 * k  # the legend, top right, inside the plot
         lx = width - RIGHT - 210
-        out.append(f'<line x1="{lx}" x2="{lx + 22}" y1="{ly - 4}" y2="{ly - 4}" stroke="{colour}" stroke-width="2"{dash}/>')
+        out.append(
+            f'<line x1="{lx}" x2="{lx + 22}" y1="{ly - 4}" y2="{ly - 4}" stroke="{colour}" stroke-width="2"{dash}/>'
+        )
         out.append(f'<text x="{lx + 27}" y="{ly}" font-size="10" {FONT}>{escape(label)}</text>')
     if clipped:
-        out.append(f'<text x="{width - RIGHT - 210}" y="{TOP + 12 + 15 * len(series)}" font-size="10" fill="#b71c1c" '
-                   f'{FONT}>values above {_fmt(ticks[-1])} (or NaN) drawn on the top edge</text>')
+        out.append(
+            f'<text x="{width - RIGHT - 210}" y="{TOP + 12 + 15 * len(series)}" font-size="10" fill="#b71c1c" '
+            f"{FONT}>values above {_fmt(ticks[-1])} (or NaN) drawn on the top edge</text>"
+        )
     out.append("</svg>")
     return "\n".join(out)
 
 
-def bar_chart(categories: Sequence[str], stacks: Sequence[tuple[str, Sequence[float], str]], title: str,
-              ylabel: str, notes: Sequence[str] = (), line: tuple[float, str] | None = None,
-              width: int = 420, height: int = 270) -> str:
+def bar_chart(
+    categories: Sequence[str],
+    stacks: Sequence[tuple[str, Sequence[float], str]],
+    title: str,
+    ylabel: str,
+    notes: Sequence[str] = (),
+    line: tuple[float, str] | None = None,
+    width: int = 420,
+    height: int = 270,
+) -> str:
     """Stacked bars: ``stacks`` are ``(label, one value per category, colour)``; ``notes`` go above each bar.
 
     ``line``: ``(value, label)`` for a dotted reference line across the chart.
@@ -114,23 +143,39 @@ def bar_chart(categories: Sequence[str], stacks: Sequence[tuple[str, Sequence[fl
         for label, values, colour in stacks:
             v = values[i]
             if v > 0:
-                out.append(f'<rect class="bar" data-category="{escape(name)}" data-stack="{escape(label)}" '
-                           f'data-value="{v}" x="{x:.1f}" y="{base - v * scale:.1f}" width="{slot * 0.64:.1f}" '
-                           f'height="{v * scale:.1f}" fill="{colour}"/>')
+                out.append(
+                    f'<rect class="bar" data-category="{escape(name)}" data-stack="{escape(label)}" '
+                    f'data-value="{v}" x="{x:.1f}" y="{base - v * scale:.1f}" width="{slot * 0.64:.1f}" '
+                    f'height="{v * scale:.1f}" fill="{colour}"/>'
+                )
                 base -= v * scale
-        out.append(f'<text x="{x + slot * 0.32:.1f}" y="{TOP + h + 14}" text-anchor="middle" font-size="10" '
-                   f'{FONT}>{escape(name)}</text>')
+        out.append(
+            f'<text x="{x + slot * 0.32:.1f}" y="{TOP + h + 14}" text-anchor="middle" font-size="10" '
+            f"{FONT}>{escape(name)}</text>"
+        )
         if i < len(notes):
-            out.append(f'<text x="{x + slot * 0.32:.1f}" y="{base - 4:.1f}" text-anchor="middle" font-size="10" '
-                       f'{FONT}>{escape(notes[i])}</text>')
-    legend = [(label, f'<rect x="{LEFT + 6}" y="{{y}}" width="10" height="10" fill="{colour}"/>')
-              for label, values, colour in stacks if len(stacks) > 1 and any(v > 0 for v in values)]
+            out.append(
+                f'<text x="{x + slot * 0.32:.1f}" y="{base - 4:.1f}" text-anchor="middle" font-size="10" '
+                f"{FONT}>{escape(notes[i])}</text>"
+            )
+    legend = [
+        (label, f'<rect x="{LEFT + 6}" y="{{y}}" width="10" height="10" fill="{colour}"/>')
+        for label, values, colour in stacks
+        if len(stacks) > 1 and any(v > 0 for v in values)
+    ]
     if line:
         y = TOP + h - line[0] * scale
-        out.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="black" '
-                   f'stroke-dasharray="2 3"/>')
-        legend.append((line[1], f'<line x1="{LEFT + 4}" x2="{LEFT + 17}" y1="{{y5}}" y2="{{y5}}" stroke="black" '
-                                f'stroke-dasharray="2 3"/>'))
+        out.append(
+            f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="black" '
+            f'stroke-dasharray="2 3"/>'
+        )
+        legend.append(
+            (
+                line[1],
+                f'<line x1="{LEFT + 4}" x2="{LEFT + 17}" y1="{{y5}}" y2="{{y5}}" stroke="black" '
+                f'stroke-dasharray="2 3"/>',
+            )
+        )
     for k, (label, mark) in enumerate(legend):  # top left, inside the plot
         ly = TOP + 10 + 13 * k
         out.append(mark.format(y=ly - 8, y5=ly - 4))

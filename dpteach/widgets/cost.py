@@ -14,7 +14,6 @@ Plain Python, no ipywidgets; ``view_cost.py`` only shows it.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
@@ -33,7 +32,9 @@ def wide_model(width: int, seed: int = 0) -> nn.Sequential:
     """The course's MLP with a square hidden layer: about ``width**2`` parameters."""
     with torch.random.fork_rng(devices=[]):  # the caller's random state is left alone
         torch.manual_seed(seed)
-        return nn.Sequential(nn.Linear(2, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 1))
+        return nn.Sequential(
+            nn.Linear(2, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 1)
+        )
 
 
 def width_numel(width: int) -> int:
@@ -64,8 +65,15 @@ _PLAIN = object()  # the one-device step's key: never a strategy's name
 class CostLab:
     """Bytes and seconds of one DataParallel step, per strategy, for a model width and a number of slots."""
 
-    def __init__(self, width: int = 64, slots: int = 2, strategies=STRATEGIES, budget_s: float = 0.05,
-                 max_repeats: int = 5, seed: int = 0):
+    def __init__(
+        self,
+        width: int = 64,
+        slots: int = 2,
+        strategies=STRATEGIES,
+        budget_s: float = 0.05,
+        max_repeats: int = 5,
+        seed: int = 0,
+    ):
         self.width, self.slots, self.strategies = width, slots, tuple(strategies)
         self.budget_s, self.max_repeats, self.seed = budget_s, max_repeats, seed
         self.costs: list[StrategyCost] = []
@@ -124,8 +132,10 @@ class CostLab:
         slots = f"{self.slots} slot{'s' * (self.slots != 1)}"
         most = max(self.costs, key=lambda c: c.bytes)
         least = min(self.costs, key=lambda c: c.bytes)
-        return (f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes) on {slots}: "
-                f"{most.strategy!r} moves {most.bytes:,} bytes per step, {least.strategy!r} {least.bytes:,}")
+        return (
+            f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes) on {slots}: "
+            f"{most.strategy!r} moves {most.bytes:,} bytes per step, {least.strategy!r} {least.bytes:,}"
+        )
 
     def __repr__(self) -> str:
         return f"<CostLab {self.status()}>"

@@ -84,24 +84,49 @@ class GradientFlow:
         x, y = story.make_data(seed=seed)
         self.model = story.make_model(seed).to(devices[0])
         loss, self.replicas = replicated_forward(
-            self.model, x.to(devices[0]), devices, strategy, lambda out: nn.functional.mse_loss(out, y.to(devices[0])))
+            self.model,
+            x.to(devices[0]),
+            devices,
+            strategy,
+            lambda out: nn.functional.mse_loss(out, y.to(devices[0])),
+        )
         ran: list[tuple[object, tuple, tuple]] = []  # (node, what it handed on, what it received), in order
         title = f"strategy={strategy!r}, {slots} slot{'s' * (slots != 1)}"
         # one walk gives the drawn graph and the live grad_fn behind each of its nodes: hook those, then run
         self.graph, handles = walked_graph(loss, self.model, self.replicas, title=title, handles=True)
         for nid, fn in handles.fns.items():
-            fn.register_hook(lambda grad_inputs, grad_outputs, nid=nid: ran.append((nid, grad_inputs, grad_outputs)))
+            fn.register_hook(
+                lambda grad_inputs, grad_outputs, nid=nid: ran.append((nid, grad_inputs, grad_outputs))
+            )
         loss.backward()
         targets = handles.entries  # node -> (index into its next_functions, the node that entry leads to)
         first = self.graph.children("output")[0]
-        self.steps = [FlowStep("output", "output", "output", (), (Handoff(first, self._label(first), Grad((), 1.0)),),
-                               f"backward() starts at the loss: d loss / d loss = 1 goes to {self._label(first)}.")]
+        self.steps = [
+            FlowStep(
+                "output",
+                "output",
+                "output",
+                (),
+                (Handoff(first, self._label(first), Grad((), 1.0)),),
+                f"backward() starts at the loss: d loss / d loss = 1 goes to {self._label(first)}.",
+            )
+        ]
         for nid, handed, received in ran:
             got = tuple(Grad.of(g) for g in received if g is not None)
-            handoffs = tuple(Handoff(child, self._target(child), None if handed[i] is None else Grad.of(handed[i]))
-                             for i, child in targets[nid])
-            self.steps.append(FlowStep(nid, self._label(nid), self.graph.nodes[nid].kind, got, handoffs,
-                                       self._sentence(nid, got, handoffs)))
+            handoffs = tuple(
+                Handoff(child, self._target(child), None if handed[i] is None else Grad.of(handed[i]))
+                for i, child in targets[nid]
+            )
+            self.steps.append(
+                FlowStep(
+                    nid,
+                    self._label(nid),
+                    self.graph.nodes[nid].kind,
+                    got,
+                    handoffs,
+                    self._sentence(nid, got, handoffs),
+                )
+            )
 
     def _label(self, nid: str) -> str:
         n = self.graph.nodes[nid]
@@ -117,18 +142,26 @@ class GradientFlow:
     def _sentence(self, nid: str, got: tuple[Grad, ...], handoffs: tuple[Handoff, ...]) -> str:
         n, label = self.graph.nodes[nid], self._label(nid)
         if n.kind == "original":
-            return (f"AccumulateGrad writes the .grad of {label} ({got[0]}): the end of this path, "
-                    "and the gradient the optimizer reads.")
+            return (
+                f"AccumulateGrad writes the .grad of {label} ({got[0]}): the end of this path, "
+                "and the gradient the optimizer reads."
+            )
         if n.kind == "replica":
-            return (f"AccumulateGrad writes the .grad of {label} ({got[0]}): a dead end. The replica is thrown away "
-                    "after the step, and the original's .grad stays None (#19540).")
+            return (
+                f"AccumulateGrad writes the .grad of {label} ({got[0]}): a dead end. The replica is thrown away "
+                "after the step, and the original's .grad stays None (#19540)."
+            )
         if n.kind == "leaf":
             return f"AccumulateGrad writes the .grad of {label} ({got[0]})."
         into = ", ".join(sorted({h.label for h in handoffs}))
         if n.kind == "join":
-            return (f"{label} receives {len(got)} gradients, one per replica parameter, and sums them into "
-                    f"{into}: the edge back to the original (PR #20910 / replicate.py).")
-        return f"{label} runs: it received {', '.join(map(str, got))} and hands {len(handoffs)} gradient(s) on."
+            return (
+                f"{label} receives {len(got)} gradients, one per replica parameter, and sums them into "
+                f"{into}: the edge back to the original (PR #20910 / replicate.py)."
+            )
+        return (
+            f"{label} runs: it received {', '.join(map(str, got))} and hands {len(handoffs)} gradient(s) on."
+        )
 
     def __len__(self) -> int:
         return len(self.steps)

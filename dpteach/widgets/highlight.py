@@ -24,11 +24,16 @@ from typing import Collection
 TEAL = "#00a5b8"  # no other entry of dpteach.graph.dot's legend uses it
 _GROUP = re.compile(r'(<g id="[^"]*" class="(node|edge)">\s*<title>)(.*?)(</title>)(.*?)(</g>)', re.S)
 _SHAPE = re.compile(r"<(polygon|path|ellipse|polyline)\b[^>]*>")
-_VIEWBOX = re.compile(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"\s+viewBox="([-\d.]+) ([-\d.]+) ([\d.]+) ([\d.]+)"')
+_VIEWBOX = re.compile(
+    r'<svg width="([\d.]+)pt" height="([\d.]+)pt"\s+viewBox="([-\d.]+) ([-\d.]+) ([\d.]+) ([\d.]+)"'
+)
 CAPTION_PT = 18.0
 
-LEGEND = (("thick border", "the node that runs now"), ("thick arrow", "a gradient it hands on"),
-          ("thin border", "has run already"))
+LEGEND = (
+    ("thick border", "the node that runs now"),
+    ("thick arrow", "a gradient it hands on"),
+    ("thin border", "has run already"),
+)
 
 
 def _restyle(shape: str, width: float, fill: bool) -> str:
@@ -39,8 +44,12 @@ def _restyle(shape: str, width: float, fill: bool) -> str:
     return shape
 
 
-def highlight(svg: str, current: Collection[str] = (), edges: Collection[tuple[str, str]] = (),
-              done: Collection[str] = ()) -> str:
+def highlight(
+    svg: str,
+    current: Collection[str] = (),
+    edges: Collection[tuple[str, str]] = (),
+    done: Collection[str] = (),
+) -> str:
     """``svg`` with the ``current`` nodes, the ``edges`` (``(src, dst)`` ids) and the ``done`` nodes marked."""
     current, done, edges = set(current), set(done), {tuple(e) for e in edges}
 
@@ -50,7 +59,9 @@ def highlight(svg: str, current: Collection[str] = (), edges: Collection[tuple[s
             width = 5 if name in current else 2
             body = _SHAPE.sub(lambda s: _restyle(s.group(0), width, False), body, count=1)  # the border only
         elif kind == "edge" and tuple(name.split("->", 1)) in edges:
-            body = _SHAPE.sub(lambda s: _restyle(s.group(0), 3.5, s.group(1) == "polygon"), body)  # line and head
+            body = _SHAPE.sub(
+                lambda s: _restyle(s.group(0), 3.5, s.group(1) == "polygon"), body
+            )  # line and head
         return m.group(1) + m.group(3) + m.group(4) + body + m.group(6)
 
     return _GROUP.sub(mark, svg)
@@ -77,12 +88,16 @@ def caption(svg: str, text: str) -> str:
     if m is None:
         return svg
     w, h, x0, y0, vw, vh = (float(v) for v in m.groups())
-    grown = (f'<svg width="{w}pt" height="{h + CAPTION_PT}pt"\n viewBox="{x0} {y0 - CAPTION_PT} {vw} '
-             f'{vh + CAPTION_PT}"')
-    line = (f'<text x="{x0 + 6}" y="{y0 - 5}" font-family="Helvetica,sans-Serif" font-size="11" '
-            f'fill="{TEAL}">{escape(text)}</text>')
+    grown = (
+        f'<svg width="{w}pt" height="{h + CAPTION_PT}pt"\n viewBox="{x0} {y0 - CAPTION_PT} {vw} '
+        f'{vh + CAPTION_PT}"'
+    )
+    line = (
+        f'<text x="{x0 + 6}" y="{y0 - 5}" font-family="Helvetica,sans-Serif" font-size="11" '
+        f'fill="{TEAL}">{escape(text)}</text>'
+    )
     head_end = svg.index(">", m.end()) + 1
-    return svg[: m.start()] + grown + svg[m.end(): head_end] + line + svg[head_end:]
+    return svg[: m.start()] + grown + svg[m.end() : head_end] + line + svg[head_end:]
 
 
 def legend_line() -> str:

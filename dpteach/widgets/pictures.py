@@ -14,14 +14,22 @@ from html import escape
 from .charts import bar_chart, line_chart
 
 BLUE, ORANGE = "#1565c0", "#ef6c00"
-OP_COLOURS = {"broadcast": "#1e88e5", "clone": "#e53935", "to": "#fb8c00", "reduce_add": "#43a047",
-              "scatter": "#8e24aa", "gather": "#757575"}
+OP_COLOURS = {
+    "broadcast": "#1e88e5",
+    "clone": "#e53935",
+    "to": "#fb8c00",
+    "reduce_add": "#43a047",
+    "scatter": "#8e24aa",
+    "gather": "#757575",
+}
 
 
 def img(svg: str, alt: str) -> str:
     """An ``<img>`` tag holding an SVG picture as a data URI."""
     data = base64.b64encode(svg.encode()).decode()
-    return f'<img alt="{escape(alt)}" style="max-width:100%;height:auto" src="data:image/svg+xml;base64,{data}">'
+    return (
+        f'<img alt="{escape(alt)}" style="max-width:100%;height:auto" src="data:image/svg+xml;base64,{data}">'
+    )
 
 
 def decode_img(html: str) -> str | None:
@@ -29,7 +37,7 @@ def decode_img(html: str) -> str | None:
     start = html.find('src="data:image/svg+xml;base64,')
     if start < 0:
         return None
-    rest = html[start + 31:]
+    rest = html[start + 31 :]
     return base64.b64decode(rest[: rest.index('"')]).decode()
 
 
@@ -39,10 +47,17 @@ def note(text: str) -> str:
 
 def loss_curve(losses, reference, strategy: str, steps: int) -> str:
     """The DataParallel run's loss against the one-device reference, step by step."""
-    svg = line_chart([("one device (the reference)", reference, BLUE, False),
-                      (f"DataParallel, strategy={strategy!r}", losses, ORANGE, True)],
-                     steps, "the original model's loss against one device's", "SGD step", "training loss (MSE)",
-                     y_cap=3 * max(reference[0], losses[0]) if reference and losses else None)  # a diverging run stays readable
+    svg = line_chart(
+        [
+            ("one device (the reference)", reference, BLUE, False),
+            (f"DataParallel, strategy={strategy!r}", losses, ORANGE, True),
+        ],
+        steps,
+        "the original model's loss against one device's",
+        "SGD step",
+        "training loss (MSE)",
+        y_cap=3 * max(reference[0], losses[0]) if reference and losses else None,
+    )  # a diverging run stays readable
     return img(svg, f"loss curve under strategy {strategy}")
 
 
@@ -58,22 +73,37 @@ def human(n: float) -> str:
 def cost_charts(costs, model_bytes: int, slots: int, reference_s: float | None) -> str:
     """Bytes each strategy moves in one step, stacked by operation, and each step's median time."""
     names = [c.strategy for c in costs]
-    ops = sorted({op for c in costs for op in c.bytes_by_op},
-                 key=lambda op: list(OP_COLOURS).index(op) if op in OP_COLOURS else len(OP_COLOURS))
+    ops = sorted(
+        {op for c in costs for op in c.bytes_by_op},
+        key=lambda op: list(OP_COLOURS).index(op) if op in OP_COLOURS else len(OP_COLOURS),
+    )
     stacks = [(op, [c.bytes_by_op.get(op, 0) for c in costs], OP_COLOURS.get(op, "#bdbdbd")) for op in ops]
     notes = [f"{human(c.bytes)} · {c.bytes / model_bytes:.1f}×" for c in costs]
     extra = f"one model copy per extra slot ({human(model_bytes * (slots - 1))})" if slots > 1 else None
-    left = bar_chart(names, stacks, f"bytes copied per step, {slots} slot{'s' * (slots != 1)} (by operation)",
-                     "bytes", notes, (model_bytes * (slots - 1), extra) if extra else None)
+    left = bar_chart(
+        names,
+        stacks,
+        f"bytes copied per step, {slots} slot{'s' * (slots != 1)} (by operation)",
+        "bytes",
+        notes,
+        (model_bytes * (slots - 1), extra) if extra else None,
+    )
     times = [c.median * 1e3 for c in costs]
     labels = list(names)
     if reference_s is not None:
         times.append(reference_s * 1e3)
         labels.append("one device")
-    right = bar_chart(labels, [("ms", times, ORANGE)], "time per training step (median, this machine)", "ms",
-                      [f"{t:.1f} ms" for t in times])
-    return (f'<div style="display:flex;flex-wrap:wrap;gap:8px">{img(left, "bytes moved per strategy")}'
-            f'{img(right, "time per step per strategy")}</div>')
+    right = bar_chart(
+        labels,
+        [("ms", times, ORANGE)],
+        "time per training step (median, this machine)",
+        "ms",
+        [f"{t:.1f} ms" for t in times],
+    )
+    return (
+        f'<div style="display:flex;flex-wrap:wrap;gap:8px">{img(left, "bytes moved per strategy")}'
+        f"{img(right, 'time per step per strategy')}</div>"
+    )
 
 
 @lru_cache(maxsize=64)
@@ -90,7 +120,9 @@ def graph_svg(graph) -> str:
     """
     try:
         return _svg_of_dot(graph.dot)
-    except Exception:  # no graphviz package, no `dot`, or dot failed: the graph's own svg() says which, or works
+    except (
+        Exception
+    ):  # no graphviz package, no `dot`, or dot failed: the graph's own svg() says which, or works
         return graph.svg()
 
 

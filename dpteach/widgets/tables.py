@@ -17,8 +17,10 @@ LINES = "line-height:1.4"
 def _table(head: list[str], rows: list[list[str]], caption: str) -> str:
     th = "".join(f'<th style="{CELL};text-align:center">{h}</th>' for h in head)
     body = "".join("<tr>" + "".join(f'<td style="{CELL}">{c}</td>' for c in r) + "</tr>" for r in rows)
-    return (f'<div style="{LINES}"><table class="dpteach-table" style="{CSS}"><caption style="caption-side:top;'
-            f'text-align:left;font-size:12px;padding:2px 0">{caption}</caption><tr>{th}</tr>{body}</table></div>')
+    return (
+        f'<div style="{LINES}"><table class="dpteach-table" style="{CSS}"><caption style="caption-side:top;'
+        f'text-align:left;font-size:12px;padding:2px 0">{caption}</caption><tr>{th}</tr>{body}</table></div>'
+    )
 
 
 def lines(html: str) -> str:
@@ -43,11 +45,17 @@ def grad_table(lab) -> str:
         else:
             colour = GREEN if r.matches else RED
             original = f'<span style="color:{colour}">{r.original:.4f}</span>'
-        replicas = [f'<span style="color:{GREY}">passed on</span>' if g is None else f"{g:.4f}" for g in r.replicas]
-        out.append([f"<code>{escape(r.name)}</code>", _shape(r.shape), f"{r.reference:.4f}", original, *replicas])
+        replicas = [
+            f'<span style="color:{GREY}">passed on</span>' if g is None else f"{g:.4f}" for g in r.replicas
+        ]
+        out.append(
+            [f"<code>{escape(r.name)}</code>", _shape(r.shape), f"{r.reference:.4f}", original, *replicas]
+        )
     if any(r.original is None for r in rows):
-        why = ("the original's .grad is <b>None</b>: the gradients stopped in the replicas' own .grad, "
-               "which nobody reads (#19540)")
+        why = (
+            "the original's .grad is <b>None</b>: the gradients stopped in the replicas' own .grad, "
+            "which nobody reads (#19540)"
+        )
     elif slots and all(g is None for r in rows for g in r.replicas):
         why = "every replica passed its gradient on; the original's equals one device's"
     else:
@@ -59,7 +67,9 @@ def handoff_table(step) -> str:
     """What one backward node received, and which gradient it handed to which node."""
     rows = [["received", "", "<br>".join(map(str, step.received)) or "—"]]
     for h in step.handoffs:
-        rows.append(["hands on", f"→ {escape(h.label)}", "no gradient (undefined)" if h.grad is None else str(h.grad)])
+        rows.append(
+            ["hands on", f"→ {escape(h.label)}", "no gradient (undefined)" if h.grad is None else str(h.grad)]
+        )
     if not step.handoffs and step.kind != "output":
         rows.append(["hands on", "nothing: a leaf", "its .grad holds the gradient"])
     return _table(["", "to", "gradient (shape, norm)"], rows, f"<b>{escape(step.label)}</b>")
@@ -67,8 +77,14 @@ def handoff_table(step) -> str:
 
 def cost_table(lab) -> str:
     """Bytes and median time per strategy, against the model's own size."""
-    rows = [[f"<code>{escape(s)}</code>", f"{b:,}", f"{ratio:.2f}×", f"{ms:.2f}"] for s, b, ratio, ms in lab.rows()]
+    rows = [
+        [f"<code>{escape(s)}</code>", f"{b:,}", f"{ratio:.2f}×", f"{ms:.2f}"]
+        for s, b, ratio, ms in lab.rows()
+    ]
     if lab.reference_s is not None:
         rows.append(["one device", "0", "0×", f"{lab.reference_s * 1e3:.2f}"])
-    return _table(["strategy", "bytes copied", "× model size", "ms per step"], rows,
-                  f"one step, {lab.slots} slot{'s' * (lab.slots != 1)}; model: {lab.model_bytes:,} bytes of parameters")
+    return _table(
+        ["strategy", "bytes copied", "× model size", "ms per step"],
+        rows,
+        f"one step, {lab.slots} slot{'s' * (lab.slots != 1)}; model: {lab.model_bytes:,} bytes of parameters",
+    )

@@ -23,8 +23,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..course import story
 from .._devices import default_devices
+from ..course import story
 from ..data_parallel import DataParallel, keep_replicas
 from ..replicate import STRATEGIES as _REGISTRY
 
@@ -74,18 +74,24 @@ class GradRow:
     shape: tuple[int, ...]
     reference: float  # one device's gradient norm: what the original should get
     original: float | None  # the original's .grad norm under DataParallel; None: .grad is None (the bug)
-    replicas: tuple[float | None, ...]  # each replica's own .grad norm; None: not a leaf, it passed the gradient on
+    replicas: tuple[
+        float | None, ...
+    ]  # each replica's own .grad norm; None: not a leaf, it passed the gradient on
 
     @property
     def matches(self) -> bool:
         """The original got a gradient as large as one device's (both norms agree to 1e-4 relative)."""
-        return self.original is not None and abs(self.original - self.reference) <= 1e-4 * max(1.0, self.reference)
+        return self.original is not None and abs(self.original - self.reference) <= 1e-4 * max(
+            1.0, self.reference
+        )
 
 
 class TrainingLab:
     """One DataParallel run of the course model and its one-device reference, stepped by hand."""
 
-    def __init__(self, strategy: str = "clone", slots: int = 2, lr: float = 0.2, steps: int = 60, seed: int = 0):
+    def __init__(
+        self, strategy: str = "clone", slots: int = 2, lr: float = 0.2, steps: int = 60, seed: int = 0
+    ):
         self.strategy, self.slots, self.lr, self.steps, self.seed = strategy, slots, lr, steps, seed
         self._check()
         self.reset()
@@ -94,13 +100,17 @@ class TrainingLab:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if int(self.slots) < 1 or int(self.steps) < 1 or not self.lr > 0:
-            raise ValueError(f"slots and steps must be at least 1 and lr positive, got {self.slots}, {self.steps}, {self.lr}")
+            raise ValueError(
+                f"slots and steps must be at least 1 and lr positive, got {self.slots}, {self.steps}, {self.lr}"
+            )
 
     def configure(self, **changes) -> bool:
         """Change settings; a new strategy, slot count, learning rate or seed starts a fresh run (returns True then)."""
         unknown = set(changes) - {"strategy", "slots", "lr", "steps", "seed"}
         if unknown:
-            raise TypeError(f"unknown setting(s) {sorted(unknown)}; settings are strategy, slots, lr, steps, seed")
+            raise TypeError(
+                f"unknown setting(s) {sorted(unknown)}; settings are strategy, slots, lr, steps, seed"
+            )
         old = {k: getattr(self, k) for k in changes}
         for k, v in changes.items():
             setattr(self, k, v)
@@ -136,7 +146,10 @@ class TrainingLab:
         loss.backward()
         ref_loss = nn.functional.mse_loss(self.reference(self.x), self.y)
         ref_loss.backward()
-        self.loss, self.replicas = loss, list(replicas)  # no replicas with one slot: DataParallel runs the module itself
+        self.loss, self.replicas = (
+            loss,
+            list(replicas),
+        )  # no replicas with one slot: DataParallel runs the module itself
         self.losses.append(loss.item())
         self.reference_losses.append(ref_loss.item())
         self._graph = None
@@ -172,7 +185,9 @@ class TrainingLab:
         rows = []
         for name, p in self.model.named_parameters():
             replicas = tuple(own_grad_norm(tensor_at(r, name)) for r in self.replicas)
-            rows.append(GradRow(name, tuple(p.shape), ref[name].grad.norm().item(), own_grad_norm(p), replicas))
+            rows.append(
+                GradRow(name, tuple(p.shape), ref[name].grad.norm().item(), own_grad_norm(p), replicas)
+            )
         return rows
 
     @property
@@ -182,7 +197,9 @@ class TrainingLab:
             from ..graph import autograd_graph
 
             title = f"strategy={self.strategy!r}, {self.slots} slot{'s' * (self.slots != 1)}"
-            self._graph = autograd_graph(self.loss, module=self.model, replicas=self.replicas or None, title=title)
+            self._graph = autograd_graph(
+                self.loss, module=self.model, replicas=self.replicas or None, title=title
+            )
         return self._graph
 
     @property

@@ -26,11 +26,19 @@ class CostExplorer(widgets.VBox):
         self.last_update_s = 0.0
         widths = sorted({*WIDTHS, self.lab.width})
         self.width = widgets.SelectionSlider(
-            options=[(f"{w} ({width_numel(w):,} parameters)", w) for w in widths], value=self.lab.width,
-            description="hidden width", continuous_update=False, style={"description_width": "initial"},
-            layout=widgets.Layout(width="420px"))
-        self.slots = widgets.IntSlider(value=self.lab.slots, min=1, max=8, description="slots", continuous_update=False)
-        self.again = widgets.Button(description="↻ measure again", tooltip="the times move with the machine's load")
+            options=[(f"{w} ({width_numel(w):,} parameters)", w) for w in widths],
+            value=self.lab.width,
+            description="hidden width",
+            continuous_update=False,
+            style={"description_width": "initial"},
+            layout=widgets.Layout(width="420px"),
+        )
+        self.slots = widgets.IntSlider(
+            value=self.lab.slots, min=1, max=8, description="slots", continuous_update=False
+        )
+        self.again = widgets.Button(
+            description="↻ measure again", tooltip="the times move with the machine's load"
+        )
         self.status = widgets.HTML()
         self.status.add_class("dpteach-cost-status")
         self.charts = widgets.HTML()
@@ -38,7 +46,9 @@ class CostExplorer(widgets.VBox):
         for w in (self.width, self.slots):
             w.observe(guarded(self, self._measure), names="value")
         self.again.on_click(guarded(self, self._measure))
-        super().__init__([widgets.HBox([self.width, self.slots, self.again]), self.status, self.charts, self.table])
+        super().__init__(
+            [widgets.HBox([self.width, self.slots, self.again]), self.status, self.charts, self.table]
+        )
         self.add_class("dpteach-cost")
         self._measure(None)
 

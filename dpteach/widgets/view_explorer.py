@@ -28,10 +28,22 @@ class DataParallelExplorer(widgets.VBox):
         self.last_update_s = 0.0  # how long the last refresh took, in the kernel
         lab = self.lab
         self.strategy = widgets.Dropdown(options=list(STRATEGIES), value=lab.strategy, description="strategy")
-        self.slots = widgets.IntSlider(value=lab.slots, min=1, max=8, description="slots", continuous_update=False)
-        self.lr = widgets.FloatLogSlider(value=lab.lr, base=10, min=-2, max=0.3, step=0.1, description="learning rate",
-                                         continuous_update=False, style=WIDE)
-        self.steps = widgets.IntSlider(value=lab.steps, min=1, max=300, description="steps", continuous_update=False)
+        self.slots = widgets.IntSlider(
+            value=lab.slots, min=1, max=8, description="slots", continuous_update=False
+        )
+        self.lr = widgets.FloatLogSlider(
+            value=lab.lr,
+            base=10,
+            min=-2,
+            max=0.3,
+            step=0.1,
+            description="learning rate",
+            continuous_update=False,
+            style=WIDE,
+        )
+        self.steps = widgets.IntSlider(
+            value=lab.steps, min=1, max=300, description="steps", continuous_update=False
+        )
         self.step_button = widgets.Button(description="▶ step", tooltip="one SGD step of both models")
         self.run_button = widgets.Button(description="▶▶ run", tooltip="step until `steps` steps are done")
         self.reset_button = widgets.Button(description="↺ reset", tooltip="fresh models, no steps taken")
@@ -43,19 +55,22 @@ class DataParallelExplorer(widgets.VBox):
         self.graph.add_class("dpteach-graph")
         for w in (self.strategy, self.slots, self.lr):
             w.observe(guarded(self, self._configure), names="value")
-        self.steps.observe(guarded(self, lambda change: (lab.configure(steps=change["new"]), self.refresh())),
-                           names="value")
+        self.steps.observe(
+            guarded(self, lambda change: (lab.configure(steps=change["new"]), self.refresh())), names="value"
+        )
         self.step_button.on_click(guarded(self, lambda _: (lab.step(), self.refresh())))
         self.run_button.on_click(guarded(self, self._run))
         self.reset_button.on_click(guarded(self, lambda _: (lab.reset(), self.refresh())))
-        super().__init__([
-            widgets.HBox([self.strategy, self.slots]),
-            widgets.HBox([self.lr, self.steps]),
-            widgets.HBox([self.step_button, self.run_button, self.reset_button]),
-            self.status,
-            widgets.HBox([self.curve, self.grads]),
-            self.graph,
-        ])
+        super().__init__(
+            [
+                widgets.HBox([self.strategy, self.slots]),
+                widgets.HBox([self.lr, self.steps]),
+                widgets.HBox([self.step_button, self.run_button, self.reset_button]),
+                self.status,
+                widgets.HBox([self.curve, self.grads]),
+                self.graph,
+            ]
+        )
         self.add_class("dpteach-explorer")
         self.refresh()
 
@@ -66,7 +81,9 @@ class DataParallelExplorer(widgets.VBox):
     def _run(self, _) -> None:
         self.run_button.disabled = self.step_button.disabled = True
         try:
-            self.lab.run(callback=lambda lab: self.refresh(graph=False), every=10)  # the curve grows as it runs
+            self.lab.run(
+                callback=lambda lab: self.refresh(graph=False), every=10
+            )  # the curve grows as it runs
         finally:
             self.run_button.disabled = self.step_button.disabled = False
         self.refresh()

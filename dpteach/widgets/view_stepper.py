@@ -25,13 +25,27 @@ class GradientStepper(widgets.VBox):
         self.flow = flow or GradientFlow(**settings)
         self.error: Exception | None = None
         self.last_update_s = 0.0
-        self._moving = False  # True while the slider is reset for a new flow: its events are ours, not the learner's
-        self.strategy = widgets.Dropdown(options=list(STRATEGIES), value=self.flow.strategy, description="strategy")
-        self.slots = widgets.IntSlider(value=self.flow.slots, min=1, max=4, description="slots", continuous_update=False)
+        self._moving = (
+            False  # True while the slider is reset for a new flow: its events are ours, not the learner's
+        )
+        self.strategy = widgets.Dropdown(
+            options=list(STRATEGIES), value=self.flow.strategy, description="strategy"
+        )
+        self.slots = widgets.IntSlider(
+            value=self.flow.slots, min=1, max=4, description="slots", continuous_update=False
+        )
         self.prev_button = widgets.Button(description="◀ back", tooltip="the node that ran before")
-        self.next_button = widgets.Button(description="next ▶", tooltip="the next node the backward pass runs")
-        self.position = widgets.IntSlider(value=0, min=0, max=len(self.flow) - 1, description="backward step",
-                                          style={"description_width": "initial"}, continuous_update=False)
+        self.next_button = widgets.Button(
+            description="next ▶", tooltip="the next node the backward pass runs"
+        )
+        self.position = widgets.IntSlider(
+            value=0,
+            min=0,
+            max=len(self.flow) - 1,
+            description="backward step",
+            style={"description_width": "initial"},
+            continuous_update=False,
+        )
         self.status = widgets.HTML()
         self.status.add_class("dpteach-stepper-status")
         self.handoffs = widgets.HTML()
@@ -42,13 +56,15 @@ class GradientStepper(widgets.VBox):
         self.position.observe(guarded(self, lambda change: self._moving or self.refresh()), names="value")
         self.prev_button.on_click(guarded(self, lambda _: self.go(self.position.value - 1)))
         self.next_button.on_click(guarded(self, lambda _: self.go(self.position.value + 1)))
-        super().__init__([
-            widgets.HBox([self.strategy, self.slots]),
-            widgets.HBox([self.prev_button, self.next_button, self.position]),
-            self.status,
-            self.handoffs,
-            self.graph,
-        ])
+        super().__init__(
+            [
+                widgets.HBox([self.strategy, self.slots]),
+                widgets.HBox([self.prev_button, self.next_button, self.position]),
+                self.status,
+                self.handoffs,
+                self.graph,
+            ]
+        )
         self.add_class("dpteach-stepper")
         self.refresh()
 
