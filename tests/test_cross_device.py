@@ -17,7 +17,7 @@ import dpteach
 from dpteach import comm, parallel_apply, replicate
 
 CPU2 = ["cpu", "cpu"]
-STRATEGIES = ["clone", "rewire", "broadcast"]
+STRATEGIES = list(dpteach.STRATEGIES)  # history order, from the one registry
 
 
 # comm's coalesced functions regroup their outputs by tensor type, which differs between devices:
@@ -213,7 +213,7 @@ def test_dataparallel_under_no_grad_builds_no_graph(strategy):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", ["clone", "rewire", "broadcast"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_replicas_land_on_their_slots_device(strategy):
     model = mlp()
     a, b = replicate(model, ["cpu", "meta"], strategy=strategy)

@@ -15,6 +15,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
+from ..replicate import STRATEGIES
 from .autograd import AutogradGraph, autograd_graph
 from .diff import GraphDiff, graph_diff
 from .display import GraphvizMissing
@@ -98,7 +99,7 @@ def compare_strategies(
     model: nn.Module,
     x: torch.Tensor,
     devices: Sequence | None = None,
-    strategies: Sequence = ("clone", "rewire", "broadcast"),
+    strategies: Sequence = tuple(STRATEGIES),
     loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> StrategyComparison:
     """The graph of ``model`` on ``x`` under each strategy (default: all three), ready to be shown side by side."""
