@@ -15,9 +15,9 @@ replica have arrived, in between the replicas' other nodes. Being ready is not e
 among the ready nodes the engine runs the highest sequence number first (``CompareNodeTaskTime``,
 ``engine.h``), and sequence numbers are thread-local (``node.h``, NOTE [ Sequence Number ]).
 ``parallel_apply`` runs the replicas' forwards in new threads, numbered from 0, while the
-``ReduceAdd`` nodes were made on the main thread, which in a course session has counted far
-higher. Run the replicas on one thread and every ``ReduceAddBackward`` runs after all of their
-nodes (chapter 12 checks both orders).
+``ReduceAdd`` nodes were made on the main thread, whose count is its own (chapter 12 prints both:
+there the main thread's numbers are the higher). Run the replicas on one thread and every
+``ReduceAddBackward`` runs after all of their nodes (chapter 12 checks both orders).
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
 """
