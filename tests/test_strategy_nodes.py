@@ -193,6 +193,10 @@ def _row(strategy):
     leaf = replicas[1].a.weight.is_leaf
     shared = replicas[0].bn.running_mean.data_ptr() == model.bn.running_mean.data_ptr()
     tied = replicas[1].a.weight is replicas[1].b.weight
+    # nodes the tied weight's copies come out of: one per distinct original tensor (C++ made one per registration)
+    nodes = len(
+        {id(w.grad_fn) for w in (replicas[1].a.weight, replicas[1].b.weight) if w.grad_fn is not None}
+    )
     out = dpteach.DataParallel(model, CPU2, strategy=strategy)(x)
     try:
         (g,) = torch.autograd.grad(out.pow(2).sum(), [model.a.weight], create_graph=True, allow_unused=True)
@@ -203,14 +207,14 @@ def _row(strategy):
             double = "works" if model.a.weight.grad is not None else "no second gradient"
     except RuntimeError as err:
         double = "refused by ReduceAdd" if "ReduceAdd" in str(err) else str(err)
-    return leaf, shared, tied, double
+    return leaf, shared, tied, nodes, double
 
 
 def test_what_differs_table():
     """Each cell of the table in dpteach/replicate/__init__.py's docstring, computed."""
-    assert _row("clone") == (True, False, False, "nothing reaches")
-    assert _row("rewire") == (False, False, False, "refused by ReduceAdd")
-    assert _row("broadcast") == (False, True, True, "works")
+    assert _row("clone") == (True, False, False, 0, "nothing reaches")
+    assert _row("rewire") == (False, False, False, 1, "refused by ReduceAdd")
+    assert _row("broadcast") == (False, True, True, 1, "works")
     import sys
 
     package_doc = sys.modules["dpteach.replicate"].__doc__  # the table sits in the package docstring

@@ -28,6 +28,12 @@ strategy       replica param   slot 0's buffers        tied weights            d
                output          (BatchNorm stats kept)  replica                 Coalesced is a node)
 =============  ==============  ======================  ======================  =======================
 
+One node per what: ``"rewire"`` makes one ``ReduceAdd`` node per distinct original tensor, so a
+weight tied between two modules has one node with both copies among its outputs. The C++
+``replicate_grad_edges`` of PR #20910 walked each module's own registrations and made one node per
+registration: such a weight got two nodes, both leading to the same ``AccumulateGrad`` (the same
+sum).
+
 Where the strategies differ in what backward leaves behind: a parameter the forward never used
 gets a zero gradient under ``"broadcast"`` (one ``Broadcast`` node covers every parameter, as in
 ``torch.nn.DataParallel``) and keeps ``None`` under ``"rewire"`` (one ``ReduceAdd`` node per

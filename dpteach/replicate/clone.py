@@ -1,8 +1,8 @@
 """Strategy ``"clone"``: the C++ frontend before PR #20910, gradients included (issue #19540).
 
-``Cloneable::clone(device)`` made every replica a deep copy: fresh leaf parameters made under
-``NoGradGuard``, buffers cloned too, children cloned one by one. Nothing links a replica's
-parameter to the original's, so backward fills the replicas' ``.grad`` and the original learns
+``Cloneable::clone(device)`` made every replica a deep copy: fresh leaf parameters registered by
+``reset()``, the copied values swapped in with ``set_data`` (which records nothing), buffers cloned
+too, children cloned one by one. Nothing links a replica's parameter to the original's, so backward fills the replicas' ``.grad`` and the original learns
 nothing. Each tensor is copied twice, ``clone()`` then ``.to(device)`` (the copy PR #20995 removed).
 
 One difference from C++ remains: ``clone()`` ran the module's ``reset()``, which re-created the

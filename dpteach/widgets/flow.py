@@ -11,8 +11,13 @@ where the gradient stops (issue #19540), can run before other nodes. Under ``"br
 originals' ``AccumulateGrad`` come last: they wait for the one ``BroadcastBackward``, which needs
 every replica parameter's gradient. Under ``"rewire"`` each parameter's ``ReduceAddBackward``, and
 then its original's ``AccumulateGrad``, runs as soon as that parameter's gradients from every
-replica have arrived, in between the replicas' other nodes (a node runs once all its inputs have
-arrived; sequence numbers only order nodes that are ready).
+replica have arrived, in between the replicas' other nodes. Being ready is not enough for that:
+among the ready nodes the engine runs the highest sequence number first (``CompareNodeTaskTime``,
+``engine.h``), and sequence numbers are thread-local (``node.h``, NOTE [ Sequence Number ]).
+``parallel_apply`` runs the replicas' forwards in new threads, numbered from 0, while the
+``ReduceAdd`` nodes were made on the main thread, whose count is its own (chapter 12 prints both:
+there the main thread's numbers are the higher). Run the replicas on one thread and every
+``ReduceAddBackward`` runs after all of their nodes (chapter 12 checks both orders).
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
 """
