@@ -21,7 +21,17 @@ import dpteach
 from .model import loss_fn, make_model, sgd_step
 from .train import local_shard, rank_device, wrap
 
-__all__ = ["hello", "all_reduce", "gradients", "buckets", "traffic", "step_times", "fail", "hang"]
+__all__ = [
+    "hello",
+    "all_reduce",
+    "gradients",
+    "ddp_from_scratch",
+    "buckets",
+    "traffic",
+    "step_times",
+    "fail",
+    "hang",
+]
 
 
 def hello() -> dict:
@@ -61,6 +71,26 @@ def gradients(
     loss.backward()  # returns with every gradient summed over the ranks and divided by world_size
     grads = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
     return dict(grads=grads, rows=len(x), loss=loss.item())
+
+
+def ddp_from_scratch(global_batch: int = 8, hidden: int = 16, depth: int = 1, seed: int = 0) -> dict:
+    """DDP's gradients without DDP: a hook per parameter all-reduces its gradient and divides by the ranks."""
+    model = make_model(hidden, depth, seed).to(rank_device())
+    world_size = dist.get_world_size()
+    for p in model.parameters():
+        dist.broadcast(p.detach(), src=0)  # start from rank 0's weights, as DDP's constructor does
+
+    def average(p):  # runs once p.grad holds this rank's whole gradient for p
+        # every rank puts in its gradient and gets back the sum; then the sum / the ranks: the mean
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        p.grad.div_(world_size)
+
+    for p in model.parameters():
+        p.register_post_accumulate_grad_hook(average)
+    x, y = local_shard(global_batch, seed)
+    loss = loss_fn(model(x), y)  # the mean over this rank's rows only
+    loss.backward()  # the hooks all-reduce during backward, one parameter at a time
+    return dict(grads={name: p.grad.cpu() for name, p in model.named_parameters()}, loss=loss.item())
 
 
 def _timed_allreduce(log: list, t0: list):
