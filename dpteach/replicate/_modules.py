@@ -107,8 +107,9 @@ def walk_pairs(original: nn.Module, replica: nn.Module) -> Iterator[tuple[nn.Mod
 def set_tensor(module: nn.Module, key: str, value: torch.Tensor, kind: str) -> None:
     """Put a replica tensor where forward will read it.
 
-    Replica parameters are no longer leaves, so like replicate.py they become plain attributes;
-    ``nn.Module.__getattr__`` finds them there, and ``_former_parameters`` still lists them (DDP).
+    Replica parameters are no longer leaves, so like replicate.py they become plain attributes in the
+    instance's ``__dict__``, where ordinary attribute lookup finds them (``nn.Module.__getattr__`` is
+    never asked), and ``_former_parameters`` still lists them (DDP).
     """
     if is_script_module(module):
         # a ScriptModule's forward reads C++ slots, which setattr sets; its registries cannot pop (as replicate.py)

@@ -2,10 +2,10 @@
 
 Parameters go through ``Broadcast`` (whose backward is ``ReduceAddCoalesced``), so every replica
 tensor is a non-leaf output of one node whose edges lead to the originals; slot 0's copies share
-the originals' storage. Replicas are shallow copies whose tensors are set as plain attributes,
-which works because ``nn.Module.__getattr__`` reads them from the instance: the attribute *is*
-the registry entry (the point ezyang made on PR #20910; in C++, ``Linear::weight`` is a separate
-member and could not be reassigned). Tied weights map to one copy per replica, frozen parameters
+the originals' storage. Replicas are shallow copies whose tensors are set as plain attributes in
+the instance's ``__dict__``, which works because ``Linear.forward`` looks ``self.weight`` up by name
+on every call (the point ezyang made on PR #20910; in C++, ``Linear::weight`` is a separate member
+handle and could not be reassigned). Tied weights map to one copy per replica, frozen parameters
 give non-differentiable copies, and buffers that require grad are broadcast differentiably.
 
 The node is a parameter: ``replicate(network, devices, broadcast=MyBroadcast)`` runs this strategy

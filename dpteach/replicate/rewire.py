@@ -10,7 +10,9 @@ too. Python could do the same with a ``Function`` that calls ``ctx.mark_dirty`` 
 object that shares the clone's storage and is the node's output, set by name as ``replicate.py``
 does with ``setattr``: the same graph, for modules that read their tensors by name.
 
-Kept as in C++: the node refuses gradients that require grad (no double backward), and buffers
+Kept as in C++: the node refuses gradients that require grad (no double backward through the
+replication node: a penalty on the parameter gradients or a Hessian-vector product fails, a penalty on
+the input still works), and buffers
 stay deep-copied (no BatchNorm running stats): the items left open in issue #21144.
 
 The node is a parameter: ``replicate(network, devices, node=MyReduceAdd)`` runs this strategy with
