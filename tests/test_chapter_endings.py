@@ -30,12 +30,14 @@ def _kind(heading: str) -> str:
 
 
 def sections(path: Path) -> list[tuple[int, str]]:
-    """(cell index, kind) of every ``## `` heading that starts a markdown cell."""
+    """(cell index, kind) of every ``## `` heading of the chapter's markdown, in order."""
     nb = nbformat.read(path, as_version=4)
     return [
-        (i, _kind(c.source))
+        (i, _kind(line))
         for i, c in enumerate(nb.cells)
-        if c.cell_type == "markdown" and c.source.startswith("## ")
+        if c.cell_type == "markdown"
+        for line in c.source.splitlines()
+        if line.startswith("## ")
     ]
 
 
@@ -52,8 +54,8 @@ def test_chapter_ends_with_summary_exercises_check(path):
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.name for p in CHAPTERS])
 def test_exercise_cells_sit_in_the_try_it_section(path):
     nb = nbformat.read(path, as_version=4)
-    heads = dict(sections(path))
+    heads = sections(path)
     for i, cell in enumerate(nb.cells):
         if cell.metadata.get("dpteach", {}).get("role") in ("stub", "check"):
-            section = heads[max(j for j in heads if j < i)]
+            section = [kind for j, kind in heads if j < i][-1]
             assert section == "try", f"{path.name}, cell {i}: an exercise cell outside 'Try it yourself'"
