@@ -27,15 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SOLUTIONS = {
     "clone_bug": (S.replicate_by_clone,),
-    "rewire": (S.ReduceAdd,),
-    "broadcast_pair": (S.Broadcast, S.ReduceAddCoalesced),
+    "rewire": (S.MyReduceAdd,),
+    "broadcast_pair": (S.MyBroadcast, S.MyReduceAddCoalesced),
     "scatter_gather": (S.scatter, S.gather),
     "batchnorm": (S.keep_bn_statistics,),
 }
 STUBS = {
     "clone_bug": (T.replicate_by_clone,),
-    "rewire": (T.ReduceAdd,),
-    "broadcast_pair": (T.Broadcast, T.ReduceAddCoalesced),
+    "rewire": (T.MyReduceAdd,),
+    "broadcast_pair": (T.MyBroadcast, T.MyReduceAddCoalesced),
     "scatter_gather": (T.scatter, T.gather),
     "batchnorm": (T.keep_bn_statistics,),
 }
@@ -259,7 +259,7 @@ def pair(broadcast_backward=None, reduce_forward=None, reduce_backward=None):
     """The solution's two classes, as a learner's cell defines them (each names the other), with one method swapped."""
 
     class Broadcast(Function):
-        forward = staticmethod(S.Broadcast.forward)
+        forward = staticmethod(S.MyBroadcast.forward)
 
         @staticmethod
         def backward(ctx, *grads):
@@ -268,7 +268,7 @@ def pair(broadcast_backward=None, reduce_forward=None, reduce_backward=None):
             return (None,) + ReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)
 
     class ReduceAddCoalesced(Function):
-        forward = staticmethod(reduce_forward or S.ReduceAddCoalesced.forward)
+        forward = staticmethod(reduce_forward or S.MyReduceAddCoalesced.forward)
 
         @staticmethod
         def backward(ctx, *grads):

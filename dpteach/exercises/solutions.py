@@ -38,7 +38,7 @@ def replicate_by_clone(network, devices, detach=False):
 
 
 # Task 2 ------------------------------------------------------------------------------------------
-class ReduceAdd(Function):
+class MyReduceAdd(Function):
     """PR #20910's ReduceAdd node: one per original parameter, every replica's copy is one of its outputs."""
 
     @staticmethod
@@ -56,7 +56,7 @@ class ReduceAdd(Function):
 
 
 # Task 3 ------------------------------------------------------------------------------------------
-class Broadcast(Function):
+class MyBroadcast(Function):
     """Copy tensors from one device to every slot; its backward is ReduceAddCoalesced."""
 
     @staticmethod
@@ -69,10 +69,10 @@ class Broadcast(Function):
     @staticmethod
     def backward(ctx, *grads):
         # the partner's apply, not a raw comm call: the sum is a node too, so double backward can go through it
-        return (None,) + ReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)
+        return (None,) + MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)
 
 
-class ReduceAddCoalesced(Function):
+class MyReduceAddCoalesced(Function):
     """Sum ``num_inputs`` tensors from each slot onto ``destination``; its backward is Broadcast."""
 
     @staticmethod
@@ -85,7 +85,7 @@ class ReduceAddCoalesced(Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None, None) + Broadcast.apply(ctx.devices, *grads)  # the partner's apply, again
+        return (None, None) + MyBroadcast.apply(ctx.devices, *grads)  # the partner's apply, again
 
 
 # Task 4 ------------------------------------------------------------------------------------------
@@ -148,9 +148,9 @@ def keep_bn_statistics(network, devices, detach=False):
 
 __all__ = [
     "replicate_by_clone",
-    "ReduceAdd",
-    "Broadcast",
-    "ReduceAddCoalesced",
+    "MyReduceAdd",
+    "MyBroadcast",
+    "MyReduceAddCoalesced",
     "scatter",
     "gather",
     "keep_bn_statistics",

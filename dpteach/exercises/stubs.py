@@ -47,10 +47,10 @@ def replicate_by_clone(network, devices, detach=False):
 
 
 # Task 2 ------------------------------------------------------------------------------------------
-class ReduceAdd(Function):
+class MyReduceAdd(Function):
     """PR #20910's ReduceAdd node: one per original parameter, every replica's copy is one of its outputs.
 
-    The rewire strategy calls ``ReduceAdd.apply(original, *copies)`` with the parameter and its
+    The rewire strategy calls ``MyReduceAdd.apply(original, *copies)`` with the parameter and its
     copy on every slot (plain tensors, no history). Forward hands the copies back as this node's
     outputs, so each replica's parameter gets the node as its ``grad_fn``, and the node has one
     edge: to ``original``. Backward gets one gradient per copy and returns one value per input of
@@ -67,13 +67,13 @@ class ReduceAdd(Function):
 
 
 # Task 3 ------------------------------------------------------------------------------------------
-class Broadcast(Function):
+class MyBroadcast(Function):
     """Copy tensors from one device to every slot; its backward is ReduceAddCoalesced.
 
-    ``Broadcast.apply(devices, *inputs)`` returns ``len(devices) * len(inputs)`` tensors,
+    ``MyBroadcast.apply(devices, *inputs)`` returns ``len(devices) * len(inputs)`` tensors,
     device-major: slot 0's copies of every input, then slot 1's, ... (``comm.broadcast_coalesced``
     gives them per slot; slot 0's are the inputs themselves). Backward must call
-    ``ReduceAddCoalesced.apply``, not a raw ``comm`` function, so that it is itself differentiable.
+    ``MyReduceAddCoalesced.apply``, not a raw ``comm`` function, so that it is itself differentiable.
     """
 
     @staticmethod
@@ -89,13 +89,13 @@ class Broadcast(Function):
         )
 
 
-class ReduceAddCoalesced(Function):
+class MyReduceAddCoalesced(Function):
     """Sum ``num_inputs`` tensors from each slot onto ``destination``; its backward is Broadcast.
 
-    ``ReduceAddCoalesced.apply(destination, num_inputs, *grads)`` gets the tensors device-major
+    ``MyReduceAddCoalesced.apply(destination, num_inputs, *grads)`` gets the tensors device-major
     (slot 0's ``num_inputs`` tensors, then slot 1's, ...) and returns ``num_inputs`` sums
     (``comm.reduce_add_coalesced`` takes them as one list per slot). Backward must call
-    ``Broadcast.apply`` back to the slots the inputs came from.
+    ``MyBroadcast.apply`` back to the slots the inputs came from.
     """
 
     @staticmethod
@@ -148,9 +148,9 @@ def keep_bn_statistics(network, devices, detach=False):
 
 __all__ = [
     "replicate_by_clone",
-    "ReduceAdd",
-    "Broadcast",
-    "ReduceAddCoalesced",
+    "MyReduceAdd",
+    "MyBroadcast",
+    "MyReduceAddCoalesced",
     "scatter",
     "gather",
     "keep_bn_statistics",

@@ -44,8 +44,8 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
 
 HINTS = {
     "fresh_leaf": "a new `nn.Parameter`, or anything made from `param.detach()` or under `torch.no_grad()`, is a "
-    "fresh leaf with no memory of `param`. Make the copy with an operation autograd records, such as "
-    "`param.to(device, copy=True)` or `param.clone()`.",
+    "fresh leaf with no memory of `param`. Make the copy with an operation on `param` that autograd records, "
+    "so that the copy has a `grad_fn` (chapter 02 reads them).",
     "no_grad": "the copy must be made with gradients on: no `torch.no_grad()`, no `.detach()`.",
     "wrong_leaf": "the copy must be computed from `param` itself; computing it from a detached copy of `param` gives "
     "an edge to that copy instead.",

@@ -1,7 +1,7 @@
 """Task 2 (chapter 03): rewire gradient edges, PR #20910's way.
 
 The learner writes ``ReduceAdd``'s forward and backward. :func:`rewire_with` runs the library's
-``"rewire"`` strategy with it (``node=``): clone every slot, then one ``ReduceAdd.apply(original,
+``"rewire"`` strategy with it (``node=``): clone every slot, then one ``MyReduceAdd.apply(original,
 *copies)`` per original parameter, whose outputs replace the copies. The check first tries the node alone
 (its outputs, its one edge, its sum, where the sum lands), then runs the strategy through
 DataParallel on every model and 1-4 slots against one device.
@@ -26,16 +26,16 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
     "rewire",
     "rewire gradient edges",
     "03",
-    names=("ReduceAdd",),
+    names=("MyReduceAdd",),
     check="check_rewire",
     writes="`ReduceAdd` (forward, backward), PR #20910's node",
     imports="import torch\nfrom torch.autograd import Function\n\nfrom dpteach import exercises",
     intro=(
         "## Task 2 · Rewire gradient edges (PR #20910)\n\n"
         "PR #20910 kept `clone()` and gave every replica parameter a gradient edge into one `ReduceAdd` node "
-        "per original parameter. Write that node. `exercises.rewire_with(ReduceAdd)` runs the library's "
+        "per original parameter. Write that node. `exercises.rewire_with(MyReduceAdd)` runs the library's "
         '`"rewire"` strategy with your class: it clones every slot and calls '
-        "`ReduceAdd.apply(original, *copies)` once "
+        "`MyReduceAdd.apply(original, *copies)` once "
         "per original parameter, putting the outputs in the replicas. Forward hands the copies back as the "
         "node's outputs; backward sums the copies' gradients **on the original's device** (chapter 03)."
     ),
@@ -210,7 +210,7 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
             findings.problem(
                 "usage",
                 f"check_rewire expects your ReduceAdd class (a torch.autograd.Function "
-                f"subclass), got {reduce_add!r}: `exercises.check_rewire(ReduceAdd)`",
+                f"subclass), got {reduce_add!r}: `exercises.check_rewire(MyReduceAdd)`",
             )
             raise Stop
         _probe_node(findings, reduce_add)

@@ -27,7 +27,7 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
     "broadcast_pair",
     "Broadcast / ReduceAddCoalesced for double backward",
     "07",
-    names=("Broadcast", "ReduceAddCoalesced"),
+    names=("MyBroadcast", "MyReduceAddCoalesced"),
     check="check_broadcast_pair",
     writes="`Broadcast` and `ReduceAddCoalesced`, the adjoint pair of `replicate.py`",
     imports="import torch\nfrom torch.autograd import Function\n\nfrom dpteach import comm, exercises",
@@ -38,7 +38,7 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
         '"Scatter is not differentiable twice"). Write both. Forward does the copying and the summing with '
         "`dpteach.comm`; backward must call the **partner's `apply`**, so the backward graph is itself made of "
         "nodes with a backward, and a gradient penalty or a Hessian-vector product can go through it (chapter 07). "
-        "The check replicates with `exercises.broadcast_with(Broadcast)` and compares gradients *and* the "
+        "The check replicates with `exercises.broadcast_with(MyBroadcast)` and compares gradients *and* the "
         "gradients of a gradient penalty with one device's."
     ),
     demo=None,
@@ -53,13 +53,13 @@ HINTS = {
     "`tuple(t for slot in per_slot for t in slot)`.",
     "sum": "`ReduceAddCoalesced.forward` gets the tensors slot by slot; `comm.reduce_add_coalesced` wants one list "
     "per slot: `[grads[i:i + num_inputs] for i in range(0, len(grads), num_inputs)]`.",
-    "broadcast_sum": "Broadcast.backward hands `ReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` "
+    "broadcast_sum": "Broadcast.backward hands `MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` "
     "back (after a `None` for `devices`): when that sum is wrong, look at ReduceAddCoalesced.forward first.",
     "not_differentiable": "a backward is differentiable when what it returns is computed by autograd-recorded "
-    "operations: call the partner's `apply` (`ReduceAddCoalesced.apply(...)` in Broadcast.backward, "
-    "`Broadcast.apply(...)` in ReduceAddCoalesced.backward), not `comm` directly, not under `torch.no_grad()`.",
-    "partner": "return `(None,) + ReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` from "
-    "Broadcast.backward and `(None, None) + Broadcast.apply(ctx.devices, *grads)` from ReduceAddCoalesced.backward, "
+    "operations: call the partner's `apply` (`MyReduceAddCoalesced.apply(...)` in Broadcast.backward, "
+    "`MyBroadcast.apply(...)` in ReduceAddCoalesced.backward), not `comm` directly, not under `torch.no_grad()`.",
+    "partner": "return `(None,) + MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` from "
+    "Broadcast.backward and `(None, None) + MyBroadcast.apply(ctx.devices, *grads)` from ReduceAddCoalesced.backward, "
     "remembering in forward what they need (chapter 04 reads PyTorch's `_functions.py`).",
     "second_none": "the gradient penalty's gradient needs a backward that is itself differentiable: each backward "
     "must call its partner's `apply`.",
@@ -185,7 +185,7 @@ def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=N
                 findings.problem(
                     "usage",
                     f"check_broadcast_pair expects your two classes, "
-                    f"`exercises.check_broadcast_pair(Broadcast, ReduceAddCoalesced)`; for {name} it got "
+                    f"`exercises.check_broadcast_pair(MyBroadcast, MyReduceAddCoalesced)`; for {name} it got "
                     f"{cls!r}",
                 )
                 raise Stop

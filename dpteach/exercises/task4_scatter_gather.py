@@ -1,4 +1,4 @@
-"""Task 4 (chapter 04): scatter and gather nested inputs.
+"""Task 4 (chapter 11 only: no chapter before it covers nested inputs): scatter and gather nested inputs.
 
 The learner writes ``scatter(inputs, devices, dim=0)`` and ``gather(outputs, target_device, dim=0)``.
 The check compares them with ``dpteach.scatter`` / ``dpteach.gather`` on tensors, tuples, lists,
@@ -30,7 +30,7 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
     4,
     "scatter_gather",
     "scatter and gather nested inputs",
-    "04",
+    "11",  # no earlier chapter covers nested inputs, so this task lives in chapter 11 only
     names=("scatter", "gather"),
     check="check_scatter_gather",
     writes="`scatter` and `gather` for tuples, dicts, namedtuples, dataclasses",
@@ -38,7 +38,8 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
     "from dpteach.functions import Gather, Scatter",
     intro=(
         "## Task 4 · Scatter and gather nested inputs\n\n"
-        "`DataParallel` splits its inputs over the slots and joins the outputs back. Inputs come nested: "
+        "`DataParallel` splits its inputs over the slots and joins the outputs back (chapter 00 split one tensor of "
+        "10 rows with `dpteach.scatter`; nested inputs are new here, no earlier chapter covers them). Inputs come nested: "
         "tuples, lists, dicts, namedtuples, dataclasses, and things that are not tensors at all. Write "
         "`scatter` and `gather`: tensors are split (and joined) along `dim` with the differentiable `Scatter` / "
         "`Gather` functions, containers keep their type and every field, anything else is shared by every slot. "
