@@ -14,7 +14,6 @@ import nbformat
 import pytest
 
 CHAPTERS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[01][0-9]_*.ipynb"))
-PENDING_TQDM = {"06_the_cost_of_copies.ipynb"}  # outside issue 15b's chapters: its two loops still show a bar
 
 
 def _code(path: Path) -> str:
@@ -23,12 +22,7 @@ def _code(path: Path) -> str:
 
 @pytest.mark.parametrize(
     "path",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="still uses tqdm"))
-        if p.name in PENDING_TQDM
-        else p
-        for p in CHAPTERS
-    ],
+    CHAPTERS,
     ids=[p.name for p in CHAPTERS],
 )
 def test_no_progress_bar_in_a_chapter(path):
