@@ -170,6 +170,32 @@ class _Statements:
         graph.body.append(f"\t{self._end(src)} -> {self._end(dst)}{self._attrs(attrs)}\n")
 
 
+def _module_index(n: Node, view: View, kinds: dict[str, Node]) -> int:
+    """An original parameter's place in module order; a join's, the first original it feeds."""
+    if n.param is not None:
+        return n.param.index
+    targets = [kinds[e.dst].param for e in view.edges if e.src == n.id and kinds[e.dst].param is not None]
+    return min((p.index for p in targets), default=-1)
+
+
+def _pin_module_order(c, members: list[Node], view: View, put: _Statements) -> None:
+    """The original's parameters on one row in module order (0.weight, 0.bias, 2.weight, ...), tied
+    left to right by invisible edges, so every picture of one module puts them in the same place."""
+    kinds = {n.id: n for n in view.nodes}
+
+    def key(n: Node) -> tuple:  # collapsed boxes have no parameter: their module path, numbers as numbers
+        path = [(int(p), "") if p.isdigit() else (-1, p) for p in (n.module or "").split(".")]
+        return (_module_index(n, view, kinds), path)
+
+    originals = sorted((n for n in members if n.kind == "original"), key=key)
+    if len(originals) < 2:
+        return
+    c.body.append("\t{rank=same;")
+    c.body.append(" ".join(put.quote(n.id) for n in originals) + "}\n")
+    for a, b in zip(originals, originals[1:]):
+        put.edge(c, a.id, b.id, {"style": "invis"})
+
+
 def to_digraph(view: View, legend: bool = True, compact: bool = False):
     """A ``graphviz.Digraph`` of ``view`` (needs the graphviz Python package, not the dot program).
 
@@ -197,6 +223,11 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             "nodesep": "0.12" if compact else "0.25",
             "ranksep": "0.25" if compact else "0.35",
             "ordering": "out",
+            # no second crossing-minimisation pass and a short first one: dot keeps the order the
+            # statements give (next_functions order, the same in every replica) instead of mirroring
+            # replica 1 to save a crossing, so before, after and diff pictures line up
+            "remincross": "false",
+            "mclimit": "0.01",
             **fast,
         },
         node_attr={
@@ -240,6 +271,8 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             )
             for n in members:
                 put.node(c, n.id, _node_attrs(n, view, kinds, compact))
+            if name == "original":
+                _pin_module_order(c, members, view, put)
     for e in view.edges:
         put.edge(g, e.src, e.dst, _edge_attrs(e, kinds))
     if legend and view.nodes:
