@@ -68,3 +68,21 @@ def test_strategy_comparison_is_one_row_of_equal_columns():
     html = comparison.html()
     assert f"grid-template-columns:repeat({len(comparison)},minmax(0,1fr))" in html
     assert "flex-wrap" not in html and html.count("width:100%;height:auto") == len(comparison)
+
+
+def test_stepper_caption_wraps_inside_the_picture():
+    import re
+    from html import unescape
+
+    from dpteach.widgets.highlight import CHAR_PT, caption, legend_line
+
+    svg = '<svg width="300pt" height="200pt"\n viewBox="0.00 0.00 300.00 200.00" xmlns="x"><g/></svg>'
+    out = caption(svg, legend_line())
+    lines = [unescape(t) for t in re.findall(r"<tspan[^>]*>(.*?)</tspan>", out)]
+    # every word is there, every line fits the 300 pt picture, and the viewBox grew by as many lines
+    words = [w for w in " ".join(lines).split() if w != "·"]  # a break between entries drops the dot
+    assert words == [w for w in legend_line().split() if w != "·"] and len(lines) > 1
+    assert all(6 + len(line) * CHAR_PT <= 300 for line in lines)
+    top, height = (float(v) for v in re.search(r'viewBox="[-\d.]+ ([-\d.]+) [\d.]+ ([\d.]+)"', out).groups())
+    ys = [float(y) for y in re.findall(r'<tspan x="[-\d.]+" y="([-\d.]+)"', out)]
+    assert top < ys[0] < ys[-1] < 0 and height > 200
