@@ -209,8 +209,8 @@ def test_comparison_draws_three_pictures_side_by_side():
     torch.manual_seed(0)
     comparison = compare_strategies(MODELS["mlp"][0](), torch.randn(4, 2), DEVICES)
     html = comparison._repr_mimebundle_()["text/html"]
-    # one image per strategy in one flex row
-    assert html.count("<img") == 3 and "display:flex" in html
+    # one image per strategy in one grid row
+    assert html.count("<img") == 3 and "display:grid" in html
     # and its summary says which strategy has dead ends
     assert "clone: 8 dead ends" in repr(comparison) and "rewire: 0 dead ends" in repr(comparison)
 

@@ -68,14 +68,24 @@ class StrategyComparison(Mapping[str, AutogradGraph]):
         """The graphs in one row, drawn compact, with one legend under them; raises GraphvizMissing without Graphviz."""
         drawings = {name: g.draw(legend=False, compact=True) for name, g in self.graphs.items()}
         images = {name: d.data_uri() for name, d in drawings.items()}
+        # one row of equal columns at any width: each picture scaled to its column (no wrapping 2 + 1,
+        # no panel drawn at its natural size beside shrunken ones)
         cells = "".join(
-            f'<div style="flex:1 1 0;min-width:360px;text-align:center">'
-            f'<img style="max-width:100%;height:auto" alt="autograd graph, strategy {escape(name)}" src="{uri}"></div>'
+            f'<figure style="margin:0;min-width:0;text-align:center">'
+            f'<img style="width:100%;height:auto;display:block" alt="autograd graph, strategy {escape(name)}" '
+            f'src="{uri}"></figure>'
             for name, uri in images.items()
         )
         legend = legend_html(d.view for d in drawings.values())
+        note = (
+            '<div style="font-size:12px;color:#555;margin:4px 0">Backward functions drop their '
+            "<code>Backward0</code> suffix here: <code>Addmm</code> is <code>AddmmBackward0</code>, "
+            "<code>ReduceAdd</code> is <code>ReduceAddBackward</code>.</div>"
+        )
+        columns = f"repeat({len(images)},minmax(0,1fr))"
         return (
-            f'<div style="display:flex;flex-wrap:wrap;gap:8px;align-items:flex-start">{cells}</div>{legend}'
+            f'<div style="display:grid;grid-template-columns:{columns};gap:6px;align-items:start">{cells}</div>'
+            f"{note}{legend}"
         )
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:

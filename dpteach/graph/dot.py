@@ -34,6 +34,8 @@ drawings of more than ``view.MAX_NODES`` nodes, where that box would cost dot se
 
 from __future__ import annotations
 
+import re
+
 from .legend import FILL, FONT, GREEN, GREY, ORANGE, PURPLE, RED, device_tint, entry, legend_label
 from .nodes import Edge, Node
 from .view import MAX_NODES, View
@@ -65,7 +67,10 @@ def _short(n: Node) -> str:
         if n.kind == "op":
             return f"{where} ({n.members} ops)"
         return f"{n.members} × {n.op}" if n.kind == "join" else f"{where}.* ({n.members})"
-    return n.label.splitlines()[0]
+    first = n.label.splitlines()[0]
+    if n.kind in ("op", "join") and n.op:  # AddmmBackward0 -> Addmm: three pictures must fit one row
+        return re.sub(r"Backward\d*$", "", first) or first
+    return first
 
 
 def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = False) -> dict[str, str]:
@@ -170,6 +175,74 @@ class _Statements:
         graph.body.append(f"\t{self._end(src)} -> {self._end(dst)}{self._attrs(attrs)}\n")
 
 
+def _module_index(n: Node, view: View, kinds: dict[str, Node]) -> int:
+    """An original parameter's place in module order; a join's, the first original it feeds."""
+    if n.param is not None:
+        return n.param.index
+    targets = [kinds[e.dst].param for e in view.edges if e.src == n.id and kinds[e.dst].param is not None]
+    return min((p.index for p in targets), default=-1)
+
+
+def _pin_module_order(c, members: list[Node], view: View, put: _Statements) -> None:
+    """The original's parameters on one row in module order (0.weight, 0.bias, 2.weight, ...), tied
+    left to right by invisible edges, so every picture of one module puts them in the same place."""
+    kinds = {n.id: n for n in view.nodes}
+
+    def key(n: Node) -> tuple:  # collapsed boxes have no parameter: their module path, numbers as numbers
+        path = [(int(p), "") if p.isdigit() else (-1, p) for p in (n.module or "").split(".")]
+        return (_module_index(n, view, kinds), path)
+
+    originals = sorted((n for n in members if n.kind == "original"), key=key)
+    if len(originals) < 2:
+        return
+    c.body.append("\t{rank=same;")
+    c.body.append(" ".join(put.quote(n.id) for n in originals) + "}\n")
+    for a, b in zip(originals, originals[1:]):
+        put.edge(c, a.id, b.id, {"style": "invis"})
+
+
+def _order_by_depth(view: View) -> tuple[dict[str, int], dict[str, int]]:
+    """Each node's depth (longest path from a root) and its place in a depth-first walk along ``next_functions``."""
+    children: dict[str, list[str]] = {n.id: [] for n in view.nodes}
+    parents: dict[str, int] = dict.fromkeys(children, 0)
+    for e in view.edges:
+        if e.status != "missing" and e.src in children and e.dst in children:
+            children[e.src].append(e.dst)
+            parents[e.dst] += 1
+    roots = [n for n, k in parents.items() if not k]
+    depth, order, left = dict.fromkeys(roots, 0), {}, dict(parents)
+    queue = list(roots)  # Kahn's walk: a node's depth is final once all its parents are done
+    while queue:
+        n = queue.pop()
+        for c in children[n]:
+            depth[c] = max(depth.get(c, 0), depth[n] + 1)
+            left[c] -= 1
+            if not left[c]:
+                queue.append(c)
+    stack = list(reversed(roots))
+    while stack:
+        n = stack.pop()
+        if n not in order:
+            order[n] = len(order)
+            stack.extend(reversed(children[n]))
+    return depth, order
+
+
+def _pin_replica_order(c, members: list[Node], depth: dict[str, int], order: dict[str, int], put) -> None:
+    """Each row of a replica's box in next_functions order, tied left to right: every slot has one shape."""
+    rows: dict[int, list[Node]] = {}
+    for n in members:
+        if n.id in depth:
+            rows.setdefault(depth[n.id], []).append(n)
+    for row in rows.values():
+        if len(row) < 2:
+            continue
+        row.sort(key=lambda n: order.get(n.id, 0))
+        c.body.append("\t{rank=same; " + " ".join(put.quote(n.id) for n in row) + "}\n")
+        for a, b in zip(row, row[1:]):
+            put.edge(c, a.id, b.id, {"style": "invis"})
+
+
 def to_digraph(view: View, legend: bool = True, compact: bool = False):
     """A ``graphviz.Digraph`` of ``view`` (needs the graphviz Python package, not the dot program).
 
@@ -197,6 +270,11 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             "nodesep": "0.12" if compact else "0.25",
             "ranksep": "0.25" if compact else "0.35",
             "ordering": "out",
+            # no second crossing-minimisation pass and a short first one: dot keeps the order the
+            # statements give (next_functions order, the same in every replica) instead of mirroring
+            # replica 1 to save a crossing, so before, after and diff pictures line up
+            "remincross": "false",
+            "mclimit": "0.01",
             **fast,
         },
         node_attr={
@@ -215,6 +293,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             clusters[f"replica{n.slot}"].append(n)
         elif n.kind in ("original", "join") and slots and not big:
             clusters.setdefault("original", []).append(n)
+    depth, order = _order_by_depth(view) if not big else ({}, {})
     in_cluster = {n.id for members in clusters.values() for n in members}
     for n in view.nodes:  # the nodes outside any box first: dot then keeps the slots in order, 0 on the left
         if n.id not in in_cluster:
@@ -240,6 +319,10 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             )
             for n in members:
                 put.node(c, n.id, _node_attrs(n, view, kinds, compact))
+            if name == "original":
+                _pin_module_order(c, members, view, put)
+            elif not big:
+                _pin_replica_order(c, members, depth, order, put)
     for e in view.edges:
         put.edge(g, e.src, e.dst, _edge_attrs(e, kinds))
     if legend and view.nodes:

@@ -9,7 +9,7 @@ node), and a node cannot hand back its output tensors, so it is found by the *si
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
 import torch
@@ -23,6 +23,8 @@ class Param:
     name: str  # the dotted name in the original module, e.g. "0.weight"
     slot: int | None = None
     device: str = "cpu"
+    # the original's place in named_parameters() (module order): drawings line parameters up by it
+    index: int = field(default=-1, compare=False)
 
     def __str__(self) -> str:
         if self.slot is None:
@@ -53,6 +55,7 @@ class TensorNames:
         self.canonical: dict[
             str, str
         ] = {}  # every name of an original tensor -> its first name (tied weights)
+        self.order: dict[str, int] = {}  # an original's first name -> its place in module order
         self.named_leaves: list[tuple[Named, torch.Tensor]] = []  # names= leaves, drawn even when unreached
         self._keep: list[object] = []  # hold every tensor and grad_fn so their id()s stay theirs
 
@@ -152,7 +155,8 @@ def _name_originals(table: TensorNames, module: nn.Module) -> None:
     for name, t in named_tensors(module):
         table.canonical[name] = first_name.setdefault(id(t), name)
         if table.canonical[name] == name:  # a tied weight is one original, named once
-            param = Param(name, None, str(t.device))
+            param = Param(name, None, str(t.device), len(table.originals))
+            table.order[name] = param.index
             table.originals.append((param, t))
             table.add(t, Named("original", str(param), param, shape_of(t), str(t.device)))
 
@@ -173,7 +177,9 @@ def _name_replica(table: TensorNames, paths: list[str], slot: int, replica: nn.M
         # a frozen copy is not in the graph; one named already keeps its first name
         if copy is not None and copy.requires_grad and not table.knows(copy):
             device = str(copy.device)
-            param = Param(name, slot, device)
+            original = table.canonical.get(name, name)
+            index = table.order.get(original, -1)
+            param = Param(name, slot, device, index)
             table.add(copy, Named("replica", str(param), param, shape_of(copy), device))
 
     for name in list(

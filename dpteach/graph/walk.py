@@ -220,6 +220,8 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             )
         else:
             name = type(f.fn).__name__
+            if name == "CppFunction":  # a node written in C++ (chapter 10's ReduceAdd): its own name
+                name = f.fn.name().rsplit("::", 1)[-1]
             kind = "join" if id(f.fn) in join_fns else "op"
             nid = None
             if kind == "join":  # a ReduceAdd node feeds one original parameter: name it after it

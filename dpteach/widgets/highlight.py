@@ -82,20 +82,36 @@ def marked(svg: str) -> dict[str, set[str]]:
     return out
 
 
+CHAR_PT = 6.2  # a generous average width of one 11 pt Helvetica character, in the SVG's points
+LINE_PT = 14.0
+
+
 def caption(svg: str, text: str) -> str:
-    """``svg`` with one line of ``text`` drawn above the picture (the viewBox grows to make room)."""
+    """``svg`` with ``text`` drawn above the picture, wrapped to the picture's width (the viewBox grows
+    to make room): one long line was clipped at the viewBox's right edge ("has run alrea")."""
+    import textwrap
+
     m = _VIEWBOX.search(svg)
     if m is None:
         return svg
     w, h, x0, y0, vw, vh = (float(v) for v in m.groups())
+    width = max(20, int((vw - 12) / CHAR_PT))
+    lines: list[str] = []
+    for part in text.split(" · "):  # break between the legend's entries, inside one only if it must
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " · " + part
+        else:
+            lines += textwrap.wrap(part, width=width) or [""]
+    grow = CAPTION_PT + LINE_PT * (len(lines) - 1)
+    scale = w / vw if vw else 1.0  # width/height in pt keep their ratio to the viewBox
     grown = (
-        f'<svg width="{w}pt" height="{h + CAPTION_PT}pt"\n viewBox="{x0} {y0 - CAPTION_PT} {vw} '
-        f'{vh + CAPTION_PT}"'
+        f'<svg width="{w}pt" height="{h + grow * scale:.2f}pt"\n viewBox="{x0} {y0 - grow} {vw} {vh + grow}"'
     )
-    line = (
-        f'<text x="{x0 + 6}" y="{y0 - 5}" font-family="Helvetica,sans-Serif" font-size="11" '
-        f'fill="{TEAL}">{escape(text)}</text>'
+    spans = "".join(
+        f'<tspan x="{x0 + 6}" y="{y0 - grow + 13 + LINE_PT * i}">{escape(t)}</tspan>'
+        for i, t in enumerate(lines)
     )
+    line = f'<text font-family="Helvetica,sans-Serif" font-size="11" fill="{TEAL}">{spans}</text>'
     head_end = svg.index(">", m.end()) + 1
     return svg[: m.start()] + grown + svg[m.end() : head_end] + line + svg[head_end:]
 

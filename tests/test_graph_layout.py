@@ -1,0 +1,88 @@
+"""Pictures that compare cleanly: every replica laid out alike, the originals in module order, and the
+strategy comparison one row of equal columns (issue 15). The positions come from dot itself
+(``dot -Tplain``), so these fail if dot is left to reorder or mirror a box again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import torch
+from torch import nn
+
+from dpteach.graph import autograd_graph, compare_strategies, replicated_forward
+
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz's dot program")
+DEVICES = ["cpu", "cpu", "cpu"]
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+
+
+def positions(dot_text: str) -> dict[str, tuple[float, float]]:
+    """Node name -> (x, y) as dot lays it out."""
+    laid = subprocess.run(
+        ["dot", "-Tjson"], input=dot_text, capture_output=True, text=True, check=True
+    ).stdout
+    out = {}
+    for obj in json.loads(laid).get("objects", []):
+        if "pos" in obj and "nodes" not in obj:  # a node, not a cluster
+            x, y = obj["pos"].split(",")
+            out[obj["name"]] = (float(x), float(y))
+    return out
+
+
+def rows(pos: dict[str, tuple[float, float]], prefix: str) -> list[list[str]]:
+    """The names (prefix dropped) of one replica's parameters, row by row from the top, left to right."""
+    mine = {n.removeprefix(prefix): xy for n, xy in pos.items() if n.startswith(prefix)}
+    by_y: dict[float, list[str]] = {}
+    for name, (_x, y) in mine.items():
+        by_y.setdefault(round(y, 2), []).append(name)
+    return [sorted(names, key=lambda n: mine[n][0]) for _, names in sorted(by_y.items(), reverse=True)]
+
+
+@needs_dot
+@pytest.mark.parametrize("strategy", ["clone", "rewire", "broadcast"])
+@pytest.mark.parametrize("compact", [False, True])
+def test_replicas_alike_and_originals_in_module_order(strategy, compact):
+    model = mlp()
+    loss, replicas = replicated_forward(model, torch.randn(6, 2), DEVICES, strategy)
+    g = autograd_graph(loss, module=model, replicas=replicas)
+    pos = positions(g.draw(compact=compact).dot)
+    layouts = [rows(pos, f"replica{s}.") for s in range(len(DEVICES))]
+    assert layouts[0] and all(layout == layouts[0] for layout in layouts), layouts
+    originals = sorted((n for n in pos if n.startswith("original.")), key=lambda n: pos[n][0])
+    assert [n.removeprefix("original.") for n in originals] == [name for name, _ in model.named_parameters()]
+
+
+def test_strategy_comparison_is_one_row_of_equal_columns():
+    pytest.importorskip("graphviz")
+    if shutil.which("dot") is None:
+        pytest.skip("needs Graphviz's dot program")
+    model = mlp()
+    comparison = compare_strategies(model, torch.randn(6, 2), DEVICES[:2])
+    html = comparison.html()
+    assert f"grid-template-columns:repeat({len(comparison)},minmax(0,1fr))" in html
+    assert "flex-wrap" not in html and html.count("width:100%;height:auto") == len(comparison)
+
+
+def test_stepper_caption_wraps_inside_the_picture():
+    import re
+    from html import unescape
+
+    from dpteach.widgets.highlight import CHAR_PT, caption, legend_line
+
+    svg = '<svg width="300pt" height="200pt"\n viewBox="0.00 0.00 300.00 200.00" xmlns="x"><g/></svg>'
+    out = caption(svg, legend_line())
+    lines = [unescape(t) for t in re.findall(r"<tspan[^>]*>(.*?)</tspan>", out)]
+    # every word is there, every line fits the 300 pt picture, and the viewBox grew by as many lines
+    words = [w for w in " ".join(lines).split() if w != "·"]  # a break between entries drops the dot
+    assert words == [w for w in legend_line().split() if w != "·"] and len(lines) > 1
+    assert all(6 + len(line) * CHAR_PT <= 300 for line in lines)
+    top, height = (float(v) for v in re.search(r'viewBox="[-\d.]+ ([-\d.]+) [\d.]+ ([\d.]+)"', out).groups())
+    ys = [float(y) for y in re.findall(r'<tspan x="[-\d.]+" y="([-\d.]+)"', out)]
+    assert top < ys[0] < ys[-1] < 0 and height > 200
