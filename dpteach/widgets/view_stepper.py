@@ -88,7 +88,6 @@ class GradientStepper(widgets.VBox):
         step = flow.steps[i]
         last = i == len(flow) - 1
         tail = f"<br><b>The backward pass is over</b>: {flow.summary()}." if last else ""
-        self.status.value = lines(f"<b>step {i} of {len(flow) - 1}</b>: {step.text}{tail}")
         self.handoffs.value = handoff_table(step)
         try:
             svg = flow.svg(i)
@@ -97,4 +96,6 @@ class GradientStepper(widgets.VBox):
         self.graph.value = graph_html(flow.graph, svg, alt=f"backward step {i}: {step.label}")
         self.prev_button.disabled = i == 0
         self.next_button.disabled = last
+        # last, as in the explorer: once the status names step i, the table and the graph show it too
+        self.status.value = lines(f"<b>step {i} of {len(flow) - 1}</b>: {step.text}{tail}")
         self.last_update_s = time.perf_counter() - start
