@@ -85,7 +85,7 @@ def stored_copy(path: Path) -> Path:
     return CACHE / f"{path.stem}-{source_key(path)}.ipynb"
 
 
-def executed(path: Path, timeout: int = 600) -> tuple[nbformat.NotebookNode, float, bool]:
+def executed(path: Path, timeout: int = 240) -> tuple[nbformat.NotebookNode, float, bool]:
     """``(executed notebook, seconds it took to run, whether it came from an earlier run's cache)``.
 
     Each caller gets its own deep copy, so one test cannot change what another reads.
