@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import comm, functions
 from ._course import VERSION as __version__  # noqa: F401  (the one place the version is written)
 from ._devices import default_devices
+from ._lazy import submodules
 from .data_parallel import DataParallel, data_parallel
 from .parallel_apply import parallel_apply
 from .replicate import STRATEGIES, replicate
@@ -37,13 +38,12 @@ __all__ = [
 _LAZY = ("graph", "widgets", "exercises", "course", "measure", "cpp", "distributed")
 
 
+_wing = submodules(__name__, _LAZY)
+
+
 def __getattr__(name: str):
     if name in ("autograd_graph", "graph_diff"):
         from . import graph
 
         return getattr(graph, name)
-    if name in _LAZY:
-        import importlib
-
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module 'dpteach' has no attribute {name!r}")
+    return _wing(name)

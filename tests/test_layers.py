@@ -41,6 +41,7 @@ def test_the_top_holds_the_library_and_the_wings_are_folders():
         "__main__",
         "_course",
         "_devices",
+        "_lazy",
         "comm",
         "functions",
         "scatter_gather",

@@ -9,12 +9,9 @@ Import the module you need (``from dpteach.course import story``); this file imp
 when it is asked for by attribute (``dpteach.course.story``).
 """
 
+from .._lazy import submodules
+
 _MODULES = ("story", "demos", "env", "claims")
 
 
-def __getattr__(name: str):
-    if name in _MODULES:
-        import importlib
-
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = submodules(__name__, _MODULES)
