@@ -68,7 +68,7 @@ def gradients(
     ddp = wrap(make_model(hidden, depth, seed))
     x, y = local_shard(global_batch, seed, shards)
     loss = loss_fn(ddp(x), y)  # the mean over *this rank's* rows only
-    loss.backward()  # returns with every gradient summed over the ranks and divided by world_size
+    loss.backward()  # returns with every gradient averaged over the ranks (DDP divides, then all-reduces)
     grads = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
     return dict(grads=grads, rows=len(x), loss=loss.item())
 
