@@ -25,8 +25,8 @@ INTRO = """\
 Each exercise below is one idea of the course, and you write it. Every task has two cells:
 
 * a **stub cell**: the code to complete. Until you replace its `raise NotImplementedError(...)`, it fails
-  loudly, naming the task (its last line, `exercises.try_it(...)`, runs your code once and shows any error
-  with its full traceback);
+  in two lines that name the task. Its last line, `exercises.try_it(...)`, runs your code once; once
+  you have written it, any error your code raises shows with its full traceback;
 * a **check cell**: it runs your code through `DataParallel` on three tiny models (an MLP, a conv net with
   BatchNorm, a model with tied weights) and 1 to 4 CPU slots, against the same model on one device, and
   says **"Correct!"** when everything holds; otherwise what is wrong, where, and a hint. It never raises.
