@@ -108,7 +108,7 @@ CASES = [
         lambda: dpteach.DataParallel(lin(), S, strategy="Broadcast"),
         ValueError,
         r"unknown strategy 'Broadcast'",
-        r"valid strategies are 'broadcast', 'clone', 'rewire'",
+        r"valid strategies are 'clone', 'rewire', 'broadcast'",  # dpteach.STRATEGIES' order: history's
     ),
     (
         "strategy gives too few",

@@ -75,7 +75,7 @@ def resolve_strategy(strategy: Strategy) -> Callable:
         return strategy
     if isinstance(strategy, str) and strategy in STRATEGIES:
         return STRATEGIES[strategy]
-    valid = ", ".join(repr(s) for s in sorted(STRATEGIES))
+    valid = ", ".join(repr(s) for s in STRATEGIES)  # in the order history wrote them
     raise ValueError(
         f"unknown strategy {strategy!r}; valid strategies are {valid}, "
         "or a callable f(network, devices, detach) -> list of replicas"
