@@ -12,6 +12,12 @@ model, the same 256 points, full-batch SGD with the same learning rate. Each ran
 shard of the points and DDP all-reduces the gradients, so every rank takes the same step, the
 replicas never drift apart (checked at the end), and the losses printed are the one-device losses.
 
+Buffers: DDP also broadcasts rank 0's buffers (BatchNorm's running statistics, chapter 05) when it
+is built and, by default, at the start of every forward. In torch 2.13 the flag for the
+per-forward sync is ``forward_sync_buffers``; the older ``broadcast_buffers`` is deprecated and not
+quite the same: ``broadcast_buffers=False`` also left the buffers out of the sync at construction,
+while ``forward_sync_buffers=False`` still syncs them there (``DistributedDataParallel``'s docstring).
+
 Several machines (chapter 09 leaves this here): nothing in this file changes, only how the ranks
 find each other. On each of two machines with 8 GPUs each::
 
@@ -58,14 +64,7 @@ def rank_device() -> torch.device:
 
 
 def wrap(model: nn.Module, **ddp_options) -> DDP:
-    """``model`` on this rank's device, inside DDP (which broadcasts rank 0's weights once, here).
-
-    DDP also broadcasts rank 0's buffers (BatchNorm's running statistics, chapter 05) here and, by
-    default, at the start of every forward. In torch 2.13 the flag for the per-forward sync is
-    ``forward_sync_buffers``; the older ``broadcast_buffers`` is deprecated and not quite the
-    same: ``broadcast_buffers=False`` also left the buffers out of the sync at construction, while
-    ``forward_sync_buffers=False`` still syncs them there (``DistributedDataParallel``'s docstring).
-    """
+    """``model`` on this rank's device, inside DDP (which broadcasts rank 0's weights once, here)."""
     device = rank_device()
     model = model.to(device)
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **ddp_options)
