@@ -37,6 +37,13 @@ def step_times(
         ax.plot(hiddens, [times[h] * 1e3 for h in hiddens], marker=marker, label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter  # plain "2" and "0.5" ms, not "2x10^0"
+
+    def plain(v, _pos):  # label 1, 2 and 5 of each decade, so the minor labels do not crowd
+        return f"{v:g}" if f"{v:.0e}"[0] in "125" else ""
+
+    ax.yaxis.set_major_formatter(FuncFormatter(plain))
+    ax.yaxis.set_minor_formatter(FuncFormatter(plain))
     hiddens = sorted(next(iter(results.values())))
     ax.set_xticks(hiddens)
     ax.set_xticklabels([f"{h}\n({_count(params[h])} params)" if params else str(h) for h in hiddens])

@@ -121,6 +121,21 @@ def buckets(
 ) -> dict:
     """How DDP packs gradients into buckets, and when each is all-reduced while backward still runs.
 
+    DDP's bucket rules in torch 2.13 (chapter 09 leaves the detail here). Buckets are filled roughly
+    in reverse order of ``model.parameters()``, because backward produces the last layer's gradients
+    first. A bucket takes gradients until it holds at least ``bucket_cap_mb`` MiB (25 by default),
+    then closes, so it can end one tensor past the cap (``compute_bucket_assignment_by_size`` in
+    ``reducer.cpp``). With the default ``find_unused_parameters=False`` the first step puts every
+    gradient in one bucket; the caps apply when DDP rebuilds its buckets after that step, in the
+    order the gradients really arrived. If ``bucket_cap_mb`` is left at its default, the first
+    bucket's cap is then 1 MiB (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``), so that its
+    all-reduce can start sooner (``_BucketCapacityConfig`` in ``torch/nn/parallel/distributed.py``);
+    passed by hand, even as 25, it caps the first bucket too. A bucket's all-reduce is launched
+    asynchronously once its gradients are ready and every bucket before it has been launched
+    (``Reducer::mark_bucket_ready``). This overlaps with backward because the engine runs a leaf's
+    ``AccumulateGrad``, where DDP's hooks sit, as soon as its gradient is ready: ``AccumulateGrad``
+    has the highest priority (sequence number ``UINT64_MAX``, ``torch/csrc/autograd/node.h``).
+
     Times are seconds since backward began, from the last of ``steps`` steps (DDP rebuilds its
     buckets after the first step, in the order the gradients actually became ready). ``ready``
     says when each parameter's gradient was accumulated. On GPUs these are the times the CPU

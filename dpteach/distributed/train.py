@@ -11,6 +11,30 @@ The run is ``story.train`` (chapter 01's one-device reference) spread over the r
 model, the same 256 points, full-batch SGD with the same learning rate. Each rank keeps an equal
 shard of the points and DDP all-reduces the gradients, so every rank takes the same step, the
 replicas never drift apart (checked at the end), and the losses printed are the one-device losses.
+
+Buffers: DDP also broadcasts rank 0's buffers (BatchNorm's running statistics, chapter 05) when it
+is built and, by default, at the start of every forward. In torch 2.13 the flag for the
+per-forward sync is ``forward_sync_buffers``; the older ``broadcast_buffers`` is deprecated and not
+quite the same: ``broadcast_buffers=False`` also left the buffers out of the sync at construction,
+while ``forward_sync_buffers=False`` still syncs them there (``DistributedDataParallel``'s docstring).
+
+Several machines (chapter 09 leaves this here): nothing in this file changes, only how the ranks
+find each other. On each of two machines with 8 GPUs each::
+
+    torchrun --nnodes 2 --nproc-per-node 8 \\
+             --rdzv-backend c10d --rdzv-endpoint node0.example.com:29400 --rdzv-id run42 \\
+             -m dpteach.distributed.train --steps 1000
+
+- The rendezvous endpoint must be one every machine can reach (a host name or an IP on the
+  cluster network, never ``127.0.0.1``); it plays the part of ``MASTER_ADDR:MASTER_PORT``.
+- ``WORLD_SIZE`` becomes 16; ``RANK`` runs from 0 to 15 over all machines, and ``LOCAL_RANK``,
+  0 to 7, picks the GPU on each machine.
+- Rendezvous backends (``torch/distributed/run.py``): ``c10d`` (recommended: a store on the
+  endpoint's machine, nothing to install; it also runs elastic jobs, ``--nnodes 1:4``),
+  ``static`` (``--node-rank``, ``--master-addr`` and ``--master-port`` given by hand on each
+  machine), ``etcd-v2`` and the legacy ``etcd``, both needing an etcd server with its v2 API.
+- NCCL and gloo pick a network interface; on machines with several, set ``NCCL_SOCKET_IFNAME``
+  or ``GLOO_SOCKET_IFNAME``.
 """
 
 from __future__ import annotations
