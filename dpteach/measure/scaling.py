@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from .._devices import DeviceLike, as_devices
+from ..course.claims import MARGIN
 from ..data_parallel import DataParallel
 from .timer import Timing, time_in_turns
 
@@ -202,18 +203,30 @@ def draw(mine: dict, others: Sequence[Measured] = (), title: str = ""):
         if rows:
             right.plot(*zip(*rows), "s:", color=colour, alpha=0.6, label=f"torch, {other.label}")
         top = max(top, *s["slots"])
+    right.axhspan(1 / MARGIN, MARGIN, color="#eeeeee", label="about the same (within the noise margin)")
     right.axhline(1.0, color="#777777", ls="--", lw=1, label="as fast as the plain step")
     speedups = [y for line in right.lines for y in line.get_ydata()]
     right.plot([1, top], [1, top], color="#bbbbbb", lw=1, label="n times faster (ideal)")
     left.set_ylim(bottom=0)
     right.set_ylim(0, max(2.0, *speedups) * 1.15)
-    for ax, ylabel in ((left, "ms per step (median)"), (right, "speed-up over the plain step")):
+    for ax, ylabel, last in (
+        (left, "ms per step (median)", max(ns)),
+        (right, "plain step's time / DataParallel's", top),
+    ):
         ax.set_xlabel("slots (n)")
         ax.set_ylabel(ylabel)
-        ax.set_xticks(range(1, top + 1))
-        ax.legend(fontsize=8, loc="best")
+        ax.set_xticks(range(1, last + 1))
+    left.legend(fontsize=8, loc="best")
     kind = {"cpu": "CPU slots", "one gpu": "slots on one GPU", "gpus": "GPUs"}[mine["kind"]]
     left.set_title(f"{kind}: {mine['params'] / 1e6:.1f}M parameters, batch {mine['batch']}", fontsize=10)
-    right.set_title(title or "speed-up: above the dashed line, DataParallel paid off", fontsize=10)
-    fig.tight_layout()
+    right.set_title(title or "speed-up over the plain step", fontsize=10)
+    if others:  # long labels: one legend under both panels
+        handles, labels = right.get_legend_handles_labels()
+        rows = (len(labels) + 1) // 2
+        fig.set_size_inches(10, 3.6 + 0.22 * rows)
+        fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, 0.22 * rows / (3.6 + 0.22 * rows) + 0.02, 1, 1))
+    else:
+        right.legend(fontsize=8, loc="best")
+        fig.tight_layout()
     return fig
