@@ -24,7 +24,6 @@ import torch
 from torch import nn
 
 from .._devices import DeviceLike, as_devices
-from ..course.claims import MARGIN
 from ..data_parallel import DataParallel
 from .timer import Timing, time_in_turns
 
@@ -172,6 +171,8 @@ def draw(mine: dict, others: Sequence[Measured] = (), title: str = ""):
     """Two panels: ms per step against n (this machine), and speed-up over the plain step against n
     (this machine, and every shipped result beside it, labelled with where it was measured)."""
     import matplotlib.pyplot as plt
+
+    from ..course.claims import MARGIN  # the band where two medians read "about the same"
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     ns = mine["slots"]
