@@ -100,3 +100,10 @@ def test_the_drawing_puts_shipped_results_beside_the_learners(tmp_path):
     assert (tmp_path / "scaling.png").stat().st_size > 10_000
     alone = scaling.draw(mine)
     assert not [line for line in alone.axes[1].lines if "measured on" in line.get_label()]
+
+
+def test_the_table_has_a_row_per_slot_count_and_a_dash_where_torch_did_not_run():
+    s = scaling.load(FIXTURE).scaling
+    rows = scaling.table(s).splitlines()
+    assert len(rows) == 2 + len(s["slots"]) and "40.00" in rows[1]  # header, plain step, one row per n
+    assert rows[-1].split()[-3:] == ["16.00", "-", "2.50x"]  # 4 GPUs: dpteach's ms, no torch run, 40 / 16

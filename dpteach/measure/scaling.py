@@ -27,7 +27,19 @@ from .._devices import DeviceLike, as_devices
 from ..data_parallel import DataParallel
 from .timer import Timing, time_in_turns
 
-__all__ = ["DATA", "Measured", "slot_lists", "steps", "result", "scaling", "load", "shipped", "label", "draw"]
+__all__ = [
+    "DATA",
+    "Measured",
+    "slot_lists",
+    "steps",
+    "result",
+    "scaling",
+    "table",
+    "load",
+    "shipped",
+    "label",
+    "draw",
+]
 
 DATA = Path(__file__).with_name("data")  # measurements from real machines, shipped in the wheel
 MAX_SHARED_SLOTS = 4  # slots on one GPU or on the CPU: enough to see the overhead grow
@@ -117,6 +129,23 @@ def scaling(
     widest = max((as_devices(s) for s in lists), key=len)
     times = time_in_turns(steps(model, x, lists), widest, repeats, threads=threads)
     return result(times, lists, model, x)
+
+
+def table(result: dict) -> str:
+    """The medians of a run as a table: n, slots, dpteach's and torch's ms, speed-up over the plain step."""
+    plain = result["plain_s"]
+    lines = [
+        f"{'n':>2}  {'slots':<26}{'dpteach ms':>11}{'torch ms':>10}{'speed-up':>10}",
+        f"{'':>2}  {'plain step, ' + result['devices'][0][0]:<26}{plain * 1e3:>11.2f}",
+    ]
+    for n, slots, ours, theirs in zip(
+        result["slots"], result["devices"], result["dpteach_s"], result["torch_dp_s"]
+    ):
+        torch_ms = "-" if theirs is None else f"{theirs * 1e3:.2f}"
+        lines.append(
+            f"{n:>2}  {', '.join(slots)[:25]:<26}{ours * 1e3:>11.2f}{torch_ms:>10}{plain / ours:>9.2f}x"
+        )
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -228,6 +257,6 @@ def draw(mine: dict, others: Sequence[Measured] = (), title: str = ""):
         fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
         fig.tight_layout(rect=(0, 0.22 * rows / (3.6 + 0.22 * rows) + 0.02, 1, 1))
     else:
-        right.legend(fontsize=8, loc="best")
+        right.legend(fontsize=8, loc="upper left")
         fig.tight_layout()
     return fig
