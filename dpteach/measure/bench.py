@@ -330,7 +330,9 @@ def _plot_scaling(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig = scaling.draw(results["scaling"], title=f"speed-up, {scaling.label(results['env'])}")
+    fig = scaling.draw(results["scaling"])
+    fig.suptitle(f"dpteach {__version__}, {scaling.label(results['env'])}", fontsize=10)
+    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
