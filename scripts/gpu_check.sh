@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check: one command, 9 minutes at the very worst, that runs the CUDA tests (and the
-# fake-CUDA dispatch tests), the benchmark and EVERY chapter, and leaves its outputs in 7 files.
+# fake-CUDA dispatch tests), the benchmark and EVERY chapter, and leaves its outputs in 8 files.
 #
 #   scripts/gpu_check.sh [OUT]        (default: $OUT if set, else artifacts/gpu)
 #
@@ -19,8 +19,10 @@
 # Bounded, 9 minutes at the very worst (about 5 here on 2 CPU cores): each test 60 s (pytest-timeout),
 # the tests 120 s, the benchmark 100 s, each notebook cell 90 s, no chapter starts after 200 s of
 # chapters and no cell runs after 260 s, all chapters 280 s. Files in OUT: check.log (all
-# output), env.txt, pytest.log, bench.json, bench.png, notebooks.log, notebooks.tar.gz (every
-# executed chapter, also the ones that failed, with their outputs up to the failure).
+# output), env.txt, pytest.log, bench.json, bench.png, scaling.png, notebooks.log, notebooks.tar.gz
+# (every executed chapter, also the ones that failed, with their outputs up to the failure).
+# To ship a machine's scaling with the course (chapter 08 draws it beside the learner's own), copy
+# its bench.json unchanged to dpteach/measure/data/<machine>.json: dpteach.measure.scaling.load reads it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${OUT:-artifacts/gpu}}
@@ -68,7 +70,7 @@ status=0
 timeout -k 10 120 $PY -m pytest -q -p no:cacheprovider -o addopts="" --timeout=60 -rs \
   tests/test_cuda.py tests/test_fake_cuda.py tests/test_comm.py tests/test_functions.py tests/test_replicate.py \
   tests/test_data_parallel.py tests/test_parity.py tests/test_scatter_gather.py tests/test_parallel_apply.py \
-  tests/test_bench.py tests/test_timer.py tests/test_story.py tests/test_ch04_python_way.py tests/test_ch05_buffers.py \
+  tests/test_bench.py tests/test_scaling.py tests/test_ch08_exercise.py tests/test_timer.py tests/test_story.py tests/test_ch04_python_way.py tests/test_ch05_buffers.py \
   tests/test_ch06_costs.py tests/test_ch07_double_backward.py tests/test_graph_model.py >"$OUT/pytest.log" 2>&1 || status=1
 tail -n 15 "$OUT/pytest.log"
 stamp "tests"

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from dpteach import comm
-from dpteach.measure import bench
+from dpteach.measure import bench, scaling
 from dpteach.measure.profile import PHASES, profile_step
 
 
@@ -24,6 +24,9 @@ def test_quick_bench_writes_json_and_plot(tmp_path):
     assert all(r[s]["replicate_s"] > 0 for s in ("broadcast", "rewire", "clone"))
     assert set(saved["step_vs_plain"]["phases_median_s"]) == set(PHASES)
     assert "DataParallel step vs plain" in bench.summary(results)
+    measured = scaling.load(tmp_path / "bench.json")  # what gpu_check.sh writes is what chapter 08 reads
+    assert measured.scaling == results["scaling"] and measured.label.startswith("measured on ")
+    assert (tmp_path / "scaling.png").stat().st_size > 10_000
 
 
 def test_profile_counts_the_bytes_each_strategy_copies():

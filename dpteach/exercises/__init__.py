@@ -1,6 +1,6 @@
 """Exercises with automatic checks: write the fix yourself, and be told, kindly and precisely, whether it works.
 
-Five tasks, one per core idea of the course. Each has a stub that fails loudly
+Six tasks, one per core idea of the course. Each has a stub that fails loudly
 (``NotImplementedError("Task 2 (rewire gradient edges): ...")``) and a check that runs the
 learner's code against the real thing and answers with a :class:`Result`: "Correct!" when
 everything holds, otherwise what is wrong, where, and a hint. A check never raises on a
@@ -25,6 +25,7 @@ from .task2_rewire import check_rewire, rewire_with
 from .task3_broadcast import broadcast_with, check_broadcast_pair
 from .task4_scatter_gather import check_scatter_gather
 from .task5_batchnorm import check_batchnorm
+from .task6_copy_once import check_copy_once
 
 TASKS: dict[str, Task] = EXERCISES  # key -> the exercise's record (``exercises.TASKS["rewire"].chapter``)
 
@@ -64,6 +65,7 @@ __all__ = [
     "check_broadcast_pair",
     "check_scatter_gather",
     "check_batchnorm",
+    "check_copy_once",
     "rewire_with",
     "broadcast_with",
     "stub_source",

@@ -27,9 +27,10 @@ Each exercise below is one idea of the course, and you write it. Every task has 
 * a **stub cell**: the code to complete. Until you replace its `raise NotImplementedError(...)`, it fails
   in two lines that name the task. Its last line, `exercises.try_it(...)`, runs your code once; once
   you have written it, any error your code raises shows with its full traceback;
-* a **check cell**: it runs your code through `DataParallel` on three tiny models (an MLP, a conv net with
-  BatchNorm, a model with tied weights) and 1 to 4 CPU slots, against the same model on one device, and
-  says **"Correct!"** when everything holds; otherwise what is wrong, where, and a hint. It never raises.
+* a **check cell**: it runs your code against the real thing (Tasks 1 to 5 through `DataParallel` on three
+  tiny models, an MLP, a conv net with BatchNorm and a model with tied weights, on 1 to 4 CPU slots, against
+  the same model on one device; Task 6 counting the copies it makes), and says **"Correct!"** when
+  everything holds; otherwise what is wrong, where, and a hint. It never raises.
 
 {table}
 
@@ -63,6 +64,7 @@ SUMMARY = """\
   supports double backward.
 * Task 4: scatter and gather are recursive maps over the input's structure; keep every type and field.
 * Task 5: slot 0 shares the model's buffers, so BatchNorm's statistics survive; every other slot's are lost.
+* Task 6: `.to` alone copies onto another device; clone only on the tensor's own device (PR #20995).
 
 Each check is also `exercises.check(key, *your_objects)`, and `print(exercises.stub_source(key))` shows a
 stub again if you want to start over (the keys are in `exercises.TASKS`)."""

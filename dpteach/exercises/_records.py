@@ -10,7 +10,14 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Callable
 
-from . import task1_clone_bug, task2_rewire, task3_broadcast, task4_scatter_gather, task5_batchnorm
+from . import (
+    task1_clone_bug,
+    task2_rewire,
+    task3_broadcast,
+    task4_scatter_gather,
+    task5_batchnorm,
+    task6_copy_once,
+)
 from ._feedback import Task
 
 MODULES: tuple[ModuleType, ...] = (
@@ -19,6 +26,7 @@ MODULES: tuple[ModuleType, ...] = (
     task3_broadcast,
     task4_scatter_gather,
     task5_batchnorm,
+    task6_copy_once,
 )
 
 EXERCISES: dict[str, Task] = {m.TASK.key: m.TASK for m in MODULES}

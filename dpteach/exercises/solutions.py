@@ -146,6 +146,14 @@ def keep_bn_statistics(network, devices, detach=False):
     return replicas
 
 
+# Task 6 ------------------------------------------------------------------------------------------
+def copy_once(tensor, device):
+    """A replica's copy of `tensor` on `device` with one copy, as PR #20995 made Cloneable::clone do."""
+    tensor = tensor.detach()
+    # FIX (#20995): `.to` alone copies onto another device; only on the tensor's own device, clone
+    return tensor.to(device) if tensor.device != device else tensor.clone()
+
+
 __all__ = [
     "replicate_by_clone",
     "MyReduceAdd",
@@ -154,4 +162,5 @@ __all__ = [
     "scatter",
     "gather",
     "keep_bn_statistics",
+    "copy_once",
 ]

@@ -146,6 +146,20 @@ def keep_bn_statistics(network, devices, detach=False):
     return replicas
 
 
+# Task 6 ------------------------------------------------------------------------------------------
+def copy_once(tensor, device):
+    """A replica's copy of `tensor` on `device`, as Cloneable::clone made it after PR #20995: ONE copy.
+
+    Before #20995 every tensor was copied with `clone()` and then `.to(device)`: for a slot on another
+    device, two copies where one does. On the tensor's own device the copy still needs memory of its own.
+    """
+    # BEFORE (#20995), the line dpteach/replicate/clone.py runs (clone_tensor): a clone, then a second copy
+    # return tensor.detach().clone().to(device)
+    raise NotImplementedError(
+        "Task 6 (one copy, not two): return a copy of `tensor` on `device` made with one copy"
+    )
+
+
 __all__ = [
     "replicate_by_clone",
     "MyReduceAdd",
@@ -154,4 +168,5 @@ __all__ = [
     "scatter",
     "gather",
     "keep_bn_statistics",
+    "copy_once",
 ]

@@ -3,6 +3,8 @@
 * ``timer``: medians, timed in turns, CUDA synchronised, one intra-op thread per CPU slot;
 * ``profile``: where the time of one DataParallel step goes, phase by phase;
 * ``costs``: the bytes a step moves and the copies chapter 06 times;
+* ``scaling``: one step on 1 ... N slots against the plain step and ``torch.nn.DataParallel``, and
+  the results of real machines shipped in ``data/``;
 * ``bench``: ``python -m dpteach.measure.bench``, the benchmark (JSON and a plot).
 
 Import the module you need (``from dpteach.measure import timer``); this file imports a module only
@@ -11,7 +13,7 @@ when it is asked for by attribute (``dpteach.measure.timer``).
 
 from .._lazy import submodules
 
-_MODULES = ("timer", "profile", "costs", "bench")
+_MODULES = ("timer", "profile", "costs", "scaling", "bench")
 
 
 __getattr__ = submodules(__name__, _MODULES)

@@ -1,13 +1,16 @@
 """``python -m dpteach.measure.bench``: what replication costs, measured on this machine. A benchmark, not a test.
 
-Writes ``bench.json`` and ``bench.png`` to ``--out`` (default ``artifacts/bench``):
+Writes ``bench.json``, ``bench.png`` and ``scaling.png`` to ``--out`` (default ``artifacts/bench``):
 
 1. replicate a ~100 MB model to 2 slots against a plain copy of the same bytes (the memory bound);
 2. clone-then-``.to`` against ``.to`` (PR #20995), for every pair of places this machine has;
 3. per-tensor against coalesced copies of many small tensors;
 4. a DataParallel step against the same model's plain step (an MLP of about 4M parameters, batch 512),
    with the phase breakdown;
-5. with CUDA: dpteach against ``torch.nn.DataParallel`` on the same GPUs.
+5. with CUDA: dpteach against ``torch.nn.DataParallel`` on the same GPUs;
+6. scaling: the step of 4 on 1 ... N slots (``dpteach.measure.scaling``), plain and, on distinct
+   GPUs, ``torch.nn.DataParallel`` at every n; drawn in ``scaling.png``. A ``bench.json`` from a real
+   GPU machine, copied into ``dpteach/measure/data/``, is what chapter 08 draws beside the learner's own.
 
 Every figure is a median over repeats, timed in turns by ``dpteach.measure.timer`` (one intra-op
 thread per CPU slot); ratios are of medians. ``--quick`` shrinks the
@@ -36,6 +39,7 @@ from .._devices import default_devices
 from ..data_parallel import DataParallel
 from ..replicate import STRATEGIES, replicate
 from ..replicate.clone import clone_tensor
+from . import scaling
 from .profile import profile_step
 from .timer import time_in_turns
 
@@ -287,6 +291,8 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, page_faults:
             "device": torch.cuda.get_device_name(0)
             if on_gpu
             else f"CPU ({torch.get_num_threads()} threads; timed with 1 per slot)",
+            "gpus": torch.cuda.device_count() if on_gpu else 0,
+            "cuda": torch.version.cuda if on_gpu else None,
             "slots": [str(d) for d in devices],
             "repeats": repeats,
             "statistic": "median",
@@ -306,10 +312,29 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, page_faults:
         ),
         "against_torch": against_torch(512 if quick else 8192, 64 if quick else 4096, repeats),
     }
+    hidden, batch = (512, 64) if quick else ((8192, 4096) if on_gpu else (2048, 512))
+    start = scaling.slot_lists()[0][0]
+    results["scaling"] = scaling.scaling(
+        mlp(hidden, start), torch.randn(batch, 1024, device=start), repeats=repeats
+    )
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(results, indent=2))
+    (out / "bench.json").write_text(json.dumps(results, indent=2))  # the format scaling.load reads
     plot(results, out / "bench.png")
+    _plot_scaling(results, out / "scaling.png")
     return results
+
+
+def _plot_scaling(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = scaling.draw(results["scaling"])
+    fig.suptitle(f"dpteach {__version__}, {scaling.label(results['env'])}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def summary(results: dict) -> str:
@@ -333,6 +358,19 @@ def summary(results: dict) -> str:
     lines.append(
         f"DataParallel step vs plain ({s['params'] / 1e6:.1f}M params, batch {s['batch']}): "
         f"{s['dp_step_s'] * 1e3:.1f} vs {s['plain_step_s'] * 1e3:.1f} ms ({s['ratio']:.2f}x)"
+    )
+    sc = results["scaling"]
+    lines.append(
+        f"scaling over {', '.join(map(str, sc['slots']))} slots ({sc['kind']}): plain {sc['plain_s'] * 1e3:.1f} ms; dpteach "
+        + ", ".join(f"{t * 1e3:.1f}" for t in sc["dpteach_s"])
+        + " ms"
+        + (
+            "; torch.nn.DataParallel "
+            + ", ".join("-" if t is None else f"{t * 1e3:.1f}" for t in sc["torch_dp_s"])
+            + " ms"
+            if any(t is not None for t in sc["torch_dp_s"])
+            else ""
+        )
     )
     t = results.get("against_torch")
     if t:
@@ -361,7 +399,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     results = run(args.out, args.quick, args.repeats, args.page_faults)
     print(summary(results))
-    print(f"wrote {args.out / 'bench.json'} and {args.out / 'bench.png'}")
+    print(f"wrote {args.out / 'bench.json'}, {args.out / 'bench.png'} and {args.out / 'scaling.png'}")
     return 0
 
 

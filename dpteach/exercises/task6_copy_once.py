@@ -1,0 +1,139 @@
+"""Task 6 (chapter 08): one copy, not two (PR #20995).
+
+Before PR #20995, ``Cloneable::clone(device)`` copied every tensor with ``clone()`` and then
+``.to(device)``: for a replica on another device, two copies where one does (SsnL's catch on PR
+#20910). After it: ``device && tensor.device() != *device ? tensor.to(*device) : clone()``. The
+learner writes ``copy_once(tensor, device)``. The check counts the aten operations that copy data
+(``clone``, ``_to_copy``, ``copy_``), seen by a ``TorchDispatchMode``, for a tensor copied onto its
+own device and onto ``"meta"`` (PyTorch's device of shapes without data, standing in for a second
+GPU; every CUDA pair there is too), and asks: one copy, on the asked device, with memory of its
+own, the same shape, dtype and values.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._feedback import Findings, Result, Stop, Task
+from ._harness import run_check
+
+TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+    6,
+    "one_copy",
+    "one copy, not two",
+    "08",
+    names=("copy_once",),
+    check="check_copy_once",
+    writes="`copy_once`, a replica's copy of a tensor made with one copy (PR #20995)",
+    imports="import torch\n\nfrom dpteach import exercises",
+    intro=(
+        "## Task 6 · One copy, not two (PR #20995)\n\n"
+        "Before PR #20995, the C++ `Cloneable::clone(device)` copied every parameter and buffer with `clone()` "
+        "and then `.to(device)`: for a replica on another device, two copies where one does (SsnL's catch on "
+        "PR #20910; chapter 08 counts them). Write `copy_once(tensor, device)`, the copy after the fix: **one** "
+        "copy onto any device, and on the tensor's own device still a copy with memory of its own. The check "
+        'needs no GPU: `"meta"`, PyTorch\'s device of shapes without data, stands in for a second one.'
+    ),
+    demo=None,
+    note=(
+        "`.to(device)` already copies when `device` is another device; on the tensor's own device it would "
+        "return the tensor itself, so there `clone()` makes the one copy."
+    ),
+)
+
+HINTS = {
+    "twice": "`.to(device)` already copies when `device` is another device: do not `clone()` first.",
+    "shared": "on the tensor's own device `.to(device)` hands back the tensor itself (no copy): `clone()` there.",
+    "device": "the copy must end up on `device`, whatever device the tensor starts on.",
+    "values": "a copy keeps the tensor's shape, dtype and values.",
+    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+}
+
+COPIES = ("clone", "_to_copy", "copy_")  # the aten operations that write a tensor's data somewhere new
+
+
+class CountCopies(TorchDispatchMode):
+    """Sees every aten operation run inside it; keeps the names of the ones that copy data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in COPIES:
+            self.copies.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def places(devices=None) -> list[tuple[torch.device, torch.device]]:
+    """(source, destination) pairs: onto its own device and onto another, every CUDA pair there is too."""
+    pairs = [("cpu", "cpu"), ("cpu", "meta")]
+    if torch.cuda.is_available():
+        pairs += [("cuda:0", "cuda:0"), ("cpu", "cuda:0"), ("cuda:0", "cpu")]
+        if torch.cuda.device_count() > 1:
+            pairs.append(("cuda:0", "cuda:1"))
+    pairs += [("cpu", d) for d in devices or ()]
+    return [(torch.device(a), torch.device(b)) for a, b in pairs]
+
+
+def _one(findings: Findings, copy_once, src: torch.device, dst: torch.device) -> None:
+    findings.context = f"Copying a tensor from {src} to {dst}"
+    source = torch.arange(12.0).reshape(3, 4).to(src)
+    with CountCopies() as counter:
+        out = copy_once(source, dst)
+    where = f"from {src} to {dst}"
+    if not isinstance(out, torch.Tensor):
+        findings.problem("values", f"{where}: `copy_once` returned {type(out).__name__}, not a tensor")
+    elif out.device != dst:
+        findings.problem("device", f"{where}: the copy is on {out.device}")
+    elif len(counter.copies) > 1:
+        findings.problem(
+            "twice", f"{where}: {len(counter.copies)} copies ({', '.join(counter.copies)}) where one does"
+        )
+    elif not counter.copies or (dst.type != "meta" and out.data_ptr() == source.data_ptr()):
+        findings.problem(
+            "shared", f"{where}: no copy was made, so the replica would share the original's memory"
+        )
+    elif out.shape != source.shape or out.dtype != source.dtype:
+        findings.problem(
+            "values",
+            f"{where}: the copy is {tuple(out.shape)} {out.dtype}, the tensor {tuple(source.shape)} {source.dtype}",
+        )
+    elif dst.type != "meta" and not torch.equal(out.cpu(), source.cpu()):
+        findings.problem("values", f"{where}: the copy's values differ from the tensor's")
+
+
+def check_copy_once(copy_once=None, *, devices=None) -> Result:
+    """Check ``copy_once(tensor, device)``: one copy per tensor onto every device, memory of its own (PR #20995)."""
+
+    def body(findings: Findings) -> None:
+        if copy_once is None:
+            findings.problem("usage", "pass your function: `exercises.check_copy_once(copy_once)`")
+            raise Stop
+        if not callable(copy_once):
+            findings.problem(
+                "usage", f"check_copy_once expects a function copy_once(tensor, device), got {copy_once!r}"
+            )
+            raise Stop
+        for src, dst in places(devices):
+            _one(findings, copy_once, src, dst)
+        findings.held += [
+            "one copy per tensor onto another device (`meta` standing in for a second GPU), as after PR #20995",
+            "one copy on the tensor's own device too, with memory of its own, same shape, dtype and values",
+        ]
+
+    return run_check(TASK, HINTS, body)
+
+
+def try_answer(copy_once) -> str:
+    """Copy one tensor onto "meta" and onto its own device (``try_it("one_copy", fn)``)."""
+    source = torch.ones(2, 3)
+    said = []
+    for dst in (torch.device("meta"), torch.device("cpu")):
+        with CountCopies() as counter:
+            out = copy_once(source, dst)
+        said.append(
+            f"onto {dst}: {len(counter.copies)} copy(ies), a {type(out).__name__} on {getattr(out, 'device', '?')}"
+        )
+    return "copy_once ran; " + "; ".join(said)

@@ -1,0 +1,262 @@
+"""Scaling: one training step on 1, 2, ... N slots, against the plain step, and against torch's DataParallel.
+
+* ``slot_lists()``: what n = 1 ... N means here. Two or more GPUs: ``cuda:0`` ... ``cuda:n-1``. One
+  GPU: 1 to 4 slots on ``cuda:0``, which share one card, so they show the overhead, not a speed-up.
+  CPU: 1 to ``min(4, cores)`` CPU slots, each timed with one intra-op thread (``timer``'s rule).
+* ``steps(model, x, lists)``: one training step per name (``"plain"``, ``"dpteach 2"``, ``"torch 2"``),
+  ``torch.nn.DataParallel`` only where the slots are distinct GPUs, one replica each, as it is used.
+* ``scaling(...)``: times them in turns (medians) and returns plain data, the ``"scaling"`` entry of
+  ``python -m dpteach.measure.bench``'s ``bench.json``.
+* ``load`` / ``shipped``: results measured on real machines, shipped as package data in
+  ``dpteach/measure/data/*.json``; each file is a ``bench.json`` as ``scripts/gpu_check.sh`` writes it.
+* ``draw(mine, shipped)``: step time and speed-up against n, shipped results beside the learner's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from .._devices import DeviceLike, as_devices
+from ..data_parallel import DataParallel
+from .timer import Timing, time_in_turns
+
+__all__ = [
+    "DATA",
+    "Measured",
+    "slot_lists",
+    "steps",
+    "result",
+    "scaling",
+    "table",
+    "load",
+    "shipped",
+    "label",
+    "draw",
+]
+
+DATA = Path(__file__).with_name("data")  # measurements from real machines, shipped in the wheel
+MAX_SHARED_SLOTS = 4  # slots on one GPU or on the CPU: enough to see the overhead grow
+
+
+def cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def slot_lists(max_slots: int | None = None) -> list[list[torch.device]]:
+    """The slot lists for n = 1, 2, ...: every GPU when there are two or more, else slots sharing one device."""
+    if torch.cuda.is_available() and torch.cuda.device_count() > 1:
+        n, make = torch.cuda.device_count(), lambda k: [torch.device("cuda", i) for i in range(k)]
+    elif torch.cuda.is_available():
+        n, make = MAX_SHARED_SLOTS, lambda k: [torch.device("cuda", 0)] * k
+    else:  # one core per CPU slot: more slots than cores would measure the slots waiting for each other
+        n, make = min(MAX_SHARED_SLOTS, cores()), lambda k: [torch.device("cpu")] * k
+    n = n if max_slots is None else min(n, max_slots)
+    return [make(k) for k in range(1, max(n, 1) + 1)]
+
+
+def _distinct_gpus(slots: Sequence[torch.device]) -> bool:
+    return all(d.type == "cuda" for d in slots) and len({d.index for d in slots}) == len(slots)
+
+
+def _loss(out: torch.Tensor) -> torch.Tensor:
+    return out.float().pow(2).mean()
+
+
+def steps(
+    model: nn.Module, x: torch.Tensor, lists: Sequence[Sequence[DeviceLike]], loss_fn: Callable = _loss
+) -> dict[str, Callable[[], None]]:
+    """One training step of ``model`` on ``x`` per name: ``"plain"``, ``"dpteach n"``, and ``"torch n"`` on distinct GPUs."""
+
+    def step(net: nn.Module) -> Callable[[], None]:
+        def run() -> None:
+            model.zero_grad(set_to_none=True)
+            loss_fn(net(x)).backward()
+
+        return run
+
+    fns = {"plain": step(model)}
+    for slots in map(as_devices, lists):
+        fns[f"dpteach {len(slots)}"] = step(DataParallel(model, slots))
+        if _distinct_gpus(slots):
+            fns[f"torch {len(slots)}"] = step(nn.DataParallel(model, device_ids=[d.index for d in slots]))
+    return fns
+
+
+def _kind(slots: Sequence[torch.device]) -> str:
+    gpus = {d.index for d in slots if d.type == "cuda"}
+    return "cpu" if not gpus else ("gpus" if len(gpus) > 1 else "one gpu")
+
+
+def result(
+    times: dict[str, Timing], lists: Sequence[Sequence[DeviceLike]], model: nn.Module, x: torch.Tensor
+) -> dict:
+    """The medians of ``times`` as plain data (what ``bench.json`` records under ``"scaling"``)."""
+    lists = [as_devices(s) for s in lists]
+    ns = [len(s) for s in lists]
+    return {
+        "kind": _kind(lists[-1]),
+        "params": sum(p.numel() for p in model.parameters()),
+        "batch": x.shape[0],
+        "slots": ns,
+        "devices": [[str(d) for d in s] for s in lists],
+        "repeats": len(times["plain"].samples),
+        "plain_s": times["plain"].median,
+        "dpteach_s": [times[f"dpteach {n}"].median for n in ns],
+        "torch_dp_s": [times[f"torch {n}"].median if f"torch {n}" in times else None for n in ns],
+    }
+
+
+def scaling(
+    model: nn.Module,
+    x: torch.Tensor,
+    lists: Sequence[Sequence[DeviceLike]] | None = None,
+    repeats: int = 9,
+    threads: int | None = 1,
+) -> dict:
+    """Time one step on every slot list, plain and torch's included, in turns; medians as plain data."""
+    lists = slot_lists() if lists is None else lists
+    widest = max((as_devices(s) for s in lists), key=len)
+    times = time_in_turns(steps(model, x, lists), widest, repeats, threads=threads)
+    return result(times, lists, model, x)
+
+
+def table(result: dict) -> str:
+    """The medians of a run as a table: n, slots, dpteach's and torch's ms, speed-up over the plain step."""
+    plain = result["plain_s"]
+    lines = [
+        f"{'n':>2}  {'slots':<26}{'dpteach ms':>11}{'torch ms':>10}{'speed-up':>10}",
+        f"{'':>2}  {'plain step, ' + result['devices'][0][0]:<26}{plain * 1e3:>11.2f}",
+    ]
+    for n, slots, ours, theirs in zip(
+        result["slots"], result["devices"], result["dpteach_s"], result["torch_dp_s"]
+    ):
+        torch_ms = "-" if theirs is None else f"{theirs * 1e3:.2f}"
+        lines.append(
+            f"{n:>2}  {', '.join(slots)[:25]:<26}{ours * 1e3:>11.2f}{torch_ms:>10}{plain / ours:>9.2f}x"
+        )
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One machine's results: where it was measured (``env``, as bench records it) and its ``scaling``."""
+
+    env: dict
+    scaling: dict
+    source: str = ""
+
+    @property
+    def label(self) -> str:
+        return label(self.env)
+
+
+REQUIRED = {"env": ("device", "torch"), "scaling": ("slots", "plain_s", "dpteach_s", "torch_dp_s")}
+
+
+def label(env: dict) -> str:
+    """``measured on 4 x NVIDIA A100, torch 2.5.1, CUDA 12.4`` (the CPU's description, without CUDA)."""
+    where = env["device"] if env.get("gpus", 0) < 2 else f"{env['gpus']} x {env['device']}"
+    cuda = f", CUDA {env['cuda']}" if env.get("cuda") else ""
+    return f"measured on {where}, torch {env['torch']}{cuda}"
+
+
+def load(path: str | Path) -> Measured:
+    """A ``bench.json`` (``python -m dpteach.measure.bench`` or ``scripts/gpu_check.sh``) as ``Measured``."""
+    data = json.loads(Path(path).read_text())
+    missing = [
+        f"{part}.{key}"
+        for part, keys in REQUIRED.items()
+        for key in keys
+        if key not in (data.get(part) or {})
+    ]
+    if missing:
+        raise ValueError(
+            f"{path} is not a bench.json with a scaling run: it lacks {', '.join(missing)}; "
+            "write one with `python -m dpteach.measure.bench --out DIR` (scripts/gpu_check.sh does)"
+        )
+    scale = data["scaling"]
+    if not len(scale["slots"]) == len(scale["dpteach_s"]) == len(scale["torch_dp_s"]):
+        raise ValueError(f"{path}: slots, dpteach_s and torch_dp_s must have one entry per slot count")
+    return Measured(data["env"], scale, str(path))
+
+
+def shipped(folder: str | Path = DATA) -> list[Measured]:
+    """Every result shipped in ``folder`` (``dpteach/measure/data``), in file-name order; [] when none."""
+    return [load(p) for p in sorted(Path(folder).glob("*.json"))]
+
+
+def draw(mine: dict, others: Sequence[Measured] = (), title: str = ""):
+    """Two panels: ms per step against n (this machine), and speed-up over the plain step against n
+    (this machine, and every shipped result beside it, labelled with where it was measured)."""
+    import matplotlib.pyplot as plt
+
+    from ..course.claims import MARGIN  # the band where two medians read "about the same"
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    ns = mine["slots"]
+    left.axhline(mine["plain_s"] * 1e3, color="#777777", ls="--", label="plain step, one device")
+    left.plot(ns, [t * 1e3 for t in mine["dpteach_s"]], "o-", color="#2b83ba", label="dpteach.DataParallel")
+    right.plot(
+        ns, [mine["plain_s"] / t for t in mine["dpteach_s"]], "o-", color="#2b83ba", label="dpteach, here"
+    )
+    theirs = [(n, t) for n, t in zip(ns, mine["torch_dp_s"]) if t is not None]
+    if theirs:
+        left.plot(
+            *zip(*[(n, t * 1e3) for n, t in theirs]), "s-", color="#d7191c", label="torch.nn.DataParallel"
+        )
+        right.plot(
+            *zip(*[(n, mine["plain_s"] / t) for n, t in theirs]), "s-", color="#d7191c", label="torch, here"
+        )
+    top = max(ns)
+    for i, other in enumerate(others):
+        s = other.scaling
+        colour = plt.get_cmap("tab10")(2 + i % 8)
+        right.plot(
+            s["slots"],
+            [s["plain_s"] / t for t in s["dpteach_s"]],
+            "o:",
+            color=colour,
+            label=f"dpteach, {other.label}",
+        )
+        rows = [(n, s["plain_s"] / t) for n, t in zip(s["slots"], s["torch_dp_s"]) if t is not None]
+        if rows:
+            right.plot(*zip(*rows), "s:", color=colour, alpha=0.6, label=f"torch, {other.label}")
+        top = max(top, *s["slots"])
+    right.axhspan(1 / MARGIN, MARGIN, color="#eeeeee", label="about the same (within the noise margin)")
+    right.axhline(1.0, color="#777777", ls="--", lw=1, label="as fast as the plain step")
+    speedups = [y for line in right.lines for y in line.get_ydata()]
+    right.plot([1, top], [1, top], color="#bbbbbb", lw=1, label="n times faster (ideal)")
+    left.set_ylim(bottom=0)
+    right.set_ylim(0, max(2.0, *speedups) * 1.15)
+    for ax, ylabel, last in (
+        (left, "ms per step (median)", max(ns)),
+        (right, "plain step's time / DataParallel's", top),
+    ):
+        ax.set_xlabel("slots (n)")
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(range(1, last + 1))
+    left.legend(fontsize=8, loc="best")
+    kind = {"cpu": "CPU slots", "one gpu": "slots on one GPU", "gpus": "GPUs"}[mine["kind"]]
+    left.set_title(f"{kind}: {mine['params'] / 1e6:.1f}M parameters, batch {mine['batch']}", fontsize=10)
+    right.set_title(title or "speed-up over the plain step", fontsize=10)
+    if others:  # long labels: one legend under both panels
+        handles, labels = right.get_legend_handles_labels()
+        rows = (len(labels) + 1) // 2
+        fig.set_size_inches(10, 3.6 + 0.22 * rows)
+        fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, 0.22 * rows / (3.6 + 0.22 * rows) + 0.02, 1, 1))
+    else:
+        right.legend(fontsize=8, loc="upper left")
+        fig.tight_layout()
+    return fig

@@ -1,0 +1,57 @@
+"""Chapter 08's Task 6 (PR #20995, one copy instead of two) runs on CPU, and its check names each mistake.
+
+``tests/test_exercises.py`` checks the stub and the worked answer like every task's; here, the
+chapter's counting cell (a ``"meta"`` slot standing in for a second GPU) and the two wrong answers a
+learner most likely writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from torch import nn
+
+import dpteach
+from dpteach import exercises
+
+ROOT = Path(__file__).resolve().parents[1]
+CELLS = {c.id: c for c in nbformat.read(ROOT / "notebooks" / "08_real_gpus.ipynb", as_version=4).cells}
+
+
+def test_the_count_shows_two_copies_per_tensor_for_the_meta_slot():
+    scope = {"torch": torch, "dpteach": dpteach, "model": nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(CELLS["3b5c9e70"].source, "<cell>", "exec"), scope)
+    printed = out.getvalue()  # Linear's 2 parameters, BatchNorm's 2 parameters and 3 buffers
+    assert "7 tensors" in printed
+    assert "clone  onto cpu   14" in printed and "to     onto meta  7" in printed  # slot 1: clone, then .to
+
+
+def test_the_chapter_holds_task_6():
+    roles = {c.metadata.get("dpteach", {}).get("role"): c.source for c in CELLS.values()}
+    assert roles["stub"] == exercises.stub_source("one_copy")
+    assert roles["check"] == exercises.check_source("one_copy") == "exercises.check_copy_once(copy_once)"
+    assert exercises.TASKS["one_copy"].chapter == "08"
+
+
+@pytest.mark.parametrize(
+    "answer, phrase",
+    [
+        (
+            lambda t, d: t.detach().clone().to(d),
+            "from cpu to meta: 2 copies (clone, _to_copy)",
+        ),  # before #20995
+        (lambda t, d: t.detach().to(d), "from cpu to cpu: no copy was made"),  # .to onto its own device
+        (lambda t, d: t.detach().clone(), "from cpu to meta: the copy is on cpu"),
+    ],
+    ids=["clone-then-to", "to-alone", "clone-alone"],
+)
+def test_each_wrong_answer_gets_its_sentence(answer, phrase):
+    result = exercises.check_copy_once(answer)
+    assert not result.passed and phrase in str(result), str(result)
