@@ -107,3 +107,16 @@ def test_the_first_check_of_task_1_nudges_without_the_answer():
     assert not shown.startswith("Correct!")
     for answer in ("copy=True", ".clone()", "clone_tensor(param"):
         assert answer not in shown, answer
+
+
+NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("[01][0-9]_*.ipynb")), ids=lambda p: p.name)
+def test_a_chapter_counts_the_tasks_there_are(path):
+    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    said = re.findall(r"\b(\w+) tasks\b", text, flags=re.IGNORECASE)
+    counted = [w.lower() for w in said if w.lower() in NUMBER_WORDS or w.isdigit()]
+    for word in counted:
+        n = int(word) if word.isdigit() else NUMBER_WORDS.index(word)
+        assert n == len(exercises.TASKS), f"{path.name} says '{word} tasks'; there are {len(exercises.TASKS)}"

@@ -34,7 +34,7 @@ def replicate_by_clone(network, devices, detach=False):
             for key, param in original._parameters.items():
                 if param is None:
                     continue
-                # BROKEN (#19540), the line dpteach/replicate/clone.py runs (clone_tensor: a detached clone, moved):
+                # BROKEN (#19540), as clone.py runs it (clone_tensor: a detached clone, moved):
                 # copy = nn.Parameter(clone_tensor(param, device), requires_grad=param.requires_grad)
                 raise NotImplementedError(
                     "Task 1 (find the bug in clone-based replicate): replace this line with a `copy` of `param` "

@@ -1,4 +1,4 @@
-"""Task 1 (chapter 01): find the bug in a clone-based replicate.
+"""Task 1 (chapter 02): find the bug in a clone-based replicate.
 
 The learner fixes ``replicate_by_clone``, whose parameters were fresh leaves (issue #19540).
 The check runs it as ``strategy=`` through DataParallel on every model and 1-4 slots, and asks of
@@ -17,7 +17,7 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
     1,
     "clone_bug",
     "find the bug in clone-based replicate",
-    "01",
+    "02",
     names=("replicate_by_clone",),
     check="check_clone_bug",
     writes="the line of `replicate_by_clone` that loses the gradient edge",
@@ -28,8 +28,7 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
         "`replicate_by_clone` below builds replicas the same way: a deep copy per slot, then every parameter "
         "replaced by `copy`. The line that made `copy` is shown as a `# BROKEN` comment. Replace the `raise` "
         "with a line that makes a copy of `param` on `device` that **keeps a gradient edge back to `param`** "
-        "and has memory of its own. One line; the check also tells you about the traps (`torch.no_grad()`, "
-        "`.detach()`, `nn.Parameter`, and `.to(device)` on the device a tensor is already on)."
+        "and has memory of its own. One line; the check names each trap it finds."
     ),
     demo=(
         'First, read what the check says about the broken strategy itself, `"clone"`: every sentence is one '

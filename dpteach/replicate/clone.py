@@ -39,7 +39,7 @@ def clone_module(module: nn.Module, device: torch.device) -> nn.Module:
             if param is None:
                 replica._parameters[key] = None
                 continue
-            # BROKEN (#19540): a new leaf with no gradient edge back to `param`: its .grad fills, the original's never
+            # BROKEN (#19540): a fresh leaf with no edge to `param`; the original's .grad never fills
             copy = nn.Parameter(clone_tensor(param, device), requires_grad=param.requires_grad)
             setattr(replica, key, copy)
         for key, buf in module._buffers.items():
