@@ -8,7 +8,9 @@ explicitly, do raise, with the same sentence.
 from __future__ import annotations
 
 import base64
+import re
 from functools import cached_property
+from html import escape
 from typing import Sequence
 
 from . import text as text_form
@@ -123,11 +125,27 @@ class Drawing:
             return "data:image/png;base64," + base64.b64encode(self.png()).decode()
         return "data:image/svg+xml;base64," + base64.b64encode(self.svg().encode()).decode()
 
+    def width_px(self) -> int:
+        """The picture's natural width in CSS pixels (dot draws 72 pt to the inch, browsers 96 px)."""
+        if _FORMAT["jupyter"] == "png":
+            return int.from_bytes(self.png()[16:20], "big")  # the PNG header's width (dot's PNGs: 96 dpi)
+        match = re.search(r'<svg width="([\d.]+)pt"', self.svg())
+        return round(float(match.group(1)) * 4 / 3) if match else 0
+
+    def html(self) -> str:
+        """The SVG as an ``<img>`` no wider than the cell: JupyterLab 4 shows ``image/svg+xml`` as an
+        ``<img>`` that no max-width confines, so a wide graph ran off the cell's right edge."""
+        data = base64.b64encode(self.svg().encode()).decode()
+        alt = escape(self.view.title.splitlines()[0] if self.view.title else "autograd graph")
+        return f'<img alt="{alt}" style="max-width:100%;height:auto" src="data:image/svg+xml;base64,{data}">'
+
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         try:
             if _FORMAT["jupyter"] == "png":
                 return {"image/png": base64.b64encode(self.png()).decode(), "text/plain": self.view.title}
-            return {"image/svg+xml": self.svg(), "text/plain": self.view.title}
+            # text/html first in Jupyter's order (scaled to the cell); image/svg+xml for front ends and
+            # tools that read the picture itself
+            return {"text/html": self.html(), "image/svg+xml": self.svg(), "text/plain": self.view.title}
         except GraphvizMissing as err:
             return {"text/plain": f"{self.text}\n\n{err}"}
 

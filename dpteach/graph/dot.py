@@ -243,6 +243,12 @@ def _pin_replica_order(c, members: list[Node], depth: dict[str, int], order: dic
             put.edge(c, a.id, b.id, {"style": "invis"})
 
 
+# Compact pictures are shown three to a row (~320 px each at notebook width): boxes as narrow as their
+# names (width 0, not dot's 0.75 in minimum, which made "T" as wide as "0.weight") and a larger font,
+# so the labels stay about 10 px tall or more once the row is scaled to fit (compare.py).
+COMPACT_NODE = {"fontsize": "12", "height": "0.25", "width": "0", "margin": "0.04,0.02"}
+
+
 def to_digraph(view: View, legend: bool = True, compact: bool = False):
     """A ``graphviz.Digraph`` of ``view`` (needs the graphviz Python package, not the dot program).
 
@@ -280,10 +286,10 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
         node_attr={
             "shape": "box",
             "fontname": FONT,
-            "fontsize": "10",
-            "height": "0.3",
-            "margin": "0.08,0.04",
-        },
+            **COMPACT_NODE,
+        }
+        if compact
+        else {"shape": "box", "fontname": FONT, "fontsize": "10", "height": "0.3", "margin": "0.08,0.04"},
         edge_attr={"arrowsize": "0.7"},
     )
     slots = sorted({n.slot for n in view.nodes if n.slot is not None and n.kind in ("op", "replica")})
