@@ -132,3 +132,45 @@ def test_stepper_caption_wraps_inside_the_picture():
     top, height = (float(v) for v in re.search(r'viewBox="[-\d.]+ ([-\d.]+) [\d.]+ ([\d.]+)"', out).groups())
     ys = [float(y) for y in re.findall(r'<tspan x="[-\d.]+" y="([-\d.]+)"', out)]
     assert top < ys[0] < ys[-1] < 0 and height > 200
+
+
+def _holding(tensors: dict[str, torch.Tensor], order: list[str]) -> nn.Module:
+    """Chapter 10's helper: a module holding these tensors (not copies), in ``order`` (the model's own)."""
+    root = nn.Module()
+    for name in order:
+        *path, key = name.split(".")
+        module = root
+        for part in path:
+            module = module._modules.setdefault(part, nn.Module())
+        module._parameters[key] = tensors[name]
+    return root
+
+
+@needs_dot
+@pytest.mark.parametrize("strategy", ["clone", "rewire"])
+def test_cpp_replicas_drawn_like_python(strategy):
+    """Chapter 10: the C++ step's graph, drawn with Python's drawing, puts every node where Python's does."""
+    from dpteach import cpp
+
+    if cpp.compiler() is None:
+        pytest.skip("no C++ compiler found: chapter 10's extension cannot be built")
+    if cpp.load(progress=False)[0] is None:
+        pytest.skip("chapter 10's extension did not build here")
+    torch.manual_seed(0)
+    model, x, devices = nn.Linear(3, 2), torch.randn(6, 3), DEVICES[:2]
+    step = (cpp.clone_step if strategy == "clone" else cpp.rewire_step)(model, x, devices)
+    order = [name for name, _ in model.named_parameters()]
+    cpp_graph = autograd_graph(
+        step.output,
+        module=_holding(step.params, order),
+        replicas=[_holding(params, order) for params in step.replica_params],
+    )
+    loss, replicas = replicated_forward(model, x, devices, strategy, loss_fn=lambda out: out)
+    py_graph = autograd_graph(loss, module=model, replicas=replicas)
+    cpp_pos, py_pos = positions(cpp_graph.draw().dot), positions(py_graph.draw().dot)
+    for slot in range(len(devices)):
+        # each replica's parameters in the same rows and the same left-to-right order as Python's
+        assert rows(cpp_pos, f"replica{slot}.") == rows(py_pos, f"replica{slot}."), slot
+    originals = sorted((n for n in cpp_pos if n.startswith("original.")), key=lambda n: cpp_pos[n][0])
+    # the originals in the model's order (C++ hands its tensors back sorted by name: bias first)
+    assert [n.removeprefix("original.") for n in originals] == order
