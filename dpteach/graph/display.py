@@ -174,19 +174,27 @@ class Drawable:
         max_nodes: int | None = MAX_NODES,
         legend: bool = True,
         compact: bool = False,
+        notes: dict[str, str] | None = None,
     ) -> Drawing:
         """A picture of the graph.
 
         ``collapse``: ``True`` or a depth merges each module's nodes into one per replica slot
         (``False``: never); ``None`` collapses only when there are more than ``max_nodes`` nodes.
         ``max_nodes=None`` draws everything. ``legend=False`` leaves the legend out; ``compact=True``
-        writes only names in the boxes, for pictures shown side by side.
+        writes only names in the boxes, for pictures shown side by side. ``notes``: node id -> a
+        sentence drawn in a note beside that node (ids as in ``.nodes``).
         """
         nodes, edges = self._drawn_parts()
         title = getattr(self, "short_title", self.title) if compact else self.title
         with gc_paused():
             view = make_view(nodes, edges, title, collapse, max_nodes)
         view.footer = self._footer()
+        drawn = {n.id for n in view.nodes}
+        view.recorded = frozenset(getattr(self, "recorded", frozenset()) & drawn)
+        unknown = set(notes or {}) - drawn
+        if unknown:
+            raise KeyError(f"notes= names nodes this drawing does not have: {sorted(unknown)}")
+        view.remarks = dict(notes or {})
         return Drawing(view, legend, compact)
 
     @cached_property
