@@ -350,13 +350,13 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
         if n.id not in in_cluster:
             put.node(g, n.id, _node_attrs(n, view, kinds, compact))
     for name, members in clusters.items():
-        tint = None
+        tint, just = None, "c"
         if name == "original":  # its label below: the edges from the replicas come in over the top
             device = next((n.device for n in members if n.kind == "original"), None) or "cpu"
             label, border, loc = f"original module · {device}", "#1565c0", "b"
         elif name == "recorded":
-            label, border, loc = "recorded by the first backward (create_graph=True)", RECORDED_BORDER, "t"
-            device, tint = None, RECORDED_TINT
+            label, border, loc = "recorded by the first backward\\r(create_graph=True)\\r", RECORDED_BORDER, "t"
+            device, tint, just = None, RECORDED_TINT, "r"  # right: the edges come in over the left
         else:
             device = next((n.device for n in members if n.kind == "replica"), members[0].device)
             label, border, loc = f"replica {name.removeprefix('replica')} · {device}", "#9e9e9e", "t"
@@ -369,7 +369,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
                 fontname=FONT,
                 fontsize="12",
                 labelloc=loc,
-                labeljust="c",
+                labeljust=just,
                 peripheries="1",
             )
             for n in members:
