@@ -86,3 +86,12 @@ def test_compact_names_keep_a_backward_of_a_backward_whole():
     dot = marked.draw(compact=True).dot
     # MseLossBackwardBackward0 would shorten to "MseLossBackward", the first-order node's name
     assert "label=MseLossBackwardBackward0" in dot and "label=Mm " in dot
+
+
+def test_the_text_form_says_what_was_recorded_and_shows_the_note():
+    marked, plain, _ = penalty_graph()
+    text = marked.draw(notes={"ReduceAddCoalescedBackward_1": "rewire stops here"}).text
+    line = next(line for line in text.splitlines() if "ReduceAddCoalescedBackward" in line)
+    # without dot, the same facts in words: the node was recorded, and the note follows it
+    assert "recorded by the first backward" in line and "note: rewire stops here" in text
+    assert "recorded by the first backward" not in plain.text
