@@ -355,7 +355,11 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             device = next((n.device for n in members if n.kind == "original"), None) or "cpu"
             label, border, loc = f"original module · {device}", "#1565c0", "b"
         elif name == "recorded":
-            label, border, loc = "recorded by the first backward\\r(create_graph=True)\\r", RECORDED_BORDER, "t"
+            label, border, loc = (
+                "recorded by the first backward\\r(create_graph=True)\\r",
+                RECORDED_BORDER,
+                "t",
+            )
             device, tint, just = None, RECORDED_TINT, "r"  # right: the edges come in over the left
         else:
             device = next((n.device for n in members if n.kind == "replica"), members[0].device)
