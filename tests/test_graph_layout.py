@@ -66,8 +66,54 @@ def test_strategy_comparison_is_one_row_of_equal_columns():
     model = mlp()
     comparison = compare_strategies(model, torch.randn(6, 2), DEVICES[:2])
     html = comparison.html()
-    assert f"grid-template-columns:repeat({len(comparison)},minmax(0,1fr))" in html
-    assert "flex-wrap" not in html and html.count("width:100%;height:auto") == len(comparison)
+    import re
+
+    from dpteach.graph.compare import MIN_LABEL_PX
+    from dpteach.graph.dot import COMPACT_NODE
+
+    columns = [int(w) for w in re.findall(r"minmax\(0,(\d+)fr\)", html)]
+    natural = [int(w) for w in re.findall(r"max-width:(\d+)px", html)]
+    # one row of one column per picture, never wrapping
+    assert len(columns) == len(comparison) and "flex-wrap" not in html
+    assert html.count("width:100%;height:auto") == len(comparison)
+    # each column as wide as its picture's natural width: the row scales as one, every picture alike
+    assert columns == natural and len(set(natural)) > 1
+    # below the width where labels would shrink under MIN_LABEL_PX, the row scrolls instead
+    min_width = int(re.search(r"min-width:(\d+)px", html).group(1))
+    font_px = float(COMPACT_NODE["fontsize"]) * 4 / 3
+    assert font_px * (min_width - 6 * (len(columns) - 1)) / sum(natural) >= MIN_LABEL_PX - 0.05
+    assert "overflow-x:auto" in html
+
+
+def test_chapter_03_comparison_fits_notebook_width_with_readable_labels():
+    pytest.importorskip("graphviz")
+    if shutil.which("dot") is None:
+        pytest.skip("needs Graphviz's dot program")
+    import re
+
+    from dpteach.course.story import make_data, make_model
+    from dpteach.graph.compare import MIN_LABEL_PX
+    from dpteach.graph.dot import COMPACT_NODE
+
+    x, _ = make_data()
+    html = compare_strategies(make_model(), x, DEVICES[:2]).html()  # chapter 03's model, on two slots
+    natural = sum(int(w) for w in re.findall(r"max-width:(\d+)px", html))
+    font_px = float(COMPACT_NODE["fontsize"]) * 4 / 3
+    # in a 1,000 px window (984 px of page, two 6 px gaps) the labels are MIN_LABEL_PX or taller, no scrolling
+    assert int(re.search(r"min-width:(\d+)px", html).group(1)) <= 984
+    assert font_px * (984 - 12) / natural >= MIN_LABEL_PX
+
+
+def test_a_wide_graph_scales_to_the_cell():
+    pytest.importorskip("graphviz")
+    if shutil.which("dot") is None:
+        pytest.skip("needs Graphviz's dot program")
+    model = mlp()
+    loss, replicas = replicated_forward(model, torch.randn(6, 2), DEVICES, "clone")
+    bundle = autograd_graph(loss, module=model, replicas=replicas)._repr_mimebundle_()
+    # JupyterLab shows text/html before image/svg+xml: an <img> no wider than the cell
+    assert 'style="max-width:100%;height:auto"' in bundle["text/html"]
+    assert bundle["text/html"].count("<img") == 1 and "image/svg+xml" in bundle
 
 
 def test_stepper_caption_wraps_inside_the_picture():
@@ -86,3 +132,45 @@ def test_stepper_caption_wraps_inside_the_picture():
     top, height = (float(v) for v in re.search(r'viewBox="[-\d.]+ ([-\d.]+) [\d.]+ ([\d.]+)"', out).groups())
     ys = [float(y) for y in re.findall(r'<tspan x="[-\d.]+" y="([-\d.]+)"', out)]
     assert top < ys[0] < ys[-1] < 0 and height > 200
+
+
+def _holding(tensors: dict[str, torch.Tensor], order: list[str]) -> nn.Module:
+    """Chapter 10's helper: a module holding these tensors (not copies), in ``order`` (the model's own)."""
+    root = nn.Module()
+    for name in order:
+        *path, key = name.split(".")
+        module = root
+        for part in path:
+            module = module._modules.setdefault(part, nn.Module())
+        module._parameters[key] = tensors[name]
+    return root
+
+
+@needs_dot
+@pytest.mark.parametrize("strategy", ["clone", "rewire"])
+def test_cpp_replicas_drawn_like_python(strategy):
+    """Chapter 10: the C++ step's graph, drawn with Python's drawing, puts every node where Python's does."""
+    from dpteach import cpp
+
+    if cpp.compiler() is None:
+        pytest.skip("no C++ compiler found: chapter 10's extension cannot be built")
+    if cpp.load(progress=False)[0] is None:
+        pytest.skip("chapter 10's extension did not build here")
+    torch.manual_seed(0)
+    model, x, devices = nn.Linear(3, 2), torch.randn(6, 3), DEVICES[:2]
+    step = (cpp.clone_step if strategy == "clone" else cpp.rewire_step)(model, x, devices)
+    order = [name for name, _ in model.named_parameters()]
+    cpp_graph = autograd_graph(
+        step.output,
+        module=_holding(step.params, order),
+        replicas=[_holding(params, order) for params in step.replica_params],
+    )
+    loss, replicas = replicated_forward(model, x, devices, strategy, loss_fn=lambda out: out)
+    py_graph = autograd_graph(loss, module=model, replicas=replicas)
+    cpp_pos, py_pos = positions(cpp_graph.draw().dot), positions(py_graph.draw().dot)
+    for slot in range(len(devices)):
+        # each replica's parameters in the same rows and the same left-to-right order as Python's
+        assert rows(cpp_pos, f"replica{slot}.") == rows(py_pos, f"replica{slot}."), slot
+    originals = sorted((n for n in cpp_pos if n.startswith("original.")), key=lambda n: cpp_pos[n][0])
+    # the originals in the model's order (C++ hands its tensors back sorted by name: bias first)
+    assert [n.removeprefix("original.") for n in originals] == order

@@ -30,8 +30,11 @@ class AutogradGraph(Drawable):
         params: Sequence[Param],
         title: str | None,
         canonical: Mapping[str, str] | None = None,
+        recorded: frozenset[str] = frozenset(),
     ) -> None:
-        self._canonical = dict(canonical or {})  # a tied weight's other names -> the name its original has
+        self._canonical = dict(canonical or {})
+        # the nodes a first backward with create_graph=True recorded (autograd_graph's create_graph=)
+        self.recorded: frozenset[str] = recorded  # a tied weight's other names -> the name its original has
         self.nodes: Mapping[str, Node] = frozen(nodes)
         self.edges: tuple[Edge, ...] = tuple(edges)
         self._order = {p.name: i for i, p in enumerate(params)}  # the module's own order, for sorting
@@ -149,6 +152,7 @@ def autograd_graph(
     *,
     names: Mapping[str, torch.Tensor] | None = None,
     title: str | None = None,
+    create_graph: tuple[torch.Tensor, Sequence[torch.Tensor]] | None = None,
 ) -> AutogradGraph:
     """The autograd graph behind ``output``, its leaves named after ``module`` and ``replicas``.
 
@@ -158,9 +162,31 @@ def autograd_graph(
     (``"clone"``) or outputs of a ReduceAdd / Broadcast node (``"rewire"``, ``"broadcast"``).
     ``names``: more tensors to name, ``{"x": x, "h": h}``; a non-leaf gets a node of its own.
     ``title``: a first line for the picture. Works after ``backward()``: no saved tensor is read.
+    ``create_graph=(loss, grads)``: ``grads`` came from ``torch.autograd.grad(loss, ...,
+    create_graph=True)``; the nodes that backward recorded (under ``grads``, outside ``loss``'s own
+    graph) are listed in ``.recorded`` and drawn in a box of their own (chapter 07).
     """
-    graph, _ = walked_graph(output, module, replicas, names=names, title=title)
+    graph, _ = walked_graph(output, module, replicas, names=names, title=title, create_graph=create_graph)
     return graph
+
+
+def _fns_under(starts, stop: set[int] | None = None) -> list:
+    """Every grad_fn reachable from ``starts`` along ``next_functions``, not entering ``stop`` (``id()``s).
+
+    The list holds the grad_fns themselves: while it lives, no ``id()`` in it is reused.
+    """
+    stop = stop or set()
+    seen: set[int] = set()
+    out = []
+    stack = [fn for fn in starts if fn is not None and id(fn) not in stop]
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        out.append(fn)
+        stack.extend(c for c, _ in fn.next_functions if c is not None and id(c) not in stop)
+    return out
 
 
 def walked_graph(
@@ -171,6 +197,7 @@ def walked_graph(
     names: Mapping[str, torch.Tensor] | None = None,
     title: str | None = None,
     handles: bool = False,
+    create_graph: tuple[torch.Tensor, Sequence[torch.Tensor]] | None = None,
 ) -> tuple[AutogradGraph, Handles | None]:
     """``autograd_graph``, and with ``handles=True`` the live ``grad_fn`` behind each node (``walk.Handles``)."""
     if isinstance(output, torch.Tensor):
@@ -183,5 +210,17 @@ def walked_graph(
         )
     with gc_paused():
         table = build_names(module, replicas, names)
-        nodes, edges, found = walk_graph(outputs, table, handles=handles)
-        return AutogradGraph(nodes, edges, [p for p, _ in table.originals], title, table.canonical), found
+        nodes, edges, found = walk_graph(outputs, table, handles=handles or create_graph is not None)
+        recorded: frozenset[str] = frozenset()
+        if create_graph is not None:
+            loss, grads = create_graph
+            forward = _fns_under([loss.grad_fn])  # the graph the first backward walked
+            under = _fns_under([g.grad_fn for g in grads], stop={id(fn) for fn in forward})
+            new = {id(fn) for fn in under}  # what it recorded, under grads (both lists alive till here)
+            kinds = {n.id: n.kind for n in nodes}
+            recorded = frozenset(
+                nid for nid, fn in found.fns.items() if kinds.get(nid) in ("op", "join") and id(fn) in new
+            )
+            found = found if handles else None
+        graph = AutogradGraph(nodes, edges, [p for p, _ in table.originals], title, table.canonical, recorded)
+        return graph, found

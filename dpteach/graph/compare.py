@@ -19,7 +19,10 @@ from ..replicate import STRATEGIES
 from .autograd import AutogradGraph, autograd_graph
 from .diff import GraphDiff, graph_diff
 from .display import GraphvizMissing
+from .dot import COMPACT_NODE
 from .legend import legend_html
+
+MIN_LABEL_PX = 10  # side-by-side pictures never scale their node labels below this height (font size, px)
 
 
 def replicated_forward(
@@ -65,15 +68,20 @@ class StrategyComparison(Mapping[str, AutogradGraph]):
         return "\n\n".join(f"=== strategy {name!r} ===\n{g.text}" for name, g in self.graphs.items())
 
     def html(self) -> str:
-        """The graphs in one row, drawn compact, with one legend under them; raises GraphvizMissing without Graphviz."""
+        """The graphs in one row, drawn compact, with one legend under them; raises GraphvizMissing without Graphviz.
+
+        Each column is as wide as its picture's natural width, so the row is scaled as one: every
+        picture gets the same scale and the same label size (no panel drawn larger than the
+        others). The row never shrinks below ``MIN_LABEL_PX`` labels; narrower than that, it scrolls
+        sideways instead of wrapping.
+        """
         drawings = {name: g.draw(legend=False, compact=True) for name, g in self.graphs.items()}
         images = {name: d.data_uri() for name, d in drawings.items()}
-        # one row of equal columns at any width: each picture scaled to its column (no wrapping 2 + 1,
-        # no panel drawn at its natural size beside shrunken ones)
+        widths = {name: d.width_px() for name, d in drawings.items()}
         cells = "".join(
             f'<figure style="margin:0;min-width:0;text-align:center">'
-            f'<img style="width:100%;height:auto;display:block" alt="autograd graph, strategy {escape(name)}" '
-            f'src="{uri}"></figure>'
+            f'<img style="width:100%;height:auto;display:block;max-width:{widths[name]}px" '
+            f'alt="autograd graph, strategy {escape(name)}" src="{uri}"></figure>'
             for name, uri in images.items()
         )
         legend = legend_html(d.view for d in drawings.values())
@@ -82,9 +90,15 @@ class StrategyComparison(Mapping[str, AutogradGraph]):
             "<code>Backward0</code> suffix here: <code>Addmm</code> is <code>AddmmBackward0</code>, "
             "<code>ReduceAdd</code> is <code>ReduceAddBackward</code>.</div>"
         )
-        columns = f"repeat({len(images)},minmax(0,1fr))"
+        columns = " ".join(f"minmax(0,{w}fr)" for w in widths.values())
+        gap = 6 * (len(images) - 1)
+        # the smallest row width at which a label is still MIN_LABEL_PX tall: (font px at natural size) ->
+        # the scale it may shrink to
+        font_px = float(COMPACT_NODE["fontsize"]) * 4 / 3
+        min_width = round(sum(widths.values()) * MIN_LABEL_PX / font_px) + gap
         return (
-            f'<div style="display:grid;grid-template-columns:{columns};gap:6px;align-items:start">{cells}</div>'
+            f'<div style="overflow-x:auto"><div style="display:grid;grid-template-columns:{columns};'
+            f'gap:6px;align-items:start;min-width:{min_width}px">{cells}</div></div>'
             f"{note}{legend}"
         )
 

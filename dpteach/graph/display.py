@@ -8,7 +8,9 @@ explicitly, do raise, with the same sentence.
 from __future__ import annotations
 
 import base64
+import re
 from functools import cached_property
+from html import escape
 from typing import Sequence
 
 from . import text as text_form
@@ -123,11 +125,27 @@ class Drawing:
             return "data:image/png;base64," + base64.b64encode(self.png()).decode()
         return "data:image/svg+xml;base64," + base64.b64encode(self.svg().encode()).decode()
 
+    def width_px(self) -> int:
+        """The picture's natural width in CSS pixels (dot draws 72 pt to the inch, browsers 96 px)."""
+        if _FORMAT["jupyter"] == "png":
+            return int.from_bytes(self.png()[16:20], "big")  # the PNG header's width (dot's PNGs: 96 dpi)
+        match = re.search(r'<svg width="([\d.]+)pt"', self.svg())
+        return round(float(match.group(1)) * 4 / 3) if match else 0
+
+    def html(self) -> str:
+        """The SVG as an ``<img>`` no wider than the cell: JupyterLab 4 shows ``image/svg+xml`` as an
+        ``<img>`` that no max-width confines, so a wide graph ran off the cell's right edge."""
+        data = base64.b64encode(self.svg().encode()).decode()
+        alt = escape(self.view.title.splitlines()[0] if self.view.title else "autograd graph")
+        return f'<img alt="{alt}" style="max-width:100%;height:auto" src="data:image/svg+xml;base64,{data}">'
+
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         try:
             if _FORMAT["jupyter"] == "png":
                 return {"image/png": base64.b64encode(self.png()).decode(), "text/plain": self.view.title}
-            return {"image/svg+xml": self.svg(), "text/plain": self.view.title}
+            # text/html first in Jupyter's order (scaled to the cell); image/svg+xml for front ends and
+            # tools that read the picture itself
+            return {"text/html": self.html(), "image/svg+xml": self.svg(), "text/plain": self.view.title}
         except GraphvizMissing as err:
             return {"text/plain": f"{self.text}\n\n{err}"}
 
@@ -156,19 +174,27 @@ class Drawable:
         max_nodes: int | None = MAX_NODES,
         legend: bool = True,
         compact: bool = False,
+        notes: dict[str, str] | None = None,
     ) -> Drawing:
         """A picture of the graph.
 
         ``collapse``: ``True`` or a depth merges each module's nodes into one per replica slot
         (``False``: never); ``None`` collapses only when there are more than ``max_nodes`` nodes.
         ``max_nodes=None`` draws everything. ``legend=False`` leaves the legend out; ``compact=True``
-        writes only names in the boxes, for pictures shown side by side.
+        writes only names in the boxes, for pictures shown side by side. ``notes``: node id -> a
+        sentence drawn in a note beside that node (ids as in ``.nodes``).
         """
         nodes, edges = self._drawn_parts()
         title = getattr(self, "short_title", self.title) if compact else self.title
         with gc_paused():
             view = make_view(nodes, edges, title, collapse, max_nodes)
         view.footer = self._footer()
+        drawn = {n.id for n in view.nodes}
+        view.recorded = frozenset(getattr(self, "recorded", frozenset()) & drawn)
+        unknown = set(notes or {}) - drawn
+        if unknown:
+            raise KeyError(f"notes= names nodes this drawing does not have: {sorted(unknown)}")
+        view.remarks = dict(notes or {})
         return Drawing(view, legend, compact)
 
     @cached_property

@@ -24,6 +24,9 @@ red dashed arrow            (diffs) an edge the second graph removes
 purple border               (diffs) a replica parameter that was a dead end and is not any more
 green border                (diffs) a node only in the second graph, or an original reached only there
 3-D box                     several nodes collapsed into one (``collapse=``)
+yellow rounded box          a backward function the first backward recorded (``create_graph=True``),
+                            in a pale yellow box of its own (``autograd_graph(..., create_graph=)``)
+note (folded corner)        a sentence about the node it is tied to (``draw(notes=)``)
 ==========================  =====================================================================
 
 The box around each replica slot is tinted by device (grey for the CPU, a colour per CUDA device),
@@ -36,7 +39,20 @@ from __future__ import annotations
 
 import re
 
-from .legend import FILL, FONT, GREEN, GREY, ORANGE, PURPLE, RED, device_tint, entry, legend_label
+from .legend import (
+    FILL,
+    FONT,
+    GREEN,
+    GREY,
+    ORANGE,
+    PURPLE,
+    RECORDED_BORDER,
+    RECORDED_TINT,
+    RED,
+    device_tint,
+    entry,
+    legend_label,
+)
 from .nodes import Edge, Node
 from .view import MAX_NODES, View
 
@@ -69,12 +85,15 @@ def _short(n: Node) -> str:
         return f"{n.members} × {n.op}" if n.kind == "join" else f"{where}.* ({n.members})"
     first = n.label.splitlines()[0]
     if n.kind in ("op", "join") and n.op:  # AddmmBackward0 -> Addmm: three pictures must fit one row
-        return re.sub(r"Backward\d*$", "", first) or first
+        short = re.sub(r"Backward\d*$", "", first)
+        # a backward's own backward (MseLossBackwardBackward0) keeps its name: "MseLossBackward" would
+        # read as the first-order node
+        return first if not short or short.endswith("Backward") else short
     return first
 
 
 def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = False) -> dict[str, str]:
-    kind = entry(n)
+    kind = entry(n, view.recorded)
     lines = [n.label]
     shape = _shape_text(n.shape)
     if n.kind in ("output", "original", "replica", "input", "leaf", "tensor") and shape:
@@ -82,7 +101,7 @@ def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = Fal
     attrs = {"fillcolor": FILL.get(kind, "#ffffff"), "style": "filled"}
     if n.kind in ("op", "join", "more"):
         attrs["style"] = "rounded,filled"
-    if n.kind == "join":
+    if n.kind == "join" and kind != "recorded":
         attrs.update(penwidth="2", color=ORANGE)
         detail = _join_detail(n, view, kinds)
         if detail:
@@ -121,6 +140,30 @@ def _edge_attrs(e: Edge, kinds: dict[str, Node]) -> dict[str, str]:
     if kinds[e.src].kind == "join" or kinds[e.dst].kind == "join":
         return {"color": ORANGE, "penwidth": "2"}
     return {"color": GREY}
+
+
+def _remark(c, put: "_Statements", i: int, target: str, text: str, width: int = 32) -> None:
+    """A note beside ``target`` on its row, tied to it by a dashed line: what the reader should see there."""
+    import textwrap
+
+    name = f"note_{i}"
+    label = "\n".join(textwrap.wrap(text, width)) + "\n"  # dot centres lines: left-justify them instead
+    label = label.replace("\n", "\\l")
+    put.node(
+        c,
+        name,
+        {
+            "label": label,
+            "shape": "note",
+            "style": "filled",
+            "fillcolor": "#fffde7",
+            "color": "#9e9e9e",
+            "fontsize": "10",
+            "margin": "0.15,0.06",  # browsers' Helvetica runs wider than dot measures it
+        },
+    )
+    c.body.append(f"\t{{rank=same; {put.quote(target)} {put.quote(name)}}}\n")
+    put.edge(c, target, name, {"style": "dashed", "arrowhead": "none", "color": "#9e9e9e"})
 
 
 class _Statements:
@@ -243,6 +286,12 @@ def _pin_replica_order(c, members: list[Node], depth: dict[str, int], order: dic
             put.edge(c, a.id, b.id, {"style": "invis"})
 
 
+# Compact pictures are shown three to a row (~320 px each at notebook width): boxes as narrow as their
+# names (width 0, not dot's 0.75 in minimum, which made "T" as wide as "0.weight") and a larger font,
+# so the labels stay about 10 px tall or more once the row is scaled to fit (compare.py).
+COMPACT_NODE = {"fontsize": "12", "height": "0.25", "width": "0", "margin": "0.04,0.02"}
+
+
 def to_digraph(view: View, legend: bool = True, compact: bool = False):
     """A ``graphviz.Digraph`` of ``view`` (needs the graphviz Python package, not the dot program).
 
@@ -280,16 +329,18 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
         node_attr={
             "shape": "box",
             "fontname": FONT,
-            "fontsize": "10",
-            "height": "0.3",
-            "margin": "0.08,0.04",
-        },
+            **COMPACT_NODE,
+        }
+        if compact
+        else {"shape": "box", "fontname": FONT, "fontsize": "10", "height": "0.3", "margin": "0.08,0.04"},
         edge_attr={"arrowsize": "0.7"},
     )
     slots = sorted({n.slot for n in view.nodes if n.slot is not None and n.kind in ("op", "replica")})
     clusters: dict[str, list[Node]] = {f"replica{s}": [] for s in slots}
     for n in view.nodes:
-        if n.slot is not None and n.kind in ("op", "replica"):
+        if n.id in view.recorded:  # what a backward with create_graph=True recorded: a box of its own
+            clusters.setdefault("recorded", []).append(n)
+        elif n.slot is not None and n.kind in ("op", "replica"):
             clusters[f"replica{n.slot}"].append(n)
         elif n.kind in ("original", "join") and slots and not big:
             clusters.setdefault("original", []).append(n)
@@ -299,9 +350,17 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
         if n.id not in in_cluster:
             put.node(g, n.id, _node_attrs(n, view, kinds, compact))
     for name, members in clusters.items():
+        tint, just = None, "c"
         if name == "original":  # its label below: the edges from the replicas come in over the top
             device = next((n.device for n in members if n.kind == "original"), None) or "cpu"
             label, border, loc = f"original module · {device}", "#1565c0", "b"
+        elif name == "recorded":
+            label, border, loc = (
+                "recorded by the first backward\\r(create_graph=True)\\r",
+                RECORDED_BORDER,
+                "t",
+            )
+            device, tint, just = None, RECORDED_TINT, "r"  # right: the edges come in over the left
         else:
             device = next((n.device for n in members if n.kind == "replica"), members[0].device)
             label, border, loc = f"replica {name.removeprefix('replica')} · {device}", "#9e9e9e", "t"
@@ -310,19 +369,26 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
                 label=label,
                 style="filled,rounded",
                 color=border,
-                fillcolor=device_tint(device),
+                fillcolor=tint or device_tint(device),
                 fontname=FONT,
                 fontsize="12",
                 labelloc=loc,
-                labeljust="c",
+                labeljust=just,
                 peripheries="1",
             )
             for n in members:
                 put.node(c, n.id, _node_attrs(n, view, kinds, compact))
             if name == "original":
                 _pin_module_order(c, members, view, put)
-            elif not big:
+            elif not big and name != "recorded":
                 _pin_replica_order(c, members, depth, order, put)
+            for i, target in enumerate(view.remarks):  # a note sits in the box of the node it is about
+                if any(n.id == target for n in members):
+                    _remark(c, put, i, target, view.remarks[target])
+    in_box = {n.id for members in clusters.values() for n in members}
+    for i, target in enumerate(view.remarks):
+        if target not in in_box:
+            _remark(g, put, i, target, view.remarks[target])
     for e in view.edges:
         put.edge(g, e.src, e.dst, _edge_attrs(e, kinds))
     if legend and view.nodes:

@@ -25,7 +25,9 @@ FILL = {
     "leaf": "#fff59d",
     "tensor": "#ffffff",
     "more": "#fafafa",
+    "recorded": "#ffe9a8",
 }
+RECORDED_TINT, RECORDED_BORDER = "#fffbea", "#c79100"  # the box around what create_graph=True recorded
 RED, GREEN, ORANGE, PURPLE, GREY = "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "#616161"
 DEVICE_TINTS = ["#e3f0fb", "#fdf0e0", "#e8f5e9", "#f3e5f5", "#fffde7", "#e0f7fa", "#fbe9e7", "#ede7f6"]
 
@@ -49,6 +51,12 @@ LEGEND = {  # entry -> (fill, border, border style, text)
     "added_node": (FILL["join"], GREEN, "solid", "node only in the second graph"),
     "removed_node": ("#f5f5f5", GREY, "dashed", "node only in the first graph"),
     "collapsed": (FILL["op"], "black", "solid", "3-D box: several nodes collapsed into one"),
+    "recorded": (
+        FILL["recorded"],
+        "black",
+        "solid",
+        "backward function recorded by the first backward (create_graph=True)",
+    ),
 }
 EDGE_LEGEND = {  # entry -> (colour, glyph, text)
     "": (GREY, "──▶", "the gradient flows this way (next_functions)"),
@@ -59,8 +67,10 @@ EDGE_LEGEND = {  # entry -> (colour, glyph, text)
 }
 
 
-def entry(n: Node) -> str:
+def entry(n: Node, recorded: frozenset[str] = frozenset()) -> str:
     """The legend entry (and fill colour) a node uses."""
+    if n.id in recorded:
+        return "recorded"
     if n.kind in ("original", "input") and not n.reached:
         return "unreached"
     if n.kind == "original":
@@ -83,7 +93,7 @@ def used_entries(views: Iterable[View]) -> tuple[list[str], list[str], bool]:
     boxes = False
     for view in views:
         kinds = {n.id: n for n in view.nodes}
-        nodes |= {entry(n) for n in view.nodes}
+        nodes |= {entry(n, view.recorded) for n in view.nodes}
         nodes |= {n.status for n in view.nodes if n.status in ("fixed", "newly reached")}
         nodes |= {f"{n.status}_node" for n in view.nodes if n.status in ("added", "removed")}
         nodes |= {"collapsed" for n in view.nodes if n.members > 1}

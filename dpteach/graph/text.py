@@ -19,13 +19,15 @@ def _shape(n: Node) -> str:
     return "  (scalar)" if len(n.shape) == 0 else "  (" + "×".join(map(str, n.shape)) + ")"
 
 
-def describe(n: Node) -> str:
+def describe(n: Node, recorded: frozenset[str] = frozenset()) -> str:
     """One node on one line: its name, where it lives, and what it means for the gradient."""
     name = n.id if n.kind == "join" and n.id.endswith("]") else n.label  # ReduceAddBackward[0.weight]
     text = name.replace("\n", ": ") + _shape(n)
     if n.kind == "op" and n.slot is not None:
         text += f"  [replica {n.slot}]"
-    if n.kind == "join":
+    if n.id in recorded:
+        text += "  (recorded by the first backward, create_graph=True)"
+    elif n.kind == "join":
         text += "  ← joins the replicas to the original"
     if n.kind == "replica":
         text += "  ✗ DEAD END: .grad stops here" if n.dead_end else "  (not a leaf)"
@@ -63,7 +65,9 @@ def render(view: View) -> str:
                 lines.append(f"{first}↑ {describe(n).split('  ')[0]} (above)")
                 return
             seen.add(nid)
-            lines.append(first + describe(n))
+            lines.append(first + describe(n, view.recorded))
+            if nid in view.remarks:
+                lines.append(f"{rest}   note: {view.remarks[nid]}")
             for dst in missing.get(nid, ()):
                 lines.append(f"{rest}   ⊣ no edge to {nodes[dst].label} (clone made a fresh leaf)")
             children = kids[nid]

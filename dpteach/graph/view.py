@@ -30,6 +30,8 @@ class View:
     title: str
     notes: list[str] = field(default_factory=list)
     footer: list[str] = field(default_factory=list)  # text form only: lines after the tree
+    recorded: frozenset[str] = frozenset()  # ids of the nodes a backward with create_graph=True recorded
+    remarks: dict[str, str] = field(default_factory=dict)  # node id -> a note drawn beside it
 
 
 @lru_cache(maxsize=4096)
