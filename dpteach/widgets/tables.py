@@ -6,6 +6,7 @@ Plain strings, so tests read them and a notebook can show them without widgets
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 RED, GREEN, GREY = "#c62828", "#2e7d32", "#757575"
@@ -51,13 +52,25 @@ def grad_table(lab) -> str:
         out.append(
             [f"<code>{escape(r.name)}</code>", _shape(r.shape), f"{r.reference:.4f}", original, *replicas]
         )
-    if any(r.original is None for r in rows):
+    numbers = [r.reference for r in rows] + [r.original for r in rows if r.original is not None]
+    node = {"rewire": "one ReduceAddBackward per parameter", "broadcast": "BroadcastBackward"}.get(
+        getattr(lab, "strategy", ""), "the join node"
+    )
+    if not all(math.isfinite(v) for v in numbers):
+        why = (
+            "the gradients are no longer finite (inf or nan): the loss diverged, "
+            "and nothing can be compared any more"
+        )
+    elif any(r.original is None for r in rows):
         why = (
             "the original's .grad is <b>None</b>: the gradients stopped in the replicas' own .grad, "
             "which nobody reads (#19540)"
         )
     elif slots and all(g is None for r in rows for g in r.replicas):
-        why = "every replica passed its gradient on; the original's equals one device's"
+        agree = all(r.matches for r in rows)
+        why = f"every replica passed its gradient on, through {node}; the original's " + (
+            "equals one device's" if agree else "<b>differs</b> from one device's (in red)"
+        )
     else:
         why = "the original's gradient against one device's"
     return _table(head, out, f"after step {lab.step_count}'s backward: {why}")
