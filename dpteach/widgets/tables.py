@@ -33,6 +33,11 @@ def _shape(shape) -> str:
     return "scalar" if not shape else "×".join(map(str, shape))
 
 
+def _norm(v: float) -> str:
+    """A gradient norm: four decimals, or powers of ten once a diverging run makes it huge."""
+    return f"{v:.4f}" if not math.isfinite(v) or abs(v) < 1e4 else f"{v:.4e}"
+
+
 def grad_table(lab) -> str:
     """Each original parameter's ``.grad`` norm under DataParallel, one device's, and each replica's own."""
     rows = lab.grad_rows()
@@ -45,12 +50,12 @@ def grad_table(lab) -> str:
             original = f'<b style="color:{RED}">None</b>'
         else:
             colour = GREEN if r.matches else RED
-            original = f'<span style="color:{colour}">{r.original:.4f}</span>'
+            original = f'<span style="color:{colour}">{_norm(r.original)}</span>'
         replicas = [
-            f'<span style="color:{GREY}">passed on</span>' if g is None else f"{g:.4f}" for g in r.replicas
+            f'<span style="color:{GREY}">passed on</span>' if g is None else _norm(g) for g in r.replicas
         ]
         out.append(
-            [f"<code>{escape(r.name)}</code>", _shape(r.shape), f"{r.reference:.4f}", original, *replicas]
+            [f"<code>{escape(r.name)}</code>", _shape(r.shape), _norm(r.reference), original, *replicas]
         )
     numbers = [r.reference for r in rows] + [r.original for r in rows if r.original is not None]
     node = {"rewire": "one ReduceAddBackward per parameter", "broadcast": "BroadcastBackward"}.get(
