@@ -17,7 +17,7 @@ among the ready nodes the engine runs the highest sequence number first (``Compa
 ``parallel_apply`` runs the replicas' forwards in new threads, numbered from 0, while the
 ``ReduceAdd`` nodes were made on the main thread, whose count is its own (chapter 12 prints both:
 there the main thread's numbers are the higher). Run the replicas on one thread and every
-``ReduceAddBackward`` runs after all of their nodes (chapter 12 checks both orders).
+``ReduceAddBackward`` runs after all of their nodes (chapter 12, section 2b, prints both orders; tests/test_ch12_lab.py checks them).
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
 """
