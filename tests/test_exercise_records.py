@@ -34,7 +34,12 @@ def test_the_records_are_complete_and_in_order():
 def test_the_tables_come_from_the_records():
     table = _build.task_table()
     for task in exercises.TASKS.values():
-        assert f"| {task.number} · {task.title} | {task.writes} | {task.chapter} |" in table
+        where = "— (new)" if task.chapter == "11" else task.chapter  # a task of chapter 11 only is new there
+        assert f"| {task.number} · {task.title} | {task.writes} | {where} |" in table
         assert f"``{task.key}``" in exercises.__doc__ and f"``{task.check}(" in exercises.__doc__
     nb = nbformat.read(ROOT / "notebooks" / "11_exercises.ipynb", as_version=4)
     assert table in nb.cells[1].source + "".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    closing = _build.closing_line()  # "Tasks 1, 2, 3 and 5 ... close chapters ...; Task 4 is new."
+    assert closing in "".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    closers = [t for t in exercises.TASKS.values() if t.chapter != "11"]
+    assert ", ".join(t.chapter for t in closers[:-1]) + f" and {closers[-1].chapter}" in closing

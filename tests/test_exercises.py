@@ -73,7 +73,18 @@ def test_stub_is_reported_not_implemented(key):
     result = exercises.check(key, *STUBS[key])  # must not raise
     task = exercises.TASKS[key]
     assert not result.passed and not result.implemented  # an untouched stub is "not yet", not a crash
-    assert f"You haven't implemented Task {task.number} ({task.title}) yet" in text(result)  # names the task
+    assert text(result).startswith(f"Task {task.number} ({task.title}): not written yet")  # names the task
+    assert "still raises" not in text(result)  # the stub cell's error already shows its words: not repeated
+    assert text(result).count("Hint:") == 1  # what to do, once
+
+
+def test_a_learners_own_not_implemented_error_is_shown_in_the_check():
+    def own(network, devices, detach=False):
+        raise NotImplementedError("my helper is not done")
+
+    result = exercises.check("batchnorm", own)
+    assert not result.implemented  # reported as not written, not as a wrong answer
+    assert "still raises NotImplementedError: my helper is not done" in text(result)  # its own words, shown
 
 
 @pytest.mark.parametrize("key", list(STUBS))
@@ -541,7 +552,7 @@ def test_notebooks_run_and_checks_answer():
 
     for path, _role, expected in (
         (SOLUTIONS_NB, "solution", "Correct!"),
-        (NB, "stub", "You haven't implemented"),
+        (NB, "stub", "not written yet (see the cell above)"),
     ):
         nb, _, _ = executed(path)
         checks = [c for c in nb.cells if c.metadata.get("dpteach", {}).get("role") == "check"]

@@ -34,14 +34,37 @@ Each exercise below is one idea of the course, and you write it. Every task has 
 
 {table}
 
-The tasks are independent: do them in any order. Worked solutions are in
+{closing} The tasks are independent: do them in any order. Worked solutions are in
 `solutions/11_exercises_solutions.ipynb`; try first."""
 
 
 def task_table() -> str:
     """The markdown table of the exercises, from their records."""
-    rows = [f"| {t.number} · {t.title} | {t.writes} | {t.chapter} |" for t in EXERCISES.values()]
+    rows = [f"| {t.number} · {t.title} | {t.writes} | {_where(t)} |" for t in EXERCISES.values()]
     return "\n".join(["| task | you write | chapter |", "| --- | --- | --- |", *rows])
+
+
+def _where(task) -> str:
+    return "— (new)" if task.chapter == "11" else task.chapter
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def closing_line() -> str:
+    """Which tasks close which chapters, and which are new here: read from the records, so it cannot go stale."""
+    closing = [t for t in EXERCISES.values() if t.chapter != "11"]
+    new = [t for t in EXERCISES.values() if t.chapter == "11"]
+    line = (
+        f"Task{'s' * (len(closing) > 1)} {_and([str(t.number) for t in closing])} "
+        f"{'are the ones that close' if len(closing) > 1 else 'closes'} chapter{'s' * (len(closing) > 1)} "
+        f"{_and([t.chapter for t in closing])}{', respectively' if len(closing) > 1 else ''} (their "
+        '"Try it yourself" sections)'
+    )
+    if new:
+        line += f"; Task{'s' * (len(new) > 1)} {_and([str(t.number) for t in new])} {'are' if len(new) > 1 else 'is'} new"
+    return line + "."
 
 
 IMPORTS = """\
@@ -89,7 +112,7 @@ def exercise_cells(key: str) -> list[nbformat.NotebookNode]:
 
 def exercises_notebook() -> nbformat.NotebookNode:
     """The learners' notebook: a stub cell (tagged ``raises-exception``) and a check cell per task."""
-    intro = INTRO.replace("{table}", task_table())
+    intro = INTRO.replace("{table}", task_table()).replace("{closing}", closing_line())
     cells = [new_code_cell(SETUP_CELL), new_markdown_cell(intro), new_code_cell(IMPORTS)]
     for key, task in EXERCISES.items():
         cells.append(new_markdown_cell(task.intro))
@@ -107,7 +130,7 @@ def solutions_notebook() -> nbformat.NotebookNode:
         new_code_cell(SETUP_CELL),
         new_markdown_cell(
             "# 11 · Exercises: worked solutions\n\nOne way to solve each task of "
-            "`../11_exercises.ipynb`, and its check. Each cell is complete: the fix is marked "
+            "[`11_exercises.ipynb`](../11_exercises.ipynb), and its check. Each cell is complete: the fix is marked "
             "`# FIX`. The same code lives in `dpteach.exercises.solutions`, which the tests check."
         ),
         new_code_cell(IMPORTS),

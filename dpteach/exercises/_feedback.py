@@ -70,7 +70,7 @@ class Result:
         if self.passed:
             return f"Correct! {self.task.label}"
         if not self.implemented:
-            return f"You haven't implemented {self.task.label} yet."
+            return f"{self.task.label}: not written yet (see the cell above)."
         n = len(self.messages)
         return f"Not yet: {self.task.label}, {n} problem{'s' if n != 1 else ''} found."
 
@@ -133,7 +133,7 @@ class Findings:
             return Result(
                 self.task,
                 False,
-                [not_implemented],
+                [not_implemented] if not_implemented else [],
                 [
                     "replace the `raise NotImplementedError(...)` in the stub cell with your code, run that cell, "
                     "then run this check again."
@@ -195,6 +195,9 @@ def _learner_frame(exc: BaseException, text: str) -> str | None:
 
 
 def not_implemented_message(task: Task, exc: BaseException) -> str:
-    """The sentence for a stub that still raises NotImplementedError."""
+    """The sentence for a stub that still raises NotImplementedError; empty for the stub's own
+    ``raise NotImplementedError("Task N (...): ...")``, whose words the stub cell's error already shows."""
     detail = _original_error(str(exc)) or f"NotImplementedError: {_first_lines(str(exc))}"
+    if detail.removeprefix("NotImplementedError: ").startswith(f"Task {task.number} ("):
+        return ""
     return f"Your code still raises {detail}"

@@ -53,8 +53,9 @@ class MyReduceAdd(Function):
     The rewire strategy calls ``MyReduceAdd.apply(original, *copies)`` with the parameter and its
     copy on every slot (plain tensors, no history). Forward hands the copies back as this node's
     outputs, so each replica's parameter gets the node as its ``grad_fn``, and the node has one
-    edge: to ``original``. Backward gets one gradient per copy and returns one value per input of
-    forward: the sum of the gradients, on ``original``'s device, for ``original``; None for each copy.
+    edge: to ``original``. Backward gets one gradient per copy (one per output of forward) and must
+    return one value per input of forward, in order: one for ``original``, then one for each copy.
+    What should it return for ``original``, and for each copy?
     """
 
     @staticmethod
@@ -115,9 +116,11 @@ class MyReduceAddCoalesced(Function):
 def scatter(inputs, devices, dim=0):
     """Split nested ``inputs`` over the slots: a list with one structure per piece.
 
-    Tensors are split along ``dim`` with ``Scatter.apply(devices, None, dim, tensor)`` (differentiable;
-    it may give fewer pieces than slots). Tuples, lists, dicts, namedtuples and dataclasses keep
-    their type and every field; any other object is shared: the same object for every slot.
+    Tensors are split with ``Scatter.apply(devices, None, dim, tensor)``, differentiable. Its arguments:
+    the slots; the chunk sizes, where None means equal chunks as ``tensor.chunk(len(devices), dim)``
+    cuts them (which may give fewer pieces than slots); the dimension; the tensor. Tuples, lists,
+    dicts, namedtuples and dataclasses keep their type and every field; any other object is shared:
+    the same object for every slot.
     """
     raise NotImplementedError("Task 4 (scatter and gather nested inputs): write scatter")
 

@@ -29,7 +29,7 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
     intro=(
         "## Task 5 · Keep BatchNorm statistics from slot 0\n\n"
         "PR #20910's replicas deep-copy every buffer, so BatchNorm's running statistics, updated in place on "
-        "each replica, vanish with the replicas (issue #21144, and chapter 05). Python's `replicate.py` avoids "
+        "each replica, vanish with the replicas (issue #21144). Python's `replicate.py` avoids "
         "this because slot 0's replica shares the model's memory. Start from the `\"rewire\"` replicas and make "
         "every buffer of slot 0's replica **be** the model's own buffer; the other slots keep their copies "
         "(only slot 0's statistics survive, as in PyTorch)."

@@ -17,7 +17,7 @@ among the ready nodes the engine runs the highest sequence number first (``Compa
 ``parallel_apply`` runs the replicas' forwards in new threads, numbered from 0, while the
 ``ReduceAdd`` nodes were made on the main thread, whose count is its own (chapter 12 prints both:
 there the main thread's numbers are the higher). Run the replicas on one thread and every
-``ReduceAddBackward`` runs after all of their nodes (chapter 12 checks both orders).
+``ReduceAddBackward`` runs after all of their nodes (chapter 12, section 2b, prints both orders; tests/test_ch12_lab.py checks them).
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
 """
@@ -73,6 +73,19 @@ class FlowStep:
     @property
     def edges(self) -> list[tuple[str, str]]:
         return [(self.node, h.to) for h in self.handoffs]
+
+
+# Where each strategy's summing node comes from (read in /work/shared/seed-pr-20910.txt and torch/nn/parallel/)
+JOIN_CREDIT = {
+    "rewire": (
+        "the edge back to the original, one ReduceAdd node per parameter, as PR #20910 added to C++ "
+        "DataParallel (dpteach's rewire strategy builds it in Python)"
+    ),
+    "broadcast": (
+        "the edge back to the original through Python's Broadcast function (torch/nn/parallel/_functions.py, "
+        "which replicate.py uses; its backward is ReduceAddCoalesced)"
+    ),
+}
 
 
 class GradientFlow:
@@ -162,7 +175,7 @@ class GradientFlow:
         if n.kind == "join":
             return (
                 f"{label} receives {len(got)} gradients, one per replica parameter, and sums them into "
-                f"{into}: the edge back to the original (PR #20910 / replicate.py)."
+                f"{into}: {JOIN_CREDIT.get(self.strategy, 'the edge back to the original')}."
             )
         return (
             f"{label} runs: it received {', '.join(map(str, got))} and hands {len(handoffs)} gradient(s) on."
@@ -188,7 +201,8 @@ class GradientFlow:
         originals = [s for s in self.steps if s.kind == "original"]
         stuck = [s for s in self.steps if s.kind == "replica"]
         total = len(self.graph.originals)
-        line = f"{len(self.steps)} steps; {len(originals)} of {total} original parameters got a gradient"
+        # step 0 is backward() starting at the loss; the backward steps are the nodes that ran (the stepper's 1..N)
+        line = f"{len(self.steps) - 1} backward steps; {len(originals)} of {total} original parameters got a gradient"
         return f"{line}; {len(stuck)} replica parameters kept theirs (dead ends)" if stuck else line
 
     def __repr__(self) -> str:

@@ -62,8 +62,8 @@ def loss_curve(losses, reference, strategy: str, steps: int) -> str:
 
 
 def human(n: float) -> str:
-    """Bytes as a learner reads them: 1.3 KB, 4.2 MB."""
-    for unit in ("B", "KB", "MB"):
+    """Bytes as a learner reads them: 1.3 kB, 4.2 MB."""
+    for unit in ("B", "kB", "MB"):
         if n < 1000:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000

@@ -6,6 +6,7 @@ Plain strings, so tests read them and a notebook can show them without widgets
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 RED, GREEN, GREY = "#c62828", "#2e7d32", "#757575"
@@ -32,6 +33,11 @@ def _shape(shape) -> str:
     return "scalar" if not shape else "×".join(map(str, shape))
 
 
+def _norm(v: float) -> str:
+    """A gradient norm: four decimals, or powers of ten once a diverging run makes it huge."""
+    return f"{v:.4f}" if not math.isfinite(v) or abs(v) < 1e4 else f"{v:.4e}"
+
+
 def grad_table(lab) -> str:
     """Each original parameter's ``.grad`` norm under DataParallel, one device's, and each replica's own."""
     rows = lab.grad_rows()
@@ -44,20 +50,32 @@ def grad_table(lab) -> str:
             original = f'<b style="color:{RED}">None</b>'
         else:
             colour = GREEN if r.matches else RED
-            original = f'<span style="color:{colour}">{r.original:.4f}</span>'
+            original = f'<span style="color:{colour}">{_norm(r.original)}</span>'
         replicas = [
-            f'<span style="color:{GREY}">passed on</span>' if g is None else f"{g:.4f}" for g in r.replicas
+            f'<span style="color:{GREY}">passed on</span>' if g is None else _norm(g) for g in r.replicas
         ]
         out.append(
-            [f"<code>{escape(r.name)}</code>", _shape(r.shape), f"{r.reference:.4f}", original, *replicas]
+            [f"<code>{escape(r.name)}</code>", _shape(r.shape), _norm(r.reference), original, *replicas]
         )
-    if any(r.original is None for r in rows):
+    numbers = [r.reference for r in rows] + [r.original for r in rows if r.original is not None]
+    node = {"rewire": "one ReduceAddBackward per parameter", "broadcast": "BroadcastBackward"}.get(
+        getattr(lab, "strategy", ""), "the join node"
+    )
+    if not all(math.isfinite(v) for v in numbers):
+        why = (
+            "the gradients are no longer finite (inf or nan): the loss diverged, "
+            "and nothing can be compared any more"
+        )
+    elif any(r.original is None for r in rows):
         why = (
             "the original's .grad is <b>None</b>: the gradients stopped in the replicas' own .grad, "
             "which nobody reads (#19540)"
         )
     elif slots and all(g is None for r in rows for g in r.replicas):
-        why = "every replica passed its gradient on; the original's equals one device's"
+        agree = all(r.matches for r in rows)
+        why = f"every replica passed its gradient on, through {node}; the original's " + (
+            "equals one device's" if agree else "<b>differs</b> from one device's (in red)"
+        )
     else:
         why = "the original's gradient against one device's"
     return _table(head, out, f"after step {lab.step_count}'s backward: {why}")

@@ -66,6 +66,11 @@ def sgd_step(model: nn.Module, lr: float) -> None:
             p.add_(p.grad, alpha=-lr)
 
 
+def _number(v: float) -> str:
+    """A loss as the status line shows it: four decimals, or powers of ten once a diverging run grows large."""
+    return f"{v:.4f}" if not math.isfinite(v) or abs(v) < 1e4 else f"{v:.4e}"
+
+
 @dataclass(frozen=True)
 class GradRow:
     """One original parameter after a backward pass: where its gradient is."""
@@ -210,7 +215,7 @@ class TrainingLab:
     def status(self) -> str:
         """One line: the step, both losses, and what happened to the original's gradient."""
         k, loss, ref = self.step_count, self.losses[-1], self.reference_losses[-1]
-        line = f"step {k} of {self.steps} · loss {loss:.4f} · one device {ref:.4f}"
+        line = f"step {k} of {self.steps} · loss {_number(loss)} · one device {_number(ref)}"
         if not (math.isfinite(loss) and math.isfinite(ref)):
             return f"{line} · the loss diverged: the learning rate is too large for this model"
         rows = self.grad_rows()
