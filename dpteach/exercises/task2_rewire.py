@@ -37,7 +37,7 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
         '`"rewire"` strategy with your class: it clones every slot and calls '
         "`MyReduceAdd.apply(original, *copies)` once "
         "per original parameter, putting the outputs in the replicas. Forward hands the copies back as the "
-        "node's outputs; backward sums the copies' gradients **on the original's device** (chapter 03)."
+        "node's outputs; backward sums the copies' gradients **on the original's device**."
     ),
     demo=None,
     note=(
