@@ -1,6 +1,6 @@
 """The rank side of :mod:`dpteach.distributed.launch`: one process per rank, running tasks by name.
 
-    python -c "from dpteach.distributed.worker import main; main()" FD      # started by Ranks
+    python -c "...; from dpteach.distributed.worker import main; main()" FD      # started by Ranks
 
 Like a torchrun worker, a rank finds ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``
 and ``LOCAL_RANK`` in its environment, and the rendezvous store is the launcher's (torchrun's
