@@ -40,7 +40,12 @@ __all__ = ["Ranks", "run", "RankFailed", "RankTimeout", "default_backend", "task
 ADDR = "127.0.0.1"  # loopback: every rank is on this machine
 # DDP's constructor imports torch._dynamo, seconds on a small CPU: each rank imports it while starting
 PRELOAD = ("torch._dynamo",)
-ENTRY = "from dpteach.distributed.worker import main; main()"  # what each rank's interpreter runs
+# What each rank's interpreter runs. It ignores Ctrl-C (SIGINT), which a terminal or Jupyter's
+# "interrupt" sends to the whole process group: the launcher catches it and stops the ranks itself.
+ENTRY = (
+    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "from dpteach.distributed.worker import main; main()"
+)
 
 
 class RankFailed(RuntimeError):

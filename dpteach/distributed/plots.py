@@ -64,8 +64,9 @@ def buckets(report: Mapping, title: str = ""):
     """
     plt = _pyplot()
     rows = report["buckets"]
-    fig, ax = plt.subplots(figsize=(7.5, 1.9 + 0.7 * len(rows)))
+    fig, ax = plt.subplots(figsize=(9.5, 1.9 + 0.7 * len(rows)))
     ms = 1e3
+    end = report["backward"] * ms
     for i, b in enumerate(rows):
         ax.barh(
             i,
@@ -76,22 +77,37 @@ def buckets(report: Mapping, title: str = ""):
             label="all-reduce of the bucket (sent to done)" if i == 0 else None,
         )
         ready = [report["ready"][n] * ms for n in b["params"] if n in report["ready"]]
+        # one dot per gradient, each a little lower than the last: gradients ready at the same
+        # moment (a layer's weight and bias) would otherwise hide behind one another
+        offsets = [0.36 * (k / (len(ready) - 1) - 0.5) if len(ready) > 1 else 0.0 for k in range(len(ready))]
         ax.plot(
-            ready, [i] * len(ready), "o", color="tab:blue", label="a gradient is ready" if i == 0 else None
+            ready,
+            [i + o for o in offsets],
+            "o",
+            markersize=5,
+            color="tab:blue",
+            zorder=3,
+            label="a gradient is ready" if i == 0 else None,
         )
-        ax.text(
-            b["done"] * ms,
-            i,
-            f"  {', '.join(b['params'])} ({b['bytes'] / 1024:.0f} KiB)",
+        # the label sits right of the plot, past the dashed line, so nothing crosses it
+        ax.annotate(
+            f"{len(b['params'])} gradient{'s' if len(b['params']) != 1 else ''}, {b['bytes'] / 1024:.0f} KiB:"
+            f" {', '.join(b['params'])}",
+            xy=(1.0, i),
+            xycoords=("axes fraction", "data"),
+            xytext=(6, 0),
+            textcoords="offset points",
             va="center",
             fontsize=8,
+            annotation_clip=False,
         )
-    ax.axvline(report["backward"] * ms, color="black", linestyle="--", label="loss.backward() returns")
+    ax.axvline(end, color="black", linestyle="--", label="loss.backward() returns")
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"bucket {b['index']}" for b in rows])
-    ax.invert_yaxis()  # bucket 0 on top: it holds the last layers, whose gradients come first
+    # bucket 0 on top: it holds the last layers, whose gradients come first
+    ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlabel("milliseconds since backward began")
-    ax.set_xlim(0, report["backward"] * ms * 1.6)
+    ax.set_xlim(0, end * 1.05)
     ax.set_title(title or f"DDP buckets (bucket_cap_mb={report['bucket_cap_mb']}) on one rank")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()

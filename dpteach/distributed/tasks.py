@@ -18,6 +18,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import dpteach
 
+from ..measure import timer
 from .model import loss_fn, make_model, sgd_step
 from .train import local_shard, rank_device, wrap
 
@@ -134,7 +135,9 @@ def buckets(
     asynchronously once its gradients are ready and every bucket before it has been launched
     (``Reducer::mark_bucket_ready``). This overlaps with backward because the engine runs a leaf's
     ``AccumulateGrad``, where DDP's hooks sit, as soon as its gradient is ready: ``AccumulateGrad``
-    has the highest priority (sequence number ``UINT64_MAX``, ``torch/csrc/autograd/node.h``).
+    has the highest priority: its constructor sets its sequence number to ``UINT64_MAX``
+    (``torch/csrc/autograd/functions/accumulate_grad.cpp``), and the engine runs higher sequence
+    numbers first (``NOTE [ Sequence Number]`` in ``torch/csrc/autograd/node.h``).
 
     Times are seconds since backward began, from the last of ``steps`` steps (DDP rebuilds its
     buckets after the first step, in the order the gradients actually became ready). ``ready``
@@ -190,9 +193,19 @@ def step_times(
     global_batch: int = 64,
     repeats: int = 12,
     warmup: int = 3,
+    threads: int | None = 1,
 ) -> dict:
-    """Median seconds per DDP training step for each hidden width (a step ends when the slowest rank is done)."""
+    """Median seconds per DDP training step for each hidden width (a step ends when the slowest rank is done).
+
+    ``threads``: torch's intra-op threads per rank while timing on CPU, as ``compare.step_times(...,
+    threads=1)`` gives each DataParallel replica one; ``None`` keeps the rank's own setting.
+    """
     device = rank_device()
+    with timer.threads_per_slot([device], threads):
+        return _step_times(hiddens, depth, global_batch, repeats, warmup, device)
+
+
+def _step_times(hiddens, depth, global_batch, repeats, warmup, device) -> dict:
     medians = {}
     for hidden in hiddens:
         ddp = wrap(make_model(hidden, depth))
@@ -214,10 +227,16 @@ def step_times(
 
 
 def fail(on_rank: int = 1) -> None:
-    """Rank ``on_rank`` raises; the others wait in a barrier it will never reach."""
+    """Rank ``on_rank`` raises; the others wait in a barrier it will never reach.
+
+    The worker catches the exception to report it, so rank ``on_rank``'s process lives on and its
+    connections stay open: without the launcher's cleanup the others would wait here until the
+    process group's timeout. (Had its process exited, gloo would have seen the connection close
+    and failed the barrier at once.)
+    """
     if dist.get_rank() == on_rank:
         raise ValueError(f"rank {on_rank} was told to fail (a bug in one rank's data, say)")
-    dist.barrier()  # without the launcher's cleanup this would wait until the process-group timeout
+    dist.barrier()
 
 
 def hang(on_rank: int = 1, seconds: float = 3600.0) -> None:

@@ -1,6 +1,6 @@
 """The rank side of :mod:`dpteach.distributed.launch`: one process per rank, running tasks by name.
 
-    python -c "from dpteach.distributed.worker import main; main()" FD      # started by Ranks
+    python -c "...; from dpteach.distributed.worker import main; main()" FD      # started by Ranks
 
 Like a torchrun worker, a rank finds ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``
 and ``LOCAL_RANK`` in its environment, and the rendezvous store is the launcher's (torchrun's
@@ -29,10 +29,28 @@ import torch.distributed as dist
 TASKS_MODULE = "dpteach.distributed.tasks"  # where a bare task name is looked up
 
 
+def _is_yours(module) -> bool:
+    """Whether ``module`` is a file in the working directory (a notebook's folder), not an installed package."""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return False
+    path, cwd = os.path.realpath(path), os.path.realpath(os.getcwd())
+    return (
+        os.path.dirname(path) == cwd
+        and "site-packages" not in path
+        and not module.__name__.startswith("dpteach")
+    )
+
+
 def resolve(name: str) -> Callable:
     """The function a task name stands for: ``"gradients"`` in dpteach's tasks, or ``"module:function"``."""
     module, _, attr = name.rpartition(":") if ":" in name else (TASKS_MODULE, ":", name)
+    imported_before = module in sys.modules
     fn = importlib.import_module(module)
+    if imported_before and _is_yours(fn):
+        # a file of the caller's own (my_tasks.py beside the notebook) may have been edited since the
+        # rank first imported it: read it again, so that the edit runs without starting new ranks
+        fn = importlib.reload(fn)
     for part in attr.split("."):
         fn = getattr(fn, part)
     if not callable(fn):
@@ -56,7 +74,9 @@ def join() -> None:
     """Enter the process group described by the environment, as ``init_process_group("env://")`` would."""
     env = os.environ
     rank, world_size, backend = int(env["RANK"]), int(env["WORLD_SIZE"]), env["DPTEACH_BACKEND"]
-    torch.set_num_threads(int(env["OMP_NUM_THREADS"]))  # one share of the cores per rank, as torchrun gives
+    # Ranks gives each rank cpu_count // world_size threads; torchrun, unless OMP_NUM_THREADS is
+    # already set, sets it to 1 whenever it starts more than one process per node (torch/distributed/run.py)
+    torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     if backend == "nccl":
         torch.cuda.set_device(
             int(env["LOCAL_RANK"])
