@@ -57,7 +57,11 @@ def test_two_gpus_and_two_slots_on_one_gpu_are_timed_apart(two_fake_gpus):
     lists = [[0, 1], [0, 0]]
     fns = scaling.steps(model, x, lists)
     assert list(fns) == ["plain", "dpteach 2 (cuda:0-1)", "torch 2 (cuda:0-1)", "dpteach 2 (2 × cuda:0)"]
-    assert two_fake_gpus == [("dpteach", ["cuda:0", "cuda:1"]), ("torch", [0, 1]), ("dpteach", ["cuda:0", "cuda:0"])]
+    assert two_fake_gpus == [
+        ("dpteach", ["cuda:0", "cuda:1"]),
+        ("torch", [0, 1]),
+        ("dpteach", ["cuda:0", "cuda:0"]),
+    ]
     times = {name: Timing([0.001 * (i + 1)]) for i, name in enumerate(fns)}  # each name its own median
     out = scaling.result(times, lists, model, x)
     assert out["dpteach_s"] == [0.002, 0.004] and out["torch_dp_s"] == [0.003, None]

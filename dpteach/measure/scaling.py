@@ -177,9 +177,7 @@ def table(result: dict) -> str:
         result["slots"], result["devices"], result["dpteach_s"], result["torch_dp_s"]
     ):
         torch_ms = "-" if theirs is None else f"{theirs * 1e3:.2f}"
-        lines.append(
-            f"{n:>2}  {compact(slots):<26}{ours * 1e3:>11.2f}{torch_ms:>10}{plain / ours:>9.2f}x"
-        )
+        lines.append(f"{n:>2}  {compact(slots):<26}{ours * 1e3:>11.2f}{torch_ms:>10}{plain / ours:>9.2f}x")
     return "\n".join(lines)
 
 
