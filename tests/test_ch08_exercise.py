@@ -23,14 +23,29 @@ ROOT = Path(__file__).resolve().parents[1]
 CELLS = {c.id: c for c in nbformat.read(ROOT / "notebooks" / "08_real_gpus.ipynb", as_version=4).cells}
 
 
-def test_the_count_shows_two_copies_per_tensor_for_the_meta_slot():
-    scope = {"torch": torch, "dpteach": dpteach, "model": nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))}
+def run_count_cell(model, slot0):
+    """Chapter 08's counting cell, run with ``model`` and slot 0 on ``slot0``; what it printed."""
+    scope = {"torch": torch, "dpteach": dpteach, "model": model, "devices": [torch.device(slot0)]}
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(CELLS["3b5c9e70"].source, "<cell>", "exec"), scope)
-    printed = out.getvalue()  # Linear's 2 parameters, BatchNorm's 2 parameters and 3 buffers
-    assert "7 tensors" in printed
-    assert "clone  onto cpu   14" in printed and "to     onto meta  7" in printed  # slot 1: clone, then .to
+    return out.getvalue()
+
+
+def test_the_count_shows_two_copies_per_tensor_for_the_meta_slot():
+    printed = run_count_cell(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)), "cpu")
+    assert "7 tensors" in printed  # Linear's 2 parameters, BatchNorm's 2 parameters and 3 buffers
+    assert "slot 0 (cpu): 7 clone onto cpu\n" in printed  # slot 0: one clone each
+    assert "slot 1 (meta): 7 clone onto cpu, 7 to onto meta " in printed  # slot 1: clone, then .to
+
+
+def test_the_count_follows_the_model_off_the_cpu():
+    """On a GPU machine the chapter's model is on cuda:0 = devices[0]: the cell must replicate from there,
+    not from a hard-coded "cpu" (which failed replicate's first-slot check on every GPU). A model on
+    "meta" with slot 0 on "meta" stands in for it here."""
+    printed = run_count_cell(nn.Linear(4, 3).to("meta"), "meta")
+    assert "slot 0 (meta): 2 clone onto meta\n" in printed
+    assert "slot 1 (meta): 2 clone onto meta " in printed  # the same device: a clone, no .to
 
 
 def test_the_chapter_holds_task_6():

@@ -9,7 +9,8 @@ Writes ``bench.json``, ``bench.png`` and ``scaling.png`` to ``--out`` (default `
    with the phase breakdown;
 5. with CUDA: dpteach against ``torch.nn.DataParallel`` on the same GPUs;
 6. scaling: the step of 4 on 1 ... N slots (``dpteach.measure.scaling``), plain and, on distinct
-   GPUs, ``torch.nn.DataParallel`` at every n; drawn in ``scaling.png``. A ``bench.json`` from a real
+   GPUs, ``torch.nn.DataParallel`` at every n; drawn in ``scaling.png``. On one GPU the batch is 512
+   rows, as in chapter 08, so that the copies its shared slots add are not buried under the compute. A ``bench.json`` from a real
    GPU machine, copied into ``dpteach/measure/data/``, is what chapter 08 draws beside the learner's own.
 
 Every figure is a median over repeats, timed in turns by ``dpteach.measure.timer`` (one intra-op
@@ -312,7 +313,9 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, page_faults:
         ),
         "against_torch": against_torch(512 if quick else 8192, 64 if quick else 4096, repeats),
     }
-    hidden, batch = (512, 64) if quick else ((8192, 4096) if on_gpu else (2048, 512))
+    # on one GPU, 512 rows as in chapter 08: its slots share the card, and at 4096 rows the compute hides their copies
+    several = torch.cuda.is_available() and torch.cuda.device_count() > 1
+    hidden, batch = (512, 64) if quick else ((8192, 4096 if several else 512) if on_gpu else (2048, 512))
     start = scaling.slot_lists()[0][0]
     results["scaling"] = scaling.scaling(
         mlp(hidden, start), torch.randn(batch, 1024, device=start), repeats=repeats

@@ -5,6 +5,8 @@
   CPU: 1 to ``min(4, cores)`` CPU slots, each timed with one intra-op thread (``timer``'s rule).
 * ``steps(model, x, lists)``: one training step per name (``"plain"``, ``"dpteach 2"``, ``"torch 2"``),
   ``torch.nn.DataParallel`` only where the slots are distinct GPUs, one replica each, as it is used.
+  Two lists of one length are told apart by their slots (``names``): ``"dpteach 2 (cuda:0-1)"`` and
+  ``"dpteach 2 (2 × cuda:0)"``, so neither overwrites the other.
 * ``scaling(...)``: times them in turns (medians) and returns plain data, the ``"scaling"`` entry of
   ``python -m dpteach.measure.bench``'s ``bench.json``.
 * ``load`` / ``shipped``: results measured on real machines, shipped as package data in
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -31,6 +34,8 @@ __all__ = [
     "DATA",
     "Measured",
     "slot_lists",
+    "compact",
+    "names",
     "steps",
     "result",
     "scaling",
@@ -65,6 +70,35 @@ def slot_lists(max_slots: int | None = None) -> list[list[torch.device]]:
     return [make(k) for k in range(1, max(n, 1) + 1)]
 
 
+def _parse(slots: Sequence[DeviceLike]) -> list[torch.device]:
+    """Devices as written, checked against nothing here: a result may come from another machine."""
+    return [torch.device("cuda", d) if isinstance(d, int) else torch.device(d) for d in slots]
+
+
+def compact(slots: Sequence[DeviceLike]) -> str:
+    """A slot list in a few characters: ``"cpu"``, ``"2 × cpu"``, ``"cuda:0-3"``, else the devices listed."""
+    devices = _parse(slots)
+    text = [str(d) for d in devices]
+    if len(set(text)) == 1:
+        return text[0] if len(text) == 1 else f"{len(text)} × {text[0]}"
+    first = devices[0].index or 0
+    if all(d.type == "cuda" for d in devices) and [d.index for d in devices] == list(
+        range(first, first + len(devices))
+    ):
+        return f"cuda:{first}-{first + len(devices) - 1}"
+    return ", ".join(text)
+
+
+def names(lists: Sequence[Sequence[DeviceLike]]) -> list[str]:
+    """The name of each slot list's steps: its length n, with its slots where another list has length n too."""
+    lists = [tuple(_parse(s)) for s in lists]
+    twice = [compact(s) for s, k in Counter(lists).items() if k > 1]
+    if twice:
+        raise ValueError(f"slot list given more than once: {', '.join(twice)}")
+    lengths = Counter(len(s) for s in lists)
+    return [str(len(s)) if lengths[len(s)] == 1 else f"{len(s)} ({compact(s)})" for s in lists]
+
+
 def _distinct_gpus(slots: Sequence[torch.device]) -> bool:
     return all(d.type == "cuda" for d in slots) and len({d.index for d in slots}) == len(slots)
 
@@ -86,10 +120,10 @@ def steps(
         return run
 
     fns = {"plain": step(model)}
-    for slots in map(as_devices, lists):
-        fns[f"dpteach {len(slots)}"] = step(DataParallel(model, slots))
+    for name, slots in zip(names(lists), map(as_devices, lists)):
+        fns[f"dpteach {name}"] = step(DataParallel(model, slots))
         if _distinct_gpus(slots):
-            fns[f"torch {len(slots)}"] = step(nn.DataParallel(model, device_ids=[d.index for d in slots]))
+            fns[f"torch {name}"] = step(nn.DataParallel(model, device_ids=[d.index for d in slots]))
     return fns
 
 
@@ -102,6 +136,7 @@ def result(
     times: dict[str, Timing], lists: Sequence[Sequence[DeviceLike]], model: nn.Module, x: torch.Tensor
 ) -> dict:
     """The medians of ``times`` as plain data (what ``bench.json`` records under ``"scaling"``)."""
+    keys = names(lists)
     lists = [as_devices(s) for s in lists]
     ns = [len(s) for s in lists]
     return {
@@ -112,8 +147,8 @@ def result(
         "devices": [[str(d) for d in s] for s in lists],
         "repeats": len(times["plain"].samples),
         "plain_s": times["plain"].median,
-        "dpteach_s": [times[f"dpteach {n}"].median for n in ns],
-        "torch_dp_s": [times[f"torch {n}"].median if f"torch {n}" in times else None for n in ns],
+        "dpteach_s": [times[f"dpteach {k}"].median for k in keys],
+        "torch_dp_s": [times[f"torch {k}"].median if f"torch {k}" in times else None for k in keys],
     }
 
 
@@ -126,13 +161,13 @@ def scaling(
 ) -> dict:
     """Time one step on every slot list, plain and torch's included, in turns; medians as plain data."""
     lists = slot_lists() if lists is None else lists
-    widest = max((as_devices(s) for s in lists), key=len)
-    times = time_in_turns(steps(model, x, lists), widest, repeats, threads=threads)
+    every = list(dict.fromkeys(d for s in lists for d in as_devices(s)))  # each device once, to sync
+    times = time_in_turns(steps(model, x, lists), every, repeats, threads=threads)
     return result(times, lists, model, x)
 
 
 def table(result: dict) -> str:
-    """The medians of a run as a table: n, slots, dpteach's and torch's ms, speed-up over the plain step."""
+    """The medians of a run as a table: n, slots (``compact``), dpteach's and torch's ms, speed-up over the plain step."""
     plain = result["plain_s"]
     lines = [
         f"{'n':>2}  {'slots':<26}{'dpteach ms':>11}{'torch ms':>10}{'speed-up':>10}",
@@ -142,9 +177,7 @@ def table(result: dict) -> str:
         result["slots"], result["devices"], result["dpteach_s"], result["torch_dp_s"]
     ):
         torch_ms = "-" if theirs is None else f"{theirs * 1e3:.2f}"
-        lines.append(
-            f"{n:>2}  {', '.join(slots)[:25]:<26}{ours * 1e3:>11.2f}{torch_ms:>10}{plain / ours:>9.2f}x"
-        )
+        lines.append(f"{n:>2}  {compact(slots):<26}{ours * 1e3:>11.2f}{torch_ms:>10}{plain / ours:>9.2f}x")
     return "\n".join(lines)
 
 
