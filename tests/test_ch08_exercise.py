@@ -64,8 +64,12 @@ def test_the_chapter_holds_task_6():
         ),  # before #20995
         (lambda t, d: t.detach().to(d), "from cpu to cpu: no copy was made"),  # .to onto its own device
         (lambda t, d: t.detach().clone(), "from cpu to meta: the copy is on cpu"),
+        (  # the fix, comparing a device with a string: torch.device("cpu") != "cpu"
+            lambda t, d: t.detach().to(d) if t.device != d else t.detach().clone(),
+            "from cpu to cpu (given as the string 'cpu'): no copy was made",
+        ),
     ],
-    ids=["clone-then-to", "to-alone", "clone-alone"],
+    ids=["clone-then-to", "to-alone", "clone-alone", "device-against-string"],
 )
 def test_each_wrong_answer_gets_its_sentence(answer, phrase):
     result = exercises.check_copy_once(answer)

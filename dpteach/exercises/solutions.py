@@ -149,7 +149,7 @@ def keep_bn_statistics(network, devices, detach=False):
 # Task 6 ------------------------------------------------------------------------------------------
 def copy_once(tensor, device):
     """A replica's copy of `tensor` on `device` with one copy, as PR #20995 made Cloneable::clone do."""
-    tensor = tensor.detach()
+    tensor, device = tensor.detach(), torch.device(device)  # a slot may be named by a string: "cpu"
     # FIX (#20995): `.to` alone copies onto another device; only on the tensor's own device, clone
     return tensor.to(device) if tensor.device != device else tensor.clone()
 

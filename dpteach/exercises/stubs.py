@@ -155,6 +155,7 @@ def copy_once(tensor, device):
 
     Before #20995 every tensor was copied with `clone()` and then `.to(device)`: for a slot on another
     device, two copies where one does. On the tensor's own device the copy still needs memory of its own.
+    `device` is a `torch.device` or a string such as `"cpu"`.
     """
     # BEFORE (#20995), the line dpteach/replicate/clone.py runs (clone_tensor): a clone, then a second copy
     # return tensor.detach().clone().to(device)

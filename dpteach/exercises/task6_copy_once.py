@@ -46,6 +46,8 @@ HINTS = {
     "twice": "`.to(device)` already copies when `device` is another device: do not `clone()` first.",
     "shared": "on the tensor's own device `.to(device)` hands back the tensor itself (no copy): `clone()` there.",
     "device": "the copy must end up on `device`, whatever device the tensor starts on.",
+    "string": '`device` may be a string such as `"cpu"`: `tensor.device != "cpu"` is True even on the CPU, '
+    "so turn it into a `torch.device(device)` before comparing.",
     "values": "a copy keeps the tensor's shape, dtype and values.",
     "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
 }
@@ -77,12 +79,15 @@ def places(devices=None) -> list[tuple[torch.device, torch.device]]:
     return [(torch.device(a), torch.device(b)) for a, b in pairs]
 
 
-def _one(findings: Findings, copy_once, src: torch.device, dst: torch.device) -> None:
-    findings.context = f"Copying a tensor from {src} to {dst}"
+def _one(findings: Findings, copy_once, src: torch.device, dst: torch.device, given=None) -> None:
+    """One call ``copy_once(tensor on src, given)``; ``given`` is ``dst`` as a device or as its string."""
+    given = dst if given is None else given
+    named = f" (given as the string {given!r})" if isinstance(given, str) else ""
+    findings.context = f"Copying a tensor from {src} to {dst}{named}"
     source = torch.arange(12.0).reshape(3, 4).to(src)
     with CountCopies() as counter:
-        out = copy_once(source, dst)
-    where = f"from {src} to {dst}"
+        out = copy_once(source, given)
+    where = f"from {src} to {dst}{named}"
     if not isinstance(out, torch.Tensor):
         findings.problem("values", f"{where}: `copy_once` returned {type(out).__name__}, not a tensor")
     elif out.device != dst:
@@ -93,7 +98,8 @@ def _one(findings: Findings, copy_once, src: torch.device, dst: torch.device) ->
         )
     elif not counter.copies or (dst.type != "meta" and out.data_ptr() == source.data_ptr()):
         findings.problem(
-            "shared", f"{where}: no copy was made, so the replica would share the original's memory"
+            "string" if isinstance(given, str) else "shared",
+            f"{where}: no copy was made, so the replica would share the original's memory",
         )
     elif out.shape != source.shape or out.dtype != source.dtype:
         findings.problem(
@@ -118,6 +124,7 @@ def check_copy_once(copy_once=None, *, devices=None) -> Result:
             raise Stop
         for src, dst in places(devices):
             _one(findings, copy_once, src, dst)
+            _one(findings, copy_once, src, dst, given=str(dst))  # "cpu" as a slot list names it
         findings.held += [
             "one copy per tensor onto another device (`meta` standing in for a second GPU), as after PR #20995",
             "one copy on the tensor's own device too, with memory of its own, same shape, dtype and values",
