@@ -190,6 +190,17 @@ def test_clone_to_without_copy_shares_memory():
     assert_fails_with(result, "replica 1's `0.weight` shares memory with the original", "copy=True")
 
 
+def test_clone_that_ignores_the_device_fails_on_a_meta_slot():
+    # every CPU slot hides this: param.clone() keeps the edge and owns its memory, on param's device
+    result = exercises.check_clone_bug(clone_replicate_with(lambda p, d: p.clone()))
+    assert_fails_with(
+        result,
+        "Replicating the MLP onto the slots [cpu, meta]",
+        "replica 1's `0.weight` is on cpu, but slot 1 is meta",
+        "made on `device`",
+    )
+
+
 def test_clone_under_no_grad():
     def copy_without_grad(p, d):
         with torch.no_grad():
