@@ -3,7 +3,8 @@
 * ``story``: the running example (model, data, training loop, one step under a strategy);
 * ``demos``: chapter 04's C++-style modules and failed attempts, chapter 05's call counters;
 * ``env``: the environment check of chapter 00 (``dpteach.course.env.check()``);
-* ``claims``: sentences about speed computed from what a chapter just measured.
+* ``claims``: sentences about speed computed from what a chapter just measured;
+* ``plots``: small matplotlib helpers (chapter 05's lines that coincide).
 
 Import the module you need (``from dpteach.course import story``); this file imports a module only
 when it is asked for by attribute (``dpteach.course.story``).
@@ -11,7 +12,7 @@ when it is asked for by attribute (``dpteach.course.story``).
 
 from .._lazy import submodules
 
-_MODULES = ("story", "demos", "env", "claims")
+_MODULES = ("story", "demos", "env", "claims", "plots")
 
 
 __getattr__ = submodules(__name__, _MODULES)

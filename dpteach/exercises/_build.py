@@ -80,8 +80,10 @@ SUMMARY = """\
 
 * Task 1: a replica's parameter learns nothing unless autograd made it *from* the original (issue #19540).
 * Task 2: PR #20910 gave every copy an edge into one `ReduceAdd` node per parameter, summing onto the
-  original's device. Its C++ body was made of recorded operations, but an explicit check refused
-  gradients that require grad, so double backward stopped there (issue #21144 kept it open).
+  original's device. The engine records the operations a backward runs only under
+  `backward(create_graph=True)`; then the gradients reaching `ReduceAdd` can require grad, and its
+  `TORCH_CHECK(!compute_requires_grad(inputs), ...)` throws, so double backward stopped there (issue
+  #21144 kept it open).
 * Task 3: `Broadcast` and `ReduceAddCoalesced` are each other's backward: the `comm` calls they wrap
   leave autograd, so each backward calls the other's `apply` to be recorded, and Python's DataParallel
   supports double backward.

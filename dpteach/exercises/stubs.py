@@ -71,10 +71,8 @@ class MyReduceAdd(Function):
 class MyBroadcast(Function):
     """Copy tensors from one device to every slot; its backward is ReduceAddCoalesced.
 
-    ``MyBroadcast.apply(devices, *inputs)`` returns ``len(devices) * len(inputs)`` tensors,
-    device-major: slot 0's copies of every input, then slot 1's, ... (``comm.broadcast_coalesced``
-    gives them per slot; slot 0's are the inputs themselves). Backward must call
-    ``MyReduceAddCoalesced.apply``, not a raw ``comm`` function, so that it is itself differentiable.
+    ``MyBroadcast.apply(devices, *inputs)`` returns ``len(devices) * len(inputs)`` tensors: a copy
+    of every input on every slot.
     """
 
     @staticmethod
@@ -93,10 +91,8 @@ class MyBroadcast(Function):
 class MyReduceAddCoalesced(Function):
     """Sum ``num_inputs`` tensors from each slot onto ``destination``; its backward is Broadcast.
 
-    ``MyReduceAddCoalesced.apply(destination, num_inputs, *grads)`` gets the tensors device-major
-    (slot 0's ``num_inputs`` tensors, then slot 1's, ...) and returns ``num_inputs`` sums
-    (``comm.reduce_add_coalesced`` takes them as one list per slot). Backward must call
-    ``MyBroadcast.apply`` back to the slots the inputs came from.
+    ``MyReduceAddCoalesced.apply(destination, num_inputs, *grads)`` gets ``num_inputs`` tensors from
+    each slot, in the order ``MyBroadcast`` returns its copies, and returns the ``num_inputs`` sums.
     """
 
     @staticmethod

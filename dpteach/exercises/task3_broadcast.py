@@ -49,8 +49,9 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
 )
 
 HINTS = {
-    "layout": "`comm.broadcast_coalesced(inputs, devices)` gives one list per slot; flatten it slot by slot: "
-    "`tuple(t for slot in per_slot for t in slot)`.",
+    "layout": "Broadcast's outputs go slot by slot (device-major): slot 0's copies of every input, then slot 1's, "
+    "... `comm.broadcast_coalesced(inputs, devices)` gives one list per slot (slot 0's are the inputs themselves); "
+    "flatten it slot by slot: `tuple(t for slot in per_slot for t in slot)`.",
     "sum": "`ReduceAddCoalesced.forward` gets the tensors slot by slot; `comm.reduce_add_coalesced` wants one list "
     "per slot: `[grads[i:i + num_inputs] for i in range(0, len(grads), num_inputs)]`.",
     "broadcast_sum": "Broadcast.backward hands `MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` "

@@ -133,8 +133,11 @@ def bar_chart(
     ``line``: ``(value, label)`` for a dotted reference line across the chart.
     """
     totals = [sum(s[1][i] for s in stacks) for i in range(len(categories))]
-    ticks = nice_ticks(max([*totals, line[0] if line else 0]) * 1.45)  # headroom for the notes and the legend
     w, h = width - LEFT - RIGHT, height - TOP - BOTTOM
+    top = max([*totals, line[0] if line else 0])
+    rows = (len(stacks) > 1) * sum(any(v > 0 for v in s[1]) for s in stacks) + bool(line)  # legend rows
+    below = h - (13 * rows + 6) - (16 if notes else 2)  # room under the legend and the notes' line of text
+    ticks = nice_ticks(max(top * 1.45, top * h / max(below, 0.3 * h)))  # the tallest bar clears the legend
     slot = w / max(1, len(categories))
     scale = h / ticks[-1]
     out = _frame(width, height, title, "", ylabel, ticks)

@@ -1,0 +1,31 @@
+"""Small matplotlib helpers the chapters draw with, so a figure cell shows what it plots, not how.
+
+* ``lines``: one line per series; series equal point for point are drawn once, under one label that
+  names them all (chapter 05: ``"rewire"`` and ``"clone"`` both stay at 0).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+__all__ = ["lines"]
+
+
+def lines(ax, series: Mapping[str, Sequence[float]], styles: Mapping[str, str], **plot_kwargs) -> None:
+    """Plot each series on ``ax`` with ``styles[name]`` as its line style (``"none"``: dots only).
+
+    Series drawn as lines with equal values are drawn once, labelled ``"a, b (same line)"``, or ``"a, b
+    (same line at 0)"`` when every value is 0, so that no line hides under another without the legend
+    saying so. A dots-only series is always drawn: its dots lying on a line show the equality.
+    """
+    groups: dict[tuple, list[str]] = {}
+    for name, values in series.items():  # a dots-only series is never merged: dots on a line show it
+        key = (tuple(values), styles[name] == "none" and name)
+        groups.setdefault(key, []).append(name)
+    for (values, _), names in groups.items():
+        label = names[0]
+        if len(names) > 1:
+            label = ", ".join(names) + (" (same line at 0)" if not any(values) else " (same line)")
+        style = styles[names[0]]
+        marker = "o" if style == "none" else None
+        ax.plot(list(values), ls=style, marker=marker, label=label, **plot_kwargs)
