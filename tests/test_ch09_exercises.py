@@ -8,12 +8,17 @@ read it again after an edit.
 
 from __future__ import annotations
 
+import inspect
+import re
 import textwrap
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
-from dpteach.distributed import Ranks, single_device_gradients
+from dpteach.distributed import Ranks, single_device_gradients, tasks
+from dpteach.distributed.model import shard_bounds
 
 pytestmark = pytest.mark.slow  # two fresh interpreters importing torch
 
@@ -49,6 +54,53 @@ def in_a_notebook_folder(tmp_path_factory):
         mp.syspath_prepend(str(folder))  # a kernel imports from its folder too
         with Ranks(2, "gloo", timeout=90) as ranks:
             yield folder, ranks.wait_ready()
+
+
+CHAPTER = Path(__file__).resolve().parents[1] / "notebooks" / "09_beyond_one_process.ipynb"
+
+
+def exercise_text(number: int) -> str:
+    """The chapter's exercise ``number``, as the learner reads it."""
+    nb = nbformat.read(CHAPTER, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
+    found = re.search(rf"^{number}\. (.*?)(?=^\d+\. |\Z)", cell.source, re.S | re.M)
+    assert found, f"no exercise {number} in chapter 09"
+    return " ".join(found[1].split())
+
+
+def test_exercise_1_as_the_chapter_words_it_runs_on_any_world_size(in_a_notebook_folder, tmp_path):
+    """Copy ``tasks.gradients`` with the imports the text names, change the loss, run the call it gives.
+
+    The copy carries the task's annotations (``Sequence[int]``): an import the text forgets is a
+    NameError on the ranks. The call must also hold for world sizes above 2 (the chapter's ranks
+    are one per GPU when there are GPUs)."""
+    folder, ranks = in_a_notebook_folder
+    text = exercise_text(1)
+    imports = [s for s in re.findall(r"`([^`]+)`", text) if s.startswith(("import ", "from "))]
+    source = inspect.getsource(tasks.gradients)
+    mean = "loss = loss_fn(ddp(x), y)"
+    assert mean in source, "tasks.gradients changed: update the exercise's loss line"
+    fixed = "loss = ((ddp(x) - y) ** 2).sum() / (global_batch / dist.get_world_size())"
+    (folder / "my_tasks_ex1.py").write_text("\n".join(imports) + "\n\n\n" + source.replace(mean, fixed))
+    shards_code = re.search(r"`(shards = [^`]+)`", text)[1]
+    call = re.search(r'`(ranks\.run\("my_tasks:gradients"[^`]+)`', text)[1].replace(
+        "my_tasks:", "my_tasks_ex1:"
+    )
+    reference_call = re.search(r"`(single_device_gradients\([^`]+)`", text)[1]
+    for world_size in (2, 3, 4):  # the shards the text gives must split every world size
+        scope = {"world_size": world_size}
+        exec(shards_code, scope)
+        shard_bounds(sum(scope["shards"]), world_size, scope["shards"])  # raises on a bad split
+    scope = {
+        "world_size": ranks.world_size,
+        "ranks": ranks,
+        "single_device_gradients": single_device_gradients,
+    }
+    exec(shards_code, scope)
+    mine = eval(call, scope)  # a NameError on a rank comes back as RankFailed
+    reference = eval(reference_call, scope)
+    for name, g in reference.items():
+        torch.testing.assert_close(mine[0]["grads"][name], g)  # the fixed loss: one device's gradient
 
 
 def test_exercise_1_the_sum_over_b_over_n_matches_one_device_with_uneven_shards(in_a_notebook_folder):

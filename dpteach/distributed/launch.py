@@ -40,8 +40,11 @@ __all__ = ["Ranks", "run", "RankFailed", "RankTimeout", "default_backend", "task
 ADDR = "127.0.0.1"  # loopback: every rank is on this machine
 # DDP's constructor imports torch._dynamo, seconds on a small CPU: each rank imports it while starting
 PRELOAD = ("torch._dynamo",)
-# What each rank's interpreter runs. It ignores Ctrl-C (SIGINT), which a terminal or Jupyter's
-# "interrupt" sends to the whole process group: the launcher catches it and stops the ranks itself.
+# What each rank's interpreter runs. Each rank starts in a session of its own, so the SIGINT that
+# a terminal's Ctrl-C, Jupyter's "interrupt" or a kernel's shutdown sends to the launcher's process
+# group never reaches it, not even while it is still importing (a SIGINT there is a "Fatal Python
+# error"); the launcher catches Ctrl-C and stops the ranks itself. The rank also ignores SIGINT,
+# in case it is started some other way. It exits by itself when the launcher dies (worker.py).
 ENTRY = (
     "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     "from dpteach.distributed.worker import main; main()"
@@ -170,6 +173,7 @@ def _environment(
         DPTEACH_BACKEND=backend,
         DPTEACH_TIMEOUT=str(timeout),
         DPTEACH_PRELOAD=",".join(preload),
+        DPTEACH_LAUNCHER_PID=str(os.getpid()),  # the rank exits when this process is gone
     )
     return env
 
@@ -214,6 +218,7 @@ class Ranks:
                         ),
                         pass_fds=[theirs.fileno()],
                         stdin=subprocess.DEVNULL,
+                        start_new_session=True,  # out of reach of signals sent to our process group
                     )
                 )
                 theirs.close()  # only the rank holds its end now, so its death reads as EOF here

@@ -142,7 +142,9 @@ def buckets(
     Times are seconds since backward began, from the last of ``steps`` steps (DDP rebuilds its
     buckets after the first step, in the order the gradients actually became ready). ``ready``
     says when each parameter's gradient was accumulated. On GPUs these are the times the CPU
-    *launched* the work, which runs later on the GPU's streams.
+    *launched* the work, which runs later on the GPU's streams. Buckets are launched in order but
+    may come back out of order: gloo runs each process group's collectives on a pool of worker
+    threads (``ProcessGroupGloo::Options::threads``, 2 by default), each taking the next queued one.
     """
     ddp = wrap(make_model(hidden, depth), bucket_cap_mb=bucket_cap_mb)
     names = {id(p): name for name, p in ddp.module.named_parameters()}
@@ -158,6 +160,7 @@ def buckets(
     for _ in range(steps):
         log.clear()
         loss = loss_fn(ddp(x), y)
+        dist.barrier()  # start backward together, as step_times does: a peer's head start is not waiting
         t0[0] = time.perf_counter()
         loss.backward()  # returns once every bucket's all-reduce has come back
         backward = time.perf_counter() - t0[0]

@@ -74,8 +74,9 @@ def join() -> None:
     """Enter the process group described by the environment, as ``init_process_group("env://")`` would."""
     env = os.environ
     rank, world_size, backend = int(env["RANK"]), int(env["WORLD_SIZE"]), env["DPTEACH_BACKEND"]
-    # Ranks gives each rank cpu_count // world_size threads; torchrun, unless OMP_NUM_THREADS is
-    # already set, sets it to 1 whenever it starts more than one process per node (torch/distributed/run.py)
+    # Ranks always sets OMP_NUM_THREADS, to cpu_count // world_size unless told threads=, replacing any
+    # value the caller had set; torchrun keeps a user's OMP_NUM_THREADS, and only when there is none
+    # sets it to 1 whenever it starts more than one process per node (torch/distributed/run.py)
     torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     if backend == "nccl":
         torch.cuda.set_device(
@@ -92,7 +93,10 @@ def join() -> None:
 
 
 def _orphan_watch(parent: int) -> None:
-    """Exit if the launcher dies without stopping us (a killed kernel): no rank outlives its launcher."""
+    """Exit if the launcher dies without stopping us (a killed kernel): no rank outlives its launcher.
+
+    ``parent`` is the launcher's pid, from the environment: had the launcher died while this rank
+    was still importing, ``os.getppid()`` would already name whoever adopted the orphan."""
     while os.getppid() == parent:
         time.sleep(0.5)
     os._exit(1)
@@ -106,7 +110,8 @@ def _failure(output: io.StringIO) -> tuple:
 
 def serve(conn) -> None:
     """Join the group, say ready, run each task sent until told to stop."""
-    threading.Thread(target=_orphan_watch, args=(os.getppid(),), daemon=True).start()
+    launcher = int(os.environ.get("DPTEACH_LAUNCHER_PID", os.getppid()))
+    threading.Thread(target=_orphan_watch, args=(launcher,), daemon=True).start()
     try:
         for module in filter(None, os.environ.get("DPTEACH_PRELOAD", "").split(",")):
             importlib.import_module(module)  # e.g. torch._dynamo, which DDP's constructor imports: pay it now
