@@ -16,8 +16,6 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-import dpteach
-
 from ..measure import timer
 from .model import loss_fn, make_model, sgd_step
 from .train import local_shard, rank_device, wrap
@@ -172,18 +170,17 @@ def buckets(
 
 
 def traffic(hidden: int = 16, depth: int = 1, global_batch: int = 64, steps: int = 3) -> dict:
-    """What DDP moves per step, as its own comm hook sees it: all-reduce calls and bytes (and dpteach copies: none)."""
+    """What DDP moves per step, as its own comm hook sees it: all-reduce calls and bytes, and whether the
+    parameters' storage is the same after ``steps`` steps (DDP keeps one replica for the whole run)."""
     ddp = wrap(make_model(hidden, depth))
     storage = [p.data_ptr() for p in ddp.parameters()]
     reduced: list = []
     ddp.register_comm_hook(dist.group.WORLD, _timed_allreduce(reduced, [time.perf_counter()]))
-    with dpteach.comm.traffic() as seen:  # the same meter chapter 06 puts on DataParallel
-        for step in range(steps):
-            x, y = local_shard(global_batch, seed=step)
-            loss_fn(ddp(x), y).backward()
-            sgd_step(ddp, lr=0.1)  # the same update on every rank: the gradients are the same
+    for step in range(steps):
+        x, y = local_shard(global_batch, seed=step)
+        loss_fn(ddp(x), y).backward()
+        sgd_step(ddp, lr=0.1)  # the same update on every rank: the gradients are the same
     return dict(
-        dpteach_copies=len(seen.copies),
         allreduce_bytes_per_step=sum(e["bytes"] for e in reduced) // steps,
         allreduce_calls_per_step=len(reduced) // steps,  # buckets DDP's comm hook handed to all-reduce
         same_parameters=storage == [p.data_ptr() for p in ddp.parameters()],
