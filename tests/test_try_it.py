@@ -35,7 +35,7 @@ def test_an_untouched_stub_says_which_task_in_two_lines(key):
     shown = [ANSI.sub("", line) for line in caught.value._render_traceback_()]
     assert len(shown) == 2
     assert shown[0].startswith(f"NotImplementedError: Task {task.number} ({task.title})")
-    assert "replace the `raise NotImplementedError(...)`" in shown[1]
+    assert "replace the `raise NotImplementedError(...)` in this cell" in shown[1]
     assert caught.value.__suppress_context__  # no "During handling of ..." chain under it
 
 
@@ -83,3 +83,19 @@ def test_stub_cells_show_two_lines_not_a_traceback(name):
         assert len(errors) == 1, cell.source[:80]
         assert len(errors[0].traceback) == 2, ANSI.sub("", "\n".join(errors[0].traceback))[:500]
         assert "Not written yet" in errors[0].traceback[1]
+
+
+def test_every_stub_cell_calls_try_it_itself():
+    """The message says "in this cell": every chapter's ``try_it`` line sits in the cell of its stub's raise."""
+    import nbformat
+
+    cells = [
+        (nb.name, c.source)
+        for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))
+        for c in nbformat.read(nb, as_version=4).cells
+        if c.cell_type == "code" and "exercises.try_it(" in c.source
+    ]
+    assert len(cells) >= len(STUBS)
+    for name, source in cells:
+        assert "raise NotImplementedError(" in source, f"{name}: a try_it cell without its stub's raise"
+        assert source.rstrip().splitlines()[-1].startswith("exercises.try_it("), name

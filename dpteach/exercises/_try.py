@@ -37,7 +37,7 @@ class NotWrittenYet(NotImplementedError):
     def _render_traceback_(self) -> list[str]:
         return [
             f"\x1b[31mNotImplementedError\x1b[39m: {self}",
-            "Not written yet: replace the `raise NotImplementedError(...)` in the cell above with your code, "
+            "Not written yet: replace the `raise NotImplementedError(...)` in this cell with your code, "
             "run the cell again, then run the check below it.",
         ]
 

@@ -127,8 +127,9 @@ def steps(
     return fns
 
 
-def _kind(slots: Sequence[torch.device]) -> str:
-    gpus = {d.index for d in slots if d.type == "cuda"}
+def _kind(lists: Sequence[Sequence[torch.device]]) -> str:
+    """``"cpu"``, ``"one gpu"`` or ``"gpus"``: the GPUs of every list together, so ``[[0, 1], [0, 0]]`` is ``"gpus"``."""
+    gpus = {d.index for slots in lists for d in slots if d.type == "cuda"}
     return "cpu" if not gpus else ("gpus" if len(gpus) > 1 else "one gpu")
 
 
@@ -140,7 +141,7 @@ def result(
     lists = [as_devices(s) for s in lists]
     ns = [len(s) for s in lists]
     return {
-        "kind": _kind(lists[-1]),
+        "kind": _kind(lists),
         "params": sum(p.numel() for p in model.parameters()),
         "batch": x.shape[0],
         "slots": ns,
@@ -229,9 +230,15 @@ def shipped(folder: str | Path = DATA) -> list[Measured]:
     return [load(p) for p in sorted(Path(folder).glob("*.json"))]
 
 
-def draw(mine: dict, others: Sequence[Measured] = (), title: str = ""):
+def draw(mine: dict, others: Sequence[Measured] = (), title: str = "", forward_s: float | None = None):
     """Two panels: ms per step against n (this machine), and speed-up over the plain step against n
-    (this machine, and every shipped result beside it, labelled with where it was measured)."""
+    (this machine, and every shipped result beside it, labelled with where it was measured).
+
+    The ideal "n times faster" line is drawn only where a result ran on n separate GPUs; slots that
+    share one device have no such ideal. On CPU slots, given ``forward_s`` (the plain step's forward
+    alone), the ceiling drawn instead is the best speed-up with only the forward split n ways:
+    ``plain / (plain - forward + forward / n)``, as chapter 08 prints it.
+    """
     import matplotlib.pyplot as plt
 
     from ..course.claims import MARGIN  # the band where two medians read "about the same"
@@ -269,7 +276,25 @@ def draw(mine: dict, others: Sequence[Measured] = (), title: str = ""):
     right.axhspan(1 / MARGIN, MARGIN, color="#eeeeee", label="about the same (within the noise margin)")
     right.axhline(1.0, color="#777777", ls="--", lw=1, label="as fast as the plain step")
     speedups = [y for line in right.lines for y in line.get_ydata()]
-    right.plot([1, top], [1, top], color="#bbbbbb", lw=1, label="n times faster (ideal)")
+    separate = [max(r["slots"]) for r in (mine, *(o.scaling for o in others)) if r.get("kind") == "gpus"]
+    if separate:  # only n separate devices can be n times faster
+        right.plot(
+            [1, max(separate)],
+            [1, max(separate)],
+            color="#bbbbbb",
+            lw=1,
+            label="n times faster (n separate GPUs)",
+        )
+    if mine["kind"] == "cpu" and forward_s is not None:  # CPU slots split only the forward
+        plain = mine["plain_s"]
+        right.plot(
+            ns,
+            [plain / (plain - forward_s + forward_s / n) for n in ns],
+            color="#999999",
+            ls=":",
+            lw=1.5,
+            label="best with only the forward split n ways",
+        )
     left.set_ylim(bottom=0)
     right.set_ylim(0, max(2.0, *speedups) * 1.15)
     for ax, ylabel, last in (
