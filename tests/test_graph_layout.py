@@ -55,8 +55,15 @@ def test_replicas_alike_and_originals_in_module_order(strategy, compact):
     pos = positions(g.draw(compact=compact).dot)
     layouts = [rows(pos, f"replica{s}.") for s in range(len(DEVICES))]
     assert layouts[0] and all(layout == layouts[0] for layout in layouts), layouts
+    order = [name for name, _ in model.named_parameters()]
     originals = sorted((n for n in pos if n.startswith("original.")), key=lambda n: pos[n][0])
-    assert [n.removeprefix("original.") for n in originals] == [name for name, _ in model.named_parameters()]
+    assert [n.removeprefix("original.") for n in originals] == order
+    for slot in range(len(DEVICES) if not compact else 0):  # compact thumbnails keep their rows by depth
+        # each replica's copies left to right in module order too, on one row, so each copy's line to
+        # its original runs beside the others' instead of across them (2.bias used to stand leftmost)
+        copies = [f"replica{slot}.{name}" for name in order]
+        assert sorted(copies, key=lambda n: pos[n][0]) == copies, [(n, pos[n]) for n in copies]
+        assert len({round(pos[n][1], 2) for n in copies}) == 1, [(n, pos[n]) for n in copies]
 
 
 def test_strategy_comparison_is_one_row_of_equal_columns():
