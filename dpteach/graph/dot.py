@@ -99,7 +99,10 @@ def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = Fal
         lines = [n.param.name]  # its box's title says which replica and which device
     shape = _shape_text(n.shape)
     if n.kind in ("output", "original", "replica", "input", "leaf", "tensor") and shape:
-        lines[0] += f"  ({shape})"
+        if n.kind == "replica" and n.param is not None and len(lines[0]) + len(shape) > 12:
+            lines.append(f"({shape})")  # as narrow as ".grad stops here": the copies share one row
+        else:
+            lines[0] += f"  ({shape})"
     attrs = {"fillcolor": FILL.get(kind, "#ffffff"), "style": "filled"}
     if n.kind in ("op", "join", "more"):
         attrs["style"] = "rounded,filled"
@@ -387,11 +390,12 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             "nodesep": "0.12" if compact else "0.25",
             "ranksep": "0.25" if compact else "0.35",
             "ordering": "out",
-            # every row of a replica's box is tied left to right (_pin_replica_order), so dot's crossing
-            # minimisation cannot mirror one replica against another; a big drawing, whose rows are not
-            # tied, gets no second pass and a short first one: dot keeps the order the statements give
-            # (the same in every replica), so before, after and diff pictures line up
-            "remincross": "false" if big or compact else "true",
+            # no second crossing-minimisation pass: it moved nodes against the invisible left-to-right
+            # edges that tie each row (a hand-rewired 0.weight put 2.bias first), and mirrored replica
+            # 1 to save a crossing. The first pass runs in full on a picture of one size (the rows of
+            # each replica are tied, so it cannot reorder them; it straightens the edges between); big
+            # and compact drawings keep it short, and dot keeps the order the statements give
+            "remincross": "false",
             "mclimit": "0.01" if big or compact else "1",
             **fast,
         },
