@@ -64,6 +64,9 @@ def test_replicas_alike_and_originals_in_module_order(strategy, compact):
         copies = [f"replica{slot}.{name}" for name in order]
         assert sorted(copies, key=lambda n: pos[n][0]) == copies, [(n, pos[n]) for n in copies]
         assert len({round(pos[n][1], 2) for n in copies}) == 1, [(n, pos[n]) for n in copies]
+    joins = [f"ReduceAddBackward[{name}]" for name in order]
+    if strategy == "rewire":  # one ReduceAdd above each original, in the same order (2.bias's stood first)
+        assert sorted(joins, key=lambda n: pos[n][0]) == joins, [(n, pos[n]) for n in joins]
 
 
 def test_strategy_comparison_is_one_row_of_equal_columns():

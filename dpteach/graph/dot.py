@@ -247,12 +247,15 @@ def _pin_module_order(c, members: list[Node], view: View, put: _Statements) -> N
         return (_module_index(n, view, kinds), _param_key(n)[1])
 
     originals = sorted((n for n in members if n.kind == "original"), key=key)
-    if len(originals) < 2:
-        return
-    c.body.append("\t{rank=same;")
-    c.body.append(" ".join(put.quote(n.id) for n in originals) + "}\n")
-    for a, b in zip(originals, originals[1:]):
-        put.edge(c, a.id, b.id, {"style": "invis"})
+    # the ReduceAdd nodes too, one above each original: left to dot, 2.bias's stood first
+    joins = sorted((n for n in members if n.kind == "join" and n.id not in view.recorded), key=key)
+    for row in (originals, joins):
+        if len(row) < 2:
+            continue
+        c.body.append("\t{rank=same;")
+        c.body.append(" ".join(put.quote(n.id) for n in row) + "}\n")
+        for a, b in zip(row, row[1:]):
+            put.edge(c, a.id, b.id, {"style": "invis"})
 
 
 def _param_key(n: Node) -> tuple:
