@@ -71,7 +71,7 @@ def test_a_graph_against_itself_is_empty(comparison):
 def test_diff_drawing_marks_what_changed(comparison):
     dot = comparison.diff("clone", "rewire").dot
     # added edges are drawn thick green, and the former dead ends get their purple border
-    assert "penwidth=3" in dot and "#2e7d32" in dot and "no longer a dead end" in dot
+    assert "penwidth=3" in dot and "#2e7d32" in dot and "no longer\na dead end" in dot
     # and the picture's legend explains both
     assert "edge added" in dot and "was a dead end, is not any more" in dot
 

@@ -55,8 +55,18 @@ def test_replicas_alike_and_originals_in_module_order(strategy, compact):
     pos = positions(g.draw(compact=compact).dot)
     layouts = [rows(pos, f"replica{s}.") for s in range(len(DEVICES))]
     assert layouts[0] and all(layout == layouts[0] for layout in layouts), layouts
+    order = [name for name, _ in model.named_parameters()]
     originals = sorted((n for n in pos if n.startswith("original.")), key=lambda n: pos[n][0])
-    assert [n.removeprefix("original.") for n in originals] == [name for name, _ in model.named_parameters()]
+    assert [n.removeprefix("original.") for n in originals] == order
+    for slot in range(len(DEVICES) if not compact else 0):  # compact thumbnails keep their rows by depth
+        # each replica's copies left to right in module order too, on one row, so each copy's line to
+        # its original runs beside the others' instead of across them (2.bias used to stand leftmost)
+        copies = [f"replica{slot}.{name}" for name in order]
+        assert sorted(copies, key=lambda n: pos[n][0]) == copies, [(n, pos[n]) for n in copies]
+        assert len({round(pos[n][1], 2) for n in copies}) == 1, [(n, pos[n]) for n in copies]
+    joins = [f"ReduceAddBackward[{name}]" for name in order]
+    if strategy == "rewire":  # one ReduceAdd above each original, in the same order (2.bias's stood first)
+        assert sorted(joins, key=lambda n: pos[n][0]) == joins, [(n, pos[n]) for n in joins]
 
 
 def test_strategy_comparison_is_one_row_of_equal_columns():
@@ -174,3 +184,38 @@ def test_cpp_replicas_drawn_like_python(strategy):
     originals = sorted((n for n in cpp_pos if n.startswith("original.")), key=lambda n: cpp_pos[n][0])
     # the originals in the model's order (C++ hands its tensors back sorted by name: bias first)
     assert [n.removeprefix("original.") for n in originals] == order
+
+
+@needs_dot
+def test_a_hand_rewired_replica_keeps_module_order():
+    """Chapter 03's step 2: 0.weight rewired by hand, the rest still dead ends. A second crossing
+    pass of dot once moved the copies against their tied row (2.bias first, the originals too)."""
+    from dpteach.replicate import ReduceAdd
+
+    model = mlp()
+    replicas = dpteach_replicate(model)
+    outputs = ReduceAdd.apply(model[0].weight, *[r[0].weight.detach() for r in replicas])
+    for replica, out in zip(replicas, outputs):
+        del replica[0]._parameters["weight"]
+        replica[0].weight = out
+    loss = gather_loss(replicas)
+    pos = positions(autograd_graph(loss, module=model, replicas=replicas).draw().dot)
+    order = [name for name, _ in model.named_parameters()]
+    for prefix in ["original."] + [f"replica{s}." for s in range(len(DEVICES))]:
+        names = [prefix + name for name in order]
+        assert sorted(names, key=lambda n: pos[n][0]) == names, [(n, pos[n]) for n in names]
+
+
+def dpteach_replicate(model):
+    import dpteach
+
+    return dpteach.replicate(model, DEVICES, strategy="clone")
+
+
+def gather_loss(replicas):
+    import dpteach
+
+    torch.manual_seed(1)
+    pieces = dpteach.scatter(torch.randn(6, 2), DEVICES)
+    outputs = dpteach.parallel_apply(replicas, [(p,) for p in pieces], devices=DEVICES)
+    return dpteach.gather(outputs, DEVICES[0]).pow(2).mean()

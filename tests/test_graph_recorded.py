@@ -95,3 +95,13 @@ def test_the_text_form_says_what_was_recorded_and_shows_the_note():
     # without dot, the same facts in words: the node was recorded, and the note follows it
     assert "recorded by the first backward" in line and "note: rewire stops here" in text
     assert "recorded by the first backward" not in plain.text
+
+
+def test_a_note_can_name_its_node_as_the_box_prints_it():
+    marked, _, _ = penalty_graph()
+    # the name in the box (full or compact) finds the same node as its id
+    for name in ("ReduceAddCoalescedBackward", "ReduceAddCoalesced"):
+        assert marked.draw(notes={name: "x"}).view.remarks == {"ReduceAddCoalescedBackward_1": "x"}
+    # a name several nodes print is refused, with their ids to choose from
+    with pytest.raises(KeyError, match="TBackward0_"):
+        marked.draw(notes={"TBackward0": "x"})

@@ -20,7 +20,11 @@ from .nodes import Edge, Node
 class GraphDiff(Drawable):
     """The edges ``after`` adds to ``before`` and removes from it, and what that does to the gradient.
 
-    ``added`` / ``removed``: edges (gradient direction) in one graph only. ``fixed``: replica
+    ``added`` / ``removed``: edges of the drawing (gradient direction) in one graph only. The drawing
+    shows each parameter as a node of its own (a leaf stands for its ``AccumulateGrad``), so from
+    ``"clone"`` to ``"rewire"`` nothing is removed here, though in autograd's own ``next_functions``
+    each edge that ended at a replica's ``AccumulateGrad`` now ends at ``ReduceAddBackward`` (the
+    copy, no longer a leaf, sits on that edge in the drawing). ``fixed``: replica
     parameters that were dead ends and are not any more; ``new_dead_ends``: the reverse.
     ``newly_reached`` / ``newly_unreached``: original parameters whose fate changed.
     """

@@ -181,8 +181,10 @@ class Drawable:
         ``collapse``: ``True`` or a depth merges each module's nodes into one per replica slot
         (``False``: never); ``None`` collapses only when there are more than ``max_nodes`` nodes.
         ``max_nodes=None`` draws everything. ``legend=False`` leaves the legend out; ``compact=True``
-        writes only names in the boxes, for pictures shown side by side. ``notes``: node id -> a
-        sentence drawn in a note beside that node (ids as in ``.nodes``).
+        writes only names in the boxes, for pictures shown side by side. ``notes``: node -> a
+        sentence drawn in a note beside that node; the node as its id (``list(graph.nodes)`` lists
+        them) or as the name printed in its box (``"ReduceAddCoalescedBackward"``, or in a compact
+        drawing ``"ReduceAddCoalesced"``) when one drawn node has that name.
         """
         nodes, edges = self._drawn_parts()
         title = getattr(self, "short_title", self.title) if compact else self.title
@@ -191,10 +193,7 @@ class Drawable:
         view.footer = self._footer()
         drawn = {n.id for n in view.nodes}
         view.recorded = frozenset(getattr(self, "recorded", frozenset()) & drawn)
-        unknown = set(notes or {}) - drawn
-        if unknown:
-            raise KeyError(f"notes= names nodes this drawing does not have: {sorted(unknown)}")
-        view.remarks = dict(notes or {})
+        view.remarks = {_note_target(key, view.nodes, drawn): text for key, text in (notes or {}).items()}
         return Drawing(view, legend, compact)
 
     @cached_property
@@ -225,3 +224,28 @@ class Drawable:
 
     def __str__(self) -> str:
         return self.text
+
+
+def _note_target(key: str, nodes, drawn: set[str]) -> str:
+    """The id of the node ``key`` names for ``draw(notes=)``: an id, or the name one drawn node shows."""
+    import re
+
+    if key in drawn:
+        return key
+    hits = []
+    for n in nodes:
+        first = n.label.splitlines()[0] if n.label else ""
+        names = {first, n.op, re.sub(r"Backward\d*$", "", n.op or "") or None}
+        if n.param is not None:
+            names.add(n.param.name)
+        if key in names:
+            hits.append(n.id)
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise KeyError(
+            f"notes={key!r} names {len(hits)} nodes of this drawing; give one of their ids: {hits}"
+        )
+    raise KeyError(
+        f"notes= names a node this drawing does not have: {key!r} (list(graph.nodes) lists the ids)"
+    )

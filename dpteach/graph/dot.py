@@ -71,7 +71,7 @@ def _join_detail(n: Node, view: View, kinds: dict[str, Node]) -> str:
     if n.members > 1:
         return f"each sums {copies} replicas' gradients"
     into = targets[0].label.removeprefix("original ") if len(targets) == 1 else f"{len(targets)} parameters"
-    return f"sums {copies} gradients into {into}"
+    return f"sums {copies} gradients\ninto {into}"  # two short lines: four of these share a row
 
 
 def _short(n: Node) -> str:
@@ -95,9 +95,14 @@ def _short(n: Node) -> str:
 def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = False) -> dict[str, str]:
     kind = entry(n, view.recorded)
     lines = [n.label]
+    if n.kind == "replica" and n.param is not None and n.slot is not None:
+        lines = [n.param.name]  # its box's title says which replica and which device
     shape = _shape_text(n.shape)
     if n.kind in ("output", "original", "replica", "input", "leaf", "tensor") and shape:
-        lines[0] += f"  ({shape})"
+        if n.kind == "replica" and n.param is not None and len(lines[0]) + len(shape) > 12:
+            lines.append(f"({shape})")  # as narrow as ".grad stops here": the copies share one row
+        else:
+            lines[0] += f"  ({shape})"
     attrs = {"fillcolor": FILL.get(kind, "#ffffff"), "style": "filled"}
     if n.kind in ("op", "join", "more"):
         attrs["style"] = "rounded,filled"
@@ -109,16 +114,16 @@ def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = Fal
     if kind == "unreached":
         attrs.update(color=RED, fontcolor=RED, style="filled,dashed", penwidth="2")
         lines.append("never reached: .grad stays None")
-    elif kind == "dead_end":
+    elif kind == "dead_end":  # two short lines: a replica's parameters share one row (_pin_replica_order)
         attrs.update(color=RED, penwidth="2")
-        lines.append("dead end: .grad stops here")
+        lines += ["dead end:", ".grad stops here"]
     elif n.kind == "tensor":
         lines.append("not a leaf: .grad stays None")
     if n.members > 1:
         attrs["shape"] = "box3d"
     if n.status == "fixed":
         attrs.update(color=PURPLE, penwidth="3")
-        lines.append("no longer a dead end")
+        lines += ["no longer", "a dead end"]  # two short lines: a replica's parameters share one row
     elif n.status == "newly reached":
         attrs.update(color=GREEN, penwidth="3")
         lines.append("reached now")
@@ -131,6 +136,13 @@ def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = Fal
 
 
 def _edge_attrs(e: Edge, kinds: dict[str, Node]) -> dict[str, str]:
+    attrs = _edge_look(e, kinds)
+    if kinds[e.src].kind == "replica" and kinds[e.dst].kind in ("join", "original"):
+        attrs["minlen"] = "2"  # room below the replicas for the lines from the copies to fan out
+    return attrs
+
+
+def _edge_look(e: Edge, kinds: dict[str, Node]) -> dict[str, str]:
     if e.status == "added":
         return {"color": GREEN, "penwidth": "3"}
     if e.status == "removed":
@@ -232,23 +244,74 @@ def _pin_module_order(c, members: list[Node], view: View, put: _Statements) -> N
     kinds = {n.id: n for n in view.nodes}
 
     def key(n: Node) -> tuple:  # collapsed boxes have no parameter: their module path, numbers as numbers
-        path = [(int(p), "") if p.isdigit() else (-1, p) for p in (n.module or "").split(".")]
-        return (_module_index(n, view, kinds), path)
+        return (_module_index(n, view, kinds), _param_key(n)[1])
 
     originals = sorted((n for n in members if n.kind == "original"), key=key)
-    if len(originals) < 2:
-        return
-    c.body.append("\t{rank=same;")
-    c.body.append(" ".join(put.quote(n.id) for n in originals) + "}\n")
-    for a, b in zip(originals, originals[1:]):
-        put.edge(c, a.id, b.id, {"style": "invis"})
+    # the ReduceAdd nodes too, one above each original: left to dot, 2.bias's stood first
+    joins = sorted((n for n in members if n.kind == "join" and n.id not in view.recorded), key=key)
+    for row in (originals, joins):
+        if len(row) < 2:
+            continue
+        c.body.append("\t{rank=same;")
+        c.body.append(" ".join(put.quote(n.id) for n in row) + "}\n")
+        for a, b in zip(row, row[1:]):
+            put.edge(c, a.id, b.id, {"style": "invis"})
 
 
-def _order_by_depth(view: View) -> tuple[dict[str, int], dict[str, int]]:
-    """Each node's depth (longest path from a root) and its place in a depth-first walk along ``next_functions``."""
+def _param_key(n: Node) -> tuple:
+    """A parameter's place in module order (0.weight, 0.bias, 2.weight, ...); a collapsed box's, its
+    module path with numbers compared as numbers."""
+    path = [(int(p), "") if p.isdigit() else (-1, p) for p in (n.module or "").split(".")]
+    return (n.param.index if n.param is not None else -1, path)
+
+
+_NO_PARAM = (float("inf"), [])
+
+
+def _module_first(view: View) -> list[Edge]:
+    """``view.edges`` with each node's out-edges ordered by the first parameter (in module order) each
+    leads to: with ``ordering=out`` dot then draws every replica's parameters left to right in module
+    order, as the original's are, so each copy sits above its original and the lines between them run
+    side by side instead of across the picture (issue 15). Which edges there are does not change.
+    ``AddmmBackward0``'s ``next_functions`` list the bias first; drawn in that order, ``2.bias`` stood
+    leftmost in every replica and its line crossed the width to ``original 2.bias`` on the right."""
+    kinds = {n.id: n for n in view.nodes}
+    out: dict[str, list[tuple[int, Edge]]] = {}
+    for i, e in enumerate(view.edges):
+        out.setdefault(e.src, []).append((i, e))
+    low: dict[str, tuple] = {}
+
+    def lowest(start: str) -> tuple:  # the smallest module-order key reachable from a node, iteratively
+        stack = [(start, False)]
+        while stack:
+            nid, done = stack.pop()
+            if nid in low:
+                continue
+            nexts = [e.dst for _, e in out.get(nid, ()) if e.status != "missing" and e.dst in kinds]
+            if not done:
+                stack.append((nid, True))
+                stack.extend((d, False) for d in nexts if d not in low)
+                continue
+            n = kinds.get(nid)
+            own = _param_key(n) if n is not None and n.kind in ("original", "replica") else _NO_PARAM
+            low[nid] = min([own, *(low.get(d, _NO_PARAM) for d in nexts)])
+        return low[start]
+
+    rank = {}
+    for src, items in out.items():
+        for place, (i, _) in enumerate(sorted(items, key=lambda item: (lowest(item[1].dst), item[0]))):
+            rank[i] = (src, place)
+    first = {}
+    for i, e in enumerate(view.edges):
+        first.setdefault(e.src, i)
+    return [e for i, e in sorted(enumerate(view.edges), key=lambda ie: (first[ie[1].src], rank[ie[0]][1]))]
+
+
+def _order_by_depth(view: View, edges: list[Edge]) -> tuple[dict[str, int], dict[str, int]]:
+    """Each node's depth (longest path from a root) and its place in a depth-first walk along ``edges``."""
     children: dict[str, list[str]] = {n.id: [] for n in view.nodes}
     parents: dict[str, int] = dict.fromkeys(children, 0)
-    for e in view.edges:
+    for e in edges:
         if e.status != "missing" and e.src in children and e.dst in children:
             children[e.src].append(e.dst)
             parents[e.dst] += 1
@@ -271,16 +334,27 @@ def _order_by_depth(view: View) -> tuple[dict[str, int], dict[str, int]]:
     return depth, order
 
 
-def _pin_replica_order(c, members: list[Node], depth: dict[str, int], order: dict[str, int], put) -> None:
-    """Each row of a replica's box in next_functions order, tied left to right: every slot has one shape."""
+def _pin_replica_order(
+    c, members: list[Node], depth: dict[str, int], order: dict[str, int], put, one_row: bool = True
+) -> None:
+    """Each row of a replica's box in next_functions order (``_module_first``), tied left to right, so
+    every slot has one shape. With ``one_row``, the replica's parameters share one row at the foot of
+    its box, in module order like the original's: the edges from the copies then leave the box straight
+    down, side by side (issue 15); a parameter on a row higher up sent its edge out through the side
+    of the box and across the picture. Compact pictures, three to a row, keep each parameter on the
+    row of its depth: one row of every parameter would make them too wide to read."""
+    params = sorted((n for n in members if n.kind == "replica" and n.id in depth), key=_param_key)
     rows: dict[int, list[Node]] = {}
     for n in members:
-        if n.id in depth:
+        if n.id in depth and (n.kind != "replica" or not one_row):
             rows.setdefault(depth[n.id], []).append(n)
+    if not one_row:
+        params = []
     for row in rows.values():
+        row.sort(key=lambda n: order.get(n.id, 0))
+    for row in [*rows.values(), params]:
         if len(row) < 2:
             continue
-        row.sort(key=lambda n: order.get(n.id, 0))
         c.body.append("\t{rank=same; " + " ".join(put.quote(n.id) for n in row) + "}\n")
         for a, b in zip(row, row[1:]):
             put.edge(c, a.id, b.id, {"style": "invis"})
@@ -319,11 +393,13 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             "nodesep": "0.12" if compact else "0.25",
             "ranksep": "0.25" if compact else "0.35",
             "ordering": "out",
-            # no second crossing-minimisation pass and a short first one: dot keeps the order the
-            # statements give (next_functions order, the same in every replica) instead of mirroring
-            # replica 1 to save a crossing, so before, after and diff pictures line up
+            # no second crossing-minimisation pass: it moved nodes against the invisible left-to-right
+            # edges that tie each row (a hand-rewired 0.weight put 2.bias first), and mirrored replica
+            # 1 to save a crossing. The first pass runs in full on a picture of one size (the rows of
+            # each replica are tied, so it cannot reorder them; it straightens the edges between); big
+            # and compact drawings keep it short, and dot keeps the order the statements give
             "remincross": "false",
-            "mclimit": "0.01",
+            "mclimit": "0.01" if big or compact else "1",
             **fast,
         },
         node_attr={
@@ -344,7 +420,8 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             clusters[f"replica{n.slot}"].append(n)
         elif n.kind in ("original", "join") and slots and not big:
             clusters.setdefault("original", []).append(n)
-    depth, order = _order_by_depth(view) if not big else ({}, {})
+    edges = view.edges if big else _module_first(view)
+    depth, order = _order_by_depth(view, edges) if not big else ({}, {})
     in_cluster = {n.id for members in clusters.values() for n in members}
     for n in view.nodes:  # the nodes outside any box first: dot then keeps the slots in order, 0 on the left
         if n.id not in in_cluster:
@@ -381,7 +458,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             if name == "original":
                 _pin_module_order(c, members, view, put)
             elif not big and name != "recorded":
-                _pin_replica_order(c, members, depth, order, put)
+                _pin_replica_order(c, members, depth, order, put, one_row=not compact)
             for i, target in enumerate(view.remarks):  # a note sits in the box of the node it is about
                 if any(n.id == target for n in members):
                     _remark(c, put, i, target, view.remarks[target])
@@ -389,7 +466,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     for i, target in enumerate(view.remarks):
         if target not in in_box:
             _remark(g, put, i, target, view.remarks[target])
-    for e in view.edges:
+    for e in edges:
         put.edge(g, e.src, e.dst, _edge_attrs(e, kinds))
     if legend and view.nodes:
         # the legend is the label of a frameless box around everything: below the picture, moving no node
