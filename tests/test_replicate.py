@@ -178,7 +178,7 @@ def test_detach_gives_replicas_without_history():
 
 
 def test_unknown_strategy_lists_the_valid_ones():
-    with pytest.raises(ValueError, match="'broadcast', 'clone', 'rewire'"):
+    with pytest.raises(ValueError, match="'clone', 'rewire', 'broadcast'"):
         replicate(mlp(), CPU2, strategy="copy")
 
 
