@@ -82,3 +82,24 @@ def test_the_check_fails_when_a_count_is_off():
         assert "clone" in str(e)
     else:
         raise AssertionError("the check passed a count one byte off")
+
+
+def test_exercise_3_can_be_answered_with_a_meta_slot():
+    """Exercise 3: with slot 1 on "meta", each copy's ``dst`` says which slot it went to."""
+    exercise = next(c.source for c in CELLS.values() if c.source.startswith("## Exercises"))
+    assert 'torch.device("meta")' in exercise  # the exercise names the way to tell the slots apart
+    _, scope = run_cells([torch.device("cpu")] * 2)
+    model, size = scope["model"], scope["P"] + scope["B"]
+    meta = torch.device("meta")
+    with dpteach.comm.traffic() as t:
+        dpteach.replicate(model, [torch.device("cpu"), meta], strategy="broadcast")
+    assert sum(c.nbytes for c in t.copies if c.dst == meta) == size  # (N - 1)(P + B) with N = 2
+    with dpteach.comm.traffic() as t:
+        dpteach.replicate(model, [torch.device("cpu"), meta], strategy="clone")
+    onto = {(c.op, c.dst.type): 0 for c in t.copies}
+    for c in t.copies:
+        onto[c.op, c.dst.type] += c.nbytes
+    assert onto == {
+        ("clone", "cpu"): 2 * size,
+        ("to", "meta"): size,
+    }  # both clones on cpu, then .to for slot 1
