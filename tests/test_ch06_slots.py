@@ -1,0 +1,105 @@
+"""Chapter 06's count check (the cell after "Counting the bytes of one step") on slots that are not all on one device.
+
+On a CPU, or with every slot on one GPU, nothing crosses devices; on two GPUs ``"clone"`` and
+``"rewire"`` also copy every tensor a second time with ``.to``, and the batch's pieces and the
+gradients' sums cross. The cell must expect that, not fail there. No GPU is needed: slot 1 is a
+``"meta"`` device (a shape and no data, as in chapter 08's counting cell), and the copies out of it
+that a full step makes (the gather, the gradients' sums) come back as zeros of the right shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import nbformat
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import dpteach
+from dpteach.measure import costs
+
+ROOT = Path(__file__).resolve().parents[1]
+CELLS = {
+    c.id: c for c in nbformat.read(ROOT / "notebooks" / "06_the_cost_of_copies.ipynb", as_version=4).cells
+}
+MODEL, TRAFFIC, CHECK = "c04", "c06", "c08"  # the model, one step per strategy, the check of the counts
+
+
+class CopiesOutOfMeta(TorchDispatchMode):
+    """A copy from "meta" onto a real device returns zeros of its shape (meta has no data to copy)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if (
+            func is torch.ops.aten._to_copy.default
+            and args[0].device.type == "meta"
+            and kwargs.get("device") is not None
+            and torch.device(kwargs["device"]).type != "meta"
+        ):
+            return torch.zeros(
+                args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype, device=kwargs["device"]
+            )
+        return func(*args, **kwargs)
+
+
+def run_cells(devices):
+    """The chapter's model, traffic and check cells on ``devices``; what they printed, and the scope."""
+    scope = {"torch": torch, "nn": nn, "dpteach": dpteach, "costs": costs, "devices": devices}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), CopiesOutOfMeta():
+        for cid in (MODEL, TRAFFIC, CHECK):
+            exec(compile(CELLS[cid].source, f"<cell {cid}>", "exec"), scope)
+    return out.getvalue(), scope
+
+
+def test_the_check_holds_when_slot_1_is_another_device():
+    printed, scope = run_cells([torch.device("cpu"), torch.device("meta")])
+    P, B = scope["P"], scope["B"]
+    assert scope["traffic"]["clone"].by_op()["to"] == P + B  # the copies the old check did not expect
+    assert scope["traffic"]["rewire"].by_op()["reduce_add"] == P  # and the gradients' sums
+    assert "1 of the 2 slots are on another device than cpu" in printed
+    assert f"also copied {P + B:,} bytes with .to" in printed
+
+
+def test_the_check_holds_on_one_device():
+    printed, scope = run_cells([torch.device("cpu")] * 2)
+    assert "to" not in scope["traffic"]["clone"].by_op()
+    assert "all 2 slots are on cpu, so no copy crossed devices" in printed
+
+
+def test_the_check_fails_when_a_count_is_off():
+    """The check can fail: one byte too many in a step's clone count trips it."""
+    printed, scope = run_cells([torch.device("cpu"), torch.device("meta")])
+    scope["traffic"]["clone"].copies.append(
+        dpteach.comm.Copy("clone", 1, torch.device("cpu"), torch.device("cpu"))
+    )
+    try:
+        exec(compile(CELLS[CHECK].source, "<cell>", "exec"), scope)
+    except AssertionError as e:
+        assert "clone" in str(e)
+    else:
+        raise AssertionError("the check passed a count one byte off")
+
+
+def test_exercise_3_can_be_answered_with_a_meta_slot():
+    """Exercise 3: with slot 1 on "meta", each copy's ``dst`` says which slot it went to."""
+    exercise = next(c.source for c in CELLS.values() if c.source.startswith("## Exercises"))
+    assert 'torch.device("meta")' in exercise  # the exercise names the way to tell the slots apart
+    _, scope = run_cells([torch.device("cpu")] * 2)
+    model, size = scope["model"], scope["P"] + scope["B"]
+    meta = torch.device("meta")
+    with dpteach.comm.traffic() as t:
+        dpteach.replicate(model, [torch.device("cpu"), meta], strategy="broadcast")
+    assert sum(c.nbytes for c in t.copies if c.dst == meta) == size  # (N - 1)(P + B) with N = 2
+    with dpteach.comm.traffic() as t:
+        dpteach.replicate(model, [torch.device("cpu"), meta], strategy="clone")
+    onto = {(c.op, c.dst.type): 0 for c in t.copies}
+    for c in t.copies:
+        onto[c.op, c.dst.type] += c.nbytes
+    assert onto == {
+        ("clone", "cpu"): 2 * size,
+        ("to", "meta"): size,
+    }  # both clones on cpu, then .to for slot 1
