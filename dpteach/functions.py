@@ -10,10 +10,11 @@ dataParallel is incomplete", whose error was "Scatter is not differentiable twic
     Gather.backward             = Scatter.apply(...)
 
 dpteach's ``comm`` functions move data without autograd history (their copies are detached, their
-sums run under ``no_grad``), and PyTorch's ``reduce_add`` calls NCCL when it is available (without
-NCCL it adds with ordinary ``+`` and ``.to``, which are recorded). Calling the partner's ``apply``
-makes the backward one node whose own backward is defined, on every path, so double backward (a
-gradient penalty, a Hessian-vector product) works through replication. A node does not need a
+sums run under ``no_grad``). PyTorch's ``comm.reduce_add_coalesced`` records nothing either: it
+returns ``t.data`` of every dense result, on the NCCL path and the other alike (only its inner
+``reduce_add``, without NCCL, adds with ordinary ``+`` and ``.to``). Calling the partner's ``apply``
+makes the backward one node whose own backward is defined, so double backward (a gradient penalty,
+a Hessian-vector product) works through replication. A node does not need a
 partner to be differentiable: the engine runs every backward with grad mode set to ``create_graph``,
 so one made of ordinary recorded operations is differentiable too. The C++ ``ReduceAdd`` of PR
 #20910 was such a body (``zeros_like``, ``.to``, ``add_``); what stopped double backward was its

@@ -101,7 +101,8 @@ class Step:
     down through the C++ nodes, ``ReduceAdd`` included, to the parameters' ``AccumulateGrad``.
     ``grads`` are the original model's ``.grad`` by parameter name (None: nothing arrived);
     ``params`` are the C++ model's own tensors, whose ``grad_fn`` graph Python can walk.
-    ``replica_grads`` is None for a rewired replica: its parameters are no longer leaves.
+    ``replica_grads`` holds one dict per replica; under ``rewire_step`` its values are all None:
+    a rewired replica's parameters are no longer leaves.
     """
 
     loss: torch.Tensor

@@ -29,7 +29,7 @@ SOURCE = Path(__file__).with_name("dp_original.cpp")
 CFLAGS: list[
     str
 ] = []  # torch's default is -O0 without -g: the fastest build, and speed is not the point here
-EXPECTED_SECONDS = 60  # a cold compile on a 2-core laptop or Binder; faster machines take less
+EXPECTED_SECONDS = 60  # the bar's length: cold compiles took 17-25 s on 2 shared cores here
 
 
 def compiler() -> str | None:
@@ -107,7 +107,7 @@ def _binary() -> Path | None:
 
 
 def is_cached() -> bool:
-    """True when the compiled module is already in the cache: loading takes a second, not a minute."""
+    """True when the compiled module is already in the cache: loading takes a second, not 20 to 60."""
     return _binary() is not None
 
 
@@ -210,7 +210,7 @@ def build(*, progress: bool = True, verbose: bool = False) -> ModuleType:
 
             if progress:
                 print(
-                    f"compiling {SOURCE.name} (first time: ~{EXPECTED_SECONDS} s; later it loads from the cache)…"
+                    f"compiling {SOURCE.name} (only the first time, typically 20 to {EXPECTED_SECONDS} s; later it loads from the cache)…"
                 )
             with _ticking("compiling", EXPECTED_SECONDS) if progress else contextlib.nullcontext():
                 module = load_inline(
