@@ -74,3 +74,15 @@ def test_the_chapter_holds_task_6():
 def test_each_wrong_answer_gets_its_sentence(answer, phrase):
     result = exercises.check_copy_once(answer)
     assert not result.passed and phrase in str(result), str(result)
+
+
+def test_the_string_hint_only_when_the_device_case_held():
+    """`.to(d)` alone makes no copy on the tensor's own device, given a torch.device or a string: that is
+    the "shared" mistake, not a string comparison, so the string hint must not be shown; the hint belongs
+    to an answer that copies for torch.device("cpu") but not for "cpu"."""
+    to_alone = str(exercises.check_copy_once(lambda t, d: t.to(d)))
+    assert "hands back the tensor itself" in to_alone
+    assert "torch.device(device)" not in to_alone, to_alone
+    compares_string = str(exercises.check_copy_once(lambda t, d: t.to(d) if t.device != d else t.clone()))
+    assert "torch.device(device)" in compares_string
+    assert "hands back the tensor itself" not in compares_string, compares_string

@@ -86,7 +86,10 @@ def test_against_torch_on_two_gpus_prints_a_verdict():
     result = {"slots": [1, 2], "dpteach_s": [0.010, 0.030], "torch_dp_s": [0.010, 0.010]}
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(cells["902224ce"].source, {"nn": fake_nn, "model": None, "result": result, "claims": claims})
+        exec(
+            cells["902224ce"].source,
+            {"nn": fake_nn, "model": None, "result": result, "claims": claims, "noise": claims.MARGIN},
+        )
     assert (
         "-> 2 GPUs: dpteach on 2 GPUs took 3.00x the time of torch.nn.DataParallel on 2 GPUs"
         in out.getvalue()

@@ -28,11 +28,11 @@ SENTENCES = {"06_the_cost_of_copies.ipynb": 6, "08_real_gpus.ipynb": 1}  # the c
 # "<a> took 2.00x the time of <b> (2.000 ms against 1.000 ms): slower"
 SENTENCE = re.compile(
     r"took (?P<ratio>\d+\.\d+)x the time of .*? \((?P<a>[\d.]+) (?P<au>us|ms) against (?P<b>[\d.]+) (?P<bu>us|ms)\): "
-    r"(?P<verdict>slower|faster|about the same)"
+    r"(?P<verdict>slower|faster|about the same)(?: \(noise margin (?P<margin>\d+\.\d+)x\))?"
 )
 SPEEDUP = re.compile(
     r"ran at (?P<ratio>\d+\.\d+)x the speed of .*? \((?P<a>[\d.]+) (?P<au>us|ms) against (?P<b>[\d.]+) (?P<bu>us|ms)\): "
-    r"(?P<verdict>a speed-up|no speed-up)"
+    r"(?P<verdict>a speed-up|no speed-up)(?: \(noise margin (?P<margin>\d+\.\d+)x\))?"
 )
 UNIT = {"us": 1e-6, "ms": 1e-3}
 CROSSOVER = re.compile(
@@ -41,13 +41,22 @@ CROSSOVER = re.compile(
 )
 
 
-def verdict_for(ratio: float) -> str:
+def verdict_for(ratio: float, margin: float = claims.MARGIN) -> str:
     """The rule, written out again independently of dpteach.course.claims."""
-    if ratio >= claims.MARGIN:
+    if ratio >= margin:
         return "slower"
-    if ratio <= 1 / claims.MARGIN:
+    if ratio <= 1 / margin:
         return "faster"
     return "about the same"
+
+
+def _margin(match) -> float:
+    """The margin a sentence names (a chapter's measured noise), never narrower than claims.MARGIN."""
+    if match["margin"] is None:
+        return claims.MARGIN
+    margin = float(match["margin"])
+    assert margin > claims.MARGIN, f"{match[0]}: a noise margin narrower than claims.MARGIN"
+    return margin
 
 
 @pytest.mark.parametrize(
@@ -121,7 +130,7 @@ def check_cell_output(text: str) -> int:
         ratio = float(match["ratio"])
         low, high = (a - ra) / (b + rb), (a + ra) / max(b - rb, 1e-12)
         assert low - 0.006 <= ratio <= high + 0.006, match[0]  # the ratio is of the medians it names
-        assert match["verdict"] == verdict_for(ratio), match[0]  # the verdict is the ratio's
+        assert match["verdict"] == verdict_for(ratio, _margin(match)), match[0]  # the verdict is the ratio's
         if len(printed) >= 2:
             assert _close((a, ra), printed) and _close((b, rb), printed), (
                 f"{match[0]} names medians the cell did not print"
@@ -131,7 +140,7 @@ def check_cell_output(text: str) -> int:
         (a, ra), (b, rb) = _seconds(match["a"], match["au"]), _seconds(match["b"], match["bu"])
         ratio = float(match["ratio"])
         assert (b - rb) / (a + ra) - 0.006 <= ratio <= (b + rb) / max(a - ra, 1e-12) + 0.006, match[0]
-        assert match["verdict"] == ("a speed-up" if ratio >= claims.MARGIN else "no speed-up"), match[0]
+        assert match["verdict"] == ("a speed-up" if ratio >= _margin(match) else "no speed-up"), match[0]
         assert _close((a, ra), printed) and _close((b, rb), printed), (
             f"{match[0]} names times the cell did not print"
         )
@@ -162,6 +171,8 @@ On cpu, 2 slots: the DataParallel step ran at 0.67x the speed of the plain step 
         "clone_then_to  5.0 us\nto_device  3.0 us\n"
         "x took 1.67x the time of y (5.0 us against 3.0 us): about the same\n",  # 1.67 is beyond the margin
         "coalesced / per tensor, at [1, 16] tensors: 2.00x  0.50x\nOn this machine coalescing did not win at any",
+        "x took 1.67x the time of y (5.0 us against 3.0 us): about the same (noise margin 1.50x)\n",  # beyond it
+        "x took 1.10x the time of y (3.3 us against 3.0 us): about the same (noise margin 1.05x)\n",  # too narrow
     ],
 )
 def test_the_check_catches_a_claim_its_numbers_contradict(bad):
@@ -197,3 +208,12 @@ def test_markdown_states_no_measured_speed(name):
         if cell.cell_type == "markdown":
             found = NUMBER_CLAIM.search(cell.source)
             assert not found, f"cell {i} states {found[0]!r}: print it from the measurement instead"
+
+
+def test_a_wider_measured_margin_is_said_and_checked():
+    wide = Comparison("x", "y", 1.3e-3, 1.0e-3, margin=1.45)
+    assert wide.verdict == "about the same" and "(noise margin 1.45x)" in str(wide)
+    assert check_cell_output(str(wide) + "\n") == 1
+    assert "noise margin" not in str(Comparison("x", "y", 1.3e-3, 1.0e-3))  # claims.MARGIN goes unsaid
+    speed = claims.SpeedUp("dp", "the plain step", 1.0e-3, 1.3e-3, margin=1.45)
+    assert speed.verdict == "no speed-up" and check_cell_output(str(speed) + "\n") == 1

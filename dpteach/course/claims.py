@@ -30,6 +30,11 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.3f} ms"
 
 
+def _noted(margin: float) -> str:
+    """A margin other than ``MARGIN`` (a chapter's measured noise, when wider) is said in the sentence."""
+    return "" if margin == MARGIN else f" (noise margin {margin:.2f}x)"
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Two medians (seconds) and the verdict they support: ``first`` is slower, faster or about the same."""
@@ -56,7 +61,7 @@ class Comparison:
     def __str__(self) -> str:
         return (
             f"{self.first} took {self.ratio:.2f}x the time of {self.second} "
-            f"({_ms(self.first_seconds)} against {_ms(self.second_seconds)}): {self.verdict}"
+            f"({_ms(self.first_seconds)} against {_ms(self.second_seconds)}): {self.verdict}{_noted(self.margin)}"
         )
 
 
@@ -86,7 +91,7 @@ class SpeedUp:
     def __str__(self) -> str:
         return (
             f"{self.parallel} ran at {self.ratio:.2f}x the speed of {self.plain} "
-            f"({_ms(self.parallel_seconds)} against {_ms(self.plain_seconds)}): {self.verdict}"
+            f"({_ms(self.parallel_seconds)} against {_ms(self.plain_seconds)}): {self.verdict}{_noted(self.margin)}"
         )
 
 

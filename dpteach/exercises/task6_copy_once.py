@@ -79,8 +79,14 @@ def places(devices=None) -> list[tuple[torch.device, torch.device]]:
     return [(torch.device(a), torch.device(b)) for a, b in pairs]
 
 
-def _one(findings: Findings, copy_once, src: torch.device, dst: torch.device, given=None) -> None:
-    """One call ``copy_once(tensor on src, given)``; ``given`` is ``dst`` as a device or as its string."""
+def _one(
+    findings: Findings, copy_once, src: torch.device, dst: torch.device, given=None, as_device_ok=False
+) -> bool:
+    """One call ``copy_once(tensor on src, given)``; ``given`` is ``dst`` as a device or as its string.
+
+    True when the call held. ``as_device_ok``: the same call with a ``torch.device`` held, so a string
+    that now makes no copy is the string's fault (the "string" hint); otherwise it is "shared".
+    """
     given = dst if given is None else given
     named = f" (given as the string {given!r})" if isinstance(given, str) else ""
     findings.context = f"Copying a tensor from {src} to {dst}{named}"
@@ -88,26 +94,28 @@ def _one(findings: Findings, copy_once, src: torch.device, dst: torch.device, gi
     with CountCopies() as counter:
         out = copy_once(source, given)
     where = f"from {src} to {dst}{named}"
+    found = None
     if not isinstance(out, torch.Tensor):
-        findings.problem("values", f"{where}: `copy_once` returned {type(out).__name__}, not a tensor")
+        found = "values", f"{where}: `copy_once` returned {type(out).__name__}, not a tensor"
     elif out.device != dst:
-        findings.problem("device", f"{where}: the copy is on {out.device}")
+        found = "device", f"{where}: the copy is on {out.device}"
     elif len(counter.copies) > 1:
-        findings.problem(
-            "twice", f"{where}: {len(counter.copies)} copies ({', '.join(counter.copies)}) where one does"
-        )
+        found = "twice", f"{where}: {len(counter.copies)} copies ({', '.join(counter.copies)}) where one does"
     elif not counter.copies or (dst.type != "meta" and out.data_ptr() == source.data_ptr()):
-        findings.problem(
-            "string" if isinstance(given, str) else "shared",
+        found = (
+            "string" if isinstance(given, str) and as_device_ok else "shared",
             f"{where}: no copy was made, so the replica would share the original's memory",
         )
     elif out.shape != source.shape or out.dtype != source.dtype:
-        findings.problem(
+        found = (
             "values",
             f"{where}: the copy is {tuple(out.shape)} {out.dtype}, the tensor {tuple(source.shape)} {source.dtype}",
         )
     elif dst.type != "meta" and not torch.equal(out.cpu(), source.cpu()):
-        findings.problem("values", f"{where}: the copy's values differ from the tensor's")
+        found = "values", f"{where}: the copy's values differ from the tensor's"
+    if found:
+        findings.problem(*found)
+    return found is None
 
 
 def check_copy_once(copy_once=None, *, devices=None) -> Result:
@@ -123,8 +131,9 @@ def check_copy_once(copy_once=None, *, devices=None) -> Result:
             )
             raise Stop
         for src, dst in places(devices):
-            _one(findings, copy_once, src, dst)
-            _one(findings, copy_once, src, dst, given=str(dst))  # "cpu" as a slot list names it
+            as_device_ok = _one(findings, copy_once, src, dst)
+            # "cpu" as a slot list names it; blame the string only if the torch.device call held
+            _one(findings, copy_once, src, dst, given=str(dst), as_device_ok=as_device_ok)
         findings.held += [
             "one copy per tensor onto another device (`meta` standing in for a second GPU), as after PR #20995",
             "one copy on the tensor's own device too, with memory of its own, same shape, dtype and values",

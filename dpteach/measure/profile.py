@@ -46,10 +46,11 @@ class StepProfile:
 
     def table(self) -> str:
         med, total = self.medians, self.total
-        lines = [f"{'phase':<15} {'median ms':>10} {'share':>7}"]
+        lines = [f"{'phase':<15} {'median ms':>10} {'share*':>7}"]
         for p in PHASES:
             lines.append(f"{p:<15} {med[p] * 1e3:>10.2f} {med[p] / total:>7.0%}")
         lines.append(f"{'step':<15} {total * 1e3:>10.2f}")
+        lines.append("* share of the median step: the phases' medians need not add up to it")
         return "\n".join(lines)
 
 

@@ -230,7 +230,13 @@ def shipped(folder: str | Path = DATA) -> list[Measured]:
     return [load(p) for p in sorted(Path(folder).glob("*.json"))]
 
 
-def draw(mine: dict, others: Sequence[Measured] = (), title: str = "", forward_s: float | None = None):
+def draw(
+    mine: dict,
+    others: Sequence[Measured] = (),
+    title: str = "",
+    forward_s: float | None = None,
+    noise: float | None = None,
+):
     """Two panels: ms per step against n (this machine), and speed-up over the plain step against n
     (this machine, and every shipped result beside it, labelled with where it was measured).
 
@@ -238,6 +244,9 @@ def draw(mine: dict, others: Sequence[Measured] = (), title: str = "", forward_s
     share one device have no such ideal. On CPU slots, given ``forward_s`` (the plain step's forward
     alone), the ceiling drawn instead is the best speed-up with only the forward split n ways:
     ``plain / (plain - forward + forward / n)``, as chapter 08 prints it.
+
+    The grey band is "about the same": ``claims.MARGIN`` either side of 1, or ``noise`` (chapter 08
+    passes row 1's ratio, the same work as the plain step) where that measured noise is wider.
     """
     import matplotlib.pyplot as plt
 
@@ -273,7 +282,15 @@ def draw(mine: dict, others: Sequence[Measured] = (), title: str = "", forward_s
         if rows:
             right.plot(*zip(*rows), "s:", color=colour, alpha=0.6, label=f"torch, {other.label}")
         top = max(top, *s["slots"])
-    right.axhspan(1 / MARGIN, MARGIN, color="#eeeeee", label="about the same (within the noise margin)")
+    band = max(MARGIN, noise or MARGIN, 1 / (noise or MARGIN))
+    right.axhspan(
+        1 / band,
+        band,
+        color="#eeeeee",
+        label="about the same (within the noise margin)"
+        if band == MARGIN
+        else f"about the same (within row 1's measured noise, {band:.2f}x)",
+    )
     right.axhline(1.0, color="#777777", ls="--", lw=1, label="as fast as the plain step")
     speedups = [y for line in right.lines for y in line.get_ydata()]
     separate = [max(r["slots"]) for r in (mine, *(o.scaling for o in others)) if r.get("kind") == "gpus"]
