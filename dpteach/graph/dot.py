@@ -394,7 +394,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             "labelloc": "t",
             "fontname": FONT,
             "fontsize": "13",
-            "nodesep": "0.12" if compact else "0.25",
+            "nodesep": "0.08" if compact else "0.25",
             "ranksep": "0.25" if compact else "0.35",
             "ordering": "out",
             # no second crossing-minimisation pass: it moved nodes against the invisible left-to-right
