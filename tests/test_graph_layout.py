@@ -1,5 +1,5 @@
 """Pictures that compare cleanly: every replica laid out alike, the originals in module order, and the
-strategy comparison one row of equal columns (issue 15). The positions come from dot itself
+strategy comparison two to a row at one scale (issue 15). The positions come from dot itself
 (``dot -Tplain``), so these fail if dot is left to reorder or mirror a box again."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_replicas_alike_and_originals_in_module_order(strategy, compact):
     order = [name for name, _ in model.named_parameters()]
     originals = sorted((n for n in pos if n.startswith("original.")), key=lambda n: pos[n][0])
     assert [n.removeprefix("original.") for n in originals] == order
-    for slot in range(len(DEVICES) if not compact else 0):  # compact thumbnails keep their rows by depth
+    for slot in range(len(DEVICES)):  # compact pictures too: on rows by depth, their lines looped back
         # each replica's copies left to right in module order too, on one row, so each copy's line to
         # its original runs beside the others' instead of across them (2.bias used to stand leftmost)
         copies = [f"replica{slot}.{name}" for name in order]
@@ -69,7 +69,7 @@ def test_replicas_alike_and_originals_in_module_order(strategy, compact):
         assert sorted(joins, key=lambda n: pos[n][0]) == joins, [(n, pos[n]) for n in joins]
 
 
-def test_strategy_comparison_is_one_row_of_equal_columns():
+def test_strategy_comparison_is_two_to_a_row_with_one_scale():
     pytest.importorskip("graphviz")
     if shutil.which("dot") is None:
         pytest.skip("needs Graphviz's dot program")
@@ -78,20 +78,20 @@ def test_strategy_comparison_is_one_row_of_equal_columns():
     html = comparison.html()
     import re
 
-    from dpteach.graph.compare import MIN_LABEL_PX
+    from dpteach.graph.compare import MIN_LABEL_PX, PER_ROW
     from dpteach.graph.dot import COMPACT_NODE
 
     columns = [int(w) for w in re.findall(r"minmax\(0,(\d+)fr\)", html)]
     natural = [int(w) for w in re.findall(r"max-width:(\d+)px", html)]
-    # one row of one column per picture, never wrapping
-    assert len(columns) == len(comparison) and "flex-wrap" not in html
+    # two columns for three pictures; one <img> per picture, each scaled to its column
+    assert PER_ROW == 2 and len(columns) == PER_ROW and len(natural) == len(comparison) == 3
     assert html.count("width:100%;height:auto") == len(comparison)
-    # each column as wide as its picture's natural width: the row scales as one, every picture alike
-    assert columns == natural and len(set(natural)) > 1
-    # below the width where labels would shrink under MIN_LABEL_PX, the row scrolls instead
+    # each column as wide as the widest picture in it: every picture gets one scale
+    assert columns == [max(natural[j::PER_ROW]) for j in range(PER_ROW)]
+    # below the width where labels would shrink under MIN_LABEL_PX, the grid scrolls instead
     min_width = int(re.search(r"min-width:(\d+)px", html).group(1))
     font_px = float(COMPACT_NODE["fontsize"]) * 4 / 3
-    assert font_px * (min_width - 6 * (len(columns) - 1)) / sum(natural) >= MIN_LABEL_PX - 0.05
+    assert font_px * (min_width - 6 * (len(columns) - 1)) / sum(columns) >= MIN_LABEL_PX - 0.05
     assert "overflow-x:auto" in html
 
 
@@ -107,11 +107,11 @@ def test_chapter_03_comparison_fits_notebook_width_with_readable_labels():
 
     x, _ = make_data()
     html = compare_strategies(make_model(), x, DEVICES[:2]).html()  # chapter 03's model, on two slots
-    natural = sum(int(w) for w in re.findall(r"max-width:(\d+)px", html))
+    row = sum(int(w) for w in re.findall(r"minmax\(0,(\d+)fr\)", html))
     font_px = float(COMPACT_NODE["fontsize"]) * 4 / 3
-    # in a 1,000 px window (984 px of page, two 6 px gaps) the labels are MIN_LABEL_PX or taller, no scrolling
+    # in a 1,000 px window (984 px of page, one 6 px gap) the labels are MIN_LABEL_PX or taller, no scrolling
     assert int(re.search(r"min-width:(\d+)px", html).group(1)) <= 984
-    assert font_px * (984 - 12) / natural >= MIN_LABEL_PX
+    assert font_px * (984 - 6) / row >= MIN_LABEL_PX
 
 
 def test_a_wide_graph_scales_to_the_cell():

@@ -22,6 +22,7 @@ from .display import GraphvizMissing
 from .dot import COMPACT_NODE
 from .legend import legend_html
 
+PER_ROW = 2  # pictures side by side: three drawn like chapter 03's single pictures are too wide for one row
 MIN_LABEL_PX = 10  # side-by-side pictures never scale their node labels below this height (font size, px)
 
 
@@ -68,19 +69,21 @@ class StrategyComparison(Mapping[str, AutogradGraph]):
         return "\n\n".join(f"=== strategy {name!r} ===\n{g.text}" for name, g in self.graphs.items())
 
     def html(self) -> str:
-        """The graphs in one row, drawn compact, with one legend under them; raises GraphvizMissing without Graphviz.
+        """The graphs two to a row, drawn compact, with one legend under them; raises GraphvizMissing without Graphviz.
 
-        Each column is as wide as its picture's natural width, so the row is scaled as one: every
-        picture gets the same scale and the same label size (no panel drawn larger than the
-        others). The row never shrinks below ``MIN_LABEL_PX`` labels; narrower than that, it scrolls
-        sideways instead of wrapping.
+        Drawn like the single pictures (each replica's parameters on one row at the foot of its box,
+        so the lines to the originals leave it straight down), one picture is about 670 px wide: three
+        in one row of a 1,000 px notebook would shrink the labels to about 7 px. Two to a row keep them
+        above ``MIN_LABEL_PX`` and put "clone" beside "rewire". Each column is as wide as the widest
+        picture in it, so every picture gets the same scale and the same label size. The grid never
+        shrinks below ``MIN_LABEL_PX`` labels; narrower than that, it scrolls sideways.
         """
         drawings = {name: g.draw(legend=False, compact=True) for name, g in self.graphs.items()}
         images = {name: d.data_uri() for name, d in drawings.items()}
         widths = {name: d.width_px() for name, d in drawings.items()}
         cells = "".join(
             f'<figure style="margin:0;min-width:0;text-align:center">'
-            f'<img style="width:100%;height:auto;display:block;max-width:{widths[name]}px" '
+            f'<img style="width:100%;height:auto;display:block;max-width:{widths[name]}px;margin:0 auto" '
             f'alt="autograd graph, strategy {escape(name)}" src="{uri}"></figure>'
             for name, uri in images.items()
         )
@@ -90,12 +93,15 @@ class StrategyComparison(Mapping[str, AutogradGraph]):
             "<code>Backward0</code> suffix here: <code>Addmm</code> is <code>AddmmBackward0</code>, "
             "<code>ReduceAdd</code> is <code>ReduceAddBackward</code>.</div>"
         )
-        columns = " ".join(f"minmax(0,{w}fr)" for w in widths.values())
-        gap = 6 * (len(images) - 1)
-        # the smallest row width at which a label is still MIN_LABEL_PX tall: (font px at natural size) ->
+        per_row = min(PER_ROW, len(widths))
+        natural = list(widths.values())
+        column_px = [max(natural[j::per_row]) for j in range(per_row)]
+        columns = " ".join(f"minmax(0,{w}fr)" for w in column_px)
+        gap = 6 * (per_row - 1)
+        # the smallest grid width at which a label is still MIN_LABEL_PX tall: (font px at natural size) ->
         # the scale it may shrink to
         font_px = float(COMPACT_NODE["fontsize"]) * 4 / 3
-        min_width = round(sum(widths.values()) * MIN_LABEL_PX / font_px) + gap
+        min_width = round(sum(column_px) * MIN_LABEL_PX / font_px) + gap
         return (
             f'<div style="overflow-x:auto"><div style="display:grid;grid-template-columns:{columns};'
             f'gap:6px;align-items:start;min-width:{min_width}px">{cells}</div></div>'

@@ -18,7 +18,8 @@ red box                     a replica parameter that is a dead end: a leaf of th
 pale blue box               a replica parameter that leads on to the original (not a leaf)
 yellow box                  another leaf that requires grad (an input, a tensor named in ``names=``)
 white box                   a named tensor that is not a leaf (its ``.grad`` stays None)
-red dotted arrow, bar head  the edge ``clone()`` never made, from a dead end to its original (#19540)
+red dotted arrow, bar head  the edge ``clone()`` never made, from a dead end to its original (#19540);
+                            drawn from the last replica only when every replica has the same ones
 green thick arrow           (diffs) an edge the second graph adds
 red dashed arrow            (diffs) an edge the second graph removes
 purple border               (diffs) a replica parameter that was a dead end and is not any more
@@ -38,6 +39,7 @@ drawings of more than ``view.MAX_NODES`` nodes, where that box would cost dot se
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from .legend import (
     FILL,
@@ -52,6 +54,7 @@ from .legend import (
     device_tint,
     entry,
     legend_label,
+    missing_from_one_slot,
 )
 from .nodes import Edge, Node
 from .view import MAX_NODES, View
@@ -341,8 +344,9 @@ def _pin_replica_order(
     every slot has one shape. With ``one_row``, the replica's parameters share one row at the foot of
     its box, in module order like the original's: the edges from the copies then leave the box straight
     down, side by side (issue 15); a parameter on a row higher up sent its edge out through the side
-    of the box and across the picture. Compact pictures, three to a row, keep each parameter on the
-    row of its depth: one row of every parameter would make them too wide to read."""
+    of the box and across the picture. Compact pictures (two to a row, compare.py) do the same: on
+    rows by depth, their copies' lines looped back through the boxes. ``one_row=False`` keeps each
+    parameter on the row of its depth."""
     params = sorted((n for n in members if n.kind == "replica" and n.id in depth), key=_param_key)
     rows: dict[int, list[Node]] = {}
     for n in members:
@@ -360,7 +364,7 @@ def _pin_replica_order(
             put.edge(c, a.id, b.id, {"style": "invis"})
 
 
-# Compact pictures are shown three to a row (~320 px each at notebook width): boxes as narrow as their
+# Compact pictures are shown two to a row (~490 px each at notebook width): boxes as narrow as their
 # names (width 0, not dot's 0.75 in minimum, which made "T" as wide as "0.weight") and a larger font,
 # so the labels stay about 10 px tall or more once the row is scaled to fit (compare.py).
 COMPACT_NODE = {"fontsize": "12", "height": "0.25", "width": "0", "margin": "0.04,0.02"}
@@ -390,16 +394,17 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             "labelloc": "t",
             "fontname": FONT,
             "fontsize": "13",
-            "nodesep": "0.12" if compact else "0.25",
+            "nodesep": "0.08" if compact else "0.25",
             "ranksep": "0.25" if compact else "0.35",
             "ordering": "out",
             # no second crossing-minimisation pass: it moved nodes against the invisible left-to-right
             # edges that tie each row (a hand-rewired 0.weight put 2.bias first), and mirrored replica
             # 1 to save a crossing. The first pass runs in full on a picture of one size (the rows of
             # each replica are tied, so it cannot reorder them; it straightens the edges between); big
-            # and compact drawings keep it short, and dot keeps the order the statements give
+            # drawings keep it short, and dot keeps the order the statements give (cut short in
+            # compact drawings too, the long edges to a row of parameters looped round the boxes)
             "remincross": "false",
-            "mclimit": "0.01" if big or compact else "1",
+            "mclimit": "0.01" if big else "1",
             **fast,
         },
         node_attr={
@@ -420,7 +425,8 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             clusters[f"replica{n.slot}"].append(n)
         elif n.kind in ("original", "join") and slots and not big:
             clusters.setdefault("original", []).append(n)
-    edges = view.edges if big else _module_first(view)
+    drawn, _ = missing_from_one_slot(view)  # clone's missing edges from one replica: traceable, not a fan
+    edges = drawn if big else _module_first(replace(view, edges=drawn))
     depth, order = _order_by_depth(view, edges) if not big else ({}, {})
     in_cluster = {n.id for members in clusters.values() for n in members}
     for n in view.nodes:  # the nodes outside any box first: dot then keeps the slots in order, 0 on the left
@@ -458,7 +464,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             if name == "original":
                 _pin_module_order(c, members, view, put)
             elif not big and name != "recorded":
-                _pin_replica_order(c, members, depth, order, put, one_row=not compact)
+                _pin_replica_order(c, members, depth, order, put)
             for i, target in enumerate(view.remarks):  # a note sits in the box of the node it is about
                 if any(n.id == target for n in members):
                     _remark(c, put, i, target, view.remarks[target])

@@ -67,6 +67,40 @@ EDGE_LEGEND = {  # entry -> (colour, glyph, text)
 }
 
 
+def missing_from_one_slot(view: View) -> tuple[list[Edge], int | None]:
+    """``view.edges`` with clone's missing edges drawn from one replica only, and that replica's slot.
+
+    Every replica's dead ends have the same originals, so drawn from every replica the dotted lines
+    fanned out from both boxes, crossed between them, and no copy could be traced to its original.
+    When every slot has dead ends for the same originals, only the last slot's are kept, in module
+    order (the legend says so); otherwise every edge stays and the slot is None.
+    """
+    kinds = {n.id: n for n in view.nodes}
+    by_slot: dict[int | None, set[str]] = {}
+    for e in view.edges:
+        if e.status == "missing":
+            by_slot.setdefault(kinds[e.src].slot, set()).add(e.dst)
+    slots = {n.slot for n in view.nodes if n.kind == "replica"}
+    alike = len({frozenset(dsts) for dsts in by_slot.values()}) == 1
+    if len(by_slot) < 2 or None in by_slot or set(by_slot) != slots or not alike:
+        return list(view.edges), None
+    slot = max(by_slot)  # the rightmost box: its lines run down beside the ReduceAdd nodes, not under them
+
+    def place(e: Edge) -> int:
+        param = kinds[e.dst].param
+        return param.index if param is not None else -1
+
+    kept = sorted((e for e in view.edges if e.status == "missing" and kinds[e.src].slot == slot), key=place)
+    return [e for e in view.edges if e.status != "missing"] + kept, slot
+
+
+def _edge_text(key: str, slot: int | None) -> str:
+    text = EDGE_LEGEND[key][2]
+    if key == "missing" and slot is not None:
+        text += f"; drawn for replica {slot} only, every replica is the same"
+    return text
+
+
 def entry(n: Node, recorded: frozenset[str] = frozenset()) -> str:
     """The legend entry (and fill colour) a node uses."""
     if n.id in recorded:
@@ -108,6 +142,7 @@ BOXES = "a tinted box: one replica slot, its tint the device"
 def legend_label(view: View) -> str:
     """The legend as a graphviz HTML-like table: the entries this view uses, in the legend's own order."""
     node_keys, edge_keys, boxes = used_entries([view])
+    _, slot = missing_from_one_slot(view)
     rows = []
     for key in node_keys:
         fill, border, style, text = LEGEND[key]
@@ -118,7 +153,8 @@ def legend_label(view: View) -> str:
             f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>'
         )
     for key in edge_keys:
-        colour, glyph, text = EDGE_LEGEND[key]
+        colour, glyph, _ = EDGE_LEGEND[key]
+        text = _edge_text(key, slot)
         rows.append(
             f'<TR><TD BORDER="0"><FONT COLOR="{colour}"><B>{glyph}</B></FONT></TD>'
             f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>'
@@ -133,7 +169,9 @@ def legend_label(view: View) -> str:
 
 def legend_html(views: Iterable[View]) -> str:
     """The legend as browser HTML, one line, for pictures drawn side by side without their own."""
+    views = list(views)
     node_keys, edge_keys, boxes = used_entries(views)
+    slot = next((s for s in (missing_from_one_slot(v)[1] for v in views) if s is not None), None)
     items = []
     for key in node_keys:
         fill, border, style, text = LEGEND[key]
@@ -144,7 +182,8 @@ def legend_html(views: Iterable[View]) -> str:
         )
         items.append(f"{swatch}&nbsp;{escape(text)}")
     for key in edge_keys:
-        colour, glyph, text = EDGE_LEGEND[key]
+        colour, glyph, _ = EDGE_LEGEND[key]
+        text = _edge_text(key, slot)
         items.append(f'<b style="color:{colour}">{glyph}</b>&nbsp;{escape(text)}')
     if boxes:
         items.append(escape(BOXES))
