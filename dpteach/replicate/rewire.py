@@ -89,7 +89,7 @@ def rewire_grad_edges(
     for original, places in sites.items():
         copies = [
             getattr(m, key).detach() for m, key, _ in places
-        ]  # plain tensors: the node's one edge is `original`
+        ]  # detached, so they need no grad: the node's only real edge is `original` ((None, 0) for each copy)
         # FIX (#20910): one node per original parameter, one input slot per replica copy, its outputs replace them
         outputs = _outputs(node, node.apply(original, *copies), len(copies))
         for (module, key, kind), out in zip(places, outputs):
