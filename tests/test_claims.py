@@ -217,3 +217,20 @@ def test_a_wider_measured_margin_is_said_and_checked():
     assert "noise margin" not in str(Comparison("x", "y", 1.3e-3, 1.0e-3))  # claims.MARGIN goes unsaid
     speed = claims.SpeedUp("dp", "the plain step", 1.0e-3, 1.3e-3, margin=1.45)
     assert speed.verdict == "no speed-up" and check_cell_output(str(speed) + "\n") == 1
+
+
+@pytest.mark.parametrize("first", [1.1996e-3, 1.2000e-3, 1.2012e-3])
+def test_the_verdict_is_the_printed_ratios(first):
+    # all three print "1.20x": against a 1.20x margin each must read the same, whatever the third decimal
+    said = Comparison("x", "y", first, 1.0e-3)
+    assert "took 1.20x" in str(said)
+    assert said.verdict == verdict_for(1.20) == "slower"
+    speed = claims.SpeedUp("dp", "plain", 1.0e-3, first)
+    assert f"{speed.ratio:.2f}" == "1.20" and speed.verdict == "a speed-up"
+
+
+def test_a_ratio_just_inside_the_margin_as_printed_is_about_the_same():
+    said = Comparison("x", "y", 1.1949e-3, 1.0e-3)  # prints 1.19x
+    assert "took 1.19x" in str(said) and said.verdict == "about the same"
+    faster = Comparison("x", "y", 0.8349e-3, 1.0e-3)  # prints 0.83x, under 1/1.2 = 0.8333
+    assert "took 0.83x" in str(faster) and faster.verdict == verdict_for(0.83) == "faster"

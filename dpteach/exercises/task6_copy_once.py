@@ -150,6 +150,6 @@ def try_answer(copy_once) -> str:
         with CountCopies() as counter:
             out = copy_once(source, dst)
         said.append(
-            f"onto {dst}: {len(counter.copies)} copy(ies), a {type(out).__name__} on {getattr(out, 'device', '?')}"
+            f"onto {dst}: {len(counter.copies)} {'copy' if len(counter.copies) == 1 else 'copies'}, a {type(out).__name__} on {getattr(out, 'device', '?')}"
         )
     return "copy_once ran; " + "; ".join(said)
