@@ -343,6 +343,25 @@ def test_reduce_backward_with_raw_comm_is_not_differentiable():
     assert_fails_with(result, "ReduceAddCoalesced.backward is not differentiable", "slot 1")
 
 
+def plain_sum(ctx, grads, partner):  # right and differentiable, but no partner node
+    n = ctx.num_inputs
+    return (None,) + tuple(sum(g.to(ctx.input_device) for g in grads[k::n]) for k in range(n))
+
+
+def plain_copies(ctx, grads, partner):  # right and differentiable, but no partner node
+    return (None, None) + tuple(g.to(d) for d in ctx.devices for g in grads)
+
+
+@pytest.mark.parametrize("side", ["Broadcast", "ReduceAddCoalesced"])
+def test_backward_of_plain_differentiable_ops_is_asked_for_the_partner(side):
+    swapped = {"broadcast_backward": plain_sum} if side == "Broadcast" else {"reduce_backward": plain_copies}
+    result = exercises.check_broadcast_pair(*pair(**swapped))
+    assert_fails_with(
+        result, f"{side}.backward's result", "has a history" if side == "Broadcast" else "have a history"
+    )
+    assert "comm" not in " ".join(result.messages)  # it never called comm: the message must not say it did
+
+
 def test_reduce_that_forgets_the_other_slots():
     result = exercises.check_broadcast_pair(*pair(reduce_forward=first_slot_only))
     assert_fails_with(

@@ -29,7 +29,9 @@ SOURCE = Path(__file__).with_name("dp_original.cpp")
 CFLAGS: list[
     str
 ] = []  # torch's default is -O0 without -g: the fastest build, and speed is not the point here
-EXPECTED_SECONDS = 60  # the bar's length: cold compiles took 17-25 s on 2 shared cores here
+# A cold compile's range, said once: load() prints it and chapter 10's prose quotes it (a test checks).
+# Measured here: 12.7 to 25 s on 2 shared cores; the top leaves room for slower machines and is the bar's length.
+EXPECTED_SECONDS = (10, 60)
 
 
 def compiler() -> str | None:
@@ -107,7 +109,7 @@ def _binary() -> Path | None:
 
 
 def is_cached() -> bool:
-    """True when the compiled module is already in the cache: loading takes a second, not 20 to 60."""
+    """True when the compiled module is already in the cache: loading takes a second, not a compile's EXPECTED_SECONDS."""
     return _binary() is not None
 
 
@@ -210,9 +212,10 @@ def build(*, progress: bool = True, verbose: bool = False) -> ModuleType:
 
             if progress:
                 print(
-                    f"compiling {SOURCE.name} (only the first time, typically 20 to {EXPECTED_SECONDS} s; later it loads from the cache)…"
+                    f"compiling {SOURCE.name} (only the first time, about {EXPECTED_SECONDS[0]} to {EXPECTED_SECONDS[1]} s; "
+                    "later it loads from the cache)…"
                 )
-            with _ticking("compiling", EXPECTED_SECONDS) if progress else contextlib.nullcontext():
+            with _ticking("compiling", EXPECTED_SECONDS[1]) if progress else contextlib.nullcontext():
                 module = load_inline(
                     name=extension_name(),
                     cpp_sources=[SOURCE.read_text()],

@@ -72,7 +72,8 @@ class MyBroadcast(Function):
     """Copy tensors from one device to every slot; its backward is ReduceAddCoalesced.
 
     ``MyBroadcast.apply(devices, *inputs)`` returns ``len(devices) * len(inputs)`` tensors: a copy
-    of every input on every slot.
+    of every input on every slot, slot by slot (device-major): slot 0's copies of all the inputs,
+    in their order, then slot 1's, and so on; output ``j * len(inputs) + k`` is slot ``j``'s input ``k``.
     """
 
     @staticmethod
@@ -92,7 +93,8 @@ class MyReduceAddCoalesced(Function):
     """Sum ``num_inputs`` tensors from each slot onto ``destination``; its backward is Broadcast.
 
     ``MyReduceAddCoalesced.apply(destination, num_inputs, *grads)`` gets ``num_inputs`` tensors from
-    each slot, in the order ``MyBroadcast`` returns its copies, and returns the ``num_inputs`` sums.
+    each slot, in the order ``MyBroadcast`` returns its copies (``grads[j * num_inputs + k]`` is slot
+    ``j``'s tensor ``k``), and returns the ``num_inputs`` sums over the slots, on ``destination``.
     """
 
     @staticmethod

@@ -54,14 +54,14 @@ HINTS = {
     "flatten it slot by slot: `tuple(t for slot in per_slot for t in slot)`.",
     "sum": "`ReduceAddCoalesced.forward` gets the tensors slot by slot; `comm.reduce_add_coalesced` wants one list "
     "per slot: `[grads[i:i + num_inputs] for i in range(0, len(grads), num_inputs)]`.",
-    "broadcast_sum": "Broadcast.backward hands `MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` "
-    "back (after a `None` for `devices`): when that sum is wrong, look at ReduceAddCoalesced.forward first.",
+    "broadcast_sum": "Broadcast.backward hands back what your ReduceAddCoalesced's `apply` returns (after a `None` "
+    "for `devices`): when that sum is wrong, look at ReduceAddCoalesced.forward first.",
     "not_differentiable": "a backward is differentiable when what it returns is computed by autograd-recorded "
     "operations: call the partner's `apply` (`MyReduceAddCoalesced.apply(...)` in Broadcast.backward, "
     "`MyBroadcast.apply(...)` in ReduceAddCoalesced.backward), not `comm` directly, not under `torch.no_grad()`.",
-    "partner": "return `(None,) + MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` from "
-    "Broadcast.backward and `(None, None) + MyBroadcast.apply(ctx.devices, *grads)` from ReduceAddCoalesced.backward, "
-    "remembering in forward what they need (chapter 04 reads PyTorch's `_functions.py`).",
+    "partner": "Broadcast.backward returns `None` for `devices`, then what `MyReduceAddCoalesced.apply(...)` returns; "
+    "ReduceAddCoalesced.backward returns `None` for `destination` and `num_inputs`, then what `MyBroadcast.apply(...)` "
+    "returns. Keep in `ctx`, in forward, what those calls need (chapter 04 reads PyTorch's `_functions.py`).",
     "second_none": "the gradient penalty's gradient needs a backward that is itself differentiable: each backward "
     "must call its partner's `apply`.",
     "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
@@ -131,9 +131,10 @@ def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
     elif not _from_partner(ga, reduce_add):
         findings.problem(
             "partner",
-            f"Broadcast.backward's result comes out of {type(ga.grad_fn).__name__}, not out of "
-            f"your {reduce_add.__name__}: on CPU slots a plain sum happens to be differentiable, but "
-            "between GPUs `comm` moves data outside autograd; call the partner's `apply` (PR #2508)",
+            f"Broadcast.backward's result has a history, but it comes out of {type(ga.grad_fn).__name__}, "
+            f"not out of your {reduce_add.__name__}: this task asks each backward to call its partner's "
+            f"`apply` (as PyTorch's `_functions.py` does since PR #2508), so that the first backward records "
+            f"one {reduce_add.__name__} node and the second backward runs through its backward, your Broadcast",
         )
 
 
@@ -172,8 +173,10 @@ def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
     elif not all(_from_partner(g, broadcast) for g in later):
         findings.problem(
             "partner",
-            f"ReduceAddCoalesced.backward's results do not come out of your "
-            f"{broadcast.__name__} node: call the partner's `apply`, not `comm` directly (PR #2508)",
+            f"ReduceAddCoalesced.backward's results have a history, but they do not come out of your "
+            f"{broadcast.__name__} node: this task asks each backward to call its partner's `apply` (as "
+            f"PyTorch's `_functions.py` does since PR #2508), so that the first backward records one "
+            f"{broadcast.__name__} node and the second backward runs through its backward, your ReduceAddCoalesced",
         )
 
 
