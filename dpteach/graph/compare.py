@@ -88,10 +88,19 @@ class StrategyComparison(Mapping[str, AutogradGraph]):
             for name, uri in images.items()
         )
         legend = legend_html(d.view for d in drawings.values())
+        ops = {n.op for g in self.graphs.values() for n in g.nodes.values() if n.op}
+        named = ", ".join(
+            f"<code>{short}</code> is <code>{full}</code>"
+            for short, full in (
+                ("Addmm", "AddmmBackward0"),
+                ("ReduceAdd", "ReduceAddBackward"),
+                ("Broadcast", "BroadcastBackward"),
+            )
+            if full in ops or short == "Addmm"
+        )
         note = (
             '<div style="font-size:12px;color:#555;margin:4px 0">Backward functions drop their '
-            "<code>Backward0</code> suffix here: <code>Addmm</code> is <code>AddmmBackward0</code>, "
-            "<code>ReduceAdd</code> is <code>ReduceAddBackward</code>.</div>"
+            f"<code>Backward0</code> suffix here: {named}.</div>"
         )
         per_row = min(PER_ROW, len(widths))
         natural = list(widths.values())

@@ -46,6 +46,7 @@ from .legend import (
     FONT,
     GREEN,
     GREY,
+    MISSING,
     ORANGE,
     PURPLE,
     RECORDED_BORDER,
@@ -151,7 +152,7 @@ def _edge_look(e: Edge, kinds: dict[str, Node]) -> dict[str, str]:
     if e.status == "removed":
         return {"color": RED, "style": "dashed", "penwidth": "2"}
     if e.status == "missing":
-        return {"color": "#e57373", "style": "dotted", "arrowhead": "tee", "penwidth": "1.5"}
+        return {"color": MISSING, "style": "dotted", "arrowhead": "tee", "penwidth": "2.5"}
     if kinds[e.src].kind == "join" or kinds[e.dst].kind == "join":
         return {"color": ORANGE, "penwidth": "2"}
     return {"color": GREY}
@@ -486,7 +487,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
                 "labelloc": "b",
                 "labeljust": "r",
                 "peripheries": "0",
-                "fontsize": "9",
+                "fontsize": "11",
             },
         )
         g.node_attr, g.edge_attr = {}, {}

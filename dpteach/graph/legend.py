@@ -29,6 +29,7 @@ FILL = {
 }
 RECORDED_TINT, RECORDED_BORDER = "#fffbea", "#c79100"  # the box around what create_graph=True recorded
 RED, GREEN, ORANGE, PURPLE, GREY = "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "#616161"
+MISSING = "#d84343"  # the edge clone() never made: red, lighter than a dead end, dark enough at 1000 px
 DEVICE_TINTS = ["#e3f0fb", "#fdf0e0", "#e8f5e9", "#f3e5f5", "#fffde7", "#e0f7fa", "#fbe9e7", "#ede7f6"]
 
 LEGEND = {  # entry -> (fill, border, border style, text)
@@ -61,7 +62,7 @@ LEGEND = {  # entry -> (fill, border, border style, text)
 EDGE_LEGEND = {  # entry -> (colour, glyph, text)
     "": (GREY, "──▶", "the gradient flows this way (next_functions)"),
     "join": (ORANGE, "━━▶", "gradient edge into / out of ReduceAdd or Broadcast"),
-    "missing": ("#e57373", "┈┈⊣", "no edge: clone() made a fresh leaf (#19540)"),
+    "missing": (MISSING, "┈┈⊣", "no edge: clone() made a fresh leaf (#19540)"),
     "added": (GREEN, "━━▶", "edge added (in the second graph only)"),
     "removed": (RED, "┄┄▶", "edge removed (in the first graph only)"),
 }

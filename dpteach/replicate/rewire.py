@@ -10,10 +10,11 @@ too. Python could do the same with a ``Function`` that calls ``ctx.mark_dirty`` 
 object that shares the clone's storage and is the node's output, set by name as ``replicate.py``
 does with ``setattr``: the same graph, for modules that read their tensors by name.
 
-Kept as in C++: the node refuses gradients that require grad (no double backward through the
-replication node: a penalty on the parameter gradients or a Hessian-vector product fails, a penalty on
-the input still works), and buffers
-stay deep-copied (no BatchNorm running stats): the items left open in issue #21144.
+Kept as in C++: the node refuses gradients that require grad. Under ``create_graph=True`` they do
+whenever the loss is non-linear in the parameters, so a penalty on the parameter gradients or a
+Hessian-vector product of such a loss fails (a penalty on the input still works: its first backward
+never reaches the node). Buffers stay deep-copied (no BatchNorm running stats). Both were left open in
+issue #21144.
 
 The node is a parameter: ``replicate(network, devices, node=MyReduceAdd)`` runs this strategy with
 a learner's own class, called as ``node.apply(original, *copies)`` (the copies as plain tensors,
@@ -87,10 +88,9 @@ def rewire_grad_edges(
                 if buf is not None and buf.requires_grad:  # C++ rewired grad-requiring buffers too
                     sites[buf].append((copy, key, "buffer"))
     for original, places in sites.items():
-        copies = [
-            getattr(m, key).detach() for m, key, _ in places
-        ]  # detached, so they need no grad: the node's only real edge is `original` ((None, 0) for each copy)
-        # FIX (#20910): one node per original parameter, one input slot per replica copy, its outputs replace them
+        # detached, so no grad: the node's one real edge is `original` ((None, 0) per copy)
+        copies = [getattr(m, key).detach() for m, key, _ in places]
+        # FIX (#20910): one node per parameter; its outputs replace the replicas' copies
         outputs = _outputs(node, node.apply(original, *copies), len(copies))
         for (module, key, kind), out in zip(places, outputs):
             set_tensor(module, key, out, kind)
