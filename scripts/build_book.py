@@ -28,6 +28,7 @@ from pathlib import Path
 
 import nbformat
 from nbconvert import HTMLExporter
+from nbconvert.preprocessors.coalescestreams import CoalesceStreamsPreprocessor
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -204,6 +205,18 @@ def executed_copy(path: Path, source_dir: Path, force: bool) -> nbformat.Noteboo
     return nbformat.read(copy, as_version=4)
 
 
+def page_exporter() -> HTMLExporter:
+    """nbconvert's "lab" HTML without prompts, stream outputs joined as JupyterLab shows them.
+
+    One ``print()`` can reach the notebook as two stream outputs; JupyterLab joins them on screen,
+    nbconvert alone would put the second half on a line of its own.
+    """
+    exporter = HTMLExporter(template_name="lab")
+    exporter.exclude_input_prompt = exporter.exclude_output_prompt = True
+    exporter.register_preprocessor(CoalesceStreamsPreprocessor, enabled=True)
+    return exporter
+
+
 def build(out: Path, source_dir: Path, force: bool = False) -> dict:
     start = time.perf_counter()
     chapters = _course.chapter_notebooks(ROOT)
@@ -212,8 +225,7 @@ def build(out: Path, source_dir: Path, force: bool = False) -> dict:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    exporter = HTMLExporter(template_name="lab")
-    exporter.exclude_input_prompt = exporter.exclude_output_prompt = True
+    exporter = page_exporter()
     pages = []
     for i, path in enumerate(chapters):
         nb = notebooks[path]

@@ -157,3 +157,15 @@ def test_chapter_page_shows_its_figures(book, browser, path):
         page.evaluate("window.scrollBy(0, -120)")  # the sticky link bar stays in the shot
     page.screenshot(path=str(SHOTS / f"{path.stem}.png"))
     page.close()
+
+
+def test_a_print_split_into_two_stream_outputs_is_one_line_on_the_page():
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("print('clone_then_to', 1.0)")
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="clone_then_to "),
+        nbformat.v4.new_output("stream", name="stdout", text="1.0 ms\n"),
+    ]
+    nb.cells = [cell]
+    body, _ = build_book.page_exporter().from_notebook_node(nb)
+    assert "clone_then_to 1.0 ms" in body  # joined, as JupyterLab shows it
