@@ -74,6 +74,8 @@ class MyBroadcast(Function):
     ``MyBroadcast.apply(devices, *inputs)`` returns ``len(devices) * len(inputs)`` tensors: a copy
     of every input on every slot, slot by slot (device-major): slot 0's copies of all the inputs,
     in their order, then slot 1's, and so on; output ``j * len(inputs) + k`` is slot ``j``'s input ``k``.
+    ``comm.broadcast_coalesced(tensors, devices)`` makes the copies: it returns one list per slot.
+    Forward saves on ``ctx`` what backward passes to the partner: the inputs' device and their number.
     """
 
     @staticmethod
@@ -95,6 +97,8 @@ class MyReduceAddCoalesced(Function):
     ``MyReduceAddCoalesced.apply(destination, num_inputs, *grads)`` gets ``num_inputs`` tensors from
     each slot, in the order ``MyBroadcast`` returns its copies (``grads[j * num_inputs + k]`` is slot
     ``j``'s tensor ``k``), and returns the ``num_inputs`` sums over the slots, on ``destination``.
+    ``comm.reduce_add_coalesced(per_slot_lists, destination)`` sums them: it takes the flat ``grads``
+    regrouped into one list per slot. Forward saves on ``ctx`` the slots' devices, for backward.
     """
 
     @staticmethod
