@@ -58,7 +58,7 @@ def test_the_kind_of_a_run_counts_the_gpus_of_every_list():
 
 
 @pytest.mark.parametrize("noise, band", [(None, 1.2), (1.1, 1.2), (1 / 1.5, 1.5), (1.5, 1.5)])
-def test_the_grey_band_widens_to_row_ones_noise_never_below_the_margin(noise, band):
+def test_the_grey_band_widens_to_the_measured_noise_margin_never_below_claims_margin(noise, band):
     from dpteach.course.claims import MARGIN
 
     assert MARGIN == 1.2  # the parametrized bands assume it
@@ -66,4 +66,4 @@ def test_the_grey_band_widens_to_row_ones_noise_never_below_the_margin(noise, ba
     (patch,) = [p for p in fig.axes[1].patches if "about the same" in p.get_label()]
     box = patch.get_bbox()  # axhspan: a rectangle, x in axes units, y in data units
     assert box.y0 == pytest.approx(1 / band) and box.y1 == pytest.approx(band)
-    assert ("row 1's measured noise" in patch.get_label()) == (band != MARGIN)
+    assert ("measured noise margin" in patch.get_label()) == (band != MARGIN)
