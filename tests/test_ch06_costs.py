@@ -204,3 +204,18 @@ def test_time_in_rounds_spread_is_the_rounds_largest_ratio(monkeypatch):
     )
     pooled, spread = costs.time_in_rounds({"a": lambda: None}, ["cpu"], repeats=1, rounds=3)
     assert pooled["a"].samples == (1.0, 2.0, 3.0) and spread == 3.0
+
+
+def test_time_in_rounds_times_without_the_garbage_collector_and_restores_it():
+    import gc
+
+    seen = []
+    costs.time_in_rounds({"a": lambda: seen.append(gc.isenabled())}, ["cpu"], repeats=2, rounds=1)
+    assert seen and not any(seen)  # off while timing
+    assert gc.isenabled()  # and back on after
+    gc.disable()
+    try:
+        costs.time_in_rounds({"a": lambda: None}, ["cpu"], repeats=1, rounds=1)
+        assert not gc.isenabled()  # a collector that was off stays off
+    finally:
+        gc.enable()

@@ -8,11 +8,13 @@ come from the one timer, ``dpteach.measure.timer``.
 * ``clone_then_to`` / ``to_device``: one tensor copied the pre-#20995 way (two copies) and the fixed way.
 * ``copy_per_tensor`` / ``copy_coalesced``: many tensors copied one by one, or in flat buckets.
 * ``time_in_rounds(fns, devices)``: ``timer.time_in_turns`` in rounds after a throw-away one, with how
-  far the rounds' medians differed (the chapter's noise, printed beside its verdicts).
+  far the rounds' medians differed (the chapter's noise, printed beside its verdicts); Python's
+  garbage collector off while it times, as ``timeit`` does.
 """
 
 from __future__ import annotations
 
+import gc
 from typing import Callable, Mapping, Sequence
 
 import torch
@@ -112,11 +114,24 @@ def time_in_rounds(
     Returns a ``Timing`` per name holding the samples of every kept round (its median is of all of
     them), and the spread: the largest ratio, over the names, of a name's slowest round median to its
     fastest. A busy moment on a shared machine moves one round; the spread says how much.
+
+    Python's garbage collector is off while it times (as ``timeit`` does by default), and restored
+    after. A collection starts when enough new objects have piled up, whichever call made the last
+    of them, and a full one walks every object of the process (a notebook kernel has many): in
+    chapter 06 they fell on ``copy_coalesced`` at 1024 tensors, which makes the most objects per
+    call (a view per tensor, then a tensor per ``.data``), and its median came out several times the
+    sum of its steps timed in the same turns.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
-    timer.time_in_turns(fns, devices, repeats=repeats)  # thrown away: one-time costs (threads, memory)
-    kept = [timer.time_in_turns(fns, devices, repeats=repeats) for _ in range(rounds)]
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        timer.time_in_turns(fns, devices, repeats=repeats)  # thrown away: one-time costs (threads, memory)
+        kept = [timer.time_in_turns(fns, devices, repeats=repeats) for _ in range(rounds)]
+    finally:
+        if collecting:
+            gc.enable()
     pooled = {name: timer.Timing([s for r in kept for s in r[name].samples]) for name in fns}
     spread = max(max(r[name].median for r in kept) / min(r[name].median for r in kept) for name in fns)
     return pooled, spread
