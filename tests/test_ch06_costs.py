@@ -15,7 +15,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import dpteach
-from dpteach.measure import costs
+from dpteach.measure import costs, timer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -187,7 +187,7 @@ def test_time_in_rounds_pools_the_kept_rounds_and_throws_one_away():
     def count(name):
         calls[name] += 1
 
-    pooled, spread = costs.time_in_rounds(
+    pooled, spread = timer.time_in_rounds(
         {"a": lambda: count("a"), "b": lambda: count("b")}, ["cpu"], repeats=4, rounds=3
     )
     assert all(len(t.samples) == 3 * 4 for t in pooled.values())  # the kept rounds' samples, pooled
@@ -196,13 +196,11 @@ def test_time_in_rounds_pools_the_kept_rounds_and_throws_one_away():
 
 
 def test_time_in_rounds_spread_is_the_rounds_largest_ratio(monkeypatch):
-    from dpteach.measure import timer
-
     medians = iter([9.0, 1.0, 2.0, 3.0])  # the first round is thrown away
     monkeypatch.setattr(
         timer, "time_in_turns", lambda fns, devices, repeats: {n: timer.Timing([next(medians)]) for n in fns}
     )
-    pooled, spread = costs.time_in_rounds({"a": lambda: None}, ["cpu"], repeats=1, rounds=3)
+    pooled, spread = timer.time_in_rounds({"a": lambda: None}, ["cpu"], repeats=1, rounds=3)
     assert pooled["a"].samples == (1.0, 2.0, 3.0) and spread == 3.0
 
 
@@ -210,12 +208,12 @@ def test_time_in_rounds_times_without_the_garbage_collector_and_restores_it():
     import gc
 
     seen = []
-    costs.time_in_rounds({"a": lambda: seen.append(gc.isenabled())}, ["cpu"], repeats=2, rounds=1)
+    timer.time_in_rounds({"a": lambda: seen.append(gc.isenabled())}, ["cpu"], repeats=2, rounds=1)
     assert seen and not any(seen)  # off while timing
     assert gc.isenabled()  # and back on after
     gc.disable()
     try:
-        costs.time_in_rounds({"a": lambda: None}, ["cpu"], repeats=1, rounds=1)
+        timer.time_in_rounds({"a": lambda: None}, ["cpu"], repeats=1, rounds=1)
         assert not gc.isenabled()  # a collector that was off stays off
     finally:
         gc.enable()

@@ -7,15 +7,11 @@ come from the one timer, ``dpteach.measure.timer``.
 * ``step_traffic(model, x, devices, strategy)``: every copy one DataParallel step makes.
 * ``clone_then_to`` / ``to_device``: one tensor copied the pre-#20995 way (two copies) and the fixed way.
 * ``copy_per_tensor`` / ``copy_coalesced``: many tensors copied one by one, or in flat buckets.
-* ``time_in_rounds(fns, devices)``: ``timer.time_in_turns`` in rounds after a throw-away one, with how
-  far the rounds' medians differed (the chapter's noise, printed beside its verdicts); Python's
-  garbage collector off while it times, as ``timeit`` does.
 """
 
 from __future__ import annotations
 
-import gc
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -24,7 +20,6 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from .. import comm
 from .._devices import as_device
 from ..data_parallel import DataParallel
-from . import timer
 
 __all__ = [
     "state_nbytes",
@@ -33,7 +28,6 @@ __all__ = [
     "to_device",
     "copy_per_tensor",
     "copy_coalesced",
-    "time_in_rounds",
 ]
 
 
@@ -101,37 +95,3 @@ def copy_coalesced(
         for i, t in zip(bucket, _unflatten_dense_tensors(flat, chunk)):
             out[i] = t.data  # .data: own version counters
     return out
-
-
-def time_in_rounds(
-    fns: Mapping[str, Callable[[], object]],
-    devices: Sequence = ("cpu",),
-    repeats: int = 15,
-    rounds: int = 3,
-) -> tuple[dict[str, timer.Timing], float]:
-    """Time ``fns`` in turns, ``rounds`` times after one round that is thrown away.
-
-    Returns a ``Timing`` per name holding the samples of every kept round (its median is of all of
-    them), and the spread: the largest ratio, over the names, of a name's slowest round median to its
-    fastest. A busy moment on a shared machine moves one round; the spread says how much.
-
-    Python's garbage collector is off while it times (as ``timeit`` does by default), and restored
-    after. A collection starts when enough new objects have piled up, whichever call made the last
-    of them, and a full one walks every object of the process (a notebook kernel has many): in
-    chapter 06 they fell on ``copy_coalesced`` at 1024 tensors, which makes the most objects per
-    call (a view per tensor, then a tensor per ``.data``), and its median came out several times the
-    sum of its steps timed in the same turns.
-    """
-    if rounds < 1:
-        raise ValueError(f"rounds must be at least 1, got {rounds}")
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        timer.time_in_turns(fns, devices, repeats=repeats)  # thrown away: one-time costs (threads, memory)
-        kept = [timer.time_in_turns(fns, devices, repeats=repeats) for _ in range(rounds)]
-    finally:
-        if collecting:
-            gc.enable()
-    pooled = {name: timer.Timing([s for r in kept for s in r[name].samples]) for name in fns}
-    spread = max(max(r[name].median for r in kept) / min(r[name].median for r in kept) for name in fns)
-    return pooled, spread

@@ -14,13 +14,15 @@
   instead of the work. ``parallel_apply``'s worker threads start their teams from this setting
   (``tests/test_timer.py`` checks it), so one call covers every slot.
 
-``time_in_turns({"a": fa, "b": fb}, devices)`` gives a ``Timing`` per name; ``time_it(fn, devices)``
-one; ``Phases`` times the named phases of one step (CUDA events on GPUs, the wall clock on CPU).
+``time_in_turns({"a": fa, "b": fb}, devices)`` gives a ``Timing`` per name; ``time_in_rounds`` does
+it in rounds after a throw-away one and says how far the rounds differed (the noise a chapter prints
+beside its verdicts); ``time_it(fn, devices)`` one; ``Phases`` times the named phases of one step (CUDA events on GPUs, the wall clock on CPU).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import statistics
 import time
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ import torch
 
 from .._devices import DeviceLike, as_devices
 
-__all__ = ["Timing", "time_in_turns", "time_it", "sync", "threads_per_slot", "Phases"]
+__all__ = ["Timing", "time_in_turns", "time_in_rounds", "time_it", "sync", "threads_per_slot", "Phases"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,40 @@ def time_in_turns(
                 sync(slots)
                 samples[name].append(time.perf_counter() - start)
     return {name: Timing(s) for name, s in samples.items()}
+
+
+def time_in_rounds(
+    fns: Mapping[str, Callable[[], object]],
+    devices: Sequence = ("cpu",),
+    repeats: int = 15,
+    rounds: int = 3,
+) -> tuple[dict[str, Timing], float]:
+    """Time ``fns`` in turns, ``rounds`` times after one round that is thrown away.
+
+    Returns a ``Timing`` per name holding the samples of every kept round (its median is of all of
+    them), and the spread: the largest ratio, over the names, of a name's slowest round median to its
+    fastest. A busy moment on a shared machine moves one round; the spread says how much.
+
+    Python's garbage collector is off while it times (as ``timeit`` does by default), and restored
+    after. A collection starts when enough new objects have piled up, whichever call made the last
+    of them, and a full one walks every object of the process (a notebook kernel has many): in
+    chapter 06 they fell on ``copy_coalesced`` at 1024 tensors, which makes the most objects per
+    call (a view per tensor, then a tensor per ``.data``), and its median came out several times the
+    sum of its steps timed in the same turns.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        time_in_turns(fns, devices, repeats=repeats)  # thrown away: one-time costs (threads, memory)
+        kept = [time_in_turns(fns, devices, repeats=repeats) for _ in range(rounds)]
+    finally:
+        if collecting:
+            gc.enable()
+    pooled = {name: Timing([s for r in kept for s in r[name].samples]) for name in fns}
+    spread = max(max(r[name].median for r in kept) / min(r[name].median for r in kept) for name in fns)
+    return pooled, spread
 
 
 def time_it(
