@@ -5,7 +5,7 @@ Each function returns the matplotlib ``Figure`` and draws its own legend into it
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 
 def _pyplot():
@@ -22,19 +22,33 @@ def _count(n: int) -> str:
 
 
 def step_times(
-    results: Mapping[str, Mapping[int, float]], title: str = "", params: Mapping[int, int] | None = None
+    results: Mapping[str, Mapping[int, float]],
+    title: str = "",
+    params: Mapping[int, int] | None = None,
+    rounds: Sequence[Mapping[str, Mapping[int, float]]] | None = None,
 ):
     """One line per way of training: median milliseconds per step against the hidden width.
 
     ``results`` maps a label ("one process", "DataParallel", "DDP") to ``{hidden: seconds}``;
-    ``params`` (hidden -> parameter count) labels the x axis with model sizes too.
+    ``params`` (hidden -> parameter count) labels the x axis with model sizes too. ``rounds``, the
+    per-round results the medians were taken over (each shaped like ``results``), adds an error bar
+    from the fastest to the slowest round at every point; the lines are nudged sideways so the bars
+    do not hide each other.
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     markers = "osD^v"
-    for (label, times), marker in zip(results.items(), markers):
+    nudges = [2 ** (0.06 * (i - (len(results) - 1) / 2)) for i in range(len(results))] if rounds else None
+    for i, ((label, times), marker) in enumerate(zip(results.items(), markers)):
         hiddens = sorted(times)
-        ax.plot(hiddens, [times[h] * 1e3 for h in hiddens], marker=marker, label=label)
+        xs = [h * nudges[i] for h in hiddens] if nudges else hiddens
+        ys = [times[h] * 1e3 for h in hiddens]
+        line = ax.plot(xs, ys, marker=marker, label=label)[0]
+        if rounds:
+            low = [min(r[label][h] for r in rounds) * 1e3 for h in hiddens]
+            high = [max(r[label][h] for r in rounds) * 1e3 for h in hiddens]
+            yerr = [[y - lo for y, lo in zip(ys, low)], [hi - y for y, hi in zip(ys, high)]]
+            ax.errorbar(xs, ys, yerr=yerr, fmt="none", ecolor=line.get_color(), capsize=3, lw=1)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     from matplotlib.ticker import FuncFormatter  # plain "2" and "0.5" ms, not "2x10^0"
