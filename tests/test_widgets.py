@@ -497,3 +497,41 @@ def test_lab_notebook_in_colab_like_kernel(tmp_path, monkeypatch):
     assert len(views) >= 3  # the three widgets were displayed, as ipywidgets 7 displays them
     version = [o for o in outputs if o.get("name") == "stdout" and "ipywidgets" in o.get("text", "")]
     assert version and "7.7.1" in version[0]["text"]  # the kernel really had ipywidgets 7.7.1
+
+
+@pytest.mark.parametrize("strategy, slots", [("broadcast", 2), ("rewire", 3)])
+def test_a_join_names_whose_gradient_each_received_one_is(strategy, slots):
+    """Each gradient a join receives is labelled 'replica i · name', and is that replica's share of the loss."""
+    flow = GradientFlow(strategy, slots)
+    model = story.make_model(flow.seed)
+    x, y = story.make_data(seed=flow.seed)
+    share = {}  # replica i's gradient: d loss / d param through its chunk of the batch only
+    for i, (xi, yi) in enumerate(zip(x.chunk(slots), y.chunk(slots))):
+        model.zero_grad()
+        ((model(xi) - yi) ** 2).sum().div(y.numel()).backward()  # mse_loss's mean is over the whole batch
+        share.update(
+            {f"replica {i} · {n}": p.grad.double().norm().item() for n, p in model.named_parameters()}
+        )
+    joins = [s for s in flow.steps if s.kind == "join"]
+    received = [g for j in joins for g in j.received]
+    assert sorted(g.source for g in received) == sorted(share)  # every replica parameter, once
+    for g in received:
+        assert g.norm == pytest.approx(share[g.source], rel=1e-5), g.source
+    if (
+        strategy == "broadcast"
+    ):  # one node: the sentence names the originals in module order, as the graph does
+        names = [f"original {n}" for n, _ in model.named_parameters()]
+        assert ", ".join(names) in joins[0].text
+        assert [g.source for g in joins[0].received][: len(names)] == [
+            f"replica 0 · {n.removeprefix('original ')}" for n in names
+        ]
+
+
+def test_cost_status_gives_the_times_it_measured():
+    lab = CostLab(width=16, slots=2)
+    lab.measure()
+    text = lab.status()
+    for c in lab.costs:  # each strategy's median, and one device's, as the table shows them
+        assert f"{c.strategy!r} {c.median * 1e3:.1f} ms" in text
+    assert f"one device {lab.reference_s * 1e3:.1f} ms" in text
+    assert f"median of {len(lab.costs[0].seconds)} timed step" in text

@@ -27,10 +27,14 @@ Each exercise below is one idea of the course, and you write it. Every task has 
 * a **stub cell**: the code to complete. Until you replace its `raise NotImplementedError(...)`, it fails
   in two lines that name the task. Its last line, `exercises.try_it(...)`, runs your code once; once
   you have written it, any error your code raises shows with its full traceback;
-* a **check cell**: it runs your code against the real thing (Tasks 1 to 5 through `DataParallel` on three
-  tiny models, an MLP, a conv net with BatchNorm and a model with tied weights, on 1 to 4 CPU slots, against
-  the same model on one device; Task 6 counting the copies it makes), and says **"Correct!"** when
-  everything holds; otherwise what is wrong, where, and a hint. It never raises.
+* a **check cell**: it runs your code against the real thing (Tasks 1, 2, 3 and 5 through `DataParallel` on
+  three tiny models, an MLP, a conv net with BatchNorm and a model with tied weights, on 1, 2, 3 and 4 CPU
+  slots, against the same model on one device; Task 4 against `dpteach.scatter` and `dpteach.gather` on
+  nested inputs, then inside `DataParallel` on 2, 3 and 4 CPU slots; Task 6 counting the copies it makes),
+  and says **"Correct!"** when everything holds; otherwise what is wrong, where, and a hint. It never raises.
+
+Run the cells task by task: **Run All stops at the first stub you have not written yet**, since its cell
+raises.
 
 {table}
 
@@ -81,9 +85,11 @@ SUMMARY = """\
 * Task 1: a replica's parameter learns nothing unless autograd made it *from* the original (issue #19540).
 * Task 2: PR #20910 gave every copy an edge into one `ReduceAdd` node per parameter, summing onto the
   original's device. The engine records the operations a backward runs only under
-  `backward(create_graph=True)`; then the gradients reaching `ReduceAdd` can require grad, and its
-  `TORCH_CHECK(!compute_requires_grad(inputs), ...)` throws, so double backward stopped there (issue
-  #21144 kept it open).
+  `backward(create_graph=True)`; then the gradients reaching the C++ `ReduceAdd` (chapter 10) can require
+  grad, and its `TORCH_CHECK(!compute_requires_grad(inputs), ...)` throws, so double backward stopped there
+  (issue #21144 kept it open). That check is the C++ node's (and dpteach's `ReduceAdd` keeps it); your
+  `MyReduceAdd` has none, so under `create_graph=True` its sum is recorded like any other code (chapter 07
+  does the same with `UncheckedReduceAdd`).
 * Task 3: `Broadcast` and `ReduceAddCoalesced` are each other's backward: the `comm` calls they wrap
   leave autograd, so each backward calls the other's `apply` to be recorded, and Python's DataParallel
   supports double backward.

@@ -25,7 +25,9 @@ def replicate_by_clone(network, devices, detach=False):
     Each replica starts as a deep copy of `network` on its slot; then every parameter in it is
     replaced by `copy`. In C++ that copy was a fresh leaf (the BROKEN line), so backward stopped in
     the replica and the model never learned (issue #19540). Write a `copy` of `param` on `device`
-    that keeps a gradient edge back to `param`, and owns its memory on every slot.
+    that keeps a gradient edge back to `param`, and owns its memory on every slot after slot 0
+    (slot 0 may share, as torch/nn/parallel/replicate.py does). `detach=False` is there because
+    every strategy has `replicate`'s signature; this exercise does not use it.
     """
     replicas = []
     for device in devices:
@@ -41,7 +43,7 @@ def replicate_by_clone(network, devices, detach=False):
                     "on `device` that keeps its gradient edge to `param`"
                 )
                 twin._parameters.pop(key)  # a copy with history is no leaf, so no Parameter:
-                setattr(twin, key, copy)  # set it as a plain attribute, as replicate.py does
+                setattr(twin, key, copy)  # a plain attribute, as torch/nn/parallel/replicate.py does
         replicas.append(replica)
     return replicas
 

@@ -36,7 +36,9 @@ TASK = Task(  # this exercise's one record: every table (sources, notebook, inde
         "`replicate_by_clone` below builds replicas the same way: a deep copy per slot, then every parameter "
         "replaced by `copy`. The line that made `copy` is shown as a `# BROKEN` comment. Replace the `raise` "
         "with a line that makes a copy of `param` on `device` that **keeps a gradient edge back to `param`** "
-        "and has memory of its own. One line; the check names each trap it finds."
+        "and, on every slot after slot 0, has memory of its own (slot 0 may share the original's, as "
+        "`torch/nn/parallel/replicate.py` does). One line; the check names each trap it finds. "
+        "(`detach=False` is there because every strategy has `replicate`'s signature; this task does not use it.)"
     ),
     demo=(
         'First, read what the check says about the broken strategy itself, `"clone"`: every sentence is one '

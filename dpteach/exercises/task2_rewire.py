@@ -202,6 +202,21 @@ def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
         )
 
 
+def _copies_note(reduce_add: type[Function]) -> str:
+    """What happens to backward's values for the copies: said on success, whichever the learner returned."""
+    back = _by_hand(reduce_add, marked=False) or ()
+    yours = (
+        "your backward returns a gradient for the copies too; "
+        if any(b is not None for b in back[1:])
+        else "your backward returns None for the copies; "
+    )
+    return (
+        f"{yours}whatever it returns there is ignored: the copies come in detached (no history, "
+        "requires_grad False), so autograd has nowhere to send it. The C++ node returns only the sum "
+        "(`return {std::move(output)};`), one value for its one edge"
+    )
+
+
 def check_rewire(reduce_add=None, *, devices=None) -> Result:
     """Check a learner's ``ReduceAdd`` (a ``torch.autograd.Function`` subclass) inside the rewire strategy."""
 
@@ -223,6 +238,7 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
             "leads to the original parameter (PR #20910's graph)",
             "backward sums every replica's gradient onto the original's device",
             "the original's gradients equal one device's on all three models and 1-4 slots",
+            _copies_note(reduce_add),
         ]
 
     return run_check(TASK, HINTS, body)

@@ -132,9 +132,14 @@ class CostLab:
         slots = f"{self.slots} slot{'s' * (self.slots != 1)}"
         most = max(self.costs, key=lambda c: c.bytes)
         least = min(self.costs, key=lambda c: c.bytes)
+        times = ", ".join(f"{c.strategy!r} {c.median * 1e3:.1f} ms" for c in self.costs)
+        if self.reference_s is not None:
+            times += f", one device {self.reference_s * 1e3:.1f} ms"
+        n = len(self.costs[0].seconds)  # every strategy and one device take the same rounds, in turns
         return (
             f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes) on {slots}: "
-            f"{most.strategy!r} moves {most.bytes:,} bytes per step, {least.strategy!r} {least.bytes:,}"
+            f"{most.strategy!r} moves {most.bytes:,} bytes per step, {least.strategy!r} {least.bytes:,}; "
+            f"a step takes {times} (the median of {n} timed step{'s' * (n != 1)} each)"
         )
 
     def __repr__(self) -> str:

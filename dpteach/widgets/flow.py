@@ -40,10 +40,11 @@ class Grad:
 
     shape: tuple[int, ...]
     norm: float
+    source: str = ""  # a join's received gradient: whose it is, e.g. "replica 1 · 2.weight" ("" elsewhere)
 
     @classmethod
-    def of(cls, t: torch.Tensor) -> "Grad":
-        return cls(tuple(t.shape), t.detach().double().norm().item())
+    def of(cls, t: torch.Tensor, source: str = "") -> "Grad":
+        return cls(tuple(t.shape), t.detach().double().norm().item(), source)
 
     def __str__(self) -> str:
         shape = "scalar" if not self.shape else "×".join(map(str, self.shape))
@@ -129,8 +130,10 @@ class GradientFlow:
                 f"backward() starts at the loss: d loss / d loss = 1 goes to {self._label(first)}.",
             )
         ]
+        sources = self._sources(handles.fns)
         for nid, handed, received in ran:
-            got = tuple(Grad.of(g) for g in received if g is not None)
+            whose = sources.get(nid, {})
+            got = tuple(Grad.of(g, whose.get(k, "")) for k, g in enumerate(received) if g is not None)
             handoffs = tuple(
                 Handoff(child, self._target(child), None if handed[i] is None else Grad.of(handed[i]))
                 for i, child in targets[nid]
@@ -145,6 +148,22 @@ class GradientFlow:
                     self._sentence(nid, got, handoffs),
                 )
             )
+
+    def _sources(self, fns) -> dict[str, dict[int, str]]:
+        """For each join node: its output number -> the replica parameter that output is, in module order.
+
+        A replica's copy of a parameter is one output of its join node (``grad_fn``, ``output_nr``), so
+        the gradient the join receives for that output is that replica parameter's.
+        """
+        joins = {id(fns[nid]): nid for nid, n in self.graph.nodes.items() if n.kind == "join" and nid in fns}
+        sources: dict[str, dict[int, str]] = {}
+        for slot, replica in enumerate(self.replicas):
+            for name, _ in self.model.named_parameters():
+                path, _, key = name.rpartition(".")
+                t = getattr(replica.get_submodule(path), key, None)
+                if isinstance(t, torch.Tensor) and id(t.grad_fn) in joins:
+                    sources.setdefault(joins[id(t.grad_fn)], {})[t.output_nr] = f"replica {slot} · {name}"
+        return sources
 
     def _label(self, nid: str) -> str:
         n = self.graph.nodes[nid]
@@ -171,7 +190,7 @@ class GradientFlow:
             )
         if n.kind == "leaf":
             return f"AccumulateGrad writes the .grad of {label} ({got[0]})."
-        into = ", ".join(sorted({h.label for h in handoffs}))
+        into = ", ".join(dict.fromkeys(h.label for h in handoffs))  # module order, as the graph and the table
         if n.kind == "join":
             return (
                 f"{label} receives {len(got)} gradients, one per replica parameter, and sums them into "

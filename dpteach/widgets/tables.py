@@ -83,14 +83,17 @@ def grad_table(lab) -> str:
 
 def handoff_table(step) -> str:
     """What one backward node received, and which gradient it handed to which node."""
-    rows = [["received", "", "<br>".join(map(str, step.received)) or "—"]]
+    if any(g.source for g in step.received):  # a join: one row per replica parameter's gradient
+        rows = [["received", f"← {escape(g.source)}", str(g)] for g in step.received]
+    else:
+        rows = [["received", "", "<br>".join(map(str, step.received)) or "—"]]
     for h in step.handoffs:
         rows.append(
             ["hands on", f"→ {escape(h.label)}", "no gradient (undefined)" if h.grad is None else str(h.grad)]
         )
     if not step.handoffs and step.kind != "output":
         rows.append(["hands on", "nothing: a leaf", "its .grad holds the gradient"])
-    return _table(["", "to", "gradient (shape, norm)"], rows, f"<b>{escape(step.label)}</b>")
+    return _table(["", "from / to", "gradient (shape, norm)"], rows, f"<b>{escape(step.label)}</b>")
 
 
 def cost_table(lab) -> str:
