@@ -19,11 +19,13 @@ from typing import Sequence
 
 from .._devices import DeviceLike, as_devices
 
-__all__ = ["MARGIN", "Comparison", "SpeedUp", "hardware", "across_devices", "crossover"]
+__all__ = ["MARGIN", "WIDE", "reading", "Comparison", "SpeedUp", "hardware", "across_devices", "crossover"]
 
 MARGIN = 1.2  # a ratio of medians inside (1/MARGIN, MARGIN) is "about the same": noise, not a finding
 
 SLOWER, FASTER, SAME = "slower", "faster", "about the same"
+NOISY = "too noisy to tell"  # inside a margin so wide that "about the same" would claim too much
+WIDE = 1.5  # a measured noise margin this wide or wider: rounds that disagree by half or more
 
 
 def _ms(seconds: float) -> str:
@@ -33,6 +35,17 @@ def _ms(seconds: float) -> str:
 def _noted(margin: float) -> str:
     """A margin other than ``MARGIN`` (a chapter's measured noise, when wider) is said in the sentence."""
     return "" if margin == MARGIN else f" (noise margin {margin:.2f}x)"
+
+
+def reading(margin: float) -> str:
+    """The line a cell prints above its verdicts: what "about the same" means under ``margin``."""
+    said = f"the noise margin, {margin:.2f}x (the rounds' spread or claims.MARGIN, the larger)"
+    if round(margin, 2) >= WIDE:
+        return (
+            f'So below, two medians closer than {said} read "{NOISY}": the rounds disagreed by half or '
+            "more, so a ratio inside it cannot be told from 1."
+        )
+    return f'So below, "{SAME}" means closer than {said}.'
 
 
 @dataclass(frozen=True)
@@ -59,7 +72,8 @@ class Comparison:
             return SLOWER
         if ratio <= 1 / self.margin:
             return FASTER
-        return SAME
+        # inside a wide margin a ratio of 0.5 is not "the same": the rounds cannot tell it from 1
+        return NOISY if round(self.margin, 2) >= WIDE else SAME
 
     def __str__(self) -> str:
         return (
@@ -89,7 +103,11 @@ class SpeedUp:
 
     @property
     def verdict(self) -> str:
-        return "a speed-up" if round(self.ratio, 2) >= round(self.margin, 2) else "no speed-up"
+        ratio, margin = round(self.ratio, 2), round(self.margin, 2)
+        if ratio >= margin:
+            return "a speed-up"
+        # a ratio that would be a speed-up against claims.MARGIN, under a margin too wide to say so
+        return NOISY if margin >= WIDE and ratio >= MARGIN else "no speed-up"
 
     def __str__(self) -> str:
         return (
