@@ -21,26 +21,13 @@ import dpteach
 from dpteach import comm, exercises
 from dpteach.exercises import solutions as S
 from dpteach.exercises import stubs as T
+from dpteach.exercises._records import by_task
 from dpteach.functions import Gather, Scatter
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SOLUTIONS = {
-    "clone_bug": (S.replicate_by_clone,),
-    "rewire": (S.MyReduceAdd,),
-    "broadcast_pair": (S.MyBroadcast, S.MyReduceAddCoalesced),
-    "scatter_gather": (S.scatter, S.gather),
-    "batchnorm": (S.keep_bn_statistics,),
-    "one_copy": (S.copy_once,),
-}
-STUBS = {
-    "clone_bug": (T.replicate_by_clone,),
-    "rewire": (T.MyReduceAdd,),
-    "broadcast_pair": (T.MyBroadcast, T.MyReduceAddCoalesced),
-    "scatter_gather": (T.scatter, T.gather),
-    "batchnorm": (T.keep_bn_statistics,),
-    "one_copy": (T.copy_once,),
-}
+SOLUTIONS = by_task(S)  # every task's worked answer, named by its record
+STUBS = by_task(T)
 
 
 def text(result) -> str:

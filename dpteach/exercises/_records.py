@@ -33,6 +33,11 @@ EXERCISES: dict[str, Task] = {m.TASK.key: m.TASK for m in MODULES}
 _MODULE = {m.TASK.key: m for m in MODULES}
 
 
+def by_task(module: ModuleType) -> dict[str, tuple]:
+    """Each task's objects as ``module`` (``stubs`` or ``solutions``) writes them, named by the record."""
+    return {key: tuple(getattr(module, name) for name in task.names) for key, task in EXERCISES.items()}
+
+
 def record(key: str) -> Task:
     """Exercise ``key``'s record, or a KeyError that lists the keys there are."""
     if key not in EXERCISES:
