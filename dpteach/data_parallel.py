@@ -28,7 +28,16 @@ from .replicate import Strategy, replicate_with, resolve_strategy
 from .replicate._modules import check_not_compiled
 from .scatter_gather import gather, scatter_kwargs
 
-__all__ = ["DataParallel", "data_parallel", "four_moves", "keep_replicas", "Moves"]
+__all__ = [
+    "DataParallel",
+    "data_parallel",
+    "four_moves",
+    "keep_replicas",
+    "Moves",
+    "Step",
+    "step",
+    "mean_square",
+]
 
 # Each keep_replicas block pushes (owner or None, list) here; four_moves fills every matching list.
 # A ContextVar, so nested blocks stack and a block in one thread never sees another thread's steps.
@@ -90,6 +99,50 @@ def four_moves(
         outputs = dp.parallel_apply(replicas, inputs, kwargs)
     with phase("gather"):
         return dp.gather(outputs, dp.output_device)
+
+
+def mean_square(out: torch.Tensor) -> torch.Tensor:
+    """The loss every helper uses unless told otherwise: the mean of the squared output, a scalar."""
+    return out.float().pow(2).mean()
+
+
+@dataclasses.dataclass
+class Step:
+    """What one DataParallel step left behind: its output, its loss and the replicas it ran."""
+
+    out: Any
+    loss: torch.Tensor | None
+    replicas: list[nn.Module]
+
+
+def step(
+    module: nn.Module,
+    inputs: Any,
+    devices: Sequence[DeviceLike],
+    *,
+    strategy: Strategy = "broadcast",
+    loss_fn: Callable[[Any], torch.Tensor] | None = mean_square,
+    backward: bool = True,
+    replicate_one_slot: bool = True,
+    phase: Callable[[str], ContextManager[None]] = _no_phase,
+) -> Step:
+    """One DataParallel step of ``module`` on ``inputs`` over ``devices``, its replicas kept.
+
+    The four moves (:func:`four_moves`), then ``loss_fn(out)`` and, with ``backward=True``,
+    ``loss.backward()`` (``loss_fn=None``: no loss, no backward). ``inputs`` is one tensor or a
+    tuple of positional inputs. With ``replicate_one_slot=True`` a single slot is replicated
+    too, so its one replica can be looked at (``DataParallel`` itself runs the module there).
+    Every wing that needs "a step, and what it did" calls this; ``phase`` is passed to the moves.
+    """
+    moves = Moves(module, devices, strategy=strategy)
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    with keep_replicas(moves) as replicas:
+        out = four_moves(moves, inputs, {}, run_one_slot=not replicate_one_slot, phase=phase)
+    loss = None if loss_fn is None else loss_fn(out)
+    if loss is not None and backward:
+        with phase("backward"):
+            loss.backward()
+    return Step(out, loss, list(replicas))
 
 
 class _TheMoves:
