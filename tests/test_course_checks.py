@@ -108,3 +108,8 @@ def test_pieces_follows_torch_chunk():
 def test_replica_sum_predict_then_check():
     assert checks.replica_sum(True, ["cpu", "cpu"]).ok  # the replicas' gradients add up to the right one
     assert "Change `prediction`" in checks.replica_sum(False, ["cpu", "cpu"]).message
+
+
+def test_half_fix_asks_for_a_set_not_a_string():
+    verdict = checks.half_fix("0.weight", None)
+    assert not verdict.ok and "{'0.weight'}" in verdict.message

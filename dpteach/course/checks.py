@@ -196,6 +196,8 @@ def half_fix(prediction: set[str] | object, graph) -> Verdict:
         return Verdict(
             False, "Set `prediction` to a set of names, e.g. {'0.weight'}, then run this cell again."
         )
+    if isinstance(prediction, str):
+        return Verdict(False, f"Put the names in a set, e.g. {{{prediction!r}}}, then run this cell again.")
     reached = {p.name for p in graph.originals} - {p.name for p in graph.unreached}
     guess = set(prediction)  # type: ignore[call-overload]
     if guess == reached:
