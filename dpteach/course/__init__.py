@@ -4,7 +4,8 @@
 * ``demos``: chapter 04's C++-style modules and failed attempts, chapter 05's call counters;
 * ``env``: the environment check of chapter 00 (``dpteach.course.env.check()``);
 * ``claims``: sentences about speed computed from what a chapter just measured;
-* ``plots``: small matplotlib helpers (chapter 05's lines that coincide).
+* ``plots``: small matplotlib helpers (chapter 05's lines that coincide);
+* ``checks``: the checks of the small exercises, with hints that grow on each failed try.
 
 Import the module you need (``from dpteach.course import story``); this file imports a module only
 when it is asked for by attribute (``dpteach.course.story``).
@@ -12,7 +13,7 @@ when it is asked for by attribute (``dpteach.course.story``).
 
 from .._lazy import submodules
 
-_MODULES = ("story", "demos", "env", "claims", "plots")
+_MODULES = ("story", "demos", "env", "claims", "plots", "checks")
 
 
 __getattr__ = submodules(__name__, _MODULES)

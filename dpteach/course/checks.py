@@ -1,0 +1,281 @@
+"""Checks for the small exercises of the chapters: each compares the learner's answer with what the
+chapter's own objects say, and answers with a ``Verdict``.
+
+A wrong answer gets a message that says what to change, then a hint that grows with each try: the
+first names the idea, the second points at the object to look at, and only from the third failed
+try on does the hint give the answer. A right answer resets the count. Checks never raise.
+
+One block per chapter below; a chapter calls ``checks.<name>(...)`` in the cell under its question.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+_failures: defaultdict[str, int] = defaultdict(int)  # failed tries per exercise, in this kernel
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a check found: ``ok``, and the message the cell shows (its repr, so it prints bare)."""
+
+    ok: bool
+    message: str
+
+    def __repr__(self) -> str:
+        return self.message
+
+    __str__ = __repr__
+
+
+def _unset(*values: object) -> bool:
+    return any(v is ... for v in values)
+
+
+def _correct(exercise: str, message: str) -> Verdict:
+    _failures.pop(exercise, None)
+    return Verdict(True, "Correct! " + message)
+
+
+def _not_yet(exercise: str, change: str, hints: Sequence[str], answer: Callable[[], str]) -> Verdict:
+    """A failed try: what to change, then hint n of the ladder; the answer only from the third try."""
+    _failures[exercise] += 1
+    tries = _failures[exercise]
+    ladder = [*hints, answer()]
+    step = min(tries, len(ladder))
+    label = "The answer" if step == len(ladder) else f"Hint {step} of {len(ladder) - 1}"
+    return Verdict(False, f"Not yet: {change}\n{label}: {ladder[step - 1]}")
+
+
+def reset() -> None:
+    """Forget every failed try (the hints start again from the first)."""
+    _failures.clear()
+
+
+# ---------------------------------------------------------------- chapter 00 · start here
+
+
+def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict:
+    """Exercise 3: the piece sizes ``dpteach.scatter`` gives for ``rows`` rows over ``slots`` slots."""
+    import dpteach
+
+    name = f"ch00.pieces.{rows}.{slots}"
+    if _unset(prediction):
+        return Verdict(False, "Write your prediction as a list of piece sizes, e.g. [3, 3], then run again.")
+    truth = [len(p) for p in dpteach.scatter(torch.arange(rows), ["cpu"] * slots)]
+    if list(prediction) == truth:  # type: ignore[call-overload]
+        idle = slots - len(truth)
+        return _correct(
+            name, f"{len(truth)} pieces; {idle} slot(s) get nothing." if idle else "Every slot works."
+        )
+    guess = list(prediction)  # type: ignore[call-overload]
+    change = (
+        f"your pieces hold {sum(guess)} rows; they must hold all {rows}."
+        if sum(guess) != rows
+        else f"the sizes add up to {rows}, but torch.chunk cuts them otherwise. Change the list."
+    )
+    return _not_yet(
+        name,
+        change,
+        [
+            "torch.chunk first picks one piece size for all, rounding rows / slots up.",
+            f"Each piece holds ceil({rows} / {slots}) = {-(-rows // slots)} rows; the last takes what is left, "
+            "and no piece is ever empty.",
+        ],
+        lambda: f"{truth}.",
+    )
+
+
+# ---------------------------------------------------------------- chapter 01 · the bug
+
+
+def replica_sum(prediction: bool | object, devices: Sequence) -> Verdict:
+    """Predict-then-check: under ``"clone"``, is the sum of the replicas' ``0.weight`` gradients the
+    one-device gradient? Runs ``story.one_step("clone", devices)`` and compares."""
+    from . import story
+
+    name = "ch01.replica_sum"
+    if _unset(prediction) or not isinstance(prediction, bool):
+        return Verdict(False, "Set `prediction` to True or False, then run this cell again.")
+    r = story.one_step("clone", devices)
+    total = sum(d["0.weight"].to(r.reference["0.weight"].device) for d in r.replica_grads)
+    truth = bool(torch.allclose(total, r.reference["0.weight"], rtol=1e-4, atol=1e-6))
+    shown = f"sum of the replicas' gradients vs one device: max difference {(total - r.reference['0.weight']).abs().max():.2e}"
+    if prediction == truth:
+        return _correct(
+            name,
+            shown + ". Backward computed the right gradient; it was only delivered to the wrong tensors.",
+        )
+    return _not_yet(
+        name,
+        f"you predicted {prediction}; the run says {truth} ({shown}). Change `prediction`.",
+        ["Each replica's loss term covers its own piece of the batch, and the loss is a mean over all rows."],
+        lambda: (
+            f"{truth}: the pieces' gradients add up to the whole batch's; only the edge to the original is missing."
+        ),
+    )
+
+
+# ---------------------------------------------------------------- chapter 02 · reading autograd graphs
+
+
+def leaves(your_answer: Mapping[str, object], tensors: Mapping[str, torch.Tensor]) -> Verdict:
+    """Exercise 1: which tensors are leaves. ``tensors`` maps each name to the tensor."""
+    name = "ch02.leaves"
+    if _unset(*your_answer.values()):
+        return Verdict(False, "Fill in every ... with True or False, then run this cell again.")
+    truth = {k: t.is_leaf for k, t in tensors.items()}
+    wrong = [k for k in truth if your_answer.get(k) != truth[k]]
+    if not wrong:
+        grads = [k for k, t in tensors.items() if t.is_leaf and t.requires_grad]
+        return _correct(
+            name, f"Only {', '.join(grads)} will get a .grad: a leaf gets one only if it requires grad."
+        )
+    return _not_yet(
+        name,
+        f"change your answer for {', '.join(wrong)}.",
+        [
+            "A leaf is a tensor no *recorded* operation made; requiring grad does not decide it.",
+            "Print each tensor's grad_fn: None means a leaf. detach() returns a tensor with no history.",
+        ],
+        lambda: ", ".join(f"{k}: {v}" for k, v in truth.items()) + ".",
+    )
+
+
+def _accumulators(root) -> set:
+    seen, todo, found = set(), [root], set()
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if hasattr(fn, "variable"):
+            found.add(fn)
+        todo += [f for f, _ in fn.next_functions]
+    return found
+
+
+def accumulators(count: int | object, loss: torch.Tensor, model: torch.nn.Module) -> Verdict:
+    """Exercise 2: how many ``AccumulateGrad`` nodes are behind ``loss``, each counted once."""
+    name = "ch02.accumulators"
+    if _unset(count):
+        return Verdict(False, "Set `accumulators` to your count, then run this cell again.")
+    truth = len(_accumulators(loss.grad_fn))
+    n_params = len(list(model.parameters()))
+    if count == truth:
+        return _correct(
+            name, f"{truth} nodes for {n_params} parameters: one per leaf, however often it is used."
+        )
+    change = (
+        f"{count} is more than there are: you counted a node once per edge into it. Keep a set of the nodes seen."
+        if isinstance(count, int) and count > truth
+        else f"{count} is too few: follow every entry of next_functions, to the bottom."
+    )
+    return _not_yet(
+        name,
+        change,
+        [
+            "Every leaf that requires grad has exactly one AccumulateGrad node, shared by all its uses.",
+            "Walk next_functions from loss.grad_fn, keeping a set of the nodes that have a `.variable`.",
+        ],
+        lambda: f"{truth}, one per parameter ({n_params} parameters).",
+    )
+
+
+# ---------------------------------------------------------------- chapter 03 · rewiring gradient edges
+
+
+def half_fix(prediction: set[str] | object, graph) -> Verdict:
+    """Exercise 1: which original parameters the gradient reaches when only layer 0 is rewired."""
+    name = "ch03.half_fix"
+    if _unset(prediction):
+        return Verdict(
+            False, "Set `prediction` to a set of names, e.g. {'0.weight'}, then run this cell again."
+        )
+    if isinstance(prediction, str):
+        return Verdict(False, f"Put the names in a set, e.g. {{{prediction!r}}}, then run this cell again.")
+    reached = {p.name for p in graph.originals} - {p.name for p in graph.unreached}
+    guess = set(prediction)  # type: ignore[call-overload]
+    if guess == reached:
+        return _correct(name, "Only the rewired layer learns; the last layer's copies are still dead ends.")
+    extra, missing = sorted(guess - reached), sorted(reached - guess)
+    change = "; ".join(
+        part
+        for part in (
+            f"remove {extra} (no path reaches them)" if extra else "",
+            f"add {missing}" if missing else "",
+        )
+        if part
+    )
+    return _not_yet(
+        name,
+        change + ".",
+        [
+            "A gradient reaches an original parameter only through a ReduceAdd node.",
+            "Which copies did the cell hand to ReduceAdd.apply? The others are still fresh leaves.",
+        ],
+        lambda: f"{sorted(reached)}.",
+    )
+
+
+def sum_or_mean(factor: float | object, per_replica: Sequence[torch.Tensor], grad: torch.Tensor) -> Verdict:
+    """Exercise 2: by what factor a mean instead of a sum would scale the original's gradient.
+
+    ``per_replica`` are the gradients that reached each replica's copy, ``grad`` the original's."""
+    name = "ch03.sum_or_mean"
+    if _unset(factor):
+        return Verdict(False, "Set `factor` to a number, then run this cell again.")
+    averaged = sum(g.to(grad.device) for g in per_replica) / len(per_replica)
+    if torch.allclose(averaged, float(factor) * grad):  # type: ignore[arg-type]
+        return _correct(
+            name,
+            f"A mean divides by the {len(per_replica)} slots: like training with lr / {len(per_replica)}.",
+        )
+    return _not_yet(
+        name,
+        f"{factor} times the summed gradient is not the mean of the replicas' gradients. Change `factor`.",
+        [
+            "A mean is a sum divided by how many things were added.",
+            "How many gradients does ReduceAdd add up for one parameter? One per replica.",
+        ],
+        lambda: f"1 / {len(per_replica)} = {1 / len(per_replica)}.",
+    )
+
+
+def rewire_to_broadcast(
+    removed_nodes: int | object, added_node: str | object, edges_into_added: int | object, comparison
+) -> Verdict:
+    """Exercise 3: what the diff from ``"rewire"`` to ``"broadcast"`` removes and adds."""
+    name = "ch03.rewire_to_broadcast"
+    if _unset(removed_nodes, added_node, edges_into_added):
+        return Verdict(False, "Set all three answers, then run this cell again.")
+    rewired, broadcast = comparison["rewire"], comparison["broadcast"]
+    gone = set(rewired.nodes) - set(broadcast.nodes)
+    new = set(broadcast.nodes) - set(rewired.nodes)
+    ops = {broadcast.nodes[n].op for n in new}
+    into = sum(e.dst in new for e in comparison.diff("rewire", "broadcast").added)
+    wrong = []
+    if removed_nodes != len(gone):
+        wrong.append("`removed_nodes`: count the rows of the removed-nodes table")
+    if {added_node} != ops:
+        wrong.append("`added_node`: copy the op name of the one added node, as the table shows it")
+    if edges_into_added != into:
+        wrong.append("`edges_into_added`: count the added edges whose target is the added node")
+    if not wrong:
+        return _correct(
+            name,
+            f"One {added_node} replaces {removed_nodes} ReduceAddBackward nodes; all {into} copies lead into it.",
+        )
+    return _not_yet(
+        name,
+        "change " + "; ".join(wrong) + ".",
+        [
+            "Rewire has one node per parameter; broadcast has one node for all parameters of all replicas.",
+            "Every replica copy of every parameter has one edge into that one node: slots × parameters.",
+        ],
+        lambda: f"removed_nodes = {len(gone)}, added_node = {sorted(ops)[0]!r}, edges_into_added = {into}.",
+    )

@@ -1,0 +1,115 @@
+"""The small exercises' checks (``dpteach.course.checks``): right answers pass, wrong ones say what to
+change, and the hints climb a ladder: the idea first, the answer only from the third failed try."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import dpteach
+from dpteach.course import checks
+from dpteach.graph import compare_strategies
+from dpteach.replicate import ReduceAdd
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    checks.reset()
+    yield
+    checks.reset()
+
+
+def _three_tries(call):
+    return [call() for _ in range(3)]
+
+
+def test_a_wrong_answer_climbs_the_hint_ladder_and_gives_the_answer_last():
+    a = torch.ones(3, requires_grad=True)
+    tensors = {"a": a, "b": a * 2, "c": torch.ones(3), "d": (a * 2).detach()}
+    wrong = {"a": True, "b": True, "c": False, "d": False}  # b is not a leaf; c and d are
+    first, second, third = _three_tries(lambda: checks.leaves(wrong, tensors))
+    assert not first.ok and "change your answer for b, c, d" in first.message  # says what to change
+    assert "Hint 1 of 2" in first.message and "False" not in first.message.split("Hint")[1]  # no answer yet
+    assert "Hint 2 of 2" in second.message
+    assert "The answer: a: True, b: False, c: True, d: True." in third.message
+    right = checks.leaves({"a": True, "b": False, "c": True, "d": True}, tensors)
+    assert right.ok and right.message.startswith("Correct!") and "Only a will get a .grad" in right.message
+    assert "Hint 1 of 2" in checks.leaves(wrong, tensors).message  # a success starts the ladder again
+
+
+def test_an_unset_answer_asks_for_one_and_costs_no_hint():
+    assert not checks.leaves({"a": ..., "b": True}, {"a": torch.ones(1), "b": torch.ones(1)}).ok
+    assert checks.half_fix(..., None).message.startswith("Set `prediction`")
+    assert "Hint 1" in checks.sum_or_mean(3.0, [torch.ones(2)] * 2, torch.full((2,), 2.0)).message
+
+
+def test_accumulators_counts_each_node_once():
+    shared = nn.Linear(4, 4)
+    model = nn.Sequential(shared, nn.Tanh(), shared)
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    assert checks.accumulators(2, loss, model).ok  # one weight, one bias, each used twice
+    too_many = checks.accumulators(4, loss, model)
+    assert not too_many.ok and "once per edge" in too_many.message and "set of the nodes" in too_many.message
+    assert "too few" in checks.accumulators(1, loss, model).message
+
+
+def _clone_setup(devices):
+    model = dpteach.course.story.make_model()
+    x, y = dpteach.course.story.make_data()
+
+    def forward(replicas):
+        pieces = dpteach.scatter(x, devices)
+        outputs = dpteach.parallel_apply(replicas, [(p,) for p in pieces], devices=devices)
+        return nn.functional.mse_loss(dpteach.gather(outputs, devices[0]), y)
+
+    return model, x, y, forward
+
+
+def test_half_fix_names_what_to_add_and_remove():
+    devices = ["cpu", "cpu"]
+    model, _, _, forward = _clone_setup(devices)
+    replicas = dpteach.replicate(model, devices, strategy="clone")
+    for key in ("weight", "bias"):
+        outs = ReduceAdd.apply(getattr(model[0], key), *[r[0]._parameters[key].detach() for r in replicas])
+        for replica, out in zip(replicas, outs):
+            del replica[0]._parameters[key]
+            setattr(replica[0], key, out)
+    half = dpteach.autograd_graph(forward(replicas), module=model, replicas=replicas)
+    assert checks.half_fix({"0.weight", "0.bias"}, half).ok
+    wrong = checks.half_fix({"0.weight", "2.weight"}, half)
+    assert "remove ['2.weight']" in wrong.message and "add ['0.bias']" in wrong.message
+
+
+def test_sum_or_mean_accepts_one_over_the_slots_only():
+    per_replica = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 0.0]), torch.tensor([2.0, 1.0])]
+    grad = sum(per_replica)
+    assert checks.sum_or_mean(1 / 3, per_replica, grad).ok
+    for wrong in (0.5, 3, 1):
+        assert not checks.sum_or_mean(wrong, per_replica, grad).ok
+    assert "The answer: 1 / 3" in checks.sum_or_mean(2, per_replica, grad).message  # fourth failure
+
+
+def test_rewire_to_broadcast_reads_the_answer_from_the_graphs():
+    devices = ["cpu", "cpu"]
+    model, x, y, _ = _clone_setup(devices)
+    comparison = compare_strategies(model, x, devices, loss_fn=lambda out: nn.functional.mse_loss(out, y))
+    assert checks.rewire_to_broadcast(4, "BroadcastBackward", 8, comparison).ok
+    wrong = checks.rewire_to_broadcast(4, "BroadcastBackward", 12, comparison)
+    assert "`edges_into_added`" in wrong.message and "`removed_nodes`" not in wrong.message
+
+
+def test_pieces_follows_torch_chunk():
+    assert checks.pieces([3, 3, 3, 3, 3, 1], rows=16, slots=6).ok
+    assert not checks.pieces([3, 3, 3, 3, 2, 2], rows=16, slots=6).ok
+    assert "hold all 16" in checks.pieces([3, 3], rows=16, slots=6).message
+
+
+def test_replica_sum_predict_then_check():
+    assert checks.replica_sum(True, ["cpu", "cpu"]).ok  # the replicas' gradients add up to the right one
+    assert "Change `prediction`" in checks.replica_sum(False, ["cpu", "cpu"]).message
+
+
+def test_half_fix_asks_for_a_set_not_a_string():
+    verdict = checks.half_fix("0.weight", None)
+    assert not verdict.ok and "{'0.weight'}" in verdict.message
