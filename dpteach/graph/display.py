@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import re
+import shutil
+import subprocess
 from functools import cached_property
 from html import escape
 from typing import Sequence
@@ -45,18 +47,42 @@ class GraphvizMissing(RuntimeError):
     """Raised by ``.svg()`` / ``.save()`` when the picture cannot be made; the message says what to install."""
 
 
+DOT_SECONDS = 10.0  # the longest a drawing waits for dot's layout before it shows the text form instead
+
+
+class LayoutTooSlow(GraphvizMissing):
+    """Raised by ``.svg()`` / ``.save()`` when ``dot`` did not finish within ``DOT_SECONDS``."""
+
+
 def _render(digraph_maker, fmt: str) -> bytes:
-    """Run ``dot``; every way it can be missing becomes one GraphvizMissing with the right sentence."""
+    """Run ``dot`` on the drawing, for at most ``DOT_SECONDS``; every way it can fail is one GraphvizMissing.
+
+    The ``graphviz`` package only writes the DOT text; ``dot`` itself runs here, under a time limit
+    (the package's ``pipe()`` has none), so no drawing keeps a notebook cell busy for minutes.
+    """
     try:
-        import graphviz
+        import graphviz  # noqa: F401  (needed to write the DOT text)
     except ImportError as err:
         raise GraphvizMissing(NO_PACKAGE) from err
+    source = digraph_maker().source
+    program = shutil.which("dot")
+    if program is None:
+        raise GraphvizMissing(NO_DOT)
     try:
-        return digraph_maker().pipe(format=fmt)
-    except graphviz.ExecutableNotFound as err:
-        raise GraphvizMissing(NO_DOT) from err
-    except (graphviz.CalledProcessError, OSError) as err:
+        done = subprocess.run(
+            [program, f"-T{fmt}"], input=source.encode(), capture_output=True, timeout=DOT_SECONDS
+        )
+    except subprocess.TimeoutExpired as err:  # subprocess.run has killed dot by now
+        raise LayoutTooSlow(
+            f"(This is the text form: Graphviz's `dot` did not lay this drawing out within {DOT_SECONDS:g} s. "
+            "draw(collapse=True) or a smaller draw(max_nodes=...) gives a picture it can lay out.)"
+        ) from err
+    except OSError as err:
         raise GraphvizMissing(f"(This is the text form: Graphviz's `dot` failed: {err}.)") from err
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
+        raise GraphvizMissing(f"(This is the text form: Graphviz's `dot` failed: {why}.)")
+    return done.stdout
 
 
 class Drawing:
@@ -85,10 +111,8 @@ class Drawing:
 
     def svg(self) -> str:
         """The picture as SVG text; raises GraphvizMissing (saying what to install) without Graphviz."""
-        if (
-            "_failure" in self.__dict__
-        ):  # shown once already without Graphviz: don't run dot twice per display
-            raise GraphvizMissing(str(self._failure))
+        if "_failure" in self.__dict__:  # failed once already: don't run dot twice per display
+            raise type(self._failure)(str(self._failure))
         if "_svg" not in self.__dict__:
             try:
                 self._svg = _render(self.digraph, "svg").decode("utf-8")

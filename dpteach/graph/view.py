@@ -163,18 +163,29 @@ def _merge_edges(edges: Sequence[Edge], rename: dict[str, str]) -> list[Edge]:
     return [Edge(s, d, st) for (s, d), st in merged.items()]
 
 
+MORE_EDGES = 3  # at most this many kept nodes are drawn leading into the "more nodes" node
+
+
 def truncate(
     nodes: Sequence[Node], edges: Sequence[Edge], max_nodes: int
 ) -> tuple[list[Node], list[Edge], int]:
-    """Keep the first ``max_nodes - 1`` nodes of the walk; one more node stands for the rest."""
+    """Keep the first ``max_nodes - 1`` nodes of the walk; one more node stands for the rest.
+
+    Only the last ``MORE_EDGES`` kept nodes (in the walk's order) that lead into the nodes left out
+    get an edge to it. An edge from every one of them (in a loop's graph, every node leads to a
+    weight left out at the bottom) gave ``dot`` a fan-in of long edges spanning every rank, which
+    took it minutes to lay out.
+    """
     keep = list(nodes[: max(1, max_nodes - 1)])
     left_out = len(nodes) - len(keep)
     kept = {n.id for n in keep}
-    more = Node("more", "more", f"… {left_out} more nodes not drawn")
-    keep.append(more)
-    rename = {n.id: "more" for n in nodes if n.id not in kept}
-    out = [e for e in _merge_edges(edges, rename) if e.src != "more"]
-    return keep, out, left_out
+    inner = [e for e in edges if e.src in kept and e.dst in kept]
+    leading = list(dict.fromkeys(e.src for e in edges if e.src in kept and e.dst not in kept))
+    label = f"… {left_out} more nodes not drawn"
+    if len(leading) > MORE_EDGES:
+        label += f"\n({len(leading)} drawn nodes lead into them; {MORE_EDGES} edges shown)"
+    keep.append(Node("more", "more", label))
+    return keep, inner + [Edge(src, "more") for src in leading[-MORE_EDGES:]], left_out
 
 
 def _depths(nodes: Sequence[Node]) -> int:
@@ -205,10 +216,11 @@ def make_view(
             if depth == 1 or sizes[depth] <= max_nodes:
                 nodes, edges = collapse(nodes, edges, depth)
                 break
-        notes.append(
-            f"{total} nodes collapsed by module (depth {depth}) to stay under max_nodes={max_nodes}; "
-            "draw(collapse=False) shows each one"
-        )
+        if len(nodes) < total:  # a graph with no modules (names= only) has nothing to merge
+            notes.append(
+                f"{total} nodes collapsed by module (depth {depth}) to stay under max_nodes={max_nodes}; "
+                "draw(collapse=False) shows each one"
+            )
     if max_nodes is not None and len(nodes) > max_nodes:
         nodes, edges, left_out = truncate(nodes, edges, max_nodes)
         notes.append(f"{left_out} nodes left out (max_nodes={max_nodes}); draw(max_nodes=None) shows all")
