@@ -57,3 +57,37 @@ def test_dot_past_its_time_limit_gives_the_text_form_and_says_why(monkeypatch):
     assert "MulBackward0" in bundle["text/plain"]  # the text form itself
     with pytest.raises(display.LayoutTooSlow):
         graph.svg()
+
+
+@needs_dot
+def test_a_gpt2_small_step_under_rewire_draws_in_under_two_seconds(monkeypatch):
+    transformers = pytest.importorskip("transformers")
+    from dpteach.data_parallel import step
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()  # GPT-2 small, no weights read
+    ids = torch.randint(0, model.config.vocab_size, (2, 8))
+    done = step(
+        model,
+        ids,
+        ["cpu", "cpu"],
+        strategy="rewire",
+        loss_fn=lambda o: o.logits.pow(2).mean(),
+        backward=False,
+    )
+    laid_out = []  # the node count of every drawing dot is asked to lay out
+    render = display._render
+
+    def counting(digraph_maker, fmt):
+        laid_out.append(len(digraph_maker.__self__.view.nodes))
+        return render(digraph_maker, fmt)
+
+    monkeypatch.setattr(display, "_render", counting)
+    start = time.perf_counter()
+    graph = autograd_graph(done.loss, module=model, replicas=done.replicas)
+    bundle = graph._repr_mimebundle_()
+    seconds = time.perf_counter() - start
+    assert len(graph.nodes) > 10 * MAX_NODES  # a real model's graph, far past the limit
+    assert "image/svg+xml" in bundle, bundle.get("text/plain", "")[-300:]
+    assert laid_out and max(laid_out) <= MAX_NODES
+    assert seconds < 2.0, f"graph + drawing took {seconds:.2f} s"

@@ -18,7 +18,6 @@ from typing import Sequence
 from . import text as text_form
 from .nodes import Edge, Node
 from .view import MAX_NODES, View, make_view
-from .walk import gc_paused
 
 NO_DOT = (
     "(This is the text form: Graphviz's `dot` program was not found. To see the picture, install it "
@@ -102,8 +101,7 @@ class Drawing:
     @cached_property
     def dot(self) -> str:
         """The DOT source: the same text for the same graph on every run."""
-        with gc_paused():
-            return self.digraph().source
+        return self.digraph().source
 
     @cached_property
     def text(self) -> str:
@@ -212,8 +210,7 @@ class Drawable:
         """
         nodes, edges = self._drawn_parts()
         title = getattr(self, "short_title", self.title) if compact else self.title
-        with gc_paused():
-            view = make_view(nodes, edges, title, collapse, max_nodes)
+        view = make_view(nodes, edges, title, collapse, max_nodes)
         view.footer = self._footer()
         drawn = {n.id for n in view.nodes}
         view.recorded = frozenset(getattr(self, "recorded", frozenset()) & drawn)

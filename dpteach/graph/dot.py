@@ -158,80 +158,38 @@ def _edge_look(e: Edge, kinds: dict[str, Node]) -> dict[str, str]:
     return {"color": GREY}
 
 
-def _remark(c, put: "_Statements", i: int, target: str, text: str, width: int = 32) -> None:
+def _remark(c, i: int, target: str, text: str, width: int = 32) -> None:
     """A note beside ``target`` on its row, tied to it by a dashed line: what the reader should see there."""
     import textwrap
 
     name = f"note_{i}"
     label = "\n".join(textwrap.wrap(text, width)) + "\n"  # dot centres lines: left-justify them instead
     label = label.replace("\n", "\\l")
-    put.node(
-        c,
+    c.node(
         name,
-        {
-            "label": label,
-            "shape": "note",
-            "style": "filled",
-            "fillcolor": "#fffde7",
-            "color": "#9e9e9e",
-            "fontsize": "10",
-            "margin": "0.15,0.06",  # browsers' Helvetica runs wider than dot measures it
-        },
+        label=label,
+        shape="note",
+        style="filled",
+        fillcolor="#fffde7",
+        color="#9e9e9e",
+        fontsize="10",
+        margin="0.15,0.06",  # browsers' Helvetica runs wider than dot measures it
     )
-    c.body.append(f"\t{{rank=same; {put.quote(target)} {put.quote(name)}}}\n")
-    put.edge(c, target, name, {"style": "dashed", "arrowhead": "none", "color": "#9e9e9e"})
+    c.body.append(f"\t{{rank=same; {_quote(target)} {_quote(name)}}}\n")
+    c.edge(target, name, style="dashed", arrowhead="none", color="#9e9e9e")
 
 
-class _Statements:
-    """Node and edge lines written the way ``graphviz.Digraph.node`` / ``.edge`` write them, faster.
+def _quote(name: str) -> str:
+    from graphviz.quoting import quote
 
-    ``Digraph.node`` quotes every key and value through a deprecation wrapper and sorts the
-    attributes; on a ResNet that was most of the time from graph to DOT text. The same text comes
-    from ``graphviz.quoting.quote`` itself, called once per distinct string (colours, styles and
-    keys repeat on every node), in the same order (``label`` first, the rest sorted); the golden
-    DOT files hold it to that.
-    """
+    return quote(name)
 
-    def __init__(self) -> None:
-        from graphviz import quoting
 
-        self._quote = getattr(quoting.quote, "__wrapped__", quoting.quote)  # past the deprecation wrapper
-        # graphviz 0.21 has both; without them, quote() decides every string
-        self._fast = hasattr(quoting, "ID") and hasattr(quoting, "KEYWORDS")
-        self._is_id, self._keywords = (quoting.ID.match, quoting.KEYWORDS) if self._fast else (None, set())
-        self._quoted: dict[str, str] = {}
-
-    def quote(self, text: str) -> str:
-        quoted = self._quoted.get(text)
-        if quoted is None:
-            if not self._fast or '"' in text or "\\" in text or text[:1] == "<":  # graphviz's own rules
-                quoted = self._quote(text)
-            elif self._is_id(text) and text.lower() not in self._keywords:  # quote()'s other two cases, told
-                quoted = text  # apart as it does; with nothing to escape, its other expressions find nothing
-            else:
-                quoted = f'"{text}"'
-            self._quoted[text] = quoted
-        return quoted
-
-    def _attrs(self, attrs: dict[str, str]) -> str:
-        q = self.quote
-        label = attrs.get("label")  # node()'s and edge()'s own argument: written first, the rest sorted
-        items = [f"label={q(label)}"] if label is not None else []
-        items += [f"{q(k)}={q(v)}" for k, v in sorted(attrs.items()) if v is not None and k != "label"]
-        return f" [{' '.join(items)}]" if items else ""
-
-    def _end(self, name: str) -> str:  # graphviz.quoting.quote_edge: node[:port[:compass]]
-        node, _, rest = name.partition(":")
-        if not rest:
-            return self.quote(node)
-        port, _, compass = rest.partition(":")
-        return ":".join([self.quote(node), self.quote(port), *([compass] if compass else [])])
-
-    def node(self, graph, name: str, attrs: dict[str, str]) -> None:
-        graph.body.append(f"\t{self.quote(name)}{self._attrs(attrs)}\n")
-
-    def edge(self, graph, src: str, dst: str, attrs: dict[str, str]) -> None:
-        graph.body.append(f"\t{self._end(src)} -> {self._end(dst)}{self._attrs(attrs)}\n")
+def _same_row(c, row: list[Node]) -> None:
+    """``row`` on one rank, tied left to right by invisible edges: dot keeps them in this order."""
+    c.body.append("\t{rank=same; " + " ".join(_quote(n.id) for n in row) + "}\n")
+    for a, b in zip(row, row[1:]):
+        c.edge(a.id, b.id, style="invis")
 
 
 def _module_index(n: Node, view: View, kinds: dict[str, Node]) -> int:
@@ -242,7 +200,7 @@ def _module_index(n: Node, view: View, kinds: dict[str, Node]) -> int:
     return min((p.index for p in targets), default=-1)
 
 
-def _pin_module_order(c, members: list[Node], view: View, put: _Statements) -> None:
+def _pin_module_order(c, members: list[Node], view: View) -> None:
     """The original's parameters on one row in module order (0.weight, 0.bias, 2.weight, ...), tied
     left to right by invisible edges, so every picture of one module puts them in the same place."""
     kinds = {n.id: n for n in view.nodes}
@@ -256,10 +214,7 @@ def _pin_module_order(c, members: list[Node], view: View, put: _Statements) -> N
     for row in (originals, joins):
         if len(row) < 2:
             continue
-        c.body.append("\t{rank=same;")
-        c.body.append(" ".join(put.quote(n.id) for n in row) + "}\n")
-        for a, b in zip(row, row[1:]):
-            put.edge(c, a.id, b.id, {"style": "invis"})
+        _same_row(c, row)
 
 
 def _param_key(n: Node) -> tuple:
@@ -339,7 +294,7 @@ def _order_by_depth(view: View, edges: list[Edge]) -> tuple[dict[str, int], dict
 
 
 def _pin_replica_order(
-    c, members: list[Node], depth: dict[str, int], order: dict[str, int], put, one_row: bool = True
+    c, members: list[Node], depth: dict[str, int], order: dict[str, int], one_row: bool = True
 ) -> None:
     """Each row of a replica's box in next_functions order (``_module_first``), tied left to right, so
     every slot has one shape. With ``one_row``, the replica's parameters share one row at the foot of
@@ -360,9 +315,7 @@ def _pin_replica_order(
     for row in [*rows.values(), params]:
         if len(row) < 2:
             continue
-        c.body.append("\t{rank=same; " + " ".join(put.quote(n.id) for n in row) + "}\n")
-        for a, b in zip(row, row[1:]):
-            put.edge(c, a.id, b.id, {"style": "invis"})
+        _same_row(c, row)
 
 
 # Compact pictures are shown two to a row (~490 px each at notebook width): boxes as narrow as their
@@ -380,7 +333,6 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     import graphviz  # imported here: `import dpteach` must not need it
 
     kinds = {n.id: n for n in view.nodes}
-    put = _Statements()
     title = "\n".join([view.title, *view.notes])
     # Past MAX_NODES, dot's layout of a box whose nodes span many ranks (the original module's, fed from
     # every depth of the replicas) costs seconds: big drawings leave that box out (the ReduceAdd nodes
@@ -432,7 +384,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     in_cluster = {n.id for members in clusters.values() for n in members}
     for n in view.nodes:  # the nodes outside any box first: dot then keeps the slots in order, 0 on the left
         if n.id not in in_cluster:
-            put.node(g, n.id, _node_attrs(n, view, kinds, compact))
+            g.node(n.id, **_node_attrs(n, view, kinds, compact))
     for name, members in clusters.items():
         tint, just = None, "c"
         if name == "original":  # its label below: the edges from the replicas come in over the top
@@ -461,20 +413,20 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
                 peripheries="1",
             )
             for n in members:
-                put.node(c, n.id, _node_attrs(n, view, kinds, compact))
+                c.node(n.id, **_node_attrs(n, view, kinds, compact))
             if name == "original":
-                _pin_module_order(c, members, view, put)
+                _pin_module_order(c, members, view)
             elif not big and name != "recorded":
-                _pin_replica_order(c, members, depth, order, put)
+                _pin_replica_order(c, members, depth, order)
             for i, target in enumerate(view.remarks):  # a note sits in the box of the node it is about
                 if any(n.id == target for n in members):
-                    _remark(c, put, i, target, view.remarks[target])
+                    _remark(c, i, target, view.remarks[target])
     in_box = {n.id for members in clusters.values() for n in members}
     for i, target in enumerate(view.remarks):
         if target not in in_box:
-            _remark(g, put, i, target, view.remarks[target])
+            _remark(g, i, target, view.remarks[target])
     for e in edges:
-        put.edge(g, e.src, e.dst, _edge_attrs(e, kinds))
+        g.edge(e.src, e.dst, **_edge_attrs(e, kinds))
     if legend and view.nodes:
         # the legend is the label of a frameless box around everything: below the picture, moving no node
         outer = graphviz.Digraph(

@@ -12,7 +12,6 @@ says how many were left out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Sequence
 
 from .nodes import Edge, Node
@@ -34,7 +33,6 @@ class View:
     remarks: dict[str, str] = field(default_factory=dict)  # node id -> a note drawn beside it
 
 
-@lru_cache(maxsize=4096)
 def _prefix(module: str, depth: int) -> str:
     return ".".join(module.split(".")[:depth]) if module else ""
 
@@ -105,31 +103,6 @@ def _groups(nodes: Sequence[Node], depth: int) -> tuple[list[tuple | None], dict
         if key is not None:
             groups.setdefault(key, []).append(n)
     return keys, groups
-
-
-def collapsed_sizes(nodes: Sequence[Node], depths: Sequence[int]) -> dict[int, int]:
-    """How many nodes ``collapse(nodes, edges, depth)`` keeps, for each depth, without making them."""
-    alone: set[str] = set()  # nodes no depth merges
-    by_module: dict[tuple, list[Node]] = {}  # the rest by (kind, slot, whole module), in the walk's order
-    for n in nodes:
-        key = _base(n)
-        if key is None:
-            alone.add(n.id)
-        else:
-            by_module.setdefault(key, []).append(n)
-    sizes = {}
-    for depth in depths:
-        merged: dict[tuple, list] = {}  # key at this depth -> [members, the first member]
-        for (kind, slot, module), members in by_module.items():
-            key = (kind, slot, _prefix(module, depth))
-            if key in merged:
-                merged[key][0] += len(members)
-            else:
-                merged[key] = [len(members), members[0]]
-        ids = set(alone)
-        ids.update(first.id if k == 1 else _merged_id(key, first) for key, (k, first) in merged.items())
-        sizes[depth] = len(ids)
-    return sizes
 
 
 def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
@@ -210,11 +183,10 @@ def make_view(
         notes.append(f"collapsed by module, depth {collapse_depth}")
     elif collapse_depth is None and max_nodes is not None and len(nodes) > max_nodes:
         total = len(nodes)
-        depths = range(max(_depths(nodes), 1), 0, -1)
-        sizes = collapsed_sizes(nodes, depths)
-        for depth in depths:  # the finest depth that fits
-            if depth == 1 or sizes[depth] <= max_nodes:
-                nodes, edges = collapse(nodes, edges, depth)
+        for depth in range(max(_depths(nodes), 1), 0, -1):  # the finest depth that fits
+            merged, merged_edges = collapse(nodes, edges, depth)
+            if depth == 1 or len(merged) <= max_nodes:
+                nodes, edges = merged, merged_edges
                 break
         if len(nodes) < total:  # a graph with no modules (names= only) has nothing to merge
             notes.append(

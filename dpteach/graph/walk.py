@@ -29,17 +29,15 @@ gives the same nodes, edges and DOT text on every run, and two strategies' graph
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Iterator, Mapping, NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import torch
 
 from .names import Named, Param, TensorNames, shape_of
-from .nodes import Edge, Node, new_node
+from .nodes import Edge, Node
 
 
 @dataclass(frozen=True)
@@ -90,15 +88,28 @@ class _Face(NamedTuple):
     leaf: bool = False
 
 
-_LEAF_TYPES: dict[type, bool] = {}  # grad_fn class -> is it AccumulateGrad (has .variable)?
-
-
 def _is_leaf_fn(fn: object) -> bool:
-    kind = type(fn)
-    leaf = _LEAF_TYPES.get(kind)
-    if leaf is None:
-        leaf = _LEAF_TYPES[kind] = hasattr(fn, "variable")
-    return leaf
+    """An ``AccumulateGrad`` node: the one kind of grad_fn that holds its leaf tensor (``.variable``)."""
+    return hasattr(fn, "variable")
+
+
+def grad_fns(starts, stop: set[int] | None = None) -> list:
+    """Every grad_fn reachable from ``starts`` along ``next_functions``, not entering ``stop`` (``id()``s).
+
+    The list holds the grad_fns themselves: while it lives, no ``id()`` in it is reused.
+    """
+    stop = stop or set()
+    seen: set[int] = set()
+    out = []
+    stack = [fn for fn in starts if fn is not None and id(fn) not in stop]
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        out.append(fn)
+        stack.extend(c for c, _ in fn.next_functions if c is not None and id(c) not in stop)
+    return out
 
 
 def _walk(
@@ -317,19 +328,18 @@ def _finish(
     for n, slot, reaches, mod in zip(nodes, slots, to_original, module):
         device = slot_device.get(slot, n.device) if n.kind == "op" else n.device
         out.append(
-            new_node(
+            Node(
                 n.id,
                 n.kind,
                 n.label,
-                n.op,
-                n.param,
-                n.shape,
-                slot,
-                device,
-                n.leaf,
-                n.kind == "replica" and not reaches,
-                True,
-                mod,
+                op=n.op,
+                param=n.param,
+                shape=n.shape,
+                slot=slot,
+                device=device,
+                leaf=n.leaf,
+                dead_end=n.kind == "replica" and not reaches,
+                module=mod,
             )
         )
     seen = {n.param for n in nodes if n.kind == "original"}
@@ -385,22 +395,3 @@ def walk_graph(
     fns = {ids[i]: f.fn for i, f in enumerate(found) if f.where in (FN, LEAF)}
     entries = {ids[i]: [(k, ids[c]) for k, c in f.entries or ()] for i, f in enumerate(found)}
     return nodes, edges, Handles(MappingProxyType(fns), MappingProxyType(entries))
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cycle collector off while a graph is built or drawn, and on again after (if it was on).
-
-    A ResNet's graph makes thousands of small objects (nodes, edges, names), none in a cycle, all freed
-    by reference counting. With the collector on they set off several collections per graph, and now
-    and then a full one over every object of the process (tens of ms with torch loaded): on the
-    ResNet-18 of scripts/bench_graph.py under "rewire", graph + DOT took 6.8 ms on average with it on,
-    4.9 ms with it off (medians 5.0 and 4.7 ms; CPU time, 200 runs each).
-    """
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
