@@ -35,14 +35,13 @@ def replicated_forward(
 ) -> tuple[torch.Tensor, list[nn.Module]]:
     """``loss_fn(gather(parallel_apply(replicate(model), scatter(x))))`` and the replicas it used.
 
-    ``loss_fn`` defaults to the mean of the squared output, a scalar to call ``backward()`` on.
+    ``loss_fn`` defaults to ``data_parallel.mean_square``, a scalar to call ``backward()`` on; no
+    backward runs here. One slot is replicated too, so its replica can be looked at.
     """
-    from ..data_parallel import Moves, four_moves, keep_replicas
+    from ..data_parallel import mean_square, step
 
-    moves = Moves(model, list(devices), strategy=strategy)
-    with keep_replicas(moves) as replicas:
-        out = four_moves(moves, (x,), {}, run_one_slot=False)  # replicas even on one slot, to look at
-    return (out.pow(2).mean() if loss_fn is None else loss_fn(out)), list(replicas)
+    done = step(model, x, list(devices), strategy=strategy, loss_fn=loss_fn or mean_square, backward=False)
+    return done.loss, done.replicas
 
 
 class StrategyComparison(Mapping[str, AutogradGraph]):
@@ -142,7 +141,7 @@ def compare_strategies(
     loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> StrategyComparison:
     """The graph of ``model`` on ``x`` under each strategy (default: all three), ready to be shown side by side."""
-    from .. import default_devices
+    from .._devices import default_devices
     from ..replicate import strategy_name
 
     devices = default_devices() if devices is None else list(devices)

@@ -112,15 +112,8 @@ def resolve(module: nn.Module, dotted: str) -> torch.Tensor | None:
     Replicas made by ``"broadcast"`` and ``"rewire"`` keep their parameters as plain attributes
     (replicate.py: "parameters in replicas are no longer leaves"), so ``named_parameters()`` misses them.
     """
-    *path, key = dotted.split(".")
-    for part in path:
-        module = module._modules.get(part) if isinstance(module, nn.Module) else None
-        if module is None:
-            return None
-    try:
-        value = getattr(module, key)
-    except AttributeError:
-        return None
+    path, _, key = dotted.rpartition(".")
+    value = getattr(_submodule(module, path, None), key, None)
     return value if isinstance(value, torch.Tensor) else None
 
 
@@ -161,14 +154,19 @@ def _name_originals(table: TensorNames, module: nn.Module) -> None:
             table.add(t, Named("original", str(param), param, shape_of(t), str(t.device)))
 
 
-def _submodule(root: nn.Module, path: str) -> nn.Module:
-    """``root.get_submodule(path)``, along ``_modules`` (the same modules; get_submodule checks more,
-    slowly, and says what is missing: it is asked when the path is not there)."""
+_RAISE = object()
+
+
+def _submodule(root: nn.Module, path: str, missing=_RAISE) -> nn.Module:
+    """``root.get_submodule(path)`` along ``_modules``; a missing module raises as get_submodule does,
+    or gives ``missing``."""
     module = root
     for part in path.split(".") if path else ():
         module = module._modules.get(part)
         if not isinstance(module, nn.Module):
-            return root.get_submodule(path)
+            if missing is _RAISE:
+                return root.get_submodule(path)  # raises, saying what is missing
+            return missing
     return module
 
 
