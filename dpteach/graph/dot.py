@@ -67,9 +67,9 @@ def _shape_text(shape) -> str:
     return "scalar" if len(shape) == 0 else "×".join(str(s) for s in shape)
 
 
-def _join_detail(n: Node, view: View, kinds: dict[str, Node]) -> str:
-    copies = sum(1 for e in view.edges if e.dst == n.id and kinds[e.src].kind == "replica")
-    targets = [kinds[e.dst] for e in view.edges if e.src == n.id and kinds[e.dst].kind == "original"]
+def _join_detail(n: Node, view: View, by_id: dict[str, Node]) -> str:
+    copies = sum(1 for e in view.edges if e.dst == n.id and by_id[e.src].kind == "replica")
+    targets = [by_id[e.dst] for e in view.edges if e.src == n.id and by_id[e.dst].kind == "original"]
     if not copies:
         return ""
     if n.members > 1:
@@ -96,7 +96,7 @@ def _short(n: Node) -> str:
     return first
 
 
-def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = False) -> dict[str, str]:
+def _node_attrs(n: Node, view: View, by_id: dict[str, Node], compact: bool = False) -> dict[str, str]:
     kind = entry(n, view.recorded)
     lines = [n.label]
     if n.kind == "replica" and n.param is not None and n.slot is not None:
@@ -112,7 +112,7 @@ def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = Fal
         attrs["style"] = "rounded,filled"
     if n.kind == "join" and kind != "recorded":
         attrs.update(penwidth="2", color=ORANGE)
-        detail = _join_detail(n, view, kinds)
+        detail = _join_detail(n, view, by_id)
         if detail:
             lines.append(detail)
     if kind == "unreached":
@@ -139,21 +139,21 @@ def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = Fal
     return attrs
 
 
-def _edge_attrs(e: Edge, kinds: dict[str, Node]) -> dict[str, str]:
-    attrs = _edge_look(e, kinds)
-    if kinds[e.src].kind == "replica" and kinds[e.dst].kind in ("join", "original"):
+def _edge_attrs(e: Edge, by_id: dict[str, Node]) -> dict[str, str]:
+    attrs = _edge_look(e, by_id)
+    if by_id[e.src].kind == "replica" and by_id[e.dst].kind in ("join", "original"):
         attrs["minlen"] = "2"  # room below the replicas for the lines from the copies to fan out
     return attrs
 
 
-def _edge_look(e: Edge, kinds: dict[str, Node]) -> dict[str, str]:
+def _edge_look(e: Edge, by_id: dict[str, Node]) -> dict[str, str]:
     if e.status == "added":
         return {"color": GREEN, "penwidth": "3"}
     if e.status == "removed":
         return {"color": RED, "style": "dashed", "penwidth": "2"}
     if e.status == "missing":
         return {"color": MISSING, "style": "dotted", "arrowhead": "tee", "penwidth": "2.5"}
-    if kinds[e.src].kind == "join" or kinds[e.dst].kind == "join":
+    if by_id[e.src].kind == "join" or by_id[e.dst].kind == "join":
         return {"color": ORANGE, "penwidth": "2"}
     return {"color": GREY}
 
@@ -192,21 +192,21 @@ def _same_row(c, row: list[Node]) -> None:
         c.edge(a.id, b.id, style="invis")
 
 
-def _module_index(n: Node, view: View, kinds: dict[str, Node]) -> int:
+def _module_index(n: Node, view: View, by_id: dict[str, Node]) -> int:
     """An original parameter's place in module order; a join's, the first original it feeds."""
     if n.param is not None:
         return n.param.index
-    targets = [kinds[e.dst].param for e in view.edges if e.src == n.id and kinds[e.dst].param is not None]
+    targets = [by_id[e.dst].param for e in view.edges if e.src == n.id and by_id[e.dst].param is not None]
     return min((p.index for p in targets), default=-1)
 
 
 def _pin_module_order(c, members: list[Node], view: View) -> None:
     """The original's parameters on one row in module order (0.weight, 0.bias, 2.weight, ...), tied
     left to right by invisible edges, so every picture of one module puts them in the same place."""
-    kinds = {n.id: n for n in view.nodes}
+    by_id = {n.id: n for n in view.nodes}
 
     def key(n: Node) -> tuple:  # collapsed boxes have no parameter: their module path, numbers as numbers
-        return (_module_index(n, view, kinds), _param_key(n)[1])
+        return (_module_index(n, view, by_id), _param_key(n)[1])
 
     originals = sorted((n for n in members if n.kind == "original"), key=key)
     # the ReduceAdd nodes too, one above each original: left to dot, 2.bias's stood first
@@ -234,7 +234,7 @@ def _module_first(view: View) -> list[Edge]:
     side by side instead of across the picture (issue 15). Which edges there are does not change.
     ``AddmmBackward0``'s ``next_functions`` list the bias first; drawn in that order, ``2.bias`` stood
     leftmost in every replica and its line crossed the width to ``original 2.bias`` on the right."""
-    kinds = {n.id: n for n in view.nodes}
+    by_id = {n.id: n for n in view.nodes}
     out: dict[str, list[tuple[int, Edge]]] = {}
     for i, e in enumerate(view.edges):
         out.setdefault(e.src, []).append((i, e))
@@ -246,12 +246,12 @@ def _module_first(view: View) -> list[Edge]:
             nid, done = stack.pop()
             if nid in low:
                 continue
-            nexts = [e.dst for _, e in out.get(nid, ()) if e.status != "missing" and e.dst in kinds]
+            nexts = [e.dst for _, e in out.get(nid, ()) if e.status != "missing" and e.dst in by_id]
             if not done:
                 stack.append((nid, True))
                 stack.extend((d, False) for d in nexts if d not in low)
                 continue
-            n = kinds.get(nid)
+            n = by_id.get(nid)
             own = _param_key(n) if n is not None and n.kind in ("original", "replica") else _NO_PARAM
             low[nid] = min([own, *(low.get(d, _NO_PARAM) for d in nexts)])
         return low[start]
@@ -332,7 +332,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     """
     import graphviz  # imported here: `import dpteach` must not need it
 
-    kinds = {n.id: n for n in view.nodes}
+    by_id = {n.id: n for n in view.nodes}
     title = "\n".join([view.title, *view.notes])
     # Past MAX_NODES, dot's layout of a box whose nodes span many ranks (the original module's, fed from
     # every depth of the replicas) costs seconds: big drawings leave that box out (the ReduceAdd nodes
@@ -384,7 +384,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     in_cluster = {n.id for members in clusters.values() for n in members}
     for n in view.nodes:  # the nodes outside any box first: dot then keeps the slots in order, 0 on the left
         if n.id not in in_cluster:
-            g.node(n.id, **_node_attrs(n, view, kinds, compact))
+            g.node(n.id, **_node_attrs(n, view, by_id, compact))
     for name, members in clusters.items():
         tint, just = None, "c"
         if name == "original":  # its label below: the edges from the replicas come in over the top
@@ -413,7 +413,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
                 peripheries="1",
             )
             for n in members:
-                c.node(n.id, **_node_attrs(n, view, kinds, compact))
+                c.node(n.id, **_node_attrs(n, view, by_id, compact))
             if name == "original":
                 _pin_module_order(c, members, view)
             elif not big and name != "recorded":
@@ -426,7 +426,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
         if target not in in_box:
             _remark(g, i, target, view.remarks[target])
     for e in edges:
-        g.edge(e.src, e.dst, **_edge_attrs(e, kinds))
+        g.edge(e.src, e.dst, **_edge_attrs(e, by_id))
     if legend and view.nodes:
         # the legend is the label of a frameless box around everything: below the picture, moving no node
         outer = graphviz.Digraph(

@@ -30,9 +30,9 @@ gives the same nodes, edges and DOT text on every run, and two strategies' graph
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Mapping, NamedTuple, Sequence
+from typing import Mapping, Sequence
 
 import torch
 
@@ -60,7 +60,7 @@ class Handles:
 OUTPUT, SITE, LEAF, FN = "output", "site", "leaf", "fn"
 
 
-class _Found:
+class _RawNode:
     """What the walk found, one per node, in preorder: where it comes from, its live handle, its name."""
 
     __slots__ = ("where", "fn", "named", "tensor", "children", "entries")
@@ -72,20 +72,6 @@ class _Found:
         self.tensor = tensor  # OUTPUT: the output; LEAF: the leaf tensor (AccumulateGrad.variable)
         self.children: list[int] = []  # distinct, in next_functions order
         self.entries: list[tuple[int, int]] | None = None  # (index into next_functions, child), on request
-
-
-class _Face(NamedTuple):
-    """What pass 2 gives a node: the fields of its ``Node`` that do not need the whole graph."""
-
-    id: str
-    kind: str
-    label: str
-    op: str | None = None
-    param: Param | None = None
-    shape: tuple[int, ...] | None = None
-    slot: int | None = None
-    device: str | None = None
-    leaf: bool = False
 
 
 def _is_leaf_fn(fn: object) -> bool:
@@ -116,15 +102,15 @@ def _walk(
     outputs: Sequence[torch.Tensor],
     table: TensorNames,
     keep_entries: bool,
-) -> tuple[list[_Found], list[int]]:
+) -> tuple[list[_RawNode], list[int]]:
     """Pass 1: one depth-first walk from the outputs; nodes in preorder, and the postorder."""
-    found: list[_Found] = []
+    found: list[_RawNode] = []
     by_fn: dict[int, int] = {}  # id(grad_fn) -> node; found holds the grad_fns, so their id()s stay theirs
     by_site: dict[tuple[int, int], int] = {}  # (id(grad_fn), output_nr) of a named non-leaf tensor -> node
     sites, leaves = table.sites, table.leaves
     post: list[int] = []
 
-    def targets(f: _Found) -> enumerate:
+    def targets(f: _RawNode) -> enumerate:
         """A node's way on: numbered (grad_fn, output_nr) entries; output_nr None: "the grad_fn itself"."""
         if f.where == FN:
             return enumerate(f.fn.next_functions)
@@ -145,7 +131,7 @@ def _walk(
                 if index is not None:
                     return index, False
                 by_site[key] = len(found)
-                found.append(_Found(SITE, fn, named, None))
+                found.append(_RawNode(SITE, fn, named, None))
                 return len(found) - 1, True
         index = by_fn.get(id(fn))
         if index is not None:
@@ -153,9 +139,9 @@ def _walk(
         by_fn[id(fn)] = len(found)
         if _is_leaf_fn(fn):  # AccumulateGrad: the leaf tensor and the node that writes its .grad
             var = fn.variable
-            found.append(_Found(LEAF, fn, leaves.get(id(var)), var))
+            found.append(_RawNode(LEAF, fn, leaves.get(id(var)), var))
         else:
-            found.append(_Found(FN, fn, None, None))
+            found.append(_RawNode(FN, fn, None, None))
         return len(found) - 1, True
 
     for out in outputs:
@@ -166,7 +152,7 @@ def _walk(
                 start = out.expand_as(out).grad_fn.next_functions[0][0]
         else:
             start = None
-        found.append(_Found(OUTPUT, start, None, out))
+        found.append(_RawNode(OUTPUT, start, None, out))
         stack = [(len(found) - 1, targets(found[-1]))]
         while stack:
             parent, way = stack[-1]
@@ -189,12 +175,12 @@ def _walk(
     return found, post
 
 
-def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face]:
+def _name(found: list[_RawNode], table: TensorNames, n_outputs: int) -> list[Node]:
     """Pass 2: each node's id (from names, and counts in the walk's order) and what it shows."""
     counts: Counter[str] = Counter()
     taken: set[str] = set()
     join_fns = table.join_fns
-    nodes: list[_Face] = []
+    nodes: list[Node] = []  # their ids, labels and what they are; _finish adds what needs the whole graph
     outputs = 0
     for f in found:
         named = f.named
@@ -202,7 +188,7 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             out = f.tensor
             nid = "output" if n_outputs == 1 else f"output_{outputs}"
             outputs += 1
-            node = _Face(nid, "output", "output", shape=shape_of(out), device=str(out.device))
+            node = Node(nid, "output", "output", shape=shape_of(out), device=str(out.device))
         elif named is not None:  # a named tensor: a parameter, a replica's copy, one of names=
             param = named.param
             if named.kind == "original":
@@ -212,7 +198,7 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             else:
                 nid = f"tensor.{named.label}"
             slot = None if param is None else param.slot
-            node = _Face(
+            node = Node(
                 nid,
                 named.kind,
                 named.label,
@@ -226,7 +212,7 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             var = f.tensor
             counts["leaf"] += 1
             what = "parameter (not the module's)" if isinstance(var, torch.nn.Parameter) else "leaf tensor"
-            node = _Face(
+            node = Node(
                 f"leaf_{counts['leaf']}", "leaf", what, shape=shape_of(var), device=str(var.device), leaf=True
             )
         else:
@@ -247,18 +233,18 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             if nid is None:
                 counts[name] += 1
                 nid = f"{name}_{counts[name]}"
-            node = _Face(nid, kind, name, op=name)
+            node = Node(nid, kind, name, op=name)
         if node.id in taken:  # two tensors given one name: keep both, deterministically
             nid = node.id
             while nid in taken:
                 nid += "'"
-            node = node._replace(id=nid)
+            node = replace(node, id=nid)
         taken.add(node.id)
         nodes.append(node)
     return nodes
 
 
-def _trace(found: list[_Found], post: list[int], nodes: list[_Face]) -> tuple[list[int | None], list[bool]]:
+def _trace(found: list[_RawNode], post: list[int], nodes: list[Node]) -> tuple[list[int | None], list[bool]]:
     """Pass 3: the one replica slot each op leads to (None: none or several); which nodes lead to an original.
 
     A replica parameter from which no path leads on to an original parameter is a dead end (#19540).
@@ -286,7 +272,7 @@ def _module_of(param: Param | None) -> str | None:
     return None if param is None else param.name.rpartition(".")[0]
 
 
-def _place(found: list[_Found], post: list[int], nodes: list[_Face]) -> list[str | None]:
+def _place(found: list[_RawNode], post: list[int], nodes: list[Node]) -> list[str | None]:
     """Pass 4: the module each node belongs to, for ``collapse=``.
 
     An op that consumes a parameter belongs to that parameter's module; an op below one, to its
@@ -315,8 +301,8 @@ def _place(found: list[_Found], post: list[int], nodes: list[_Face]) -> list[str
 
 
 def _finish(
-    found: list[_Found],
-    nodes: list[_Face],
+    found: list[_RawNode],
+    nodes: list[Node],
     slots: list[int | None],
     to_original: list[bool],
     module: list[str | None],
@@ -324,24 +310,16 @@ def _finish(
 ) -> tuple[list[Node], list[Edge]]:
     """Pass 5: the final nodes (with the parameters the walk never reached), and the edges."""
     slot_device = {n.slot: n.device for n in nodes if n.kind == "replica"}  # an op runs on its slot's device
-    out = []
-    for n, slot, reaches, mod in zip(nodes, slots, to_original, module):
-        device = slot_device.get(slot, n.device) if n.kind == "op" else n.device
-        out.append(
-            Node(
-                n.id,
-                n.kind,
-                n.label,
-                op=n.op,
-                param=n.param,
-                shape=n.shape,
-                slot=slot,
-                device=device,
-                leaf=n.leaf,
-                dead_end=n.kind == "replica" and not reaches,
-                module=mod,
-            )
+    out = [
+        replace(
+            n,
+            slot=slot,
+            device=slot_device.get(slot, n.device) if n.kind == "op" else n.device,
+            dead_end=n.kind == "replica" and not reaches,
+            module=mod,
         )
+        for n, slot, reaches, mod in zip(nodes, slots, to_original, module)
+    ]
     seen = {n.param for n in nodes if n.kind == "original"}
     for param, t in table.originals:
         if param not in seen:
