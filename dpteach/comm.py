@@ -1,6 +1,8 @@
 """Device-agnostic counterparts of ``torch.cuda.comm``: broadcast, reduce, scatter and gather.
 
-PyTorch's ``torch.cuda.comm`` refuses CPU tensors. These functions keep its names, signatures and
+PyTorch's ``torch.cuda.comm`` works between GPUs: it refuses CPU destinations for broadcast and
+scatter, and CPU inputs to ``reduce_add`` and ``gather`` (a CPU source for broadcast or scatter is
+accepted, and so is a CPU destination for gather). These functions keep its names, signatures and
 semantics but work on any list of slots, duplicates allowed: ``["cpu", "cpu"]``, ``["cuda:0",
 "cuda:0"]`` or ``[0, 1, 2, 3]``. When every slot is a distinct CUDA device they hand the work to
 ``torch.nn.parallel.comm`` (NCCL where it is there); the results are the same. Which path a slot list

@@ -111,24 +111,24 @@ def walk_pairs(original: nn.Module, replica: nn.Module) -> Iterator[tuple[nn.Mod
             yield from walk_pairs(child, replica._modules[key])
 
 
-def set_tensor(module: nn.Module, key: str, value: torch.Tensor, kind: str) -> None:
-    """Put a replica tensor where forward will read it.
+def set_parameter(module: nn.Module, key: str, value: torch.Tensor) -> None:
+    """Put a replica's copy of a parameter where forward will read it.
 
     Replica parameters are no longer leaves, so like replicate.py they become plain attributes in the
     instance's ``__dict__``, where ordinary attribute lookup finds them (``nn.Module.__getattr__`` is
     never asked), and ``_former_parameters`` still lists them (DDP).
     """
-    if is_script_module(module):
-        # a ScriptModule's forward reads C++ slots, which setattr sets; its registries cannot pop (as replicate.py)
-        setattr(module, key, value)
-        if kind == "buffer":
-            return
-    elif kind == "buffer":
-        module._buffers[key] = value
-        return
-    else:
+    if not is_script_module(module):  # a ScriptModule's registries cannot pop (as replicate.py)
         module._parameters.pop(key, None)
-        setattr(module, key, value)
+    setattr(module, key, value)  # a ScriptModule's forward reads C++ slots, which setattr sets
     if getattr(module, "_former_parameters", None) is None:
         module._former_parameters = {}
     module._former_parameters[key] = value
+
+
+def set_buffer(module: nn.Module, key: str, value: torch.Tensor) -> None:
+    """Put a replica's copy of a buffer where forward will read it: in ``_buffers`` (a ScriptModule: setattr)."""
+    if is_script_module(module):
+        setattr(module, key, value)
+    else:
+        module._buffers[key] = value
