@@ -231,7 +231,7 @@ def _module_first(view: View) -> list[Edge]:
     """``view.edges`` with each node's out-edges ordered by the first parameter (in module order) each
     leads to: with ``ordering=out`` dot then draws every replica's parameters left to right in module
     order, as the original's are, so each copy sits above its original and the lines between them run
-    side by side instead of across the picture (issue 15). Which edges there are does not change.
+    side by side instead of across the picture. Which edges there are does not change.
     ``AddmmBackward0``'s ``next_functions`` list the bias first; drawn in that order, ``2.bias`` stood
     leftmost in every replica and its line crossed the width to ``original 2.bias`` on the right."""
     by_id = {n.id: n for n in view.nodes}
@@ -299,7 +299,7 @@ def _pin_replica_order(
     """Each row of a replica's box in next_functions order (``_module_first``), tied left to right, so
     every slot has one shape. With ``one_row``, the replica's parameters share one row at the foot of
     its box, in module order like the original's: the edges from the copies then leave the box straight
-    down, side by side (issue 15); a parameter on a row higher up sent its edge out through the side
+    down, side by side; a parameter on a row higher up sent its edge out through the side
     of the box and across the picture. Compact pictures (two to a row, compare.py) do the same: on
     rows by depth, their copies' lines looped back through the boxes. ``one_row=False`` keeps each
     parameter on the row of its depth."""
