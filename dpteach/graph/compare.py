@@ -8,7 +8,6 @@ the replicas a ``DataParallel`` makes inside its forward, for ``autograd_graph(.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from html import escape
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -153,18 +152,13 @@ def compare_strategies(
     return StrategyComparison(graphs)
 
 
-@contextmanager
-def capture_replicas(dp: nn.Module) -> Iterator[list[nn.Module]]:
-    """Keep the replicas ``dp`` (a ``DataParallel``) makes in its forward: ``with capture_replicas(dp) as replicas:``.
-
-    The list is filled by each forward inside the block (the last one wins), for
-    ``autograd_graph(out, module=dp, replicas=replicas)``.
-    """
+def capture_replicas(dp: nn.Module):
+    """``with capture_replicas(dp) as replicas:`` keeps the replicas ``dp`` (a ``DataParallel``) makes in
+    each forward inside the block (the last one wins), for ``autograd_graph(out, module=dp, replicas=replicas)``."""
     if not callable(getattr(dp, "replicate", None)):
         raise TypeError(
             f"capture_replicas expects a DataParallel (something with .replicate), got {type(dp).__name__}"
         )
     from ..data_parallel import keep_replicas
 
-    with keep_replicas(dp) as kept:  # re-entrant and per thread: no method is patched
-        yield kept
+    return keep_replicas(dp)  # re-entrant and per thread: no method is patched

@@ -88,9 +88,8 @@ class Drawing:
     """One picture of a graph: ``.dot`` (DOT source), ``.text``, ``.svg()``, ``.save(path)``; shows itself."""
 
     def __init__(self, view: View, legend: bool = True, compact: bool = False) -> None:
-        self.view = view
-        self.legend = legend
-        self.compact = compact
+        self.view, self.legend, self.compact = view, legend, compact
+        self._pictures: dict[str, bytes | GraphvizMissing] = {}
 
     def digraph(self):
         """The ``graphviz.Digraph`` (needs the graphviz Python package, not ``dot``)."""
@@ -107,22 +106,30 @@ class Drawing:
     def text(self) -> str:
         return text_form.render(self.view)
 
+    def _picture(self, fmt: str) -> bytes:
+        """``dot``'s picture in ``fmt``, made once; a failure is kept too: dot never runs twice per display."""
+        if fmt not in self._pictures:
+            try:
+                self._pictures[fmt] = _render(self.digraph, fmt)
+            except GraphvizMissing as err:
+                self._pictures[fmt] = err
+        got = self._pictures[fmt]
+        if isinstance(got, GraphvizMissing):
+            raise type(got)(str(got))
+        return got
+
     def svg(self) -> str:
         """The picture as SVG text; raises GraphvizMissing (saying what to install) without Graphviz."""
-        if "_failure" in self.__dict__:  # failed once already: don't run dot twice per display
-            raise type(self._failure)(str(self._failure))
-        if "_svg" not in self.__dict__:
-            try:
-                self._svg = _render(self.digraph, "svg").decode("utf-8")
-            except GraphvizMissing as err:
-                self._failure = err
-                raise
-        return self._svg
+        return self._picture("svg").decode("utf-8")
+
+    def png(self) -> bytes:
+        """The picture as PNG bytes; raises GraphvizMissing (saying what to install) without Graphviz."""
+        return self._picture("png")
 
     def save(self, path: str, format: str | None = None) -> str:
         """Write the picture to ``path`` (format from the suffix: .svg, .png, .pdf, .dot); returns the path."""
         fmt = format or (path.rsplit(".", 1)[-1] if "." in path else "svg")
-        data = self.dot.encode() if fmt in ("dot", "gv") else _render(self.digraph, fmt)
+        data = self.dot.encode() if fmt in ("dot", "gv") else self._picture(fmt)
         with open(path, "wb") as f:
             f.write(data)
         return path
@@ -134,12 +141,6 @@ class Drawing:
             return self.svg()
         except GraphvizMissing:
             return None
-
-    def png(self) -> bytes:
-        """The picture as PNG bytes; raises GraphvizMissing (saying what to install) without Graphviz."""
-        if "_png" not in self.__dict__:
-            self._png = _render(self.digraph, "png")
-        return self._png
 
     def data_uri(self) -> str:
         """The picture as a ``data:`` URI in the Jupyter format, for an ``<img>`` in HTML."""
@@ -249,8 +250,6 @@ class Drawable:
 
 def _note_target(key: str, nodes, drawn: set[str]) -> str:
     """The id of the node ``key`` names for ``draw(notes=)``: an id, or the name one drawn node shows."""
-    import re
-
     if key in drawn:
         return key
     hits = []

@@ -2,33 +2,11 @@
 
 Arrows follow ``next_functions``: the way the gradient flows in ``backward()``, from the output
 at the top down to the tensors whose ``.grad`` it fills. The legend drawn into every picture
-lists the entries that picture uses:
-
-==========================  =====================================================================
-green box                   the output ``backward()`` starts from
-grey rounded box            a backward function (``AddmmBackward0``, ``GatherBackward``, ...)
-orange rounded box          the node that joins replicas to the original: ``ReduceAddBackward``
-                            (one per parameter, PR #20910) or ``BroadcastBackward`` (replicate.py);
-                            orange arrows go into and out of it
-blue box                    an original parameter the gradient reaches: a leaf, its ``.grad`` fills
-white box, red dashed       an original parameter (or a leaf named in ``names=``) no path from the
-                            output reaches: ``.grad`` stays None
-red box                     a replica parameter that is a dead end: a leaf of the replica (``"clone"``),
-                            its ``.grad`` fills and nothing passes it on to the original
-pale blue box               a replica parameter that leads on to the original (not a leaf)
-yellow box                  another leaf that requires grad (an input, a tensor named in ``names=``)
-white box                   a named tensor that is not a leaf (its ``.grad`` stays None)
-red dotted arrow, bar head  the edge ``clone()`` never made, from a dead end to its original (#19540);
-                            drawn from the last replica only when every replica has the same ones
-green thick arrow           (diffs) an edge the second graph adds
-red dashed arrow            (diffs) an edge the second graph removes
-purple border               (diffs) a replica parameter that was a dead end and is not any more
-green border                (diffs) a node only in the second graph, or an original reached only there
-3-D box                     several nodes collapsed into one (``collapse=``)
-yellow rounded box          a backward function the first backward recorded (``create_graph=True``),
-                            in a pale yellow box of its own (``autograd_graph(..., create_graph=)``)
-note (folded corner)        a sentence about the node it is tied to (``draw(notes=)``)
-==========================  =====================================================================
+lists the entries that picture uses, in the words of ``legend.LEGEND``: the output green, backward
+functions grey, the ReduceAdd / Broadcast nodes that join replicas to the original orange, original
+parameters blue (white with a red dashed border when unreached), replica parameters pale blue (red
+when a dead end, #19540), other leaves yellow; clone's missing edges red dotted; in diffs, added
+edges green and removed ones red dashed; collapsed nodes as 3-D boxes, notes with a folded corner.
 
 The box around each replica slot is tinted by device (grey for the CPU, a colour per CUDA device),
 so two slots on one device share a tint and slots on different GPUs do not. The original module's
@@ -293,29 +271,21 @@ def _order_by_depth(view: View, edges: list[Edge]) -> tuple[dict[str, int], dict
     return depth, order
 
 
-def _pin_replica_order(
-    c, members: list[Node], depth: dict[str, int], order: dict[str, int], one_row: bool = True
-) -> None:
+def _pin_replica_order(c, members: list[Node], depth: dict[str, int], order: dict[str, int]) -> None:
     """Each row of a replica's box in next_functions order (``_module_first``), tied left to right, so
-    every slot has one shape. With ``one_row``, the replica's parameters share one row at the foot of
-    its box, in module order like the original's: the edges from the copies then leave the box straight
-    down, side by side; a parameter on a row higher up sent its edge out through the side
-    of the box and across the picture. Compact pictures (two to a row, compare.py) do the same: on
-    rows by depth, their copies' lines looped back through the boxes. ``one_row=False`` keeps each
-    parameter on the row of its depth."""
-    params = sorted((n for n in members if n.kind == "replica" and n.id in depth), key=_param_key)
+    every slot has one shape; the replica's parameters share one row at the foot of its box, in module
+    order like the original's, so the edges from the copies leave the box straight down, side by side
+    (a parameter on a row higher up sent its edge out through the side of the box)."""
     rows: dict[int, list[Node]] = {}
     for n in members:
-        if n.id in depth and (n.kind != "replica" or not one_row):
+        if n.id in depth and n.kind != "replica":
             rows.setdefault(depth[n.id], []).append(n)
-    if not one_row:
-        params = []
     for row in rows.values():
         row.sort(key=lambda n: order.get(n.id, 0))
+    params = sorted((n for n in members if n.kind == "replica" and n.id in depth), key=_param_key)
     for row in [*rows.values(), params]:
-        if len(row) < 2:
-            continue
-        _same_row(c, row)
+        if len(row) >= 2:
+            _same_row(c, row)
 
 
 # Compact pictures are shown two to a row (~490 px each at notebook width): boxes as narrow as their

@@ -52,9 +52,8 @@ class TensorNames:
         self.leaves: dict[int, Named] = {}  # id(leaf tensor) -> name
         self.sites: dict[tuple[int, int], Named] = {}  # (id(grad_fn), output_nr) -> name
         self.originals: list[tuple[Param, torch.Tensor]] = []  # in module order, for .unreached
-        self.canonical: dict[
-            str, str
-        ] = {}  # every name of an original tensor -> its first name (tied weights)
+        # every name of an original tensor -> its first name (tied weights)
+        self.canonical: dict[str, str] = {}
         self.order: dict[str, int] = {}  # an original's first name -> its place in module order
         self.named_leaves: list[tuple[Named, torch.Tensor]] = []  # names= leaves, drawn even when unreached
         self._keep: list[object] = []  # hold every tensor and grad_fn so their id()s stay theirs
@@ -77,9 +76,6 @@ class TensorNames:
 
     def lookup_leaf(self, tensor: torch.Tensor) -> Named | None:
         return self.leaves.get(id(tensor))
-
-    def lookup_site(self, fn: object, output_nr: int) -> Named | None:
-        return self.sites.get((id(fn), output_nr))
 
     @property
     def join_fns(self) -> set[int]:

@@ -49,32 +49,18 @@ def _group(n: Node, depth: int) -> tuple | None:
     return None if base is None else (base[0], base[1], _prefix(base[2], depth))
 
 
-def _merged_id(key: tuple, first: Node) -> str:
-    kind, slot, prefix = key
-    where = prefix or "(top)"
-    if kind == "op":
-        return f"ops[{slot}].{where}" if slot is not None else f"ops.{where}"
-    if kind == "replica":
-        return f"replica{slot}.{where}.*"
-    if kind == "original":
-        return f"original.{where}.*"
-    return f"{first.op}[{where}.*]"
-
-
 def _merged(key: tuple, members: list[Node]) -> Node:
     kind, slot, prefix = key
-    first = members[0]
-    where = prefix or "(top)"
-    k = len(members)
-    nid = _merged_id(key, first)
-    if kind == "op":
-        label = f"{where}\n{k} backward ops"
-    elif kind == "replica":
-        label = f"replica {slot} · {where}.* · {first.device}\n{k} parameters"
-    elif kind == "original":
-        label = f"original {where}.*\n{k} parameters"
-    else:
-        label = f"{k} × {first.op}"
+    first, k, where = members[0], len(members), prefix or "(top)"
+    nid, label = {
+        "op": (f"ops[{slot}].{where}" if slot is not None else f"ops.{where}", f"{where}\n{k} backward ops"),
+        "replica": (
+            f"replica{slot}.{where}.*",
+            f"replica {slot} · {where}.* · {first.device}\n{k} parameters",
+        ),
+        "original": (f"original.{where}.*", f"original {where}.*\n{k} parameters"),
+        "join": (f"{first.op}[{where}.*]", f"{k} × {first.op}"),
+    }[kind]
     statuses = {m.status for m in members}
     status = next((s for s in ("fixed", "newly reached") if s in statuses), "")
     if len(statuses) == 1 and statuses <= {"removed", "added"}:
@@ -95,19 +81,13 @@ def _merged(key: tuple, members: list[Node]) -> Node:
     )
 
 
-def _groups(nodes: Sequence[Node], depth: int) -> tuple[list[tuple | None], dict[tuple, list[Node]]]:
-    """Each node's group key (None: drawn as it is), and the members of each group."""
-    keys = [_group(n, depth) for n in nodes]
+def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
+    """Merge each (kind, slot, module at ``depth``) group of two or more nodes into one node."""
+    keys = [_group(n, depth) for n in nodes]  # None: drawn as it is
     groups: dict[tuple, list[Node]] = {}
     for n, key in zip(nodes, keys):
         if key is not None:
             groups.setdefault(key, []).append(n)
-    return keys, groups
-
-
-def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
-    """Merge each (kind, slot, module at ``depth``) group of two or more nodes into one node."""
-    keys, groups = _groups(nodes, depth)
     rename: dict[str, str] = {}
     merged: dict[tuple, Node] = {}
     for key, members in groups.items():

@@ -6,15 +6,10 @@ after the module or replica parameter it is. A replica parameter that is not a l
 ``"broadcast"``) gets a node of its own between its consumers and its ``grad_fn``, so the picture
 shows it leading on into the ``ReduceAdd`` / ``Broadcast`` node and the original parameter.
 
-The passes, each a function below:
-
-``_walk``     one depth-first walk from the outputs: every backward node and named tensor once, in
-              preorder, with its children in ``next_functions`` order (and the postorder);
-``_name``     node ids from names and the walk's order, and what a learner reads for each node;
-``_trace``    which replica slots each node leads to, and whether it leads on to an original
-              parameter (no path: a dead end);
-``_place``    the module each node belongs to (for ``collapse=``);
-``_finish``   the nodes, the original parameters (and named leaves) the walk never reached, the edges.
+The passes, each a function below: ``_walk`` (one depth-first walk from the outputs, every node
+once, in preorder), ``_name`` (ids and labels), ``_trace`` (which replica slot each node leads to,
+and the dead ends), ``_place`` (each node's module, for ``collapse=``) and ``_finish`` (the nodes,
+with the originals the walk never reached, and the edges).
 
 Only graph structure is read, never saved tensors (``_saved_*``), so a graph can be walked after
 ``backward()`` freed them: where torchviz's ``show_saved`` raises "Trying to backward through the
