@@ -83,9 +83,8 @@ def rewire_grad_edges(
     network: nn.Module, replicas: Sequence[nn.Module], node: type[Function] = ReduceAdd
 ) -> None:
     """Give every replica copy of each original parameter an edge into that parameter's ``node`` (one each)."""
-    sites: dict[torch.Tensor, list[tuple[nn.Module, str, Callable]]] = defaultdict(
-        list
-    )  # -> (copy, key, setter)
+    # each original tensor -> the places holding its copies: (replica submodule, key, how to set it)
+    sites: dict[torch.Tensor, list[tuple[nn.Module, str, Callable]]] = defaultdict(list)
     for replica in replicas:
         for original, copy in walk_pairs(network, replica):
             for key, param in original._parameters.items():
@@ -99,8 +98,8 @@ def rewire_grad_edges(
         copies = [getattr(m, key).detach() for m, key, _ in places]
         # FIX (#20910): one node per parameter; its outputs replace the replicas' copies
         outputs = _outputs(node, node.apply(original, *copies), len(copies))
-        for (module, key, put_copy), out in zip(places, outputs):
-            put_copy(module, key, out)
+        for (module, key, set_copy), out in zip(places, outputs):
+            set_copy(module, key, out)  # set_parameter or set_buffer: where forward reads it
     for replica in replicas:
         for _, copy in walk_pairs(network, replica):
             copy._is_replica = True  # replica tensors are no longer leaves: zero_grad() on them warns
