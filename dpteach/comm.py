@@ -1,6 +1,8 @@
 """Device-agnostic counterparts of ``torch.cuda.comm``: broadcast, reduce, scatter and gather.
 
-PyTorch's ``torch.cuda.comm`` refuses CPU tensors. These functions keep its names, signatures and
+PyTorch's ``torch.cuda.comm`` works between GPUs: it refuses CPU destinations for broadcast and
+scatter, and CPU inputs to ``reduce_add`` and ``gather`` (a CPU source for broadcast or scatter is
+accepted, and so is a CPU destination for gather). These functions keep its names, signatures and
 semantics but work on any list of slots, duplicates allowed: ``["cpu", "cpu"]``, ``["cuda:0",
 "cuda:0"]`` or ``[0, 1, 2, 3]``. When every slot is a distinct CUDA device they hand the work to
 ``torch.nn.parallel.comm`` (NCCL where it is there); the results are the same. Which path a slot list
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -32,7 +33,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 # from torch.nn.parallel.comm, where they live (torch.cuda.comm only re-exports them).
 from torch.nn.parallel import comm as torch_comm
 
-from ._devices import DeviceLike, as_device, as_devices, distinct_cuda
+from ._devices import DeviceLike, as_device, as_devices, as_output_device, distinct_cuda
 
 __all__ = [
     "broadcast",
@@ -498,14 +499,7 @@ def gather(
             )
         dest = out.device
     else:
-        if isinstance(destination, int) and destination == -1:
-            warnings.warn(
-                'Using -1 to represent CPU tensor is deprecated. Please use a device object or string instead, e.g., "cpu".',
-                FutureWarning,
-                stacklevel=2,
-            )
-            destination = "cpu"
-        dest = tensors[0].device if destination is None else as_device(destination)
+        dest = tensors[0].device if destination is None else as_output_device(destination)  # -1: the CPU
     for t in tensors:
         record("gather", nbytes(t), t.device, dest)
     moved = [t if t.device == dest else t.to(dest, non_blocking=non_blocking(dest)) for t in tensors]

@@ -24,8 +24,8 @@ from torch import nn
 
 from ._devices import DeviceLike, as_devices, as_output_device, default_devices
 from .parallel_apply import parallel_apply
-from .replicate import Strategy, replicate_with, resolve_strategy
-from .replicate._modules import check_not_compiled
+from .replicate import Strategy, replicate, resolve_strategy
+from .replicate._modules import check_not_compiled, check_on_first_slot
 from .scatter_gather import gather, scatter_kwargs
 
 __all__ = [
@@ -80,15 +80,14 @@ def four_moves(
 ) -> Any:
     """One forward of data parallelism, written once: scatter, replicate, parallel_apply, gather.
 
-    ``dp`` is a :class:`DataParallel` or a :class:`Moves`: it has ``module``, ``device_ids``,
-    ``output_device`` and the four methods, so a subclass that overrides one of them (as torch
-    allows) is obeyed. With one slot the module itself runs (``run_one_slot=True``, as
+    ``dp`` is any object with ``module``, ``device_ids``, ``output_device`` and the four methods
+    (a :class:`DataParallel`, or a subclass that overrides one of them, as torch allows). With one slot the module itself runs (``run_one_slot=True``, as
     ``torch.nn.DataParallel``); ``False`` replicates anyway, for a look at the one replica.
     ``phase(name)`` wraps each move (the profiler times them with it).
     """
     with phase("scatter"):
         inputs, kwargs = dp.scatter(inputs, kwargs, dp.device_ids)
-    if not inputs and not kwargs:  # a forward with no inputs still runs, once per slot
+    if not inputs and not kwargs:  # a forward with no inputs runs once, on slot 0, as in torch
         inputs, kwargs = ((),), ({},)
     if run_one_slot and len(dp.device_ids) == 1:
         return dp.module(*inputs[0], **kwargs[0])
@@ -134,67 +133,18 @@ def step(
     too, so its one replica can be looked at (``DataParallel`` itself runs the module there).
     Every wing that needs "a step, and what it did" calls this; ``phase`` is passed to the moves.
     """
-    moves = Moves(module, devices, strategy=strategy)
+    slots = as_devices(devices, "devices")
+    if len(slots) == 1:  # DataParallel would move a one-slot module there: refuse instead, as replicate does
+        check_on_first_slot(module, slots[0])
+    dp = DataParallel(module, slots, strategy=strategy)
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-    with keep_replicas(moves) as replicas:
-        out = four_moves(moves, inputs, {}, run_one_slot=not replicate_one_slot, phase=phase)
+    with keep_replicas(dp) as replicas:
+        out = four_moves(dp, inputs, {}, run_one_slot=not replicate_one_slot, phase=phase)
     loss = None if loss_fn is None else loss_fn(out)
     if loss is not None and backward:
         with phase("backward"):
             loss.backward()
     return Step(out, loss, list(replicas))
-
-
-class _TheMoves:
-    """The four methods of ``torch.nn.DataParallel``, on ``self.device_ids`` with ``self._replicate_fn``."""
-
-    module: nn.Module
-    device_ids: list[torch.device]
-    output_device: torch.device
-    dim: int
-    _replicate_fn: Callable
-
-    def replicate(self, module: nn.Module, device_ids: Sequence[torch.device]) -> list[nn.Module]:
-        return replicate_with(
-            self._replicate_fn, self._strategy, module, list(device_ids), not torch.is_grad_enabled()
-        )
-
-    def scatter(self, inputs, kwargs, device_ids):
-        return scatter_kwargs(inputs, kwargs, device_ids, dim=self.dim)
-
-    def parallel_apply(self, replicas, inputs, kwargs):
-        return parallel_apply(replicas, inputs, kwargs, self.device_ids[: len(replicas)])
-
-    def gather(self, outputs, output_device):
-        return gather(outputs, output_device, dim=self.dim)
-
-
-class Moves(_TheMoves):
-    """The four moves of one module on some slots, without an ``nn.Module`` wrapper (for ``four_moves``)."""
-
-    def __init__(
-        self,
-        module: nn.Module,
-        device_ids: Sequence[DeviceLike],
-        output_device: DeviceLike | None = None,
-        dim: int = 0,
-        strategy: Strategy = "broadcast",
-    ) -> None:
-        self._replicate_fn = resolve_strategy(strategy)
-        self._strategy = strategy
-        self.module = module
-        self.device_ids = as_devices(device_ids, "device_ids")
-        self.output_device = self.device_ids[0] if output_device is None else as_output_device(output_device)
-        self.dim = _check_batch_dim(dim)
-
-
-def _check_module_device(module: nn.Module, src: torch.device) -> None:
-    for name, t in chain(module.named_parameters(), module.named_buffers()):
-        if t.device != src:
-            raise RuntimeError(
-                f"module must have its parameters and buffers on device {src} (device_ids[0]) "
-                f"but found one of them on device: {t.device} ({name!r}). Move it first: module.to({str(src)!r})"
-            )
 
 
 def _tensors(obj: Any, path: str):
@@ -231,7 +181,7 @@ def _check_batch_dim(dim: Any) -> int:
     return dim
 
 
-class DataParallel(_TheMoves, nn.Module):
+class DataParallel(nn.Module):
     """Implements data parallelism at the module level, on any list of slots.
 
     The same as ``torch.nn.DataParallel``, with two differences: ``device_ids`` may hold CPU
@@ -240,13 +190,17 @@ class DataParallel(_TheMoves, nn.Module):
     ``device_ids=None`` means :func:`dpteach.default_devices`.
 
     As in PyTorch, the module is replicated on every forward, so changes a replica makes to
-    itself are lost, except in-place updates of slot 0's tensors, which share storage with
-    ``module`` when slot 0 is on its device (BatchNorm's running statistics rely on this).
+    itself are lost. Under ``"broadcast"`` (torch's own ``replicate``) slot 0's tensors share
+    storage with ``module`` when slot 0 is on its device, so in-place updates there are kept
+    (BatchNorm's running statistics rely on this); ``"rewire"`` and ``"clone"`` copy slot 0 too.
 
     Also as in PyTorch, with one slot nothing is replicated: ``module`` itself runs, so every
     strategy learns there, ``"clone"`` included; its bug shows from two slots on. A
     ``torch.compile``'d module is refused (replicating the wrapper would empty the model it
     wraps): compile the DataParallel instead. Under grad mode an empty batch is refused.
+
+    Its four methods (``scatter``, ``replicate``, ``parallel_apply``, ``gather``) are torch's; a
+    subclass may override any of them, and :func:`four_moves` calls them.
     """
 
     def __init__(
@@ -264,9 +218,8 @@ class DataParallel(_TheMoves, nn.Module):
                 f"DataParallel wraps an nn.Module, got {type(module).__name__}; wrap it in an nn.Module whose "
                 "forward calls it"
             )
-        self.strategy = (
-            strategy  # resolved once, here: an unknown strategy fails now, not at the first forward
-        )
+        resolve_strategy(strategy)  # an unknown strategy fails now, not at the first forward
+        self.strategy = strategy
         self.module = module
         self.device_ids = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
         self.output_device = self.device_ids[0] if output_device is None else as_output_device(output_device)
@@ -277,25 +230,32 @@ class DataParallel(_TheMoves, nn.Module):
         else:  # refused now, before a forward copies it into the learner's model
             check_not_compiled(module, "DataParallel")
 
-    @property
-    def strategy(self) -> Strategy:
-        return self._strategy
-
-    @strategy.setter
-    def strategy(self, strategy: Strategy) -> None:
-        self._replicate_fn = resolve_strategy(strategy)
-        self._strategy = strategy
-
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         if len(self.device_ids) > 1:
             _check_not_empty(inputs, kwargs, self.dim, "DataParallel")
         else:  # no replicate() to check the module: check it here (replicate() walks the tensors otherwise)
-            _check_module_device(self.module, self.src_device_obj)
+            check_on_first_slot(self.module, self.src_device_obj)
         return four_moves(self, inputs, kwargs)
+
+    def replicate(self, module: nn.Module, device_ids: Sequence[torch.device]) -> list[nn.Module]:
+        return replicate(module, list(device_ids), not torch.is_grad_enabled(), strategy=self.strategy)
+
+    def scatter(self, inputs, kwargs, device_ids):
+        return scatter_kwargs(inputs, kwargs, device_ids, dim=self.dim)
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        return parallel_apply(replicas, inputs, kwargs, self.device_ids[: len(replicas)])
+
+    def gather(self, outputs, output_device):
+        return gather(outputs, output_device, dim=self.dim)
 
     def extra_repr(self) -> str:
         slots = ", ".join(str(d) for d in self.device_ids)
         return f"device_ids=[{slots}], output_device={self.output_device}, dim={self.dim}, strategy={self.strategy!r}"
+
+
+# The four moves of a module without a wrapper of one's own, for callers of four_moves: a DataParallel.
+Moves = DataParallel
 
 
 def data_parallel(
@@ -311,16 +271,15 @@ def data_parallel(
     """Evaluate ``module(*inputs)`` in parallel over ``device_ids``: the functional form of DataParallel."""
     if not isinstance(inputs, tuple):
         inputs = (inputs,) if inputs is not None else ()
-    slots = default_devices() if device_ids is None else device_ids
-    moves = Moves(module, slots, output_device, dim, strategy)  # checks the strategy, the slots and dim
     if not isinstance(module, nn.Module):
         raise TypeError(
             f"data_parallel runs an nn.Module, got {type(module).__name__}; wrap it in an nn.Module whose "
             "forward calls it"
         )
-    if len(moves.device_ids) > 1:
-        check_not_compiled(module, "data_parallel")
+    slots = as_devices(default_devices() if device_ids is None else device_ids, "device_ids")
+    if len(slots) > 1:
         _check_not_empty(inputs, module_kwargs, dim, "data_parallel")
-    else:
-        _check_module_device(module, moves.device_ids[0])
-    return four_moves(moves, inputs, module_kwargs)
+    else:  # before DataParallel, which would move the module: torch's data_parallel refuses instead
+        check_on_first_slot(module, slots[0])
+    dp = DataParallel(module, slots, output_device, dim, strategy=strategy)  # checks strategy, dim, compile
+    return four_moves(dp, inputs, module_kwargs)

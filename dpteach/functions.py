@@ -30,7 +30,7 @@ import torch
 from torch.autograd import Function
 
 from . import comm
-from ._devices import as_device, as_devices
+from ._devices import as_devices, as_output_device
 
 __all__ = ["Broadcast", "ReduceAddCoalesced", "Scatter", "Gather"]
 
@@ -78,9 +78,7 @@ class Gather(Function):
 
     @staticmethod
     def forward(ctx, target_device, dim, *inputs):
-        if isinstance(target_device, int) and target_device == -1:
-            target_device = "cpu"
-        ctx.target_device = as_device(target_device)
+        ctx.target_device = as_output_device(target_device)  # -1 is the CPU, with torch's FutureWarning
         ctx.dim = dim
         ctx.input_gpus = tuple(i.device for i in inputs)
         if all(t.dim() == 0 for t in inputs) and dim == 0:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 from torch import nn
 
 import dpteach
 from dpteach.course import story
 from dpteach.data_parallel import DataParallel, Moves, four_moves, keep_replicas
-from dpteach.replicate import rewire
 
 CPU2 = ["cpu", "cpu"]
 
@@ -61,21 +61,15 @@ def test_a_subclass_that_overrides_a_move_is_obeyed():
     assert calls == [2]
 
 
-def test_the_strategy_is_resolved_once(monkeypatch):
-    import sys
-
-    dp = DataParallel(_model(), CPU2, strategy="rewire")
-    assert dp._replicate_fn is rewire.replicate
-
-    def refuse(strategy):
-        raise AssertionError("resolved again")
-
-    for where in ("dpteach.data_parallel", "dpteach.replicate"):
-        monkeypatch.setattr(sys.modules[where], "resolve_strategy", refuse)
-    dp(torch.randn(4, 3)).sum().backward()  # no resolve on forward
-    monkeypatch.undo()
-    dp.strategy = "clone"
-    assert dp._replicate_fn is dpteach.STRATEGIES["clone"]
+def test_the_strategy_is_checked_at_construction_and_read_on_each_step():
+    with pytest.raises(ValueError, match="unknown strategy 'rewried'"):
+        DataParallel(_model(), CPU2, strategy="rewried")
+    dp = DataParallel(_model(), CPU2, strategy="clone")
+    dp(torch.randn(4, 3)).sum().backward()
+    assert all(p.grad is None for p in dp.module.parameters())  # clone's bug: nothing reaches the module
+    dp.strategy = "rewire"  # a plain attribute, read by the next step
+    dp(torch.randn(4, 3)).sum().backward()
+    assert all(p.grad is not None for p in dp.module.parameters())
 
 
 def test_four_moves_is_what_data_parallel_runs():

@@ -1,5 +1,5 @@
 """Pictures that compare cleanly: every replica laid out alike, the originals in module order, and the
-strategy comparison two to a row at one scale (issue 15). The positions come from dot itself
+strategy comparison two to a row at one scale. The positions come from dot itself
 (``dot -Tplain``), so these fail if dot is left to reorder or mirror a box again."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one graph walker (dpteach/graph/walk.py): the live grad_fns it hands back; auto-collapse sizing."""
+"""The one graph walker (dpteach/graph/walk.py): the live grad_fns it hands back; auto-collapse."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from torch import nn
 import dpteach
 from dpteach.graph import replicated_forward
 from dpteach.graph.autograd import walked_graph
-from dpteach.graph.view import collapse, collapsed_sizes, make_view
+from dpteach.graph.view import collapse, make_view
 
 STRATEGIES = list(dpteach.STRATEGIES)  # history order, from the one registry
 
@@ -56,34 +56,12 @@ def test_no_handles_unless_asked():
     assert handles is None and "output" in g.nodes
 
 
-def test_collapsed_sizes_are_what_collapse_keeps():
+def test_auto_collapse_picks_the_finest_depth_that_fits():
     model = convnet()
     loss, replicas = replicated_forward(model, torch.randn(4, 1, 8, 8), ["cpu", "cpu"], "rewire")
     g, _ = walked_graph(loss, model, replicas)
     nodes, edges = g._drawn_parts()
-    sizes = collapsed_sizes(nodes, range(1, 5))
-    assert [sizes[d] for d in range(1, 5)] == [len(collapse(nodes, edges, d)[0]) for d in range(1, 5)]
+    sizes = {d: len(collapse(nodes, edges, d)[0]) for d in range(1, 5)}
     assert sizes[1] < sizes[3] < len(nodes)  # collapsing merges, and merges less the deeper it goes
-    # auto-collapse picks the finest depth that fits
-    limit = sizes[2]
-    view = make_view(nodes, edges, "t", None, limit)
-    assert len(view.nodes) == limit and "depth 2" in view.notes[0]
-
-
-def test_the_collector_is_left_as_it_was():
-    import gc
-
-    model = mlp()
-    was_on = gc.isenabled()
-    try:
-        for on in (True, False):
-            gc.enable() if on else gc.disable()
-            g, _ = walked_graph(model(torch.randn(3, 2)).sum(), model)
-            assert g.dot and g.draw(collapse=1).dot  # built and drawn with the collector paused...
-            assert gc.isenabled() == on  # ... and left on or off as it was
-        gc.enable()
-        with pytest.raises(ValueError, match="replicas= needs module="):  # raised while it is paused
-            walked_graph(model(torch.randn(3, 2)).sum(), None, [model])
-        assert gc.isenabled()  # an error does not leave it off either
-    finally:
-        gc.enable() if was_on else gc.disable()
+    view = make_view(nodes, edges, "t", None, sizes[2])
+    assert len(view.nodes) == sizes[2] and "depth 2" in view.notes[0]

@@ -70,3 +70,40 @@ def test_importing_the_library_loads_no_wing():
     loaded = eval(out)  # a printed list of module names
     assert loaded, "dpteach loaded no submodule at all: the check would pass vacuously"
     assert not [m for m in loaded if m.split(".")[1] in WINGS], loaded
+
+
+# Code a learner copies into a notebook cell starts as a learner's does, with `import dpteach`.
+LEARNER_TEMPLATES = {"exercises/stubs.py", "exercises/solutions.py"}
+INSIDE = sorted(
+    p
+    for p in PACKAGE.rglob("*.py")
+    if p != PACKAGE / "__init__.py" and str(p.relative_to(PACKAGE)) not in LEARNER_TEMPLATES
+)
+
+
+def _is_submodule(name: str) -> bool:
+    return (PACKAGE / f"{name}.py").exists() or (PACKAGE / name / "__init__.py").exists()
+
+
+def _from_the_package(path: Path) -> list[str]:
+    """The imports in ``path`` that go through ``dpteach`` itself (its __init__'s names), not a module."""
+    depth = len(path.relative_to(PACKAGE).parts)  # dpteach/x.py: 1, so `from . import` names the package
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if a.name == "dpteach"]
+        elif isinstance(node, ast.ImportFrom):
+            absolute = not node.level and node.module == "dpteach"
+            relative = node.level == depth and not node.module
+            if absolute or relative:
+                where = "." * node.level if relative else "dpteach"
+                found += [f"from {where} import {a.name}" for a in node.names if not _is_submodule(a.name)]
+    return found
+
+
+@pytest.mark.parametrize("path", INSIDE, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_nothing_inside_imports_from_the_package_itself(path):
+    """``from dpteach import X`` (or ``from .. import X``) for a name the package re-exports hides which module
+    defines X and runs dpteach/__init__ first; a submodule (``from .. import comm``) is a module, and fine."""
+    found = _from_the_package(path)
+    assert found == [], f"{path.relative_to(PACKAGE)}: {found}; import from the module that defines the name"

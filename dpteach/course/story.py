@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .._devices import as_devices, default_devices
-from ..data_parallel import DataParallel, Moves, four_moves, keep_replicas
+from ..data_parallel import DataParallel, step
 from ..replicate import Strategy
 
 
@@ -123,8 +123,8 @@ class GradientReport:
 def one_step(strategy: Strategy, devices: Sequence | None = None, seed: int = 0) -> GradientReport:
     """Run one forward and backward under ``strategy`` and compare with one device.
 
-    The replicas are kept (``keep_replicas``), and made even on one slot, so the report can show
-    where the gradients went when they did not reach the original.
+    The replicas are kept (``data_parallel.step``), and made even on one slot, so the report can
+    show where the gradients went when they did not reach the original.
     """
     devices = as_devices(default_devices() if devices is None else devices)
     x, y = make_data(seed=seed)
@@ -132,15 +132,12 @@ def one_step(strategy: Strategy, devices: Sequence | None = None, seed: int = 0)
     nn.functional.mse_loss(ref(x), y).backward()
     x, y = x.to(devices[0]), y.to(devices[0])
     model = make_model(seed).to(devices[0])
-    moves = Moves(model, devices, strategy=strategy)
-    with keep_replicas(moves) as replicas:
-        out = four_moves(moves, (x,), {}, run_one_slot=False)
-    nn.functional.mse_loss(out, y).backward()
+    done = step(model, x, devices, strategy=strategy, loss_fn=lambda out: nn.functional.mse_loss(out, y))
     grads = {k: (None if p.grad is None else p.grad.detach().cpu()) for k, p in model.named_parameters()}
     reference = {k: p.grad.detach().cpu() for k, p in ref.named_parameters()}
     replica_grads = [
         {k: (None if p.grad is None else p.grad.detach().cpu()) for k, p in r.named_parameters()}
-        for r in replicas
+        for r in done.replicas
     ]
     return GradientReport(_name(strategy), grads, reference, replica_grads)
 

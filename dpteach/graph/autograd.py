@@ -11,7 +11,7 @@ from torch import nn
 from .display import Drawable
 from .names import Param, build_names
 from .nodes import Edge, Node, frozen
-from .walk import Handles, gc_paused, walk_graph
+from .walk import Handles, grad_fns, walk_graph
 
 
 class AutogradGraph(Drawable):
@@ -170,25 +170,6 @@ def autograd_graph(
     return graph
 
 
-def _fns_under(starts, stop: set[int] | None = None) -> list:
-    """Every grad_fn reachable from ``starts`` along ``next_functions``, not entering ``stop`` (``id()``s).
-
-    The list holds the grad_fns themselves: while it lives, no ``id()`` in it is reused.
-    """
-    stop = stop or set()
-    seen: set[int] = set()
-    out = []
-    stack = [fn for fn in starts if fn is not None and id(fn) not in stop]
-    while stack:
-        fn = stack.pop()
-        if id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        out.append(fn)
-        stack.extend(c for c, _ in fn.next_functions if c is not None and id(c) not in stop)
-    return out
-
-
 def walked_graph(
     output: torch.Tensor | Sequence[torch.Tensor],
     module: nn.Module | None = None,
@@ -208,19 +189,18 @@ def walked_graph(
         raise TypeError(
             f"autograd_graph expects a tensor (or a list of tensors), got {type(output).__name__}"
         )
-    with gc_paused():
-        table = build_names(module, replicas, names)
-        nodes, edges, found = walk_graph(outputs, table, handles=handles or create_graph is not None)
-        recorded: frozenset[str] = frozenset()
-        if create_graph is not None:
-            loss, grads = create_graph
-            forward = _fns_under([loss.grad_fn])  # the graph the first backward walked
-            under = _fns_under([g.grad_fn for g in grads], stop={id(fn) for fn in forward})
-            new = {id(fn) for fn in under}  # what it recorded, under grads (both lists alive till here)
-            kinds = {n.id: n.kind for n in nodes}
-            recorded = frozenset(
-                nid for nid, fn in found.fns.items() if kinds.get(nid) in ("op", "join") and id(fn) in new
-            )
-            found = found if handles else None
-        graph = AutogradGraph(nodes, edges, [p for p, _ in table.originals], title, table.canonical, recorded)
-        return graph, found
+    table = build_names(module, replicas, names)
+    nodes, edges, found = walk_graph(outputs, table, handles=handles or create_graph is not None)
+    recorded: frozenset[str] = frozenset()
+    if create_graph is not None:
+        loss, grads = create_graph
+        forward = grad_fns([loss.grad_fn])  # the graph the first backward walked
+        under = grad_fns([g.grad_fn for g in grads], stop={id(fn) for fn in forward})
+        new = {id(fn) for fn in under}  # what it recorded, under grads (both lists alive till here)
+        kind_of = {n.id: n.kind for n in nodes}
+        recorded = frozenset(
+            nid for nid, fn in found.fns.items() if kind_of.get(nid) in ("op", "join") and id(fn) in new
+        )
+        found = found if handles else None
+    graph = AutogradGraph(nodes, edges, [p for p, _ in table.originals], title, table.canonical, recorded)
+    return graph, found

@@ -8,7 +8,6 @@ the replicas a ``DataParallel`` makes inside its forward, for ``autograd_graph(.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from html import escape
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -35,14 +34,13 @@ def replicated_forward(
 ) -> tuple[torch.Tensor, list[nn.Module]]:
     """``loss_fn(gather(parallel_apply(replicate(model), scatter(x))))`` and the replicas it used.
 
-    ``loss_fn`` defaults to the mean of the squared output, a scalar to call ``backward()`` on.
+    ``loss_fn`` defaults to ``data_parallel.mean_square``, a scalar to call ``backward()`` on; no
+    backward runs here. One slot is replicated too, so its replica can be looked at.
     """
-    from ..data_parallel import Moves, four_moves, keep_replicas
+    from ..data_parallel import mean_square, step
 
-    moves = Moves(model, list(devices), strategy=strategy)
-    with keep_replicas(moves) as replicas:
-        out = four_moves(moves, (x,), {}, run_one_slot=False)  # replicas even on one slot, to look at
-    return (out.pow(2).mean() if loss_fn is None else loss_fn(out)), list(replicas)
+    done = step(model, x, list(devices), strategy=strategy, loss_fn=loss_fn or mean_square, backward=False)
+    return done.loss, done.replicas
 
 
 class StrategyComparison(Mapping[str, AutogradGraph]):
@@ -142,7 +140,7 @@ def compare_strategies(
     loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> StrategyComparison:
     """The graph of ``model`` on ``x`` under each strategy (default: all three), ready to be shown side by side."""
-    from .. import default_devices
+    from .._devices import default_devices
     from ..replicate import strategy_name
 
     devices = default_devices() if devices is None else list(devices)
@@ -154,18 +152,13 @@ def compare_strategies(
     return StrategyComparison(graphs)
 
 
-@contextmanager
-def capture_replicas(dp: nn.Module) -> Iterator[list[nn.Module]]:
-    """Keep the replicas ``dp`` (a ``DataParallel``) makes in its forward: ``with capture_replicas(dp) as replicas:``.
-
-    The list is filled by each forward inside the block (the last one wins), for
-    ``autograd_graph(out, module=dp, replicas=replicas)``.
-    """
+def capture_replicas(dp: nn.Module):
+    """``with capture_replicas(dp) as replicas:`` keeps the replicas ``dp`` (a ``DataParallel``) makes in
+    each forward inside the block (the last one wins), for ``autograd_graph(out, module=dp, replicas=replicas)``."""
     if not callable(getattr(dp, "replicate", None)):
         raise TypeError(
             f"capture_replicas expects a DataParallel (something with .replicate), got {type(dp).__name__}"
         )
     from ..data_parallel import keep_replicas
 
-    with keep_replicas(dp) as kept:  # re-entrant and per thread: no method is patched
-        yield kept
+    return keep_replicas(dp)  # re-entrant and per thread: no method is patched

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import re
+import shutil
+import subprocess
 from functools import cached_property
 from html import escape
 from typing import Sequence
@@ -16,7 +18,6 @@ from typing import Sequence
 from . import text as text_form
 from .nodes import Edge, Node
 from .view import MAX_NODES, View, make_view
-from .walk import gc_paused
 
 NO_DOT = (
     "(This is the text form: Graphviz's `dot` program was not found. To see the picture, install it "
@@ -45,27 +46,50 @@ class GraphvizMissing(RuntimeError):
     """Raised by ``.svg()`` / ``.save()`` when the picture cannot be made; the message says what to install."""
 
 
+DOT_SECONDS = 10.0  # the longest a drawing waits for dot's layout before it shows the text form instead
+
+
+class LayoutTooSlow(GraphvizMissing):
+    """Raised by ``.svg()`` / ``.save()`` when ``dot`` did not finish within ``DOT_SECONDS``."""
+
+
 def _render(digraph_maker, fmt: str) -> bytes:
-    """Run ``dot``; every way it can be missing becomes one GraphvizMissing with the right sentence."""
+    """Run ``dot`` on the drawing, for at most ``DOT_SECONDS``; every way it can fail is one GraphvizMissing.
+
+    The ``graphviz`` package only writes the DOT text; ``dot`` itself runs here, under a time limit
+    (the package's ``pipe()`` has none), so no drawing keeps a notebook cell busy for minutes.
+    """
     try:
-        import graphviz
+        import graphviz  # noqa: F401  (needed to write the DOT text)
     except ImportError as err:
         raise GraphvizMissing(NO_PACKAGE) from err
+    source = digraph_maker().source
+    program = shutil.which("dot")
+    if program is None:
+        raise GraphvizMissing(NO_DOT)
     try:
-        return digraph_maker().pipe(format=fmt)
-    except graphviz.ExecutableNotFound as err:
-        raise GraphvizMissing(NO_DOT) from err
-    except (graphviz.CalledProcessError, OSError) as err:
+        done = subprocess.run(
+            [program, f"-T{fmt}"], input=source.encode(), capture_output=True, timeout=DOT_SECONDS
+        )
+    except subprocess.TimeoutExpired as err:  # subprocess.run has killed dot by now
+        raise LayoutTooSlow(
+            f"(This is the text form: Graphviz's `dot` did not lay this drawing out within {DOT_SECONDS:g} s. "
+            "draw(collapse=True) or a smaller draw(max_nodes=...) gives a picture it can lay out.)"
+        ) from err
+    except OSError as err:
         raise GraphvizMissing(f"(This is the text form: Graphviz's `dot` failed: {err}.)") from err
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
+        raise GraphvizMissing(f"(This is the text form: Graphviz's `dot` failed: {why}.)")
+    return done.stdout
 
 
 class Drawing:
     """One picture of a graph: ``.dot`` (DOT source), ``.text``, ``.svg()``, ``.save(path)``; shows itself."""
 
     def __init__(self, view: View, legend: bool = True, compact: bool = False) -> None:
-        self.view = view
-        self.legend = legend
-        self.compact = compact
+        self.view, self.legend, self.compact = view, legend, compact
+        self._pictures: dict[str, bytes | GraphvizMissing] = {}
 
     def digraph(self):
         """The ``graphviz.Digraph`` (needs the graphviz Python package, not ``dot``)."""
@@ -76,31 +100,36 @@ class Drawing:
     @cached_property
     def dot(self) -> str:
         """The DOT source: the same text for the same graph on every run."""
-        with gc_paused():
-            return self.digraph().source
+        return self.digraph().source
 
     @cached_property
     def text(self) -> str:
         return text_form.render(self.view)
 
+    def _picture(self, fmt: str) -> bytes:
+        """``dot``'s picture in ``fmt``, made once; a failure is kept too: dot never runs twice per display."""
+        if fmt not in self._pictures:
+            try:
+                self._pictures[fmt] = _render(self.digraph, fmt)
+            except GraphvizMissing as err:
+                self._pictures[fmt] = err
+        got = self._pictures[fmt]
+        if isinstance(got, GraphvizMissing):
+            raise type(got)(str(got))
+        return got
+
     def svg(self) -> str:
         """The picture as SVG text; raises GraphvizMissing (saying what to install) without Graphviz."""
-        if (
-            "_failure" in self.__dict__
-        ):  # shown once already without Graphviz: don't run dot twice per display
-            raise GraphvizMissing(str(self._failure))
-        if "_svg" not in self.__dict__:
-            try:
-                self._svg = _render(self.digraph, "svg").decode("utf-8")
-            except GraphvizMissing as err:
-                self._failure = err
-                raise
-        return self._svg
+        return self._picture("svg").decode("utf-8")
+
+    def png(self) -> bytes:
+        """The picture as PNG bytes; raises GraphvizMissing (saying what to install) without Graphviz."""
+        return self._picture("png")
 
     def save(self, path: str, format: str | None = None) -> str:
         """Write the picture to ``path`` (format from the suffix: .svg, .png, .pdf, .dot); returns the path."""
         fmt = format or (path.rsplit(".", 1)[-1] if "." in path else "svg")
-        data = self.dot.encode() if fmt in ("dot", "gv") else _render(self.digraph, fmt)
+        data = self.dot.encode() if fmt in ("dot", "gv") else self._picture(fmt)
         with open(path, "wb") as f:
             f.write(data)
         return path
@@ -112,12 +141,6 @@ class Drawing:
             return self.svg()
         except GraphvizMissing:
             return None
-
-    def png(self) -> bytes:
-        """The picture as PNG bytes; raises GraphvizMissing (saying what to install) without Graphviz."""
-        if "_png" not in self.__dict__:
-            self._png = _render(self.digraph, "png")
-        return self._png
 
     def data_uri(self) -> str:
         """The picture as a ``data:`` URI in the Jupyter format, for an ``<img>`` in HTML."""
@@ -188,8 +211,7 @@ class Drawable:
         """
         nodes, edges = self._drawn_parts()
         title = getattr(self, "short_title", self.title) if compact else self.title
-        with gc_paused():
-            view = make_view(nodes, edges, title, collapse, max_nodes)
+        view = make_view(nodes, edges, title, collapse, max_nodes)
         view.footer = self._footer()
         drawn = {n.id for n in view.nodes}
         view.recorded = frozenset(getattr(self, "recorded", frozenset()) & drawn)
@@ -228,8 +250,6 @@ class Drawable:
 
 def _note_target(key: str, nodes, drawn: set[str]) -> str:
     """The id of the node ``key`` names for ``draw(notes=)``: an id, or the name one drawn node shows."""
-    import re
-
     if key in drawn:
         return key
     hits = []

@@ -2,33 +2,11 @@
 
 Arrows follow ``next_functions``: the way the gradient flows in ``backward()``, from the output
 at the top down to the tensors whose ``.grad`` it fills. The legend drawn into every picture
-lists the entries that picture uses:
-
-==========================  =====================================================================
-green box                   the output ``backward()`` starts from
-grey rounded box            a backward function (``AddmmBackward0``, ``GatherBackward``, ...)
-orange rounded box          the node that joins replicas to the original: ``ReduceAddBackward``
-                            (one per parameter, PR #20910) or ``BroadcastBackward`` (replicate.py);
-                            orange arrows go into and out of it
-blue box                    an original parameter the gradient reaches: a leaf, its ``.grad`` fills
-white box, red dashed       an original parameter (or a leaf named in ``names=``) no path from the
-                            output reaches: ``.grad`` stays None
-red box                     a replica parameter that is a dead end: a leaf of the replica (``"clone"``),
-                            its ``.grad`` fills and nothing passes it on to the original
-pale blue box               a replica parameter that leads on to the original (not a leaf)
-yellow box                  another leaf that requires grad (an input, a tensor named in ``names=``)
-white box                   a named tensor that is not a leaf (its ``.grad`` stays None)
-red dotted arrow, bar head  the edge ``clone()`` never made, from a dead end to its original (#19540);
-                            drawn from the last replica only when every replica has the same ones
-green thick arrow           (diffs) an edge the second graph adds
-red dashed arrow            (diffs) an edge the second graph removes
-purple border               (diffs) a replica parameter that was a dead end and is not any more
-green border                (diffs) a node only in the second graph, or an original reached only there
-3-D box                     several nodes collapsed into one (``collapse=``)
-yellow rounded box          a backward function the first backward recorded (``create_graph=True``),
-                            in a pale yellow box of its own (``autograd_graph(..., create_graph=)``)
-note (folded corner)        a sentence about the node it is tied to (``draw(notes=)``)
-==========================  =====================================================================
+lists the entries that picture uses, in the words of ``legend.LEGEND``: the output green, backward
+functions grey, the ReduceAdd / Broadcast nodes that join replicas to the original orange, original
+parameters blue (white with a red dashed border when unreached), replica parameters pale blue (red
+when a dead end, #19540), other leaves yellow; clone's missing edges red dotted; in diffs, added
+edges green and removed ones red dashed; collapsed nodes as 3-D boxes, notes with a folded corner.
 
 The box around each replica slot is tinted by device (grey for the CPU, a colour per CUDA device),
 so two slots on one device share a tint and slots on different GPUs do not. The original module's
@@ -67,9 +45,9 @@ def _shape_text(shape) -> str:
     return "scalar" if len(shape) == 0 else "×".join(str(s) for s in shape)
 
 
-def _join_detail(n: Node, view: View, kinds: dict[str, Node]) -> str:
-    copies = sum(1 for e in view.edges if e.dst == n.id and kinds[e.src].kind == "replica")
-    targets = [kinds[e.dst] for e in view.edges if e.src == n.id and kinds[e.dst].kind == "original"]
+def _join_detail(n: Node, view: View, by_id: dict[str, Node]) -> str:
+    copies = sum(1 for e in view.edges if e.dst == n.id and by_id[e.src].kind == "replica")
+    targets = [by_id[e.dst] for e in view.edges if e.src == n.id and by_id[e.dst].kind == "original"]
     if not copies:
         return ""
     if n.members > 1:
@@ -96,7 +74,7 @@ def _short(n: Node) -> str:
     return first
 
 
-def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = False) -> dict[str, str]:
+def _node_attrs(n: Node, view: View, by_id: dict[str, Node], compact: bool = False) -> dict[str, str]:
     kind = entry(n, view.recorded)
     lines = [n.label]
     if n.kind == "replica" and n.param is not None and n.slot is not None:
@@ -112,7 +90,7 @@ def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = Fal
         attrs["style"] = "rounded,filled"
     if n.kind == "join" and kind != "recorded":
         attrs.update(penwidth="2", color=ORANGE)
-        detail = _join_detail(n, view, kinds)
+        detail = _join_detail(n, view, by_id)
         if detail:
             lines.append(detail)
     if kind == "unreached":
@@ -139,116 +117,74 @@ def _node_attrs(n: Node, view: View, kinds: dict[str, Node], compact: bool = Fal
     return attrs
 
 
-def _edge_attrs(e: Edge, kinds: dict[str, Node]) -> dict[str, str]:
-    attrs = _edge_look(e, kinds)
-    if kinds[e.src].kind == "replica" and kinds[e.dst].kind in ("join", "original"):
+def _edge_attrs(e: Edge, by_id: dict[str, Node]) -> dict[str, str]:
+    attrs = _edge_look(e, by_id)
+    if by_id[e.src].kind == "replica" and by_id[e.dst].kind in ("join", "original"):
         attrs["minlen"] = "2"  # room below the replicas for the lines from the copies to fan out
     return attrs
 
 
-def _edge_look(e: Edge, kinds: dict[str, Node]) -> dict[str, str]:
+def _edge_look(e: Edge, by_id: dict[str, Node]) -> dict[str, str]:
     if e.status == "added":
         return {"color": GREEN, "penwidth": "3"}
     if e.status == "removed":
         return {"color": RED, "style": "dashed", "penwidth": "2"}
     if e.status == "missing":
         return {"color": MISSING, "style": "dotted", "arrowhead": "tee", "penwidth": "2.5"}
-    if kinds[e.src].kind == "join" or kinds[e.dst].kind == "join":
+    if by_id[e.src].kind == "join" or by_id[e.dst].kind == "join":
         return {"color": ORANGE, "penwidth": "2"}
     return {"color": GREY}
 
 
-def _remark(c, put: "_Statements", i: int, target: str, text: str, width: int = 32) -> None:
+def _remark(c, i: int, target: str, text: str, width: int = 32) -> None:
     """A note beside ``target`` on its row, tied to it by a dashed line: what the reader should see there."""
     import textwrap
 
     name = f"note_{i}"
     label = "\n".join(textwrap.wrap(text, width)) + "\n"  # dot centres lines: left-justify them instead
     label = label.replace("\n", "\\l")
-    put.node(
-        c,
+    c.node(
         name,
-        {
-            "label": label,
-            "shape": "note",
-            "style": "filled",
-            "fillcolor": "#fffde7",
-            "color": "#9e9e9e",
-            "fontsize": "10",
-            "margin": "0.15,0.06",  # browsers' Helvetica runs wider than dot measures it
-        },
+        label=label,
+        shape="note",
+        style="filled",
+        fillcolor="#fffde7",
+        color="#9e9e9e",
+        fontsize="10",
+        margin="0.15,0.06",  # browsers' Helvetica runs wider than dot measures it
     )
-    c.body.append(f"\t{{rank=same; {put.quote(target)} {put.quote(name)}}}\n")
-    put.edge(c, target, name, {"style": "dashed", "arrowhead": "none", "color": "#9e9e9e"})
+    c.body.append(f"\t{{rank=same; {_quote(target)} {_quote(name)}}}\n")
+    c.edge(target, name, style="dashed", arrowhead="none", color="#9e9e9e")
 
 
-class _Statements:
-    """Node and edge lines written the way ``graphviz.Digraph.node`` / ``.edge`` write them, faster.
+def _quote(name: str) -> str:
+    from graphviz.quoting import quote
 
-    ``Digraph.node`` quotes every key and value through a deprecation wrapper and sorts the
-    attributes; on a ResNet that was most of the time from graph to DOT text. The same text comes
-    from ``graphviz.quoting.quote`` itself, called once per distinct string (colours, styles and
-    keys repeat on every node), in the same order (``label`` first, the rest sorted); the golden
-    DOT files hold it to that.
-    """
-
-    def __init__(self) -> None:
-        from graphviz import quoting
-
-        self._quote = getattr(quoting.quote, "__wrapped__", quoting.quote)  # past the deprecation wrapper
-        # graphviz 0.21 has both; without them, quote() decides every string
-        self._fast = hasattr(quoting, "ID") and hasattr(quoting, "KEYWORDS")
-        self._is_id, self._keywords = (quoting.ID.match, quoting.KEYWORDS) if self._fast else (None, set())
-        self._quoted: dict[str, str] = {}
-
-    def quote(self, text: str) -> str:
-        quoted = self._quoted.get(text)
-        if quoted is None:
-            if not self._fast or '"' in text or "\\" in text or text[:1] == "<":  # graphviz's own rules
-                quoted = self._quote(text)
-            elif self._is_id(text) and text.lower() not in self._keywords:  # quote()'s other two cases, told
-                quoted = text  # apart as it does; with nothing to escape, its other expressions find nothing
-            else:
-                quoted = f'"{text}"'
-            self._quoted[text] = quoted
-        return quoted
-
-    def _attrs(self, attrs: dict[str, str]) -> str:
-        q = self.quote
-        label = attrs.get("label")  # node()'s and edge()'s own argument: written first, the rest sorted
-        items = [f"label={q(label)}"] if label is not None else []
-        items += [f"{q(k)}={q(v)}" for k, v in sorted(attrs.items()) if v is not None and k != "label"]
-        return f" [{' '.join(items)}]" if items else ""
-
-    def _end(self, name: str) -> str:  # graphviz.quoting.quote_edge: node[:port[:compass]]
-        node, _, rest = name.partition(":")
-        if not rest:
-            return self.quote(node)
-        port, _, compass = rest.partition(":")
-        return ":".join([self.quote(node), self.quote(port), *([compass] if compass else [])])
-
-    def node(self, graph, name: str, attrs: dict[str, str]) -> None:
-        graph.body.append(f"\t{self.quote(name)}{self._attrs(attrs)}\n")
-
-    def edge(self, graph, src: str, dst: str, attrs: dict[str, str]) -> None:
-        graph.body.append(f"\t{self._end(src)} -> {self._end(dst)}{self._attrs(attrs)}\n")
+    return quote(name)
 
 
-def _module_index(n: Node, view: View, kinds: dict[str, Node]) -> int:
+def _same_row(c, row: list[Node]) -> None:
+    """``row`` on one rank, tied left to right by invisible edges: dot keeps them in this order."""
+    c.body.append("\t{rank=same; " + " ".join(_quote(n.id) for n in row) + "}\n")
+    for a, b in zip(row, row[1:]):
+        c.edge(a.id, b.id, style="invis")
+
+
+def _module_index(n: Node, view: View, by_id: dict[str, Node]) -> int:
     """An original parameter's place in module order; a join's, the first original it feeds."""
     if n.param is not None:
         return n.param.index
-    targets = [kinds[e.dst].param for e in view.edges if e.src == n.id and kinds[e.dst].param is not None]
+    targets = [by_id[e.dst].param for e in view.edges if e.src == n.id and by_id[e.dst].param is not None]
     return min((p.index for p in targets), default=-1)
 
 
-def _pin_module_order(c, members: list[Node], view: View, put: _Statements) -> None:
+def _pin_module_order(c, members: list[Node], view: View) -> None:
     """The original's parameters on one row in module order (0.weight, 0.bias, 2.weight, ...), tied
     left to right by invisible edges, so every picture of one module puts them in the same place."""
-    kinds = {n.id: n for n in view.nodes}
+    by_id = {n.id: n for n in view.nodes}
 
     def key(n: Node) -> tuple:  # collapsed boxes have no parameter: their module path, numbers as numbers
-        return (_module_index(n, view, kinds), _param_key(n)[1])
+        return (_module_index(n, view, by_id), _param_key(n)[1])
 
     originals = sorted((n for n in members if n.kind == "original"), key=key)
     # the ReduceAdd nodes too, one above each original: left to dot, 2.bias's stood first
@@ -256,10 +192,7 @@ def _pin_module_order(c, members: list[Node], view: View, put: _Statements) -> N
     for row in (originals, joins):
         if len(row) < 2:
             continue
-        c.body.append("\t{rank=same;")
-        c.body.append(" ".join(put.quote(n.id) for n in row) + "}\n")
-        for a, b in zip(row, row[1:]):
-            put.edge(c, a.id, b.id, {"style": "invis"})
+        _same_row(c, row)
 
 
 def _param_key(n: Node) -> tuple:
@@ -276,10 +209,10 @@ def _module_first(view: View) -> list[Edge]:
     """``view.edges`` with each node's out-edges ordered by the first parameter (in module order) each
     leads to: with ``ordering=out`` dot then draws every replica's parameters left to right in module
     order, as the original's are, so each copy sits above its original and the lines between them run
-    side by side instead of across the picture (issue 15). Which edges there are does not change.
+    side by side instead of across the picture. Which edges there are does not change.
     ``AddmmBackward0``'s ``next_functions`` list the bias first; drawn in that order, ``2.bias`` stood
     leftmost in every replica and its line crossed the width to ``original 2.bias`` on the right."""
-    kinds = {n.id: n for n in view.nodes}
+    by_id = {n.id: n for n in view.nodes}
     out: dict[str, list[tuple[int, Edge]]] = {}
     for i, e in enumerate(view.edges):
         out.setdefault(e.src, []).append((i, e))
@@ -291,12 +224,12 @@ def _module_first(view: View) -> list[Edge]:
             nid, done = stack.pop()
             if nid in low:
                 continue
-            nexts = [e.dst for _, e in out.get(nid, ()) if e.status != "missing" and e.dst in kinds]
+            nexts = [e.dst for _, e in out.get(nid, ()) if e.status != "missing" and e.dst in by_id]
             if not done:
                 stack.append((nid, True))
                 stack.extend((d, False) for d in nexts if d not in low)
                 continue
-            n = kinds.get(nid)
+            n = by_id.get(nid)
             own = _param_key(n) if n is not None and n.kind in ("original", "replica") else _NO_PARAM
             low[nid] = min([own, *(low.get(d, _NO_PARAM) for d in nexts)])
         return low[start]
@@ -338,31 +271,21 @@ def _order_by_depth(view: View, edges: list[Edge]) -> tuple[dict[str, int], dict
     return depth, order
 
 
-def _pin_replica_order(
-    c, members: list[Node], depth: dict[str, int], order: dict[str, int], put, one_row: bool = True
-) -> None:
+def _pin_replica_order(c, members: list[Node], depth: dict[str, int], order: dict[str, int]) -> None:
     """Each row of a replica's box in next_functions order (``_module_first``), tied left to right, so
-    every slot has one shape. With ``one_row``, the replica's parameters share one row at the foot of
-    its box, in module order like the original's: the edges from the copies then leave the box straight
-    down, side by side (issue 15); a parameter on a row higher up sent its edge out through the side
-    of the box and across the picture. Compact pictures (two to a row, compare.py) do the same: on
-    rows by depth, their copies' lines looped back through the boxes. ``one_row=False`` keeps each
-    parameter on the row of its depth."""
-    params = sorted((n for n in members if n.kind == "replica" and n.id in depth), key=_param_key)
+    every slot has one shape; the replica's parameters share one row at the foot of its box, in module
+    order like the original's, so the edges from the copies leave the box straight down, side by side
+    (a parameter on a row higher up sent its edge out through the side of the box)."""
     rows: dict[int, list[Node]] = {}
     for n in members:
-        if n.id in depth and (n.kind != "replica" or not one_row):
+        if n.id in depth and n.kind != "replica":
             rows.setdefault(depth[n.id], []).append(n)
-    if not one_row:
-        params = []
     for row in rows.values():
         row.sort(key=lambda n: order.get(n.id, 0))
+    params = sorted((n for n in members if n.kind == "replica" and n.id in depth), key=_param_key)
     for row in [*rows.values(), params]:
-        if len(row) < 2:
-            continue
-        c.body.append("\t{rank=same; " + " ".join(put.quote(n.id) for n in row) + "}\n")
-        for a, b in zip(row, row[1:]):
-            put.edge(c, a.id, b.id, {"style": "invis"})
+        if len(row) >= 2:
+            _same_row(c, row)
 
 
 # Compact pictures are shown two to a row (~490 px each at notebook width): boxes as narrow as their
@@ -379,8 +302,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     """
     import graphviz  # imported here: `import dpteach` must not need it
 
-    kinds = {n.id: n for n in view.nodes}
-    put = _Statements()
+    by_id = {n.id: n for n in view.nodes}
     title = "\n".join([view.title, *view.notes])
     # Past MAX_NODES, dot's layout of a box whose nodes span many ranks (the original module's, fed from
     # every depth of the replicas) costs seconds: big drawings leave that box out (the ReduceAdd nodes
@@ -432,7 +354,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     in_cluster = {n.id for members in clusters.values() for n in members}
     for n in view.nodes:  # the nodes outside any box first: dot then keeps the slots in order, 0 on the left
         if n.id not in in_cluster:
-            put.node(g, n.id, _node_attrs(n, view, kinds, compact))
+            g.node(n.id, **_node_attrs(n, view, by_id, compact))
     for name, members in clusters.items():
         tint, just = None, "c"
         if name == "original":  # its label below: the edges from the replicas come in over the top
@@ -461,20 +383,20 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
                 peripheries="1",
             )
             for n in members:
-                put.node(c, n.id, _node_attrs(n, view, kinds, compact))
+                c.node(n.id, **_node_attrs(n, view, by_id, compact))
             if name == "original":
-                _pin_module_order(c, members, view, put)
+                _pin_module_order(c, members, view)
             elif not big and name != "recorded":
-                _pin_replica_order(c, members, depth, order, put)
+                _pin_replica_order(c, members, depth, order)
             for i, target in enumerate(view.remarks):  # a note sits in the box of the node it is about
                 if any(n.id == target for n in members):
-                    _remark(c, put, i, target, view.remarks[target])
+                    _remark(c, i, target, view.remarks[target])
     in_box = {n.id for members in clusters.values() for n in members}
     for i, target in enumerate(view.remarks):
         if target not in in_box:
-            _remark(g, put, i, target, view.remarks[target])
+            _remark(g, i, target, view.remarks[target])
     for e in edges:
-        put.edge(g, e.src, e.dst, _edge_attrs(e, kinds))
+        g.edge(e.src, e.dst, **_edge_attrs(e, by_id))
     if legend and view.nodes:
         # the legend is the label of a frameless box around everything: below the picture, moving no node
         outer = graphviz.Digraph(

@@ -76,11 +76,11 @@ def missing_from_one_slot(view: View) -> tuple[list[Edge], int | None]:
     When every slot has dead ends for the same originals, only the last slot's are kept, in module
     order (the legend says so); otherwise every edge stays and the slot is None.
     """
-    kinds = {n.id: n for n in view.nodes}
+    by_id = {n.id: n for n in view.nodes}
     by_slot: dict[int | None, set[str]] = {}
     for e in view.edges:
         if e.status == "missing":
-            by_slot.setdefault(kinds[e.src].slot, set()).add(e.dst)
+            by_slot.setdefault(by_id[e.src].slot, set()).add(e.dst)
     slots = {n.slot for n in view.nodes if n.kind == "replica"}
     alike = len({frozenset(dsts) for dsts in by_slot.values()}) == 1
     if len(by_slot) < 2 or None in by_slot or set(by_slot) != slots or not alike:
@@ -88,10 +88,10 @@ def missing_from_one_slot(view: View) -> tuple[list[Edge], int | None]:
     slot = max(by_slot)  # the rightmost box: its lines run down beside the ReduceAdd nodes, not under them
 
     def place(e: Edge) -> int:
-        param = kinds[e.dst].param
+        param = by_id[e.dst].param
         return param.index if param is not None else -1
 
-    kept = sorted((e for e in view.edges if e.status == "missing" and kinds[e.src].slot == slot), key=place)
+    kept = sorted((e for e in view.edges if e.status == "missing" and by_id[e.src].slot == slot), key=place)
     return [e for e in view.edges if e.status != "missing"] + kept, slot
 
 
@@ -115,10 +115,10 @@ def entry(n: Node, recorded: frozenset[str] = frozenset()) -> str:
     return "input" if n.kind == "leaf" else n.kind
 
 
-def edge_entry(e: Edge, kinds: dict[str, Node]) -> str:
+def edge_entry(e: Edge, by_id: dict[str, Node]) -> str:
     if e.status:
         return e.status
-    return "join" if "join" in (kinds[e.src].kind, kinds[e.dst].kind) else ""
+    return "join" if "join" in (by_id[e.src].kind, by_id[e.dst].kind) else ""
 
 
 def used_entries(views: Iterable[View]) -> tuple[list[str], list[str], bool]:
@@ -127,12 +127,12 @@ def used_entries(views: Iterable[View]) -> tuple[list[str], list[str], bool]:
     edges: set[str] = set()
     boxes = False
     for view in views:
-        kinds = {n.id: n for n in view.nodes}
+        by_id = {n.id: n for n in view.nodes}
         nodes |= {entry(n, view.recorded) for n in view.nodes}
         nodes |= {n.status for n in view.nodes if n.status in ("fixed", "newly reached")}
         nodes |= {f"{n.status}_node" for n in view.nodes if n.status in ("added", "removed")}
         nodes |= {"collapsed" for n in view.nodes if n.members > 1}
-        edges |= {edge_entry(e, kinds) for e in view.edges}
+        edges |= {edge_entry(e, by_id) for e in view.edges}
         boxes = boxes or any(n.kind == "replica" for n in view.nodes)
     return [k for k in LEGEND if k in nodes], [k for k in EDGE_LEGEND if k in edges], boxes
 

@@ -52,9 +52,8 @@ class TensorNames:
         self.leaves: dict[int, Named] = {}  # id(leaf tensor) -> name
         self.sites: dict[tuple[int, int], Named] = {}  # (id(grad_fn), output_nr) -> name
         self.originals: list[tuple[Param, torch.Tensor]] = []  # in module order, for .unreached
-        self.canonical: dict[
-            str, str
-        ] = {}  # every name of an original tensor -> its first name (tied weights)
+        # every name of an original tensor -> its first name (tied weights)
+        self.canonical: dict[str, str] = {}
         self.order: dict[str, int] = {}  # an original's first name -> its place in module order
         self.named_leaves: list[tuple[Named, torch.Tensor]] = []  # names= leaves, drawn even when unreached
         self._keep: list[object] = []  # hold every tensor and grad_fn so their id()s stay theirs
@@ -77,9 +76,6 @@ class TensorNames:
 
     def lookup_leaf(self, tensor: torch.Tensor) -> Named | None:
         return self.leaves.get(id(tensor))
-
-    def lookup_site(self, fn: object, output_nr: int) -> Named | None:
-        return self.sites.get((id(fn), output_nr))
 
     @property
     def join_fns(self) -> set[int]:
@@ -112,15 +108,8 @@ def resolve(module: nn.Module, dotted: str) -> torch.Tensor | None:
     Replicas made by ``"broadcast"`` and ``"rewire"`` keep their parameters as plain attributes
     (replicate.py: "parameters in replicas are no longer leaves"), so ``named_parameters()`` misses them.
     """
-    *path, key = dotted.split(".")
-    for part in path:
-        module = module._modules.get(part) if isinstance(module, nn.Module) else None
-        if module is None:
-            return None
-    try:
-        value = getattr(module, key)
-    except AttributeError:
-        return None
+    path, _, key = dotted.rpartition(".")
+    value = getattr(_submodule(module, path, None), key, None)
     return value if isinstance(value, torch.Tensor) else None
 
 
@@ -161,14 +150,19 @@ def _name_originals(table: TensorNames, module: nn.Module) -> None:
             table.add(t, Named("original", str(param), param, shape_of(t), str(t.device)))
 
 
-def _submodule(root: nn.Module, path: str) -> nn.Module:
-    """``root.get_submodule(path)``, along ``_modules`` (the same modules; get_submodule checks more,
-    slowly, and says what is missing: it is asked when the path is not there)."""
+_RAISE = object()
+
+
+def _submodule(root: nn.Module, path: str, missing=_RAISE) -> nn.Module:
+    """``root.get_submodule(path)`` along ``_modules``; a missing module raises as get_submodule does,
+    or gives ``missing``."""
     module = root
     for part in path.split(".") if path else ():
         module = module._modules.get(part)
         if not isinstance(module, nn.Module):
-            return root.get_submodule(path)
+            if missing is _RAISE:
+                return root.get_submodule(path)  # raises, saying what is missing
+            return missing
     return module
 
 

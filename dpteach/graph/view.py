@@ -12,7 +12,6 @@ says how many were left out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Sequence
 
 from .nodes import Edge, Node
@@ -34,7 +33,6 @@ class View:
     remarks: dict[str, str] = field(default_factory=dict)  # node id -> a note drawn beside it
 
 
-@lru_cache(maxsize=4096)
 def _prefix(module: str, depth: int) -> str:
     return ".".join(module.split(".")[:depth]) if module else ""
 
@@ -51,32 +49,18 @@ def _group(n: Node, depth: int) -> tuple | None:
     return None if base is None else (base[0], base[1], _prefix(base[2], depth))
 
 
-def _merged_id(key: tuple, first: Node) -> str:
-    kind, slot, prefix = key
-    where = prefix or "(top)"
-    if kind == "op":
-        return f"ops[{slot}].{where}" if slot is not None else f"ops.{where}"
-    if kind == "replica":
-        return f"replica{slot}.{where}.*"
-    if kind == "original":
-        return f"original.{where}.*"
-    return f"{first.op}[{where}.*]"
-
-
 def _merged(key: tuple, members: list[Node]) -> Node:
     kind, slot, prefix = key
-    first = members[0]
-    where = prefix or "(top)"
-    k = len(members)
-    nid = _merged_id(key, first)
-    if kind == "op":
-        label = f"{where}\n{k} backward ops"
-    elif kind == "replica":
-        label = f"replica {slot} · {where}.* · {first.device}\n{k} parameters"
-    elif kind == "original":
-        label = f"original {where}.*\n{k} parameters"
-    else:
-        label = f"{k} × {first.op}"
+    first, k, where = members[0], len(members), prefix or "(top)"
+    nid, label = {
+        "op": (f"ops[{slot}].{where}" if slot is not None else f"ops.{where}", f"{where}\n{k} backward ops"),
+        "replica": (
+            f"replica{slot}.{where}.*",
+            f"replica {slot} · {where}.* · {first.device}\n{k} parameters",
+        ),
+        "original": (f"original.{where}.*", f"original {where}.*\n{k} parameters"),
+        "join": (f"{first.op}[{where}.*]", f"{k} × {first.op}"),
+    }[kind]
     statuses = {m.status for m in members}
     status = next((s for s in ("fixed", "newly reached") if s in statuses), "")
     if len(statuses) == 1 and statuses <= {"removed", "added"}:
@@ -97,44 +81,13 @@ def _merged(key: tuple, members: list[Node]) -> Node:
     )
 
 
-def _groups(nodes: Sequence[Node], depth: int) -> tuple[list[tuple | None], dict[tuple, list[Node]]]:
-    """Each node's group key (None: drawn as it is), and the members of each group."""
-    keys = [_group(n, depth) for n in nodes]
+def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
+    """Merge each (kind, slot, module at ``depth``) group of two or more nodes into one node."""
+    keys = [_group(n, depth) for n in nodes]  # None: drawn as it is
     groups: dict[tuple, list[Node]] = {}
     for n, key in zip(nodes, keys):
         if key is not None:
             groups.setdefault(key, []).append(n)
-    return keys, groups
-
-
-def collapsed_sizes(nodes: Sequence[Node], depths: Sequence[int]) -> dict[int, int]:
-    """How many nodes ``collapse(nodes, edges, depth)`` keeps, for each depth, without making them."""
-    alone: set[str] = set()  # nodes no depth merges
-    by_module: dict[tuple, list[Node]] = {}  # the rest by (kind, slot, whole module), in the walk's order
-    for n in nodes:
-        key = _base(n)
-        if key is None:
-            alone.add(n.id)
-        else:
-            by_module.setdefault(key, []).append(n)
-    sizes = {}
-    for depth in depths:
-        merged: dict[tuple, list] = {}  # key at this depth -> [members, the first member]
-        for (kind, slot, module), members in by_module.items():
-            key = (kind, slot, _prefix(module, depth))
-            if key in merged:
-                merged[key][0] += len(members)
-            else:
-                merged[key] = [len(members), members[0]]
-        ids = set(alone)
-        ids.update(first.id if k == 1 else _merged_id(key, first) for key, (k, first) in merged.items())
-        sizes[depth] = len(ids)
-    return sizes
-
-
-def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
-    """Merge each (kind, slot, module at ``depth``) group of two or more nodes into one node."""
-    keys, groups = _groups(nodes, depth)
     rename: dict[str, str] = {}
     merged: dict[tuple, Node] = {}
     for key, members in groups.items():
@@ -163,18 +116,29 @@ def _merge_edges(edges: Sequence[Edge], rename: dict[str, str]) -> list[Edge]:
     return [Edge(s, d, st) for (s, d), st in merged.items()]
 
 
+MORE_EDGES = 3  # at most this many kept nodes are drawn leading into the "more nodes" node
+
+
 def truncate(
     nodes: Sequence[Node], edges: Sequence[Edge], max_nodes: int
 ) -> tuple[list[Node], list[Edge], int]:
-    """Keep the first ``max_nodes - 1`` nodes of the walk; one more node stands for the rest."""
+    """Keep the first ``max_nodes - 1`` nodes of the walk; one more node stands for the rest.
+
+    Only the last ``MORE_EDGES`` kept nodes (in the walk's order) that lead into the nodes left out
+    get an edge to it. An edge from every one of them (in a loop's graph, every node leads to a
+    weight left out at the bottom) gave ``dot`` a fan-in of long edges spanning every rank, which
+    took it minutes to lay out.
+    """
     keep = list(nodes[: max(1, max_nodes - 1)])
     left_out = len(nodes) - len(keep)
     kept = {n.id for n in keep}
-    more = Node("more", "more", f"… {left_out} more nodes not drawn")
-    keep.append(more)
-    rename = {n.id: "more" for n in nodes if n.id not in kept}
-    out = [e for e in _merge_edges(edges, rename) if e.src != "more"]
-    return keep, out, left_out
+    inner = [e for e in edges if e.src in kept and e.dst in kept]
+    leading = list(dict.fromkeys(e.src for e in edges if e.src in kept and e.dst not in kept))
+    label = f"… {left_out} more nodes not drawn"
+    if len(leading) > MORE_EDGES:
+        label += f"\n({len(leading)} drawn nodes lead into them; {MORE_EDGES} edges shown)"
+    keep.append(Node("more", "more", label))
+    return keep, inner + [Edge(src, "more") for src in leading[-MORE_EDGES:]], left_out
 
 
 def _depths(nodes: Sequence[Node]) -> int:
@@ -199,16 +163,16 @@ def make_view(
         notes.append(f"collapsed by module, depth {collapse_depth}")
     elif collapse_depth is None and max_nodes is not None and len(nodes) > max_nodes:
         total = len(nodes)
-        depths = range(max(_depths(nodes), 1), 0, -1)
-        sizes = collapsed_sizes(nodes, depths)
-        for depth in depths:  # the finest depth that fits
-            if depth == 1 or sizes[depth] <= max_nodes:
-                nodes, edges = collapse(nodes, edges, depth)
+        for depth in range(max(_depths(nodes), 1), 0, -1):  # the finest depth that fits
+            merged, merged_edges = collapse(nodes, edges, depth)
+            if depth == 1 or len(merged) <= max_nodes:
+                nodes, edges = merged, merged_edges
                 break
-        notes.append(
-            f"{total} nodes collapsed by module (depth {depth}) to stay under max_nodes={max_nodes}; "
-            "draw(collapse=False) shows each one"
-        )
+        if len(nodes) < total:  # a graph with no modules (names= only) has nothing to merge
+            notes.append(
+                f"{total} nodes collapsed by module (depth {depth}) to stay under max_nodes={max_nodes}; "
+                "draw(collapse=False) shows each one"
+            )
     if max_nodes is not None and len(nodes) > max_nodes:
         nodes, edges, left_out = truncate(nodes, edges, max_nodes)
         notes.append(f"{left_out} nodes left out (max_nodes={max_nodes}); draw(max_nodes=None) shows all")

@@ -6,15 +6,10 @@ after the module or replica parameter it is. A replica parameter that is not a l
 ``"broadcast"``) gets a node of its own between its consumers and its ``grad_fn``, so the picture
 shows it leading on into the ``ReduceAdd`` / ``Broadcast`` node and the original parameter.
 
-The passes, each a function below:
-
-``_walk``     one depth-first walk from the outputs: every backward node and named tensor once, in
-              preorder, with its children in ``next_functions`` order (and the postorder);
-``_name``     node ids from names and the walk's order, and what a learner reads for each node;
-``_trace``    which replica slots each node leads to, and whether it leads on to an original
-              parameter (no path: a dead end);
-``_place``    the module each node belongs to (for ``collapse=``);
-``_finish``   the nodes, the original parameters (and named leaves) the walk never reached, the edges.
+The passes, each a function below: ``_walk`` (one depth-first walk from the outputs, every node
+once, in preorder), ``_name`` (ids and labels), ``_trace`` (which replica slot each node leads to,
+and the dead ends), ``_place`` (each node's module, for ``collapse=``) and ``_finish`` (the nodes,
+with the originals the walk never reached, and the edges).
 
 Only graph structure is read, never saved tensors (``_saved_*``), so a graph can be walked after
 ``backward()`` freed them: where torchviz's ``show_saved`` raises "Trying to backward through the
@@ -29,17 +24,15 @@ gives the same nodes, edges and DOT text on every run, and two strategies' graph
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Iterator, Mapping, NamedTuple, Sequence
+from typing import Mapping, Sequence
 
 import torch
 
 from .names import Named, Param, TensorNames, shape_of
-from .nodes import Edge, Node, new_node
+from .nodes import Edge, Node
 
 
 @dataclass(frozen=True)
@@ -62,7 +55,7 @@ class Handles:
 OUTPUT, SITE, LEAF, FN = "output", "site", "leaf", "fn"
 
 
-class _Found:
+class _RawNode:
     """What the walk found, one per node, in preorder: where it comes from, its live handle, its name."""
 
     __slots__ = ("where", "fn", "named", "tensor", "children", "entries")
@@ -76,44 +69,43 @@ class _Found:
         self.entries: list[tuple[int, int]] | None = None  # (index into next_functions, child), on request
 
 
-class _Face(NamedTuple):
-    """What pass 2 gives a node: the fields of its ``Node`` that do not need the whole graph."""
-
-    id: str
-    kind: str
-    label: str
-    op: str | None = None
-    param: Param | None = None
-    shape: tuple[int, ...] | None = None
-    slot: int | None = None
-    device: str | None = None
-    leaf: bool = False
-
-
-_LEAF_TYPES: dict[type, bool] = {}  # grad_fn class -> is it AccumulateGrad (has .variable)?
-
-
 def _is_leaf_fn(fn: object) -> bool:
-    kind = type(fn)
-    leaf = _LEAF_TYPES.get(kind)
-    if leaf is None:
-        leaf = _LEAF_TYPES[kind] = hasattr(fn, "variable")
-    return leaf
+    """An ``AccumulateGrad`` node: the one kind of grad_fn that holds its leaf tensor (``.variable``)."""
+    return hasattr(fn, "variable")
+
+
+def grad_fns(starts, stop: set[int] | None = None) -> list:
+    """Every grad_fn reachable from ``starts`` along ``next_functions``, not entering ``stop`` (``id()``s).
+
+    The list holds the grad_fns themselves: while it lives, no ``id()`` in it is reused.
+    """
+    stop = stop or set()
+    seen: set[int] = set()
+    out = []
+    stack = [fn for fn in starts if fn is not None and id(fn) not in stop]
+    while stack:
+        fn = stack.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        out.append(fn)
+        stack.extend(c for c, _ in fn.next_functions if c is not None and id(c) not in stop)
+    return out
 
 
 def _walk(
     outputs: Sequence[torch.Tensor],
     table: TensorNames,
     keep_entries: bool,
-) -> tuple[list[_Found], list[int]]:
+) -> tuple[list[_RawNode], list[int]]:
     """Pass 1: one depth-first walk from the outputs; nodes in preorder, and the postorder."""
-    found: list[_Found] = []
+    found: list[_RawNode] = []
     by_fn: dict[int, int] = {}  # id(grad_fn) -> node; found holds the grad_fns, so their id()s stay theirs
     by_site: dict[tuple[int, int], int] = {}  # (id(grad_fn), output_nr) of a named non-leaf tensor -> node
     sites, leaves = table.sites, table.leaves
     post: list[int] = []
 
-    def targets(f: _Found) -> enumerate:
+    def targets(f: _RawNode) -> enumerate:
         """A node's way on: numbered (grad_fn, output_nr) entries; output_nr None: "the grad_fn itself"."""
         if f.where == FN:
             return enumerate(f.fn.next_functions)
@@ -134,7 +126,7 @@ def _walk(
                 if index is not None:
                     return index, False
                 by_site[key] = len(found)
-                found.append(_Found(SITE, fn, named, None))
+                found.append(_RawNode(SITE, fn, named, None))
                 return len(found) - 1, True
         index = by_fn.get(id(fn))
         if index is not None:
@@ -142,9 +134,9 @@ def _walk(
         by_fn[id(fn)] = len(found)
         if _is_leaf_fn(fn):  # AccumulateGrad: the leaf tensor and the node that writes its .grad
             var = fn.variable
-            found.append(_Found(LEAF, fn, leaves.get(id(var)), var))
+            found.append(_RawNode(LEAF, fn, leaves.get(id(var)), var))
         else:
-            found.append(_Found(FN, fn, None, None))
+            found.append(_RawNode(FN, fn, None, None))
         return len(found) - 1, True
 
     for out in outputs:
@@ -155,7 +147,7 @@ def _walk(
                 start = out.expand_as(out).grad_fn.next_functions[0][0]
         else:
             start = None
-        found.append(_Found(OUTPUT, start, None, out))
+        found.append(_RawNode(OUTPUT, start, None, out))
         stack = [(len(found) - 1, targets(found[-1]))]
         while stack:
             parent, way = stack[-1]
@@ -178,12 +170,12 @@ def _walk(
     return found, post
 
 
-def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face]:
+def _name(found: list[_RawNode], table: TensorNames, n_outputs: int) -> list[Node]:
     """Pass 2: each node's id (from names, and counts in the walk's order) and what it shows."""
     counts: Counter[str] = Counter()
     taken: set[str] = set()
     join_fns = table.join_fns
-    nodes: list[_Face] = []
+    nodes: list[Node] = []  # their ids, labels and what they are; _finish adds what needs the whole graph
     outputs = 0
     for f in found:
         named = f.named
@@ -191,7 +183,7 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             out = f.tensor
             nid = "output" if n_outputs == 1 else f"output_{outputs}"
             outputs += 1
-            node = _Face(nid, "output", "output", shape=shape_of(out), device=str(out.device))
+            node = Node(nid, "output", "output", shape=shape_of(out), device=str(out.device))
         elif named is not None:  # a named tensor: a parameter, a replica's copy, one of names=
             param = named.param
             if named.kind == "original":
@@ -201,7 +193,7 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             else:
                 nid = f"tensor.{named.label}"
             slot = None if param is None else param.slot
-            node = _Face(
+            node = Node(
                 nid,
                 named.kind,
                 named.label,
@@ -215,7 +207,7 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             var = f.tensor
             counts["leaf"] += 1
             what = "parameter (not the module's)" if isinstance(var, torch.nn.Parameter) else "leaf tensor"
-            node = _Face(
+            node = Node(
                 f"leaf_{counts['leaf']}", "leaf", what, shape=shape_of(var), device=str(var.device), leaf=True
             )
         else:
@@ -236,18 +228,18 @@ def _name(found: list[_Found], table: TensorNames, n_outputs: int) -> list[_Face
             if nid is None:
                 counts[name] += 1
                 nid = f"{name}_{counts[name]}"
-            node = _Face(nid, kind, name, op=name)
+            node = Node(nid, kind, name, op=name)
         if node.id in taken:  # two tensors given one name: keep both, deterministically
             nid = node.id
             while nid in taken:
                 nid += "'"
-            node = node._replace(id=nid)
+            node = replace(node, id=nid)
         taken.add(node.id)
         nodes.append(node)
     return nodes
 
 
-def _trace(found: list[_Found], post: list[int], nodes: list[_Face]) -> tuple[list[int | None], list[bool]]:
+def _trace(found: list[_RawNode], post: list[int], nodes: list[Node]) -> tuple[list[int | None], list[bool]]:
     """Pass 3: the one replica slot each op leads to (None: none or several); which nodes lead to an original.
 
     A replica parameter from which no path leads on to an original parameter is a dead end (#19540).
@@ -275,7 +267,7 @@ def _module_of(param: Param | None) -> str | None:
     return None if param is None else param.name.rpartition(".")[0]
 
 
-def _place(found: list[_Found], post: list[int], nodes: list[_Face]) -> list[str | None]:
+def _place(found: list[_RawNode], post: list[int], nodes: list[Node]) -> list[str | None]:
     """Pass 4: the module each node belongs to, for ``collapse=``.
 
     An op that consumes a parameter belongs to that parameter's module; an op below one, to its
@@ -304,8 +296,8 @@ def _place(found: list[_Found], post: list[int], nodes: list[_Face]) -> list[str
 
 
 def _finish(
-    found: list[_Found],
-    nodes: list[_Face],
+    found: list[_RawNode],
+    nodes: list[Node],
     slots: list[int | None],
     to_original: list[bool],
     module: list[str | None],
@@ -313,25 +305,16 @@ def _finish(
 ) -> tuple[list[Node], list[Edge]]:
     """Pass 5: the final nodes (with the parameters the walk never reached), and the edges."""
     slot_device = {n.slot: n.device for n in nodes if n.kind == "replica"}  # an op runs on its slot's device
-    out = []
-    for n, slot, reaches, mod in zip(nodes, slots, to_original, module):
-        device = slot_device.get(slot, n.device) if n.kind == "op" else n.device
-        out.append(
-            new_node(
-                n.id,
-                n.kind,
-                n.label,
-                n.op,
-                n.param,
-                n.shape,
-                slot,
-                device,
-                n.leaf,
-                n.kind == "replica" and not reaches,
-                True,
-                mod,
-            )
+    out = [
+        replace(
+            n,
+            slot=slot,
+            device=slot_device.get(slot, n.device) if n.kind == "op" else n.device,
+            dead_end=n.kind == "replica" and not reaches,
+            module=mod,
         )
+        for n, slot, reaches, mod in zip(nodes, slots, to_original, module)
+    ]
     seen = {n.param for n in nodes if n.kind == "original"}
     for param, t in table.originals:
         if param not in seen:
@@ -385,22 +368,3 @@ def walk_graph(
     fns = {ids[i]: f.fn for i, f in enumerate(found) if f.where in (FN, LEAF)}
     entries = {ids[i]: [(k, ids[c]) for k, c in f.entries or ()] for i, f in enumerate(found)}
     return nodes, edges, Handles(MappingProxyType(fns), MappingProxyType(entries))
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cycle collector off while a graph is built or drawn, and on again after (if it was on).
-
-    A ResNet's graph makes thousands of small objects (nodes, edges, names), none in a cycle, all freed
-    by reference counting. With the collector on they set off several collections per graph, and now
-    and then a full one over every object of the process (tens of ms with torch loaded): on the
-    ResNet-18 of scripts/bench_graph.py under "rewire", graph + DOT took 6.8 ms on average with it on,
-    4.9 ms with it off (medians 5.0 and 4.7 ms; CPU time, 200 runs each).
-    """
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()

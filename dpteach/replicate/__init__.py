@@ -99,13 +99,7 @@ def replicate(
     Slot 0 shares storage with ``network`` when it is on the same device (``"broadcast"``);
     every other slot owns its storage. With ``detach=True`` the replicas carry no autograd history.
     """
-    return replicate_with(resolve_strategy(strategy), strategy, network, as_devices(devices), detach)
-
-
-def replicate_with(
-    fn: Callable, strategy: Strategy, network: nn.Module, slots: list[torch.device], detach: bool
-) -> list[nn.Module]:
-    """``replicate`` with the strategy already resolved to ``fn`` (DataParallel resolves it once, not per step)."""
+    fn, slots = resolve_strategy(strategy), as_devices(devices)
     check_replicatable(network, slots)
     replicas = fn(network, slots, detach)
     if not isinstance(replicas, (list, tuple)) or len(replicas) != len(slots):

@@ -29,12 +29,7 @@ def check_replicatable(network: nn.Module, devices: Sequence[torch.device]) -> N
                 f"Modules with uninitialized parameters can't be used with `DataParallel` ({name!r} is still lazy). "
                 "Run a dummy forward pass to initialize the parameters before replicating the module."
             )
-    for name, t in tensors:
-        if t.device != devices[0]:
-            raise RuntimeError(
-                f"module must have its parameters and buffers on device {devices[0]} (the first slot) "
-                f"but found one of them on device: {t.device} ({name!r}). Move it first: module.to({str(devices[0])!r})"
-            )
+    check_on_first_slot(network, devices[0], tensors)
     try:  # torch refuses Python children under a ScriptModule; say so in its words
         from torch.nn.parallel.replicate import _replicatable_module
     except ImportError:  # pragma: no cover - older or newer torch without the helper
@@ -44,6 +39,18 @@ def check_replicatable(network: nn.Module, devices: Sequence[torch.device]) -> N
             "Cannot replicate network where python modules are children of ScriptModule; script the whole "
             "model (torch.jit.script(model)) so every submodule is a ScriptModule, or replicate the plain Python model"
         )
+
+
+def check_on_first_slot(network: nn.Module, first: torch.device, tensors=None) -> None:
+    """Refuse a module whose parameters and buffers are not all on the first slot's device, as torch does."""
+    for name, t in (
+        tensors if tensors is not None else chain(network.named_parameters(), network.named_buffers())
+    ):
+        if t.device != first:
+            raise RuntimeError(
+                f"module must have its parameters and buffers on device {first} (the first slot) "
+                f"but found one of them on device: {t.device} ({name!r}). Move it first: module.to({str(first)!r})"
+            )
 
 
 def check_not_compiled(network: nn.Module, who: str) -> None:
@@ -104,24 +111,24 @@ def walk_pairs(original: nn.Module, replica: nn.Module) -> Iterator[tuple[nn.Mod
             yield from walk_pairs(child, replica._modules[key])
 
 
-def set_tensor(module: nn.Module, key: str, value: torch.Tensor, kind: str) -> None:
-    """Put a replica tensor where forward will read it.
+def set_parameter(module: nn.Module, key: str, value: torch.Tensor) -> None:
+    """Put a replica's copy of a parameter where forward will read it.
 
     Replica parameters are no longer leaves, so like replicate.py they become plain attributes in the
     instance's ``__dict__``, where ordinary attribute lookup finds them (``nn.Module.__getattr__`` is
     never asked), and ``_former_parameters`` still lists them (DDP).
     """
-    if is_script_module(module):
-        # a ScriptModule's forward reads C++ slots, which setattr sets; its registries cannot pop (as replicate.py)
-        setattr(module, key, value)
-        if kind == "buffer":
-            return
-    elif kind == "buffer":
-        module._buffers[key] = value
-        return
-    else:
+    if not is_script_module(module):  # a ScriptModule's registries cannot pop (as replicate.py)
         module._parameters.pop(key, None)
-        setattr(module, key, value)
+    setattr(module, key, value)  # a ScriptModule's forward reads C++ slots, which setattr sets
     if getattr(module, "_former_parameters", None) is None:
         module._former_parameters = {}
     module._former_parameters[key] = value
+
+
+def set_buffer(module: nn.Module, key: str, value: torch.Tensor) -> None:
+    """Put a replica's copy of a buffer where forward will read it: in ``_buffers`` (a ScriptModule: setattr)."""
+    if is_script_module(module):
+        setattr(module, key, value)
+    else:
+        module._buffers[key] = value

@@ -23,7 +23,7 @@ from torch.autograd import Function
 
 from .. import comm
 from ..functions import Broadcast
-from ._modules import set_child, set_tensor, shallow_copy
+from ._modules import set_buffer, set_child, set_parameter, shallow_copy
 
 
 def broadcast_per_slot(
@@ -89,12 +89,12 @@ def replicate(
                     replica._parameters[key] = None
                 else:
                     # parameters in replicas are no longer leaves, so set them as non-parameter attributes
-                    set_tensor(replica, key, param_copies[j][param_indices[param]], "parameter")
+                    set_parameter(replica, key, param_copies[j][param_indices[param]])
             for key, buf in module._buffers.items():
                 if buf is None:
                     replica._buffers[key] = None
                 elif buf in buffer_indices_rg:
-                    set_tensor(replica, key, buffer_copies_rg[j][buffer_indices_rg[buf]], "buffer")
+                    set_buffer(replica, key, buffer_copies_rg[j][buffer_indices_rg[buf]])
                 else:
-                    set_tensor(replica, key, buffer_copies_not_rg[j][buffer_indices_not_rg[buf]], "buffer")
+                    set_buffer(replica, key, buffer_copies_not_rg[j][buffer_indices_not_rg[buf]])
     return [module_copies[j][0] for j in range(len(devices))]

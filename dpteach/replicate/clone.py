@@ -3,7 +3,8 @@
 ``Cloneable::clone(device)`` made every replica a deep copy: fresh leaf parameters registered by
 ``reset()``, the copied values swapped in with ``set_data`` (which records nothing), buffers cloned
 too, children cloned one by one. Nothing links a replica's parameter to the original's, so backward fills the replicas' ``.grad`` and the original learns
-nothing. Each tensor is copied twice, ``clone()`` then ``.to(device)`` (PR #20995 later dropped the clone for slots on another device).
+nothing. For a slot on another device each tensor is copied twice, ``clone()`` then ``.to(device)`` (PR #20995 later
+dropped the clone there); on the original's own device ``.to()`` copies nothing, so it is copied once.
 
 One difference from C++ remains: ``clone()`` ran the module's ``reset()``, which re-created the
 member handles too. Python cannot re-run a module's ``__init__``, so tensors a module keeps

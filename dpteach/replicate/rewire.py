@@ -10,10 +10,12 @@ too. Python could do the same with a ``Function`` that calls ``ctx.mark_dirty`` 
 object that shares the clone's storage and is the node's output, set by name as ``replicate.py``
 does with ``setattr``: the same graph, for modules that read their tensors by name.
 
-Kept as in C++: the node refuses gradients that require grad. Under ``create_graph=True`` they do
-whenever the loss is non-linear in the parameters, so a penalty on the parameter gradients or a
-Hessian-vector product of such a loss fails (a penalty on the input still works: its first backward
-never reaches the node). Buffers stay deep-copied (no BatchNorm running stats). Both were left open in
+Kept as in C++: the node refuses an incoming gradient that requires grad. Under ``create_graph=True``
+a copy's gradient requires grad when it was computed from a tensor that does: for ``(x @ W).sum()``
+from ``x`` if ``x`` requires grad, for ``(x @ W).pow(2).sum()`` from ``W`` itself. So a penalty on
+the parameter gradients of a squared loss, or its Hessian-vector product, fails; ``out.max()`` or
+``out.amax(dim=1).sum()`` of a frozen input passes (a penalty on the input also works: its first
+backward never reaches the node). Buffers stay deep-copied (no BatchNorm running stats). Both were left open in
 issue #21144.
 
 The node is a parameter: ``replicate(network, devices, node=MyReduceAdd)`` runs this strategy with
@@ -24,7 +26,7 @@ no history), as chapter 03 and exercise Task 2 write it.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -32,11 +34,14 @@ from torch.autograd import Function
 
 from .. import comm
 from . import clone
-from ._modules import set_tensor, walk_pairs
+from ._modules import set_buffer, set_parameter, walk_pairs
 
 
 class ReduceAdd(Function):
-    """``struct ReduceAdd : autograd::Node`` of PR #20910, one per original parameter.
+    """The C++ ``ReduceAdd`` node of PR #20910, one per original parameter.
+
+    In June 2019 it derived from ``autograd::Function``, the C++ base class of backward nodes that
+    PR #23269 renamed ``autograd::Node`` in July 2019.
 
     Forward hands back the replicas' copies as its outputs (so they hang off this node);
     backward sums their gradients onto the original's device, for its AccumulateGrad.
@@ -78,22 +83,23 @@ def rewire_grad_edges(
     network: nn.Module, replicas: Sequence[nn.Module], node: type[Function] = ReduceAdd
 ) -> None:
     """Give every replica copy of each original parameter an edge into that parameter's ``node`` (one each)."""
-    sites: dict[torch.Tensor, list[tuple[nn.Module, str, str]]] = defaultdict(list)
+    # each original tensor -> the places holding its copies: (replica submodule, key, how to set it)
+    sites: dict[torch.Tensor, list[tuple[nn.Module, str, Callable]]] = defaultdict(list)
     for replica in replicas:
         for original, copy in walk_pairs(network, replica):
             for key, param in original._parameters.items():
                 if param is not None and param.requires_grad:
-                    sites[param].append((copy, key, "parameter"))
+                    sites[param].append((copy, key, set_parameter))
             for key, buf in original._buffers.items():
                 if buf is not None and buf.requires_grad:  # C++ rewired grad-requiring buffers too
-                    sites[buf].append((copy, key, "buffer"))
+                    sites[buf].append((copy, key, set_buffer))
     for original, places in sites.items():
         # detached, so no grad: the node's one real edge is `original` ((None, 0) per copy)
         copies = [getattr(m, key).detach() for m, key, _ in places]
         # FIX (#20910): one node per parameter; its outputs replace the replicas' copies
         outputs = _outputs(node, node.apply(original, *copies), len(copies))
-        for (module, key, kind), out in zip(places, outputs):
-            set_tensor(module, key, out, kind)
+        for (module, key, set_copy), out in zip(places, outputs):
+            set_copy(module, key, out)  # set_parameter or set_buffer: where forward reads it
     for replica in replicas:
         for _, copy in walk_pairs(network, replica):
             copy._is_replica = True  # replica tensors are no longer leaves: zero_grad() on them warns
