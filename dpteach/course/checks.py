@@ -49,3 +49,50 @@ def dead_ends_are_back(graph, step) -> None:
         f"Correct! All {replica_params} replica parameters are dead ends again and the original's .grad "
         "is None: without set_history, clone() alone is issue #19540."
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 04: a Replicatable module of your own (exercise 2)
+
+
+def replicatable_scale(cls: type, devices=("cpu", "cpu")) -> None:
+    """Exercise 2 of chapter 04: ``cls()`` is a C++-style ``Scale`` (forward ``x * self.members.scale``)
+    that implements ``demos.Replicatable``; under ``demos.option_two`` its gradient must match one device's."""
+    import copy
+
+    from .. import data_parallel
+    from . import demos
+
+    torch.manual_seed(0)
+    module = cls()
+    if "scale" not in dict(module.named_parameters()):
+        raise AssertionError(
+            "Scale() has no parameter named 'scale': in reset(), register_parameter('scale', ...) and keep the "
+            "same tensor as self.members.scale."
+        )
+    x = torch.randn(8, *module.scale.shape)
+    reference = copy.deepcopy(module)
+    reference(x).pow(2).mean().backward()
+    try:
+        data_parallel.DataParallel(module, list(devices), strategy=demos.option_two)(x).pow(2).mean().backward()
+    except TypeError as err:
+        raise AssertionError(
+            f"Option Two refused the module ({err}). Make Scale inherit from demos.Replicatable as well as "
+            "nn.Module, and define load_replica_params(self, tensors)."
+        ) from None
+    except NotImplementedError:
+        raise AssertionError(
+            "load_replica_params still raises NotImplementedError: define it in Scale, putting "
+            "tensors['scale'] into self._parameters['scale'] and into self.members.scale."
+        ) from None
+    if module.scale.grad is None:
+        raise AssertionError(
+            "The original's scale.grad is None: the replicas' forward still read the clone's own leaf. In "
+            "load_replica_params, point the member too: self.members.scale = tensors['scale']."
+        )
+    torch.testing.assert_close(
+        module.scale.grad,
+        reference.scale.grad,
+        msg=lambda m: "scale.grad differs from one device's; does forward return x * self.members.scale? " + m,
+    )
+    print("Correct! Scale under Option Two gets one device's gradient: the module itself re-pointed its member.")
