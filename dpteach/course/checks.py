@@ -6,10 +6,7 @@ computed here, so the notebook cell under a question holds one call and no answe
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
-from torch import nn
 
 # ---------------------------------------------------------------------------------------------
 # Chapter 10: break the fix (exercise 3)
@@ -60,7 +57,7 @@ def replicatable_scale(cls: type, devices=("cpu", "cpu")) -> None:
     that implements ``demos.Replicatable``; under ``demos.option_two`` its gradient must match one device's."""
     import copy
 
-    from .. import data_parallel
+    from ..data_parallel import DataParallel
     from . import demos
 
     torch.manual_seed(0)
@@ -74,7 +71,7 @@ def replicatable_scale(cls: type, devices=("cpu", "cpu")) -> None:
     reference = copy.deepcopy(module)
     reference(x).pow(2).mean().backward()
     try:
-        data_parallel.DataParallel(module, list(devices), strategy=demos.option_two)(x).pow(2).mean().backward()
+        DataParallel(module, list(devices), strategy=demos.option_two)(x).pow(2).mean().backward()
     except TypeError as err:
         raise AssertionError(
             f"Option Two refused the module ({err}). Make Scale inherit from demos.Replicatable as well as "
@@ -93,6 +90,41 @@ def replicatable_scale(cls: type, devices=("cpu", "cpu")) -> None:
     torch.testing.assert_close(
         module.scale.grad,
         reference.scale.grad,
-        msg=lambda m: "scale.grad differs from one device's; does forward return x * self.members.scale? " + m,
+        msg=lambda m: (
+            "scale.grad differs from one device's; does forward return x * self.members.scale? " + m
+        ),
     )
-    print("Correct! Scale under Option Two gets one device's gradient: the module itself re-pointed its member.")
+    print(
+        "Correct! Scale under Option Two gets one device's gradient: the module itself re-pointed its member."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 05: a counter that survives DataParallel (exercise 1)
+
+
+def counter_survives(cls: type, devices=("cpu", "cpu"), forwards: int = 3) -> None:
+    """Exercise 1 of chapter 05: ``cls()`` is a ``demos.CallCounter`` whose ``calls_rebound`` is updated in
+    place; after ``forwards`` DataParallel forwards under ``"broadcast"`` it must count ``forwards``."""
+    from ..data_parallel import DataParallel
+
+    counter = cls()
+    net = DataParallel(counter, list(devices), strategy="broadcast")
+    x = torch.randn(2 * len(devices), counter.linear.in_features)
+    for _ in range(forwards):
+        net(x)
+    counted = int(counter.calls_rebound.item())
+    if counted == 0:
+        raise AssertionError(
+            "calls_rebound is still 0 in the model: the replicas' increments were bound to new tensors. Replace "
+            "`self.calls_rebound = self.calls_rebound + 1` with an in-place update, `self.calls_rebound.add_(1)`."
+        )
+    if counted != forwards:
+        raise AssertionError(
+            f"calls_rebound counts {counted} after {forwards} forwards: increment it by 1 once per forward, in "
+            "place, and leave the other counters as they were."
+        )
+    print(
+        f"Correct! calls_rebound counts {counted} after {forwards} forwards: slot 0's in-place update writes into "
+        "the model's own buffer; slot 1's goes to its own copy."
+    )

@@ -23,7 +23,16 @@ import torch
 from torch import nn
 
 from .._devices import DeviceLike, as_device, as_devices
-from ._build import SOURCE, build, build_directory, compiler, extension_name, is_cached, ninja, put_ninja_on_path
+from ._build import (
+    SOURCE,
+    build,
+    build_directory,
+    compiler,
+    extension_name,
+    is_cached,
+    ninja,
+    put_ninja_on_path,
+)
 
 __all__ = [
     "load",
