@@ -243,3 +243,81 @@ def test_tied_weights_stay_tied_in_each_replica():
     b.weight = a.weight
     replicas = dpteach.replicate(nn.Sequential(a, b), CPU2)
     assert replicas[1][0].weight is replicas[1][1].weight  # exercise 4's starting point
+
+
+# --- the Going-deeper block on mark_dirty, and exercise 2's check -----------------------------
+
+
+def _chapter():
+    import nbformat
+
+    return nbformat.read(ROOT / "notebooks" / "04_the_python_way.ipynb", as_version=4)
+
+
+def test_the_mark_dirty_block_rebases_a_members_history():
+    """The Going-deeper block's ReduceAddInPlace, run as printed: the member gets the node, the original the gradient."""
+    import re
+
+    (block,) = [
+        c.source for c in _chapter().cells if c.cell_type == "markdown" and "ctx.mark_dirty" in c.source
+    ]
+    scope = {"torch": torch}
+    exec(re.search(r"```python\n(.*?)```", block, re.S).group(1), scope)
+    layer, replica = demos.CppStyleLinear(3, 2), demos.CppStyleLinear(3, 2)
+    with torch.no_grad():
+        replica.load_state_dict(layer.state_dict())
+    for p in replica.parameters():
+        p.requires_grad_(False)  # mark_dirty refuses a leaf that requires grad
+    member = replica.members.weight
+    (out,) = scope["ReduceAddInPlace"].apply(layer.weight, replica.weight)
+    assert out is member and type(member.grad_fn).__name__ == "ReduceAddInPlaceBackward"
+    replica(torch.ones(4, 3)).sum().backward()
+    assert torch.equal(layer.weight.grad, torch.full((2, 3), 4.0))  # 4 rows of ones reached the original
+
+
+def _scale_class(*, replicatable=True, repoint_member=True):
+    from types import SimpleNamespace
+
+    bases = (nn.Module, demos.Replicatable) if replicatable else (nn.Module,)
+
+    def __init__(self):
+        nn.Module.__init__(self)
+        scale = nn.Parameter(torch.ones(3) * 2)
+        self.register_parameter("scale", scale)
+        self.members = SimpleNamespace(scale=scale)
+
+    def forward(self, x):
+        return x * self.members.scale
+
+    def load_replica_params(self, tensors):
+        self._parameters["scale"] = tensors["scale"]
+        if repoint_member:
+            self.members = SimpleNamespace(scale=tensors["scale"])
+
+    body = {"__init__": __init__, "forward": forward}
+    if replicatable:
+        body["load_replica_params"] = load_replica_params
+    return type("Scale", bases, body)
+
+
+def test_exercise_2_check_accepts_the_worked_answer(capsys):
+    from dpteach.course import checks
+
+    checks.replicatable_scale(_scale_class())
+    assert "Correct!" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [(dict(replicatable=False), "demos.Replicatable"), (dict(repoint_member=False), "self.members.scale")],
+)
+def test_exercise_2_check_says_what_to_change(kwargs, says):
+    from dpteach.course import checks
+
+    with pytest.raises(AssertionError, match=says.replace(".", r"\.")):
+        checks.replicatable_scale(_scale_class(**kwargs))
+
+
+def test_exercise_2_check_cell_is_found_by_its_tag():
+    (cell,) = [c for c in _chapter().cells if "ex2-check" in c.metadata.get("tags", [])]
+    assert "checks.replicatable_scale(Scale)" in cell.source

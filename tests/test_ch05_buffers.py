@@ -147,3 +147,31 @@ def test_call_counter_replicas_each_count_their_own_call():
         replica(torch.randn(2, 3))
     assert [r.calls for r in replicas] == [1, 1]  # each replica counted in its own copy
     assert counter.calls_in_place.item() == 1  # only slot 0's increment reached the module
+
+
+def _counter(update_in_place: bool):
+    class MyCounter(demos.CallCounter):
+        def forward(self, x):
+            self.calls += 1
+            self.calls_in_place.add_(1)
+            if update_in_place:
+                self.calls_rebound.add_(1)
+            else:
+                self.calls_rebound = self.calls_rebound + 1
+            return self.linear(x)
+
+    return MyCounter
+
+
+def test_exercise_1_check_accepts_the_worked_answer(capsys):
+    from dpteach.course import checks
+
+    checks.counter_survives(_counter(update_in_place=True))
+    assert "Correct!" in capsys.readouterr().out
+
+
+def test_exercise_1_check_says_what_to_change():
+    from dpteach.course import checks
+
+    with pytest.raises(AssertionError, match=r"self\.calls_rebound\.add_\(1\)"):
+        checks.counter_survives(_counter(update_in_place=False))

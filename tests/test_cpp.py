@@ -270,3 +270,57 @@ def test_two_processes_compiling_at_once(ext, tmp_path):
     log = next(tmp_path.glob("*/.ninja_log")).read_text().splitlines()
     compiles = [line for line in log if line.split("\t")[3:4] == ["main.o"]]
     assert len(compiles) == 1  # main.cpp was compiled once: the other process waited, then imported it
+
+
+def test_step_modules_hold_the_cpp_tensors_in_the_models_order(ext):
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    step = cpp.rewire_step(model, torch.randn(6, 3), DEVICES)
+    original, replicas = step.modules()
+    assert [n for n, _ in original.named_parameters()] == [n for n, _ in model.named_parameters()]
+    held = dict(original.named_parameters())
+    assert all(held[n] is t for n, t in step.params.items())  # the C++ tensors themselves, not copies
+    for replica, params in zip(replicas, step.replica_params):
+        held = dict(replica.named_parameters())
+        assert all(held[n] is t for n, t in params.items())
+
+
+def test_a_step_runs_with_another_extension(ext):
+    class Spy:
+        def __getattr__(self, name):
+            def call(*args):
+                calls.append(name)
+                return getattr(ext, name)(*args)
+
+            return call
+
+    calls: list[str] = []
+    step = cpp.rewire_step(nn.Linear(3, 2), torch.randn(6, 3), DEVICES, extension=Spy())
+    assert calls == ["rewire_step"] and step.grads["weight"] is not None
+
+
+def test_exercise_3_check_passes_on_dead_ends_and_says_what_to_change_without_them(ext, capsys):
+    from dpteach.course import checks
+
+    model, x = nn.Linear(3, 2), torch.randn(6, 3)
+
+    def graph(step):
+        original, replicas = step.modules()
+        return dpteach.autograd_graph(step.output, module=original, replicas=replicas)
+
+    broken = cpp.clone_step(model, x, DEVICES)  # what the module without the parameters' set_history does
+    checks.dead_ends_are_back(graph(broken), broken)
+    assert "Correct!" in capsys.readouterr().out
+    fixed = cpp.rewire_step(model, x, DEVICES)  # the line still there (or the buffers' line deleted)
+    with pytest.raises(
+        AssertionError, match="Delete the set_history line inside the loop over named_parameters"
+    ):
+        checks.dead_ends_are_back(graph(fixed), fixed)
+
+
+def test_chapter_10_runs_load_inline_itself_in_exercise_3():
+    import nbformat
+
+    nb = nbformat.read(_build.SOURCE.parents[2] / "notebooks" / "10_the_cpp_original.ipynb", as_version=4)
+    by_tag = {t: c.source for c in nb.cells for t in c.metadata.get("tags", [])}
+    assert "load_inline(" in by_tag["ex3-compile"] and "cpp_sources=[broken]" in by_tag["ex3-compile"]
+    assert "checks.dead_ends_are_back(graph, broken_step)" in by_tag["ex3-check"]

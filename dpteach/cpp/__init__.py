@@ -23,7 +23,16 @@ import torch
 from torch import nn
 
 from .._devices import DeviceLike, as_device, as_devices
-from ._build import SOURCE, build, build_directory, compiler, is_cached, ninja
+from ._build import (
+    SOURCE,
+    build,
+    build_directory,
+    compiler,
+    extension_name,
+    is_cached,
+    ninja,
+    put_ninja_on_path,
+)
 
 __all__ = [
     "load",
@@ -38,6 +47,7 @@ __all__ = [
     "is_cached",
     "compiler",
     "ninja",
+    "extension_name",
     "architecture",
 ]
 
@@ -78,6 +88,7 @@ def load(
                     "dpteach.cpp.load(verbose=True, retry=True) shows the compiler's output."
                 )
         _state.update(module=module, reason=reason)
+    put_ninja_on_path()  # so that a later load_inline of an edited copy (chapter 10, exercise 3) finds ninja too
     return _state["module"], _state["reason"]
 
 
@@ -111,6 +122,27 @@ class Step:
     params: dict[str, torch.Tensor]
     replica_grads: list[dict[str, Optional[torch.Tensor]]] = field(default_factory=list)
     replica_params: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)  # the Python model's parameter names, in its order
+
+    def modules(self) -> tuple[nn.Module, list[nn.Module]]:
+        """The original and each replica as an ``nn.Module`` holding the C++ tensors themselves.
+
+        For ``dpteach.autograd_graph(step.output, module=..., replicas=...)``: C++ hands the tensors
+        back sorted by name (bias first); these modules hold them under their dotted names in the
+        Python model's order, so the drawing names and orders them as the Python pictures do.
+        """
+
+        def holding(tensors: dict[str, torch.Tensor]) -> nn.Module:
+            root = nn.Module()
+            for name in self.order or sorted(tensors):
+                *path, key = name.split(".")
+                module = root
+                for part in path:
+                    module = module._modules.setdefault(part, nn.Module())
+                module._parameters[key] = tensors[name]  # the tensor itself, not a Parameter copy
+            return root
+
+        return holding(self.params), [holding(params) for params in self.replica_params]
 
 
 def architecture(model: nn.Module) -> list[str]:
@@ -133,7 +165,7 @@ def architecture(model: nn.Module) -> list[str]:
     return ["Linear"]
 
 
-def _step(result: dict, n_replicas: int) -> Step:
+def _step(result: dict, n_replicas: int, model: nn.Module) -> Step:
     def part(kind: str, who: str) -> dict:
         prefix = f"{kind}/{who}/"
         return {k[len(prefix) :]: v for k, v in result.items() if k.startswith(prefix)}
@@ -145,6 +177,7 @@ def _step(result: dict, n_replicas: int) -> Step:
         params=part("param", "original"),
         replica_grads=[part("grad", f"replica{i}") for i in range(n_replicas)],
         replica_params=[part("param", f"replica{i}") for i in range(n_replicas)],
+        order=[name for name, _ in model.named_parameters()],
     )
 
 
@@ -152,22 +185,31 @@ def _weights(model: nn.Module) -> list[torch.Tensor]:
     return [p.detach() for p in model.parameters()]
 
 
-def single_step(model: nn.Module, x: torch.Tensor, device: DeviceLike = "cpu") -> Step:
+def single_step(model: nn.Module, x: torch.Tensor, device: DeviceLike = "cpu", *, extension=None) -> Step:
     """The model on one device in C++: the reference every strategy must match."""
-    result = _extension().single_step(architecture(model), _weights(model), x, str(as_device(device)))
-    return _step(result, 0)
+    ext = extension or _extension()
+    return _step(ext.single_step(architecture(model), _weights(model), x, str(as_device(device))), 0, model)
 
 
-def clone_step(model: nn.Module, x: torch.Tensor, devices: Sequence[DeviceLike] = ("cpu", "cpu")) -> Step:
-    """Replicas from ``Module::clone()``, as C++ ``data_parallel`` made them before PR #20910."""
+def clone_step(
+    model: nn.Module, x: torch.Tensor, devices: Sequence[DeviceLike] = ("cpu", "cpu"), *, extension=None
+) -> Step:
+    """Replicas from ``Module::clone()``, as C++ ``data_parallel`` made them before PR #20910.
+
+    ``extension``: a module compiled from an edited copy of ``SOURCE`` (chapter 10's exercise 3);
+    by default the one :func:`load` compiled."""
     slots = [str(d) for d in as_devices(devices)]
-    return _step(_extension().clone_step(architecture(model), _weights(model), x, slots), len(slots))
+    ext = extension or _extension()
+    return _step(ext.clone_step(architecture(model), _weights(model), x, slots), len(slots), model)
 
 
-def rewire_step(model: nn.Module, x: torch.Tensor, devices: Sequence[DeviceLike] = ("cpu", "cpu")) -> Step:
-    """``clone()``, then one ``ReduceAdd`` per original parameter: PR #20910."""
+def rewire_step(
+    model: nn.Module, x: torch.Tensor, devices: Sequence[DeviceLike] = ("cpu", "cpu"), *, extension=None
+) -> Step:
+    """``clone()``, then one ``ReduceAdd`` per original parameter: PR #20910. ``extension``: as in :func:`clone_step`."""
     slots = [str(d) for d in as_devices(devices)]
-    return _step(_extension().rewire_step(architecture(model), _weights(model), x, slots), len(slots))
+    ext = extension or _extension()
+    return _step(ext.rewire_step(architecture(model), _weights(model), x, slots), len(slots), model)
 
 
 def member_handle(linear: nn.Linear, x: torch.Tensor) -> dict:
