@@ -152,15 +152,3 @@ def copy_once(tensor, device):
     tensor, device = tensor.detach(), torch.device(device)  # a slot may be named by a string: "cpu"
     # FIX (#20995): `.to` alone copies onto another device; only on the tensor's own device, clone
     return tensor.to(device) if tensor.device != device else tensor.clone()
-
-
-__all__ = [
-    "replicate_by_clone",
-    "MyReduceAdd",
-    "MyBroadcast",
-    "MyReduceAddCoalesced",
-    "scatter",
-    "gather",
-    "keep_bn_statistics",
-    "copy_once",
-]

@@ -17,47 +17,41 @@ from torch.autograd import Function
 from ..course import story
 from ..replicate import rewire
 from ._feedback import Findings, Result, Stop, Task
-from ._harness import check_replicas, run_cases, run_check
+from ._harness import check_replicas, run_cases, run_check, try_step
 from ._paths import leaves_behind
-from ._try import step
 
-TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+TASK = Task(  # this exercise's one record; the registry finds it by the file's name
     2,
     "rewire",
     "rewire gradient edges",
     "03",
     names=("MyReduceAdd",),
     check="check_rewire",
-    writes="`ReduceAdd` (forward, backward), PR #20910's node",
+    helpers=("rewire_with",),
     imports="import torch\nfrom torch.autograd import Function\n\nfrom dpteach import exercises",
-    intro=(
-        "## Task 2 · Rewire gradient edges (PR #20910)\n\n"
-        "PR #20910 kept `clone()` and gave every replica parameter a gradient edge into one `ReduceAdd` node "
-        "per original parameter. Write that node. `exercises.rewire_with(MyReduceAdd)` runs the library's "
-        '`"rewire"` strategy with your class: it clones every slot and calls '
-        "`MyReduceAdd.apply(original, *copies)` once "
-        "per original parameter, putting the outputs in the replicas. Forward hands the copies back as the "
-        "node's outputs; backward sums the copies' gradients **on the original's device**."
-    ),
-    demo=None,
-    note=(
-        "Forward returns the copies (detached aliases of the clones' memory), which makes them the node's "
-        "outputs; backward moves every gradient to `ctx.destination` and adds them: one value for `original`, "
-        "`None` for each copy."
-    ),
 )
 
-HINTS = {
-    "outputs": "forward must return one tensor per copy, in order, e.g. `tuple(c.detach() for c in copies)`: "
-    "returning them from forward is what makes this node their `grad_fn`.",
-    "edge": "the node's only edge must lead to `original`: that is why `original` is forward's first input.",
-    "sum_missing": "backward returns one value per input of forward: first the gradient for `original` (the sum), "
-    "then `None` for each copy.",
-    "sum_wrong": "the original's gradient is the sum of every copy's gradient: not the first one, not the mean.",
-    "device": "remember `original.device` in forward (`ctx.destination = original.device`) and move every gradient "
-    "there before adding: `g.to(ctx.destination)`.",
-    "grads_none": "the sum must be returned as the gradient of `original`, forward's first input.",
-    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
+    "outputs": (
+        "a tensor's `grad_fn` is the node whose forward returned it: forward must return the copies "
+        "themselves, one per copy, in order.",
+        "return them as new tensors of the node that share the copies' memory: `.detach()` makes one.",
+        "`return tuple(c.detach() for c in copies)`.",
+    ),
+    "edge": "pass `original` into `apply` as forward's first input: a node's edges lead to its inputs.",
+    "sum_missing": (
+        "backward returns one value per input of forward, in order: `original` comes first.",
+        "the first value is the gradient for `original`: the sum of every copy's gradient; then `None` for "
+        "each copy.",
+        "`return (sum(grads),) + (None,) * len(grads)`, with each gradient moved to the original's device.",
+    ),
+    "sum_wrong": "the original's gradient is the sum of every copy's gradient: add them all, do not divide.",
+    "device": (
+        "the sum must land where the original lives, whichever device the gradients came from.",
+        "remember `original.device` on `ctx` in forward, and move each gradient there in backward.",
+        "`ctx.destination = original.device` in forward; `sum(g.to(ctx.destination) for g in grads)` in backward.",
+    ),
+    "grads_none": "return the sum as the first value of backward: the gradient of `original`.",
 }
 
 
@@ -247,4 +241,4 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
 def try_answer(reduce_add) -> str:
     """One DataParallel step of the ``"rewire"`` strategy with the learner's node (``try_it("rewire", ReduceAdd)``)."""
     x, _ = story.make_data(n=16)
-    return step(rewire_with(reduce_add), story.make_model(), x)
+    return try_step(rewire_with(reduce_add), story.make_model(), x)

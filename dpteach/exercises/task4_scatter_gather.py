@@ -23,35 +23,17 @@ from ..data_parallel import DataParallel
 from ..scatter_gather import gather as real_gather
 from ..scatter_gather import scatter as real_scatter
 from ._feedback import Findings, Result, Stop, Task
-from ._harness import ATOL, RTOL, run_check, slot_lists
-from ._try import SLOTS
+from ._harness import ATOL, RTOL, SLOTS, run_check, slot_lists
 
-TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+TASK = Task(  # this exercise's one record; the registry finds it by the file's name
     4,
     "scatter_gather",
     "scatter and gather nested inputs",
     "11",  # no earlier chapter covers nested inputs, so this task lives in chapter 11 only
     names=("scatter", "gather"),
     check="check_scatter_gather",
-    writes="`scatter` and `gather` for tuples, dicts, namedtuples, dataclasses",
     imports="import dataclasses\n\nimport torch\n\nfrom dpteach import exercises\n"
     "from dpteach.functions import Gather, Scatter",
-    intro=(
-        "## Task 4 · Scatter and gather nested inputs\n\n"
-        "`DataParallel` splits its inputs over the slots and joins the outputs back (chapter 00 split one tensor of "
-        "10 rows with `dpteach.scatter`; nested inputs are new here, no earlier chapter covers them). Inputs come nested: "
-        "tuples, lists, dicts, namedtuples, dataclasses, and things that are not tensors at all. Write "
-        "`scatter` and `gather`: tensors are split (and joined) along `dim` with the differentiable `Scatter` / "
-        "`Gather` functions, containers keep their type and every field, anything else is shared by every slot. "
-        "PyTorch's `scatter` hands a dataclass to every slot unsplit (issue #45840) and its `gather` cannot "
-        "rebuild one (issue #41327); yours must do both."
-    ),
-    demo=None,
-    note=(
-        "One recursive function each. A namedtuple takes its fields as arguments "
-        "(`type(obj)(*fields)`), a dataclass is rebuilt with `dataclasses.replace`, and `zip` stops at the "
-        "shortest, so a small batch gives fewer pieces than slots."
-    ),
 )
 
 Pair = namedtuple("Pair", "x y")
@@ -87,21 +69,28 @@ class NestedNet(nn.Module):
         return Out(y=y, aux={"h": batch.x.sum(1, keepdim=True), "tags": len(batch.tags)})
 
 
-HINTS = {
-    "type": "rebuild each container with its own type: `type(obj)(*fields)` for a namedtuple (it takes its fields "
-    "as arguments, not one iterable), `dataclasses.replace(obj, **fields)` for a dataclass, `type(obj)(pairs)` for "
-    "a dict.",
-    "rows": "a dataclass's tensor fields must be split too (PyTorch passes dataclasses through whole, issues "
-    "#41327 and #45840): visit every field with `dataclasses.fields(obj)`.",
+HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
+    "type": (
+        "each container comes back as its own type, on every slot: a namedtuple as that namedtuple, a dict as "
+        "that dict's type, a dataclass as that dataclass.",
+        "a namedtuple takes its fields as arguments, not one iterable; a dataclass is rebuilt from its fields.",
+        "`type(obj)(*fields)` for a namedtuple, `dataclasses.replace(obj, **fields)` for a dataclass, "
+        "`type(obj)(pairs)` for a dict.",
+    ),
+    "rows": "split a dataclass's tensor fields too (PyTorch passes dataclasses through whole, issues #41327 and "
+    "#45840): visit every field with `dataclasses.fields(obj)`.",
     "dropped": "rebuild a dataclass from *all* its fields, tensors or not: `dataclasses.replace(obj, **fields)` "
     "keeps every field you do not pass.",
-    "shared": "anything that is not a tensor or a container goes to every slot as it is: the same object, not a copy, "
-    "and not dropped.",
+    "shared": "send anything that is not a tensor or a container to every slot as it is: the same object, not a "
+    "copy, and not dropped.",
     "grad": "split and join with the differentiable `Scatter.apply` / `Gather.apply` (or tensor operations), never "
     "on `.detach()`ed tensors or under `torch.no_grad()`.",
-    "count": "`tensor.chunk(n)` can give fewer than n pieces (2 rows over 4 slots give 2); the result has one entry "
-    "per piece, and `zip` stops at the shortest.",
-    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+    "count": "return one entry per piece: `tensor.chunk(n)` can give fewer than n pieces (2 rows over 4 slots "
+    "give 2), and `zip` stops at the shortest.",
+    "values": "give each piece the rows `tensor.chunk(n, dim)` gives it, in order: `Scatter.apply(devices, None, "
+    "dim, tensor)` cuts them so; `Gather.apply(target_device, dim, *tensors)` joins them back in slot order.",
+    "device": "put each piece on its own slot's device and the joined result on `target_device`: `Scatter` and "
+    "`Gather` do both.",
 }
 
 
