@@ -207,9 +207,8 @@ class Findings:
                 f"still stuck after {tries} tries? `print(exercises.solution_source({self.task.key!r}))` shows a "
                 "worked answer; the hints above go one step further each time you run this check."
             )
-        return Result(
-            self.task, False, messages, hints, seconds=seconds, kinds=list(self._first), error=self.error
-        )
+        kinds = list(self._first)
+        return Result(self.task, False, messages, hints, seconds=seconds, kinds=kinds, error=self.error)
 
 
 def explain(exc: BaseException) -> str:
@@ -238,24 +237,18 @@ def _is_library(filename: str) -> bool:
     return any(path.startswith(d) for d in _LIBRARY_DIRS) or "site-packages" in path
 
 
+_WORKER_FRAME = r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)'
+
+
 def _learner_frame(exc: BaseException, text: str) -> str | None:
     """'in `MyReduceAdd.backward`, line 12: `return (total,)`' for the innermost frame that is not library code."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:  # the qualified name says whose method it is: `MyReduceAddCoalesced.forward`
-        code = tb.tb_frame.f_code
-        frames.append(
-            (
-                code.co_filename,
-                tb.tb_lineno,
-                code.co_qualname,
-                linecache.getline(code.co_filename, tb.tb_lineno),
-            )
-        )
+        code, line = tb.tb_frame.f_code, tb.tb_lineno
+        frames.append((code.co_filename, line, code.co_qualname, linecache.getline(code.co_filename, line)))
         tb = tb.tb_next
-    for match in re.finditer(
-        r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', text
-    ):  # frames in a worker's text
+    for match in re.finditer(_WORKER_FRAME, text):  # frames in a worker's text
         frames.append((match.group(1), int(match.group(2)), match.group(3), match.group(4)))
     mine = [f for f in frames if not _is_library(f[0])]
     if not mine:

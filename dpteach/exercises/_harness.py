@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils._python_dispatch import _pop_mode
 
 from .._devices import as_devices
+from ..course import story
 from ..data_parallel import step
 from ..replicate import resolve_strategy
 from ._feedback import Findings, Result, Stop, Task, explain, not_implemented_message
@@ -84,8 +85,10 @@ def run_strategy(
     return Run(case, slots, model, done.replicas, done.out.detach(), grads, second, ref)
 
 
-def try_step(strategy, model: nn.Module, x: torch.Tensor) -> str:
-    """One DataParallel step on two CPU slots under ``strategy``; a sentence on what reached the original."""
+def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = None) -> str:
+    """One DataParallel step on two CPU slots under ``strategy`` (of chapter 01's model, unless given); a sentence."""
+    if model is None:
+        model, x = story.make_model(), story.make_data(n=16)[0]
     step(model, x, SLOTS, strategy=strategy)
     missing = [name for name, p in model.named_parameters() if p.grad is None]
     grads = (
@@ -136,9 +139,7 @@ def compare(findings: Findings, run: Run, what: str = "grads") -> None:
         )
     got = run.grads if what == "grads" else run.second
     want = run.ref.grads if what == "grads" else run.ref.second
-    scale = max(
-        1.0, max(t.abs().max().item() for t in want.values())
-    )  # rounding grows with the gradients' size
+    scale = max(1.0, max(t.abs().max().item() for t in want.values()))  # rounding grows with the gradients
     for name, expected in want.items():
         g = got.get(name)
         subject = f"`{name}.grad`" if what == "grads" else f"`{name}` gradient of the gradient penalty"
@@ -215,23 +216,26 @@ def run_cases(findings: Findings, strategy, devices, *checks: Callable[[Findings
             compare(findings, run)
 
 
+def _set_anomaly(v):
+    torch.set_anomaly_enabled(*v)
+
+
+def _warn_only() -> bool:
+    return torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def _set_deterministic(v):
+    torch.use_deterministic_algorithms(v[0], warn_only=v[1])
+
+
 # Global settings an answer can change and that a check reads: (getter, setter) pairs, restored after
 # every check. Grad mode, inference mode, autocast and the random state are restored by the
 # context managers `_clean` enters; the global default device and leaked modes are handled there too.
 _SETTINGS = (
     (torch.get_default_dtype, torch.set_default_dtype),
     (torch.get_num_threads, torch.set_num_threads),
-    (
-        lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
-        lambda v: torch.set_anomaly_enabled(*v),
-    ),
-    (
-        lambda: (
-            torch.are_deterministic_algorithms_enabled(),
-            torch.is_deterministic_algorithms_warn_only_enabled(),
-        ),
-        lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1]),
-    ),
+    (lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()), _set_anomaly),
+    (lambda: (torch.are_deterministic_algorithms_enabled(), _warn_only()), _set_deterministic),
     (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
     (torch._C._is_multithreading_enabled, torch._C._set_multithreading_enabled),
     (lambda: torch.backends.cudnn.deterministic, lambda v: setattr(torch.backends.cudnn, "deterministic", v)),

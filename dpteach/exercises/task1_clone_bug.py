@@ -1,26 +1,21 @@
-"""Task 1 (chapter 02): find the bug in a clone-based replicate.
+"""Task 1 (chapter 02): find the bug in a clone-based replicate, whose parameters were fresh leaves (issue #19540).
 
-The learner fixes ``replicate_by_clone``, whose parameters were fresh leaves (issue #19540).
-The check runs it as ``strategy=`` through DataParallel on every model and 1-4 slots, and asks of
-each replica parameter: does a path lead back to the original? is it on its slot, in its own
-memory? and of the original: is its gradient the one one device computes? Those slots are all
-``cpu``, where a copy that ignores ``device`` lands on the right device by luck, so the check also
-replicates every model onto ``[cpu, meta]`` (``meta`` holds shapes and no data) and asks where
-each replica's tensors landed.
+The check runs the learner's ``replicate_by_clone`` as ``strategy=`` on every model and 1-4 CPU
+slots, then onto ``[cpu, meta]`` (``meta`` holds shapes and no data), where a copy that ignores
+``device`` can no longer land on the right device by luck.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..course import story
 from ..replicate import replicate
 from ._feedback import Findings, Result, Task
 from ._harness import check_replicas, require_strategy, run_cases, run_check, try_step
 from ._models import CASES
 from ._paths import places, replica_tensor
 
-TASK = Task(  # this exercise's one record; the registry finds it by the file's name
+TASK = Task(  # the registry finds this record by the file's name
     1,
     "clone_bug",
     "find the bug in clone-based replicate",
@@ -100,5 +95,4 @@ def check_clone_bug(strategy=None, *, devices=None) -> Result:
 
 def try_answer(replicate_by_clone) -> str:
     """One DataParallel step with the learner's strategy (``try_it("clone_bug", fn)``)."""
-    x, _ = story.make_data(n=16)
-    return try_step(replicate_by_clone, story.make_model(), x)
+    return try_step(replicate_by_clone)

@@ -1,11 +1,8 @@
 """Task 3 (chapter 07): a Broadcast / ReduceAddCoalesced pair that survives double backward.
 
-Each function's backward is the other's ``apply`` (PR #2508, after issue #2467), so the backward
-graph is made of nodes that have a backward themselves. The check tries the pair alone (layout,
-values, and whether each backward's result comes out of the partner's node), then runs the
-library's ``"broadcast"`` strategy with it (:func:`broadcast_with`, ``broadcast=``) and compares,
-on every model and 1-4 slots, the gradients and the gradients of a gradient penalty with one
-device's.
+Each function's backward is the other's ``apply`` (PR #2508). The check tries the pair alone, then
+runs the library's ``"broadcast"`` strategy with it (:func:`broadcast_with`) and compares gradients
+and the gradients of a gradient penalty with one device's, on every model and 1-4 slots.
 """
 
 from __future__ import annotations
@@ -15,13 +12,12 @@ import inspect
 import torch
 from torch.autograd import Function
 
-from ..course import story
 from ..replicate import broadcast as broadcast_strategy
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists, try_step
 from ._paths import nodes_behind
 
-TASK = Task(  # this exercise's one record; the registry finds it by the file's name
+TASK = Task(  # the registry finds this record by the file's name
     3,
     "broadcast_pair",
     "Broadcast / ReduceAddCoalesced for double backward",
@@ -217,5 +213,4 @@ def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=N
 
 def try_answer(broadcast, reduce_add_coalesced=None) -> str:
     """One DataParallel step of ``"broadcast"`` with the learner's pair (``try_it("broadcast_pair", B, R)``)."""
-    x, _ = story.make_data(n=16)
-    return try_step(broadcast_with(broadcast), story.make_model(), x)
+    return try_step(broadcast_with(broadcast))

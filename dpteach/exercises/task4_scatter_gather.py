@@ -1,10 +1,8 @@
-"""Task 4 (chapter 11 only: no chapter before it covers nested inputs): scatter and gather nested inputs.
+"""Task 4 (chapter 11 only): scatter and gather nested inputs.
 
-The learner writes ``scatter(inputs, devices, dim=0)`` and ``gather(outputs, target_device, dim=0)``.
-The check compares them with ``dpteach.scatter`` / ``dpteach.gather`` on tensors, tuples, lists,
-dicts, namedtuples, dataclasses and a mix (types kept, tensors split and joined, non-tensors shared,
-gradients flowing), then plugs them into DataParallel on a model that takes a dataclass and a
-keyword dict and returns a namedtuple, and compares with ``dpteach.DataParallel``.
+The check compares the learner's pair with ``dpteach.scatter`` / ``dpteach.gather`` on nested
+tensors, tuples, lists, dicts, namedtuples and dataclasses, then inside DataParallel on a model that
+takes a dataclass and a keyword dict and returns a namedtuple.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from ..scatter_gather import scatter as real_scatter
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import ATOL, RTOL, SLOTS, run_check, slot_lists
 
-TASK = Task(  # this exercise's one record; the registry finds it by the file's name
+TASK = Task(  # the registry finds this record by the file's name
     4,
     "scatter_gather",
     "scatter and gather nested inputs",
@@ -131,27 +129,23 @@ def _outputs():
     ], ys
 
 
-def _describe(path: str) -> str:
-    return f"`{path}`"
-
-
 def first_difference(got, want, path: str) -> tuple[str, str] | None:
     """(kind, sentence) for the first place where ``got`` differs from ``want``; None when they agree."""
     if isinstance(want, torch.Tensor):
         if not isinstance(got, torch.Tensor):
-            return "type", f"{_describe(path)} is a {type(got).__name__}, expected a tensor"
+            return "type", f"`{path}` is a {type(got).__name__}, expected a tensor"
         if got.shape != want.shape:
             kind = "rows" if got.dim() == want.dim() and got.dim() > 0 else "type"
-            return kind, f"{_describe(path)} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+            return kind, f"`{path}` has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
         if got.device != want.device:
-            return "device", f"{_describe(path)} is on {got.device}, expected {want.device}"
+            return "device", f"`{path}` is on {got.device}, expected {want.device}"
         if not torch.allclose(got.detach(), want.detach(), rtol=RTOL, atol=ATOL):
-            return "values", f"{_describe(path)} holds the wrong values (the wrong rows of the input?)"
+            return "values", f"`{path}` holds the wrong values (the wrong rows of the input?)"
         if want.requires_grad and not got.requires_grad:
-            return "grad", f"{_describe(path)} has no gradient path back to the tensor it came from"
+            return "grad", f"`{path}` has no gradient path back to the tensor it came from"
         return None
     if type(got) is not type(want):
-        return "type", f"{_describe(path)} is a {type(got).__name__}, expected a {type(want).__name__}"
+        return "type", f"`{path}` is a {type(got).__name__}, expected a {type(want).__name__}"
     if isinstance(want, tuple) and hasattr(want, "_fields"):
         pairs = [(f".{k}", getattr(got, k), getattr(want, k)) for k in want._fields]
     elif dataclasses.is_dataclass(want):
@@ -160,7 +154,7 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
             if not isinstance(w, torch.Tensor) and _is_default(f, g) and not _is_default(f, w):
                 return (
                     "dropped",
-                    f"{_describe(path + '.' + f.name)} is {g!r}, the field's default, not {w!r}: the "
+                    f"`{path}.{f.name}` is {g!r}, the field's default, not {w!r}: the "
                     "field was dropped on the way",
                 )
         pairs = [
@@ -169,11 +163,11 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
     elif isinstance(want, (list, tuple)):
         if len(got) != len(want):
             kind = "count" if path.count("[") == 0 else "type"
-            return kind, f"{_describe(path)} has {len(got)} entries, expected {len(want)}"
+            return kind, f"`{path}` has {len(got)} entries, expected {len(want)}"
         pairs = [(f"[{i}]", g, w) for i, (g, w) in enumerate(zip(got, want))]
     elif isinstance(want, dict):
         if list(got) != list(want):
-            return "type", f"{_describe(path)} has keys {list(got)}, expected {list(want)}"
+            return "type", f"`{path}` has keys {list(got)}, expected {list(want)}"
         pairs = [(f"[{k!r}]", got[k], want[k]) for k in want]
     else:
         if got is want:
@@ -181,9 +175,9 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
         if got == want:
             return (
                 "shared",
-                f"{_describe(path)} is a copy of {want!r}; a non-tensor is shared: the same object",
+                f"`{path}` is a copy of {want!r}; a non-tensor is shared: the same object",
             )
-        return "shared", f"{_describe(path)} is {got!r}, expected {want!r} (the same object the input holds)"
+        return "shared", f"`{path}` is {got!r}, expected {want!r} (the same object the input holds)"
     for suffix, g, w in pairs:
         found = first_difference(g, w, path + suffix)
         if found is not None:

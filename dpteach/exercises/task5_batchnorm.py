@@ -1,11 +1,8 @@
-"""Task 5 (chapter 05): keep BatchNorm statistics from slot 0.
+"""Task 5 (chapter 05): keep BatchNorm statistics from slot 0 (issue #21144).
 
-PR #20910's replicas deep-copy every buffer, so BatchNorm's running statistics, which each replica
-updates in place, die with the replicas (issue #21144; ssnl: "it would be impossible to correctly
-perform BN"). The learner writes a strategy whose slot-0 buffers *are* the original's. The check
-runs it through DataParallel in training mode on every model and 1-4 slots: slot 0 aliases, later
-slots own their buffers, the original's statistics are those one device has after slot 0's piece,
-and the gradients still reach the original.
+The learner writes a strategy whose slot-0 buffers *are* the original's. The check runs it in
+training mode on every model and 1-4 slots: slot 0 aliases, later slots own their buffers, the
+original's statistics are one device's after slot 0's piece, and gradients still reach it.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from ._feedback import Findings, Result, Task
 from ._harness import check_buffers, check_replicas, require_strategy, run_cases, run_check, try_step
 from ._models import conv_bn
 
-TASK = Task(  # this exercise's one record; the registry finds it by the file's name
+TASK = Task(  # the registry finds this record by the file's name
     5,
     "batchnorm",
     "keep BatchNorm statistics from slot 0",

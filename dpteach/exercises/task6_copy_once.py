@@ -1,13 +1,8 @@
-"""Task 6 (chapter 08): one copy, not two (PR #20995).
+"""Task 6 (chapter 08): one copy, not two (PR #20995): the learner writes ``copy_once(tensor, device)``.
 
-Before PR #20995, ``Cloneable::clone(device)`` copied every tensor with ``clone()`` and then
-``.to(device)``: for a replica on another device, two copies where one does (SsnL's catch on PR
-#20910). After it: ``device && tensor.device() != *device ? tensor.to(*device) : clone()``. The
-learner writes ``copy_once(tensor, device)``. The check counts the aten operations that copy data
-(``clone``, ``_to_copy``, ``copy_``), seen by a ``TorchDispatchMode``, for a tensor copied onto its
-own device and onto ``"meta"`` (PyTorch's device of shapes without data, standing in for a second
-GPU; every CUDA pair there is too), and asks: one copy, on the asked device, with memory of its
-own, the same shape, dtype and values.
+Before PR #20995 ``Cloneable::clone(device)`` copied with ``clone()`` then ``.to(device)``. The check
+counts the aten operations that copy data (a ``TorchDispatchMode`` sees them) for a copy onto its
+own device and onto ``"meta"`` (standing in for a second GPU; every CUDA pair there is too).
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import run_check
 
-TASK = Task(  # this exercise's one record; the registry finds it by the file's name
+TASK = Task(  # the registry finds this record by the file's name
     6,
     "one_copy",
     "one copy, not two",
