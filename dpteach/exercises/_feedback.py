@@ -165,9 +165,6 @@ class Findings:
         self._first.setdefault(kind, text)
         self._count[kind] = self._count.get(kind, 0) + 1
 
-    def has(self, kind: str) -> bool:
-        return kind in self._first
-
     @property
     def ok(self) -> bool:
         return not self._first

@@ -360,17 +360,3 @@ def _short(t: torch.Tensor) -> str:
     values = t.flatten()[:3].tolist()
     text = ", ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in values)
     return f"[{text}{', …' if t.numel() > 3 else ''}]"
-
-
-__all__ = [
-    "CASES",
-    "Run",
-    "run_strategy",
-    "check_replicas",
-    "compare",
-    "check_buffers",
-    "run_check",
-    "slot_lists",
-    "Stop",
-    "explain",
-]
