@@ -1,7 +1,12 @@
-"""One record per exercise, in its own file; every table about the exercises is derived from the records."""
+"""One registry: an exercise is a ``taskN_*.py`` (record, check, ``try_answer``) and its objects in stubs/solutions.
+
+The registry finds the task modules by their file names; the package exports each check from the
+record; chapter 11's table (a cell tagged ``task-table``) has a row for every record.
+"""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -9,7 +14,7 @@ import nbformat
 
 import dpteach
 from dpteach import exercises
-from dpteach.exercises import _build, _records
+from dpteach.exercises import _feedback, _records, solutions, stubs
 
 PACKAGE = Path(exercises.__file__).parent
 ROOT = PACKAGE.parents[1]
@@ -23,23 +28,46 @@ def test_each_key_is_written_in_one_file_only():
         assert holders == [f"{_records.module_of(key).__name__.rsplit('.', 1)[1]}.py"], (key, holders)
 
 
-def test_the_records_are_complete_and_in_order():
+def test_every_task_file_is_found_and_ordered_by_its_number():
+    files = sorted(PACKAGE.glob("task*_*.py"), key=lambda p: int(re.match(r"task(\d+)", p.name).group(1)))
+    assert [m.__file__ for m in _records.MODULES] == [str(p) for p in files]
     assert [t.number for t in exercises.TASKS.values()] == list(range(1, len(exercises.TASKS) + 1))
+
+
+def test_the_records_are_complete_and_exported():
     for key, task in exercises.TASKS.items():
-        assert task.names and task.writes and task.imports and task.intro.startswith(f"## Task {task.number}")
-        assert callable(_records.check_of(key)) and getattr(exercises, task.check) is _records.check_of(key)
+        assert task.names and task.imports and task.title and task.chapter
+        assert getattr(exercises, task.check) is _records.check_of(key) and task.check in exercises.__all__
+        assert all(
+            getattr(exercises, name) is getattr(_records.module_of(key), name) for name in task.helpers
+        )
         assert callable(_records.module_of(key).try_answer)
+        for module in (stubs, solutions):
+            assert all(hasattr(module, name) for name in task.names), (module.__name__, task.names)
 
 
-def test_the_tables_come_from_the_records():
-    table = _build.task_table()
-    for task in exercises.TASKS.values():
-        where = "— (new)" if task.chapter == "11" else task.chapter  # a task of chapter 11 only is new there
-        assert f"| {task.number} · {task.title} | {task.writes} | {where} |" in table
-        assert f"``{task.key}``" in exercises.__doc__ and f"``{task.check}(" in exercises.__doc__
+def test_no_task_module_imports_the_registry():
+    for module in _records.MODULES:
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "_records" not in imported and "" not in imported, module.__name__
+
+
+def test_every_kind_a_task_can_find_has_a_hint():
+    """A problem is said with what to change: each kind recorded has a hint, in its task or shared."""
+    harness = (PACKAGE / "_harness.py").read_text() + (PACKAGE / "_paths.py").read_text()
+    shared = set(re.findall(r'(?:problem\(|return )\s*"(\w+)",', harness))
+    for module in _records.MODULES:
+        source = Path(module.__file__).read_text()
+        kinds = set(re.findall(r'(?:problem\(|return |found = )\s*\(?\s*"(\w+)",', source)) | shared
+        hints = {**_feedback.COMMON_HINTS, **module.HINTS}
+        assert kinds and kinds <= set(hints), (module.__name__, sorted(kinds - set(hints)))
+
+
+def test_chapter_11_has_a_table_row_for_every_task():
     nb = nbformat.read(ROOT / "notebooks" / "11_exercises.ipynb", as_version=4)
-    assert table in nb.cells[1].source + "".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    closing = _build.closing_line()  # "Tasks 1, 2, 3 and 5 ... close chapters ...; Task 4 is new."
-    assert closing in "".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    closers = [t for t in exercises.TASKS.values() if t.chapter != "11"]
-    assert ", ".join(t.chapter for t in closers[:-1]) + f" and {closers[-1].chapter}" in closing
+    (table,) = [c.source for c in nb.cells if "task-table" in c.metadata.get("tags", [])]
+    for task in exercises.TASKS.values():
+        where = "— (new)" if task.chapter == "11" else task.chapter
+        (row,) = [line for line in table.splitlines() if line.startswith(f"| {task.number} ·")]
+        assert row.rstrip().endswith(f"| {where} |"), row

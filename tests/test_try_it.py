@@ -14,8 +14,7 @@ from torch.autograd import Function
 
 from dpteach import exercises
 from dpteach.exercises import stubs
-from dpteach.exercises._records import by_task
-from dpteach.exercises._try import NotWrittenYet
+from dpteach.exercises._records import NotWrittenYet, by_task
 
 STUBS = by_task(stubs)  # every task's untouched stub, named by its record
 

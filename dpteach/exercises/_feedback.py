@@ -8,6 +8,7 @@ adds a hint per kind of mistake, and answers "Correct!" when everything holds.
 from __future__ import annotations
 
 import html
+import linecache
 import os
 import re
 import time
@@ -28,10 +29,9 @@ class Task:
     """One exercise's record, kept in its own ``taskN_*.py``; every table about the exercises derives from these.
 
     ``number``, ``key`` (``stub_source(key)``), ``title`` and ``chapter``; ``names``: the objects the
-    learner writes, in the order the check takes them; ``check``: the check function's name in the
-    task's module; ``writes``: what the learner writes, for the tables; ``imports``: the first lines
-    of the stub and solution cells; ``intro``, ``demo`` (a sentence and a code cell, or None) and
-    ``note``: the markdown of chapter 11 and its solutions notebook.
+    learner writes, in the order the check takes them (``stubs.py`` and ``solutions.py`` define them);
+    ``check``: the check function's name in the task's module; ``helpers``: other names of that module
+    a learner calls (``exercises.rewire_with``); ``imports``: the first lines of the stub and solution cells.
     """
 
     number: int
@@ -40,11 +40,8 @@ class Task:
     chapter: str
     names: tuple[str, ...] = ()
     check: str = ""
-    writes: str = ""
+    helpers: tuple[str, ...] = ()
     imports: str = ""
-    intro: str = ""
-    demo: tuple[str, str] | None = None
-    note: str = ""
 
     @property
     def label(self) -> str:
@@ -61,6 +58,8 @@ class Result:
     hints: list[str] = field(default_factory=list)
     implemented: bool = True  # False: the stub still raises NotImplementedError
     seconds: float = 0.0
+    kinds: list[str] = field(default_factory=list)  # the kind of each problem found ("fresh_leaf", "error")
+    error: BaseException | None = None  # what the learner's code raised, if it did: `raise result.error`
 
     def __bool__(self) -> bool:
         return self.passed
@@ -104,28 +103,77 @@ class Stop(Exception):
     """Raised inside a check to stop at a problem that makes every later step meaningless."""
 
 
+Hint = str | tuple[str, ...]  # one hint, or its steps: the idea first, the code last
+
+COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
+    "error": (
+        "the message names the input the check was trying and the line of yours that raised: make that line "
+        "work for that input.",
+        "to see the whole traceback, keep the check's result and raise its error: `r = exercises.check(...)` "
+        "with your objects, then `raise r.error`.",
+    ),
+    "grad_count": "a Function's backward returns one value per input of its forward, in forward's order: a "
+    "gradient for each tensor input that needs one, `None` for every other input.",
+    "exit": "a check calls your code like any function: end it with `return`, never with `sys.exit()`.",
+    "usage": "pass the objects your stub cell defines, in its order, as the check cell below the stub does.",
+    "missing": "keep every parameter and buffer in each replica where the original has it: replace a tensor, "
+    "never delete it.",
+    "fresh_leaf": "make each replica's tensor with an operation autograd records on the original's, so its "
+    "`grad_fn` leads back there (chapter 02).",
+    "no_grad": "make each replica's tensor with gradients on: no `torch.no_grad()`, no `.detach()`.",
+    "wrong_leaf": "compute each replica's tensor from the original itself, not from a detached copy of it.",
+    "device": "put each replica's tensors on its own slot's device.",
+    "shared": "give every slot after slot 0 a copy of its own.",
+    "output": "change only how the replicas are made: they must compute what the model computes.",
+    "grads_none": "follow each replica parameter's `grad_fn`, then `next_functions`: the walk must end at the "
+    "original parameter (chapter 02).",
+    "grads_wrong": "let each slot's gradient reach the original exactly once: one copy per slot, each summed once.",
+    "second_none": "make every backward on the way differentiable (chapter 07): nodes autograd records, "
+    "not raw copies.",
+    "second_wrong": "make every backward on the way compute its gradient with recorded operations only, so its "
+    "own backward is right too (chapter 07).",
+    "buffer_missing": "keep every buffer in each replica where the original has it.",
+    "buffer_copied": "make slot 0's buffers the original's own, not copies.",
+    "buffer_shared": "give every slot after slot 0 buffers of its own.",
+    "stats": "let only slot 0's BatchNorm write the original's running statistics.",
+    "time": "print inside your loop, or run the stub cell's last line (`exercises.try_it(...)`), to see "
+    "where your code spends its time.",
+}
+ANSWER_AFTER = 3  # failed checks of one task before its worked answer is offered
+_failures: dict[str, int] = {}  # task key -> failed checks in a row, in this kernel
+
+
+def forget_failures() -> None:
+    """Start every task's hints again from their first step."""
+    _failures.clear()
+
+
 class Findings:
     """Collects a check's problems by kind, keeping the first sentence of each and counting repeats."""
 
-    def __init__(self, task: Task, hints: dict[str, str]) -> None:
+    def __init__(self, task: Task, hints: dict[str, Hint]) -> None:
         self.task = task
-        self._hints = hints  # kind of mistake -> the hint shown when it occurs
+        self._hints = {**COMMON_HINTS, **hints}  # kind of mistake -> its hint, or the hint's steps
         self._first: dict[str, str] = {}  # kind -> the first sentence recorded for it
         self._count: dict[str, int] = {}
         self.held: list[str] = []  # what was verified, said on success
         self.context = "While setting up"  # where the check is, for a sentence about an exception
+        self.error: BaseException | None = None
         self._start = time.perf_counter()
 
     def problem(self, kind: str, text: str) -> None:
         self._first.setdefault(kind, text)
         self._count[kind] = self._count.get(kind, 0) + 1
 
-    def has(self, kind: str) -> bool:
-        return kind in self._first
-
     @property
     def ok(self) -> bool:
         return not self._first
+
+    def _hint(self, kind: str, tries: int) -> str | None:
+        steps = self._hints.get(kind)
+        if isinstance(steps, str) or steps is None:
+            return steps
+        return steps[min(tries, len(steps)) - 1]
 
     def result(self, not_implemented: str | None = None) -> Result:
         seconds = time.perf_counter() - self._start
@@ -140,17 +188,24 @@ class Findings:
                 ],
                 implemented=False,
                 seconds=seconds,
+                kinds=["not_written"],
             )
         if self.ok:
+            _failures.pop(self.task.key, None)
             return Result(self.task, True, list(self.held), seconds=seconds)
+        tries = _failures[self.task.key] = _failures.get(self.task.key, 0) + 1
         messages = []
         for kind, text in list(self._first.items())[:5]:
             more = self._count[kind] - 1
             messages.append(text + (f" (and {more} more like it)" if more else ""))
-        hints = list(dict.fromkeys(self._hints[k] for k in self._first if k in self._hints))[
-            :3
-        ]  # each hint once
-        return Result(self.task, False, messages, hints, seconds=seconds)
+        hints = [h for h in dict.fromkeys(self._hint(k, tries) for k in self._first) if h][:3]  # each once
+        if tries >= ANSWER_AFTER:
+            hints.append(
+                f"still stuck after {tries} tries? `print(exercises.solution_source({self.task.key!r}))` shows a "
+                "worked answer; the hints above go one step further each time you run this check."
+            )
+        kinds = list(self._first)
+        return Result(self.task, False, messages, hints, seconds=seconds, kinds=kinds, error=self.error)
 
 
 def explain(exc: BaseException) -> str:
@@ -179,12 +234,18 @@ def _is_library(filename: str) -> bool:
     return any(path.startswith(d) for d in _LIBRARY_DIRS) or "site-packages" in path
 
 
+_WORKER_FRAME = r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)'
+
+
 def _learner_frame(exc: BaseException, text: str) -> str | None:
-    """'in `backward`, line 12: `return (total,)`' for the innermost frame that is not library code."""
-    frames = [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(exc.__traceback__)]
-    for match in re.finditer(
-        r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)', text
-    ):  # frames in a worker's text
+    """'in `MyReduceAdd.backward`, line 12: `return (total,)`' for the innermost frame that is not library code."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:  # the qualified name says whose method it is: `MyReduceAddCoalesced.forward`
+        code, line = tb.tb_frame.f_code, tb.tb_lineno
+        frames.append((code.co_filename, line, code.co_qualname, linecache.getline(code.co_filename, line)))
+        tb = tb.tb_next
+    for match in re.finditer(_WORKER_FRAME, text):  # frames in a worker's text
         frames.append((match.group(1), int(match.group(2)), match.group(3), match.group(4)))
     mine = [f for f in frames if not _is_library(f[0])]
     if not mine:

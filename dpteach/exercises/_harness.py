@@ -8,22 +8,27 @@ comparison records sentences in a :class:`Findings`; none of them raises on a le
 
 from __future__ import annotations
 
+import contextlib
+import re
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import _pop_mode
 
 from .._devices import as_devices
-from ..data_parallel import DataParallel, keep_replicas
-from ..replicate import replicate, resolve_strategy
+from ..course import story
+from ..data_parallel import step
+from ..replicate import resolve_strategy
 from ._feedback import Findings, Result, Stop, Task, explain, not_implemented_message
 from ._models import CASES, Case, Reference, reference
 from ._paths import edge_problem, places, replica_tensor, shares_storage
 from ._time_limit import TimeLimit, time_limit
 
 RTOL, ATOL = 1e-4, 1e-5
+SLOTS = ["cpu", "cpu"]  # where `try_it` runs an answer once
 
 
 @dataclass
@@ -56,36 +61,42 @@ def slot_lists(devices: Sequence | None) -> list[list[torch.device]]:
 def run_strategy(
     findings: Findings, strategy, case: Case, slots: list[torch.device], double: bool = False
 ) -> Run:
-    """Replicate and step ``case``'s model through DataParallel with ``strategy`` on ``slots``."""
+    """One DataParallel step of ``case``'s model under ``strategy`` on ``slots``; one slot is replicated too."""
     n = len(slots)
     findings.context = f"On {case.name} with {n} slot{'s' if n != 1 else ''}"
     model, x, w = case.make()
     ref = reference(model, x, w, n, double)
     model.to(slots[0])
     x, w = x.to(slots[0]), w.to(slots[0])
-    direct = None
-    if n == 1:  # DataParallel runs the module itself on one slot; ask the strategy for its one replica anyway
-        direct = replicate(model, slots, strategy=strategy)
-    dp = DataParallel(model, slots, strategy=strategy)
-    with keep_replicas(dp) as kept:
-        out = dp(x)
-    replicas = direct if direct is not None else kept
+    done = step(model, x, slots, strategy=strategy, loss_fn=lambda out: (out * w).sum(), backward=False)
     params = dict(model.named_parameters())
-    loss = (out * w).sum()
+    if not double and done.loss.requires_grad:  # else no replica leads anywhere: check_replicas says why
+        done.loss.backward()
+    grads = {k: p.grad for k, p in params.items()}
     second = None
-    if double:
-        first = torch.autograd.grad(loss, list(params.values()), create_graph=True, allow_unused=True)
+    if double and done.loss.requires_grad:
+        first = torch.autograd.grad(done.loss, list(params.values()), create_graph=True, allow_unused=True)
         grads = {k: (None if g is None else g.detach()) for k, g in zip(params, first)}
         with_history = [g for g in first if g is not None and g.requires_grad]
-        if with_history:  # else no second gradient can reach anything: every one stays None
+        second = {k: None for k in params}  # no second gradient can reach anything without a history
+        if with_history:
             sum((g**2).sum() for g in with_history).backward()
             second = {k: (torch.zeros_like(p) if p.grad is None else p.grad) for k, p in params.items()}
-        else:
-            second = {k: None for k in params}
-    else:
-        loss.backward()
-        grads = {k: p.grad for k, p in params.items()}
-    return Run(case, slots, model, list(replicas), out.detach(), grads, second, ref)
+    return Run(case, slots, model, done.replicas, done.out.detach(), grads, second, ref)
+
+
+def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = None) -> str:
+    """One DataParallel step on two CPU slots under ``strategy`` (of chapter 01's model, unless given); a sentence."""
+    if model is None:
+        model, x = story.make_model(), story.make_data(n=16)[0]
+    step(model, x, SLOTS, strategy=strategy)
+    missing = [name for name, p in model.named_parameters() if p.grad is None]
+    grads = (
+        f".grad is None for {', '.join(missing)}"
+        if missing
+        else "every parameter of the original has a .grad"
+    )
+    return f"one DataParallel step on {len(SLOTS)} CPU slots ran without an error ({grads})"
 
 
 def check_replicas(findings: Findings, run: Run) -> None:
@@ -128,9 +139,7 @@ def compare(findings: Findings, run: Run, what: str = "grads") -> None:
         )
     got = run.grads if what == "grads" else run.second
     want = run.ref.grads if what == "grads" else run.ref.second
-    scale = max(
-        1.0, max(t.abs().max().item() for t in want.values())
-    )  # rounding grows with the gradients' size
+    scale = max(1.0, max(t.abs().max().item() for t in want.values()))  # rounding grows with the gradients
     for name, expected in want.items():
         g = got.get(name)
         subject = f"`{name}.grad`" if what == "grads" else f"`{name}` gradient of the gradient penalty"
@@ -207,16 +216,79 @@ def run_cases(findings: Findings, strategy, devices, *checks: Callable[[Findings
             compare(findings, run)
 
 
+def _set_anomaly(v):
+    torch.set_anomaly_enabled(*v)
+
+
+def _warn_only() -> bool:
+    return torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def _set_deterministic(v):
+    torch.use_deterministic_algorithms(v[0], warn_only=v[1])
+
+
+# Global settings an answer can change and that a check reads: (getter, setter) pairs, restored after
+# every check. Grad mode, inference mode, autocast and the random state are restored by the
+# context managers `_clean` enters; the global default device and leaked modes are handled there too.
+_SETTINGS = (
+    (torch.get_default_dtype, torch.set_default_dtype),
+    (torch.get_num_threads, torch.set_num_threads),
+    (lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()), _set_anomaly),
+    (lambda: (torch.are_deterministic_algorithms_enabled(), _warn_only()), _set_deterministic),
+    (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+    (torch._C._is_multithreading_enabled, torch._C._set_multithreading_enabled),
+    (lambda: torch.backends.cudnn.deterministic, lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
+    (lambda: torch.backends.cudnn.benchmark, lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
+)
+_CLEAN = (torch.float32, 1, (False, False), (False, False), "highest", True, False, False)
+
+
+def _default_device() -> torch.device | None:
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    return None if context is None else context.device
+
+
+@contextlib.contextmanager
+def _clean() -> Iterator[None]:
+    """Run a check in torch's default settings, then give the learner back every one an answer can change.
+
+    A check runs on one thread: tiny models run 3-4x faster that way than on two cores other work
+    contends for. An answer that turned grad mode off, entered a mode and never left it, or changed
+    the default dtype must not fail the next check, nor leave the learner's notebook changed.
+    """
+    saved = [get() for get, _ in _SETTINGS]
+    device = _default_device()
+    torch.set_default_device(None)
+    modes = torch._C._len_torch_dispatch_stack(), torch._C._len_torch_function_stack()
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    try:
+        for (_, put), value in zip(_SETTINGS, _CLEAN):
+            put(value)
+        with contextlib.ExitStack() as stack:
+            for manager in (torch.enable_grad(), torch.inference_mode(False), torch.random.fork_rng(cuda)):
+                stack.enter_context(manager)
+            for kind in ("cpu", "cuda") if cuda else ("cpu",):
+                stack.enter_context(torch.autocast(kind, enabled=False))
+            yield
+    finally:
+        torch.set_default_device(None)
+        while torch._C._len_torch_function_stack() > modes[1]:
+            torch._C._pop_torch_function_stack()
+        while torch._C._len_torch_dispatch_stack() > modes[0]:
+            _pop_mode()
+        torch.set_default_device(device)
+        for (_, put), value in zip(_SETTINGS, saved):
+            put(value)
+
+
 def run_check(task: Task, hints: dict[str, str], body: Callable[[Findings], None]) -> Result:
     """Run a check's ``body``; turn a learner's exception into a sentence, a stub into 'not implemented yet'."""
     findings = Findings(task, hints)
     findings.context = "While setting up"
-    threads = torch.get_num_threads()
     limit = TimeLimit(time_limit())
     try:
-        # tiny models run 3-4x faster on one thread than on two cores that other work contends for
-        torch.set_num_threads(1)
-        with warnings.catch_warnings():
+        with _clean(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with limit:
                 body(findings)
@@ -234,12 +306,29 @@ def run_check(task: Task, hints: dict[str, str], body: Callable[[Findings], None
         return findings.result(not_implemented=not_implemented_message(task, exc))
     except Stop:
         pass
+    except SystemExit:  # sys.exit(), exit() or quit() in an answer would end the learner's kernel
+        findings.problem(
+            "exit",
+            f"{findings.context}, your code called `sys.exit()` (or `exit()`, `quit()`), which ends the "
+            "program: remove that call and return a value instead",
+        )
     except Exception as exc:  # a learner's bug, whatever it is, becomes a sentence
         if "NotImplementedError" in str(exc) and "Original Traceback" in str(exc):
             return findings.result(not_implemented=not_implemented_message(task, exc))
-        findings.problem("error", f"{findings.context}, your code raised {explain(exc)}")
-    finally:
-        torch.set_num_threads(threads)
+        findings.error = exc
+        count = re.search(
+            r"function (\w+?)Backward returned an incorrect number of gradients \(expected (\d+), got (\d+)\)",
+            str(exc),
+        )
+        if count:  # autograd's own words for a backward that returns too few or too many values
+            name, want, got = count.groups()
+            findings.problem(
+                "grad_count",
+                f"{findings.context}, `{name}.backward` returned {got} value(s): return {want}, one per input "
+                f"of `{name}.forward` after `ctx`, in order",
+            )
+        else:
+            findings.problem("error", f"{findings.context}, your code raised {explain(exc)}")
     return findings.result()
 
 
@@ -271,17 +360,3 @@ def _short(t: torch.Tensor) -> str:
     values = t.flatten()[:3].tolist()
     text = ", ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in values)
     return f"[{text}{', …' if t.numel() > 3 else ''}]"
-
-
-__all__ = [
-    "CASES",
-    "Run",
-    "run_strategy",
-    "check_replicas",
-    "compare",
-    "check_buffers",
-    "run_check",
-    "slot_lists",
-    "Stop",
-    "explain",
-]

@@ -1,41 +1,34 @@
-"""The exercises in order. Each one's record (``TASK``) lives in its own ``taskN_*.py``; this file only lists them.
+"""The registry of the exercises: found by file name, looked up by key, shown as cells, tried once.
 
-A new exercise is a new ``taskN_*.py`` with a ``TASK`` record, a check and ``try_answer``, its stub
-in ``stubs.py`` and its answer in ``solutions.py``, and one line in ``MODULES`` below; then
-``python -m dpteach.exercises._build`` writes chapter 11 and its solutions.
+An exercise is one ``taskN_*.py`` holding its record (``TASK``), its check and ``try_answer``; the
+objects its record names are written in ``stubs.py`` (as the learner first sees them) and in
+``solutions.py`` (worked). Nothing else lists it: this module finds every ``taskN_*.py`` and orders
+them by N. The task modules never import this one, so there is no cycle.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
+import re
+from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-from . import (
-    task1_clone_bug,
-    task2_rewire,
-    task3_broadcast,
-    task4_scatter_gather,
-    task5_batchnorm,
-    task6_copy_once,
-)
+from . import solutions, stubs
 from ._feedback import Task
 
-MODULES: tuple[ModuleType, ...] = (
-    task1_clone_bug,
-    task2_rewire,
-    task3_broadcast,
-    task4_scatter_gather,
-    task5_batchnorm,
-    task6_copy_once,
+_FOUND = sorted(
+    (int(m.group(1)), name)
+    for _, name, _ in pkgutil.iter_modules([str(Path(__file__).parent)])
+    if (m := re.fullmatch(r"task(\d+)_\w+", name))
 )
-
+MODULES: tuple[ModuleType, ...] = tuple(
+    importlib.import_module(f"{__package__}.{name}") for _, name in _FOUND
+)
 EXERCISES: dict[str, Task] = {m.TASK.key: m.TASK for m in MODULES}
 _MODULE = {m.TASK.key: m for m in MODULES}
-
-
-def by_task(module: ModuleType) -> dict[str, tuple]:
-    """Each task's objects as ``module`` (``stubs`` or ``solutions``) writes them, named by the record."""
-    return {key: tuple(getattr(module, name) for name in task.names) for key, task in EXERCISES.items()}
 
 
 def record(key: str) -> Task:
@@ -52,3 +45,61 @@ def module_of(key: str) -> ModuleType:
 def check_of(key: str) -> Callable:
     """The check function of exercise ``key`` (``check_rewire`` for ``"rewire"``)."""
     return getattr(module_of(key), record(key).check)
+
+
+def by_task(module: ModuleType) -> dict[str, tuple]:
+    """Each task's objects as ``module`` (``stubs`` or ``solutions``) writes them, named by the record."""
+    return {key: tuple(getattr(module, name) for name in task.names) for key, task in EXERCISES.items()}
+
+
+def _code(module: ModuleType, key: str) -> str:
+    return "\n\n\n".join(inspect.getsource(getattr(module, name)).rstrip() for name in record(key).names)
+
+
+def try_line(key: str) -> str:
+    """The stub cell's last line: one run of the learner's answer, errors shown in full."""
+    return f"exercises.try_it({key!r}, {', '.join(record(key).names)})"
+
+
+def stub_source(key: str) -> str:
+    """The stub cell of exercise ``key``: imports, the stub (it raises NotImplementedError), a line that tries it."""
+    return f"{record(key).imports}\n\n\n{_code(stubs, key)}\n\n\n{try_line(key)}"
+
+
+def solution_source(key: str) -> str:
+    """A worked answer to exercise ``key`` as a cell: imports, the code, and the same line that tries it."""
+    return f"{record(key).imports}\n\n\n{_code(solutions, key)}\n\n\n{try_line(key)}"
+
+
+def check_source(key: str) -> str:
+    """The check cell of exercise ``key`` (it never raises; it says what is right, what is wrong, and a hint)."""
+    return f"exercises.{record(key).check}({', '.join(record(key).names)})"
+
+
+class NotWrittenYet(NotImplementedError):
+    """A stub's own ``NotImplementedError("Task N (...): ...")``: the part of the task still to write.
+
+    IPython shows ``_render_traceback_`` in place of a traceback: two lines, not dpteach's frames.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [
+            f"\x1b[31mNotImplementedError\x1b[39m: {self}",
+            "Not written yet: replace the `raise NotImplementedError(...)` in this cell with your code, "
+            "run the cell again, then run the check below it.",
+        ]
+
+
+def try_it(key: str, *answer) -> None:
+    """Run exercise ``key`` once with the learner's ``answer`` (its module's ``try_answer``), raising what it raises.
+
+    A stub's own ``NotImplementedError`` (its message starts with ``"Task "``) is raised again as
+    ``NotWrittenYet``; every other error is raised as it was, so its traceback shows in full.
+    """
+    try:
+        said = module_of(key).try_answer(*answer)
+    except NotImplementedError as error:
+        if type(error) is not NotImplementedError or not str(error).startswith("Task "):
+            raise
+        raise NotWrittenYet(str(error)) from None
+    print(f"Tried it: {said}. Now run the check below.")

@@ -17,7 +17,6 @@ from dpteach import comm
 from dpteach.functions import Gather, Scatter
 
 
-# Task 1 ------------------------------------------------------------------------------------------
 def replicate_by_clone(network, devices, detach=False):
     """Clone-based replicate with its bug fixed: each replica's parameters are differentiable copies."""
     replicas = []
@@ -37,7 +36,6 @@ def replicate_by_clone(network, devices, detach=False):
     return replicas
 
 
-# Task 2 ------------------------------------------------------------------------------------------
 class MyReduceAdd(Function):
     """PR #20910's ReduceAdd node: one per original parameter, every replica's copy is one of its outputs."""
 
@@ -55,7 +53,6 @@ class MyReduceAdd(Function):
         return (total,) + (None,) * len(grads)  # one value per forward input: the sum for `original`
 
 
-# Task 3 ------------------------------------------------------------------------------------------
 class MyBroadcast(Function):
     """Copy tensors from one device to every slot; its backward is ReduceAddCoalesced."""
 
@@ -88,7 +85,6 @@ class MyReduceAddCoalesced(Function):
         return (None, None) + MyBroadcast.apply(ctx.devices, *grads)  # the partner's apply, again
 
 
-# Task 4 ------------------------------------------------------------------------------------------
 def scatter(inputs, devices, dim=0):
     """Split nested ``inputs`` over the slots: a list with one structure per piece."""
 
@@ -135,7 +131,6 @@ def gather(outputs, target_device, dim=0):
     return gather_map(list(outputs))
 
 
-# Task 5 ------------------------------------------------------------------------------------------
 def keep_bn_statistics(network, devices, detach=False):
     """Replicas like PR #20910's, except that slot 0's buffers are the original's own."""
     replicas = dpteach.replicate(network, devices, detach, strategy="rewire")
@@ -146,21 +141,8 @@ def keep_bn_statistics(network, devices, detach=False):
     return replicas
 
 
-# Task 6 ------------------------------------------------------------------------------------------
 def copy_once(tensor, device):
     """A replica's copy of `tensor` on `device` with one copy, as PR #20995 made Cloneable::clone do."""
     tensor, device = tensor.detach(), torch.device(device)  # a slot may be named by a string: "cpu"
     # FIX (#20995): `.to` alone copies onto another device; only on the tensor's own device, clone
     return tensor.to(device) if tensor.device != device else tensor.clone()
-
-
-__all__ = [
-    "replicate_by_clone",
-    "MyReduceAdd",
-    "MyBroadcast",
-    "MyReduceAddCoalesced",
-    "scatter",
-    "gather",
-    "keep_bn_statistics",
-    "copy_once",
-]

@@ -18,7 +18,6 @@ from dpteach import comm  # noqa: F401
 from dpteach.functions import Gather, Scatter  # noqa: F401
 
 
-# Task 1 ------------------------------------------------------------------------------------------
 def replicate_by_clone(network, devices, detach=False):
     """Clone-based replicate, as the C++ frontend did before PR #20910, with its bug for you to fix.
 
@@ -48,7 +47,6 @@ def replicate_by_clone(network, devices, detach=False):
     return replicas
 
 
-# Task 2 ------------------------------------------------------------------------------------------
 class MyReduceAdd(Function):
     """PR #20910's ReduceAdd node: one per original parameter, every replica's copy is one of its outputs.
 
@@ -69,7 +67,6 @@ class MyReduceAdd(Function):
         raise NotImplementedError("Task 2 (rewire gradient edges): write ReduceAdd.backward")
 
 
-# Task 3 ------------------------------------------------------------------------------------------
 class MyBroadcast(Function):
     """Copy tensors from one device to every slot; its backward is ReduceAddCoalesced.
 
@@ -116,7 +113,6 @@ class MyReduceAddCoalesced(Function):
         )
 
 
-# Task 4 ------------------------------------------------------------------------------------------
 def scatter(inputs, devices, dim=0):
     """Split nested ``inputs`` over the slots: a list with one structure per piece.
 
@@ -138,7 +134,6 @@ def gather(outputs, target_device, dim=0):
     raise NotImplementedError("Task 4 (scatter and gather nested inputs): write gather")
 
 
-# Task 5 ------------------------------------------------------------------------------------------
 def keep_bn_statistics(network, devices, detach=False):
     """Replicas like PR #20910's, except that slot 0's buffers are the original's own.
 
@@ -153,7 +148,6 @@ def keep_bn_statistics(network, devices, detach=False):
     return replicas
 
 
-# Task 6 ------------------------------------------------------------------------------------------
 def copy_once(tensor, device):
     """A replica's copy of `tensor` on `device`, as Cloneable::clone made it after PR #20995: ONE copy.
 
@@ -166,15 +160,3 @@ def copy_once(tensor, device):
     raise NotImplementedError(
         "Task 6 (one copy, not two): return a copy of `tensor` on `device` made with one copy"
     )
-
-
-__all__ = [
-    "replicate_by_clone",
-    "MyReduceAdd",
-    "MyBroadcast",
-    "MyReduceAddCoalesced",
-    "scatter",
-    "gather",
-    "keep_bn_statistics",
-    "copy_once",
-]

@@ -1,72 +1,53 @@
-"""Task 1 (chapter 02): find the bug in a clone-based replicate.
+"""Task 1 (chapter 02): find the bug in a clone-based replicate, whose parameters were fresh leaves (issue #19540).
 
-The learner fixes ``replicate_by_clone``, whose parameters were fresh leaves (issue #19540).
-The check runs it as ``strategy=`` through DataParallel on every model and 1-4 slots, and asks of
-each replica parameter: does a path lead back to the original? is it on its slot, in its own
-memory? and of the original: is its gradient the one one device computes? Those slots are all
-``cpu``, where a copy that ignores ``device`` lands on the right device by luck, so the check also
-replicates every model onto ``[cpu, meta]`` (``meta`` holds shapes and no data) and asks where
-each replica's tensors landed.
+The check runs the learner's ``replicate_by_clone`` as ``strategy=`` on every model and 1-4 CPU
+slots, then onto ``[cpu, meta]`` (``meta`` holds shapes and no data), where a copy that ignores
+``device`` can no longer land on the right device by luck.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..course import story
 from ..replicate import replicate
 from ._feedback import Findings, Result, Task
-from ._harness import check_replicas, require_strategy, run_cases, run_check
+from ._harness import check_replicas, require_strategy, run_cases, run_check, try_step
 from ._models import CASES
 from ._paths import places, replica_tensor
-from ._try import step
 
-TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+TASK = Task(  # the registry finds this record by the file's name
     1,
     "clone_bug",
     "find the bug in clone-based replicate",
     "02",
     names=("replicate_by_clone",),
     check="check_clone_bug",
-    writes="the line of `replicate_by_clone` that loses the gradient edge",
     imports="from copy import deepcopy\n\nimport torch\nfrom torch import nn\n\nfrom dpteach import exercises",
-    intro=(
-        "## Task 1 · Find the bug in clone-based replicate\n\n"
-        'Chapter 01 trained a model under `strategy="clone"` and watched nothing happen (issue #19540). '
-        "`replicate_by_clone` below builds replicas the same way: a deep copy per slot, then every parameter "
-        "replaced by `copy`. The line that made `copy` is shown as a `# BROKEN` comment. Replace the `raise` "
-        "with a line that makes a copy of `param` on `device` that **keeps a gradient edge back to `param`** "
-        "and, on every slot after slot 0, has memory of its own (slot 0 may share the original's, as "
-        "`torch/nn/parallel/replicate.py` does). One line; the check names each trap it finds. "
-        "(`detach=False` is there because every strategy has `replicate`'s signature; this task does not use it.)"
-    ),
-    demo=(
-        'First, read what the check says about the broken strategy itself, `"clone"`: every sentence is one '
-        "symptom of the bug.",
-        'exercises.check_clone_bug("clone")',
-    ),
-    note=(
-        "`param.to(device, copy=True)` is computed by autograd from `param`, so its `grad_fn` has an "
-        "edge to `param`; `copy=True` gives every slot its own memory even on the device `param` is on."
-    ),
 )
 
-HINTS = {
-    "fresh_leaf": "a new `nn.Parameter`, or anything made from `param.detach()` or under `torch.no_grad()`, is a "
-    "fresh leaf with no memory of `param`. Make the copy with an operation on `param` that autograd records, "
-    "so that the copy has a `grad_fn` (chapter 02 reads them).",
-    "no_grad": "the copy must be made with gradients on: no `torch.no_grad()`, no `.detach()`.",
-    "wrong_leaf": "the copy must be computed from `param` itself; computing it from a detached copy of `param` gives "
-    "an edge to that copy instead.",
-    "shared": "`param.to(device)` hands back `param` itself when it is already on `device`; `copy=True` (or "
-    "`.clone()`) makes a tensor with memory of its own.",
-    "device": "the copy must be made on `device`, the slot it is for: a copy that ignores `device` stays on "
+HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
+    "fresh_leaf": (
+        "a replica's parameter learns for the original only if autograd *made it from* `param`: then its "
+        "`grad_fn` has an edge back to `param` (chapter 02 reads them).",
+        "a new `nn.Parameter`, `param.detach()` or anything under `torch.no_grad()` is a fresh leaf that forgot "
+        "`param`. Use one operation on `param` itself that autograd records and that takes a device.",
+        "`copy = param.to(device, copy=True)`: recorded by autograd, on `device`, its own memory.",
+    ),
+    "no_grad": "make the copy with gradients on: take out the `torch.no_grad()` or the `.detach()`.",
+    "wrong_leaf": "compute the copy from `param` itself, not from a detached copy of `param` (that gives an "
+    "edge to the copy instead).",
+    "shared": (
+        "every slot after slot 0 must own its memory: an operation that can hand back its input unchanged "
+        "shares the original's.",
+        "`param.to(device)` hands back `param` itself when it is already on `device`.",
+        "ask `.to` for a copy: `param.to(device, copy=True)`.",
+    ),
+    "device": "make the copy on `device`, the slot it is for: a copy that ignores `device` stays on "
     "`param`'s device, which only looks right while every slot is the CPU.",
-    "grads_none": "when no gradient reaches the original, look at where each replica's parameter leads (`grad_fn`, "
-    "then `next_functions`, as in chapter 02).",
-    "grads_wrong": "a gradient that is a multiple of one device's means some replica's gradient is counted twice, or "
-    "not at all.",
-    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+    "grads_none": "when no gradient reaches the original, follow each replica parameter's `grad_fn`, then its "
+    "`next_functions`, as in chapter 02: the walk must end at the original.",
+    "grads_wrong": "a gradient that is a multiple of one device's means some replica's gradient is counted twice, "
+    "or not at all: give each slot its own copy, made once.",
 }
 
 
@@ -114,5 +95,4 @@ def check_clone_bug(strategy=None, *, devices=None) -> Result:
 
 def try_answer(replicate_by_clone) -> str:
     """One DataParallel step with the learner's strategy (``try_it("clone_bug", fn)``)."""
-    x, _ = story.make_data(n=16)
-    return step(replicate_by_clone, story.make_model(), x)
+    return try_step(replicate_by_clone)

@@ -1,10 +1,7 @@
-"""Task 2 (chapter 03): rewire gradient edges, PR #20910's way.
+"""Task 2 (chapter 03): rewire gradient edges, PR #20910's way: the learner writes ``ReduceAdd``.
 
-The learner writes ``ReduceAdd``'s forward and backward. :func:`rewire_with` runs the library's
-``"rewire"`` strategy with it (``node=``): clone every slot, then one ``MyReduceAdd.apply(original,
-*copies)`` per original parameter, whose outputs replace the copies. The check first tries the node alone
-(its outputs, its one edge, its sum, where the sum lands), then runs the strategy through
-DataParallel on every model and 1-4 slots against one device.
+The check tries the node alone (its outputs, its one edge, its sum, where the sum lands), then runs
+the library's ``"rewire"`` strategy with it (:func:`rewire_with`) on every model and 1-4 slots.
 """
 
 from __future__ import annotations
@@ -14,50 +11,43 @@ import inspect
 import torch
 from torch.autograd import Function
 
-from ..course import story
 from ..replicate import rewire
 from ._feedback import Findings, Result, Stop, Task
-from ._harness import check_replicas, run_cases, run_check
+from ._harness import check_replicas, run_cases, run_check, try_step
 from ._paths import leaves_behind
-from ._try import step
 
-TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+TASK = Task(  # the registry finds this record by the file's name
     2,
     "rewire",
     "rewire gradient edges",
     "03",
     names=("MyReduceAdd",),
     check="check_rewire",
-    writes="`ReduceAdd` (forward, backward), PR #20910's node",
+    helpers=("rewire_with",),
     imports="import torch\nfrom torch.autograd import Function\n\nfrom dpteach import exercises",
-    intro=(
-        "## Task 2 · Rewire gradient edges (PR #20910)\n\n"
-        "PR #20910 kept `clone()` and gave every replica parameter a gradient edge into one `ReduceAdd` node "
-        "per original parameter. Write that node. `exercises.rewire_with(MyReduceAdd)` runs the library's "
-        '`"rewire"` strategy with your class: it clones every slot and calls '
-        "`MyReduceAdd.apply(original, *copies)` once "
-        "per original parameter, putting the outputs in the replicas. Forward hands the copies back as the "
-        "node's outputs; backward sums the copies' gradients **on the original's device**."
-    ),
-    demo=None,
-    note=(
-        "Forward returns the copies (detached aliases of the clones' memory), which makes them the node's "
-        "outputs; backward moves every gradient to `ctx.destination` and adds them: one value for `original`, "
-        "`None` for each copy."
-    ),
 )
 
-HINTS = {
-    "outputs": "forward must return one tensor per copy, in order, e.g. `tuple(c.detach() for c in copies)`: "
-    "returning them from forward is what makes this node their `grad_fn`.",
-    "edge": "the node's only edge must lead to `original`: that is why `original` is forward's first input.",
-    "sum_missing": "backward returns one value per input of forward: first the gradient for `original` (the sum), "
-    "then `None` for each copy.",
-    "sum_wrong": "the original's gradient is the sum of every copy's gradient: not the first one, not the mean.",
-    "device": "remember `original.device` in forward (`ctx.destination = original.device`) and move every gradient "
-    "there before adding: `g.to(ctx.destination)`.",
-    "grads_none": "the sum must be returned as the gradient of `original`, forward's first input.",
-    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
+    "outputs": (
+        "a tensor's `grad_fn` is the node whose forward returned it: forward must return the copies "
+        "themselves, one per copy, in order.",
+        "return them as new tensors of the node that share the copies' memory: `.detach()` makes one.",
+        "`return tuple(c.detach() for c in copies)`.",
+    ),
+    "edge": "pass `original` into `apply` as forward's first input: a node's edges lead to its inputs.",
+    "sum_missing": (
+        "backward returns one value per input of forward, in order: `original` comes first.",
+        "the first value is the gradient for `original`: the sum of every copy's gradient; then `None` for "
+        "each copy.",
+        "`return (sum(grads),) + (None,) * len(grads)`, with each gradient moved to the original's device.",
+    ),
+    "sum_wrong": "the original's gradient is the sum of every copy's gradient: add them all, do not divide.",
+    "device": (
+        "the sum must land where the original lives, whichever device the gradients came from.",
+        "remember `original.device` on `ctx` in forward, and move each gradient there in backward.",
+        "`ctx.destination = original.device` in forward; `sum(g.to(ctx.destination) for g in grads)` in backward.",
+    ),
+    "grads_none": "return the sum as the first value of backward: the gradient of `original`.",
 }
 
 
@@ -101,26 +91,21 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
             )
             raise Stop
     if not any(leaf is original for leaf in leaves_behind(outputs[0])):
-        findings.problem("edge", "the ReduceAdd node has no edge to `original`, so no gradient can reach it")
+        findings.problem(
+            "edge",
+            "the ReduceAdd node has no edge to `original`, so no gradient can reach it: keep `original` an input "
+            "of forward (its first) and return the copies from forward",
+        )
         raise Stop
     base = torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]])
     # a scalar loss, not backward(outputs, grad_tensors): torch imports sympy the first time it checks grad_tensors
     sum((out * (2**i * base)).sum() for i, out in enumerate(outputs)).backward()
     if original.grad is None:
-        back = _by_hand(reduce_add, marked=False) or (None,)
-        if back[0] is None and any(b is not None for b in back[1:]):
-            findings.problem(
-                "sum_missing",
-                "after backward the original's .grad is None: ReduceAdd.backward returns "
-                "the gradients for the copies, which are the replicas' own tensors, and None for "
-                "`original`: the edge that matters leads to the original",
-            )
-        else:
-            findings.problem(
-                "sum_missing",
-                "after backward the original's .grad is None: ReduceAdd.backward returned "
-                "nothing for `original` (its first return value must be the sum of the gradients)",
-            )
+        findings.problem(
+            "sum_missing",
+            "after backward the original's .grad is None: make backward's first return value, the one for "
+            "`original`, the sum of the copies' gradients (a value returned for a copy reaches no one)",
+        )
     elif not torch.allclose(original.grad, 7 * base):
         ratio = original.grad.norm().item() / (7 * base).norm().item()
         findings.problem(
@@ -130,91 +115,25 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
         )
 
 
-class _OnAnotherDevice(torch.Tensor):
-    """A CPU tensor standing for one on another slot's device: every op keeps the mark, only a move removes it."""
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.Tensor.cpu or (func is torch.Tensor.to and _names_a_device(args[1:], kwargs)):
-            return func(
-                args[0].as_subclass(torch.Tensor), *args[1:], **kwargs
-            )  # moved: an ordinary tensor again
-        return super().__torch_function__(func, types, args, kwargs)
-
-
-def _names_a_device(args, kwargs) -> bool:
-    things = list(args) + [kwargs.get("device")]
-    return any(isinstance(a, (torch.device, str, int)) and not isinstance(a, bool) for a in things) or any(
-        isinstance(a, torch.Tensor) and not isinstance(a, _OnAnotherDevice) for a in args
-    )
-
-
-class _Ctx:
-    """Enough of autograd's ``ctx`` to call a Function's forward and backward by hand."""
-
-    def __init__(self, n_inputs: int) -> None:
-        self.needs_input_grad = (True,) + (False,) * (n_inputs - 1)
-        self.saved_tensors = ()
-
-    def save_for_backward(self, *tensors):
-        self.saved_tensors = tensors
-
-    def mark_non_differentiable(self, *args):
-        pass
-
-    def mark_dirty(self, *args):
-        pass
-
-    def set_materialize_grads(self, value):
-        pass
-
-
-def _by_hand(reduce_add: type[Function], marked: bool):
-    """Call forward, then backward, by hand on two copies; what backward returns (None if it needs more of ctx)."""
-    ctx = _Ctx(3)
-    try:
-        with torch.no_grad():
-            reduce_add.forward(ctx, torch.zeros(2, 3, requires_grad=True), torch.ones(2, 3), torch.ones(2, 3))
-            grads = [torch.ones(2, 3) for _ in range(2)]
-            back = reduce_add.backward(
-                ctx, *[g.as_subclass(_OnAnotherDevice) if marked else g for g in grads]
-            )
-    except AttributeError:  # it uses a part of ctx this stand-in lacks: the DataParallel runs will tell
-        return None
-    return tuple(back) if isinstance(back, (tuple, list)) else (back,)
-
-
 def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
-    """Where the sum lands: the copies' gradients arrive marked as living on another device than the original.
+    """Where the sum lands: the original on ``meta`` (shapes, no data), its copies' gradients on the CPU.
 
-    A machine without two devices cannot show this for real, so forward and backward are called by hand
-    and each gradient is a CPU tensor that keeps a mark until something moves it (``.to(device)``).
+    Autograd refuses a gradient on another device than its tensor's, so a sum left where the
+    gradients came from raises "expected device meta but got cpu"; no second GPU is needed.
     """
-    findings.context = "Trying ReduceAdd with the copies' gradients on another device"
-    back = _by_hand(reduce_add, marked=True)
-    if back is not None and isinstance(back[0], _OnAnotherDevice):
+    findings.context = "Trying ReduceAdd with the original on another device than its copies"
+    original = torch.nn.Parameter(torch.zeros(2, 3, device="meta"))
+    try:
+        outputs = reduce_add.apply(original, *[torch.ones(2, 3) for _ in range(3)])
+        sum(out.sum() for out in outputs).backward()
+    except RuntimeError as exc:
+        if "expected device meta but got cpu" not in str(exc):
+            raise
         findings.problem(
             "device",
-            "ReduceAdd.backward leaves the sum on the device the gradients came from; it must "
-            "land on the original's device, as the C++ node's `destination_device_` (the check marks "
-            "each gradient as coming from another slot, as it would on a second GPU)",
+            "ReduceAdd.backward leaves the sum on the device the gradients came from (here the CPU); "
+            "move it to the original's device (here `meta`), as the C++ node's `destination_device_` does",
         )
-
-
-def _copies_note(reduce_add: type[Function]) -> str:
-    """What happens to backward's values for the copies: said on success, whichever the learner returned."""
-    back = _by_hand(reduce_add, marked=False) or ()
-    yours = (
-        "your backward returns a gradient for the copies too; "
-        if any(b is not None for b in back[1:])
-        else "your backward returns None for the copies; "
-    )
-    return (
-        f"{yours}whatever it returns there is ignored: the copies come in detached (no history, "
-        "requires_grad False), so autograd has nowhere to send it. The C++ node returns only the sum "
-        "(`return {std::move(output)};`), one value for its one edge"
-    )
 
 
 def check_rewire(reduce_add=None, *, devices=None) -> Result:
@@ -238,7 +157,6 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
             "leads to the original parameter (PR #20910's graph)",
             "backward sums every replica's gradient onto the original's device",
             "the original's gradients equal one device's on all three models and 1-4 slots",
-            _copies_note(reduce_add),
         ]
 
     return run_check(TASK, HINTS, body)
@@ -246,5 +164,4 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
 
 def try_answer(reduce_add) -> str:
     """One DataParallel step of the ``"rewire"`` strategy with the learner's node (``try_it("rewire", ReduceAdd)``)."""
-    x, _ = story.make_data(n=16)
-    return step(rewire_with(reduce_add), story.make_model(), x)
+    return try_step(rewire_with(reduce_add))

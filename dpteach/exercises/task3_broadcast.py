@@ -1,11 +1,8 @@
 """Task 3 (chapter 07): a Broadcast / ReduceAddCoalesced pair that survives double backward.
 
-Each function's backward is the other's ``apply`` (PR #2508, after issue #2467), so the backward
-graph is made of nodes that have a backward themselves. The check tries the pair alone (layout,
-values, and whether each backward's result comes out of the partner's node), then runs the
-library's ``"broadcast"`` strategy with it (:func:`broadcast_with`, ``broadcast=``) and compares,
-on every model and 1-4 slots, the gradients and the gradients of a gradient penalty with one
-device's.
+Each function's backward is the other's ``apply`` (PR #2508). The check tries the pair alone, then
+runs the library's ``"broadcast"`` strategy with it (:func:`broadcast_with`) and compares gradients
+and the gradients of a gradient penalty with one device's, on every model and 1-4 slots.
 """
 
 from __future__ import annotations
@@ -15,56 +12,53 @@ import inspect
 import torch
 from torch.autograd import Function
 
-from ..course import story
 from ..replicate import broadcast as broadcast_strategy
 from ._feedback import Findings, Result, Stop, Task
-from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists
+from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists, try_step
 from ._paths import nodes_behind
-from ._try import step
 
-TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+TASK = Task(  # the registry finds this record by the file's name
     3,
     "broadcast_pair",
     "Broadcast / ReduceAddCoalesced for double backward",
     "07",
     names=("MyBroadcast", "MyReduceAddCoalesced"),
     check="check_broadcast_pair",
-    writes="`Broadcast` and `ReduceAddCoalesced`, the adjoint pair of `replicate.py`",
+    helpers=("broadcast_with",),
     imports="import torch\nfrom torch.autograd import Function\n\nfrom dpteach import comm, exercises",
-    intro=(
-        "## Task 3 · A Broadcast / ReduceAddCoalesced pair that survives double backward\n\n"
-        "Python's `replicate.py` uses two autograd functions, each the other's backward (PR #2508, after issue "
-        '#2467, "Double backward functionality within dataParallel is incomplete", whose error read '
-        '"Scatter is not differentiable twice"). Write both. Forward does the copying and the summing with '
-        "`dpteach.comm`; backward must call the **partner's `apply`**, so the backward graph is itself made of "
-        "nodes with a backward, and a gradient penalty or a Hessian-vector product can go through it (chapter 07). "
-        "The check replicates with `exercises.broadcast_with(MyBroadcast)` and compares gradients *and* the "
-        "gradients of a gradient penalty with one device's."
-    ),
-    demo=None,
-    note=(
-        "Each backward is the other's `apply`: the sum in Broadcast's backward is a "
-        "ReduceAddCoalesced node, whose own backward is a Broadcast, and so on, as deep as differentiation goes."
-    ),
 )
 
-HINTS = {
-    "layout": "Broadcast's outputs go slot by slot (device-major): slot 0's copies of every input, then slot 1's, "
-    "... `comm.broadcast_coalesced(inputs, devices)` gives one list per slot (slot 0's are the inputs themselves); "
-    "flatten it slot by slot: `tuple(t for slot in per_slot for t in slot)`.",
-    "sum": "`ReduceAddCoalesced.forward` gets the tensors slot by slot; `comm.reduce_add_coalesced` wants one list "
-    "per slot: `[grads[i:i + num_inputs] for i in range(0, len(grads), num_inputs)]`.",
-    "broadcast_sum": "Broadcast.backward hands back what your ReduceAddCoalesced's `apply` returns (after a `None` "
-    "for `devices`): when that sum is wrong, look at ReduceAddCoalesced.forward first.",
-    "not_differentiable": "a backward is differentiable when what it returns is computed by autograd-recorded "
-    "operations: call the partner's `apply` (`MyReduceAddCoalesced.apply(...)` in Broadcast.backward, "
-    "`MyBroadcast.apply(...)` in ReduceAddCoalesced.backward), not `comm` directly, not under `torch.no_grad()`.",
-    "partner": "Broadcast.backward returns `None` for `devices`, then what `MyReduceAddCoalesced.apply(...)` returns; "
-    "ReduceAddCoalesced.backward returns `None` for `destination` and `num_inputs`, then what `MyBroadcast.apply(...)` "
-    "returns. Keep in `ctx`, in forward, what those calls need (chapter 04 reads PyTorch's `_functions.py`).",
-    "second_none": "the gradient penalty's gradient needs a backward that is itself differentiable: each backward "
-    "must call its partner's `apply`.",
-    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
+    "layout": (
+        "Broadcast's outputs go slot by slot: every input's copy on slot 0, in order, then slot 1's, ...",
+        "`comm.broadcast_coalesced(inputs, devices)` gives one list per slot (slot 0's are the inputs "
+        "themselves): flatten it in slot order.",
+        "`return tuple(t for slot in per_slot for t in slot)`.",
+    ),
+    "sum": (
+        "`ReduceAddCoalesced.forward` gets the tensors slot by slot, `num_inputs` per slot, and returns "
+        "`num_inputs` sums.",
+        "`comm.reduce_add_coalesced` wants one list per slot: cut the flat `grads` into groups of `num_inputs`.",
+        "`comm.reduce_add_coalesced([grads[i:i + num_inputs] for i in range(0, len(grads), num_inputs)], "
+        "destination)`.",
+    ),
+    "broadcast_sum": "Broadcast.backward returns what your ReduceAddCoalesced computes: when that sum is wrong, "
+    "fix ReduceAddCoalesced.forward first.",
+    "not_differentiable": (
+        "a backward is differentiable when autograd records what it computes: a `comm` call is not recorded.",
+        "each backward can call the partner Function, whose node autograd records: `MyReduceAddCoalesced` in "
+        "Broadcast.backward, `MyBroadcast` in ReduceAddCoalesced.backward, not under `torch.no_grad()`.",
+        "`return (None,) + MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` and "
+        "`return (None, None) + MyBroadcast.apply(ctx.devices, *grads)`.",
+    ),
+    "partner": (
+        "this task asks each backward to call its partner's `apply`, so the second backward runs your other class.",
+        "keep on `ctx`, in forward, what the partner's `apply` needs: the input device and count, the slots' devices.",
+        "Broadcast.backward: `(None,) + MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)`; "
+        "ReduceAddCoalesced.backward: `(None, None) + MyBroadcast.apply(ctx.devices, *grads)`.",
+    ),
+    "second_none": "a gradient penalty's gradient needs each backward to be differentiable itself: call the "
+    "partner's `apply` in each backward.",
 }
 
 
@@ -84,7 +78,9 @@ def _from_partner(t: torch.Tensor, partner: type[Function]) -> bool:
 
 def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
     """Broadcast alone: two inputs on three slots, then a backward with create_graph=True."""
-    findings.context = "Trying Broadcast alone (two inputs, three slots)"
+    findings.context = (
+        "Trying Broadcast on two inputs and three slots (its backward runs your ReduceAddCoalesced)"
+    )
     slots = [torch.device("cpu")] * 3
     a = torch.arange(6.0).view(2, 3).requires_grad_()
     b = torch.tensor([1.0, -1.0, 2.0, 0.5], requires_grad=True)
@@ -140,7 +136,9 @@ def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
 
 def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
     """ReduceAddCoalesced alone: two tensors from each of three slots, then a backward with create_graph=True."""
-    findings.context = "Trying ReduceAddCoalesced alone (two tensors from each of three slots)"
+    findings.context = (
+        "Trying ReduceAddCoalesced on two tensors from each of three slots (its backward runs your Broadcast)"
+    )
     grads = [torch.full((2, 2), float(10 * j + k), requires_grad=True) for j in range(3) for k in range(2)]
     sums = reduce_add.apply(torch.device("cpu"), 2, *grads)
     sums = (sums,) if isinstance(sums, torch.Tensor) else tuple(sums)
@@ -215,5 +213,4 @@ def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=N
 
 def try_answer(broadcast, reduce_add_coalesced=None) -> str:
     """One DataParallel step of ``"broadcast"`` with the learner's pair (``try_it("broadcast_pair", B, R)``)."""
-    x, _ = story.make_data(n=16)
-    return step(broadcast_with(broadcast), story.make_model(), x)
+    return try_step(broadcast_with(broadcast))

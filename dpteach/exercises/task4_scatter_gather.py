@@ -1,10 +1,8 @@
-"""Task 4 (chapter 11 only: no chapter before it covers nested inputs): scatter and gather nested inputs.
+"""Task 4 (chapter 11 only): scatter and gather nested inputs.
 
-The learner writes ``scatter(inputs, devices, dim=0)`` and ``gather(outputs, target_device, dim=0)``.
-The check compares them with ``dpteach.scatter`` / ``dpteach.gather`` on tensors, tuples, lists,
-dicts, namedtuples, dataclasses and a mix (types kept, tensors split and joined, non-tensors shared,
-gradients flowing), then plugs them into DataParallel on a model that takes a dataclass and a
-keyword dict and returns a namedtuple, and compares with ``dpteach.DataParallel``.
+The check compares the learner's pair with ``dpteach.scatter`` / ``dpteach.gather`` on nested
+tensors, tuples, lists, dicts, namedtuples and dataclasses, then inside DataParallel on a model that
+takes a dataclass and a keyword dict and returns a namedtuple.
 """
 
 from __future__ import annotations
@@ -23,35 +21,17 @@ from ..data_parallel import DataParallel
 from ..scatter_gather import gather as real_gather
 from ..scatter_gather import scatter as real_scatter
 from ._feedback import Findings, Result, Stop, Task
-from ._harness import ATOL, RTOL, run_check, slot_lists
-from ._try import SLOTS
+from ._harness import ATOL, RTOL, SLOTS, run_check, slot_lists
 
-TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+TASK = Task(  # the registry finds this record by the file's name
     4,
     "scatter_gather",
     "scatter and gather nested inputs",
     "11",  # no earlier chapter covers nested inputs, so this task lives in chapter 11 only
     names=("scatter", "gather"),
     check="check_scatter_gather",
-    writes="`scatter` and `gather` for tuples, dicts, namedtuples, dataclasses",
     imports="import dataclasses\n\nimport torch\n\nfrom dpteach import exercises\n"
     "from dpteach.functions import Gather, Scatter",
-    intro=(
-        "## Task 4 · Scatter and gather nested inputs\n\n"
-        "`DataParallel` splits its inputs over the slots and joins the outputs back (chapter 00 split one tensor of "
-        "10 rows with `dpteach.scatter`; nested inputs are new here, no earlier chapter covers them). Inputs come nested: "
-        "tuples, lists, dicts, namedtuples, dataclasses, and things that are not tensors at all. Write "
-        "`scatter` and `gather`: tensors are split (and joined) along `dim` with the differentiable `Scatter` / "
-        "`Gather` functions, containers keep their type and every field, anything else is shared by every slot. "
-        "PyTorch's `scatter` hands a dataclass to every slot unsplit (issue #45840) and its `gather` cannot "
-        "rebuild one (issue #41327); yours must do both."
-    ),
-    demo=None,
-    note=(
-        "One recursive function each. A namedtuple takes its fields as arguments "
-        "(`type(obj)(*fields)`), a dataclass is rebuilt with `dataclasses.replace`, and `zip` stops at the "
-        "shortest, so a small batch gives fewer pieces than slots."
-    ),
 )
 
 Pair = namedtuple("Pair", "x y")
@@ -87,21 +67,28 @@ class NestedNet(nn.Module):
         return Out(y=y, aux={"h": batch.x.sum(1, keepdim=True), "tags": len(batch.tags)})
 
 
-HINTS = {
-    "type": "rebuild each container with its own type: `type(obj)(*fields)` for a namedtuple (it takes its fields "
-    "as arguments, not one iterable), `dataclasses.replace(obj, **fields)` for a dataclass, `type(obj)(pairs)` for "
-    "a dict.",
-    "rows": "a dataclass's tensor fields must be split too (PyTorch passes dataclasses through whole, issues "
-    "#41327 and #45840): visit every field with `dataclasses.fields(obj)`.",
+HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
+    "type": (
+        "each container comes back as its own type, on every slot: a namedtuple as that namedtuple, a dict as "
+        "that dict's type, a dataclass as that dataclass.",
+        "a namedtuple takes its fields as arguments, not one iterable; a dataclass is rebuilt from its fields.",
+        "`type(obj)(*fields)` for a namedtuple, `dataclasses.replace(obj, **fields)` for a dataclass, "
+        "`type(obj)(pairs)` for a dict.",
+    ),
+    "rows": "split a dataclass's tensor fields too (PyTorch passes dataclasses through whole, issues #41327 and "
+    "#45840): visit every field with `dataclasses.fields(obj)`.",
     "dropped": "rebuild a dataclass from *all* its fields, tensors or not: `dataclasses.replace(obj, **fields)` "
     "keeps every field you do not pass.",
-    "shared": "anything that is not a tensor or a container goes to every slot as it is: the same object, not a copy, "
-    "and not dropped.",
+    "shared": "send anything that is not a tensor or a container to every slot as it is: the same object, not a "
+    "copy, and not dropped.",
     "grad": "split and join with the differentiable `Scatter.apply` / `Gather.apply` (or tensor operations), never "
     "on `.detach()`ed tensors or under `torch.no_grad()`.",
-    "count": "`tensor.chunk(n)` can give fewer than n pieces (2 rows over 4 slots give 2); the result has one entry "
-    "per piece, and `zip` stops at the shortest.",
-    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+    "count": "return one entry per piece: `tensor.chunk(n)` can give fewer than n pieces (2 rows over 4 slots "
+    "give 2), and `zip` stops at the shortest.",
+    "values": "give each piece the rows `tensor.chunk(n, dim)` gives it, in order: `Scatter.apply(devices, None, "
+    "dim, tensor)` cuts them so; `Gather.apply(target_device, dim, *tensors)` joins them back in slot order.",
+    "device": "put each piece on its own slot's device and the joined result on `target_device`: `Scatter` and "
+    "`Gather` do both.",
 }
 
 
@@ -142,27 +129,23 @@ def _outputs():
     ], ys
 
 
-def _describe(path: str) -> str:
-    return f"`{path}`"
-
-
 def first_difference(got, want, path: str) -> tuple[str, str] | None:
     """(kind, sentence) for the first place where ``got`` differs from ``want``; None when they agree."""
     if isinstance(want, torch.Tensor):
         if not isinstance(got, torch.Tensor):
-            return "type", f"{_describe(path)} is a {type(got).__name__}, expected a tensor"
+            return "type", f"`{path}` is a {type(got).__name__}, expected a tensor"
         if got.shape != want.shape:
             kind = "rows" if got.dim() == want.dim() and got.dim() > 0 else "type"
-            return kind, f"{_describe(path)} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+            return kind, f"`{path}` has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
         if got.device != want.device:
-            return "device", f"{_describe(path)} is on {got.device}, expected {want.device}"
+            return "device", f"`{path}` is on {got.device}, expected {want.device}"
         if not torch.allclose(got.detach(), want.detach(), rtol=RTOL, atol=ATOL):
-            return "values", f"{_describe(path)} holds the wrong values (the wrong rows of the input?)"
+            return "values", f"`{path}` holds the wrong values (the wrong rows of the input?)"
         if want.requires_grad and not got.requires_grad:
-            return "grad", f"{_describe(path)} has no gradient path back to the tensor it came from"
+            return "grad", f"`{path}` has no gradient path back to the tensor it came from"
         return None
     if type(got) is not type(want):
-        return "type", f"{_describe(path)} is a {type(got).__name__}, expected a {type(want).__name__}"
+        return "type", f"`{path}` is a {type(got).__name__}, expected a {type(want).__name__}"
     if isinstance(want, tuple) and hasattr(want, "_fields"):
         pairs = [(f".{k}", getattr(got, k), getattr(want, k)) for k in want._fields]
     elif dataclasses.is_dataclass(want):
@@ -171,7 +154,7 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
             if not isinstance(w, torch.Tensor) and _is_default(f, g) and not _is_default(f, w):
                 return (
                     "dropped",
-                    f"{_describe(path + '.' + f.name)} is {g!r}, the field's default, not {w!r}: the "
+                    f"`{path}.{f.name}` is {g!r}, the field's default, not {w!r}: the "
                     "field was dropped on the way",
                 )
         pairs = [
@@ -180,11 +163,11 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
     elif isinstance(want, (list, tuple)):
         if len(got) != len(want):
             kind = "count" if path.count("[") == 0 else "type"
-            return kind, f"{_describe(path)} has {len(got)} entries, expected {len(want)}"
+            return kind, f"`{path}` has {len(got)} entries, expected {len(want)}"
         pairs = [(f"[{i}]", g, w) for i, (g, w) in enumerate(zip(got, want))]
     elif isinstance(want, dict):
         if list(got) != list(want):
-            return "type", f"{_describe(path)} has keys {list(got)}, expected {list(want)}"
+            return "type", f"`{path}` has keys {list(got)}, expected {list(want)}"
         pairs = [(f"[{k!r}]", got[k], want[k]) for k in want]
     else:
         if got is want:
@@ -192,9 +175,9 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
         if got == want:
             return (
                 "shared",
-                f"{_describe(path)} is a copy of {want!r}; a non-tensor is shared: the same object",
+                f"`{path}` is a copy of {want!r}; a non-tensor is shared: the same object",
             )
-        return "shared", f"{_describe(path)} is {got!r}, expected {want!r} (the same object the input holds)"
+        return "shared", f"`{path}` is {got!r}, expected {want!r} (the same object the input holds)"
     for suffix, g, w in pairs:
         found = first_difference(g, w, path + suffix)
         if found is not None:

@@ -1,13 +1,8 @@
-"""Task 6 (chapter 08): one copy, not two (PR #20995).
+"""Task 6 (chapter 08): one copy, not two (PR #20995): the learner writes ``copy_once(tensor, device)``.
 
-Before PR #20995, ``Cloneable::clone(device)`` copied every tensor with ``clone()`` and then
-``.to(device)``: for a replica on another device, two copies where one does (SsnL's catch on PR
-#20910). After it: ``device && tensor.device() != *device ? tensor.to(*device) : clone()``. The
-learner writes ``copy_once(tensor, device)``. The check counts the aten operations that copy data
-(``clone``, ``_to_copy``, ``copy_``), seen by a ``TorchDispatchMode``, for a tensor copied onto its
-own device and onto ``"meta"`` (PyTorch's device of shapes without data, standing in for a second
-GPU; every CUDA pair there is too), and asks: one copy, on the asked device, with memory of its
-own, the same shape, dtype and values.
+Before PR #20995 ``Cloneable::clone(device)`` copied with ``clone()`` then ``.to(device)``. The check
+counts the aten operations that copy data (a ``TorchDispatchMode`` sees them) for a copy onto its
+own device and onto ``"meta"`` (standing in for a second GPU; every CUDA pair there is too).
 """
 
 from __future__ import annotations
@@ -18,38 +13,26 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ._feedback import Findings, Result, Stop, Task
 from ._harness import run_check
 
-TASK = Task(  # this exercise's one record: every table (sources, notebook, index) is derived from it
+TASK = Task(  # the registry finds this record by the file's name
     6,
     "one_copy",
     "one copy, not two",
     "08",
     names=("copy_once",),
     check="check_copy_once",
-    writes="`copy_once`, a replica's copy of a tensor made with one copy (PR #20995)",
     imports="import torch\n\nfrom dpteach import exercises",
-    intro=(
-        "## Task 6 · One copy, not two (PR #20995)\n\n"
-        "Before PR #20995, the C++ `Cloneable::clone(device)` copied every parameter and buffer with `clone()` "
-        "and then `.to(device)`: for a replica on another device, two copies where one does (SsnL's catch on "
-        "PR #20910; chapter 08 counts them). Write `copy_once(tensor, device)`, the copy after the fix: **one** "
-        "copy onto any device, and on the tensor's own device still a copy with memory of its own. The check "
-        'needs no GPU: `"meta"`, PyTorch\'s device of shapes without data, stands in for a second one.'
-    ),
-    demo=None,
-    note=(
-        "`.to(device)` already copies when `device` is another device; on the tensor's own device it would "
-        "return the tensor itself, so there `clone()` makes the one copy."
-    ),
 )
 
 HINTS = {
-    "twice": "`.to(device)` already copies when `device` is another device: do not `clone()` first.",
+    "twice": (
+        "one copy is enough onto another device: one of your two operations already makes it.",
+        "`.to(device)` already copies when `device` is another device: do not `clone()` first.",
+    ),
     "shared": "on the tensor's own device `.to(device)` hands back the tensor itself (no copy): `clone()` there.",
-    "device": "the copy must end up on `device`, whatever device the tensor starts on.",
+    "device": "make the copy on `device`, whatever device the tensor starts on: `.to(device)` moves it.",
     "string": '`device` may be a string such as `"cpu"`: `tensor.device != "cpu"` is True even on the CPU, '
     "so turn it into a `torch.device(device)` before comparing.",
-    "values": "a copy keeps the tensor's shape, dtype and values.",
-    "error": "run the stub cell's last line (`exercises.try_it(...)`) to see the full traceback.",
+    "values": "return a tensor with the tensor's shape, dtype and values: copy it, do not change it.",
 }
 
 COPIES = ("clone", "_to_copy", "copy_")  # the aten operations that write a tensor's data somewhere new
