@@ -122,6 +122,29 @@ def _shared_generators(devices: list[torch.device | None]) -> dict[int, _SharedG
     return shared
 
 
+@contextlib.contextmanager
+def _share_of_the_cores(devices: list[torch.device | None]):
+    """While the replicas run, each CPU slot's thread gets a share of the learner's intra-op threads.
+
+    By default every thread that runs a large operation starts a team of ``torch.get_num_threads()``
+    threads (one per core), so k CPU slots would start k teams on the same cores, and on a small or busy
+    machine each operation's team waits for cores the others hold. ``torch.set_num_threads`` is
+    process-wide, and a new thread's team takes the value set when it first runs an operation, so it
+    is set once here, before the threads start, and set back after they end: backward, which runs CPU
+    work in the caller's thread, and the learner's next step get the learner's own setting."""
+    cpu_slots = sum(1 for d in devices if d is not None and d.type == "cpu")
+    threads = torch.get_num_threads()
+    share = max(1, threads // max(1, cpu_slots))
+    if cpu_slots < 2 or share == threads:
+        yield
+        return
+    torch.set_num_threads(share)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _thread_modes() -> Callable[[], contextlib.ExitStack]:
     """The caller's thread-local modes, as a context a worker thread enters: grad mode, inference mode,
     and autocast (enabled, dtype, cache) per device type. A new thread starts with torch's defaults."""
@@ -158,7 +181,8 @@ def parallel_apply(
     are carried from the caller into every thread. Slots that share a device run their forwards
     one at a time, each drawing random numbers from a generator state of its own
     (:class:`_SharedGenerator`), so a seeded run repeats and checkpointing replays the right
-    dropout masks. A failure is re-raised here as the same exception type, its
+    dropout masks. CPU slots' threads each get a share of ``torch.get_num_threads()`` while they
+    run (:func:`_share_of_the_cores`), and the setting is back as it was when this returns. A failure is re-raised here as the same exception type, its
     message naming the replica and device, with the original traceback.
     """
     if len(modules) != len(inputs):
@@ -229,10 +253,11 @@ def parallel_apply(
             threading.Thread(target=_worker, args=(i, m, inp, kw, dev, st), name=f"dpteach-replica-{i}")
             for i, (m, inp, kw, dev, st) in enumerate(zip(modules, inputs, kwargs_tup, devices, streams))
         ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with _share_of_the_cores(resolved):
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
     elif modules:
         _worker(0, modules[0], inputs[0], kwargs_tup[0], devices[0], streams[0])
 
