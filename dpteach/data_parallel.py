@@ -247,6 +247,16 @@ class DataParallel(_TheMoves, nn.Module):
     strategy learns there, ``"clone"`` included; its bug shows from two slots on. A
     ``torch.compile``'d module is refused (replicating the wrapper would empty the model it
     wraps): compile the DataParallel instead. Under grad mode an empty batch is refused.
+
+    Random numbers: in torch each replica runs on a GPU of its own and draws from that GPU's
+    generator. Slots that share a device (``["cpu", "cpu"]``, ``["cuda:0", "cuda:0"]``) share its
+    one generator, so their forwards take turns, each with a generator state of its own (the
+    first slot continues the caller's, the others are derived from it): a seeded run repeats bit
+    for bit, and ``torch.utils.checkpoint`` replays each slot's own dropout masks. The cost is the
+    overlap of those forwards: on CPU each slot's forward runs on its share of the cores
+    (``torch.get_num_threads() // slots``) one after another; on one GPU the slots already queue
+    their kernels on the same stream, so only one thread's Python overlapping another's is lost.
+    Slots on distinct GPUs run at once, as in torch.
     """
 
     def __init__(
