@@ -122,3 +122,18 @@ def test_a_failing_slot_still_leaves_the_generator_in_order():
     torch.manual_seed(9)
     torch.rand(3)
     assert torch.equal(after, torch.rand(1))  # the first slot's draw, then on
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("use_reentrant", [None, True, False])
+def test_two_slots_on_one_gpu_repeat_and_replay_their_masks(use_reentrant):
+    def run(reentrant):
+        net = model(reentrant).to("cuda:0")
+        x = torch.randn(64, 16, generator=torch.Generator().manual_seed(5)).to("cuda:0")
+        torch.manual_seed(1)  # seeds cuda:0's generator too
+        step(net, x, ["cuda:0", "cuda:0"])
+        return [p.grad.clone() for p in net.parameters()]
+
+    plain = run(None)
+    for g, g0 in zip(run(use_reentrant), plain):
+        assert_close(g, g0, rtol=0, atol=1e-5)
