@@ -201,6 +201,16 @@ class DataParallel(nn.Module):
 
     Its four methods (``scatter``, ``replicate``, ``parallel_apply``, ``gather``) are torch's; a
     subclass may override any of them, and :func:`four_moves` calls them.
+
+    Random numbers: in torch each replica runs on a GPU of its own and draws from that GPU's
+    generator. Slots that share a device (``["cpu", "cpu"]``, ``["cuda:0", "cuda:0"]``) share its
+    one generator, so their forwards take turns, each with a generator state of its own (the
+    first slot continues the caller's, the others are derived from it): a seeded run repeats bit
+    for bit, and ``torch.utils.checkpoint`` replays each slot's own dropout masks. The cost is the
+    overlap of those forwards: on CPU the slots' forwards run one after another, each with all of
+    ``torch.get_num_threads()`` (so no two thread teams fight for the same cores); on one GPU the slots already queue
+    their kernels on the same stream, so only one thread's Python overlapping another's is lost.
+    Slots on distinct GPUs run at once, as in torch.
     """
 
     def __init__(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -55,6 +56,96 @@ def _device_context(device: torch.device, stream=None):
     return stack
 
 
+def _rng_state(device: torch.device) -> torch.Tensor:
+    """The state of ``device``'s default generator, the one dropout and torch.rand draw from."""
+    return torch.get_rng_state() if device.type == "cpu" else torch.cuda.get_rng_state(device)
+
+
+def _set_rng_state(device: torch.device, state: torch.Tensor) -> None:
+    if device.type == "cpu":
+        torch.set_rng_state(state)
+    else:
+        torch.cuda.set_rng_state(state, device)
+
+
+def _slot_state(device: torch.device, state: torch.Tensor, slot: int) -> torch.Tensor:
+    """A generator state for ``slot``, derived from the caller's ``state`` and the slot's number alone.
+
+    The same caller state gives the same slot states, so a seeded run repeats; the next step's caller
+    state differs, and so do its slots' states. Nothing is drawn from the caller's generator."""
+    digest = hashlib.blake2b(state.numpy().tobytes() + slot.to_bytes(4, "little"), digest_size=8).digest()
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
+    return generator.get_state()
+
+
+class _SharedGenerator:
+    """Slots that sit on one device and so share its one default generator (``["cpu", "cpu"]``).
+
+    In torch each replica runs on a GPU of its own and draws from that GPU's generator. Here slots
+    of one device take turns: a slot's forward holds ``lock`` with the slot's own state installed,
+    so its dropout masks depend only on that state, whatever order the threads run in, and
+    ``torch.utils.checkpoint``, which stashes the device's state at forward and restores it to
+    recompute, replays the slot's own masks. The first slot continues the caller's state (so one
+    slot draws what the module alone would); the others get states derived from it. Afterwards
+    the device's generator holds the first slot's final state."""
+
+    def __init__(self, device: torch.device, slots: list[int]) -> None:
+        self.device, self.slots, self.lock = device, slots, threading.Lock()
+        start = _rng_state(device)
+        self.states = {i: start if k == 0 else _slot_state(device, start, i) for k, i in enumerate(slots)}
+
+    @contextlib.contextmanager
+    def turn(self, slot: int):
+        with self.lock:
+            _set_rng_state(self.device, self.states[slot])
+            try:
+                yield
+            finally:
+                self.states[slot] = _rng_state(self.device)
+
+    def finish(self) -> None:
+        _set_rng_state(self.device, self.states[self.slots[0]])
+
+
+def _shared_generators(devices: list[torch.device | None]) -> dict[int, _SharedGenerator]:
+    """For each slot that shares its device's generator with another slot, that device's group."""
+    groups: dict[torch.device, list[int]] = {}
+    for i, d in enumerate(devices):
+        if d is not None and d.type in ("cpu", "cuda"):
+            groups.setdefault(d, []).append(i)
+    shared = {}
+    for device, slots in groups.items():
+        if len(slots) > 1:
+            group = _SharedGenerator(device, slots)
+            shared.update({i: group for i in slots})
+    return shared
+
+
+def _thread_modes() -> Callable[[], contextlib.ExitStack]:
+    """The caller's thread-local modes, as a context a worker thread enters: grad mode, inference mode,
+    and autocast (enabled, dtype, cache) per device type. A new thread starts with torch's defaults."""
+    grad_enabled = torch.is_grad_enabled()
+    inference = torch.is_inference_mode_enabled()
+    cache = torch.is_autocast_cache_enabled()
+    autocast = {
+        kind: torch.get_autocast_dtype(kind)
+        for kind in ("cpu", "cuda")
+        if (kind == "cpu" or torch.cuda.is_available()) and torch.is_autocast_enabled(kind)
+    }
+
+    def enter() -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.set_grad_enabled(grad_enabled))
+        if inference:  # tensors made under inference mode (replicas' buffers) may only change inside it
+            stack.enter_context(torch.inference_mode())
+        for kind, dtype in autocast.items():
+            stack.enter_context(torch.autocast(kind, dtype=dtype, cache_enabled=cache))
+        return stack
+
+    return enter
+
+
 def parallel_apply(
     modules: Sequence[nn.Module],
     inputs: Sequence[Any],
@@ -63,8 +154,13 @@ def parallel_apply(
 ) -> list[Any]:
     """Call ``modules[i](*inputs[i], **kwargs_tup[i])`` for every i at once, one thread each.
 
-    Grad mode and autocast (enabled flag and dtype) are thread-local, so they are carried from
-    the caller into every thread. A failure is re-raised here as the same exception type, its
+    Grad mode, inference mode and autocast (enabled flag, dtype, cache) are thread-local, so they
+    are carried from the caller into every thread. Slots that share a device run their forwards
+    one at a time, each drawing random numbers from a generator state of its own
+    (:class:`_SharedGenerator`), so a seeded run repeats and checkpointing replays the right
+    dropout masks. Taking turns also means that CPU slots never run two intra-op thread teams on the
+    same cores at once: each slot's forward has the learner's ``torch.get_num_threads()`` to itself.
+    A failure is re-raised here as the same exception type, its
     message naming the replica and device, with the original traceback.
     """
     if len(modules) != len(inputs):
@@ -87,23 +183,17 @@ def parallel_apply(
             "give one device per module"
         )
     devices = [None if d is None else as_device(d) for d in devices]
-    streams = [
-        caller_stream(d if d is not None else getattr(get_a_var(inp), "device", None))
-        for d, inp in zip(devices, inputs)
+    resolved = [
+        d if d is not None else getattr(get_a_var(inp), "device", None) for d, inp in zip(devices, inputs)
     ]
-
-    grad_enabled = torch.is_grad_enabled()
-    autocast = {
-        kind: (torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind))
-        for kind in ("cpu", "cuda")
-        if kind == "cpu" or torch.cuda.is_available()
-    }
+    streams = [caller_stream(d) for d in resolved]
+    modes = _thread_modes()
+    shared = _shared_generators(resolved) if len(modules) > 1 else {}
     lock = threading.Lock()
     results: dict[int, Any] = {}
     interrupts: list[BaseException] = []
 
     def _worker(i: int, module, input, kwargs, device, stream=None) -> None:
-        torch.set_grad_enabled(grad_enabled)
         if device is None:
             t = get_a_var(input)
             if t is None:
@@ -119,10 +209,10 @@ def parallel_apply(
             device = t.device
         try:
             with contextlib.ExitStack() as stack:
+                stack.enter_context(modes())
                 stack.enter_context(_device_context(device, stream))
-                for kind, (enabled, dtype) in autocast.items():
-                    if enabled:
-                        stack.enter_context(torch.autocast(kind, dtype=dtype))
+                if i in shared:
+                    stack.enter_context(shared[i].turn(i))
                 if not isinstance(input, (list, tuple)):  # also avoids slicing a tensor input
                     input = (input,)
                 output = module(*input, **kwargs)
@@ -148,6 +238,8 @@ def parallel_apply(
     elif modules:
         _worker(0, modules[0], inputs[0], kwargs_tup[0], devices[0], streams[0])
 
+    for group in set(shared.values()):
+        group.finish()
     if interrupts:  # Ctrl-C or sys.exit() in a replica stops the caller too, as itself
         raise interrupts[0]
     outputs = []

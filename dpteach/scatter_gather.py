@@ -12,11 +12,21 @@ import dataclasses
 from typing import Any, Sequence
 
 import torch
+from torch.nn.utils.rnn import PackedSequence
 
 from ._devices import DeviceLike, as_device, as_devices
 from .functions import Gather, Scatter
 
 __all__ = ["scatter", "scatter_kwargs", "gather"]
+
+
+PACKED = (
+    "its fields are not batch-aligned (data holds every sequence's steps interleaved, batch_sizes one count per "
+    "time step), so splitting each field would give every slot half the time steps of every sequence. Pass the "
+    "padded batch and its lengths instead, and pack inside forward: nn.utils.rnn.pack_padded_sequence(x, "
+    "lengths, enforce_sorted=False), then pad_packed_sequence(out, total_length=x.size(1)) before returning, "
+    "so every slot's output has the same length"
+)
 
 
 def _is_namedtuple(obj: Any) -> bool:
@@ -48,20 +58,26 @@ def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> lis
     """
     slots = as_devices(target_gpus, "target_gpus")
     result, pieces = _scatter(inputs, slots, dim, "inputs")
-    _check_pieces(pieces, dim, len(slots))
-    return result
+    return result[: _check_pieces(pieces, dim, len(slots))]
 
 
-def _scatter(inputs: Any, slots: list, dim: int, root: str) -> tuple[list[Any], dict[str, tuple[int, int]]]:
-    """Scatter ``inputs``; also say, for each tensor by its path, its size along ``dim`` and how many pieces it gave."""
-    pieces: dict[str, tuple[int, int]] = {}
+def _scatter(
+    inputs: Any, slots: list, dim: int, root: str
+) -> tuple[list[Any], dict[str, tuple[int, int, torch.Tensor]]]:
+    """Scatter ``inputs``; also say, for each tensor by its path, its size along ``dim``, how many pieces
+    it gave, and the tensor."""
+    pieces: dict[str, tuple[int, int, torch.Tensor]] = {}
 
     def scatter_map(obj, path):
         if isinstance(obj, torch.Tensor):
             _check_splittable(obj, path, dim, slots)
             out = Scatter.apply(slots, None, dim, obj)
-            pieces[path] = (obj.size(dim), len(out))
+            pieces[path] = (obj.size(dim), len(out), obj)
             return out
+        if isinstance(obj, PackedSequence):  # a namedtuple, but not one to split field by field
+            raise ValueError(
+                f"scatter: {path} is a PackedSequence, which cannot be split over the slots: {PACKED}"
+            )
         if _is_namedtuple(obj):
             return [
                 type(obj)(*args)
@@ -95,6 +111,12 @@ def _check_splittable(tensor: torch.Tensor, path: str, dim: int, slots: list) ->
             f"scatter: {path} is on the meta device, which holds shapes but no data, so it cannot be copied to the "
             "slots; create it on a real device, e.g. torch.randn(..., device='cpu')"
         )
+    if tensor.is_nested:
+        raise ValueError(
+            f"scatter: {path} is a nested tensor, whose rows have different lengths, which cannot be split over "
+            "the slots; pass it padded with its lengths (torch.nested.to_padded_tensor(x, 0.0)), or as a list of "
+            "tensors"
+        )
     if tensor.layout != torch.strided:
         raise ValueError(
             f"scatter: {path} is a {str(tensor.layout).replace('torch.', '')} tensor, which cannot be split over "
@@ -113,19 +135,38 @@ def _check_splittable(tensor: torch.Tensor, path: str, dim: int, slots: list) ->
         )
 
 
-def _check_pieces(pieces: dict[str, tuple[int, int]], dim: int, n_slots: int) -> None:
-    """Every tensor must split into as many pieces as the others, or zip would drop the extra ones."""
-    counts = {n for _, n in pieces.values()}
+def _check_pieces(pieces: dict[str, tuple[int, int, torch.Tensor]], dim: int, n_slots: int) -> int | None:
+    """Every tensor must split into as many pieces as the others, or zip would drop the extra ones.
+
+    One exception loses nothing, and torch's zip drops it the same way: a tensor with one row per slot,
+    every row alike (transformers' Trainer passes ``num_items_in_batch`` so, one row per GPU), beside a
+    batch too small to give every slot a piece. Its extra rows go with the slots that get no data.
+    Returns how many pieces to keep (``None``: all of them)."""
+    counts = {n for _, n, _ in pieces.values()}
     if len(counts) <= 1:
-        return
-    p1, (s1, n1) = max(pieces.items(), key=lambda kv: kv[1][1])
-    p2, (s2, n2) = min(pieces.items(), key=lambda kv: kv[1][1])
+        return None
+    fewest = min(counts)
+    if all(n == fewest or _one_alike_row_per_slot(t, dim, n_slots) for _, n, t in pieces.values()):
+        return fewest
+    extra = {
+        p: v for p, v in pieces.items() if v[1] > fewest and not _one_alike_row_per_slot(v[2], dim, n_slots)
+    }
+    p1, (s1, n1, _) = max(extra.items(), key=lambda kv: kv[1][1])
+    p2, (s2, n2, _) = min(pieces.items(), key=lambda kv: kv[1][1])
     raise ValueError(
         f"scatter: {p1} has size {s1} along dim {dim} and {p2} has size {s2}, so over {n_slots} slots they split "
         f"into {n1} and {n2} pieces and the extra pieces would be dropped. Every tensor passed in is split along "
         f"dim {dim}: give them all the same batch size, and keep a tensor that is not part of the batch on the "
         "module (an attribute or buffer) instead of passing it"
     )
+
+
+def _one_alike_row_per_slot(tensor: torch.Tensor, dim: int, n_slots: int) -> bool:
+    """Whether ``tensor`` holds one row per slot along ``dim`` and every row equals the first."""
+    if tensor.size(dim) != n_slots:
+        return False
+    first = tensor.narrow(dim, 0, 1)
+    return bool((tensor == first).all())
 
 
 def scatter_kwargs(
@@ -137,7 +178,8 @@ def scatter_kwargs(
         raise TypeError(f"keyword inputs must be a dict of name -> value, got {type(kwargs).__name__}")
     scattered_inputs, pieces = _scatter(inputs, slots, dim, "inputs") if inputs else ([], {})
     scattered_kwargs, kw_pieces = _scatter(kwargs, slots, dim, "kwargs") if kwargs else ([], {})
-    _check_pieces({**pieces, **kw_pieces}, dim, len(slots))
+    keep = _check_pieces({**pieces, **kw_pieces}, dim, len(slots))
+    scattered_inputs, scattered_kwargs = scattered_inputs[:keep], scattered_kwargs[:keep]
     if len(scattered_inputs) < len(scattered_kwargs):
         scattered_inputs.extend(() for _ in range(len(scattered_kwargs) - len(scattered_inputs)))
     elif len(scattered_kwargs) < len(scattered_inputs):
@@ -211,6 +253,11 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
             return Gather.apply(target, dim, *outs)
         if out is None:
             return None
+        if isinstance(out, PackedSequence):
+            raise ValueError(
+                f"gather: the replicas returned a PackedSequence at {path}, which cannot be joined by joining its "
+                f"fields: {PACKED}"
+            )
         if isinstance(out, dict):
             keys = set(out)
             if not all(len(d) == len(out) for d in outs):

@@ -20,7 +20,9 @@ way every process is stopped and reaped before the exception reaches the caller.
 from __future__ import annotations
 
 import multiprocessing as mp
+import operator
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -134,23 +136,36 @@ def task_name(task: str | Callable) -> str:
     return f"{module}:{qualname}"
 
 
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    """Send ``sig`` to ``p``'s process group: the rank and every process it started (DataLoader workers,
+    a shell's children). Each rank leads a session of its own, so its group id is its pid; torchrun's
+    agent signals the group the same way. An empty group is gone: nothing to do."""
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _stop(processes: list, conns: list, grace: float) -> None:
-    """Stop every process: let it leave on its own for ``grace`` s, then SIGTERM, then SIGKILL; reap all."""
+    """Stop every process and its children: let it leave on its own for ``grace`` s, then SIGTERM,
+    then SIGKILL, each to the rank's whole process group; reap every rank."""
     deadline = time.monotonic() + grace
     for p in processes:
         try:
             p.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-    for p in processes:
-        if p.poll() is None:
-            p.terminate()
+    for p in processes:  # also after the rank left: children it started may still run
+        _signal_group(p, signal.SIGTERM)
+    stop_by = time.monotonic() + 2.0
     for p in processes:
         try:
-            p.wait(2.0)
+            p.wait(max(0.0, stop_by - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()  # SIGTERM ignored or stuck in C++: no second chance
-            p.wait()  # reaped: no zombie, returncode set
+            pass
+    for p in processes:
+        _signal_group(p, signal.SIGKILL)  # SIGTERM ignored or stuck in C++: no second chance
+        p.wait()  # reaped: no zombie, returncode set
     for c in conns:
         c.close()
 
@@ -178,6 +193,18 @@ def _environment(
     return env
 
 
+def _whole_number(value: Any, name: str, meaning: str) -> int:
+    """``value`` as an int, or a sentence saying what ``name`` must be (``"2"`` and ``2.5`` fail in torch, unsaid)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a whole number, {meaning}; got {value!r}")
+    try:
+        return operator.index(value)  # an int or an integer-like (numpy.int64), never a float or a string
+    except TypeError:
+        raise TypeError(
+            f"{name} must be a whole number, {meaning}; got {value!r} ({type(value).__name__})"
+        ) from None
+
+
 class Ranks:
     """``world_size`` worker processes in one process group, alive until :meth:`close`."""
 
@@ -190,8 +217,13 @@ class Ranks:
         threads: int | None = None,
         preload: Sequence[str] = PRELOAD,
     ):
+        world_size = _whole_number(
+            world_size, "world_size", "the number of ranks (processes) to start, e.g. 2"
+        )
         if world_size < 1:
             raise ValueError(f"world_size must be at least 1, got {world_size}")
+        if threads is not None:
+            threads = _whole_number(threads, "threads", "intra-op threads per rank, e.g. 1")
         self.world_size = world_size
         self.backend = backend or default_backend(world_size)
         check_backend(self.backend, world_size)  # before any process starts

@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import io
 import os
+import signal
 import sys
 import threading
 import time
@@ -99,6 +100,8 @@ def _orphan_watch(parent: int) -> None:
     was still importing, ``os.getppid()`` would already name whoever adopted the orphan."""
     while os.getppid() == parent:
         time.sleep(0.5)
+    if os.getpgid(0) == os.getpid():  # we lead our own group (Ranks starts us so): take our children along
+        os.killpg(0, signal.SIGKILL)
     os._exit(1)
 
 

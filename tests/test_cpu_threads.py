@@ -1,0 +1,70 @@
+"""CPU slots never run two intra-op thread teams on the same cores at once.
+
+By default a thread running a large operation starts a team of ``torch.get_num_threads()`` threads;
+k CPU slots running at once would start k such teams on the same cores. Slots of one device take
+turns (their forwards share the device's one random generator, see ``test_rng_slots.py``), so each
+slot's forward has the learner's thread count to itself, and no two forwards overlap. The learner's
+setting is the same after the step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from dpteach.data_parallel import DataParallel
+from dpteach.parallel_apply import parallel_apply
+
+
+class Reports(nn.Module):
+    """Runs one operation large enough for a thread team; records when it ran and with how many threads."""
+
+    spans: list = []
+    lock = threading.Lock()
+
+    def forward(self, x):
+        start = time.perf_counter()
+        torch.randn(200_000).sum()
+        time.sleep(0.01)  # long enough that two forwards at once would overlap
+        with Reports.lock:
+            Reports.spans.append((start, time.perf_counter()))
+        return torch.tensor([torch.get_num_threads()])
+
+
+@pytest.fixture
+def four_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    Reports.spans = []
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("slots", [2, 3, 4])
+def test_cpu_slots_take_turns_each_with_the_learners_threads(four_threads, slots):
+    out = parallel_apply([Reports()] * slots, [(1,)] * slots, devices=["cpu"] * slots)
+    assert [t.item() for t in out] == [4] * slots  # each forward had the learner's 4 threads
+    spans = sorted(Reports.spans)
+    assert len(spans) == slots
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))  # no two forwards overlapped
+    assert torch.get_num_threads() == 4  # the learner's setting, as it was
+
+
+def test_the_setting_is_kept_after_a_failing_replica(four_threads):
+    class Fails(nn.Module):
+        def forward(self, x):
+            raise ValueError("no")
+
+    with pytest.raises(ValueError):
+        parallel_apply([Fails(), Fails()], [(1,), (1,)], devices=["cpu", "cpu"])
+    assert torch.get_num_threads() == 4
+
+
+def test_a_training_step_leaves_the_threads_as_they_were(four_threads):
+    net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+    DataParallel(net, ["cpu"] * 3)(torch.randn(12, 64)).sum().backward()
+    assert torch.get_num_threads() == 4
