@@ -196,3 +196,37 @@ def test_make_lab_serves_the_course(chromium, tmp_path):
             except OSError:
                 assert time.monotonic() < deadline, f"the lab still holds port {port} after SIGTERM"
         time.sleep(0.5)
+
+
+def test_set_up_prints_a_line_per_step_and_pip_progress_on_the_large_installs(tmp_path):
+    """scripts/setup.sh in a copy whose .venv python is a stand-in that records how it was called."""
+    (tmp_path / "scripts").mkdir()
+    for name in ("scripts/setup.sh", "pyproject.toml"):
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    (tmp_path / "scripts/setup.sh").chmod(0o755)
+    calls = tmp_path / "calls"
+    fake = tmp_path / ".venv" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(
+        f'#!/bin/sh\necho "$*" >> {shlex.quote(str(calls))}\nif [ "$1" = -c ]; then echo "torch x | dpteach y"; fi\n'
+    )
+    fake.chmod(0o755)
+    bin_dir = tmp_path / "bin"  # dot and chromium "installed", so no apt-get
+    bin_dir.mkdir()
+    for tool in ("dot", "chromium"):
+        (bin_dir / tool).write_text("#!/bin/sh\n")
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "TORCH_SPEC": "torch==2.13.0"}
+    done = subprocess.run(
+        ["scripts/setup.sh", "lab"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split("]")[0] for line in lines if line.startswith("setup (lab) [")] == [
+        f"setup (lab) [{k}/5" for k in range(1, 6)
+    ]
+    assert lines[-1].startswith("setup (lab): done")
+    installs = [c for c in calls.read_text().splitlines() if c.startswith("-m pip install")]
+    torch_install = next(c for c in installs if "torch==2.13.0" in c)
+    extras_install = next(c for c in installs if "-e .[lab]" in c)
+    assert " -q" not in torch_install and " -q" not in extras_install  # pip shows its progress
