@@ -5,7 +5,8 @@
 # install them, a virtual environment in .venv with PyTorch and dpteach (+ its lab, or lab/test/e2e, extras).
 # More:
 #   make lab LAB_ARGS="--no-browser --port=8899"   extra options for `jupyter lab`
-#   make book         the book (Sphinx + myst-nb) of every chapter with its outputs, in artifacts/book/
+#   make book         the book (Sphinx + myst-nb, docs/book/) of every chapter with its outputs, in
+#                     artifacts/book/; BOOK_ARGS=--allow-missing-alt builds despite figures without alt
 #   make colab-stack  the library tests and the chapters in a Colab-like environment (ipywidgets 7.7.1)
 #   make dist         the sdist and wheel in dist/, checked with twine
 #   make wheel-check  build the wheel from a clean copy and install it into a fresh venv with torch
