@@ -215,8 +215,8 @@ def test_dark_mode_renders(book, chromium):
     page, _ = _open(chromium, (out / _page_of(CHAPTERS[3])).as_uri())
     background = "() => getComputedStyle(document.body).backgroundColor"
     assert _luminance(page.evaluate(background)) > 0.8  # light by default
-    page.locator(".theme-switch-button").first.click()
-    page.locator(".theme-switch-container [data-mode='dark']").first.click()
+    page.locator(".theme-switch-button:visible").first.click()  # the color-mode menu, as a reader opens it
+    page.locator("button.theme-change-button[data-mode='dark']:visible").first.click()
     page.wait_for_function("() => document.documentElement.dataset.theme === 'dark'")
     assert _luminance(page.evaluate(background)) < 0.2
     text = page.evaluate("() => getComputedStyle(document.querySelector('article p')).color")
