@@ -191,7 +191,7 @@ def lab_url():
 
 
 @pytest.fixture(scope="module")
-def lab_page(lab_url, chromium):
+def lab_page(chromium, lab_url):
     """One headless Chromium page (conftest's browser) for every chapter; console errors are kept."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
