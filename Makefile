@@ -4,7 +4,9 @@
 # Set-up is scripts/setup.sh: system packages (graphviz's dot; chromium for the tests) where it may
 # install them, a virtual environment in .venv with PyTorch and dpteach (+ its lab, or lab/test/e2e, extras).
 # More:
-#   make book         a static HTML book of every chapter with its outputs, in artifacts/book/
+#   make lab LAB_ARGS="--no-browser --port=8899"   extra options for `jupyter lab`
+#   make book         the book (Sphinx + myst-nb, docs/book/) of every chapter with its outputs, in
+#                     artifacts/book/; BOOK_ARGS=--allow-missing-alt builds despite figures without alt
 #   make colab-stack  the library tests and the chapters in a Colab-like environment (ipywidgets 7.7.1)
 #   make dist         the sdist and wheel in dist/, checked with twine
 #   make wheel-check  build the wheel from a clean copy and install it into a fresh venv with torch
@@ -15,11 +17,14 @@ PYTHON ?= python3
 VENV   := .venv
 LAB_STAMP  := $(VENV)/.dpteach-lab
 TEST_STAMP := $(VENV)/.dpteach-test
+# How the lab is served (root folder, --allow-root only as root, .venv/bin on terminals' PATH, no
+# news toast): scripts/lab/jupyter_lab_config.py. LAB_ARGS adds options, e.g. --no-browser --port=N.
+LAB_ARGS ?=
 
 .PHONY: lab test setup book colab-stack dist wheel-check memory sync gpu-check bench clean
 
 lab: $(LAB_STAMP)
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab --config=scripts/lab/jupyter_lab_config.py $(LAB_ARGS) notebooks/00_start_here.ipynb
 
 test: $(TEST_STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
@@ -35,7 +40,7 @@ $(TEST_STAMP): pyproject.toml scripts/setup.sh
 	touch $@ $(LAB_STAMP)
 
 book: $(TEST_STAMP)
-	$(VENV)/bin/python scripts/build_book.py
+	$(VENV)/bin/python scripts/build_book.py $(BOOK_ARGS)
 
 colab-stack:
 	scripts/colab_stack.sh

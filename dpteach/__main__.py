@@ -1,7 +1,9 @@
-"""``python -m dpteach``: a short terminal tour for someone with no notebook open.
+"""``python -m dpteach``: a short terminal tour for someone with no notebook open, and ``reset``.
 
-Versions and devices, whether ``dot`` and ipywidgets are there, then the bug and the fix in a
-few lines: one backward pass of the course model under each strategy, against one device.
+With no arguments: versions and devices, whether ``dot`` and ipywidgets are there, then the bug and
+the fix in a few lines: one backward pass of the course model under each strategy, against one device.
+``python -m dpteach reset 03`` (or ``--all``) puts chapters back to the course's version
+(dpteach/_reset.py); ``--help`` prints the usage.
 """
 
 from __future__ import annotations
@@ -42,5 +44,27 @@ def tour(out=sys.stdout) -> int:
     return 0
 
 
+USAGE = """\
+usage: python -m dpteach               a short tour: your versions and devices, the bug and the fix
+       python -m dpteach reset 03      put chapter 03 back to the course's version (asks first)
+       python -m dpteach reset --all   the same for every chapter (--yes: do not ask)
+       python -m dpteach --help        this text"""
+
+
+def main(argv: list[str] | None = None, out=sys.stdout) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        return tour(out)
+    if args[0] in ("-h", "--help", "help"):
+        print(USAGE, file=out)
+        return 0
+    if args[0] == "reset":
+        from ._reset import reset
+
+        return reset(args[1:], out=out)
+    print(f"python -m dpteach: unknown command {args[0]!r}\n{USAGE}", file=out)
+    return 2
+
+
 if __name__ == "__main__":
-    sys.exit(tour())
+    sys.exit(main())

@@ -1,18 +1,22 @@
-"""Build the course as a static HTML book: every chapter with its executed outputs, offline.
+"""Build the course book: the chapters' executed copies, rendered by Sphinx + myst-nb + sphinx-book-theme.
 
-    python scripts/build_book.py [--execute] [--out artifacts/book]      (make book)
+    python scripts/build_book.py [--out artifacts/book] [--allow-missing-alt]      (make book)
 
-Source: the executed notebooks in artifacts/notebooks/ (tests/test_notebooks.py writes them). A chapter
-with no executed copy there, or one older than its source, is executed here first (scripts/run_notebook.py),
-and the copy is kept; --execute runs every chapter again.
+The stack (docs/book/conf.py) does the book: sidebar, in-page contents, offline search, dark mode,
+download and launch buttons, ``remove-cell`` / ``hide-input`` cell tags, alt text from each cell's
+``mystnb.image.alt`` metadata. This script does what it cannot:
 
-Each page is nbconvert's HTML (the "lab" template, its CSS inlined; figures embedded as data, so every
-page is one self-contained file). Widgets become static views drawn from the widget state the kernel
-left: boxes, labels and sliders as text, and what their Output areas showed (plots, graphs, tables).
-The top of each page links to the chapter on Colab and Binder (dpteach/_course.py), to the chapters
-before and after, and to the index. Nothing is downloaded at build time; pages reference no theme or
-script from the network except MathJax, which renders the few formulas when a reader is online (raw TeX
-otherwise).
+* it takes every chapter's executed copy from tests/executed.py, the one the test suite makes (cached
+  under artifacts/notebooks/cache/ by a hash of the chapter and the library), so no chapter runs a
+  second time for the book; a chapter with no copy yet runs there once, and its copy is kept;
+* it turns each widget into a static view drawn from the widget state the kernel left (boxes, labels,
+  sliders as text, and what their Output areas showed), since a live widget needs a kernel and a widget
+  manager from a CDN;
+* it drops each chapter's link cell (badges: images on other sites; the theme's buttons replace them);
+* it refuses a figure with no alt text: every code cell whose output is a figure must say what it
+  shows in ``mystnb.image.alt``; the build fails naming each chapter and cell that does not
+  (``--allow-missing-alt`` lists them and builds anyway);
+* it stages the copies in artifacts/book-src/ beside docs/book/index.md, and runs sphinx-build.
 """
 
 from __future__ import annotations
@@ -20,22 +24,29 @@ from __future__ import annotations
 import argparse
 import base64
 import html
-import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import nbformat
-from nbconvert import HTMLExporter
-from nbconvert.preprocessors.coalescestreams import CoalesceStreamsPreprocessor
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests"))
 sys.path.append(str(ROOT))  # an installed dpteach wins; a bare checkout still works
-from run_notebook import execute  # noqa: E402
+from executed import executed  # noqa: E402  (the suite's one executed copy of each chapter)
 
 from dpteach import _course  # noqa: E402
+
+CONF = ROOT / "docs" / "book"
+STAGE = ROOT / "artifacts" / "book-src"
+FIGURES = ("image/png", "image/svg+xml", "image/jpeg", "image/gif")
+
+
+# ------------------------------------------------------------------------------------------------
+# Widgets: a static view from the saved widget state
+# ------------------------------------------------------------------------------------------------
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -48,16 +59,6 @@ BOXES = {
     "AccordionModel": "column",
     "StackModel": "column",
 }
-CSS = """
-.book-nav { font: 14px/1.5 system-ui, sans-serif; padding: 8px 16px; background: #f6f8fa; border-bottom: 1px solid #d0d7de;
-            display: flex; gap: 18px; flex-wrap: wrap; position: sticky; top: 0; z-index: 10; }
-.book-nav a { color: #0969da; text-decoration: none; } .book-nav a:hover { text-decoration: underline; }
-.book-nav .launch { margin-left: auto; display: flex; gap: 12px; }
-.book-nav .launch a { border: 1px solid #d0d7de; border-radius: 6px; padding: 0 8px; background: white; }
-.static-widget { border: 1px dashed #d0d7de; border-radius: 6px; padding: 6px; margin: 4px 0; }
-.static-widget .note { font: 12px system-ui, sans-serif; color: #57606a; }
-.static-widget .control { font: 13px system-ui, sans-serif; margin: 2px 6px 2px 0; display: inline-block; }
-"""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -65,19 +66,19 @@ CSS = """
 # ------------------------------------------------------------------------------------------------
 
 
-def _output_html(output: dict) -> str:
-    """One saved output (inside an Output widget) as HTML."""
+def _output_html(output: dict, alt: str) -> str:
+    """One saved output (inside an Output widget) as HTML; ``alt`` is the cell's alt text for its figures."""
     data = output.get("data", {})
     if output.get("output_type") == "stream":
         return f"<pre>{html.escape(output.get('text', ''))}</pre>"
     if output.get("output_type") == "error":
         return f"<pre>{html.escape(output.get('ename', ''))}: {html.escape(output.get('evalue', ''))}</pre>"
     if "image/png" in data:
-        return f'<img src="data:image/png;base64,{data["image/png"].strip()}" alt="figure">'
+        return f'<img src="data:image/png;base64,{data["image/png"].strip()}" alt="{html.escape(alt, quote=True)}">'
     if "image/svg+xml" in data:
         svg = data["image/svg+xml"]
         svg = "".join(svg) if isinstance(svg, list) else svg
-        return f'<img src="data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}" alt="graph">'
+        return f'<img src="data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}" alt="{html.escape(alt, quote=True)}">'
     if "text/html" in data:
         value = data["text/html"]
         return "".join(value) if isinstance(value, list) else value
@@ -87,7 +88,7 @@ def _output_html(output: dict) -> str:
     return ""
 
 
-def widget_html(model_id: str, state: dict, seen: set[str] | None = None) -> str:
+def widget_html(model_id: str, state: dict, alt: str = "", seen: set[str] | None = None) -> str:
     """A widget and its children as static HTML, from the kernel's saved widget state."""
     seen = set() if seen is None else seen
     if model_id in seen or model_id not in state:
@@ -104,7 +105,7 @@ def widget_html(model_id: str, state: dict, seen: set[str] | None = None) -> str
             title = (
                 titles.get(str(i)) if isinstance(titles, dict) else (titles[i] if i < len(titles) else None)
             )
-            inner = widget_html(child, state, seen)
+            inner = widget_html(child, state, alt, seen)
             parts.append(f"<div><b>{html.escape(title)}</b>{inner}</div>" if title else f"<div>{inner}</div>")
         return (
             f'<div style="display:flex;flex-direction:{BOXES[name]};gap:6px;flex-wrap:wrap">'
@@ -112,7 +113,7 @@ def widget_html(model_id: str, state: dict, seen: set[str] | None = None) -> str
             + "</div>"
         )
     if name == "OutputModel":
-        return "".join(_output_html(o) for o in st.get("outputs", []))
+        return "".join(_output_html(o, alt) for o in st.get("outputs", []))
     if name in ("LabelModel", "HTMLModel", "HTMLMathModel"):
         value = str(st.get("value", ""))
         return f'<span class="control">{html.escape(value) if name == "LabelModel" else value}</span>'
@@ -143,7 +144,7 @@ def static_widgets(nb: nbformat.NotebookNode) -> int:
             view = output.get("data", {}).get(WIDGET_VIEW)
             if not view:
                 continue
-            body = widget_html(view["model_id"], state)
+            body = widget_html(view["model_id"], state, alt_text(cell) or "")
             note = (
                 '<div class="note">A static view of the widget as the kernel left it: open the chapter on '
                 "Colab or Binder to use it.</div>"
@@ -157,136 +158,103 @@ def static_widgets(nb: nbformat.NotebookNode) -> int:
 
 
 # ------------------------------------------------------------------------------------------------
-# Pages
+# Alt text
 # ------------------------------------------------------------------------------------------------
 
 
-def title_of(nb: nbformat.NotebookNode, path: Path) -> str:
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            match = re.search(r"^# (.+)$", cell.source, re.M)
-            if match:
-                return match.group(1).replace("`", "").strip()
-    return path.stem.replace("_", " ")
+def alt_text(cell) -> str | None:
+    """The alt text a cell gives its figures (``metadata.mystnb.image.alt``), or None."""
+    alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt")
+    return alt.strip() if isinstance(alt, str) and alt.strip() else None
 
 
-def short(path: Path) -> str:
-    """A chapter's short name for the link bar: "05 buffers and batchnorm"."""
-    number, _, name = path.stem.partition("_")
-    return f"{number} {name.replace('_', ' ')}"
+def _draws_a_figure(cell, state: dict) -> bool:
+    """The cell shows a figure: an image output, or an image inside a widget it displays."""
+    for output in cell.get("outputs", []):
+        data = output.get("data", {})
+        if any(k in data for k in FIGURES):
+            return True
+        view = data.get(WIDGET_VIEW)
+        if view and "<img " in widget_html(view["model_id"], state, "x"):
+            return True
+    return False
 
 
-def page_name(path: Path) -> str:
-    rel = path.relative_to(ROOT / "notebooks")
-    return rel.with_suffix(".html").as_posix().replace("/", "__")
+def missing_alt(nb: nbformat.NotebookNode, name: str) -> list[str]:
+    """'chapter cell N (id, first line)' for each figure cell of ``nb`` without alt text."""
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and _draws_a_figure(cell, state) and alt_text(cell) is None:
+            first = cell.source.strip().splitlines()[0][:60] if cell.source.strip() else ""
+            found.append(f"{name} cell {i} (id {cell.get('id')}: {first!r})")
+    return found
 
 
-def nav(rel: str, prev: tuple[str, str] | None, nxt: tuple[str, str] | None) -> str:
-    parts = ['<nav class="book-nav"><a href="index.html">dpteach: all chapters</a>']
-    if prev:
-        parts.append(f'<a href="{prev[0]}">← {html.escape(prev[1])}</a>')
-    if nxt:
-        parts.append(f'<a href="{nxt[0]}">{html.escape(nxt[1])} →</a>')
-    parts.append(
-        f'<span class="launch"><a class="colab" href="{_course.colab_url(rel)}">Open in Colab</a>'
-        f'<a class="binder" href="{_course.binder_url(rel)}">Launch on Binder</a></span></nav>'
-    )
-    return "".join(parts)
+# ------------------------------------------------------------------------------------------------
+# Staging and building
+# ------------------------------------------------------------------------------------------------
 
 
-def executed_copy(path: Path, source_dir: Path, force: bool) -> nbformat.NotebookNode:
-    copy = source_dir / path.name
-    if force or not copy.exists() or copy.stat().st_mtime < path.stat().st_mtime:
-        print(f"book: executing {path.relative_to(ROOT)}", flush=True)
-        nb, seconds = execute(path, timeout=900)
-        source_dir.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, copy)
-        print(f"book: executed {path.name} in {seconds:.0f} s", flush=True)
-    return nbformat.read(copy, as_version=4)
+def stage(stage_dir: Path = STAGE) -> tuple[list[Path], list[str]]:
+    """Write the book's sources into ``stage_dir``: index.md and each chapter's executed copy, made static.
 
-
-def page_exporter() -> HTMLExporter:
-    """nbconvert's "lab" HTML without prompts, stream outputs joined as JupyterLab shows them.
-
-    One ``print()`` can reach the notebook as two stream outputs; JupyterLab joins them on screen,
-    nbconvert alone would put the second half on a line of its own.
+    Returns (the chapters, the figure cells without alt text).
     """
-    exporter = HTMLExporter(template_name="lab")
-    exporter.exclude_input_prompt = exporter.exclude_output_prompt = True
-    exporter.register_preprocessor(CoalesceStreamsPreprocessor, enabled=True)
-    return exporter
-
-
-def build(out: Path, source_dir: Path, force: bool = False) -> dict:
-    start = time.perf_counter()
     chapters = _course.chapter_notebooks(ROOT)
-    notebooks = {p: executed_copy(p, source_dir, force) for p in chapters}
-    titles = {p: title_of(nb, p) for p, nb in notebooks.items()}
+    if stage_dir.exists():
+        shutil.rmtree(stage_dir)
+    stage_dir.mkdir(parents=True)
+    shutil.copy(CONF / "index.md", stage_dir / "index.md")
+    index = (CONF / "index.md").read_text()
+    missing: list[str] = []
+    for path in chapters:
+        rel = path.relative_to(ROOT)
+        if rel.with_suffix("").as_posix() not in index:
+            raise SystemExit(f"book: {rel} is not in docs/book/index.md: add it to a toctree and the list")
+        nb = executed(path, timeout=900)[0]
+        missing += missing_alt(nb, rel.as_posix())
+        nb.cells = [c for c in nb.cells if c.get("id") != _course.LINKS_CELL_ID]
+        static_widgets(nb)
+        (stage_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, stage_dir / rel)
+    return chapters, missing
+
+
+def build(out: Path = ROOT / "artifacts" / "book", allow_missing_alt: bool = False) -> dict:
+    """Stage the sources and build the HTML book in ``out``; returns what it built and how long it took."""
+    start = time.perf_counter()
+    chapters, missing = stage()
+    if missing and not allow_missing_alt:
+        raise SystemExit(
+            "book: figures without alt text (give each cell metadata mystnb.image.alt, one sentence saying "
+            "what the figure shows):\n  " + "\n  ".join(missing)
+        )
+    staged = time.perf_counter() - start
     if out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
-    exporter = page_exporter()
-    pages = []
-    for i, path in enumerate(chapters):
-        nb = notebooks[path]
-        rel = path.relative_to(ROOT).as_posix()
-        # the link cell's badges are images on other sites: the page's own bar links instead
-        nb.cells = [c for c in nb.cells if c.get("id") != _course.LINKS_CELL_ID]
-        widgets = static_widgets(nb)
-        body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": titles[path]}})
-        prev = (page_name(chapters[i - 1]), short(chapters[i - 1])) if i else None
-        nxt = (page_name(chapters[i + 1]), short(chapters[i + 1])) if i + 1 < len(chapters) else None
-        # require.js (from a CDN) only serves live widgets and JavaScript outputs; the pages have neither
-        body = re.sub(r'<script src="[^"]*require(\.min)?\.js"></script>\s*', "", body)
-        body = body.replace("</head>", f"<style>{CSS}</style></head>", 1)
-        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav(rel, prev, nxt), body, count=1)
-        (out / page_name(path)).write_text(body)
-        figures = sum(
-            1
-            for c in nb.cells
-            if c.cell_type == "code"
-            for o in c.outputs
-            for key in ("image/png", "image/svg+xml")
-            if key in o.get("data", {})
-        )
-        pages.append((path, rel, widgets, figures))
-    rows = "".join(
-        f'<tr><td><a href="{page_name(p)}">{html.escape(titles[p])}</a></td>'
-        f'<td><a href="{_course.colab_url(rel)}">Colab</a> · <a href="{_course.binder_url(rel)}">Binder</a></td></tr>'
-        for p, rel, _, _ in pages
-    )
-    index = f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">
-<title>dpteach: data parallelism in PyTorch, through one real bug and its fix</title>
-<style>body {{ font: 16px/1.5 system-ui, sans-serif; max-width: 860px; margin: 2em auto; padding: 0 1em; }}
-td {{ padding: 4px 12px 4px 0; }} td:last-child {{ white-space: nowrap; }} a {{ color: #0969da; }}</style></head><body>
-<h1>dpteach</h1>
-<p><b>Learn data parallelism in PyTorch through one real bug and its fix</b> (PyTorch PR #20910). Each chapter
-below is shown with the outputs it produced when it last ran; open it on Colab or Binder to run it yourself, or
-install dpteach ({_course.VERSION}) and use it in your own notebooks: see the
-<a href="{_course.REPOSITORY}">course repository</a>.</p>
-<table><tr><th align="left">chapter</th><th align="left">run it</th></tr>{rows}</table>
-</body></html>"""
-    (out / "index.html").write_text(index)
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-c", str(CONF), str(STAGE), str(out)]
+    cmd += ["-d", str(STAGE.parent / "book-doctrees")]
+    subprocess.run(cmd, check=True, cwd=ROOT)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     seconds = time.perf_counter() - start
-    for path, _, widgets, figures in pages:
-        print(f"book: {page_name(path)}: {figures} figures, {widgets} widget views")
-    print(f"book: {len(pages)} pages + index in {out} ({size / 1e6:.1f} MB) in {seconds:.0f} s")
-    return {"pages": len(pages), "bytes": size, "seconds": seconds}
+    print(
+        f"book: {len(chapters)} pages + index in {out} ({size / 1e6:.1f} MB) in {seconds:.0f} s "
+        f"(staging {staged:.0f} s)"
+    )
+    for line in missing:
+        print(f"book: no alt text: {line}")
+    return {"pages": len(chapters), "bytes": size, "seconds": seconds, "missing_alt": missing}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "artifacts" / "book")
     parser.add_argument(
-        "--notebooks",
-        type=Path,
-        default=ROOT / "artifacts" / "notebooks",
-        help="executed notebooks (default: what tests/test_notebooks.py wrote)",
+        "--allow-missing-alt", action="store_true", help="list figures without alt text, build anyway"
     )
-    parser.add_argument("--execute", action="store_true", help="execute every chapter again first")
     args = parser.parse_args()
-    build(args.out, args.notebooks, args.execute)
+    build(args.out, args.allow_missing_alt)
     return 0
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 
 import pytest
 import torch
@@ -27,3 +29,52 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_cuda)
         if "multigpu" in item.keywords and n_gpu < 2:
             item.add_marker(skip_multi)
+
+
+# ------------------------------------------------------------------------------------------------
+# Headless Chromium, one for the whole run: the book (test_book.py), JupyterLab (test_browser.py) and
+# `make lab` (test_lab_command.py) each open pages in it. Playwright drives Debian's chromium (its own
+# browser download is not used); a test that needs it skips, saying why, where either is missing.
+# ------------------------------------------------------------------------------------------------
+CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+CHROMIUM_FLAGS = [
+    "--no-sandbox",  # root in a container has no user namespace for the sandbox
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """A Playwright ``Browser``: headless Chromium, started on first use and closed at the end of the run."""
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="needs Playwright for Python: pip install playwright"
+    )
+    if CHROMIUM is None:
+        pytest.skip(
+            "needs Chromium: apt-get install chromium (Playwright's own browser download is not used)"
+        )
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True)
+        yield browser
+        browser.close()
+
+
+def offline(page) -> list[str]:
+    """Cut ``page`` off the network: every request that is not file:// or to this machine is refused.
+
+    Returns the list the refused URLs are appended to.
+    """
+    refused: list[str] = []
+
+    def refuse(route):
+        refused.append(route.request.url)
+        route.abort()
+
+    page.route(re.compile(r"^(?!https?://(127\.0\.0\.1|localhost)[:/])[a-z]+://(?!/)"), refuse)
+    return refused

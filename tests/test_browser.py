@@ -78,17 +78,6 @@ def _cheap_now(name: str) -> bool:
         return False
 
 
-CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 READY_JS = """cells => {  // the notebook is open, all its cells are in the page, and its kernel is idle
   const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
   const kernel = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
@@ -104,11 +93,6 @@ STARTED = time.time()  # checkpoint folders modified after this were made by thi
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="needs Playwright for Python: pip install playwright"
 )
-if CHROMIUM is None:
-    pytest.skip(
-        "needs Chromium: apt-get install chromium (Playwright's own browser download is not used)",
-        allow_module_level=True,
-    )
 expect = sync_api.expect
 
 
@@ -207,19 +191,15 @@ def lab_url():
 
 
 @pytest.fixture(scope="module")
-def lab_page(lab_url):
-    """One headless Chromium page for every chapter; console errors are kept for failure messages."""
+def lab_page(chromium, lab_url):
+    """One headless Chromium page (conftest's browser) for every chapter; console errors are kept."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        pg = browser.new_page(
-            viewport={"width": 1400, "height": 2200}
-        )  # tall: a whole widget fits in one screenshot
-        pg.console_errors = []
-        pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
-        yield pg
-        browser.close()
+    pg = chromium.new_page(viewport={"width": 1400, "height": 2200})  # tall: a whole widget fits in one shot
+    pg.console_errors = []
+    pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
+    yield pg
+    pg.close()
     TIMINGS["module_seconds"] = round(time.perf_counter() - started, 1)
     (SHOTS / "report.json").write_text(json.dumps(TIMINGS, indent=1, ensure_ascii=False))
     print(f"\nbrowser run: {json.dumps(TIMINGS, ensure_ascii=False)[:3000]}")
