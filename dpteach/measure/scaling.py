@@ -180,26 +180,13 @@ def label(env: dict) -> str:
     return f"measured on {where}, torch {env['torch']}{cuda}"
 
 
-def draw(
-    mine: dict,
-    title: str = "",
-    forward_s: float | None = None,
-    noise: float | None = None,
-):
+def draw(mine: dict, title: str = ""):
     """Two panels: ms per step against n, and speed-up over the plain step against n (this machine).
 
     The ideal "n times faster" line is drawn only where a result ran on n separate GPUs; slots that
-    share one device have no such ideal. On CPU slots, given ``forward_s`` (the plain step's forward
-    alone), the ceiling drawn instead is the best speed-up with only the forward split n ways:
-    ``plain / (plain - forward + forward / n)``, as chapter 08 prints it.
-
-    The grey band is "about the same": ``claims.MARGIN`` either side of 1, or ``noise`` where that
-    measured noise margin is wider (chapter 08 passes the largest of its parallel_apply spread, row 1's
-    gap, the same work as the plain step, and ``claims.MARGIN``).
+    share one device have no such ideal.
     """
     import matplotlib.pyplot as plt
-
-    from ..course.claims import MARGIN  # the band where two medians read "about the same"
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     ns = mine["slots"]
@@ -217,15 +204,6 @@ def draw(
             *zip(*[(n, mine["plain_s"] / t) for n, t in theirs]), "s-", color="#d7191c", label="torch, here"
         )
     top = max(ns)
-    band = max(MARGIN, noise or MARGIN, 1 / (noise or MARGIN))
-    right.axhspan(
-        1 / band,
-        band,
-        color="#eeeeee",
-        label=f"about the same (within claims.MARGIN, {band:.2f}x)"
-        if band == MARGIN
-        else f"about the same (within the measured noise margin, {band:.2f}x)",
-    )
     right.axhline(1.0, color="#777777", ls="--", lw=1, label="as fast as the plain step")
     speedups = [y for line in right.lines for y in line.get_ydata()]
     separate = [max(mine["slots"])] if mine.get("kind") == "gpus" else []
@@ -236,16 +214,6 @@ def draw(
             color="#bbbbbb",
             lw=1,
             label="n times faster (n separate GPUs)",
-        )
-    if mine["kind"] == "cpu" and forward_s is not None:  # CPU slots split only the forward
-        plain = mine["plain_s"]
-        right.plot(
-            ns,
-            [plain / (plain - forward_s + forward_s / n) for n in ns],
-            color="#999999",
-            ls=":",
-            lw=1.5,
-            label="best with only the forward split n ways",
         )
     left.set_ylim(bottom=0)
     right.set_ylim(0, max(2.0, *speedups) * 1.15)
