@@ -56,7 +56,9 @@ def main() -> None:
     torch.set_num_threads(1)
     models = {"resnet50": resnet((3, 4, 6, 3)), "resnet101": resnet((3, 4, 23, 3))}
     params = sum(p.numel() for p in models["resnet50"].parameters())
-    assert params == RESNET50_PARAMS, f"rebuilt ResNet-50 has {params} parameters, torchvision's {RESNET50_PARAMS}"
+    assert params == RESNET50_PARAMS, (
+        f"rebuilt ResNet-50 has {params} parameters, torchvision's {RESNET50_PARAMS}"
+    )
     x = torch.randn(1, 3, 224, 224)
     out = {name: dataclasses.asdict(workload(m, x)) for name, m in models.items()}
     print(json.dumps(out, indent=2))

@@ -24,7 +24,9 @@ def test_the_published_file_loads_with_citations_and_workloads():
 
 def test_weak_scaling_gives_each_gpu_its_batch(monkeypatch):
     m = published.load(published.PUBLISHED)[0]
-    assert m.work_at(8).batch == 32 * 8 and m.work_at(8).flops_fwd == pytest.approx(8 * m.work_at(1).flops_fwd)
+    assert m.work_at(8).batch == 32 * 8 and m.work_at(8).flops_fwd == pytest.approx(
+        8 * m.work_at(1).flops_fwd
+    )
     # n = 1 by hand: 32 images of (fwd + bwd) FLOPs at EFFICIENCY of V100's fp32 peak
     monkeypatch.setattr(costmodel, "EFFICIENCY", 0.5)
     row = published.compare(m)[0]

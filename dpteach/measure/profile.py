@@ -77,7 +77,15 @@ def profile_step(
             module.zero_grad(set_to_none=True)
             timer = Phases(slots)
             with comm.traffic() as traffic:
-                step(module, x, slots, strategy=strategy, loss_fn=loss_fn, replicate_one_slot=False, phase=timer.phase)
+                step(
+                    module,
+                    x,
+                    slots,
+                    strategy=strategy,
+                    loss_fn=loss_fn,
+                    replicate_one_slot=False,
+                    phase=timer.phase,
+                )
             seconds = {p: 0.0 for p in PHASES} | timer.seconds()  # one slot: nothing is replicated
             if i >= warmup:
                 profile.steps.append(seconds)

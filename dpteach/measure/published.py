@@ -114,7 +114,9 @@ def load(path: str | Path) -> list[Measurement]:
         return _published(data, path)
     if "scaling" in data and "env" in data:
         return _ours(data, path)
-    raise ValueError(f"{path} is neither a published.json (with 'measurements') nor a bench.json (with 'scaling')")
+    raise ValueError(
+        f"{path} is neither a published.json (with 'measurements') nor a bench.json (with 'scaling')"
+    )
 
 
 def shipped() -> list[Measurement]:
