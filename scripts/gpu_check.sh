@@ -21,8 +21,8 @@
 # chapters and no cell runs after 260 s, all chapters 280 s. Files in OUT: check.log (all
 # output), env.txt, pytest.log, bench.json, bench.png, scaling.png, notebooks.log, notebooks.tar.gz
 # (every executed chapter, also the ones that failed, with their outputs up to the failure).
-# To ship a machine's scaling with the course (chapter 08 draws it beside the learner's own), copy
-# its bench.json unchanged to dpteach/measure/data/<machine>.json: dpteach.measure.scaling.load reads it.
+# To ship a machine's scaling with the course (chapter 08 sets it beside the cost model, as ours), copy
+# its bench.json unchanged to dpteach/measure/data/ours/<machine>.json: dpteach.measure.published.load reads it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${OUT:-artifacts/gpu}}

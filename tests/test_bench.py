@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from dpteach import comm
-from dpteach.measure import bench, scaling
+from dpteach.measure import bench, published
 from dpteach.measure.profile import PHASES, profile_step
 
 
@@ -24,8 +24,11 @@ def test_quick_bench_writes_json_and_plot(tmp_path):
     assert all(r[s]["replicate_s"] > 0 for s in ("broadcast", "rewire", "clone"))
     assert set(saved["step_vs_plain"]["phases_median_s"]) == set(PHASES)
     assert "DataParallel step vs plain" in bench.summary(results)
-    measured = scaling.load(tmp_path / "bench.json")  # what gpu_check.sh writes is what chapter 08 reads
-    assert measured.scaling == results["scaling"] and measured.label.startswith("measured on ")
+    assert saved["scaling"]["workload"]["flops_fwd"] == 2 * 64 * (
+        1024 * 512 + 512 * 1024
+    )  # two Linear layers
+    assert saved["scaling"]["workload"]["param_bytes"] == 4 * bench.n_params(bench.mlp(512, "cpu"))
+    assert published.load(tmp_path / "bench.json") == []  # CPU slots: nothing the GPU model predicts
     assert (tmp_path / "scaling.png").stat().st_size > 10_000
 
 

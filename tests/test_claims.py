@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from executed import executed  # noqa: E402  (each chapter runs once per test run)
 
 MEASURING = ["06_the_cost_of_copies.ipynb", "08_real_gpus.ipynb"]
-SENTENCES = {"06_the_cost_of_copies.ipynb": 6, "08_real_gpus.ipynb": 1}  # the comparisons each chapter prints
+# the comparisons each chapter prints; chapter 08 prints none: its lesson rests on counts and the cost model
+SENTENCES = {"06_the_cost_of_copies.ipynb": 6}
 
 # "<a> took 2.00x the time of <b> (2.000 ms against 1.000 ms): slower"
 SENTENCE = re.compile(
@@ -206,7 +207,7 @@ def test_the_check_catches_a_claim_its_numbers_contradict(bad):
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("name", MEASURING)
+@pytest.mark.parametrize("name", list(SENTENCES))
 def test_printed_claims_agree_with_the_measurements(name, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")
     nb, _, _ = executed(ROOT / "notebooks" / name)  # the run's one executed copy, shared with test_notebooks

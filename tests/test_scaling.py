@@ -1,4 +1,4 @@
-"""Chapter 08's scaling: the slot lists per machine, the data a run returns, shipped results and their drawing.
+"""Chapter 08's scaling: the slot lists per machine, the data a run returns, its table and its drawing.
 
 No timing is asserted. ``fixtures/bench_fictional_gpus.json`` is an invented ``bench.json`` (marked
 as such inside) that stands for what ``scripts/gpu_check.sh`` would write on a four-GPU machine; it
@@ -45,65 +45,28 @@ def test_a_run_returns_plain_data_one_entry_per_slot_count():
     assert model.weight.grad is not None  # the steps trained the model itself
 
 
-def test_the_fixture_loads_with_its_label():
-    measured = scaling.load(FIXTURE)
-    assert measured.label == "measured on 4 x FICTIONAL GPU (test fixture), torch 9.9.9-fixture, CUDA 99.9"
-    assert measured.scaling["slots"] == [1, 2, 3, 4] and measured.scaling["torch_dp_s"][-1] is None
-    assert [m.source for m in scaling.shipped(FIXTURE.parent)] == [str(FIXTURE)]
-
-
-def test_a_file_without_a_scaling_run_is_refused_by_name(tmp_path):
-    data = json.loads(FIXTURE.read_text())
-    del data["scaling"]["dpteach_s"]
-    (tmp_path / "old.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=r"scaling\.dpteach_s"):
-        scaling.shipped(tmp_path)
-    data = json.loads(FIXTURE.read_text())
-    data["scaling"]["torch_dp_s"] = [0.1]
-    (tmp_path / "old.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="one entry per slot count"):
-        scaling.load(tmp_path / "old.json")
-    assert scaling.shipped(tmp_path / "empty") == []
-
-
-def test_every_shipped_result_loads_and_was_measured_on_gpus():
-    for measured in scaling.shipped():  # none yet: the project has not had a GPU machine
-        assert measured.env.get("cuda") and measured.scaling["kind"] in ("one gpu", "gpus"), measured.source
-
-
 def test_the_wheel_ships_the_data_folder():
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    assert "data/*.json" in package_data["dpteach.measure"]
+    assert {"data/*.json", "data/ours/*.json"} <= set(package_data["dpteach.measure"])
     assert scaling.DATA == ROOT / "dpteach" / "measure" / "data" and scaling.DATA.is_dir()
 
 
-def test_the_drawing_puts_shipped_results_beside_the_learners(tmp_path):
+def test_the_drawing_shows_the_learners_run(tmp_path):
     pytest.importorskip("matplotlib")
     import matplotlib
 
     matplotlib.use("Agg")
     mine = scaling.scaling(nn.Linear(8, 4), torch.randn(6, 8), [["cpu"], ["cpu", "cpu"]], repeats=1)
-    shipped = scaling.load(FIXTURE)
-    fig = scaling.draw(mine, [shipped])
+    fig = scaling.draw(mine)
     left, right = fig.axes
-    labels = [line.get_label() for line in right.lines]
-    assert f"dpteach, {shipped.label}" in labels and f"torch, {shipped.label}" in labels
-    torch_line = right.lines[labels.index(f"torch, {shipped.label}")]
-    assert list(torch_line.get_xdata()) == [
-        1,
-        2,
-        3,
-    ]  # the missing 4-GPU torch run is left out, not drawn as 0
-    assert list(right.get_xticks()) == [1, 2, 3, 4]  # the axis reaches the shipped machine's slots
     assert [line.get_label() for line in left.lines] == ["plain step, one device", "dpteach.DataParallel"]
+    assert list(right.get_xticks()) == [1, 2]
     fig.savefig(tmp_path / "scaling.png")
     assert (tmp_path / "scaling.png").stat().st_size > 10_000
-    alone = scaling.draw(mine)
-    assert not [line for line in alone.axes[1].lines if "measured on" in line.get_label()]
 
 
 def test_the_table_has_a_row_per_slot_count_and_a_dash_where_torch_did_not_run():
-    s = scaling.load(FIXTURE).scaling
+    s = json.loads(FIXTURE.read_text())["scaling"]
     rows = scaling.table(s).splitlines()
     assert len(rows) == 2 + len(s["slots"]) and "40.00" in rows[1]  # header, plain step, one row per n
     assert rows[-1].split()[-3:] == ["16.00", "-", "2.50x"]  # 4 GPUs: dpteach's ms, no torch run, 40 / 16

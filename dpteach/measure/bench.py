@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import dataclasses
 import json
 import platform
 import sys
@@ -40,7 +41,7 @@ from .._devices import default_devices
 from ..data_parallel import DataParallel
 from ..replicate import STRATEGIES, replicate
 from ..replicate.clone import clone_tensor
-from . import scaling
+from . import costmodel, scaling
 from .profile import profile_step
 from .timer import time_in_turns
 
@@ -317,11 +318,12 @@ def run(out: Path, quick: bool = False, repeats: int | None = None, page_faults:
     several = torch.cuda.is_available() and torch.cuda.device_count() > 1
     hidden, batch = (512, 64) if quick else ((8192, 4096 if several else 512) if on_gpu else (2048, 512))
     start = scaling.slot_lists()[0][0]
-    results["scaling"] = scaling.scaling(
-        mlp(hidden, start), torch.randn(batch, 1024, device=start), repeats=repeats
-    )
+    model, x = mlp(hidden, start), torch.randn(batch, 1024, device=start)
+    results["scaling"] = scaling.scaling(model, x, repeats=repeats)
+    # what the step costs, counted: the cost model's input, so published.load can set ours beside it
+    results["scaling"]["workload"] = dataclasses.asdict(costmodel.workload(model, x))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(results, indent=2))  # the format scaling.load reads
+    (out / "bench.json").write_text(json.dumps(results, indent=2))  # the format published.load reads
     plot(results, out / "bench.png")
     _plot_scaling(results, out / "scaling.png")
     return results

@@ -17,7 +17,7 @@ from torch import nn
 
 from .. import comm
 from .._devices import DeviceLike, as_devices
-from ..data_parallel import Moves, four_moves
+from ..data_parallel import mean_square, step
 from ..replicate import Strategy, strategy_name
 from .timer import Phases, threads_per_slot
 
@@ -54,26 +54,22 @@ class StepProfile:
         return "\n".join(lines)
 
 
-def _default_loss(out):
-    return out.float().pow(2).mean()
-
-
 def profile_step(
     module: nn.Module,
     x: torch.Tensor,
     devices: Sequence[DeviceLike],
     strategy: Strategy = "broadcast",
-    loss_fn: Callable = _default_loss,
+    loss_fn: Callable = mean_square,
     repeats: int = 10,
     warmup: int = 2,
 ) -> StepProfile:
     """Time each phase of ``repeats`` DataParallel steps of ``module`` on batch ``x``.
 
-    The steps are the ones ``DataParallel.forward`` and ``loss.backward()`` take (``four_moves``,
-    each move timed); backward includes the reduction of the replicas' gradients.
+    The steps are the core helper's (``dpteach.data_parallel.step``: the four moves, then the loss
+    and ``loss.backward()``), each move timed; backward includes the reduction of the replicas'
+    gradients. One slot runs the module itself, as ``DataParallel`` does.
     """
     slots = as_devices(devices)
-    moves = Moves(module, slots, strategy=strategy)
     name = strategy_name(strategy)
     profile = StepProfile(name, [str(d) for d in slots])
     with threads_per_slot(slots):
@@ -81,9 +77,15 @@ def profile_step(
             module.zero_grad(set_to_none=True)
             timer = Phases(slots)
             with comm.traffic() as traffic:
-                out = four_moves(moves, (x,), {}, phase=timer.phase)
-                with timer.phase("backward"):
-                    loss_fn(out).backward()
+                step(
+                    module,
+                    x,
+                    slots,
+                    strategy=strategy,
+                    loss_fn=loss_fn,
+                    replicate_one_slot=False,
+                    phase=timer.phase,
+                )
             seconds = {p: 0.0 for p in PHASES} | timer.seconds()  # one slot: nothing is replicated
             if i >= warmup:
                 profile.steps.append(seconds)

@@ -9,17 +9,15 @@
   ``"dpteach 2 (2 × cuda:0)"``, so neither overwrites the other.
 * ``scaling(...)``: times them in turns (medians) and returns plain data, the ``"scaling"`` entry of
   ``python -m dpteach.measure.bench``'s ``bench.json``.
-* ``load`` / ``shipped``: results measured on real machines, shipped as package data in
-  ``dpteach/measure/data/*.json``; each file is a ``bench.json`` as ``scripts/gpu_check.sh`` writes it.
-* ``draw(mine, shipped)``: step time and speed-up against n, shipped results beside the learner's own.
+* ``label(env)``: where a run was measured, in words. Results measured on GPU machines are loaded by
+  ``dpteach.measure.published``, beside the cost model.
+* ``draw(mine)``: step time and speed-up against n, the learner's own.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -27,12 +25,11 @@ import torch
 from torch import nn
 
 from .._devices import DeviceLike, as_devices
-from ..data_parallel import DataParallel
+from ..data_parallel import DataParallel, mean_square
 from .timer import Timing, time_in_turns
 
 __all__ = [
     "DATA",
-    "Measured",
     "slot_lists",
     "compact",
     "names",
@@ -40,13 +37,11 @@ __all__ = [
     "result",
     "scaling",
     "table",
-    "load",
-    "shipped",
     "label",
     "draw",
 ]
 
-DATA = Path(__file__).with_name("data")  # measurements from real machines, shipped in the wheel
+DATA = Path(__file__).with_name("data")  # GPU profiles and measurements, shipped in the wheel
 MAX_SHARED_SLOTS = 4  # slots on one GPU or on the CPU: enough to see the overhead grow
 
 
@@ -103,12 +98,8 @@ def _distinct_gpus(slots: Sequence[torch.device]) -> bool:
     return all(d.type == "cuda" for d in slots) and len({d.index for d in slots}) == len(slots)
 
 
-def _loss(out: torch.Tensor) -> torch.Tensor:
-    return out.float().pow(2).mean()
-
-
 def steps(
-    model: nn.Module, x: torch.Tensor, lists: Sequence[Sequence[DeviceLike]], loss_fn: Callable = _loss
+    model: nn.Module, x: torch.Tensor, lists: Sequence[Sequence[DeviceLike]], loss_fn: Callable = mean_square
 ) -> dict[str, Callable[[], None]]:
     """One training step of ``model`` on ``x`` per name: ``"plain"``, ``"dpteach n"``, and ``"torch n"`` on distinct GPUs."""
 
@@ -182,22 +173,6 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class Measured:
-    """One machine's results: where it was measured (``env``, as bench records it) and its ``scaling``."""
-
-    env: dict
-    scaling: dict
-    source: str = ""
-
-    @property
-    def label(self) -> str:
-        return label(self.env)
-
-
-REQUIRED = {"env": ("device", "torch"), "scaling": ("slots", "plain_s", "dpteach_s", "torch_dp_s")}
-
-
 def label(env: dict) -> str:
     """``measured on 4 x NVIDIA A100, torch 2.5.1, CUDA 12.4`` (the CPU's description, without CUDA)."""
     where = env["device"] if env.get("gpus", 0) < 2 else f"{env['gpus']} x {env['device']}"
@@ -205,53 +180,13 @@ def label(env: dict) -> str:
     return f"measured on {where}, torch {env['torch']}{cuda}"
 
 
-def load(path: str | Path) -> Measured:
-    """A ``bench.json`` (``python -m dpteach.measure.bench`` or ``scripts/gpu_check.sh``) as ``Measured``."""
-    data = json.loads(Path(path).read_text())
-    missing = [
-        f"{part}.{key}"
-        for part, keys in REQUIRED.items()
-        for key in keys
-        if key not in (data.get(part) or {})
-    ]
-    if missing:
-        raise ValueError(
-            f"{path} is not a bench.json with a scaling run: it lacks {', '.join(missing)}; "
-            "write one with `python -m dpteach.measure.bench --out DIR` (scripts/gpu_check.sh does)"
-        )
-    scale = data["scaling"]
-    if not len(scale["slots"]) == len(scale["dpteach_s"]) == len(scale["torch_dp_s"]):
-        raise ValueError(f"{path}: slots, dpteach_s and torch_dp_s must have one entry per slot count")
-    return Measured(data["env"], scale, str(path))
-
-
-def shipped(folder: str | Path = DATA) -> list[Measured]:
-    """Every result shipped in ``folder`` (``dpteach/measure/data``), in file-name order; [] when none."""
-    return [load(p) for p in sorted(Path(folder).glob("*.json"))]
-
-
-def draw(
-    mine: dict,
-    others: Sequence[Measured] = (),
-    title: str = "",
-    forward_s: float | None = None,
-    noise: float | None = None,
-):
-    """Two panels: ms per step against n (this machine), and speed-up over the plain step against n
-    (this machine, and every shipped result beside it, labelled with where it was measured).
+def draw(mine: dict, title: str = ""):
+    """Two panels: ms per step against n, and speed-up over the plain step against n (this machine).
 
     The ideal "n times faster" line is drawn only where a result ran on n separate GPUs; slots that
-    share one device have no such ideal. On CPU slots, given ``forward_s`` (the plain step's forward
-    alone), the ceiling drawn instead is the best speed-up with only the forward split n ways:
-    ``plain / (plain - forward + forward / n)``, as chapter 08 prints it.
-
-    The grey band is "about the same": ``claims.MARGIN`` either side of 1, or ``noise`` where that
-    measured noise margin is wider (chapter 08 passes the largest of its parallel_apply spread, row 1's
-    gap, the same work as the plain step, and ``claims.MARGIN``).
+    share one device have no such ideal.
     """
     import matplotlib.pyplot as plt
-
-    from ..course.claims import MARGIN  # the band where two medians read "about the same"
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     ns = mine["slots"]
@@ -269,32 +204,9 @@ def draw(
             *zip(*[(n, mine["plain_s"] / t) for n, t in theirs]), "s-", color="#d7191c", label="torch, here"
         )
     top = max(ns)
-    for i, other in enumerate(others):
-        s = other.scaling
-        colour = plt.get_cmap("tab10")(2 + i % 8)
-        right.plot(
-            s["slots"],
-            [s["plain_s"] / t for t in s["dpteach_s"]],
-            "o:",
-            color=colour,
-            label=f"dpteach, {other.label}",
-        )
-        rows = [(n, s["plain_s"] / t) for n, t in zip(s["slots"], s["torch_dp_s"]) if t is not None]
-        if rows:
-            right.plot(*zip(*rows), "s:", color=colour, alpha=0.6, label=f"torch, {other.label}")
-        top = max(top, *s["slots"])
-    band = max(MARGIN, noise or MARGIN, 1 / (noise or MARGIN))
-    right.axhspan(
-        1 / band,
-        band,
-        color="#eeeeee",
-        label=f"about the same (within claims.MARGIN, {band:.2f}x)"
-        if band == MARGIN
-        else f"about the same (within the measured noise margin, {band:.2f}x)",
-    )
     right.axhline(1.0, color="#777777", ls="--", lw=1, label="as fast as the plain step")
     speedups = [y for line in right.lines for y in line.get_ydata()]
-    separate = [max(r["slots"]) for r in (mine, *(o.scaling for o in others)) if r.get("kind") == "gpus"]
+    separate = [max(mine["slots"])] if mine.get("kind") == "gpus" else []
     if separate:  # only n separate devices can be n times faster
         right.plot(
             [1, max(separate)],
@@ -302,16 +214,6 @@ def draw(
             color="#bbbbbb",
             lw=1,
             label="n times faster (n separate GPUs)",
-        )
-    if mine["kind"] == "cpu" and forward_s is not None:  # CPU slots split only the forward
-        plain = mine["plain_s"]
-        right.plot(
-            ns,
-            [plain / (plain - forward_s + forward_s / n) for n in ns],
-            color="#999999",
-            ls=":",
-            lw=1.5,
-            label="best with only the forward split n ways",
         )
     left.set_ylim(bottom=0)
     right.set_ylim(0, max(2.0, *speedups) * 1.15)
@@ -326,13 +228,6 @@ def draw(
     kind = {"cpu": "CPU slots", "one gpu": "slots on one GPU", "gpus": "GPUs"}[mine["kind"]]
     left.set_title(f"{kind}: {mine['params'] / 1e6:.1f}M parameters, batch {mine['batch']}", fontsize=10)
     right.set_title(title or "speed-up over the plain step", fontsize=10)
-    if others:  # long labels: one legend under both panels
-        handles, labels = right.get_legend_handles_labels()
-        rows = (len(labels) + 1) // 2
-        fig.set_size_inches(10, 3.6 + 0.22 * rows)
-        fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
-        fig.tight_layout(rect=(0, 0.22 * rows / (3.6 + 0.22 * rows) + 0.02, 1, 1))
-    else:
-        right.legend(fontsize=8, loc="upper left")
-        fig.tight_layout()
+    right.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
     return fig

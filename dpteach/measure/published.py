@@ -1,0 +1,179 @@
+"""Measured step times beside the cost model: published ones (``data/published.json``) and ours.
+
+One loader, two formats, one result type (:class:`Measurement`):
+
+* ``data/published.json``: figures read in a paper, a README or an issue thread, each with its
+  citation, hardware, model, batch and the counted workload of one image;
+* a ``bench.json`` from ``python -m dpteach.measure.bench`` (``scripts/gpu_check.sh``) run on a GPU
+  machine, copied into ``data/ours/``: dpteach's DataParallel step per n, labelled as ours.
+
+``compare(m)`` puts the model's prediction beside each measured point, with the ratio
+measured / modelled: above 1, the real step was slower than the model says.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .costmodel import GPUS, Workload, predict
+
+__all__ = ["Measurement", "Row", "load", "shipped", "compare", "table", "PUBLISHED", "OURS"]
+
+DATA = Path(__file__).with_name("data")
+PUBLISHED = DATA / "published.json"
+OURS = DATA / "ours"  # bench.json files from our own GPU runs
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A measured curve: step seconds at each n, and what it ran (``gpu`` is a profile in ``GPUS``)."""
+
+    id: str
+    citation: str
+    hardware: str
+    gpu: str
+    strategy: str
+    model: str
+    batch: int  # rows per GPU ("weak" scaling) or in all ("strong")
+    scaling: str
+    points: tuple[tuple[int, float], ...]
+    workload: Workload | None
+    ours: bool = False
+
+    def work_at(self, n: int) -> Workload:
+        """The workload of the whole step at ``n`` GPUs (weak scaling: ``batch`` rows per GPU)."""
+        rows = self.batch * n if self.scaling == "weak" else self.batch
+        return self.workload.scaled(rows)
+
+
+def _published(data: dict, path: Path) -> list[Measurement]:
+    out = []
+    for m in data["measurements"]:
+        missing = [k for k in ("citation", "hardware", "gpu", "points", "workload") if not m.get(k)]
+        if missing:
+            raise ValueError(f"{path}: measurement {m.get('id', '?')} lacks {', '.join(missing)}")
+        if m["gpu"] not in GPUS:
+            raise ValueError(f"{path}: {m['id']} ran on {m['gpu']!r}, which has no profile in gpus.json")
+        out.append(
+            Measurement(
+                id=m["id"],
+                citation=f"{m['citation']}, {m['url']}" if m.get("url") else m["citation"],
+                hardware=m["hardware"],
+                gpu=m["gpu"],
+                strategy=m["strategy"],
+                model=m["model"],
+                batch=m["batch_per_gpu"] if m["scaling"] == "weak" else m["batch"],
+                scaling=m["scaling"],
+                points=tuple((p["n"], float(p["seconds"])) for p in m["points"]),
+                workload=Workload(**m["workload"]),
+            )
+        )
+    return out
+
+
+def _profile(device: str) -> str | None:
+    """The profile a CUDA device name belongs to, e.g. "Tesla T4" -> "T4"; None when none does."""
+    for name in GPUS:
+        if name.split("-")[0].lower() in device.lower():
+            return name
+    return None
+
+
+def _ours(data: dict, path: Path) -> list[Measurement]:
+    from .scaling import label
+
+    env, s = data["env"], data["scaling"]
+    if s.get("kind") != "gpus":
+        return []  # slots sharing one device or the CPU: nothing the GPU model predicts
+    gpu = _profile(env["device"])
+    work = s.get("workload")
+    return [
+        Measurement(
+            id=f"ours-{path.stem}",
+            citation=f"ours: {path.name}, {label(env)}",
+            hardware=label(env).removeprefix("measured on "),
+            gpu=gpu or env["device"],
+            strategy="DataParallel",
+            model=f"dpteach.measure.bench.mlp, {s['params'] / 1e6:.1f}M parameters",
+            batch=s["batch"],
+            scaling="strong",
+            points=tuple(zip(s["slots"], s["dpteach_s"])),
+            workload=Workload(**work) if work and gpu else None,
+            ours=True,
+        )
+    ]
+
+
+def load(path: str | Path) -> list[Measurement]:
+    """Every measurement in ``path``: a ``published.json`` or one of our ``bench.json`` files."""
+    path = Path(path)
+    data = json.loads(path.read_text())
+    if "measurements" in data:
+        return _published(data, path)
+    if "scaling" in data and "env" in data:
+        return _ours(data, path)
+    raise ValueError(
+        f"{path} is neither a published.json (with 'measurements') nor a bench.json (with 'scaling')"
+    )
+
+
+def shipped() -> list[Measurement]:
+    """The published measurements, then ours (``data/ours/*.json``, file-name order)."""
+    ours = [m for p in sorted(OURS.glob("*.json")) for m in load(p)]
+    return load(PUBLISHED) + ours
+
+
+@dataclass(frozen=True)
+class Row:
+    n: int
+    measured_s: float
+    modelled_s: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.modelled_s is None else self.measured_s / self.modelled_s
+
+
+def compare(m: Measurement) -> list[Row]:
+    """Each measured point beside the model's prediction for the same GPU profile, strategy, n and batch."""
+    if m.workload is None or m.gpu not in GPUS:
+        return [Row(n, s, None) for n, s in m.points]
+    return [Row(n, s, predict(m.work_at(n), m.gpu, n, m.strategy).total_s) for n, s in m.points]
+
+
+def table(m: Measurement) -> str:
+    """A measurement and the model's prediction, per n, with measured / modelled."""
+    who = "ours" if m.ours else "published"
+    per = f"{m.batch} per GPU" if m.scaling == "weak" else f"{m.batch} in all"
+    lines = [f"{m.model}, {m.strategy}, batch {per} ({who})", f"  on {m.hardware}", f"  source: {m.citation}"]
+    lines.append(f"  {'n':>2}  {'measured ms':>12}  {'modelled ms':>12}  {'measured/modelled':>18}")
+    for r in compare(m):
+        model = "-" if r.modelled_s is None else f"{r.modelled_s * 1e3:12.1f}"
+        ratio = "-" if r.ratio is None else f"{r.ratio:17.2f}x"
+        lines.append(f"  {r.n:>2}  {r.measured_s * 1e3:12.1f}  {model:>12}  {ratio:>18}")
+    return "\n".join(lines)
+
+
+def draw(measurements: list[Measurement], ax=None):
+    """Measured (points) and modelled (line) step time against n, one colour per measurement."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 3.4))
+    for i, m in enumerate(measurements):
+        colour = plt.get_cmap("tab10")(i % 10)
+        rows = compare(m)
+        tag = "ours" if m.ours else "published"
+        ax.plot([r.n for r in rows], [r.measured_s * 1e3 for r in rows], "o", color=colour,
+                label=f"measured ({tag}): {m.model.split(',')[0]}, {m.gpu}")  # fmt: skip
+        modelled = [(r.n, r.modelled_s * 1e3) for r in rows if r.modelled_s is not None]
+        if modelled:
+            ax.plot(*zip(*modelled), "-", color=colour, alpha=0.6, label=f"modelled, {m.gpu}")
+    ax.set_xlabel("GPUs (n)")
+    ax.set_ylabel("ms per step")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("measured beside modelled (lines: the cost model)", fontsize=9)
+    return ax

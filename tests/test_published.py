@@ -1,0 +1,74 @@
+"""The loader of measured step times (published ones and ours) and the model's prediction beside them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dpteach.measure import costmodel, published
+
+FIXTURE = Path(__file__).parent / "fixtures" / "bench_fictional_gpus.json"
+
+
+def test_the_published_file_loads_with_citations_and_workloads():
+    shipped = published.shipped()
+    assert [m.id for m in shipped if not m.ours] == ["ddp-benchmark-resnet50", "ddp-benchmark-resnet101"]
+    for m in shipped:
+        assert m.citation and m.hardware and m.gpu in costmodel.GPUS and m.workload is not None
+        assert [n for n, _ in m.points] == [1, 2, 4, 8]
+    raw = json.loads(published.PUBLISHED.read_text())["measurements"][0]
+    assert raw["points"][0] == {"n": 1, "seconds": 0.097}  # the README's '1 GPUs -- no ddp' p50
+
+
+def test_weak_scaling_gives_each_gpu_its_batch(monkeypatch):
+    m = published.load(published.PUBLISHED)[0]
+    assert m.work_at(8).batch == 32 * 8 and m.work_at(8).flops_fwd == pytest.approx(
+        8 * m.work_at(1).flops_fwd
+    )
+    # n = 1 by hand: 32 images of (fwd + bwd) FLOPs at EFFICIENCY of V100's fp32 peak
+    monkeypatch.setattr(costmodel, "EFFICIENCY", 0.5)
+    row = published.compare(m)[0]
+    by_hand = 32 * (m.workload.flops_fwd + m.workload.flops_bwd) / (15.7e12 * 0.5)
+    assert row.modelled_s == pytest.approx(by_hand)
+    assert row.ratio == pytest.approx(0.097 / by_hand)
+
+
+def test_the_table_prints_measured_modelled_and_their_ratio():
+    m = published.load(published.PUBLISHED)[0]
+    text = published.table(m)
+    assert "published" in text and "measured/modelled" in text and m.citation in text
+    ratios = [r.ratio for r in published.compare(m)]
+    assert all(0.5 < r < 2 for r in ratios)  # the model is within a factor of 2 of every point
+    assert text.splitlines()[-1].strip().endswith(f"{ratios[-1]:.2f}x")
+
+
+def test_our_bench_json_loads_as_ours(tmp_path):
+    data = json.loads(FIXTURE.read_text())
+    [m] = published.load(FIXTURE)  # a fictional GPU: no profile, so nothing modelled
+    assert m.ours and m.strategy == "DataParallel" and m.points[0] == (1, data["scaling"]["dpteach_s"][0])
+    assert all(r.modelled_s is None for r in published.compare(m))
+    assert published.table(m).splitlines()[-1].split()[-2:] == ["-", "-"]
+    data["env"]["device"] = "NVIDIA A100-SXM4-80GB"
+    data["scaling"]["workload"] = {
+        "flops_fwd": 1e12, "flops_bwd": 2e12, "param_bytes": 10**8, "param_tensors": 4,
+        "input_bytes": 10**6, "output_bytes": 10**6, "batch": data["scaling"]["batch"],
+    }  # fmt: skip
+    (tmp_path / "a100.json").write_text(json.dumps(data))
+    [m] = published.load(tmp_path / "a100.json")
+    assert m.gpu == "A100-SXM" and all(r.modelled_s > 0 for r in published.compare(m))
+    data["scaling"]["kind"] = "one gpu"
+    (tmp_path / "one.json").write_text(json.dumps(data))
+    assert published.load(tmp_path / "one.json") == []  # slots sharing a card: the model says nothing
+
+
+def test_other_files_are_refused(tmp_path):
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(ValueError, match="neither"):
+        published.load(tmp_path / "x.json")
+    data = json.loads(published.PUBLISHED.read_text())
+    data["measurements"][0]["gpu"] = "GTX 480"
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="no profile"):
+        published.load(tmp_path / "p.json")
