@@ -1,25 +1,21 @@
 """Sentences about speed, computed from what a chapter just measured on the learner's machine.
 
-A chapter never states "A is twice as fast as B" in prose: the machine it runs on may be a laptop,
-a one-GPU Colab or a node of eight GPUs, and a shared machine is noisy. Instead it measures
-(medians, timed in turns by ``dpteach.measure.timer.time_in_turns``) and prints a ``Comparison``, whose
-verdict has a margin so that noise between runs does not flip it:
+The cost chapters (06, 09, 12) rest on counts and order and show timings only as figures with their
+spread; what is left here serves the timing displays that still print a sentence beside their
+medians (chapter 08's, and ``measure.scaling``'s band): a ``Comparison`` whose verdict has a margin,
+so that noise between runs does not flip it:
 
     >>> print(Comparison("clone-then-.to", "to", 2.0e-3, 1.0e-3))
     clone-then-.to took 2.00x the time of to (2.000 ms against 1.000 ms): slower
 
-``tests/test_claims.py`` runs the chapters and checks every such sentence against the numbers
-printed beside it.
+``tests/test_claims.py`` checks the rule and that such sentences agree with the numbers beside them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
-from .._devices import DeviceLike, as_devices
-
-__all__ = ["MARGIN", "WIDE", "reading", "Comparison", "SpeedUp", "hardware", "across_devices", "crossover"]
+__all__ = ["MARGIN", "WIDE", "reading", "Comparison", "SpeedUp"]
 
 MARGIN = 1.2  # a ratio of medians inside (1/MARGIN, MARGIN) is "about the same": noise, not a finding
 
@@ -114,29 +110,3 @@ class SpeedUp:
             f"{self.parallel} ran at {self.ratio:.2f}x the speed of {self.plain} "
             f"({_ms(self.parallel_seconds)} against {_ms(self.plain_seconds)}): {self.verdict}{_noted(self.margin)}"
         )
-
-
-def hardware(devices: Sequence[DeviceLike]) -> str:
-    """What the slots are: ``"cpu"``, ``"one gpu"`` (every slot on one GPU) or ``"gpus"`` (several GPUs)."""
-    slots = as_devices(devices)
-    cuda = {d.index for d in slots if d.type == "cuda"}
-    if not cuda:
-        return "cpu"
-    return "gpus" if len(cuda) > 1 else "one gpu"
-
-
-def across_devices(source: DeviceLike, target: DeviceLike) -> bool:
-    """Whether a copy from ``source`` to ``target`` crosses from one memory to another."""
-    (a, b) = as_devices([source, target])
-    return a != b
-
-
-def crossover(counts: Sequence[int], comparisons: Sequence[Comparison]) -> int | None:
-    """The smallest count from which on every comparison says ``first`` was faster; None if there is none."""
-    start = None
-    for count, comparison in zip(counts, comparisons):
-        if comparison.verdict == FASTER:
-            start = count if start is None else start
-        else:
-            start = None
-    return start
