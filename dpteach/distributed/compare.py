@@ -112,7 +112,9 @@ def ddp_rounds(
     """
     single, ddp = [], []
     for i in range(rounds + 1):
-        one = step_times("single", (hidden,), depth, global_batch, repeats, warmup=1, devices=["cpu"], threads=1)
+        one = step_times(
+            "single", (hidden,), depth, global_batch, repeats, warmup=1, devices=["cpu"], threads=1
+        )
         many = ranks.run("step_times", (hidden,), depth, global_batch, repeats, warmup=1)[0]
         if i:  # round 0 is thrown away: the first steps pay for memory and threads starting
             single.append(one[hidden])
