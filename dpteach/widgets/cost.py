@@ -163,7 +163,7 @@ class CostLab:
             )
         lines.append(f"ranked by the cost model, {self.slots} x {self.gpu} (modelled):")
         for rank, (strategy, p) in enumerate(self.modelled().items(), 1):
-            lines.append(f"  {rank}. {strategy:<12} {p.total_s * 1e3:.3f} ms per step")
+            lines.append(f"  {rank}. {strategy:<12} {p.total_s * 1e3:.3g} ms per step")
         return lines
 
     def rows(self) -> list[tuple[str, int, float, float]]:

@@ -120,7 +120,7 @@ def cost_table(lab) -> str:
     modelled = _table(
         ["rank", "strategy", f"ms per step, modelled ({lab.slots} × {escape(lab.gpu)})"],
         [
-            [str(rank), escape(s), f"{p.total_s * 1e3:.3f}"]
+            [str(rank), escape(s), f"{p.total_s * 1e3:.3g}"]
             for rank, (s, p) in enumerate(lab.modelled().items(), 1)
         ],
         f"ranked by the cost model: {lab.slots} × {escape(lab.gpu)}, modelled",
