@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import nn
@@ -60,6 +61,16 @@ class StrategyCost:
     @property
     def median(self) -> float:
         return statistics.median(self.seconds)
+
+
+@lru_cache(maxsize=16)
+def _workload(width: int, seed: int):
+    """The cost model's inputs for ``wide_model(width)`` on the course batch: counted once per width
+    (FLOPs by ``FlopCounterMode``, whose first use in a process takes seconds)."""
+    from ..measure import costmodel
+
+    x, _ = story.make_data(seed=seed)
+    return costmodel.workload(wide_model(width, seed), x)
 
 
 _PLAIN = object()  # the one-device step's key: never a strategy's name
@@ -133,10 +144,9 @@ class CostLab:
     def modelled(self) -> dict:
         """The cost model's prediction of one step under DataParallel and DDP on ``slots`` GPUs of ``gpu``,
         fastest first: FLOPs and bytes of this width's model and the course batch, not a clock."""
-        from ..measure import costmodel  # matplotlib-free, but only needed here
+        from ..measure import costmodel
 
-        x, _ = story.make_data(seed=self.seed)
-        work = costmodel.workload(wide_model(self.width, self.seed), x)
+        work = _workload(self.width, self.seed)
         predictions = [
             costmodel.predict(work, self.gpu, self.slots, strategy=s) for s in ("DataParallel", "DDP")
         ]
