@@ -5,7 +5,9 @@
 * ``costs``: the bytes a step moves and the copies chapter 06 times;
 * ``scaling``: one step on 1 ... N slots against the plain step and ``torch.nn.DataParallel``, and
   the results of real machines shipped in ``data/``;
-* ``bench``: ``python -m dpteach.measure.bench``, the benchmark (JSON and a plot).
+* ``bench``: ``python -m dpteach.measure.bench``, the benchmark (JSON and a plot);
+* ``costmodel``: the modelled step time of DataParallel and DDP on n GPUs of a named profile;
+* ``threads``: which thread runs each backward node of a DataParallel step, by role.
 
 Import the module you need (``from dpteach.measure import timer``); this file imports a module only
 when it is asked for by attribute (``dpteach.measure.timer``).
@@ -13,7 +15,7 @@ when it is asked for by attribute (``dpteach.measure.timer``).
 
 from .._lazy import submodules
 
-_MODULES = ("timer", "profile", "costs", "scaling", "bench")
+_MODULES = ("timer", "profile", "costs", "scaling", "bench", "costmodel", "threads")
 
 
 __getattr__ = submodules(__name__, _MODULES)

@@ -225,8 +225,8 @@ def load(path: str | Path) -> Measured:
     return Measured(data["env"], scale, str(path))
 
 
-def shipped(folder: str | Path = DATA) -> list[Measured]:
-    """Every result shipped in ``folder`` (``dpteach/measure/data``), in file-name order; [] when none."""
+def shipped(folder: str | Path = DATA / "ours") -> list[Measured]:
+    """Every result shipped in ``folder`` (``dpteach/measure/data/ours``), in file-name order; [] when none."""
     return [load(p) for p in sorted(Path(folder).glob("*.json"))]
 
 

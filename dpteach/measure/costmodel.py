@@ -1,0 +1,384 @@
+"""A cost model: the step time of DataParallel and of DDP on n GPUs of a named profile, from FLOPs and bytes.
+
+Nothing here is timed. The inputs are counted on the learner's own model (:func:`workload`: FLOPs with
+``torch.utils.flop_counter.FlopCounterMode``, bytes from the parameters, the batch and the output),
+the GPU profiles come from spec sheets (``data/gpus.json``, each number with the page it was read
+from), and the answer is a :class:`Prediction`: one bar (:class:`Part`) per piece of work, on the lane
+that does it ("GPU 0", "GPU 1", ..., "link", "python"), placed after the work it waits for.
+
+Assumptions, each one a simplification a real run will not honour exactly:
+
+* **Compute** runs at ``EFFICIENCY`` (one fraction, for every GPU and dtype) of the spec sheet's
+  dense peak for the dtype. A replica given ``batch / n`` rows does ``1 / n`` of the FLOPs.
+* **Copies between GPUs** run at the profile's ``link_bw`` (one direction), with no latency per
+  message. A broadcast (replicate) or a reduce (the gradients' sum) is pipelined over a ring or
+  tree, as NCCL does it, so each takes ``bytes / link_bw`` whatever n. The scatter sends ``(n-1)/n``
+  of the batch out of GPU 0 and the gather brings ``(n-1)/n`` of the output back, one after another.
+* **DataParallel** (``torch.nn.DataParallel`` and dpteach's, one process): on every step it
+  scatters the batch, replicates the model (a broadcast of the parameters), starts one Python
+  thread per replica (``PYTHON_THREAD_S`` each, one after another, since the starts take the GIL),
+  runs the replicas' forwards, gathers the outputs onto GPU 0, runs the backwards (one autograd
+  thread per GPU, so in parallel), and only when every replica's gradients exist, reduces them onto
+  GPU 0 (a reduce over the link, then GPU 0 reads the n copies and writes the sum, at ``mem_bw``).
+* **DDP** (one process per GPU): no scatter, replicate or gather per step: each rank loads its own
+  ``batch / n`` rows and keeps its own replica. Its gradients are all-reduced in buckets of
+  ``bucket_bytes``, in the order backward produces them (the last layers first). A bucket is ready
+  when backward has produced its share of the gradient bytes (backward's FLOPs are assumed spread
+  evenly over the parameters' bytes); its ring all-reduce takes ``2(n-1)/n * bytes / link_bw``, one
+  bucket at a time on the link, overlapped with the rest of backward. The buckets are equal, the
+  last one the remainder (real DDP makes its first bucket smaller, 1 MiB).
+* **n = 1** is the plain step, forward then backward, for both: neither wrapper replicates there.
+* Optimizer steps, the loss, buffers, kernel launches and data loading are left out.
+
+So with infinite link and memory bandwidth, DDP takes compute / n and DataParallel compute / n plus
+``n * PYTHON_THREAD_S``: what is left of DataParallel's serial work when bytes cost nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..data_parallel import mean_square
+
+__all__ = [
+    "EFFICIENCY",
+    "PYTHON_THREAD_S",
+    "STRATEGIES",
+    "GPU",
+    "GPUS",
+    "Workload",
+    "workload",
+    "Part",
+    "Prediction",
+    "predict",
+    "table",
+    "draw_timeline",
+    "draw_over_n",
+]
+
+GPUS_FILE = Path(__file__).with_name("data") / "gpus.json"
+
+# The one fraction of the spec sheet's peak FLOP/s a training step is assumed to reach: a round
+# figure, not fitted to any measurement (data/published.json shows where it misses).
+EFFICIENCY = 0.5
+# What starting one Python thread per replica costs DataParallel, per replica: an assumed round
+# figure for threading.Thread start and join, not measured here.
+PYTHON_THREAD_S = 100e-6
+STRATEGIES = ("DataParallel", "DDP")
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU profile: peak FLOP/s per dtype, memory and GPU-to-GPU bandwidth (bytes/s, one direction)."""
+
+    name: str
+    flops: dict[str, float]
+    mem_bw: float
+    link_bw: float
+    link: str
+    source: str
+
+    def rate(self, dtype: str) -> float:
+        """FLOP/s this model assumes for ``dtype``: ``EFFICIENCY`` of the peak."""
+        if dtype not in self.flops:
+            raise ValueError(f"{self.name} has no {dtype} peak in gpus.json; it has {', '.join(self.flops)}")
+        return self.flops[dtype] * EFFICIENCY
+
+
+def _load_gpus(path: Path = GPUS_FILE) -> dict[str, GPU]:
+    data = json.loads(path.read_text())
+    gpus = {}
+    for name, g in data["gpus"].items():
+        sources = "; ".join(f"{k}: {v['read']}" for k, v in g["numbers"].items())
+        gpus[name] = GPU(
+            name=name,
+            flops={k: float(v) for k, v in g["flops"].items()},
+            mem_bw=float(g["mem_bw"]),
+            link_bw=float(g["link_bw"]),
+            link=g["link"],
+            source=f"{g['datasheet']} (read: {sources})",
+        )
+    return gpus
+
+
+GPUS: dict[str, GPU] = _load_gpus()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one training step of a model on a batch costs, counted, not timed."""
+
+    flops_fwd: float
+    flops_bwd: float
+    param_bytes: int
+    param_tensors: int
+    input_bytes: int
+    output_bytes: int
+    batch: int
+
+    def scaled(self, batch: int) -> Workload:
+        """The same model on ``batch`` rows: FLOPs and the batch's bytes in proportion, parameters the same."""
+        k = batch / self.batch
+        return dataclasses.replace(
+            self,
+            flops_fwd=self.flops_fwd * k,
+            flops_bwd=self.flops_bwd * k,
+            input_bytes=round(self.input_bytes * k),
+            output_bytes=round(self.output_bytes * k),
+            batch=batch,
+        )
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
+
+
+def workload(module: nn.Module, inputs: Any, loss_fn: Callable = mean_square) -> Workload:
+    """Count one step of ``module`` on ``inputs`` (a tensor or a tuple): FLOPs of forward and backward, bytes.
+
+    Runs the forward and the backward once, under ``FlopCounterMode``; the parameters' ``.grad`` are
+    put back as they were afterwards.
+    """
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    params = list(module.parameters())
+    kept = [p.grad for p in params]
+    with FlopCounterMode(display=False) as forward:
+        out = module(*inputs)
+    loss = loss_fn(out)
+    with FlopCounterMode(display=False) as backward:
+        loss.backward()
+    for p, g in zip(params, kept):
+        p.grad = g
+    return Workload(
+        flops_fwd=float(forward.get_total_flops()),
+        flops_bwd=float(backward.get_total_flops()),
+        param_bytes=sum(p.numel() * p.element_size() for p in params),
+        param_tensors=len(params),
+        input_bytes=sum(t.numel() * t.element_size() for t in _tensors(inputs)),
+        output_bytes=sum(t.numel() * t.element_size() for t in _tensors(out)),
+        batch=_tensors(inputs)[0].shape[0],
+    )
+
+
+@dataclass(frozen=True)
+class Part:
+    """One bar of the dependency timeline: ``name`` on ``lane`` from ``start`` for ``seconds``."""
+
+    name: str
+    lane: str
+    start: float
+    seconds: float
+
+    @property
+    def end(self) -> float:
+        return self.start + self.seconds
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The modelled step: its parts, and its total (the end of the last part)."""
+
+    strategy: str
+    gpu: GPU
+    n: int
+    parts: tuple[Part, ...]
+    total_s: float
+
+    def seconds(self, name: str) -> float:
+        """The summed seconds of every part called ``name`` (e.g. ``"all-reduce"``)."""
+        return sum(p.seconds for p in self.parts if p.name == name)
+
+
+def _gpu(gpu: GPU | str) -> GPU:
+    if isinstance(gpu, GPU):
+        return gpu
+    if gpu not in GPUS:
+        raise ValueError(f"no GPU profile {gpu!r}: the profiles are {', '.join(GPUS)}")
+    return GPUS[gpu]
+
+
+def _buckets(total: int, bucket_bytes: int) -> list[int]:
+    """Gradient bytes per bucket, in the order backward fills them: equal buckets, the last the rest."""
+    if total <= 0:
+        return []
+    full, rest = divmod(total, bucket_bytes)
+    return [bucket_bytes] * full + ([rest] if rest else [])
+
+
+def _link(nbytes: float, bw: float) -> float:
+    return 0.0 if nbytes == 0 else nbytes / bw
+
+
+def _plain(work: Workload, gpu: GPU, dtype: str) -> list[Part]:
+    fwd, bwd = work.flops_fwd / gpu.rate(dtype), work.flops_bwd / gpu.rate(dtype)
+    return [Part("forward", "GPU 0", 0.0, fwd), Part("backward", "GPU 0", fwd, bwd)]
+
+
+def _data_parallel(work: Workload, gpu: GPU, n: int, dtype: str) -> list[Part]:
+    rate, bw = gpu.rate(dtype), gpu.link_bw
+    share = (n - 1) / n
+    parts = [Part("scatter", "link", 0.0, _link(work.input_bytes * share, bw))]
+    parts.append(Part("replicate", "link", parts[-1].end, _link(work.param_bytes, bw)))
+    t = parts[-1].end
+    ends = []
+    for k in range(n):  # one Python thread per replica, started one after another
+        parts.append(Part(f"start thread {k}", "python", t, PYTHON_THREAD_S))
+        t = parts[-1].end
+        parts.append(Part("forward", f"GPU {k}", t, work.flops_fwd / n / rate))
+        ends.append(parts[-1].end)
+    parts.append(Part("gather", "link", max(ends), _link(work.output_bytes * share, bw)))
+    # backward of the gather: the output's gradient goes back to each GPU
+    parts.append(Part("scatter grad", "link", parts[-1].end, _link(work.output_bytes * share, bw)))
+    start = parts[-1].end
+    for k in range(n):  # one autograd thread per GPU: the backwards run side by side
+        parts.append(Part("backward", f"GPU {k}", start, work.flops_bwd / n / rate))
+    parts.append(Part("reduce", "link", parts[-1].end, _link(work.param_bytes, bw)))
+    # GPU 0 reads the n gradient copies and writes their sum
+    parts.append(Part("sum", "GPU 0", parts[-1].end, _link((n + 1) * work.param_bytes, gpu.mem_bw)))
+    return parts
+
+
+def _ddp(work: Workload, gpu: GPU, n: int, bucket_bytes: int, dtype: str) -> list[Part]:
+    rate = gpu.rate(dtype)
+    fwd, bwd = work.flops_fwd / n / rate, work.flops_bwd / n / rate
+    parts = []
+    for k in range(n):
+        parts += [Part("forward", f"GPU {k}", 0.0, fwd), Part("backward", f"GPU {k}", fwd, bwd)]
+    link_free, filled = 0.0, 0
+    for nbytes in _buckets(work.param_bytes, bucket_bytes):
+        filled += nbytes
+        ready = fwd + bwd * filled / work.param_bytes
+        seconds = _link(2 * (n - 1) / n * nbytes, gpu.link_bw)
+        parts.append(Part("all-reduce", "link", max(ready, link_free), seconds))
+        link_free = parts[-1].end
+    return parts
+
+
+def predict(
+    work: Workload,
+    gpu: GPU | str,
+    n: int,
+    strategy: str = "DataParallel",
+    bucket_bytes: int = 25 * 2**20,
+    dtype: str = "fp32",
+) -> Prediction:
+    """The modelled step of ``strategy`` ("DataParallel" or "DDP") on ``n`` GPUs of profile ``gpu``."""
+    profile = _gpu(gpu)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
+    if n < 1:
+        raise ValueError(f"n must be 1 or more, not {n}")
+    if n == 1:
+        parts = _plain(work, profile, dtype)
+    elif strategy == "DataParallel":
+        parts = _data_parallel(work, profile, n, dtype)
+    else:
+        parts = _ddp(work, profile, n, bucket_bytes, dtype)
+    parts = tuple(p for p in parts if p.seconds > 0 or p.lane != "link")
+    return Prediction(strategy, profile, n, parts, max(p.end for p in parts))
+
+
+def label(pred: Prediction) -> str:
+    return f"modelled, {pred.gpu.name} ({pred.gpu.link})"
+
+
+def table(work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"), ns=(1, 2, 4, 8)) -> str:
+    """Modelled ms per step for each GPU profile, strategy and n, with the speed-up over n = 1."""
+    lines = [f"modelled ms per step (EFFICIENCY = {EFFICIENCY:.0%} of peak)", ""]
+    lines.append(f"{'GPU':<10}{'strategy':<14}" + "".join(f"{'n=' + str(n):>16}" for n in ns))
+    for name in gpus:
+        plain = predict(work, name, 1).total_s
+        for strategy in STRATEGIES:
+            cells = []
+            for n in ns:
+                t = predict(work, name, n, strategy).total_s
+                cells.append(f"{t * 1e3:9.3f} ({plain / t:3.1f}x)")
+            lines.append(f"{name:<10}{strategy:<14}" + "".join(f"{c:>16}" for c in cells))
+    return "\n".join(lines)
+
+
+_COLOURS = {
+    "forward": "#2b83ba",
+    "backward": "#abdda4",
+    "scatter": "#fdae61",
+    "scatter grad": "#fdae61",
+    "gather": "#fdae61",
+    "replicate": "#d7191c",
+    "reduce": "#d7191c",
+    "sum": "#d7191c",
+    "all-reduce": "#984ea3",
+}
+
+
+def _lanes(pred: Prediction) -> list[str]:
+    gpus = sorted({p.lane for p in pred.parts if p.lane.startswith("GPU")}, key=lambda s: int(s.split()[1]))
+    return gpus + [lane for lane in ("link", "python") if any(p.lane == lane for p in pred.parts)]
+
+
+def draw_timeline(pred: Prediction, ax=None):
+    """The dependency timeline of ``pred``: one row per lane, bar widths from the model, not the clock."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.45 * len(_lanes(pred)) + 1.2))
+    lanes = _lanes(pred)
+    scale = 1e3
+    for part in pred.parts:
+        colour = _COLOURS.get(part.name, "#bbbbbb")
+        y = lanes.index(part.lane)
+        ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7)
+    ax.set_yticks(range(len(lanes)), lanes)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms (modelled)")
+    ax.set_xlim(0, pred.total_s * scale * 1.02)
+    names = list(dict.fromkeys(p.name for p in pred.parts if not p.name.startswith("start thread")))
+    handles = [plt.Rectangle((0, 0), 1, 1, color=_COLOURS.get(n, "#bbbbbb")) for n in names]
+    if any(p.lane == "python" for p in pred.parts):
+        names, handles = names + ["thread start"], handles + [plt.Rectangle((0, 0), 1, 1, color="#bbbbbb")]
+    ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    ax.set_title(f"{pred.strategy} on {pred.n} GPUs: {pred.total_s * 1e3:.2f} ms, {label(pred)}", fontsize=9)
+    return ax
+
+
+def draw_over_n(work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"), ns=(1, 2, 4, 8)):
+    """Modelled speed-up over the plain step against n, DataParallel and DDP, one panel per GPU profile."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(gpus), figsize=(3.4 * len(gpus), 3.0), sharey=True)
+    for ax, name in zip(axes, gpus):
+        plain = predict(work, name, 1).total_s
+        for strategy, style in zip(STRATEGIES, ("s-", "o-")):
+            ax.plot(ns, [plain / predict(work, name, n, strategy).total_s for n in ns], style, label=strategy)
+        ax.plot(ns, ns, color="#bbbbbb", lw=1, label="n times faster")
+        ax.set_title(f"modelled, {name} ({GPUS[name].link})", fontsize=9)
+        ax.set_xlabel("GPUs (n)")
+        ax.set_xticks(list(ns))
+    axes[0].set_ylabel("plain step / modelled step")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def ring_seconds(nbytes: float, n: int, link_bw: float) -> float:
+    """A ring all-reduce of ``nbytes`` over ``n`` GPUs: each sends and receives 2(n-1)/n of it."""
+    return 0.0 if n < 2 else 2 * (n - 1) / n * nbytes / link_bw
+
+
+def buckets(work: Workload, bucket_bytes: int = 25 * 2**20) -> int:
+    """How many buckets DDP's all-reduce of ``work``'s gradients takes, in this model."""
+    return math.ceil(work.param_bytes / bucket_bytes) if work.param_bytes else 0

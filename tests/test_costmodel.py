@@ -1,0 +1,121 @@
+"""The cost model's arithmetic, on hand-computed cases, and its two limits (n = 1, infinite bandwidth)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from dpteach.measure import costmodel as cm
+
+# A made-up profile with round numbers, so every expected value below is worked out by hand.
+ROUND = cm.GPU("round", {"fp32": 2e12}, mem_bw=1e12, link_bw=1e9, link="test link", source="test")
+# 1e12 FLOPs forward at 1e12 FLOP/s (EFFICIENCY of 2e12 when EFFICIENCY is 0.5), 100 MB of parameters
+WORK = cm.Workload(
+    flops_fwd=1e12, flops_bwd=2e12, param_bytes=100_000_000, param_tensors=10,
+    input_bytes=8_000_000, output_bytes=4_000_000, batch=64,
+)  # fmt: skip
+INFINITE = dataclasses.replace(ROUND, mem_bw=math.inf, link_bw=math.inf)
+
+
+@pytest.fixture(autouse=True)
+def half_of_peak(monkeypatch):
+    monkeypatch.setattr(cm, "EFFICIENCY", 0.5)  # the hand-computed figures assume 1e12 FLOP/s
+
+
+@pytest.mark.parametrize("strategy", cm.STRATEGIES)
+def test_one_gpu_is_the_plain_step(strategy):
+    pred = cm.predict(WORK, ROUND, 1, strategy)
+    assert pred.total_s == pytest.approx(3.0)  # (1e12 + 2e12) FLOPs at 1e12 FLOP/s
+    assert [p.name for p in pred.parts] == ["forward", "backward"]
+
+
+def test_infinite_bandwidth_leaves_compute_over_n_and_the_python_threads():
+    for n in (2, 4, 8):
+        ddp = cm.predict(WORK, INFINITE, n, "DDP").total_s
+        dp = cm.predict(WORK, INFINITE, n, "DataParallel").total_s
+        assert ddp == pytest.approx(3.0 / n)
+        assert dp == pytest.approx(3.0 / n + n * cm.PYTHON_THREAD_S)
+
+
+def test_data_parallel_on_two_gpus_by_hand():
+    pred = cm.predict(WORK, ROUND, 2, "DataParallel")
+    link = {p.name: p.seconds for p in pred.parts if p.lane == "link"}
+    assert link["scatter"] == pytest.approx(4e6 / 1e9)  # half the batch's 8 MB leaves GPU 0
+    assert link["replicate"] == pytest.approx(0.1)  # 100 MB broadcast, pipelined
+    assert link["gather"] == pytest.approx(2e6 / 1e9)
+    assert link["reduce"] == pytest.approx(0.1)
+    assert pred.seconds("sum") == pytest.approx(3 * 100e6 / 1e12)  # reads 2 copies, writes 1
+    expected = 0.004 + 0.1 + 2 * cm.PYTHON_THREAD_S + 0.5 + 0.002 + 0.002 + 1.0 + 0.1 + 3e-4
+    assert pred.total_s == pytest.approx(expected)
+
+
+def test_ddp_buckets_overlap_backward_by_hand():
+    # 100 MB in 40 MB buckets: 40, 40, 20 MB, ready at 40%, 80%, 100% of backward on 4 GPUs
+    pred = cm.predict(WORK, ROUND, 4, "DDP", bucket_bytes=40_000_000)
+    reduces = [p for p in pred.parts if p.name == "all-reduce"]
+    fwd, bwd = 0.25, 0.5
+    assert [p.seconds for p in reduces] == pytest.approx([1.5 * 0.04, 1.5 * 0.04, 1.5 * 0.02])
+    assert reduces[0].start == pytest.approx(fwd + 0.4 * bwd)
+    assert reduces[1].start == pytest.approx(fwd + 0.8 * bwd)  # the link is free again by then
+    assert reduces[2].start == pytest.approx(fwd + bwd)
+    assert pred.total_s == pytest.approx(fwd + bwd + 0.03)  # only the last bucket sticks out
+    assert cm.ring_seconds(40e6, 4, 1e9) == pytest.approx(0.06)
+
+
+def test_slow_link_serialises_the_buckets():
+    slow = dataclasses.replace(ROUND, link_bw=5e7)  # 1 s per 50 MB bucket on 2 GPUs
+    pred = cm.predict(WORK, slow, 2, "DDP", bucket_bytes=50_000_000)
+    first, second = [p for p in pred.parts if p.name == "all-reduce"]
+    assert second.start == pytest.approx(first.end)  # waits for the link, not for backward
+    assert second.start > 0.5 + 1.0  # backward had it ready at 1.5 s
+    assert pred.total_s == pytest.approx(1.0 + 2 * 1.0)  # first ready at 1.0 s, then two on the link
+
+
+def test_workload_counts_a_linear_layer():
+    torch.manual_seed(0)
+    layer = nn.Linear(8, 4)
+    before = layer.weight.grad
+    work = cm.workload(layer, torch.randn(16, 8))
+    assert work.flops_fwd == 2 * 16 * 8 * 4
+    assert work.flops_bwd == 2 * 16 * 8 * 4  # the weight's gradient only: the input needs none
+    assert (work.param_bytes, work.param_tensors) == ((8 * 4 + 4) * 4, 2)
+    assert (work.input_bytes, work.output_bytes, work.batch) == (16 * 8 * 4, 16 * 4 * 4, 16)
+    assert layer.weight.grad is before  # put back as it was
+    assert work.scaled(32).flops_fwd == 2 * work.flops_fwd and work.scaled(32).param_bytes == work.param_bytes
+
+
+def test_profiles_are_loaded_with_their_sources():
+    data = json.loads(cm.GPUS_FILE.read_text())["gpus"]
+    assert {"T4", "A100-SXM", "H200-SXM"} <= set(cm.GPUS)
+    assert cm.GPUS["T4"].link.startswith("PCIe") and cm.GPUS["A100-SXM"].link.startswith("NVLink")
+    for name, gpu in cm.GPUS.items():
+        assert gpu.flops["fp32"] > 1e12 and gpu.mem_bw > gpu.link_bw > 1e9
+        assert all(entry["read"] for entry in data[name]["numbers"].values())
+        assert data[name]["datasheet"] in gpu.source
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="no GPU profile"):
+        cm.predict(WORK, "GTX 480", 2)
+    with pytest.raises(ValueError, match="strategy"):
+        cm.predict(WORK, ROUND, 2, "Horovod")
+    with pytest.raises(ValueError, match="bf16"):
+        cm.predict(WORK, "T4", 2, dtype="bf16")
+
+
+def test_timeline_says_modelled_and_names_the_profile():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    pred = cm.predict(WORK, "A100-SXM", 2, "DataParallel")
+    ax = cm.draw_timeline(pred)
+    assert "modelled, A100-SXM" in ax.get_title()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["GPU 0", "GPU 1", "link", "python"]
+    fig = cm.draw_over_n(WORK)
+    assert all("modelled" in a.get_title() for a in fig.axes)
