@@ -139,3 +139,15 @@ def test_plot_helpers_draw_what_they_are_given():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["clone", "broadcast"]
     ax = costs.plot_timings([1, 2], {"a": [timer.Timing([1.0, 2.0]), timer.Timing([3.0, 5.0])]})
     assert ax.get_legend().get_texts()[0].get_text() == "a"
+
+
+def test_chapter_09_says_what_keeps_ranks_in_step_and_no_thread_is_a_core():
+    """Equal rows give one device's gradient; the same number of batches keeps ranks in step (the 6 + 2
+    cell runs without hanging). One intra-op thread is not a core, in the chapter or in compare.py."""
+    import inspect
+
+    from dpteach.distributed import compare
+
+    text = " ".join(" ".join(c.source for c in cells("09_beyond_one_process.ipynb")).split())
+    assert "same number of batches" in text and "one process, one core" not in text
+    assert "gets one core" not in inspect.getsource(compare)
