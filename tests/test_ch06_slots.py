@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CELLS = {
     c.id: c for c in nbformat.read(ROOT / "notebooks" / "06_the_cost_of_copies.ipynb", as_version=4).cells
 }
-MODEL, TRAFFIC, CHECK = "c04", "c06", "c08"  # the model, one step per strategy, the check of the counts
+MODEL, CHECK = "c04", "c08"  # the model and one step per strategy; the check of the counts
 
 
 class CopiesOutOfMeta(TorchDispatchMode):
@@ -50,7 +50,7 @@ def run_cells(devices):
     scope = {"torch": torch, "nn": nn, "dpteach": dpteach, "costs": costs, "devices": devices}
     out = io.StringIO()
     with contextlib.redirect_stdout(out), CopiesOutOfMeta():
-        for cid in (MODEL, TRAFFIC, CHECK):
+        for cid in (MODEL, CHECK):
             exec(compile(CELLS[cid].source, f"<cell {cid}>", "exec"), scope)
     return out.getvalue(), scope
 

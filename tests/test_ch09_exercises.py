@@ -122,8 +122,12 @@ def test_exercise_2_a_function_in_the_file_runs_and_an_edit_is_read_again(in_a_n
 
 def test_exercise_3_the_suggested_caps_give_different_buckets(in_a_notebook_folder):
     _, ranks = in_a_notebook_folder
-    counts = {
-        cap: len(ranks.run("buckets", bucket_cap_mb=cap)[0]["buckets"]) for cap in (25, 0.5, 0.25, 0.001)
+    from dpteach.distributed import order
+
+    assert "`bucket_order`" in exercise_text(3)
+    counts = {  # step 2's buckets: DDP rebuilds them after step 1
+        cap: len(order.buckets(ranks.run("bucket_order", bucket_cap_mb=cap)[0]["steps"][1]))
+        for cap in (25, 0.5, 0.25, 0.001)
     }
     assert counts[25] == 1  # the whole model (about 0.5 MiB) fits in one bucket: nothing to overlap
     assert len(set(counts.values())) == len(counts), counts  # every suggested cap shows a different packing

@@ -9,15 +9,17 @@ stepper's summary counts the steps it shows; the explorer's texts follow the str
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import nbformat
 import pytest
-from torch import nn
 
-import dpteach
-from dpteach.course import story
 from dpteach.widgets import CostLab, GradientFlow, TrainingLab
+from dpteach.widgets.flow import join_order
 from dpteach.widgets.tables import grad_table
 from dpteach.widgets.training import slot_devices
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def positions(steps, kind):
@@ -33,50 +35,31 @@ def test_rewire_joins_run_between_the_replicas_nodes_and_broadcast_waits_for_all
     assert max(positions(broadcast, "op")) < join < min(positions(broadcast, "original"))
 
 
-def backward_order(loss):
-    order, seen, todo = [], set(), [loss.grad_fn]
-    while todo:
-        fn = todo.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        fn.register_prehook(lambda grads, fn=fn: order.append(fn))
-        todo.extend(nxt for nxt, _ in fn.next_functions)
-    loss.backward()
-    return order
-
-
 @pytest.mark.parametrize("threaded", [True, False])
 def test_where_reduce_add_runs_follows_the_thread_the_replicas_ran_on(threaded):
-    devs = slot_devices(2)
-    if devs[0].type != "cpu":
+    if slot_devices(2)[0].type != "cpu":
         pytest.skip("on GPUs each device's nodes run on a thread of their own: the chapter's CPU order")
-    x, y = (t.to(devs[0]) for t in story.make_data(seed=0))
-    net = story.make_model(0).to(devs[0])
-    replicas = dpteach.replicate(net, devs, strategy="rewire")
-    pieces = dpteach.scatter(x, devs)
-    if threaded:
-        outs = dpteach.parallel_apply(replicas, pieces, devices=devs)
-    else:
-        outs = [r(piece) for r, piece in zip(replicas, pieces)]
-    order = backward_order(nn.functional.mse_loss(dpteach.gather(outs, devs[0]), y))
-    names = [type(fn).__name__ for fn in order]
-    joins = [i for i, n in enumerate(names) if n == "ReduceAddBackward"]
-    ops = [
-        i
-        for i, n in enumerate(names)
-        if i > names.index("GatherBackward") and n not in ("ReduceAddBackward", "AccumulateGrad")
-    ]
+    found = join_order(threaded)
+    joins, ops = found.joins, found.ops
     assert len(joins) == 4 and len(ops) == 10
     if threaded:
         assert min(joins) < max(ops)  # in between the replicas' nodes
-        assert min(order[i]._sequence_nr() for i in ops) == 0  # a new thread counts from 0 (node.h)
+        assert min(found.order[i]._sequence_nr() for i in ops) == 0  # a new thread counts from 0 (node.h)
     else:
         assert min(joins) > max(ops)  # after all of them
     # the chapter numbers these as the stepper does: same model, same loss, same order under threads
     if threaded:
         flow = GradientFlow("rewire", slots=2)
         assert [i + 1 for i in joins] == [i for i, s in enumerate(flow.steps) if s.kind == "join"]
+
+
+def test_on_cpu_the_chapter_says_only_the_forward_is_split_over_threads():
+    """Autograd runs every CPU replica's backward on the thread that called backward()."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    text = " ".join(cost.split())
+    assert "only the forward is split over threads" in text
+    assert "splitting the batch over cores pays" not in text
 
 
 def test_summary_counts_the_backward_steps_the_stepper_shows():

@@ -180,3 +180,26 @@ def test_torchrun_entry_point():
         sgd_step(model, lr=0.2)  # story.train's SGD step (plain SGD, lr 0.2)
     assert losses == pytest.approx(one_device, abs=2e-6)  # DDP on two ranks traces one device's loss curve
     assert "parameters identical on all 2 ranks: True" in done.stdout  # DDP kept the replicas in step
+
+
+def test_bucket_order_is_the_same_on_every_run_and_overlaps_from_the_second_step(ranks):
+    """DDP's buckets as events, no clock: step 1 one bucket after the last gradient; then the rebuilt
+    buckets leave in index order, in reverse parameter order, all but the last before backward ends."""
+    from dpteach.distributed import order
+
+    runs = [ranks.run("bucket_order", hidden=256, depth=3, bucket_cap_mb=0.25) for _ in range(2)]
+    assert runs[0][0]["steps"] == runs[1][0]["steps"] == runs[0][1]["steps"]  # every run, every rank
+    first, second = runs[0][0]["steps"]
+    assert all(s["on_caller"] for r in runs[0] for s in r["steps"])  # one thread runs each rank's backward
+    assert len({r["pid"] for r in runs[0]}) == 2  # a process per rank
+    (only,) = order.overlap(first)
+    assert only["nodes"] == [] and only["at"] == len(first["events"]) - 1  # nothing left to overlap
+    rebuilt = order.overlap(second)
+    names = [name for name, _ in make_model(256, 3).named_parameters()]
+    assert [b["index"] for b in rebuilt] == list(range(len(rebuilt))) and len(rebuilt) > 1
+    assert [p for b in rebuilt for p in b["params"]] == [
+        n for layer in reversed(range(0, len(names), 2)) for n in (names[layer + 1], names[layer])
+    ]  # the order backward produced them: last layer first, each bias before its weight
+    assert all(b["nodes"] for b in rebuilt[:-1]) and rebuilt[-1]["nodes"] == []
+    cap = int(0.25 * 2**20)
+    assert all(b["bytes"] >= cap for b in rebuilt[:-1])  # a bucket closes once it holds its cap

@@ -3,7 +3,6 @@
 * ``story``: the running example (model, data, training loop, one step under a strategy);
 * ``demos``: chapter 04's C++-style modules and failed attempts, chapter 05's call counters;
 * ``env``: the environment check of chapter 00 (``dpteach.course.env.check()``);
-* ``claims``: sentences about speed computed from what a chapter just measured;
 * ``plots``: small matplotlib helpers (chapter 05's lines that coincide);
 * ``checks``: the checks of the small exercises, with hints that grow on each failed try.
 
@@ -13,7 +12,7 @@ when it is asked for by attribute (``dpteach.course.story``).
 
 from .._lazy import submodules
 
-_MODULES = ("story", "demos", "env", "claims", "plots", "checks")
+_MODULES = ("story", "demos", "env", "plots", "checks")
 
 
 __getattr__ = submodules(__name__, _MODULES)

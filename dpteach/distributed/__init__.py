@@ -9,6 +9,7 @@ all-reduced in buckets while backward is still running.
 * :mod:`.tasks`: what the notebook asks the ranks to do, addressed by name
 * :mod:`.worker`: the rank side of ``Ranks``: join the group, run named tasks, report failures
 * :mod:`.model`: the model, the data, and the one-process references DDP is checked against
+* :mod:`.order`: reading ``tasks.bucket_order``'s events: buckets, and the backward work each can overlap
 * :mod:`.compare`: step times and copies of one process and DataParallel, to set beside DDP's
 * :mod:`.plots`: the chapter's two pictures (matplotlib, imported when used)
 """

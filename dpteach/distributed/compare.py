@@ -6,7 +6,9 @@ run in the caller's process, on the same model, batch and step, so the numbers s
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -16,7 +18,7 @@ import dpteach
 from ..measure import timer
 from .model import loss_fn, make_data, make_model, sgd_step
 
-__all__ = ["step_times", "dataparallel_traffic"]
+__all__ = ["step_times", "dataparallel_traffic", "ddp_rounds", "Rounds"]
 
 
 def step_times(
@@ -33,8 +35,9 @@ def step_times(
 
     ``how`` is ``"single"`` (one model, the whole batch) or ``"dataparallel"`` (dpteach's
     DataParallel over ``devices``). Timed by ``dpteach.measure.timer``; ``threads`` sets torch's
-    intra-op threads per CPU slot for the run: with ``threads=1`` each DataParallel replica thread gets
-    one core, as each DDP rank does; ``None`` leaves PyTorch's setting (every core for each operation).
+    intra-op threads per CPU slot for the run: with ``threads=1`` each DataParallel replica gets one
+    intra-op thread, as each DDP rank does (which cores those threads run on is the operating
+    system's choice); ``None`` leaves PyTorch's setting (one intra-op thread per core).
     """
     if how not in ("single", "dataparallel"):
         raise ValueError(f"how must be 'single' or 'dataparallel', got {how!r}")
@@ -75,3 +78,45 @@ def dataparallel_traffic(
         bytes_per_step={op: n // steps for op, n in seen.by_op().items()},
         parameter_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
     )
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """Per-round median step seconds of one process and of DDP, timed in turns, and their ratio."""
+
+    single: tuple[float, ...]
+    ddp: tuple[float, ...]
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        """One process's step over DDP's, round by round: above 1, DDP's step took less time."""
+        return tuple(s / d for s, d in zip(self.single, self.ddp))
+
+    def summary(self) -> str:
+        r = sorted(self.ratios)
+        return (
+            f"one process / DDP step time: median {statistics.median(r):.2f}x over {len(r)} rounds, "
+            f"from {r[0]:.2f}x to {r[-1]:.2f}x (one process {statistics.median(self.single) * 1e3:.1f} ms, "
+            f"DDP {statistics.median(self.ddp) * 1e3:.1f} ms, medians)"
+        )
+
+
+def ddp_rounds(
+    ranks, hidden: int = 512, depth: int = 3, global_batch: int = 128, rounds: int = 5, repeats: int = 3
+) -> Rounds:
+    """One process of one intra-op thread against DDP's ranks of one thread each, in ``rounds`` turns.
+
+    Each round times ``repeats`` steps of one process (the whole batch) and then ``repeats`` DDP steps
+    on ``ranks`` (each rank its shard), after a thrown-away round. The same model, batch and step as
+    ``step_times``; a DDP step is the slowest rank's.
+    """
+    single, ddp = [], []
+    for i in range(rounds + 1):
+        one = step_times(
+            "single", (hidden,), depth, global_batch, repeats, warmup=1, devices=["cpu"], threads=1
+        )
+        many = ranks.run("step_times", (hidden,), depth, global_batch, repeats, warmup=1)[0]
+        if i:  # round 0 is thrown away: the first steps pay for memory and threads starting
+            single.append(one[hidden])
+            ddp.append(many[hidden])
+    return Rounds(tuple(single), tuple(ddp))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from typing import Sequence
 
@@ -26,6 +27,7 @@ __all__ = [
     "gradients",
     "ddp_from_scratch",
     "buckets",
+    "bucket_order",
     "traffic",
     "step_times",
     "fail",
@@ -167,6 +169,82 @@ def buckets(
         entry["params"] = [names[i] for i in entry["params"]]
     log.sort(key=lambda e: e["index"])
     return dict(buckets=log, ready=ready, backward=backward, bucket_cap_mb=bucket_cap_mb)
+
+
+def _walk(fn, seen: set) -> list:
+    """Every node of the autograd graph below ``fn``, each once."""
+    nodes, todo = [], [fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        nodes.append(node)
+        todo.extend(nxt for nxt, _ in node.next_functions)
+    return nodes
+
+
+def bucket_order(
+    hidden: int = 256, depth: int = 3, global_batch: int = 64, bucket_cap_mb: float = 0.25, steps: int = 2
+) -> dict:
+    """The order of one DDP backward, as events: each backward node as it starts, each parameter's
+    gradient as it is accumulated, each bucket as DDP hands it to all-reduce. No clock is read, so the
+    report is the same on every run and every machine (on CPU one thread runs the whole backward).
+
+    Returns ``steps`` lists of events, one per step: ``("node", name)``, ``("grad", parameter)`` and
+    ``("bucket", index, [parameters], bytes)``; plus, per step, whether every event ran on the thread
+    that called ``backward()``, and this rank's process id. DDP's bucket rules, from torch 2.13's
+    ``torch/nn/parallel/distributed.py`` and ``torch/csrc/distributed/c10d/reducer.cpp``:
+
+    * The first step has one bucket: with ``find_unused_parameters=False`` the initial size limit is
+      ``sys.maxsize`` (``_BucketCapacityConfig.compute_bucket_size_limits``), because the
+      parameters' order need not be backward's order.
+    * During that step the ``Reducer`` notes the order in which gradients became ready
+      (``rebuilt_params_``), and before the next forward ``rebuild_buckets`` cuts that order into
+      buckets of ``bucket_cap_mb`` (``compute_bucket_assignment_by_size``: a bucket closes once it holds
+      at least its cap, so it can end one tensor past it). With ``bucket_cap_mb`` left at its default
+      (25) the first bucket's cap is ``dist._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB; passed by hand, the
+      first bucket gets the same cap as the others.
+    * ``Reducer::mark_bucket_ready`` launches buckets strictly in index order: a ready bucket waits
+      until every bucket before it has been launched. The comm hook runs at launch, on the autograd
+      thread, so its place among the events is the launch's place.
+
+    Every node that starts after a bucket's event is backward work that bucket's all-reduce can run
+    beside. The tasks' comm hook is DDP's own ``allreduce_hook``; it only notes the bucket.
+    """
+    ddp = wrap(make_model(hidden, depth), bucket_cap_mb=bucket_cap_mb)
+    names = {id(p): name for name, p in ddp.module.named_parameters()}
+    events: list = []
+    threads: list = []
+
+    def note(*event) -> None:  # hooks must return None: a returned value would replace the gradient
+        events.append(event)
+        threads.append(threading.get_ident())
+
+    def hook(state, bucket):  # no annotations: DDP checks them, and ours would be strings (__future__)
+        flat = bucket.buffer()
+        params = [names[id(p)] for p in bucket.parameters()]
+        note("bucket", bucket.index(), params, flat.numel() * flat.element_size())
+        return default_hooks.allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(dist.group.WORLD, hook)
+    for name, p in ddp.module.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda p, name=name: note("grad", name))
+    x, y = local_shard(global_batch, seed=0)
+    report = []
+    for _ in range(steps):
+        events.clear()
+        threads.clear()
+        loss = loss_fn(ddp(x), y)
+        for node in _walk(loss.grad_fn, set()):
+            if type(node).__name__ != "AccumulateGrad":  # a parameter's AccumulateGrad is its "grad" event
+                node.register_prehook(lambda grads, node=node: note("node", type(node).__name__))
+        loss.backward()  # returns once every bucket's all-reduce has come back
+        caller = threading.get_ident()
+        report.append(dict(events=list(events), on_caller=all(t == caller for t in threads)))
+        sgd_step(ddp, lr=0.01)
+        ddp.zero_grad()
+    return dict(steps=report, pid=os.getpid(), bucket_cap_mb=bucket_cap_mb)
 
 
 def traffic(hidden: int = 16, depth: int = 1, global_batch: int = 64, steps: int = 3) -> dict:

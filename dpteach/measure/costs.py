@@ -7,6 +7,9 @@ come from the one timer, ``dpteach.measure.timer``.
 * ``step_traffic(model, x, devices, strategy)``: every copy one DataParallel step makes.
 * ``clone_then_to`` / ``to_device``: one tensor copied the pre-#20995 way (two copies) and the fixed way.
 * ``copy_per_tensor`` / ``copy_coalesced``: many tensors copied one by one, or in flat buckets.
+* ``copy_calls(ways, counts, total_elements, device)``: how many copies each way makes, counted.
+* ``plot_bytes(traffic, ax)`` and ``plot_timings(xs, timings, ax)``: chapter 06's pictures; timings are
+  drawn as medians with the middle half of the runs as the spread, never as a verdict.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ __all__ = [
     "to_device",
     "copy_per_tensor",
     "copy_coalesced",
+    "copy_calls",
+    "plot_bytes",
+    "plot_timings",
 ]
 
 
@@ -95,3 +101,66 @@ def copy_coalesced(
         for i, t in zip(bucket, _unflatten_dense_tensors(flat, chunk)):
             out[i] = t.data  # .data: own version counters
     return out
+
+
+def copy_calls(
+    ways: Sequence[Callable], counts: Sequence[int], total_elements: int, device, dtype=torch.float32
+) -> dict[str, list[int]]:
+    """For each way of copying and each count ``k``: the copies it makes of ``k`` tensors holding
+    ``total_elements`` together, counted by ``comm.traffic()``. The same on every run."""
+    calls: dict[str, list[int]] = {way.__name__: [] for way in ways}
+    for k in counts:
+        tensors = [torch.zeros(total_elements // k, dtype=dtype) for _ in range(k)]
+        for way in ways:
+            with comm.traffic() as meter:
+                way(tensors, device)
+            calls[way.__name__].append(len(meter.copies))
+    return calls
+
+
+def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = ""):
+    """Stacked bars: the bytes one step copied, per strategy, by operation (kB)."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(8.5, 3.2))[1]
+    ops = sorted({op for t in traffic.values() for op in t.by_op()})
+    bottom = [0.0] * len(traffic)
+    for op in ops:
+        heights = [t.by_op().get(op, 0) / 1e3 for t in traffic.values()]
+        thin = max(heights) < 0.01 * max(bottom + heights)  # a few kB on a bar of hundreds: named, not seen
+        ax.bar(
+            list(traffic),
+            heights,
+            bottom=bottom,
+            label=f"{op} ({max(heights):.1f} kB, too thin to see)" if thin else op,
+        )
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.set_ylabel("kB copied in one step")
+    ax.set_title(title)
+    ax.legend(title="operation", loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.figure.tight_layout()
+    return ax
+
+
+def plot_timings(
+    xs: Sequence, timings: dict[str, Sequence], ax=None, xlabel: str = "", title: str = "", log: bool = True
+):
+    """Median seconds per call against ``xs``, one line per name, with the middle half of the runs
+    (``Timing.quartiles``) as error bars: the learner's own figure, with its spread."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6, 3.2))[1]
+    for (name, series), style in zip(timings.items(), ["-", "--", ":", "-."]):
+        medians = [t.median for t in series]
+        low = [t.median - t.quartiles[0] for t in series]
+        high = [t.quartiles[1] - t.median for t in series]
+        ax.errorbar(xs, medians, yerr=[low, high], ls=style, marker="o", lw=2, capsize=3, label=name)
+    if log:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("seconds per call (median;\nbars: middle half of the runs)")
+    ax.set_title(title)
+    ax.legend()
+    ax.figure.tight_layout()
+    return ax

@@ -48,6 +48,17 @@ class Timing:
     def median(self) -> float:
         return statistics.median(self.samples)
 
+    @property
+    def quartiles(self) -> tuple[float, float]:
+        """The first and third quartiles of the samples: the middle half of the runs lies between them.
+
+        A figure draws them as the spread around the median; one sample has no spread.
+        """
+        if len(self.samples) < 2:
+            return (self.samples[0], self.samples[0])
+        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return (q1, q3)
+
     def __repr__(self) -> str:
         return f"{self.median * 1e3:.3f} ms (median of {len(self.samples)})"
 

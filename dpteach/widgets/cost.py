@@ -1,9 +1,11 @@
 """The cost explorer's model: model size and slots against the bytes one step moves and the time it takes.
 
 ``CostLab(width, slots).measure()`` takes real DataParallel steps of the course's MLP made wider
-(``Linear(2, w) → Tanh → Linear(w, w) → Tanh → Linear(w, 1)``) under each strategy. The bytes are
-counted, not estimated: every copy dpteach makes is recorded by ``dpteach.comm.traffic()``. The time
-is the median of a few steps, taken in turns (each strategy, then the one-device step) by the one
+(``Linear(2, w) → Tanh → Linear(w, w) → Tanh → Linear(w, 1)``) under each strategy. It ranks the
+strategies two ways that come out the same on every run: by the bytes one step copies, counted, not
+estimated (every copy dpteach makes is recorded by ``dpteach.comm.traffic()``), and by the cost model
+(``dpteach.measure.costmodel``), which predicts DataParallel's and DDP's step on ``slots`` GPUs of the
+profile ``gpu``. Timings are only shown beside them: each is the median of a few steps, taken in turns (each strategy, then the one-device step) by the one
 timer, ``dpteach.measure.timer``, with one intra-op thread per CPU slot: as many rounds as fit in
 ``budget_s`` per step (at least one, at most ``max_repeats``), so the widget answers quickly on a
 laptop; the machine's load shows in the numbers.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import nn
@@ -25,7 +28,8 @@ from ..data_parallel import DataParallel
 from ..measure.timer import time_in_turns
 from .training import STRATEGIES, slot_devices
 
-WIDTHS = (16, 64, 256, 1024)  # hidden width: from the course's model (16) to about a million parameters
+WIDTHS = (16, 64, 256, 1024)
+GPU = "A100-SXM"  # the cost model's profile the explorer predicts for (costmodel.GPUS)  # hidden width: from the course's model (16) to about a million parameters
 
 
 def wide_model(width: int, seed: int = 0) -> nn.Sequential:
@@ -59,6 +63,16 @@ class StrategyCost:
         return statistics.median(self.seconds)
 
 
+@lru_cache(maxsize=16)
+def _workload(width: int, seed: int):
+    """The cost model's inputs for ``wide_model(width)`` on the course batch: counted once per width
+    (FLOPs by ``FlopCounterMode``, whose first use in a process takes seconds)."""
+    from ..measure import costmodel
+
+    x, _ = story.make_data(seed=seed)
+    return costmodel.workload(wide_model(width, seed), x)
+
+
 _PLAIN = object()  # the one-device step's key: never a strategy's name
 
 
@@ -73,8 +87,9 @@ class CostLab:
         budget_s: float = 0.05,
         max_repeats: int = 5,
         seed: int = 0,
+        gpu: str = GPU,
     ):
-        self.width, self.slots, self.strategies = width, slots, tuple(strategies)
+        self.width, self.slots, self.strategies, self.gpu = width, slots, tuple(strategies), gpu
         self.budget_s, self.max_repeats, self.seed = budget_s, max_repeats, seed
         self.costs: list[StrategyCost] = []
         self.reference_s: float | None = None
@@ -122,6 +137,45 @@ class CostLab:
         self.costs = costs
         return costs
 
+    def by_bytes(self) -> list[StrategyCost]:
+        """The measured strategies, fewest bytes copied first (ties by name): a ranking that never moves."""
+        return sorted(self.costs, key=lambda c: (c.bytes, c.strategy))
+
+    def modelled(self) -> dict:
+        """The cost model's prediction of one step under DataParallel and DDP on ``slots`` GPUs of ``gpu``,
+        fastest first: FLOPs and bytes of this width's model and the course batch, not a clock."""
+        from ..measure import costmodel
+
+        work = _workload(self.width, self.seed)
+        predictions = [
+            costmodel.predict(work, self.gpu, self.slots, strategy=s) for s in ("DataParallel", "DDP")
+        ]
+        return {p.strategy: p for p in sorted(predictions, key=lambda p: (p.total_s, p.strategy))}
+
+    def report(self) -> list[str]:
+        """The rankings, one line each, with this machine's times beside the bytes."""
+        if not self.costs:
+            return ["not measured yet"]
+        n = len(self.costs[0].seconds)
+        lines = [
+            f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes), "
+            f"{self.slots} slot{'s' * (self.slots != 1)}",
+            "ranked by bytes copied per step (counted: the same on every run), this machine's time beside:",
+        ]
+        for rank, c in enumerate(self.by_bytes(), 1):
+            lines.append(
+                f"  {rank}. {c.strategy:<10} {c.bytes:>10,} bytes ({c.bytes / self.model_bytes:.1f}x the model)"
+                f"   this machine: {c.median * 1e3:.1f} ms (median of {n})"
+            )
+        if self.reference_s is not None:
+            lines.append(
+                f"     {'one device':<10} {0:>10,} bytes   this machine: {self.reference_s * 1e3:.1f} ms"
+            )
+        lines.append(f"ranked by the cost model, {self.slots} x {self.gpu} (modelled):")
+        for rank, (strategy, p) in enumerate(self.modelled().items(), 1):
+            lines.append(f"  {rank}. {strategy:<12} {p.total_s * 1e3:.3g} ms per step")
+        return lines
+
     def rows(self) -> list[tuple[str, int, float, float]]:
         """(strategy, bytes, bytes / model size, median ms) per strategy."""
         return [(c.strategy, c.bytes, c.bytes / self.model_bytes, c.median * 1e3) for c in self.costs]
@@ -130,16 +184,18 @@ class CostLab:
         if not self.costs:
             return "not measured yet"
         slots = f"{self.slots} slot{'s' * (self.slots != 1)}"
-        most = max(self.costs, key=lambda c: c.bytes)
-        least = min(self.costs, key=lambda c: c.bytes)
+        order = self.by_bytes()
+        ranked = f"{order[0].strategy!r} {order[0].bytes:,}"
+        for before, c in zip(order, order[1:]):  # equal counts say so: clone and rewire copy the same bytes
+            ranked += f" {'=' if c.bytes == before.bytes else '<'} {c.strategy!r} {c.bytes:,}"
         times = ", ".join(f"{c.strategy!r} {c.median * 1e3:.1f} ms" for c in self.costs)
         if self.reference_s is not None:
             times += f", one device {self.reference_s * 1e3:.1f} ms"
         n = len(self.costs[0].seconds)  # every strategy and one device take the same rounds, in turns
         return (
             f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes) on {slots}: "
-            f"{most.strategy!r} moves {most.bytes:,} bytes per step, {least.strategy!r} {least.bytes:,}; "
-            f"a step takes {times} (the median of {n} timed step{'s' * (n != 1)} each)"
+            f"bytes per step, fewest first: {ranked}; "
+            f"beside them, a step on this machine took {times} (the median of {n} timed step{'s' * (n != 1)} each)"
         )
 
     def __repr__(self) -> str:

@@ -30,6 +30,9 @@ import torch
 from torch import nn
 
 from ..course import story
+from ..parallel_apply import parallel_apply
+from ..replicate import replicate
+from ..scatter_gather import gather, scatter
 from .highlight import caption, highlight, legend_line
 from .training import STRATEGIES, slot_devices
 
@@ -226,3 +229,64 @@ class GradientFlow:
 
     def __repr__(self) -> str:
         return f"<GradientFlow strategy={self.strategy!r} slots={self.slots}: {self.summary()}>"
+
+
+def backward_order(loss: torch.Tensor) -> list:
+    """The ``grad_fn`` of every node below ``loss``, in the order backward runs them (a pre-hook on each)."""
+    order, seen, todo = [], set(), [loss.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        fn.register_prehook(lambda grads, fn=fn: order.append(fn))
+        todo.extend(nxt for nxt, _ in fn.next_functions)
+    loss.backward()
+    return order
+
+
+@dataclass(frozen=True)
+class JoinOrder:
+    """Where each ``ReduceAddBackward`` ran in one ``"rewire"`` backward, against the replicas' own nodes."""
+
+    order: tuple  # every node's grad_fn, in the order backward ran them
+    joins: tuple[int, ...]  # positions (from 0) of the ReduceAddBackward nodes
+    ops: tuple[int, ...]  # positions of the replicas' own nodes (after GatherBackward, no joins or leaves)
+
+    def lines(self, name: str) -> list[str]:
+        """What chapter 12 prints: the sequence numbers, and the steps (from 1, as the stepper counts)."""
+        joins, ops = [self.order[i] for i in self.joins], [self.order[i] for i in self.ops]
+        return [
+            f"{name}: ReduceAdd nodes numbered {sorted(fn._sequence_nr() for fn in joins)}, "
+            f"replica nodes {sorted(fn._sequence_nr() for fn in ops)}",
+            f"  ReduceAddBackward ran at steps {[i + 1 for i in self.joins]} of {len(self.order)}; "
+            f"the replicas' last node at step {self.ops[-1] + 1}",
+        ]
+
+
+def join_order(threaded: bool, slots: int = 2) -> JoinOrder:
+    """The stepper's ``"rewire"`` step (same model, same loss), with the replicas' forwards run by
+    ``parallel_apply`` (a new thread each, ``threaded=True``) or one after the other on this thread.
+
+    ``_sequence_nr()`` is a private method of PyTorch's nodes: fine for looking, not for code that must
+    keep working. The ``ReduceAdd`` nodes are made by ``replicate``, on this thread, before the replicas run.
+    """
+    devs = slot_devices(slots)
+    x, y = (t.to(devs[0]) for t in story.make_data(seed=0))
+    net = story.make_model(0).to(devs[0])
+    replicas = replicate(net, devs, strategy="rewire")
+    pieces = scatter(x, devs)
+    if threaded:
+        outs = parallel_apply(replicas, pieces, devices=devs)
+    else:
+        outs = [r(piece) for r, piece in zip(replicas, pieces)]
+    order = backward_order(nn.functional.mse_loss(gather(outs, devs[0]), y))
+    names = [type(fn).__name__ for fn in order]
+    joins = tuple(i for i, n in enumerate(names) if n == "ReduceAddBackward")
+    after_gather = names.index("GatherBackward")
+    ops = tuple(
+        i
+        for i, n in enumerate(names)
+        if i > after_gather and n not in ("ReduceAddBackward", "AccumulateGrad")
+    )
+    return JoinOrder(tuple(order), joins, ops)

@@ -97,15 +97,32 @@ def handoff_table(step) -> str:
 
 
 def cost_table(lab) -> str:
-    """Bytes and median time per strategy, against the model's own size."""
+    """The strategies ranked by bytes copied (counted), then by the cost model (modelled), with this
+    machine's median time per step only beside the bytes."""
     rows = [
-        [f"<code>{escape(s)}</code>", f"{b:,}", f"{ratio:.2f}×", f"{ms:.2f}"]
-        for s, b, ratio, ms in lab.rows()
+        [
+            str(rank),
+            f"<code>{escape(c.strategy)}</code>",
+            f"{c.bytes:,}",
+            f"{c.bytes / lab.model_bytes:.2f}×",
+            f"{c.median * 1e3:.2f}",
+        ]
+        for rank, c in enumerate(lab.by_bytes(), 1)
     ]
     if lab.reference_s is not None:
-        rows.append(["one device", "0", "0×", f"{lab.reference_s * 1e3:.2f}"])
-    return _table(
-        ["strategy", "bytes copied", "× model size", "ms per step"],
+        rows.append(["", "one device", "0", "0×", f"{lab.reference_s * 1e3:.2f}"])
+    counted = _table(
+        ["rank", "strategy", "bytes copied", "× model size", "ms per step, this machine"],
         rows,
-        f"one step, {lab.slots} slot{'s' * (lab.slots != 1)}; model: {lab.model_bytes:,} bytes of parameters",
+        f"ranked by bytes (counted), one step, {lab.slots} slot{'s' * (lab.slots != 1)}; "
+        f"model: {lab.model_bytes:,} bytes of parameters",
     )
+    modelled = _table(
+        ["rank", "strategy", f"ms per step, modelled ({lab.slots} × {escape(lab.gpu)})"],
+        [
+            [str(rank), escape(s), f"{p.total_s * 1e3:.3g}"]
+            for rank, (s, p) in enumerate(lab.modelled().items(), 1)
+        ],
+        f"ranked by the cost model: {lab.slots} × {escape(lab.gpu)}, modelled",
+    )
+    return counted + modelled

@@ -1,0 +1,38 @@
+"""The cost chapters' prose states no measured speed: a timing is the learner's own figure, printed.
+
+On a laptop, Binder or a busy 2-core machine a timing does not repeat, so no sentence a chapter
+wrote in advance may state one; the chapters print what the learner's run measured, with its spread.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COST_CHAPTERS = [
+    "06_the_cost_of_copies.ipynb",
+    "08_real_gpus.ipynb",
+    "09_beyond_one_process.ipynb",
+    "12_the_lab.ipynb",
+]
+NUMBER_CLAIM = re.compile(
+    r"\d+(\.\d+)?\s*(×|x\b)|\d+(\.\d+)?\s*(ms|µs|us)\b|\b(twice|three times|half) as (fast|slow|long)\b"
+)
+
+
+def test_the_pattern_catches_a_stated_speed():
+    assert NUMBER_CLAIM.search("DDP was 1.8x faster") and NUMBER_CLAIM.search("a step took 12 ms")
+    assert NUMBER_CLAIM.search("twice as fast") and not NUMBER_CLAIM.search("two processes, one thread each")
+
+
+@pytest.mark.parametrize("name", COST_CHAPTERS)
+def test_markdown_states_no_measured_speed(name):
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            found = NUMBER_CLAIM.search(cell.source)
+            assert not found, f"cell {i} states {found[0]!r}: print it from the measurement instead"
