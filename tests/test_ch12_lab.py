@@ -53,12 +53,13 @@ def test_where_reduce_add_runs_follows_the_thread_the_replicas_ran_on(threaded):
         assert [i + 1 for i in joins] == [i for i, s in enumerate(flow.steps) if s.kind == "join"]
 
 
-def test_on_cpu_the_chapter_says_only_the_forward_is_split_over_threads():
-    """Autograd runs every CPU replica's backward on the thread that called backward()."""
+def test_on_cpu_the_chapter_says_the_replicas_take_turns():
+    """CPU slots' forwards take turns (test_cpu_threads.py); autograd runs every CPU replica's backward on
+    the thread that called backward() (test_threads.py)."""
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
     text = " ".join(cost.split())
-    assert "only the forward is split over threads" in text
+    assert "take turns" in text and "the one thread that called `backward()`" in text
     assert "splitting the batch over cores pays" not in text
 
 
