@@ -12,7 +12,8 @@ import sys
 
 
 def tour(out=sys.stdout) -> int:
-    from . import __version__, default_devices
+    from ._course import VERSION as __version__
+    from ._devices import default_devices
     from .course import story
     from .course.env import check
 

@@ -42,6 +42,7 @@ def test_the_top_holds_the_library_and_the_wings_are_folders():
         "_course",
         "_devices",
         "_lazy",
+        "_reset",
         "comm",
         "functions",
         "scatter_gather",

@@ -63,12 +63,12 @@ def reset() -> None:
 
 def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict:
     """Exercise 3: the piece sizes ``dpteach.scatter`` gives for ``rows`` rows over ``slots`` slots."""
-    import dpteach
+    from ..scatter_gather import scatter
 
     name = f"ch00.pieces.{rows}.{slots}"
     if _unset(prediction):
         return Verdict(False, "Write your prediction as a list of piece sizes, e.g. [3, 3], then run again.")
-    truth = [len(p) for p in dpteach.scatter(torch.arange(rows), ["cpu"] * slots)]
+    truth = [len(p) for p in scatter(torch.arange(rows), ["cpu"] * slots)]
     if list(prediction) == truth:  # type: ignore[call-overload]
         idle = slots - len(truth)
         return _correct(

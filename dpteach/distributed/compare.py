@@ -13,8 +13,8 @@ from typing import Sequence
 
 import torch
 
-import dpteach
-
+from .. import comm
+from ..data_parallel import DataParallel
 from ..measure import timer
 from .model import loss_fn, make_data, make_model, sgd_step
 
@@ -44,7 +44,7 @@ def step_times(
     medians = {}
     for hidden in hiddens:
         model = make_model(hidden, depth).to(torch.device(devices[0]))
-        step_model = dpteach.DataParallel(model, list(devices)) if how == "dataparallel" else model
+        step_model = DataParallel(model, list(devices)) if how == "dataparallel" else model
         x, y = (t.to(torch.device(devices[0])) for t in make_data(global_batch))
 
         def step(step_model=step_model, model=model, x=x, y=y):
@@ -66,8 +66,8 @@ def dataparallel_traffic(
 ) -> dict:
     """What dpteach's DataParallel copies per training step, counted by ``dpteach.comm.traffic()``."""
     model = make_model(hidden, depth).to(torch.device(devices[0]))
-    dp = dpteach.DataParallel(model, list(devices))
-    with dpteach.comm.traffic() as seen:
+    dp = DataParallel(model, list(devices))
+    with comm.traffic() as seen:
         for step in range(steps):
             x, y = (t.to(torch.device(devices[0])) for t in make_data(global_batch, seed=step))
             loss_fn(dp(x), y).backward()

@@ -14,9 +14,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-import dpteach
-from dpteach._devices import as_devices
-from dpteach.course import story
+from .._devices import as_devices
+from ..course import story
+from ..data_parallel import DataParallel
 
 make_data = story.make_data  # points in [-2, 2]², target sin(x0)·cos(x1): the course's task
 sgd_step = story.sgd_step  # p -= lr * p.grad, without importing torch.optim (and torch._dynamo)
@@ -73,7 +73,7 @@ def data_parallel_gradients(
     """dpteach's DataParallel: scatter the batch, gather the outputs, one mean loss over the gathered batch."""
     slots = as_devices(["cpu", "cpu"] if devices is None else devices)
     model = make_model(hidden, depth, seed).to(slots[0])
-    dp = dpteach.DataParallel(model, slots)
+    dp = DataParallel(model, slots)
     x, y = (t.to(slots[0]) for t in make_data(global_batch, seed))
     loss_fn(dp(x), y).backward()  # the gathered output holds every row, so this is the single-device loss
     return {name: p.grad.cpu() for name, p in model.named_parameters()}

@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .. import __version__, comm
+from .. import comm
+from .._course import VERSION as __version__
 from .._devices import default_devices
 from ..data_parallel import DataParallel
 from ..replicate import STRATEGIES, replicate
