@@ -30,7 +30,7 @@ course = load_course(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT)
 def sync_notebook(path: Path, root: Path) -> bool:
     """Give one notebook the current set-up cell, link line and GPU metadata; True if it changed.
 
-    Only the first code cell (set-up), the link cell (id ``open-links``, added at the top when
+    Only the first code cell (set-up, tagged ``remove-cell`` for the book), the link cell (id ``open-links``, added at the top when
     missing) and the notebook metadata are touched; every other cell stays as it is.
     """
     nb = nbformat.read(path, as_version=4)
@@ -38,6 +38,9 @@ def sync_notebook(path: Path, root: Path) -> bool:
     rel = path.relative_to(root).as_posix()
     setup = next(c for c in nb.cells if c.cell_type == "code")
     setup.source = course.SETUP_CELL
+    tags = setup.metadata.setdefault("tags", [])
+    if "remove-cell" not in tags:  # the book drops the set-up cell from the page
+        tags.append("remove-cell")
     links = course.badges(rel)
     cell = next((c for c in nb.cells if c.get("id") == course.LINKS_CELL_ID), None)
     if cell is None:
