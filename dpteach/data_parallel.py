@@ -201,6 +201,14 @@ class DataParallel(nn.Module):
 
     Its four methods (``scatter``, ``replicate``, ``parallel_apply``, ``gather``) are torch's; a
     subclass may override any of them, and :func:`four_moves` calls them.
+
+    The replicas live only during a step. To draw a step's graph, keep them with
+    :func:`keep_replicas` (also ``dpteach.keep_replicas``)::
+
+        dp = DataParallel(model, ["cpu", "cpu"], strategy="clone")
+        with keep_replicas(dp) as replicas:
+            loss = dp(x).pow(2).mean()
+        dpteach.autograd_graph(loss, module=model, replicas=replicas)  # .dead_ends: the bug
     """
 
     def __init__(
