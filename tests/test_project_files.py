@@ -37,7 +37,9 @@ def test_changelog_keeps_a_changelog_with_unreleased_and_this_version():
     assert VERSION in versions, f"CHANGELOG.md has no section for {VERSION}"
     for heading in re.findall(r"^### (.+)$", text, flags=re.M):
         assert heading in ("Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"), heading
-    for version, date in re.findall(r"^## \[(\d[^\]]*)\] - (\S+)$", text, flags=re.M):
+    dates = re.findall(r"^## \[\d[^\]]*\] - (\S+)$", text, flags=re.M)
+    assert dates, "each released version has a date: ## [X.Y.Z] - YYYY-MM-DD"
+    for date in dates:
         datetime.date.fromisoformat(date)
 
 
