@@ -3,15 +3,20 @@
 The public API mirrors ``torch.nn.parallel`` and works on any list of devices, duplicates
 allowed (``["cpu", "cpu"]`` on a laptop). ``import dpteach`` needs torch alone; drawing,
 widgets and plots import their libraries when used.
-"""
 
-from __future__ import annotations
+To draw a step's autograd graph, keep the replicas the step makes::
+
+    dp = dpteach.DataParallel(model, ["cpu", "cpu"], strategy="rewire")
+    with dpteach.keep_replicas(dp) as replicas:
+        loss = dp(x).pow(2).mean()
+    dpteach.autograd_graph(loss, module=model, replicas=replicas)
+"""
 
 from . import comm, functions
 from ._course import VERSION as __version__  # noqa: F401  (the one place the version is written)
 from ._devices import default_devices
 from ._lazy import submodules
-from .data_parallel import DataParallel, data_parallel
+from .data_parallel import DataParallel, data_parallel, keep_replicas
 from .parallel_apply import parallel_apply
 from .replicate import STRATEGIES, replicate
 from .scatter_gather import gather, scatter, scatter_kwargs
@@ -24,6 +29,7 @@ __all__ = [
     "parallel_apply",
     "DataParallel",
     "data_parallel",
+    "keep_replicas",
     "default_devices",
     "comm",
     "functions",
@@ -39,6 +45,7 @@ _LAZY = ("graph", "widgets", "exercises", "course", "measure", "cpp", "distribut
 
 
 _wing = submodules(__name__, _LAZY)
+del submodules  # a helper of this file, not a name of the library
 
 
 def __getattr__(name: str):
@@ -47,3 +54,9 @@ def __getattr__(name: str):
 
         return getattr(graph, name)
     return _wing(name)
+
+
+def __dir__() -> list[str]:
+    # What tab completion offers: the public names (the lazy ones included, though not yet loaded)
+    # and the wings; not the submodules imported along the way nor this file's helpers.
+    return sorted({*__all__, *_LAZY, "__version__"})

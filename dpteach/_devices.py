@@ -67,7 +67,12 @@ def as_devices(devices: Iterable[DeviceLike] | DeviceLike, what: str = "devices"
     if devices is None:
         raise ValueError(f"{what} is None; pass a list such as ['cpu', 'cpu'] or dpteach.default_devices()")
     if isinstance(devices, (int, str, torch.device)):
-        devices = [devices]
+        # One device where a list belongs: "cpu" would otherwise be taken silently as one slot
+        # (torch.nn.DataParallel would iterate the string's letters). Each entry is a slot.
+        raise TypeError(
+            f"{what} must be a list of slots, got the single device {devices!r}; "
+            f"write [{devices!r}, {devices!r}] for two slots there (or [{devices!r}] for one)"
+        )
     slots = [as_device(d) for d in devices]
     if not slots:
         raise ValueError(f"{what} is empty: give at least one device, e.g. ['cpu', 'cpu'] or [0, 1]")

@@ -211,6 +211,14 @@ class DataParallel(nn.Module):
     ``torch.get_num_threads()`` (so no two thread teams fight for the same cores); on one GPU the slots already queue
     their kernels on the same stream, so only one thread's Python overlapping another's is lost.
     Slots on distinct GPUs run at once, as in torch.
+
+    The replicas live only during a step. To draw a step's graph, keep them with
+    :func:`keep_replicas` (also ``dpteach.keep_replicas``)::
+
+        dp = DataParallel(model, ["cpu", "cpu"], strategy="clone")
+        with keep_replicas(dp) as replicas:
+            loss = dp(x).pow(2).mean()
+        dpteach.autograd_graph(loss, module=model, replicas=replicas)  # .dead_ends: the bug
     """
 
     def __init__(

@@ -31,7 +31,10 @@ class AutogradGraph(Drawable):
         title: str | None,
         canonical: Mapping[str, str] | None = None,
         recorded: frozenset[str] = frozenset(),
+        no_history: str | None = None,
     ) -> None:
+        # one line saying why there is nothing to draw (no output has a grad_fn), else None
+        self.no_history = no_history
         self._canonical = dict(canonical or {})
         # the nodes a first backward with create_graph=True recorded (autograd_graph's create_graph=)
         self.recorded: frozenset[str] = recorded  # a tied weight's other names -> the name its original has
@@ -120,6 +123,8 @@ class AutogradGraph(Drawable):
         return list(self.nodes.values()), [*self.edges, *missing]
 
     def _summary(self, short: bool = False) -> str:
+        if self.no_history:
+            return self.no_history
         nodes = list(self.nodes.values())
         originals = [n for n in nodes if n.kind == "original"]
         replicas = [n for n in nodes if n.kind == "replica"]
@@ -138,7 +143,22 @@ class AutogradGraph(Drawable):
         leaves = sum(n.leaf for n in nodes)
         return f"{ops} backward function{'s' * (ops != 1)}, {leaves} lea{'f' if leaves == 1 else 'ves'}"
 
+    # With no history the picture would be a lone output box: show the sentence saying why instead.
+    # draw() still draws it, for whoever asks.
+    def _repr_svg_(self) -> str | None:
+        return None if self.no_history else super()._repr_svg_()
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        if self.no_history:
+            return {"text/plain": self.no_history}
+        return super()._repr_mimebundle_(include, exclude)
+
+    def __str__(self) -> str:
+        return self.no_history or super().__str__()
+
     def __repr__(self) -> str:
+        if self.no_history:
+            return f"<AutogradGraph: {self.no_history}>"
         return (
             f"<AutogradGraph: {len(self.nodes)} nodes, {len(self.edges)} edges, "
             f"{len(self.dead_ends)} dead ends, {len(self.unreached)} unreached>"
@@ -202,5 +222,35 @@ def walked_graph(
             nid for nid, fn in found.fns.items() if kind_of.get(nid) in ("op", "join") and id(fn) in new
         )
         found = found if handles else None
-    graph = AutogradGraph(nodes, edges, [p for p, _ in table.originals], title, table.canonical, recorded)
+    why = no_history(outputs, module)
+    graph = AutogradGraph(
+        nodes, edges, [p for p, _ in table.originals], title, table.canonical, recorded, why
+    )
     return graph, found
+
+
+def no_history(outputs: Sequence[torch.Tensor], module: nn.Module | None = None) -> str | None:
+    """Why no output has an autograd history (``grad_fn`` is None for each), in one line; None if one has."""
+    if any(o.grad_fn is not None for o in outputs):
+        return None
+    t = outputs[0]
+    which = "This tensor" if len(outputs) == 1 else "None of these tensors"
+    if t.requires_grad:  # a leaf: made by the user (a parameter, requires_grad=True), not by an operation
+        return (
+            f"{which}: a leaf, made by you and not by an operation, so there is no graph behind it; "
+            "its gradient lands in its .grad. Draw a result computed from it instead"
+        )
+    if t.is_inference():
+        return (
+            f"{which}: no history, computed under torch.inference_mode(); compute it with grad on to draw it"
+        )
+    params = [] if module is None else [p for p in module.parameters() if p.requires_grad]
+    if params:
+        return (
+            f"{which}: no history although the module's parameters require grad: computed under "
+            "torch.no_grad() or from .detach()ed tensors? Run the forward with grad on"
+        )
+    return (
+        f"{which}: no history: computed under torch.no_grad(), or from tensors with requires_grad=False "
+        "(set requires_grad=True on an input, or compute it from a module's parameters)"
+    )

@@ -44,6 +44,7 @@ every strategy (as in ``replicate.py``); ``torch.compile``'d modules are refused
 
 from __future__ import annotations
 
+import difflib
 from typing import Callable, Sequence, Union
 
 import torch
@@ -76,8 +77,10 @@ def resolve_strategy(strategy: Strategy) -> Callable:
     if isinstance(strategy, str) and strategy in STRATEGIES:
         return STRATEGIES[strategy]
     valid = ", ".join(repr(s) for s in STRATEGIES)  # in the order history wrote them
+    close = difflib.get_close_matches(strategy, STRATEGIES, n=1) if isinstance(strategy, str) else []
+    hint = f"did you mean {close[0]!r}? " if close else ""
     raise ValueError(
-        f"unknown strategy {strategy!r}; valid strategies are {valid}, "
+        f"unknown strategy {strategy!r}; {hint}valid strategies are {valid}, "
         "or a callable f(network, devices, detach) -> list of replicas"
     )
 
