@@ -151,3 +151,27 @@ def test_chapter_09_says_what_keeps_ranks_in_step_and_no_thread_is_a_core():
     text = " ".join(" ".join(c.source for c in cells("09_beyond_one_process.ipynb")).split())
     assert "same number of batches" in text and "one process, one core" not in text
     assert "gets one core" not in " ".join(inspect.getsource(compare).split())
+
+
+def test_chapter_09_timelines_title_the_total_the_bars_reach_and_say_what_is_assumed():
+    """The DDP panel's bars end near 0.0149 ms: a title of "0.01 ms" (a .2f total) misreads them by a
+    third. And the cell beside the figure names the model's assumptions, labelled modelled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpteach.distributed import make_data, make_model
+
+    nb = cells("09_beyond_one_process.ipynb")
+    at = next(i for i, c in enumerate(nb) if "ddp-timeline" in c.metadata.get("tags", []))
+    scope = {"make_model": make_model, "make_data": make_data}
+    exec(nb[at].source, scope)
+    for ax in scope["fig"].axes:
+        shown = float(re.search(r": ([0-9.]+) ms", ax.get_title())[1])
+        reached = max(bar.get_x() + bar.get_width() for bar in ax.patches if bar.get_width() > 0)
+        assert shown == pytest.approx(reached, rel=0.01), (ax.get_title(), reached)
+    plt.close(scope["fig"])
+    beside = nb[at + 1].source
+    assert nb[at + 1].cell_type == "markdown" and "modelled" in beside.lower()
+    assert "PYTHON_THREAD_S" in beside and "latency per message" in beside

@@ -86,6 +86,17 @@ class Rounds:
 
     single: tuple[float, ...]
     ddp: tuple[float, ...]
+    ranks: int = 2
+
+    @property
+    def wide(self) -> bool:
+        """True when the rounds disagree by more than the ranks could explain.
+
+        With N ranks, parallelism alone gives DDP at most an N-fold shorter step, so a round above N, or
+        a largest round more than twice the smallest, says the machine's load changed while it ran.
+        """
+        r = self.ratios
+        return max(r) > self.ranks or max(r) > 2 * min(r)
 
     @property
     def ratios(self) -> tuple[float, ...]:
@@ -98,6 +109,12 @@ class Rounds:
             f"one process / DDP step time: median {statistics.median(r):.2f}x over {len(r)} rounds, "
             f"from {r[0]:.2f}x to {r[-1]:.2f}x (one process {statistics.median(self.single) * 1e3:.1f} ms, "
             f"DDP {statistics.median(self.ddp) * 1e3:.1f} ms, medians)"
+            + (
+                f"; a spread this wide (over {self.ranks}x, or the largest over twice the smallest) is"
+                f" more than {self.ranks} ranks' parallelism explains: the machine was busy while it ran"
+                if self.wide
+                else ""
+            )
         )
 
 
@@ -119,4 +136,4 @@ def ddp_rounds(
         if i:  # round 0 is thrown away: the first steps pay for memory and threads starting
             single.append(one[hidden])
             ddp.append(many[hidden])
-    return Rounds(tuple(single), tuple(ddp))
+    return Rounds(tuple(single), tuple(ddp), ranks=ranks.world_size)
