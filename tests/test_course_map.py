@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-ROW = re.compile(r"^\| (\d\d) \| \[([^\]]+)\]\(([^)]+\.ipynb)\) \|", re.M)
+ROW = re.compile(r"\b(\d\d) · \[([^\]]+)\]\(([^)]+\.ipynb)\)")  # "03 · [title](file.ipynb)", a list item
 
 
 def _map_rows() -> list[tuple[str, str, str]]:

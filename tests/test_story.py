@@ -34,3 +34,10 @@ def test_sgd_step_skips_parameters_without_gradient():
     before = [p.detach().clone() for p in model.parameters()]
     story.sgd_step(model, 0.1)  # no backward yet: every .grad is None
     assert all((a == b).all() for a, b in zip(before, model.parameters()))
+
+
+def test_four_moves_picture_ends_at_the_loss():
+    picture = story.four_moves_picture()
+    text = picture if isinstance(picture, str) else picture.source
+    assert "loss" in text and text.index("gather") < text.rindex("loss")  # the loss comes after gather
+    assert ("output", "loss") in story.FOUR_MOVES_STEPS

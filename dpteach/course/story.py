@@ -144,3 +144,45 @@ def one_step(strategy: Strategy, devices: Sequence | None = None, seed: int = 0)
 
 def _name(strategy: Strategy) -> str:
     return strategy if isinstance(strategy, str) else getattr(strategy, "__name__", "custom")
+
+
+FOUR_MOVES = ("scatter", "replicate", "parallel_apply", "gather")
+FOUR_MOVES_STEPS = (
+    ("x", "scatter"), ("scatter", "pieces"), ("model", "replicate"), ("replicate", "replicas"),
+    ("pieces", "parallel_apply"), ("replicas", "parallel_apply"), ("parallel_apply", "outputs"),
+    ("outputs", "gather"), ("gather", "output"), ("output", "loss"),
+)  # fmt: skip
+
+
+def four_moves_picture():
+    """Chapter 00's picture of one DataParallel step: boxes are moves, ovals are data, up to the loss.
+
+    A ``graphviz.Digraph`` when ``dot`` and the ``graphviz`` package are there, else the same edges as text.
+    """
+    import importlib.util
+    import shutil
+
+    if not (shutil.which("dot") and importlib.util.find_spec("graphviz")):
+        return "\n".join(
+            f"{a:>15} -> {b}" + ("   <- the bug lives here" if a == "replicate" else "")
+            for a, b in FOUR_MOVES_STEPS
+        )
+    import graphviz
+
+    picture = graphviz.Digraph(graph_attr={"rankdir": "LR"})
+    for name in dict.fromkeys(n for edge in FOUR_MOVES_STEPS for n in edge):  # first-seen order: stable
+        bug, move = name == "replicate", name in FOUR_MOVES
+        picture.node(
+            name,
+            "replicate\n(the bug lives here)" if bug else name,
+            shape="box" if move else "ellipse",
+            style="filled",
+            fillcolor="salmon" if bug else "lightblue" if move else "white",
+        )
+    with picture.subgraph(name="cluster_legend") as legend:  # the legend, inside the picture
+        legend.attr(label="legend", fontsize="10")
+        legend.node("a move", shape="box", style="filled", fillcolor="lightblue")
+        legend.node("data", shape="ellipse")
+        legend.node("the move with the bug", shape="box", style="filled", fillcolor="salmon")
+    picture.edges(FOUR_MOVES_STEPS)
+    return picture
