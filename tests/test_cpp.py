@@ -317,10 +317,22 @@ def test_exercise_3_check_passes_on_dead_ends_and_says_what_to_change_without_th
         checks.dead_ends_are_back(graph(fixed), fixed)
 
 
+def test_exercise_3_check_explains_no_dead_ends_when_the_buffers_line_was_deleted(ext, capsys):
+    from dpteach.course import checks
+
+    lines = _build.SOURCE.read_text().splitlines()
+    buffers_line = [line for line in lines if "FIX (#20910)" in line][1]  # the second: the buffers'
+    step = cpp.rewire_step(nn.Linear(3, 2), torch.randn(6, 3), DEVICES)  # a Linear has no buffers
+    original, replicas = step.modules()
+    graph = dpteach.autograd_graph(step.output, module=original, replicas=replicas)
+    checks.dead_ends_are_back(graph, step, deleted=buffers_line)  # no raise: the right result
+    assert "a Linear has no buffers" in capsys.readouterr().out
+
+
 def test_chapter_10_runs_load_inline_itself_in_exercise_3():
     import nbformat
 
     nb = nbformat.read(_build.SOURCE.parents[2] / "notebooks" / "10_the_cpp_original.ipynb", as_version=4)
     by_tag = {t: c.source for c in nb.cells for t in c.metadata.get("tags", [])}
     assert "load_inline(" in by_tag["ex3-compile"] and "cpp_sources=[broken]" in by_tag["ex3-compile"]
-    assert "checks.dead_ends_are_back(graph, broken_step)" in by_tag["ex3-check"]
+    assert "checks.dead_ends_are_back(graph, broken_step, deleted=lines[delete - 1])" in by_tag["ex3-check"]

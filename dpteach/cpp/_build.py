@@ -30,8 +30,8 @@ CFLAGS: list[
     str
 ] = []  # torch's default is -O0 without -g: the fastest build, and speed is not the point here
 # A cold compile's range, said once: load() prints it and chapter 10's prose quotes it (a test checks).
-# Measured here: 12.7 to 25 s on 2 shared cores; the top leaves room for slower machines and is the bar's length.
-EXPECTED_SECONDS = (10, 60)
+# Measured: 12.7 to 25 s on 2 idle cores, 84 to 147 s fresh on a busy machine; the top is the bar's length.
+EXPECTED_SECONDS = (10, 180)
 
 
 def compiler() -> str | None:

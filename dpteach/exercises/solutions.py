@@ -143,6 +143,7 @@ def keep_bn_statistics(network, devices, detach=False):
 
 def copy_once(tensor, device):
     """A replica's copy of `tensor` on `device` with one copy, as PR #20995 made Cloneable::clone do."""
-    tensor, device = tensor.detach(), torch.device(device)  # a slot may be named by a string: "cpu"
-    # FIX (#20995): `.to` alone copies onto another device; only on the tensor's own device, clone
-    return tensor.to(device) if tensor.device != device else tensor.clone()
+    # FIX (#20995): one copy onto any device. copy=True copies even where `.to` alone would hand back the
+    # tensor itself, on its own device however that is named: a tensor on cuda:0 given "cuda" compares
+    # unequal (torch.device("cuda") != torch.device("cuda:0")), yet .to("cuda") makes no copy of it.
+    return tensor.detach().to(device, copy=True)

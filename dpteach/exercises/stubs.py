@@ -41,6 +41,7 @@ def replicate_by_clone(network, devices, detach=False):
                     "Task 1 (find the bug in clone-based replicate): replace this line with a `copy` of `param` "
                     "on `device` that keeps its gradient edge to `param`"
                 )
+                # you write `copy = ...` in place of the raise above; these two lines then use it
                 twin._parameters.pop(key)  # a copy with history is no leaf, so no Parameter:
                 setattr(twin, key, copy)  # a plain attribute, as torch/nn/parallel/replicate.py does
         replicas.append(replica)
