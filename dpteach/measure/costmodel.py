@@ -78,6 +78,8 @@ EFFICIENCY = 0.5
 # figure for threading.Thread start and join, not measured here.
 PYTHON_THREAD_S = 100e-6
 STRATEGIES = ("DataParallel", "DDP")
+# what every figure of the model says it leaves out
+LEFT_OUT = "no message latency, kernel launches or DDP hooks"
 
 
 @dataclass(frozen=True)
@@ -374,7 +376,7 @@ def draw_timeline(pred: Prediction, ax=None):
         ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7)
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
-    ax.set_xlabel("ms (modelled)")
+    ax.set_xlabel(f"ms (modelled; {LEFT_OUT})", fontsize=8)
     ax.set_xlim(0, pred.total_s * scale * 1.02)
     names = list(dict.fromkeys(p.name for p in pred.parts if not p.name.startswith("start thread")))
     handles = [plt.Rectangle((0, 0), 1, 1, color=_COLOURS.get(n, "#bbbbbb")) for n in names]
@@ -396,7 +398,7 @@ def draw_over_n(work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200
             ax.plot(ns, [plain / predict(work, name, n, strategy).total_s for n in ns], style, label=strategy)
         ax.plot(ns, ns, color="#bbbbbb", lw=1, label="n times faster")
         ax.set_title(f"modelled, {name} ({GPUS[name].link})", fontsize=9)
-        ax.set_xlabel("GPUs (n)")
+        ax.set_xlabel(f"GPUs (n)\nmodelled; {LEFT_OUT}", fontsize=7)
         ax.set_xticks(list(ns))
     axes[0].set_ylabel("plain step / modelled step")
     axes[0].legend(fontsize=8)
