@@ -48,9 +48,11 @@ def test_data_parallel_on_two_gpus_by_hand():
     assert link["scatter"] == pytest.approx(4e6 / 1e9)  # half the batch's 8 MB leaves GPU 0
     assert link["replicate"] == pytest.approx(0.1)  # 100 MB broadcast, pipelined
     assert link["gather"] == pytest.approx(2e6 / 1e9)
-    assert link["reduce"] == pytest.approx(0.1)
-    assert pred.seconds("sum") == pytest.approx(3 * 100e6 / 1e12)  # reads 2 copies, writes 1
-    expected = 0.004 + 0.1 + 2 * cm.PYTHON_THREAD_S + 0.5 + 0.002 + 0.002 + 1.0 + 0.1 + 3e-4
+    assert link["reduce"] == pytest.approx(0.1)  # nccl.reduce sums in its kernel: no pass of its own
+    flatten = [p for p in pred.parts if p.name == "flatten"]
+    assert [p.lane for p in flatten] == ["GPU 0", "GPU 1"]  # each replica flattens its own gradients
+    assert [p.seconds for p in flatten] == pytest.approx([2 * 100e6 / 1e12] * 2)  # read + write, side by side
+    expected = 0.004 + 0.1 + 2 * cm.PYTHON_THREAD_S + 0.5 + 0.002 + 0.002 + 1.0 + 2e-4 + 0.1
     assert pred.total_s == pytest.approx(expected)
 
 
@@ -65,6 +67,29 @@ def test_ddp_buckets_overlap_backward_by_hand():
     assert reduces[2].start == pytest.approx(fwd + bwd)
     assert pred.total_s == pytest.approx(fwd + bwd + 0.03)  # only the last bucket sticks out
     assert cm.ring_seconds(40e6, 4, 1e9) == pytest.approx(0.06)
+
+
+def test_buckets_close_one_tensor_past_the_cap_the_first_at_one_mib():
+    mib = 2**20
+    work = dataclasses.replace(
+        WORK, param_bytes=40 * mib, grad_bytes=(mib // 2, 4 * mib, 10 * mib, 20 * mib, 5 * mib + mib // 2)
+    )
+    # the first bucket closes on the 4 MiB tensor that takes it past 1 MiB; the next on the one past 25 MiB
+    assert cm.buckets(work) == [mib // 2 + 4 * mib, 30 * mib, 5 * mib + mib // 2]
+    assert cm.buckets(work, first_bucket_bytes=25 * mib) == [mib // 2 + 34 * mib, 5 * mib + mib // 2]
+
+
+def test_ddp_on_a_small_model_overlaps_its_first_bucket_with_backward():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024))  # 8.4 MB, under 25 MiB
+    work = cm.workload(model, torch.randn(16, 1024))
+    assert work.grad_bytes[:2] == (1024 * 4, 1024 * 1024 * 4)  # the last layer's bias, then its weight
+    pred = cm.predict(work, "A100-SXM", 4, "DDP")
+    reduces = [p for p in pred.parts if p.name == "all-reduce"]
+    backward_end = max(p.end for p in pred.parts if p.name == "backward")
+    assert len(reduces) == 2 and reduces[0].start < backward_end  # the last layer's bucket hides
+    one = cm.predict(work, "A100-SXM", 4, "DDP", first_bucket_bytes=25 * 2**20)
+    assert [p.start for p in one.parts if p.name == "all-reduce"] == [pytest.approx(backward_end)]
 
 
 def test_slow_link_serialises_the_buckets():

@@ -41,7 +41,7 @@ def test_the_table_prints_measured_modelled_and_their_ratio():
     assert "published" in text and "measured/modelled" in text and m.citation in text
     ratios = [r.ratio for r in published.compare(m)]
     assert all(0.5 < r < 2 for r in ratios)  # the model is within a factor of 2 of every point
-    assert text.splitlines()[-1].strip().endswith(f"{ratios[-1]:.2f}x")
+    assert text.splitlines()[-2].strip().endswith(f"{ratios[-1]:.2f}x")  # the last n, before DDP on 1 GPU
 
 
 def test_our_bench_json_loads_as_ours(tmp_path):
@@ -72,3 +72,14 @@ def test_other_files_are_refused(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="no profile"):
         published.load(tmp_path / "p.json")
+
+
+def test_the_ddp_benchmark_keeps_ddp_on_one_gpu_apart_from_the_plain_step():
+    # the README's '1 GPUs -- 1M/1G' rows: DDP's overhead at n = 1, apart from its growth from 2 to 8
+    by_id = {m.id: m for m in published.shipped()}
+    assert by_id["ddp-benchmark-resnet50"].ddp_one_gpu_s == 0.100
+    assert by_id["ddp-benchmark-resnet101"].ddp_one_gpu_s == 0.171
+    assert "DDP on 1 GPU: 100.0 ms measured, +3.1% over the plain step" in published.table(
+        by_id["ddp-benchmark-resnet50"]
+    )
+    assert all("DGX" not in m.hardware and "#35198" in m.citation for m in by_id.values() if not m.ours)

@@ -19,16 +19,21 @@ Assumptions, each one a simplification a real run will not honour exactly:
   thread per replica (``PYTHON_THREAD_S`` each, one after another, since the starts take the GIL),
   runs the replicas' forwards, gathers the outputs onto GPU 0, runs the backwards (one autograd
   thread per GPU, so in parallel), and only when every replica's gradients exist, reduces them onto
-  GPU 0 (a reduce over the link, then GPU 0 reads the n copies and writes the sum, at ``mem_bw``).
+  GPU 0: ``reduce_add_coalesced`` first flattens each replica's gradients into one buffer (a read and a
+  write of the parameters' bytes on every GPU, at ``mem_bw``, side by side), then ``reduce_add`` calls
+  ``nccl.reduce``, which sums inside its kernel as the bytes arrive: one ``bytes / link_bw`` on the link.
 * **DDP** (one process per GPU): no scatter, replicate or gather per step: each rank loads its own
   ``batch / n`` rows and keeps its own replica. Its gradients are all-reduced in buckets of
   ``bucket_bytes``, in the order backward produces them (the last layers first). A bucket is ready
   when backward has produced its share of the gradient bytes (backward's FLOPs are assumed spread
   evenly over the parameters' bytes); its ring all-reduce takes ``2(n-1)/n * bytes / link_bw``, one
-  bucket at a time on the link, overlapped with the rest of backward. The buckets are equal, the
-  last one the remainder (real DDP makes its first bucket smaller, 1 MiB).
+  bucket at a time on the link, overlapped with the rest of backward. Buckets are filled as DDP fills
+  them after its first step (torch/nn/parallel/distributed.py, ``_BucketCapacityConfig``): gradients in
+  backward order, a bucket closing on the tensor that takes it to its cap, the first bucket's cap
+  ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB) when ``bucket_cap_mb`` is left unset, 25 MiB after it.
 * **n = 1** is the plain step, forward then backward, for both: neither wrapper replicates there.
-* Optimizer steps, the loss, buffers, kernel launches and data loading are left out.
+* Left out: optimizer steps, the loss, buffers, data loading, kernel launches, DDP's autograd hooks
+  and the latency of each message, so the model's overheads are lower bounds.
 
 So with infinite link and memory bandwidth, DDP takes compute / n and DataParallel compute / n plus
 ``n * PYTHON_THREAD_S``: what is left of DataParallel's serial work when bytes cost nothing.
@@ -38,7 +43,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -74,6 +78,8 @@ EFFICIENCY = 0.5
 # figure for threading.Thread start and join, not measured here.
 PYTHON_THREAD_S = 100e-6
 STRATEGIES = ("DataParallel", "DDP")
+# what every figure of the model says it leaves out
+LEFT_OUT = "no message latency, kernel launches or DDP hooks"
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,8 @@ class Workload:
     input_bytes: int
     output_bytes: int
     batch: int
+    # each parameter's bytes in the order backward produces its gradient (the last layer first)
+    grad_bytes: tuple[int, ...] = ()
 
     def scaled(self, batch: int) -> Workload:
         """The same model on ``batch`` rows: FLOPs and the batch's bytes in proportion, parameters the same."""
@@ -172,6 +180,7 @@ def workload(module: nn.Module, inputs: Any, loss_fn: Callable = mean_square) ->
         input_bytes=sum(t.numel() * t.element_size() for t in _tensors(inputs)),
         output_bytes=sum(t.numel() * t.element_size() for t in _tensors(out)),
         batch=_tensors(inputs)[0].shape[0],
+        grad_bytes=tuple(p.numel() * p.element_size() for p in reversed(params)),
     )
 
 
@@ -212,12 +221,24 @@ def _gpu(gpu: GPU | str) -> GPU:
     return GPUS[gpu]
 
 
-def _buckets(total: int, bucket_bytes: int) -> list[int]:
-    """Gradient bytes per bucket, in the order backward fills them: equal buckets, the last the rest."""
-    if total <= 0:
-        return []
-    full, rest = divmod(total, bucket_bytes)
-    return [bucket_bytes] * full + ([rest] if rest else [])
+def _buckets(work: Workload, bucket_bytes: int, first_bucket_bytes: int | None = None) -> list[int]:
+    """Gradient bytes per bucket, in the order backward fills them, as DDP's Reducer assigns them.
+
+    Tensors go in backward order; a bucket closes on the tensor that takes it to its cap (so it can
+    hold more than the cap); the first bucket's cap is ``first_bucket_bytes``. Without per-tensor
+    sizes the bytes are cut into equal buckets of the cap.
+    """
+    sizes = list(work.grad_bytes) or [bucket_bytes] * (work.param_bytes // bucket_bytes) + (
+        [work.param_bytes % bucket_bytes] if work.param_bytes % bucket_bytes else []
+    )
+    cap = bucket_bytes if first_bucket_bytes is None else first_bucket_bytes
+    buckets, filled = [], 0
+    for nbytes in sizes:
+        filled += nbytes
+        if filled >= cap:
+            buckets.append(filled)
+            filled, cap = 0, bucket_bytes
+    return buckets + ([filled] if filled else [])
 
 
 def _link(nbytes: float, bw: float) -> float:
@@ -247,20 +268,24 @@ def _data_parallel(work: Workload, gpu: GPU, n: int, dtype: str) -> list[Part]:
     start = parts[-1].end
     for k in range(n):  # one autograd thread per GPU: the backwards run side by side
         parts.append(Part("backward", f"GPU {k}", start, work.flops_bwd / n / rate))
+    start = parts[-1].end
+    for k in range(n):  # reduce_add_coalesced flattens each replica's gradients into one buffer
+        parts.append(Part("flatten", f"GPU {k}", start, _link(2 * work.param_bytes, gpu.mem_bw)))
+    # reduce_add: nccl.reduce sums inside its kernel as the bytes arrive on GPU 0
     parts.append(Part("reduce", "link", parts[-1].end, _link(work.param_bytes, bw)))
-    # GPU 0 reads the n gradient copies and writes their sum
-    parts.append(Part("sum", "GPU 0", parts[-1].end, _link((n + 1) * work.param_bytes, gpu.mem_bw)))
     return parts
 
 
-def _ddp(work: Workload, gpu: GPU, n: int, bucket_bytes: int, dtype: str) -> list[Part]:
+def _ddp(
+    work: Workload, gpu: GPU, n: int, bucket_bytes: int, first_bucket_bytes: int, dtype: str
+) -> list[Part]:
     rate = gpu.rate(dtype)
     fwd, bwd = work.flops_fwd / n / rate, work.flops_bwd / n / rate
     parts = []
     for k in range(n):
         parts += [Part("forward", f"GPU {k}", 0.0, fwd), Part("backward", f"GPU {k}", fwd, bwd)]
     link_free, filled = 0.0, 0
-    for nbytes in _buckets(work.param_bytes, bucket_bytes):
+    for nbytes in _buckets(work, bucket_bytes, first_bucket_bytes):
         filled += nbytes
         ready = fwd + bwd * filled / work.param_bytes
         seconds = _link(2 * (n - 1) / n * nbytes, gpu.link_bw)
@@ -276,8 +301,14 @@ def predict(
     strategy: str = "DataParallel",
     bucket_bytes: int = 25 * 2**20,
     dtype: str = "fp32",
+    first_bucket_bytes: int = 2**20,
 ) -> Prediction:
-    """The modelled step of ``strategy`` ("DataParallel" or "DDP") on ``n`` GPUs of profile ``gpu``."""
+    """The modelled step of ``strategy`` ("DataParallel" or "DDP") on ``n`` GPUs of profile ``gpu``.
+
+    DDP's buckets: ``first_bucket_bytes`` (1 MiB, DDP's default when ``bucket_cap_mb`` is unset) for
+    the first, ``bucket_bytes`` for the rest; pass ``first_bucket_bytes=bucket_bytes`` for what DDP
+    does with ``bucket_cap_mb`` given.
+    """
     profile = _gpu(gpu)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
@@ -288,7 +319,7 @@ def predict(
     elif strategy == "DataParallel":
         parts = _data_parallel(work, profile, n, dtype)
     else:
-        parts = _ddp(work, profile, n, bucket_bytes, dtype)
+        parts = _ddp(work, profile, n, bucket_bytes, first_bucket_bytes, dtype)
     parts = tuple(p for p in parts if p.seconds > 0 or p.lane != "link")
     return Prediction(strategy, profile, n, parts, max(p.end for p in parts))
 
@@ -312,16 +343,17 @@ def table(work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM")
     return "\n".join(lines)
 
 
+# one colour per part, so every legend entry names one kind of bar
 _COLOURS = {
-    "forward": "#2b83ba",
-    "backward": "#abdda4",
-    "scatter": "#fdae61",
-    "scatter grad": "#fdae61",
-    "gather": "#fdae61",
-    "replicate": "#d7191c",
-    "reduce": "#d7191c",
-    "sum": "#d7191c",
-    "all-reduce": "#984ea3",
+    "forward": "#1f77b4",
+    "backward": "#2ca02c",
+    "scatter": "#ff7f0e",
+    "replicate": "#d62728",
+    "gather": "#8c564b",
+    "scatter grad": "#e377c2",
+    "flatten": "#bcbd22",
+    "reduce": "#17becf",
+    "all-reduce": "#9467bd",
 }
 
 
@@ -344,7 +376,7 @@ def draw_timeline(pred: Prediction, ax=None):
         ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7)
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
-    ax.set_xlabel("ms (modelled)")
+    ax.set_xlabel(f"ms (modelled; {LEFT_OUT})", fontsize=8)
     ax.set_xlim(0, pred.total_s * scale * 1.02)
     names = list(dict.fromkeys(p.name for p in pred.parts if not p.name.startswith("start thread")))
     handles = [plt.Rectangle((0, 0), 1, 1, color=_COLOURS.get(n, "#bbbbbb")) for n in names]
@@ -366,7 +398,7 @@ def draw_over_n(work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200
             ax.plot(ns, [plain / predict(work, name, n, strategy).total_s for n in ns], style, label=strategy)
         ax.plot(ns, ns, color="#bbbbbb", lw=1, label="n times faster")
         ax.set_title(f"modelled, {name} ({GPUS[name].link})", fontsize=9)
-        ax.set_xlabel("GPUs (n)")
+        ax.set_xlabel(f"GPUs (n)\nmodelled; {LEFT_OUT}", fontsize=7)
         ax.set_xticks(list(ns))
     axes[0].set_ylabel("plain step / modelled step")
     axes[0].legend(fontsize=8)
@@ -379,6 +411,6 @@ def ring_seconds(nbytes: float, n: int, link_bw: float) -> float:
     return 0.0 if n < 2 else 2 * (n - 1) / n * nbytes / link_bw
 
 
-def buckets(work: Workload, bucket_bytes: int = 25 * 2**20) -> int:
-    """How many buckets DDP's all-reduce of ``work``'s gradients takes, in this model."""
-    return math.ceil(work.param_bytes / bucket_bytes) if work.param_bytes else 0
+def buckets(work: Workload, bucket_bytes: int = 25 * 2**20, first_bucket_bytes: int = 2**20) -> list[int]:
+    """The bytes of each bucket DDP's all-reduce of ``work``'s gradients takes, in this model."""
+    return _buckets(work, bucket_bytes, first_bucket_bytes)

@@ -41,6 +41,8 @@ class Measurement:
     points: tuple[tuple[int, float], ...]
     workload: Workload | None
     ours: bool = False
+    # DDP on one GPU, where the source gives it apart from the plain step at n = 1 (``points``)
+    ddp_one_gpu_s: float | None = None
 
     def work_at(self, n: int) -> Workload:
         """The workload of the whole step at ``n`` GPUs (weak scaling: ``batch`` rows per GPU)."""
@@ -68,6 +70,7 @@ def _published(data: dict, path: Path) -> list[Measurement]:
                 scaling=m["scaling"],
                 points=tuple((p["n"], float(p["seconds"])) for p in m["points"]),
                 workload=Workload(**m["workload"]),
+                ddp_one_gpu_s=m.get("ddp_one_gpu_seconds"),
             )
         )
     return out
@@ -153,6 +156,12 @@ def table(m: Measurement) -> str:
         model = "-" if r.modelled_s is None else f"{r.modelled_s * 1e3:12.1f}"
         ratio = "-" if r.ratio is None else f"{r.ratio:17.2f}x"
         lines.append(f"  {r.n:>2}  {r.measured_s * 1e3:12.1f}  {model:>12}  {ratio:>18}")
+    if m.ddp_one_gpu_s is not None:
+        plain = dict(m.points)[1]
+        lines.append(
+            f"  DDP on 1 GPU: {m.ddp_one_gpu_s * 1e3:.1f} ms measured, {m.ddp_one_gpu_s / plain - 1:+.1%} "
+            "over the plain step (the model adds nothing at n = 1)"
+        )
     return "\n".join(lines)
 
 
