@@ -80,6 +80,11 @@ class Traffic:
         return sum(c.nbytes for c in self.copies)
 
     @property
+    def transfers(self) -> list[Copy]:
+        """The copies that carry data to where it is used: every copy but the local ``"pack"`` passes."""
+        return [c for c in self.copies if c.op != "pack"]
+
+    @property
     def cross_device_bytes(self) -> int:
         return sum(c.nbytes for c in self.copies if c.crosses_devices)
 
@@ -101,7 +106,9 @@ _meters_lock = threading.Lock()
 
 @contextlib.contextmanager
 def traffic() -> Iterator[Traffic]:
-    """Record every copy dpteach makes while the block is open (replicate, scatter, gather, reduce).
+    """Record every copy dpteach makes while the block is open (replicate, scatter, gather, reduce),
+    including the local pass that packs tensors into a flat bucket before it travels (op ``"pack"``,
+    ``src == dst``): coalescing saves copy calls, not bytes.
 
     The meter counts the copies of *every* thread, not only the caller's: the replicas' threads
     and backward's copies belong to the step being measured, and so would another thread's step
@@ -256,8 +263,14 @@ def broadcast_coalesced(
             )
     if fast_path(slots, tensors):
         outs = torch_comm.broadcast_coalesced(tensors, [d.index for d in slots], buffer_size)
-        for device in slots[1:]:
-            record("broadcast", sum(nbytes(t) for t in tensors), slots[0], device)
+        # the logical count, as on the other paths: torch's comm.cpp packs each bucket once on slot 0
+        # and hands it to NCCL, whose own route between the GPUs is not counted
+        for bucket in _buckets(tensors, buffer_size):
+            size = sum(nbytes(tensors[i]) for i in bucket)
+            if not tensors[bucket[0]].is_sparse:
+                record("pack", size, slots[0], slots[0])
+            for device in slots[1:]:
+                record("broadcast", size, slots[0], device)
         return [list(tensors)] + [list(o) for o in outs[1:]]
     result = [list(tensors)]
     for device in slots[1:]:
@@ -280,6 +293,7 @@ def _coalesced_copy(
                 out[i] = copy_to(t, device, "broadcast")
             continue
         flat = _flatten_dense_tensors(chunk)
+        record("pack", nbytes(flat), flat.device, flat.device)  # flattening is a full local copy too
         moved = copy_to(flat, device, "broadcast")
         # pieces of one flat buffer would share a version counter; .data gives each its own
         for i, t in zip(bucket, _unflatten_dense_tensors(moved, chunk)):
@@ -376,9 +390,15 @@ def _reduce_add_coalesced(
     dest = groups[0][0].device if destination is None else as_device(destination)
     devices = [g[0].device for g in groups]
     if fast_path(devices, groups[0]) and dest in devices:
-        for g in groups:
-            if g[0].device != dest:
-                record("reduce_add", sum(nbytes(t) for t in g), g[0].device, dest)
+        # the logical count, as on the other paths: torch packs each dense bucket on every GPU
+        # (torch/nn/parallel/comm.py) and sums the flat buckets onto ``dest``
+        for bucket in _buckets(groups[0], buffer_size):
+            for g in groups:
+                size = sum(nbytes(g[i]) for i in bucket)
+                if not g[bucket[0]].is_sparse:
+                    record("pack", size, g[0].device, g[0].device)
+                if g[0].device != dest:
+                    record("reduce_add", size, g[0].device, dest)
         return tuple(torch_comm.reduce_add_coalesced(groups, dest.index, buffer_size))
     if all(t.device == dest for g in groups for t in g):
         return tuple(reduce_add(ts, dest) for ts in zip(*groups))
@@ -396,7 +416,10 @@ def _reduce_add_coalesced(
             dense_at.append(k)
     for bucket in _buckets(dense[0], buffer_size):
         chunks = [[ts[i] for i in bucket] for ts in dense]
-        flat = reduce_add([_flatten_dense_tensors(c) for c in chunks], dest)
+        flats = [_flatten_dense_tensors(c) for c in chunks]
+        for f in flats:
+            record("pack", nbytes(f), f.device, f.device)  # flattening is a full local copy too
+        flat = reduce_add(flats, dest)
         for i, t in zip(bucket, _unflatten_dense_tensors(flat, chunks[0])):
             output[dense_at[i]] = t.data
     return tuple(output)

@@ -121,8 +121,11 @@ def test_coalesced_copies_one_per_bucket(count, bucket):
         coalesced = costs.copy_coalesced(tensors, "cpu", buffer_size=bucket)
     per_bucket = max(1, bucket // 1024)  # whole tensors that fit in one bucket
     assert len(per.copies) == count  # one copy per tensor
-    assert len(co.copies) == math.ceil(count / per_bucket)  # one copy per bucket
-    assert per.bytes == co.bytes == count * 1024  # the same bytes either way
+    buckets = math.ceil(count / per_bucket)
+    assert len(co.transfers) == buckets  # one copy sent per bucket ...
+    assert [c.op for c in co.copies] == ["pack", "coalesced"] * buckets  # ... each packed first, locally
+    assert per.bytes == co.by_op()["coalesced"] == co.by_op()["pack"] == count * 1024  # every byte sent once
+    assert co.bytes == 2 * per.bytes  # coalescing saves calls, not bytes: packing copies every byte again
     for t, a, b in zip(tensors, one_by_one, coalesced):
         assert torch.equal(a, t) and torch.equal(b, t)  # the same values, in the same order
 

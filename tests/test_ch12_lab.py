@@ -60,6 +60,8 @@ def test_on_cpu_the_chapter_says_the_replicas_take_turns():
     (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
     text = " ".join(cost.split())
     assert "take turns" in text and "the one thread that called `backward()`" in text
+    # the turns are dpteach's choice (its shared generator), not torch's parallel_apply's
+    assert "dpteach makes the threads take turns" in text and "`parallel_apply` runs them at once" in text
     assert "splitting the batch over cores pays" not in text
 
 

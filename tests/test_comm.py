@@ -71,10 +71,14 @@ def test_coalesced_copy_buckets_small_tensors_and_hands_back_each_one():
         assert o.dtype == src.dtype and o.shape == src.shape  # each tensor back in its place, with its type
         assert_close(o, src)
         assert o.data_ptr() != src.data_ptr()  # copied
-    assert t.bytes == sum(comm.nbytes(x) for x in tensors)  # every byte moved once
-    assert (
-        len(t.copies) == 4
-    )  # buckets per type under the 64-byte cap: 3 small float32s, the big one, int64, float64
+    sent = [c for c in t.copies if c.op == "broadcast"]
+    packed = [c for c in t.copies if c.op == "pack"]
+    assert sum(c.nbytes for c in sent) == sum(comm.nbytes(x) for x in tensors)  # every byte sent once
+    # buckets per type under the 64-byte cap: 3 small float32s, the big one, int64, float64
+    assert len(sent) == len(t.transfers) == 4
+    # ... and every byte packed once before, a local pass of its own
+    assert [c.nbytes for c in packed] == [c.nbytes for c in sent]
+    assert all(c.src == c.dst for c in packed)
     before = out[1]._version
     out[0].add_(1)
     assert out[1]._version == before  # pieces of one bucket keep separate version counters

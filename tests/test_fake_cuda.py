@@ -138,6 +138,26 @@ def test_reduce_add_onto_one_of_the_gpus_takes_the_fast_path(fake_cuda):
     assert calls == [("reduce_add", [0, 1])] and out.device == torch.device("cuda:1")
 
 
+def test_fast_path_traffic_counts_one_copy_per_bucket_and_its_packing(fake_cuda):
+    # the NCCL path counts what the other paths count: per bucket one local pack, then one copy per GPU
+    tensors = [torch.zeros(256, device="cuda:0") for _ in range(4)]  # 1 KiB each, two per 2 KiB bucket
+    with comm.traffic() as t:
+        comm.broadcast_coalesced(tensors, ["cuda:0", "cuda:1"], buffer_size=2048)
+    assert [(c.op, c.nbytes, str(c.src), str(c.dst)) for c in t.copies] == [
+        ("pack", 2048, "cuda:0", "cuda:0"),
+        ("broadcast", 2048, "cuda:0", "cuda:1"),
+    ] * 2
+    groups = [[torch.zeros(256, device=d) for _ in range(4)] for d in ("cuda:0", "cuda:1")]
+    with comm.traffic() as t:
+        comm.reduce_add_coalesced(groups, "cuda:0", buffer_size=2048)
+    assert [(c.op, str(c.src), str(c.dst)) for c in t.copies] == [
+        ("pack", "cuda:0", "cuda:0"),
+        ("pack", "cuda:1", "cuda:1"),
+        ("reduce_add", "cuda:1", "cuda:0"),
+    ] * 2
+    assert t.by_op() == {"pack": 2 * 4096, "reduce_add": 4096}
+
+
 def test_copies_onto_the_cpu_block_and_onto_a_gpu_need_not(fake_cuda):
     calls, log = fake_cuda
     pieces = [torch.zeros(2, 3, device="cuda:0"), torch.zeros(2, 3, device="cuda:1")]

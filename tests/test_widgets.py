@@ -408,7 +408,11 @@ def test_cost_explorer_answers_a_slider(ipywidgets):
     for _strategy, nbytes, _, _ in after:
         assert f"{nbytes:,}" in view.table.value  # the table shows the counted bytes
     charts = view.charts.value
-    assert charts.count("data:image/svg+xml") == 2  # two charts: bytes and time
+    from dpteach.widgets.cost import MIN_TIMED
+
+    timed = all(len(c.seconds) >= MIN_TIMED for c in view.lab.costs)
+    # bytes always; time only with enough timed steps for a spread
+    assert charts.count("data:image/svg+xml") == (2 if timed else 1)
     view.width.value = 64
     assert view.lab.width == 64 and "4,417 parameters" in view.status.value
     assert view.error is None
@@ -531,7 +535,26 @@ def test_cost_status_gives_the_times_it_measured():
     lab = CostLab(width=16, slots=2)
     lab.measure()
     text = lab.status()
-    for c in lab.costs:  # each strategy's median, and one device's, as the table shows them
-        assert f"{c.strategy!r} {c.median * 1e3:.1f} ms" in text
-    assert f"one device {lab.reference_s * 1e3:.1f} ms" in text
-    assert f"median of {len(lab.costs[0].seconds)} timed step" in text
+    for c in lab.costs:  # each strategy's time, and one device's, as the table shows them
+        assert f"{c.strategy!r} {c.shown()}" in text
+    assert f"one device {lab.reference.shown()}" in text
+
+
+def test_cost_times_are_shown_only_with_a_spread():
+    from dpteach.widgets.cost import MIN_TIMED, StrategyCost
+
+    few = StrategyCost("rewire", {}, (0.001,))
+    assert "ms" not in few.shown() and "not timed" in few.shown()  # one step: no median, no spread
+    enough = StrategyCost("rewire", {}, (0.001, 0.002, 0.003, 0.004, 0.005)[:MIN_TIMED])
+    assert "median of 5, middle half" in enough.shown()
+    lab = CostLab(width=16, slots=2, budget_s=0.0)  # a budget for one round only
+    lab.measure()
+    assert "median of 1" not in lab.status() and "median of 1" not in "\n".join(lab.report())
+
+
+def test_cost_report_shows_the_models_parts_and_assumptions():
+    lab = CostLab(width=16, slots=2, budget_s=0.0)
+    lab.measure()
+    text = "\n".join(lab.report())
+    assert "thread starts" in text and "assumed: 100 us to start and join" in text
+    assert "modelled, not measured" in text

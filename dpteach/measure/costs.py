@@ -87,7 +87,8 @@ def copy_per_tensor(tensors: Sequence[torch.Tensor], device) -> list[torch.Tenso
 def copy_coalesced(
     tensors: Sequence[torch.Tensor], device, buffer_size: int = comm.BUFFER_SIZE
 ) -> list[torch.Tensor]:
-    """Copy tensors in flat buckets of at most ``buffer_size`` bytes: one copy per bucket.
+    """Copy tensors in flat buckets of at most ``buffer_size`` bytes: per bucket one local ``"pack"``
+    pass (flattening) and one ``"coalesced"`` copy.
 
     ``torch.cuda.comm.broadcast_coalesced`` does this between GPUs (10 MiB buckets): fewer, larger
     copies, paid for by flattening first (one more pass over the data).
@@ -97,7 +98,9 @@ def copy_coalesced(
     out: list[torch.Tensor | None] = [None] * len(tensors)
     for bucket in comm._buckets(tensors, buffer_size):  # by dtype, by index: safe from CPU to GPU and back
         chunk = [tensors[i] for i in bucket]
-        flat = comm.copy_to(_flatten_dense_tensors(chunk), device, "coalesced")
+        packed = _flatten_dense_tensors(chunk)  # a full local copy: recorded, so it can be counted
+        comm.record("pack", comm.nbytes(packed), packed.device, packed.device)
+        flat = comm.copy_to(packed, device, "coalesced")
         for i, t in zip(bucket, _unflatten_dense_tensors(flat, chunk)):
             out[i] = t.data  # .data: own version counters
     return out
@@ -106,15 +109,16 @@ def copy_coalesced(
 def copy_calls(
     ways: Sequence[Callable], counts: Sequence[int], total_elements: int, device, dtype=torch.float32
 ) -> dict[str, list[int]]:
-    """For each way of copying and each count ``k``: the copies it makes of ``k`` tensors holding
-    ``total_elements`` together, counted by ``comm.traffic()``. The same on every run."""
+    """For each way of copying and each count ``k``: the copies it sends of ``k`` tensors holding
+    ``total_elements`` together (``Traffic.transfers``: packing passes are local and not counted
+    here), counted by ``comm.traffic()``. The same on every run."""
     calls: dict[str, list[int]] = {way.__name__: [] for way in ways}
     for k in counts:
         tensors = [torch.zeros(total_elements // k, dtype=dtype) for _ in range(k)]
         for way in ways:
             with comm.traffic() as meter:
                 way(tensors, device)
-            calls[way.__name__].append(len(meter.copies))
+            calls[way.__name__].append(len(meter.transfers))
     return calls
 
 

@@ -29,6 +29,8 @@ from ..measure.timer import time_in_turns
 from .training import STRATEGIES, slot_devices
 
 WIDTHS = (16, 64, 256, 1024)
+# A time is shown only with at least this many timed steps: fewer give no spread worth the name.
+MIN_TIMED = 5
 GPU = "A100-SXM"  # the cost model's profile the explorer predicts for (costmodel.GPUS)  # hidden width: from the course's model (16) to about a million parameters
 
 
@@ -62,6 +64,15 @@ class StrategyCost:
     def median(self) -> float:
         return statistics.median(self.seconds)
 
+    def shown(self) -> str:
+        """The median and the middle half of the timed steps, in ms; or why no time is shown."""
+        if len(self.seconds) < MIN_TIMED:
+            return (
+                f"not timed ({len(self.seconds)} of the {MIN_TIMED} steps a spread needs fitted the budget)"
+            )
+        q1, _, q3 = statistics.quantiles(self.seconds, n=4)
+        return f"{self.median * 1e3:.1f} ms (median of {len(self.seconds)}, middle half {q1 * 1e3:.1f}-{q3 * 1e3:.1f})"
+
 
 @lru_cache(maxsize=16)
 def _workload(width: int, seed: int):
@@ -93,6 +104,7 @@ class CostLab:
         self.budget_s, self.max_repeats, self.seed = budget_s, max_repeats, seed
         self.costs: list[StrategyCost] = []
         self.reference_s: float | None = None
+        self.reference: StrategyCost | None = None
 
     def configure(self, width: int | None = None, slots: int | None = None) -> None:
         if width is not None:
@@ -133,6 +145,7 @@ class CostLab:
         steps[_PLAIN] = plain
         timed = time_in_turns(steps, devices, self.max_repeats, warmup=0, budget_s=self.budget_s)
         costs = [StrategyCost(s, meters[s].by_op(), timed[s].samples) for s in self.strategies]
+        self.reference = StrategyCost("one device", {}, timed[_PLAIN].samples)
         self.reference_s = timed[_PLAIN].median
         self.costs = costs
         return costs
@@ -156,7 +169,6 @@ class CostLab:
         """The rankings, one line each, with this machine's times beside the bytes."""
         if not self.costs:
             return ["not measured yet"]
-        n = len(self.costs[0].seconds)
         lines = [
             f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes), "
             f"{self.slots} slot{'s' * (self.slots != 1)}",
@@ -165,15 +177,32 @@ class CostLab:
         for rank, c in enumerate(self.by_bytes(), 1):
             lines.append(
                 f"  {rank}. {c.strategy:<10} {c.bytes:>10,} bytes ({c.bytes / self.model_bytes:.1f}x the model)"
-                f"   this machine: {c.median * 1e3:.1f} ms (median of {n})"
+                f"   this machine: {c.shown()}"
             )
-        if self.reference_s is not None:
-            lines.append(
-                f"     {'one device':<10} {0:>10,} bytes   this machine: {self.reference_s * 1e3:.1f} ms"
-            )
-        lines.append(f"ranked by the cost model, {self.slots} x {self.gpu} (modelled):")
+        if self.reference is not None:
+            lines.append(f"     {'one device':<10} {0:>10,} bytes   this machine: {self.reference.shown()}")
+        return lines + self.modelled_lines()
+
+    def modelled_lines(self) -> list[str]:
+        """The cost model's ranking with each prediction's parts and the assumptions they rest on."""
+        from ..measure import costmodel
+
+        lines = [f"ranked by the cost model, {self.slots} x {self.gpu} (modelled, not measured):"]
         for rank, (strategy, p) in enumerate(self.modelled().items(), 1):
-            lines.append(f"  {rank}. {strategy:<12} {p.total_s * 1e3:.3g} ms per step")
+            lines.append(f"  {rank}. {strategy:<12} {p.total_s * 1e3:.3g} ms per step, its parts (modelled):")
+            on_lane: dict[tuple[str, str], float] = {}
+            for part in p.parts:  # one lane's parts run one after another: summed (the thread starts) ...
+                name = "thread starts" if part.name.startswith("start thread") else part.name
+                on_lane[name, part.lane] = on_lane.get((name, part.lane), 0.0) + part.seconds
+            parts: dict[str, float] = {}
+            for (name, _), sec in on_lane.items():  # ... lanes side by side: the longest
+                parts[name] = max(parts.get(name, 0.0), sec)
+            lines += [f"       {name:<16} {sec * 1e3:.3g} ms" for name, sec in parts.items()]
+        lines.append(
+            f"  assumed: {costmodel.PYTHON_THREAD_S * 1e6:.0f} us to start and join each replica's thread "
+            f"(a round figure, not measured), {costmodel.EFFICIENCY:.0%} of the peak FLOP/s; "
+            "parts that overlap in the model's timeline add up to more than the total"
+        )
         return lines
 
     def rows(self) -> list[tuple[str, int, float, float]]:
@@ -188,14 +217,12 @@ class CostLab:
         ranked = f"{order[0].strategy!r} {order[0].bytes:,}"
         for before, c in zip(order, order[1:]):  # equal counts say so: clone and rewire copy the same bytes
             ranked += f" {'=' if c.bytes == before.bytes else '<'} {c.strategy!r} {c.bytes:,}"
-        times = ", ".join(f"{c.strategy!r} {c.median * 1e3:.1f} ms" for c in self.costs)
-        if self.reference_s is not None:
-            times += f", one device {self.reference_s * 1e3:.1f} ms"
-        n = len(self.costs[0].seconds)  # every strategy and one device take the same rounds, in turns
+        times = ", ".join(f"{c.strategy!r} {c.shown()}" for c in self.costs)
+        if self.reference is not None:
+            times += f", one device {self.reference.shown()}"
         return (
             f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes) on {slots}: "
-            f"bytes per step, fewest first: {ranked}; "
-            f"beside them, a step on this machine took {times} (the median of {n} timed step{'s' * (n != 1)} each)"
+            f"bytes per step, fewest first: {ranked}; beside them, a step on this machine: {times}"
         )
 
     def __repr__(self) -> str:

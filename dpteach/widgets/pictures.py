@@ -88,6 +88,10 @@ def cost_charts(costs, model_bytes: int, slots: int, reference_s: float | None) 
         notes,
         (model_bytes * (slots - 1), extra) if extra else None,
     )
+    from .cost import MIN_TIMED
+
+    if any(len(c.seconds) < MIN_TIMED for c in costs):  # too few timed steps for a spread: no time drawn
+        return img(left, "bytes moved per strategy")
     times = [c.median * 1e3 for c in costs]
     labels = list(names)
     if reference_s is not None:

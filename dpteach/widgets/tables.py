@@ -105,14 +105,14 @@ def cost_table(lab) -> str:
             f"<code>{escape(c.strategy)}</code>",
             f"{c.bytes:,}",
             f"{c.bytes / lab.model_bytes:.2f}×",
-            f"{c.median * 1e3:.2f}",
+            c.shown(),  # a time only with a spread (CostLab's MIN_TIMED steps)
         ]
         for rank, c in enumerate(lab.by_bytes(), 1)
     ]
     if lab.reference_s is not None:
-        rows.append(["", "one device", "0", "0×", f"{lab.reference_s * 1e3:.2f}"])
+        rows.append(["", "one device", "0", "0×", lab.reference.shown()])
     counted = _table(
-        ["rank", "strategy", "bytes copied", "× model size", "ms per step, this machine"],
+        ["rank", "strategy", "bytes copied", "× model size", "time per step, this machine"],
         rows,
         f"ranked by bytes (counted), one step, {lab.slots} slot{'s' * (lab.slots != 1)}; "
         f"model: {lab.model_bytes:,} bytes of parameters",
