@@ -67,7 +67,7 @@ BREAKS = [
     ),
     (
         "dpteach/parallel_apply.py",
-        "stack.enter_context(torch.autocast(kind, dtype=dtype))",
+        "stack.enter_context(torch.autocast(kind, dtype=dtype, cache_enabled=cache))",
         "pass",
         "autocast is not carried into the replica threads",
     ),
