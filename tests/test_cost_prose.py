@@ -24,9 +24,24 @@ NUMBER_CLAIM = re.compile(
 )
 
 
+# A model's stated assumption ("an assumed 100 µs per thread start") is not a measured speed.
+ASSUMPTION = re.compile(r"assum|modelled", re.I)
+
+
+def stated_speeds(text: str) -> list[str]:
+    """The speeds ``text`` states as facts: every match outside a sentence that names an assumption."""
+    found = []
+    for sentence in re.split(r"(?<=[.!?])\s+", text):
+        if not ASSUMPTION.search(sentence):
+            found += [m[0] for m in NUMBER_CLAIM.finditer(sentence)]
+    return found
+
+
 def test_the_pattern_catches_a_stated_speed():
-    assert NUMBER_CLAIM.search("DDP was 1.8x faster") and NUMBER_CLAIM.search("a step took 12 ms")
-    assert NUMBER_CLAIM.search("twice as fast") and not NUMBER_CLAIM.search("two processes, one thread each")
+    assert stated_speeds("DDP was 1.8x faster.") and stated_speeds("A step took 12 ms.")
+    assert stated_speeds("It is twice as fast.") and not stated_speeds("Two processes, one thread each.")
+    assert not stated_speeds("The model charges an assumed 100 µs per thread start.")
+    assert stated_speeds("The model is labelled. A step took 12 ms.")  # the next sentence still counts
 
 
 @pytest.mark.parametrize("name", COST_CHAPTERS)
@@ -34,5 +49,5 @@ def test_markdown_states_no_measured_speed(name):
     nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
-            found = NUMBER_CLAIM.search(cell.source)
+            found = stated_speeds(cell.source)
             assert not found, f"cell {i} states {found[0]!r}: print it from the measurement instead"
