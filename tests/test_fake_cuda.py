@@ -187,7 +187,7 @@ def test_fast_path_functions_come_from_a_module_torch_imports():
         assert callable(getattr(comm.torch_comm, name))
 
 
-# ---- mixing device types: grouping by tensor.type() broke these (issue 12, defect 4); meta is a real device
+# ---- mixing device types: grouping by tensor.type() would break these; meta is a real device
 
 
 def test_broadcast_coalesced_from_cpu_onto_another_device_type():

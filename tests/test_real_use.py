@@ -1,4 +1,4 @@
-"""The library under learners' real code (issue 12): meters that nest, compiled and scripted modules,
+"""The library under learners' real code: meters that nest, compiled and scripted modules,
 rare inputs, and the places where dpteach deliberately differs from torch.nn.parallel.
 
 The reference is always the same model on one device, or torch's own code where it runs on CPU.
