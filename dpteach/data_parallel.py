@@ -207,9 +207,10 @@ class DataParallel(nn.Module):
     one generator, so their forwards take turns, each with a generator state of its own (the
     first slot continues the caller's, the others are derived from it): a seeded run repeats bit
     for bit, and ``torch.utils.checkpoint`` replays each slot's own dropout masks. The cost is the
-    overlap of those forwards: on CPU the slots' forwards run one after another, each with all of
-    ``torch.get_num_threads()`` (so no two thread teams fight for the same cores); on one GPU the slots already queue
-    their kernels on the same stream, so only one thread's Python overlapping another's is lost.
+    overlap of those forwards: they run one after another on the calling thread, so on CPU each
+    has all of ``torch.get_num_threads()`` and no second team of intra-op threads starts; on one
+    GPU the slots already queue their kernels on one stream, so only one slot's Python
+    overlapping another's is lost.
     Slots on distinct GPUs run at once, as in torch.
 
     The replicas live only during a step. To draw a step's graph, keep them with

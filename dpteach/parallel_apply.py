@@ -1,4 +1,4 @@
-"""Run each replica on its own input in its own thread: ``torch.nn.parallel.parallel_apply`` on any device."""
+"""Run each replica on its own input, a thread per device: ``torch.nn.parallel.parallel_apply`` on any device."""
 
 from __future__ import annotations
 
@@ -146,22 +146,36 @@ def _thread_modes() -> Callable[[], contextlib.ExitStack]:
     return enter
 
 
+def _device_groups(devices: list[torch.device | None]) -> list[list[int]]:
+    """The slots grouped by device, in slot order; a slot of unknown device is a group of its own."""
+    groups: dict[Any, list[int]] = {}
+    for i, d in enumerate(devices):
+        groups.setdefault(d if d is not None else ("unknown", i), []).append(i)
+    return list(groups.values())
+
+
+def _thread_name(group: list[int]) -> str:
+    return "dpteach-replica-" + "-".join(map(str, group))
+
+
 def parallel_apply(
     modules: Sequence[nn.Module],
     inputs: Sequence[Any],
     kwargs_tup: Sequence[dict[str, Any]] | None = None,
     devices: Sequence[DeviceLike | None] | None = None,
 ) -> list[Any]:
-    """Call ``modules[i](*inputs[i], **kwargs_tup[i])`` for every i at once, one thread each.
+    """Call ``modules[i](*inputs[i], **kwargs_tup[i])`` for every i, a thread per device.
 
-    Grad mode, inference mode and autocast (enabled flag, dtype, cache) are thread-local, so they
-    are carried from the caller into every thread. Slots that share a device run their forwards
-    one at a time, each drawing random numbers from a generator state of its own
-    (:class:`_SharedGenerator`), so a seeded run repeats and checkpointing replays the right
-    dropout masks. Taking turns also means that CPU slots never run two intra-op thread teams on the
-    same cores at once: each slot's forward has the learner's ``torch.get_num_threads()`` to itself.
-    A failure is re-raised here as the same exception type, its
-    message naming the replica and device, with the original traceback.
+    In torch every replica sits on a GPU of its own, and each runs in a thread of its own, all at
+    once. Slots that share a device (``["cpu", "cpu"]``, ``["cuda:0", "cuda:0"]``) share its one
+    random generator, so here they take turns, each drawing from a generator state of its own
+    (:class:`_SharedGenerator`): a seeded run repeats, and checkpointing replays the right dropout
+    masks. Since they take turns, they run one after the other on one thread: the caller's when
+    every slot is on one device, so CPU slots use the caller's intra-op threads
+    (``torch.get_num_threads()``) and start no thread, and no second team of intra-op threads, of
+    their own. Grad mode, inference mode and autocast (enabled flag, dtype, cache) are thread-local,
+    so they are carried from the caller into every thread. A failure is re-raised here as the same
+    exception type, its message naming the replica and device, with the original traceback.
     """
     if len(modules) != len(inputs):
         raise AssertionError(
@@ -226,17 +240,21 @@ def parallel_apply(
                 interrupts.append(exc)
                 results[i] = None
 
-    if len(modules) > 1:
+    def _run_group(group: list[int]) -> None:
+        for i in group:
+            _worker(i, modules[i], inputs[i], kwargs_tup[i], devices[i], streams[i])
+
+    groups = _device_groups(resolved)
+    if len(groups) > 1:  # one thread per device, as in torch; a device's slots in turn on its thread
         threads = [
-            threading.Thread(target=_worker, args=(i, m, inp, kw, dev, st), name=f"dpteach-replica-{i}")
-            for i, (m, inp, kw, dev, st) in enumerate(zip(modules, inputs, kwargs_tup, devices, streams))
+            threading.Thread(target=_run_group, args=(group,), name=_thread_name(group)) for group in groups
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-    elif modules:
-        _worker(0, modules[0], inputs[0], kwargs_tup[0], devices[0], streams[0])
+    elif groups:  # one device: its slots take turns anyway, so they run on the caller's thread
+        _run_group(groups[0])
 
     for group in set(shared.values()):
         group.finish()

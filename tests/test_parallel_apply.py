@@ -24,16 +24,33 @@ def test_parallel_apply_equals_direct_calls():
             assert_close(out, exp)  # each module on its own input, results in input order
 
 
-def test_parallel_apply_runs_in_threads():
+def test_slots_of_one_device_take_turns_on_the_callers_thread():
+    seen = []
+
+    class Who(nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.k = k
+
+        def forward(self, x):
+            seen.append((self.k, threading.current_thread().name))
+            return x
+
+    parallel_apply([Who(0), Who(1), Who(2)], [torch.ones(1)] * 3, devices=["cpu"] * 3)
+    caller = threading.current_thread().name
+    assert seen == [(0, caller), (1, caller), (2, caller)]  # in slot order, no thread started
+
+
+def test_distinct_devices_run_in_a_thread_each():
     seen = []
 
     class Who(nn.Module):
         def forward(self, x):
-            seen.append(threading.current_thread().name)
+            seen.append((x.device.type, threading.current_thread().name))
             return x
 
-    parallel_apply([Who(), Who()], [torch.ones(1), torch.ones(1)], devices=CPU2)
-    assert sorted(seen) == ["dpteach-replica-0", "dpteach-replica-1"]  # one worker thread per replica
+    parallel_apply([Who(), Who(), Who()], [torch.ones(1), torch.ones(1, device="meta"), torch.ones(1)])
+    assert sorted(seen) == [("cpu", "dpteach-replica-0-2")] * 2 + [("meta", "dpteach-replica-1")]
 
 
 def test_parallel_apply_autocast():

@@ -9,28 +9,30 @@ engine runs a leaf's ``AccumulateGrad`` as soon as its gradient is ready (its se
 UINT64_MAX, the highest priority, ``node.h``), so under ``"clone"`` a replica's ``AccumulateGrad``,
 where the gradient stops (issue #19540), can run before other nodes. Under ``"broadcast"`` the
 originals' ``AccumulateGrad`` come last: they wait for the one ``BroadcastBackward``, which needs
-every replica parameter's gradient. Under ``"rewire"`` each parameter's ``ReduceAddBackward``, and
-then its original's ``AccumulateGrad``, runs as soon as that parameter's gradients from every
-replica have arrived, in between the replicas' other nodes. Being ready is not enough for that:
-among the ready nodes the engine runs the highest sequence number first (``CompareNodeTaskTime``,
-``engine.h``), and sequence numbers are thread-local (``node.h``, NOTE [ Sequence Number ]).
-``parallel_apply`` runs the replicas' forwards in new threads, numbered from 0, while the
-``ReduceAdd`` nodes were made on the main thread, whose count is its own (chapter 12 prints both:
-there the main thread's numbers are the higher). Run the replicas on one thread and every
-``ReduceAddBackward`` runs after all of their nodes (chapter 12, section 2b, prints both orders; tests/test_ch12_lab.py checks them).
+every replica parameter's gradient. Under ``"rewire"`` each parameter's ``ReduceAddBackward`` is
+ready once that parameter's gradients from every replica have arrived, but being ready is not
+enough: among the ready nodes the engine runs the highest sequence number first
+(``CompareNodeTaskTime``, ``engine.h``), and sequence numbers are thread-local (``node.h``, NOTE
+[ Sequence Number ]).
+Slots that share a device (the stepper's CPU slots) run their forwards one after the other on the
+caller's thread, after ``replicate`` made the ``ReduceAdd`` nodes there, so every replica node
+outnumbers them and every ``ReduceAddBackward`` runs after all of the replicas' nodes. torch's
+``parallel_apply`` runs each replica's forward in a new thread, whose count starts from 0: then the
+``ReduceAdd`` nodes are the higher, and each runs as soon as it is ready (``join_order`` prints both;
+chapter 12, section 2b).
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ..course import story
-from ..parallel_apply import parallel_apply
 from ..replicate import replicate
 from ..scatter_gather import gather, scatter
 from .highlight import caption, highlight, legend_line
@@ -265,8 +267,9 @@ class JoinOrder:
 
 
 def join_order(threaded: bool, slots: int = 2) -> JoinOrder:
-    """The stepper's ``"rewire"`` step (same model, same loss), with the replicas' forwards run by
-    ``parallel_apply`` (a new thread each, ``threaded=True``) or one after the other on this thread.
+    """The stepper's ``"rewire"`` step (same model, same loss), with the replicas' forwards run each in
+    a new thread of its own (``threaded=True``), as torch's ``parallel_apply`` runs them, one GPU each,
+    or one after the other on this thread, as dpteach runs slots that share a device.
 
     ``_sequence_nr()`` is a private method of PyTorch's nodes: fine for looking, not for code that must
     keep working. The ``ReduceAdd`` nodes are made by ``replicate``, on this thread, before the replicas run.
@@ -276,10 +279,20 @@ def join_order(threaded: bool, slots: int = 2) -> JoinOrder:
     net = story.make_model(0).to(devs[0])
     replicas = replicate(net, devs, strategy="rewire")
     pieces = scatter(x, devs)
+    outs: list = [None] * len(replicas)
+
+    def run(i: int) -> None:
+        outs[i] = replicas[i](pieces[i])
+
     if threaded:
-        outs = parallel_apply(replicas, pieces, devices=devs)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(replicas))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     else:
-        outs = [r(piece) for r, piece in zip(replicas, pieces)]
+        for i in range(len(replicas)):
+            run(i)
     order = backward_order(nn.functional.mse_loss(gather(outs, devs[0]), y))
     names = [type(fn).__name__ for fn in order]
     joins = tuple(i for i, n in enumerate(names) if n == "ReduceAddBackward")
