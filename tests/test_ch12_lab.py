@@ -168,7 +168,7 @@ def test_the_models_ranking_without_its_assumed_thread_starts():
     assert list(without) == sorted(zero, key=zero.get)  # fastest first
     dp = lab.modelled()["DataParallel"]
     line = lab.assumption_line()
-    assert f"{(dp.total_s - without['DataParallel']) * 1e3:.3g} of DataParallel's" in line
+    assert f"{(dp.total_s - without['DataParallel']) / dp.total_s:.1%} of DataParallel's" in line
     assert f"{lab.slots} thread starts" in line and "PYTHON_THREAD_S" in line and "(modelled)" in line
     assert "without them, fastest first" in line
     # with one slot there is nothing to start: the line says so instead of a ranking
@@ -182,3 +182,20 @@ def test_the_cost_explorer_shows_what_the_models_ranking_rests_on(ipywidgets):
     assert "PYTHON_THREAD_S" in view.assumed.value and "modelled" in view.assumed.value
     view.slots.value = 3
     assert "3 thread starts" in view.assumed.value
+
+
+def test_most_of_the_models_gap_is_the_assumed_thread_starts_at_every_setting_of_the_explorer():
+    """Section 3 says the model's gap between DataParallel and DDP is mostly its assumed thread starts:
+    more than half of it at every width and slot count the explorer offers."""
+    from dpteach.widgets.cost import WIDTHS
+
+    for width in WIDTHS:
+        for slots in range(2, 9):
+            lab = CostLab(width=width, slots=slots)
+            modelled, without = lab.modelled(), lab.without_thread_starts()
+            gap = modelled["DataParallel"].total_s - modelled["DDP"].total_s
+            left = without["DataParallel"] - without["DDP"]
+            assert gap - left > gap / 2, (width, slots, gap, left)
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    assert "mostly one assumed constant, `costmodel.PYTHON_THREAD_S`" in " ".join(cost.split())

@@ -195,7 +195,7 @@ class CostLab:
         if not starts:
             return "with 1 slot neither wrapper replicates: the model's two steps are the plain step"
         return (
-            f"{starts * 1e3:.3g} of DataParallel's {dp.total_s * 1e3:.3g} ms is {self.slots} thread starts "
+            f"{starts / dp.total_s:.1%} of DataParallel's {dp.total_s * 1e3:.3g} ms is {self.slots} thread starts "
             f"at an assumed {costmodel.PYTHON_THREAD_S * 1e6:.0f} us each (costmodel.PYTHON_THREAD_S, not "
             f"measured); without them, fastest first: {self._ranked_without()} (modelled)"
         )
