@@ -142,3 +142,60 @@ def test_the_widgets_after_a_click(ipywidgets):
     assert "3 slots" in priced.status.value
     m = priced.lab.model_bytes
     assert moved == {"broadcast": 2 * m, "clone": 3 * m, "rewire": 3 * m}
+
+
+def test_cost_lab_before_measuring_says_to_call_measure():
+    lab = CostLab(width=16, slots=2)
+    assert "call measure()" in lab.status() and "call measure()" in "\n".join(lab.report())
+
+
+def test_the_models_ranking_without_its_assumed_thread_starts():
+    """The model's totals without DataParallel's thread starts are what it gives with PYTHON_THREAD_S at 0;
+    the line the explorer shows says how much of DataParallel's step the assumption is."""
+    from unittest import mock
+
+    from dpteach.measure import costmodel
+    from dpteach.widgets.cost import _workload
+
+    lab = CostLab(width=256, slots=4)
+    with mock.patch.object(costmodel, "PYTHON_THREAD_S", 0.0):
+        work = _workload(lab.width, lab.seed)
+        zero = {
+            s: costmodel.predict(work, lab.gpu, lab.slots, strategy=s).total_s for s in costmodel.STRATEGIES
+        }
+    without = lab.without_thread_starts()
+    assert without == pytest.approx(zero, rel=1e-9)
+    assert list(without) == sorted(zero, key=zero.get)  # fastest first
+    dp = lab.modelled()["DataParallel"]
+    line = lab.assumption_line()
+    assert f"{(dp.total_s - without['DataParallel']) / dp.total_s:.1%} of DataParallel's" in line
+    assert f"{lab.slots} thread starts" in line and "PYTHON_THREAD_S" in line and "(modelled)" in line
+    assert "without them, fastest first" in line
+    # with one slot there is nothing to start: the line says so instead of a ranking
+    assert "neither wrapper replicates" in CostLab(width=16, slots=1).assumption_line()
+
+
+def test_the_cost_explorer_shows_what_the_models_ranking_rests_on(ipywidgets):
+    from dpteach import widgets
+
+    view = widgets.cost_explorer(width=16, slots=2)
+    assert "PYTHON_THREAD_S" in view.assumed.value and "modelled" in view.assumed.value
+    view.slots.value = 3
+    assert "3 thread starts" in view.assumed.value
+
+
+def test_most_of_the_models_gap_is_the_assumed_thread_starts_at_every_setting_of_the_explorer():
+    """Section 3 says the model's gap between DataParallel and DDP is mostly its assumed thread starts:
+    more than half of it at every width and slot count the explorer offers."""
+    from dpteach.widgets.cost import WIDTHS
+
+    for width in WIDTHS:
+        for slots in range(2, 9):
+            lab = CostLab(width=width, slots=slots)
+            modelled, without = lab.modelled(), lab.without_thread_starts()
+            gap = modelled["DataParallel"].total_s - modelled["DDP"].total_s
+            left = without["DataParallel"] - without["DDP"]
+            assert gap - left > gap / 2, (width, slots, gap, left)
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    assert "mostly one assumed constant, `costmodel.PYTHON_THREAD_S`" in " ".join(cost.split())

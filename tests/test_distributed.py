@@ -205,15 +205,14 @@ def test_bucket_order_is_the_same_on_every_run_and_overlaps_from_the_second_step
     assert all(b["bytes"] >= cap for b in rebuilt[:-1])  # a bucket closes once it holds its cap
 
 
-def test_rounds_summary_says_when_the_spread_exceeds_what_the_ranks_explain():
+def test_rounds_summary_gives_figures_and_no_verdict():
     from dpteach.distributed.compare import Rounds
 
-    # ratios 0.91x .. 5.05x on 2 ranks: no two ranks make a step five times shorter
-    busy = Rounds(single=(0.91, 1.0, 5.05), ddp=(1.0, 1.0, 1.0), ranks=2)
-    assert busy.wide and "the machine was busy" in busy.summary()
-    # ratios 1.2x .. 1.6x on 2 ranks: within what two processes can do, so no remark
-    calm = Rounds(single=(1.2, 1.4, 1.6), ddp=(1.0, 1.0, 1.0), ranks=2)
-    assert not calm.wide and "busy" not in calm.summary()
-    # the bound is the number of ranks: 3.5x is plausible on 4 ranks, not on 2
-    assert Rounds(single=(3.0, 3.5), ddp=(1.0, 1.0), ranks=2).wide
-    assert not Rounds(single=(3.0, 3.5), ddp=(1.0, 1.0), ranks=4).wide
+    # ratios 0.91x .. 5.05x: the summary reports the median and both ends, read from the rounds
+    wide = Rounds(single=(0.91, 1.0, 5.05), ddp=(1.0, 1.0, 1.0), ranks=2)
+    text = wide.summary()
+    assert "median 1.00x over 3 rounds" in text and "from 0.91x to 5.05x" in text
+    assert "DDP on 2 ranks 1000.0 ms" in text and "one process 1000.0 ms" in text  # seconds shown in ms
+    # however far apart the rounds are, it passes no judgement on the machine or on either side
+    for word in ("busy", "faster", "slower", "wins", "noise", "quiet"):
+        assert word not in text.lower(), word

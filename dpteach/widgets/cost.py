@@ -28,10 +28,11 @@ from ..data_parallel import DataParallel
 from ..measure.timer import time_in_turns
 from .training import STRATEGIES, slot_devices
 
-WIDTHS = (16, 64, 256, 1024)
+WIDTHS = (16, 64, 256, 1024)  # hidden width: from the course's model (16) to about a million parameters
 # A time is shown only with at least this many timed steps: fewer give no spread worth the name.
 MIN_TIMED = 5
-GPU = "A100-SXM"  # the cost model's profile the explorer predicts for (costmodel.GPUS)  # hidden width: from the course's model (16) to about a million parameters
+GPU = "A100-SXM"  # the cost model's profile the explorer predicts for (costmodel.GPUS)
+NOT_MEASURED = "not measured yet: call measure() to take the steps"
 
 
 def wide_model(width: int, seed: int = 0) -> nn.Sequential:
@@ -85,6 +86,11 @@ def _workload(width: int, seed: int):
 
 
 _PLAIN = object()  # the one-device step's key: never a strategy's name
+
+
+def _thread_starts(prediction) -> float:
+    """Seconds of a modelled step that are its assumed thread starts (``costmodel.PYTHON_THREAD_S`` each)."""
+    return sum(p.seconds for p in prediction.parts if p.name.startswith("start thread"))
 
 
 class CostLab:
@@ -165,10 +171,39 @@ class CostLab:
         ]
         return {p.strategy: p for p in sorted(predictions, key=lambda p: (p.total_s, p.strategy))}
 
+    def without_thread_starts(self) -> dict[str, float]:
+        """The cost model's totals in seconds with DataParallel's assumed thread starts taken out, fastest
+        first: what its ranking of DataParallel against DDP rests on besides ``PYTHON_THREAD_S``.
+
+        The model starts the threads one after another before the last forward, so every later part
+        waits for them: taking them out takes their sum off DataParallel's total.
+        """
+        modelled = self.modelled()
+        totals = {s: p.total_s - _thread_starts(p) for s, p in modelled.items()}
+        return dict(sorted(totals.items(), key=lambda item: (item[1], item[0])))
+
+    def _ranked_without(self) -> str:
+        return ", ".join(f"{s} {t * 1e3:.3g} ms" for s, t in self.without_thread_starts().items())
+
+    def assumption_line(self) -> str:
+        """One line: how much of DataParallel's modelled step is assumed thread starts, and the ranking
+        without them (the explorer shows it under the model's table)."""
+        from ..measure import costmodel
+
+        dp = self.modelled()["DataParallel"]
+        starts = _thread_starts(dp)
+        if not starts:
+            return "with 1 slot neither wrapper replicates: the model's two steps are the plain step"
+        return (
+            f"{starts / dp.total_s:.1%} of DataParallel's {dp.total_s * 1e3:.3g} ms is {self.slots} thread starts "
+            f"at an assumed {costmodel.PYTHON_THREAD_S * 1e6:.0f} us each (costmodel.PYTHON_THREAD_S, not "
+            f"measured); without them, fastest first: {self._ranked_without()} (modelled)"
+        )
+
     def report(self) -> list[str]:
         """The rankings, one line each, with this machine's times beside the bytes."""
         if not self.costs:
-            return ["not measured yet"]
+            return [NOT_MEASURED]
         lines = [
             f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes), "
             f"{self.slots} slot{'s' * (self.slots != 1)}",
@@ -203,6 +238,8 @@ class CostLab:
             f"(a round figure, not measured), {costmodel.EFFICIENCY:.0%} of the peak FLOP/s; "
             "parts that overlap in the model's timeline add up to more than the total"
         )
+        if self.slots > 1:
+            lines.append(f"  without the thread starts, fastest first: {self._ranked_without()} (modelled)")
         return lines
 
     def rows(self) -> list[tuple[str, int, float, float]]:
@@ -211,7 +248,7 @@ class CostLab:
 
     def status(self) -> str:
         if not self.costs:
-            return "not measured yet"
+            return NOT_MEASURED
         slots = f"{self.slots} slot{'s' * (self.slots != 1)}"
         order = self.by_bytes()
         ranked = f"{order[0].strategy!r} {order[0].bytes:,}"

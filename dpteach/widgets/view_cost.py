@@ -1,13 +1,15 @@
 """The cost explorer: a thin ipywidgets view over ``cost.CostLab``.
 
 Move the model width or the number of slots and the lab takes real steps under every strategy:
-bytes copied (counted by ``dpteach.comm.traffic()``) and the median time per step. Only widgets
-and calls that ipywidgets 7.7 (Colab) and 8 share.
+bytes copied (counted by ``dpteach.comm.traffic()``) and the median time per step, then the cost
+model's ranking of DataParallel and DDP with, under it, how much of that ranking is an assumed
+constant. Only widgets and calls that ipywidgets 7.7 (Colab) and 8 share.
 """
 
 from __future__ import annotations
 
 import time
+from html import escape
 
 from ._ipywidgets import guarded, require
 from .cost import WIDTHS, CostLab, width_numel
@@ -43,11 +45,18 @@ class CostExplorer(widgets.VBox):
         self.status.add_class("dpteach-cost-status")
         self.charts = widgets.HTML()
         self.table = widgets.HTML()
+        self.assumed = widgets.HTML()  # what the model's ranking rests on: its assumed thread starts
         for w in (self.width, self.slots):
             w.observe(guarded(self, self._measure), names="value")
         self.again.on_click(guarded(self, self._measure))
         super().__init__(
-            [widgets.HBox([self.width, self.slots, self.again]), self.status, self.charts, self.table]
+            [
+                widgets.HBox([self.width, self.slots, self.again]),
+                self.status,
+                self.charts,
+                self.table,
+                self.assumed,
+            ]
         )
         self.add_class("dpteach-cost")
         self._measure(None)
@@ -60,4 +69,5 @@ class CostExplorer(widgets.VBox):
         self.status.value = f"<b>{lab.status()}</b>"
         self.charts.value = cost_charts(lab.costs, lab.model_bytes, lab.slots, lab.reference_s)
         self.table.value = cost_table(lab)
+        self.assumed.value = f"<small>modelled: {escape(lab.assumption_line())}</small>"
         self.last_update_s = time.perf_counter() - start
