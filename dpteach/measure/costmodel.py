@@ -461,8 +461,11 @@ def draw_timeline(pred: Prediction, ax=None):
     return ax
 
 
-def draw_over_n(work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"), ns=(1, 2, 4, 8)):
-    """Modelled speed-up over the plain step against n, DataParallel and DDP, one panel per GPU profile."""
+def draw_over_n(
+    work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"), ns=(1, 2, 4, 8), title: str = ""
+):
+    """Modelled speed-up over the plain step against n, DataParallel and DDP, one panel per GPU profile;
+    ``title`` (the workload, say) above the panels."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(gpus), figsize=(3.4 * len(gpus), 3.0), sharey=True)
@@ -476,6 +479,8 @@ def draw_over_n(work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200
         ax.set_xticks(list(ns))
     axes[0].set_ylabel("plain step / modelled step")
     axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(f"{title} (modelled)", fontsize=10)
     fig.tight_layout()
     return fig
 

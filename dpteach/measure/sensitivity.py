@@ -84,14 +84,18 @@ def _range(values) -> str:
     return f"{min(values):.2f}-{max(values):.2f}x"
 
 
-def table(work: Workload, gpus=GPUS, ns=(2, 4, 8), thread_s=THREAD_S, efficiencies=EFFICIENCIES) -> str:
-    """The range of each modelled ratio per profile and n over the grid, then each verdict's standing."""
-    spreads = sensitivity(work, gpus, ns, thread_s, efficiencies)
+def table(
+    work: Workload, gpus=GPUS, ns=(2, 4, 8), thread_s=THREAD_S, efficiencies=EFFICIENCIES, **kwargs
+) -> str:
+    """The range of each modelled ratio per profile and n over the grid, then each verdict's standing;
+    ``kwargs`` go to ``predict`` (e.g. ``dtype="bf16"``) and are named in the first line."""
+    spreads = sensitivity(work, gpus, ns, thread_s, efficiencies, **kwargs)
     grid = len(thread_s) * len(efficiencies)
     threads = ", ".join(f"{t * 1e6:g} µs" for t in thread_s)
     lines = [
         f"modelled under {grid} assumed pairs: PYTHON_THREAD_S in {{{threads}}} x "
-        f"EFFICIENCY in {{{', '.join(f'{e:.0%}' for e in efficiencies)}}}",
+        f"EFFICIENCY in {{{', '.join(f'{e:.0%}' for e in efficiencies)}}}"
+        + "".join(f", {k}={v}" for k, v in kwargs.items()),
         "",
         f"{'GPU':<10}{'n':>3}  {'DataParallel / DDP':>19}  {'one GPU / DataParallel':>23}  {'one GPU / DDP':>14}",
     ]
