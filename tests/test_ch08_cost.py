@@ -145,7 +145,7 @@ def test_the_markdown_names_the_verdicts_the_sensitivity_cell_prints():
     assert mlp[ddp_up]["some"] == ["T4 n=2", "T4 n=4", "T4 n=8"]  # "whether DDP beats one T4 on it"
     assert gpt2[lead]["every"] == [] and gpt2[lead]["some"] == ["T4 n=8", "H200-SXM n=8"]
     text = markdown()
-    assert "On GPT-2 DDP's lead passes 15% only on 8 T4s or 8 H200s, under some pairs" in text
+    assert "On GPT-2 DDP's modelled lead passes 15% only on 8 T4s or 8 H200s, under some pairs" in text
     assert "whether DataParallel beats one A100 or H200 on the MLP, whether DDP beats one T4 on it" in text
 
 

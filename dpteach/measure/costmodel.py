@@ -37,8 +37,9 @@ Assumptions, each one a simplification a real run will not honour exactly:
 * **n = 1** is the plain step, forward then backward, for both: neither wrapper replicates there.
 * Left out: optimizer steps, the loss, buffers, data loading, kernel launches, the latency of each
   message, DataParallel's packing of the parameters before its broadcast, and DDP's autograd hooks,
-  which copy each gradient into its bucket and back (``Reducer::mark_variable_ready_dense``, unless
-  ``gradient_as_bucket_view=True``): the model's overheads are lower bounds.
+  which copy each gradient into its bucket and back (``mark_variable_ready_dense`` and
+  ``copy_bucket_to_grad`` in ``reducer.cpp``, unless ``gradient_as_bucket_view=True``): the model's
+  overheads are lower bounds.
 * ``EFFICIENCY`` and ``PYTHON_THREAD_S`` are assumed, not measured: ``predict`` takes either as a
   keyword, and ``dpteach.measure.sensitivity`` says which verdicts survive a range of both.
 
