@@ -108,7 +108,8 @@ _meters_lock = threading.Lock()
 def traffic() -> Iterator[Traffic]:
     """Record every copy dpteach makes while the block is open (replicate, scatter, gather, reduce),
     including the local pass that packs tensors into a flat bucket before it travels (op ``"pack"``,
-    ``src == dst``): coalescing saves copy calls, not bytes.
+    ``src == dst``): coalescing saves copy calls, not bytes. A bucket of one contiguous tensor is
+    not packed: torch flattens it into a view of itself (see ``_packs``).
 
     The meter counts the copies of *every* thread, not only the caller's: the replicas' threads
     and backward's copies belong to the step being measured, and so would another thread's step
@@ -168,6 +169,13 @@ def non_blocking(destination: torch.device) -> bool:
     ``out_tensor.is_cuda()`` in ``torch/csrc/cuda/comm.cpp``).
     """
     return destination.type == "cuda"
+
+
+def _packs(chunk: Sequence[torch.Tensor]) -> bool:
+    """Whether flattening ``chunk`` into one buffer copies it: torch's ``flatten_dense_tensors``
+    (``aten/src/ATen/native/TensorShape.cpp``) returns a lone tensor as ``t.contiguous().view({-1})``,
+    a view of it when it is contiguous, and concatenates (copies) anything more."""
+    return len(chunk) > 1 or not chunk[0].is_contiguous()
 
 
 def _buckets(tensors: Sequence[torch.Tensor], size_limit: int) -> list[list[int]]:
@@ -267,7 +275,7 @@ def broadcast_coalesced(
         # and hands it to NCCL, whose own route between the GPUs is not counted
         for bucket in _buckets(tensors, buffer_size):
             size = sum(nbytes(tensors[i]) for i in bucket)
-            if not tensors[bucket[0]].is_sparse:
+            if not tensors[bucket[0]].is_sparse and _packs([tensors[i] for i in bucket]):
                 record("pack", size, slots[0], slots[0])
             for device in slots[1:]:
                 record("broadcast", size, slots[0], device)
@@ -293,7 +301,8 @@ def _coalesced_copy(
                 out[i] = copy_to(t, device, "broadcast")
             continue
         flat = _flatten_dense_tensors(chunk)
-        record("pack", nbytes(flat), flat.device, flat.device)  # flattening is a full local copy too
+        if _packs(chunk):  # a full local copy too; a lone contiguous tensor's flat form is a view
+            record("pack", nbytes(flat), flat.device, flat.device)
         moved = copy_to(flat, device, "broadcast")
         # pieces of one flat buffer would share a version counter; .data gives each its own
         for i, t in zip(bucket, _unflatten_dense_tensors(moved, chunk)):
@@ -395,7 +404,7 @@ def _reduce_add_coalesced(
         for bucket in _buckets(groups[0], buffer_size):
             for g in groups:
                 size = sum(nbytes(g[i]) for i in bucket)
-                if not g[bucket[0]].is_sparse:
+                if not g[bucket[0]].is_sparse and _packs([g[i] for i in bucket]):
                     record("pack", size, g[0].device, g[0].device)
                 if g[0].device != dest:
                     record("reduce_add", size, g[0].device, dest)
@@ -417,8 +426,9 @@ def _reduce_add_coalesced(
     for bucket in _buckets(dense[0], buffer_size):
         chunks = [[ts[i] for i in bucket] for ts in dense]
         flats = [_flatten_dense_tensors(c) for c in chunks]
-        for f in flats:
-            record("pack", nbytes(f), f.device, f.device)  # flattening is a full local copy too
+        for c, f in zip(chunks, flats):
+            if _packs(c):  # a full local copy too; a lone contiguous tensor's flat form is a view
+                record("pack", nbytes(f), f.device, f.device)
         flat = reduce_add(flats, dest)
         for i, t in zip(bucket, _unflatten_dense_tensors(flat, chunks[0])):
             output[dense_at[i]] = t.data

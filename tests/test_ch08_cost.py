@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[1]
 NB = nbformat.read(ROOT / "notebooks" / "08_real_gpus.ipynb", as_version=4)
 TAGGED = {tag: c for c in NB.cells for tag in c.metadata.get("tags", [])}
-FIGURES = ("timeline", "over-n", "published", "my-timing")
+FIGURES = ("timeline", "over-n", "large-model", "published", "my-timing")
 
 
 def main_path_words(nb) -> int:
@@ -64,10 +64,12 @@ def test_the_thread_table_puts_every_cpu_backward_node_on_the_caller_thread():
 
 
 def test_the_cost_cells_print_the_same_twice_and_say_modelled():
-    _, first = run("cost-table", "published")
-    _, second = run("cost-table", "published")
+    tags = ("cost-table", "large-model", "published", "sensitivity")
+    _, first = run(*tags)
+    _, second = run(*tags)
     assert first == second
     assert "modelled ms per step" in first and "measured/modelled" in first
+    assert first.count("modelled under 9 assumed pairs") == 2  # the MLP's grid and GPT-2's
     scope, _ = run("cost-table", "timeline")
     titles = [ax.get_title() for ax in scope["fig"].axes]
     assert all("modelled, A100-SXM" in t for t in titles) and len(titles) == 2
@@ -89,3 +91,70 @@ def test_the_markdown_names_the_misses_the_published_cell_prints():
         in text
     )
     assert [round(g / m) for g, m in zip(grew, modelled)] == [8, 31]  # "eight and thirty times too little"
+
+
+def markdown() -> str:
+    return " ".join(" ".join(c.source.split()) for c in NB.cells if c.cell_type == "markdown")
+
+
+def test_every_published_measurement_is_drawn_beside_its_prediction_with_its_ratio():
+    from dpteach.measure import published
+
+    scope, printed = run("published")
+    labels = [line.get_label() for line in scope["ax"].get_lines()]
+    for m in published.shipped():
+        rows = published.compare(m)
+        assert all(r.modelled_s is not None for r in rows), m.id  # the model predicts every point
+        name = m.model.split(",")[0]
+        assert f"measured (published): {name}, {m.gpu}" in labels  # the measured points ...
+        assert labels[labels.index(f"measured (published): {name}, {m.gpu}") + 1] == f"modelled, {m.gpu}"
+        for r in rows:  # ... beside the modelled line, and each ratio printed
+            assert f"{r.measured_s * 1e3:12.1f}  {r.modelled_s * 1e3:12.1f}  {r.ratio:17.2f}x" in printed
+
+
+def test_the_markdown_states_the_large_models_counts_and_the_thread_share():
+    from dpteach.measure import costmodel
+
+    scope, _ = run("cost-table", "large-model")
+    one = costmodel.large_workload("gpt2-small")
+    text = markdown()
+    assert f"{round(sum(one.grad_bytes) / 4e6)} M parameters" in text
+    assert f"{one.param_bytes / 1e6:.0f} MB of fp32 gradients" in text
+    assert f"{(one.flops_fwd + one.flops_bwd) / 1e12:.2f} TFLOP per sequence of 1,024 tokens" in text
+    assert scope["gpt2"].batch == 16 and "16 sequences" in TAGGED["large-model"].source  # as its title says
+    dp = costmodel.predict(scope["work"], "A100-SXM", 4, "DataParallel")
+    share = 4 * costmodel.PYTHON_THREAD_S / dp.total_s
+    assert f"on 4 A100s here ({share:.0%})" in text
+
+
+def test_the_markdown_names_the_verdicts_the_sensitivity_cell_prints():
+    from dpteach.measure import sensitivity
+
+    scope, _ = run("cost-table", "large-model")
+    mlp, gpt2 = (sensitivity.verdicts(sensitivity.sensitivity(w)) for w in (scope["work"], scope["gpt2"]))
+    shorter, lead, ddp_up, dp_up = (sentence for sentence, _, _ in sensitivity.VERDICTS)
+    everywhere = {"some": [], "none": []}
+    # "never longer than DataParallel's, for either model, on any profile and n"
+    assert all({k: v[shorter][k] for k in everywhere} == everywhere for v in (mlp, gpt2))
+    assert {
+        k: mlp[lead][k] for k in everywhere
+    } == everywhere  # "on the MLP DDP leads by over 15% everywhere"
+    assert not gpt2[ddp_up]["some"] + gpt2[ddp_up]["none"] + gpt2[dp_up]["some"] + gpt2[dp_up]["none"]
+    fast = [f"{g} n={n}" for g in ("A100-SXM", "H200-SXM") for n in (2, 4, 8)]
+    assert mlp[dp_up]["some"] == fast  # "whether DataParallel beats one A100 or H200 on the MLP" flips
+    assert mlp[ddp_up]["some"] == ["T4 n=2", "T4 n=4", "T4 n=8"]  # "whether DDP beats one T4 on it"
+    assert gpt2[lead]["every"] == [] and gpt2[lead]["some"] == ["T4 n=8", "H200-SXM n=8"]
+    text = markdown()
+    assert "On GPT-2 DDP's modelled lead passes 15% only on 8 T4s or 8 H200s, under some pairs" in text
+    assert "whether DataParallel beats one A100 or H200 on the MLP, whether DDP beats one T4 on it" in text
+
+
+def test_the_bf16_answer_states_the_ranges_the_call_prints():
+    from dpteach.measure import sensitivity
+
+    scope, _ = run("cost-table", "large-model")
+    a100, h200 = sensitivity.sensitivity(scope["gpt2"], ("A100-SXM", "H200-SXM"), (8,), dtype="bf16")
+    text = markdown()
+    for s in (h200, a100):
+        assert f"{min(s.dp_over_ddp):.2f}× to {max(s.dp_over_ddp):.2f}×" in text
+    assert min(h200.dp_over_ddp) > 1.15 and min(a100.dp_over_ddp) < 1.15 < max(a100.dp_over_ddp)

@@ -76,12 +76,34 @@ def test_coalesced_copy_buckets_small_tensors_and_hands_back_each_one():
     assert sum(c.nbytes for c in sent) == sum(comm.nbytes(x) for x in tensors)  # every byte sent once
     # buckets per type under the 64-byte cap: 3 small float32s, the big one, int64, float64
     assert len(sent) == len(t.transfers) == 4
-    # ... and every byte packed once before, a local pass of its own
-    assert [c.nbytes for c in packed] == [c.nbytes for c in sent]
+    # ... and the one bucket of several tensors packed before, a local pass of its own; the buckets of
+    # one tensor are sent as they are, since torch flattens a lone contiguous tensor into a view
+    assert [c.nbytes for c in packed] == [16 + 12 + 16]
     assert all(c.src == c.dst for c in packed)
     before = out[1]._version
     out[0].add_(1)
     assert out[1]._version == before  # pieces of one bucket keep separate version counters
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [[torch.randn(40)], [torch.randn(4, 5)], [torch.randn(5, 4).t()], [torch.randn(3), torch.randn(2)]],
+    ids=["one 1-d", "one 2-d", "one transposed", "two"],
+)
+def test_a_pack_is_recorded_exactly_when_torch_flattening_copies(chunk):
+    from torch._utils import _flatten_dense_tensors
+
+    flat = _flatten_dense_tensors(chunk)
+    copied = flat.untyped_storage().data_ptr() != chunk[0].untyped_storage().data_ptr()
+    assert copied == (len(chunk) > 1 or not chunk[0].is_contiguous())  # torch's rule, as comm states it
+    with comm.traffic() as t:
+        comm._coalesced_copy(chunk, torch.device("cpu"), buffer_size=2**20)
+    with comm.traffic() as r:
+        comm.reduce_add_coalesced([chunk, [c.clone() for c in chunk]], "cpu", buffer_size=2**20)
+    packed = [c.nbytes for c in t.copies if c.op == "pack"]
+    assert packed == ([comm.nbytes(flat)] if copied else [])  # a pack only where torch copies
+    assert len(t.transfers) == 1  # one bucket sent either way
+    assert not [c for c in r.copies if c.op == "pack"]  # one device: summed tensor by tensor, no packing
 
 
 def test_broadcast_coalesced_copies_have_their_own_version_counters():

@@ -144,3 +144,27 @@ def test_timeline_says_modelled_and_names_the_profile():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["GPU 0", "GPU 1", "link", "python"]
     fig = cm.draw_over_n(WORK)
     assert all("modelled" in a.get_title() for a in fig.axes)
+
+
+def test_flatten_copies_only_chunks_of_several_tensors():
+    mib = 2**20
+    # parameter order 4 MiB, 4 KiB | 12 MiB alone | 1 KiB, 1 KiB (10 MiB chunks, as _take_tensors cuts them)
+    sizes = (4 * mib, 4 * 1024, 12 * mib, 1024, 1024)
+    work = dataclasses.replace(WORK, param_bytes=sum(sizes), grad_bytes=tuple(reversed(sizes)))
+    assert cm.packed_bytes(work) == 4 * mib + 4 * 1024 + 2 * 1024  # the lone 12 MiB is flattened as a view
+    flatten = [p for p in cm.predict(work, ROUND, 2, "DataParallel").parts if p.name == "flatten"]
+    assert [p.seconds for p in flatten] == pytest.approx([2 * cm.packed_bytes(work) / 1e12] * 2)
+    assert cm.packed_bytes(WORK) == WORK.param_bytes  # no per-tensor sizes: every byte, an upper bound
+
+
+def test_the_assumed_constants_can_be_replaced_per_prediction():
+    # half the rate, twice the time
+    assert cm.predict(WORK, ROUND, 1, efficiency=0.25).total_s == pytest.approx(6.0)
+    for n in (2, 4):
+        dp = cm.predict(WORK, INFINITE, n, "DataParallel", thread_s=0.0).total_s
+        assert dp == pytest.approx(3.0 / n)  # no thread cost, no byte cost: compute over n, as DDP
+        slow = cm.predict(WORK, INFINITE, n, "DataParallel", thread_s=0.01).total_s
+        assert slow == pytest.approx(3.0 / n + n * 0.01)
+        ddp = cm.predict(WORK, ROUND, n, "DDP", thread_s=1.0).total_s
+        assert ddp == cm.predict(WORK, ROUND, n, "DDP").total_s  # DDP starts no thread per replica
+    assert cm.EFFICIENCY == 0.5 and cm.PYTHON_THREAD_S == 100e-6  # the module's assumptions untouched

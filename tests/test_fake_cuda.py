@@ -156,6 +156,9 @@ def test_fast_path_traffic_counts_one_copy_per_bucket_and_its_packing(fake_cuda)
         ("reduce_add", "cuda:1", "cuda:0"),
     ] * 2
     assert t.by_op() == {"pack": 2 * 4096, "reduce_add": 4096}
+    with comm.traffic() as t:  # 1 KiB buckets: one tensor each, which torch flattens into a view
+        comm.broadcast_coalesced(tensors, ["cuda:0", "cuda:1"], buffer_size=1024)
+    assert [c.op for c in t.copies] == ["broadcast"] * 4
 
 
 def test_copies_onto_the_cpu_block_and_onto_a_gpu_need_not(fake_cuda):

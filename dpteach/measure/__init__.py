@@ -7,7 +7,8 @@
 * ``bench``: ``python -m dpteach.measure.bench``, the benchmark (JSON and a plot);
 * ``costmodel``: the modelled step time of DataParallel and DDP on n GPUs of a named profile;
 * ``threads``: which thread runs each backward node of a DataParallel step, by role;
-* ``published``: measured step times, published ones and ours, beside the cost model's prediction.
+* ``published``: measured step times, published ones and ours, beside the cost model's prediction;
+* ``sensitivity``: which of the cost model's verdicts survive every value of its assumed constants.
 
 Import the module you need (``from dpteach.measure import timer``); this file imports a module only
 when it is asked for by attribute (``dpteach.measure.timer``).
@@ -15,7 +16,17 @@ when it is asked for by attribute (``dpteach.measure.timer``).
 
 from .._lazy import submodules
 
-_MODULES = ("timer", "profile", "costs", "scaling", "bench", "costmodel", "threads", "published")
+_MODULES = (
+    "timer",
+    "profile",
+    "costs",
+    "scaling",
+    "bench",
+    "costmodel",
+    "threads",
+    "published",
+    "sensitivity",
+)
 
 
 __getattr__ = submodules(__name__, _MODULES)

@@ -19,8 +19,11 @@ Assumptions, each one a simplification a real run will not honour exactly:
   thread per replica (``PYTHON_THREAD_S`` each, one after another, since the starts take the GIL),
   runs the replicas' forwards, gathers the outputs onto GPU 0, runs the backwards (one autograd
   thread per GPU, so in parallel), and only when every replica's gradients exist, reduces them onto
-  GPU 0: ``reduce_add_coalesced`` first flattens each replica's gradients into one buffer (a read and a
-  write of the parameters' bytes on every GPU, at ``mem_bw``, side by side), then ``reduce_add`` calls
+  GPU 0: ``reduce_add_coalesced`` cuts each replica's gradients into chunks of 10 MiB
+  (``torch._utils._take_tensors``, in parameter order) and flattens each chunk into one buffer: a read
+  and a write of the chunk's bytes on every GPU, at ``mem_bw``, side by side, for a chunk of several
+  tensors; a chunk of one tensor is flattened into a view of it (``flatten_dense_tensors`` in
+  ``aten/src/ATen/native/TensorShape.cpp``) and costs nothing. Then ``reduce_add`` calls
   ``nccl.reduce``, which sums inside its kernel as the bytes arrive: one ``bytes / link_bw`` on the link.
 * **DDP** (one process per GPU): no scatter, replicate or gather per step: each rank loads its own
   ``batch / n`` rows and keeps its own replica. Its gradients are all-reduced in buckets of
@@ -32,8 +35,13 @@ Assumptions, each one a simplification a real run will not honour exactly:
   backward order, a bucket closing on the tensor that takes it to its cap, the first bucket's cap
   ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB) when ``bucket_cap_mb`` is left unset, 25 MiB after it.
 * **n = 1** is the plain step, forward then backward, for both: neither wrapper replicates there.
-* Left out: optimizer steps, the loss, buffers, data loading, kernel launches, DDP's autograd hooks
-  and the latency of each message, so the model's overheads are lower bounds.
+* Left out: optimizer steps, the loss, buffers, data loading, kernel launches, the latency of each
+  message, DataParallel's packing of the parameters before its broadcast, and DDP's autograd hooks,
+  which copy each gradient into its bucket and back (``mark_variable_ready_dense`` and
+  ``copy_bucket_to_grad`` in ``reducer.cpp``, unless ``gradient_as_bucket_view=True``): the model's
+  overheads are lower bounds.
+* ``EFFICIENCY`` and ``PYTHON_THREAD_S`` are assumed, not measured: ``predict`` takes either as a
+  keyword, and ``dpteach.measure.sensitivity`` says which verdicts survive a range of both.
 
 So with infinite link and memory bandwidth, DDP takes compute / n and DataParallel compute / n plus
 ``n * PYTHON_THREAD_S``: what is left of DataParallel's serial work when bytes cost nothing.
@@ -61,6 +69,8 @@ __all__ = [
     "GPUS",
     "Workload",
     "workload",
+    "count_gpt2",
+    "large_workload",
     "Part",
     "Prediction",
     "predict",
@@ -78,6 +88,8 @@ EFFICIENCY = 0.5
 # figure for threading.Thread start and join, not measured here.
 PYTHON_THREAD_S = 100e-6
 STRATEGIES = ("DataParallel", "DDP")
+# torch.nn.parallel.comm's bucket for broadcast_coalesced and reduce_add_coalesced (buffer_size)
+COMM_BUCKET_BYTES = 10 * 2**20
 # what every figure of the model says it leaves out
 LEFT_OUT = "no message latency, kernel launches or DDP hooks"
 
@@ -93,11 +105,11 @@ class GPU:
     link: str
     source: str
 
-    def rate(self, dtype: str) -> float:
-        """FLOP/s this model assumes for ``dtype``: ``EFFICIENCY`` of the peak."""
+    def rate(self, dtype: str, efficiency: float | None = None) -> float:
+        """FLOP/s this model assumes for ``dtype``: ``efficiency`` (default ``EFFICIENCY``) of the peak."""
         if dtype not in self.flops:
             raise ValueError(f"{self.name} has no {dtype} peak in gpus.json; it has {', '.join(self.flops)}")
-        return self.flops[dtype] * EFFICIENCY
+        return self.flops[dtype] * (EFFICIENCY if efficiency is None else efficiency)
 
 
 def _load_gpus(path: Path = GPUS_FILE) -> dict[str, GPU]:
@@ -184,6 +196,46 @@ def workload(module: nn.Module, inputs: Any, loss_fn: Callable = mean_square) ->
     )
 
 
+class _LanguageModelLoss(nn.Module):
+    """A causal language model whose forward returns its loss, as ``labels=`` makes transformers' do:
+    under DataParallel each replica computes its loss and only the losses are gathered."""
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=ids, labels=ids).loss
+
+
+def count_gpt2(batch: int = 1, seq: int = 1024) -> Workload:
+    """GPT-2 small, counted: transformers' ``GPT2LMHeadModel(GPT2Config())`` on the meta device (shapes,
+    no data, so nothing is computed or allocated), one step on ``batch`` sequences of ``seq`` tokens.
+
+    Needs ``transformers`` (not a dependency of dpteach). ``large_workload("gpt2-small")`` is the
+    same count, made once and shipped, so a chapter need not import transformers.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    with torch.device("meta"):
+        lm = GPT2LMHeadModel(GPT2Config())  # 124,439,808 parameters: the output layer shares wte
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    return workload(_LanguageModelLoss(lm), ids, loss_fn=lambda loss: loss)
+
+
+WORKLOADS_FILE = Path(__file__).with_name("data") / "workloads.json"
+
+
+def large_workload(name: str) -> Workload:
+    """A large model's counted workload from ``data/workloads.json`` (its ``counted`` field says how)."""
+    shipped = json.loads(WORKLOADS_FILE.read_text())["workloads"]
+    if name not in shipped:
+        raise ValueError(f"no workload {name!r} in {WORKLOADS_FILE.name}: it has {', '.join(shipped)}")
+    fields = dict(shipped[name]["workload"])
+    fields["grad_bytes"] = tuple(fields.get("grad_bytes", ()))
+    return Workload(**fields)
+
+
 @dataclass(frozen=True)
 class Part:
     """One bar of the dependency timeline: ``name`` on ``lane`` from ``start`` for ``seconds``."""
@@ -245,20 +297,38 @@ def _link(nbytes: float, bw: float) -> float:
     return 0.0 if nbytes == 0 else nbytes / bw
 
 
-def _plain(work: Workload, gpu: GPU, dtype: str) -> list[Part]:
-    fwd, bwd = work.flops_fwd / gpu.rate(dtype), work.flops_bwd / gpu.rate(dtype)
+def packed_bytes(work: Workload, buffer_size: int = COMM_BUCKET_BYTES) -> int:
+    """The gradient bytes ``reduce_add_coalesced`` copies when it flattens one replica's chunks.
+
+    Chunks as ``torch._utils._take_tensors`` cuts them, in parameter order: a chunk closes before the
+    tensor that would take it past ``buffer_size``. A chunk of one tensor is flattened into a view and
+    copies nothing. Without per-tensor sizes (``grad_bytes``) every byte is counted.
+    """
+    if not work.grad_bytes:
+        return work.param_bytes
+    copied, chunk = 0, []
+    for nbytes in reversed(work.grad_bytes):  # parameter order: grad_bytes is backward's
+        if chunk and sum(chunk) + nbytes > buffer_size:
+            copied += sum(chunk) if len(chunk) > 1 else 0
+            chunk = []
+        chunk.append(nbytes)
+    return copied + (sum(chunk) if len(chunk) > 1 else 0)
+
+
+def _plain(work: Workload, rate: float) -> list[Part]:
+    fwd, bwd = work.flops_fwd / rate, work.flops_bwd / rate
     return [Part("forward", "GPU 0", 0.0, fwd), Part("backward", "GPU 0", fwd, bwd)]
 
 
-def _data_parallel(work: Workload, gpu: GPU, n: int, dtype: str) -> list[Part]:
-    rate, bw = gpu.rate(dtype), gpu.link_bw
+def _data_parallel(work: Workload, gpu: GPU, n: int, rate: float, thread_s: float) -> list[Part]:
+    bw = gpu.link_bw
     share = (n - 1) / n
     parts = [Part("scatter", "link", 0.0, _link(work.input_bytes * share, bw))]
     parts.append(Part("replicate", "link", parts[-1].end, _link(work.param_bytes, bw)))
     t = parts[-1].end
     ends = []
     for k in range(n):  # one Python thread per replica, started one after another
-        parts.append(Part(f"start thread {k}", "python", t, PYTHON_THREAD_S))
+        parts.append(Part(f"start thread {k}", "python", t, thread_s))
         t = parts[-1].end
         parts.append(Part("forward", f"GPU {k}", t, work.flops_fwd / n / rate))
         ends.append(parts[-1].end)
@@ -269,17 +339,17 @@ def _data_parallel(work: Workload, gpu: GPU, n: int, dtype: str) -> list[Part]:
     for k in range(n):  # one autograd thread per GPU: the backwards run side by side
         parts.append(Part("backward", f"GPU {k}", start, work.flops_bwd / n / rate))
     start = parts[-1].end
-    for k in range(n):  # reduce_add_coalesced flattens each replica's gradients into one buffer
-        parts.append(Part("flatten", f"GPU {k}", start, _link(2 * work.param_bytes, gpu.mem_bw)))
+    flat = packed_bytes(work)  # reduce_add_coalesced flattens each replica's chunks of several tensors
+    for k in range(n):
+        parts.append(Part("flatten", f"GPU {k}", start, _link(2 * flat, gpu.mem_bw)))
     # reduce_add: nccl.reduce sums inside its kernel as the bytes arrive on GPU 0
     parts.append(Part("reduce", "link", parts[-1].end, _link(work.param_bytes, bw)))
     return parts
 
 
 def _ddp(
-    work: Workload, gpu: GPU, n: int, bucket_bytes: int, first_bucket_bytes: int, dtype: str
+    work: Workload, gpu: GPU, n: int, bucket_bytes: int, first_bucket_bytes: int, rate: float
 ) -> list[Part]:
-    rate = gpu.rate(dtype)
     fwd, bwd = work.flops_fwd / n / rate, work.flops_bwd / n / rate
     parts = []
     for k in range(n):
@@ -302,24 +372,29 @@ def predict(
     bucket_bytes: int = 25 * 2**20,
     dtype: str = "fp32",
     first_bucket_bytes: int = 2**20,
+    *,
+    efficiency: float | None = None,
+    thread_s: float | None = None,
 ) -> Prediction:
     """The modelled step of ``strategy`` ("DataParallel" or "DDP") on ``n`` GPUs of profile ``gpu``.
 
     DDP's buckets: ``first_bucket_bytes`` (1 MiB, DDP's default when ``bucket_cap_mb`` is unset) for
     the first, ``bucket_bytes`` for the rest; pass ``first_bucket_bytes=bucket_bytes`` for what DDP
-    does with ``bucket_cap_mb`` given.
+    does with ``bucket_cap_mb`` given. ``efficiency`` and ``thread_s`` replace the assumed
+    ``EFFICIENCY`` and ``PYTHON_THREAD_S`` for this prediction.
     """
     profile = _gpu(gpu)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
     if n < 1:
         raise ValueError(f"n must be 1 or more, not {n}")
+    rate = profile.rate(dtype, efficiency)
     if n == 1:
-        parts = _plain(work, profile, dtype)
+        parts = _plain(work, rate)
     elif strategy == "DataParallel":
-        parts = _data_parallel(work, profile, n, dtype)
+        parts = _data_parallel(work, profile, n, rate, PYTHON_THREAD_S if thread_s is None else thread_s)
     else:
-        parts = _ddp(work, profile, n, bucket_bytes, first_bucket_bytes, dtype)
+        parts = _ddp(work, profile, n, bucket_bytes, first_bucket_bytes, rate)
     parts = tuple(p for p in parts if p.seconds > 0 or p.lane != "link")
     return Prediction(strategy, profile, n, parts, max(p.end for p in parts))
 
@@ -387,8 +462,11 @@ def draw_timeline(pred: Prediction, ax=None):
     return ax
 
 
-def draw_over_n(work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"), ns=(1, 2, 4, 8)):
-    """Modelled speed-up over the plain step against n, DataParallel and DDP, one panel per GPU profile."""
+def draw_over_n(
+    work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"), ns=(1, 2, 4, 8), title: str = ""
+):
+    """Modelled speed-up over the plain step against n, DataParallel and DDP, one panel per GPU profile;
+    ``title`` (the workload, say) above the panels."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(gpus), figsize=(3.4 * len(gpus), 3.0), sharey=True)
@@ -402,6 +480,8 @@ def draw_over_n(work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200
         ax.set_xticks(list(ns))
     axes[0].set_ylabel("plain step / modelled step")
     axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(f"{title} (modelled)", fontsize=10)
     fig.tight_layout()
     return fig
 

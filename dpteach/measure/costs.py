@@ -86,7 +86,8 @@ def copy_coalesced(
     tensors: Sequence[torch.Tensor], device, buffer_size: int = comm.BUFFER_SIZE
 ) -> list[torch.Tensor]:
     """Copy tensors in flat buckets of at most ``buffer_size`` bytes: per bucket one local ``"pack"``
-    pass (flattening) and one ``"coalesced"`` copy.
+    pass (flattening) and one ``"coalesced"`` copy. A bucket of one contiguous tensor needs no pack:
+    torch's flatten returns it as a view.
 
     ``torch.cuda.comm.broadcast_coalesced`` does this between GPUs (10 MiB buckets): fewer, larger
     copies, paid for by flattening first (one more pass over the data).
@@ -96,8 +97,9 @@ def copy_coalesced(
     out: list[torch.Tensor | None] = [None] * len(tensors)
     for bucket in comm._buckets(tensors, buffer_size):  # by dtype, by index: safe from CPU to GPU and back
         chunk = [tensors[i] for i in bucket]
-        packed = _flatten_dense_tensors(chunk)  # a full local copy: recorded, so it can be counted
-        comm.record("pack", comm.nbytes(packed), packed.device, packed.device)
+        packed = _flatten_dense_tensors(chunk)  # a full local copy: recorded, so it can be counted ...
+        if comm._packs(chunk):  # ... unless the bucket is one contiguous tensor, flattened into a view
+            comm.record("pack", comm.nbytes(packed), packed.device, packed.device)
         flat = comm.copy_to(packed, device, "coalesced")
         for i, t in zip(bucket, _unflatten_dense_tensors(flat, chunk)):
             out[i] = t.data  # .data: own version counters

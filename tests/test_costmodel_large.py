@@ -1,0 +1,56 @@
+"""The large model the cost model predicts: GPT-2 small, counted once and shipped, checked by hand and recounted."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from dpteach.measure import costmodel as cm
+
+LAYERS, WIDTH, SEQ, VOCAB = 12, 768, 1024, 50257  # GPT2Config()'s n_layer, n_embd, n_positions, vocab_size
+
+
+def test_the_shipped_gpt2_has_gpt2_smalls_parameters():
+    work = cm.large_workload("gpt2-small")
+    # per block: 2 layer norms, attention (its input and output layers), the MLP
+    block = 2 * WIDTH * 2 + (WIDTH * 3 * WIDTH + 3 * WIDTH) + (WIDTH * WIDTH + WIDTH)
+    block += (WIDTH * 4 * WIDTH + 4 * WIDTH) + (4 * WIDTH * WIDTH + WIDTH)
+    params = VOCAB * WIDTH + SEQ * WIDTH + LAYERS * block + 2 * WIDTH  # embeddings, blocks, the last norm
+    assert params == 124_439_808  # GPT-2 small's 124M; the output layer shares the token embedding
+    assert work.param_bytes == 4 * params == sum(work.grad_bytes)  # fp32, every parameter once
+    assert work.param_tensors == len(work.grad_bytes) == 2 + LAYERS * 12 + 2
+    assert work.grad_bytes[-1] == 4 * VOCAB * WIDTH  # the token embedding, first in parameter order
+    assert (work.batch, work.input_bytes, work.output_bytes) == (1, 8 * SEQ, 4)  # int64 ids in, the loss out
+
+
+def test_the_shipped_gpt2_flops_by_hand():
+    work = cm.large_workload("gpt2-small")
+    matmul = LAYERS * (WIDTH * 3 * WIDTH + WIDTH * WIDTH + 2 * WIDTH * 4 * WIDTH) + WIDTH * VOCAB
+    # Q K^T and the weights times V, per token: SEQ keys each, counted whole (no causal half)
+    attention = LAYERS * 2 * SEQ * WIDTH
+    assert work.flops_fwd == SEQ * 2 * (matmul + attention)  # 2 FLOPs per multiply-add
+    assert work.flops_bwd == 2 * work.flops_fwd  # gradients of both operands of every product
+
+
+def test_the_shipped_file_says_how_it_was_counted():
+    entry = json.loads(cm.WORKLOADS_FILE.read_text())["workloads"]["gpt2-small"]
+    assert "count_gpt2" in entry["counted"] and "meta device" in entry["counted"]
+    assert entry["parameters"] == 124_439_808
+    with pytest.raises(ValueError, match="gpt2-small"):
+        cm.large_workload("gpt3")
+
+
+def test_a_lone_embedding_is_not_flattened_by_data_parallel():
+    work = cm.large_workload("gpt2-small")
+    # the 154 MB token embedding is a 10 MiB chunk on its own, flattened as a view; every other chunk
+    # holds several tensors (the position embedding shares one with the first block's first tensors)
+    assert cm.packed_bytes(work) == work.param_bytes - 4 * VOCAB * WIDTH
+
+
+@pytest.mark.slow  # imports transformers (seconds)
+def test_recounting_gpt2_with_transformers_gives_the_shipped_workload():
+    pytest.importorskip("transformers")
+    counted = cm.count_gpt2()
+    assert dataclasses.asdict(counted) == dataclasses.asdict(cm.large_workload("gpt2-small"))

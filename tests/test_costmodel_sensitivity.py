@@ -1,0 +1,53 @@
+"""Which verdicts of the cost model survive its assumed constants: the grid, the verdicts, the table."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpteach.measure import costmodel as cm
+from dpteach.measure import sensitivity as sens
+
+WORK = cm.Workload(
+    flops_fwd=1e12, flops_bwd=2e12, param_bytes=100_000_000, param_tensors=10,
+    input_bytes=8_000_000, output_bytes=4_000_000, batch=64,
+)  # fmt: skip
+
+
+def test_each_pair_of_the_grid_is_one_prediction():
+    [spread] = sens.sensitivity(WORK, ("A100-SXM",), (4,), thread_s=(0.0, 1e-3), efficiencies=(0.3, 0.7))
+    pairs = [(0.0, 0.3), (0.0, 0.7), (1e-3, 0.3), (1e-3, 0.7)]  # thread_s first, then efficiency
+    for i, (t, e) in enumerate(pairs):
+        plain = cm.predict(WORK, "A100-SXM", 1, efficiency=e).total_s
+        dp = cm.predict(WORK, "A100-SXM", 4, "DataParallel", efficiency=e, thread_s=t).total_s
+        ddp = cm.predict(WORK, "A100-SXM", 4, "DDP", efficiency=e).total_s
+        assert spread.dp_over_ddp[i] == pytest.approx(dp / ddp)
+        assert (spread.dp_speedup[i], spread.ddp_speedup[i]) == pytest.approx((plain / dp, plain / ddp))
+    # DDP starts no thread per replica: its speed-up does not move with thread_s
+    assert spread.ddp_speedup[:2] == spread.ddp_speedup[2:]
+    assert spread.dp_speedup[2] < spread.dp_speedup[0]  # a dearer thread slows DataParallel
+
+
+def test_verdicts_sort_each_profile_by_how_many_pairs_it_holds_under():
+    spreads = [
+        sens.Spread("A", 2, dp_over_ddp=(1.2, 1.3), dp_speedup=(0.5, 0.9), ddp_speedup=(1.5, 2.0)),
+        sens.Spread("B", 2, dp_over_ddp=(1.1, 1.3), dp_speedup=(0.5, 1.1), ddp_speedup=(0.5, 0.9)),
+    ]
+    v = sens.verdicts(spreads)
+    assert v["DDP's step is shorter than DataParallel's"]["every"] == ["A n=2", "B n=2"]
+    assert v["DDP's step is over 15% shorter than DataParallel's"] == {
+        "every": ["A n=2"], "some": ["B n=2"], "none": [],
+    }  # fmt: skip
+    assert v["DataParallel is faster than one GPU"] == {"every": [], "some": ["B n=2"], "none": ["A n=2"]}
+    assert v["DDP is faster than one GPU"] == {"every": ["A n=2"], "some": [], "none": ["B n=2"]}
+
+
+def test_the_table_says_modelled_and_assumed_and_prints_the_ranges():
+    text = sens.table(WORK, ("A100-SXM", "H200-SXM"), (2, 8))
+    assert text.startswith("modelled under 9 assumed pairs")
+    assert "PYTHON_THREAD_S in {0 µs, 100 µs, 1000 µs}" in text and "EFFICIENCY in {30%, 50%, 70%}" in text
+    spreads = sens.sensitivity(WORK, ("A100-SXM", "H200-SXM"), (2, 8))
+    first = spreads[0]
+    row = next(line for line in text.splitlines() if line.startswith("A100-SXM") and line.split()[1] == "2")
+    assert f"{min(first.dp_over_ddp):.2f}-{max(first.dp_over_ddp):.2f}x" in row
+    for sentence, _, _ in sens.VERDICTS:
+        assert sentence in text
