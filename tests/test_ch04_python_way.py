@@ -300,11 +300,11 @@ def _scale_class(*, replicatable=True, repoint_member=True):
     return type("Scale", bases, body)
 
 
-def test_exercise_2_check_accepts_the_worked_answer(capsys):
+def test_exercise_2_check_accepts_the_worked_answer():
     from dpteach.course import checks
 
-    checks.replicatable_scale(_scale_class())
-    assert "Correct!" in capsys.readouterr().out
+    verdict = checks.replicatable_scale(_scale_class())
+    assert verdict.ok and verdict.message.startswith("Correct!")
 
 
 @pytest.mark.parametrize(
@@ -314,10 +314,13 @@ def test_exercise_2_check_accepts_the_worked_answer(capsys):
 def test_exercise_2_check_says_what_to_change(kwargs, says):
     from dpteach.course import checks
 
-    with pytest.raises(AssertionError, match=says.replace(".", r"\.")):
-        checks.replicatable_scale(_scale_class(**kwargs))
+    checks.reset()
+    verdict = checks.replicatable_scale(_scale_class(**kwargs))  # a wrong answer is a verdict, not a raise
+    assert not verdict.ok and says in verdict.message.split("Hint")[0]  # the change, before the hint
+    assert "Hint 1 of 2" in verdict.message
+    assert not checks.replicatable_scale(...).ok  # no class yet: asks for one
 
 
 def test_exercise_2_check_cell_is_found_by_its_tag():
     (cell,) = [c for c in _chapter().cells if "ex2-check" in c.metadata.get("tags", [])]
-    assert "checks.replicatable_scale(Scale)" in cell.source
+    assert 'checks.replicatable_scale(globals().get("Scale", ...))' in cell.source

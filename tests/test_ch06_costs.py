@@ -223,3 +223,25 @@ def test_time_in_rounds_times_without_the_garbage_collector_and_restores_it():
         assert not gc.isenabled()  # a collector that was off stays off
     finally:
         gc.enable()
+
+
+def test_seconds_label_picks_a_unit():
+    assert [costs.seconds_label(s) for s in (2e-5, 1.5e-3, 0.5, 2.0)] == ["20 µs", "1.5 ms", "500 ms", "2 s"]
+
+
+def test_timing_plots_draw_no_mathtext_and_every_glyph_is_in_the_font():
+    """matplotlib's own log-axis labels are mathtext (``$10^{-4}$``), and drawing mathtext looks up the
+    STIX fonts: where those are not installed, chapter 06's figures printed findfont warnings. The
+    timing plots label their ticks in plain text, in characters the default font (DejaVu Sans) has."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib import cbook, font_manager, ft2font, text
+
+    timings = {"a": [timer.Timing([2e-5, 3e-5]), timer.Timing([4e-3, 6e-3])]}
+    ax = costs.plot_timings([4096, 2**22], timings, xlabel="tensor size", xticklabels=["4 KiB", "4 MiB"])
+    ax.figure.canvas.draw()  # tick labels get their text when drawn
+    shown = [t.get_text() for t in ax.figure.findobj(text.Text) if t.get_text()]
+    assert {"4 KiB", "4 MiB", "20 µs", "5 ms"} <= set(shown)  # ticks at the points, times in units
+    assert not [s for s in shown if cbook.is_math_text(s)]
+    charmap = ft2font.FT2Font(font_manager.findfont("DejaVu Sans")).get_charmap()
+    assert not {c for s in shown for c in s if c != "\n" and ord(c) not in charmap}

@@ -41,6 +41,8 @@ def test_a_wrong_answer_climbs_the_hint_ladder_and_gives_the_answer_last():
 def test_an_unset_answer_asks_for_one_and_costs_no_hint():
     assert not checks.leaves({"a": ..., "b": True}, {"a": torch.ones(1), "b": torch.ones(1)}).ok
     assert checks.half_fix(..., None).message.startswith("Set `prediction`")
+    assert checks.counter_survives(...).message.startswith("Define class MyCounter")  # chapter 05's cell
+    assert checks.replicatable_scale(...).message.startswith("Define class Scale")  # chapter 04's cell
     assert "Hint 1" in checks.sum_or_mean(3.0, [torch.ones(2)] * 2, torch.full((2,), 2.0)).message
 
 

@@ -1,5 +1,9 @@
 """The course's running example tells the same story wherever it is used (chapters 01, 03, the tour)."""
 
+import re
+import shutil
+
+import pytest
 from torch.testing import assert_close
 
 from dpteach.course import story
@@ -41,3 +45,12 @@ def test_four_moves_picture_ends_at_the_loss():
     text = picture if isinstance(picture, str) else picture.source
     assert "loss" in text and text.index("gather") < text.rindex("loss")  # the loss comes after gather
     assert ("output", "loss") in story.FOUR_MOVES_STEPS
+
+
+def test_four_moves_picture_fits_a_notebook_column():
+    picture = story.four_moves_picture()
+    if isinstance(picture, str) or not shutil.which("dot"):
+        pytest.skip("needs graphviz's dot to lay the picture out")
+    svg = picture.pipe(format="svg").decode()
+    width_pt = float(re.search(r'<svg width="([\d.]+)pt"', svg).group(1))
+    assert width_pt * 96 / 72 <= 900  # shown at full size in a ~900 px column, so its labels stay readable

@@ -3,11 +3,11 @@ chapter's own objects say, and answers with a ``Verdict``.
 
 A wrong answer gets a message that says what to change, then a hint that grows with each try: the
 first names the idea, the second points at the object to look at, and only from the third failed
-try on does the hint give the answer. A right answer resets the count. Checks never raise.
+try on does the hint give the answer. A right answer resets the count. Checks never raise on a wrong
+answer; an answer not given yet (``...``) gets one sentence on what to fill in, and costs no hint.
 
-One block per chapter below; a chapter calls ``checks.<name>(...)`` in the cell under its question.
-The checks of chapters 04, 05 and 10 print "Correct!" or raise an ``AssertionError`` that says what
-to change (their cells are asserts in a prepared loop).
+One block per chapter below; a chapter shows ``checks.<name>(...)``, the last line of the cell
+under its question (or ``display``-ed, inside an ``if``).
 """
 
 from __future__ import annotations
@@ -283,131 +283,177 @@ def rewire_to_broadcast(
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# Chapter 10: break the fix (exercise 3)
+# ---------------------------------------------------------------- chapter 04 · the Python way
 
 
-def dead_ends_are_back(graph, step, deleted: str | None = None) -> None:
-    """Exercise 3 of chapter 10: with the parameters' ``set_history`` line deleted, every replica
-    parameter is a dead end again and the original's ``.grad`` stays ``None``, as under ``"clone"``.
-
-    ``graph`` is ``dpteach.autograd_graph(step.output, ...)`` of ``step``, the ``rewire_step`` of the
-    recompiled module; ``deleted`` is the text of the line deleted from the source. With the buffers'
-    ``FIX`` line deleted (the exercise's second part) no dead ends is the right result, and it says why."""
-    replica_params = len(graph.replica_params)
-    if replica_params == 0:
-        raise AssertionError(
-            "The graph has no replica parameters: draw it with the step's own tensors, "
-            "original, replicas = step.modules(), then autograd_graph(step.output, module=original, "
-            "replicas=replicas)."
-        )
-    buffers_line = deleted is not None and "FIX (#20910)" in deleted and "buffer" in deleted
-    if not graph.dead_ends and buffers_line:
-        print(
-            "No dead ends, as expected: you deleted the buffers' set_history line, and a Linear has no "
-            "buffers, so that loop never runs. The parameters' line still rewires every replica parameter."
-        )
-        return
-    if not graph.dead_ends:
-        raise AssertionError(
-            "No dead ends: every replica parameter still leads to the original, so the line you deleted "
-            "is not the one that rewires the parameters. Delete the set_history line inside the loop over "
-            "named_parameters (the first line marked FIX (#20910)), compile again and run this cell again."
-        )
-    if len(graph.dead_ends) != replica_params:
-        raise AssertionError(
-            f"{len(graph.dead_ends)} of {replica_params} replica parameters are dead ends: only part of the "
-            "rewiring is gone. Delete only the set_history line of the parameters' loop, and keep the rest "
-            "of the source as it was."
-        )
-    if any(g is not None for g in step.grads.values()):
-        raise AssertionError(
-            "The replicas are dead ends but the original got a gradient: run rewire_step with "
-            "extension=my_dp (the module you just compiled), not the chapter's."
-        )
-    print(
-        f"Correct! All {replica_params} replica parameters are dead ends again and the original's .grad "
-        "is None: without set_history, clone() alone is issue #19540."
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Chapter 04: a Replicatable module of your own (exercise 2)
-
-
-def replicatable_scale(cls: type, devices=("cpu", "cpu")) -> None:
-    """Exercise 2 of chapter 04: ``cls()`` is a C++-style ``Scale`` (forward ``x * self.members.scale``)
-    that implements ``demos.Replicatable``; under ``demos.option_two`` its gradient must match one device's."""
+def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 2: ``cls()`` is a C++-style ``Scale`` (forward ``x * self.members.scale``) that implements
+    ``demos.Replicatable``; under ``demos.option_two`` its gradient must match one device's."""
     import copy
 
     from ..data_parallel import DataParallel
     from . import demos
 
-    torch.manual_seed(0)
-    module = cls()
-    if "scale" not in dict(module.named_parameters()):
-        raise AssertionError(
-            "Scale() has no parameter named 'scale': in reset(), register_parameter('scale', ...) and keep the "
-            "same tensor as self.members.scale."
+    name = "ch04.replicatable_scale"
+    if _unset(cls):
+        return Verdict(False, "Define class Scale first (exercise 2), then run this cell again.")
+    hints = [
+        "Option Two: DataParallel hands each replica its tensors, and the module itself puts them where "
+        "its forward reads them, in load_replica_params.",
+        "Start from demos.ReplicatableLinear: which of its lines re-point the members?",
+    ]
+
+    def answer() -> str:
+        return (
+            "class Scale(nn.Module, demos.Replicatable), and in load_replica_params(self, tensors): "
+            "self._parameters['scale'] = tensors['scale'] and self.members = SimpleNamespace(scale="
+            "tensors['scale']). The Answer block above has the whole class."
         )
+
+    torch.manual_seed(0)
+    module = cls()  # type: ignore[operator]
+    if "scale" not in dict(module.named_parameters()):
+        change = (
+            "Scale() has no parameter named 'scale': in __init__, register_parameter('scale', ...) and keep "
+            "the same tensor as self.members.scale."
+        )
+        return _not_yet(name, change, hints, answer)
     x = torch.randn(8, *module.scale.shape)
     reference = copy.deepcopy(module)
     reference(x).pow(2).mean().backward()
     try:
         DataParallel(module, list(devices), strategy=demos.option_two)(x).pow(2).mean().backward()
     except TypeError as err:
-        raise AssertionError(
+        change = (
             f"Option Two refused the module ({err}). Make Scale inherit from demos.Replicatable as well as "
             "nn.Module, and define load_replica_params(self, tensors)."
-        ) from None
+        )
+        return _not_yet(name, change, hints, answer)
     except NotImplementedError:
-        raise AssertionError(
+        change = (
             "load_replica_params still raises NotImplementedError: define it in Scale, putting "
             "tensors['scale'] into self._parameters['scale'] and into self.members.scale."
-        ) from None
+        )
+        return _not_yet(name, change, hints, answer)
     if module.scale.grad is None:
-        raise AssertionError(
-            "The original's scale.grad is None: the replicas' forward still read the clone's own leaf. In "
+        change = (
+            "the original's scale.grad is None: the replicas' forward still read the clone's own leaf. In "
             "load_replica_params, point the member too: self.members.scale = tensors['scale']."
         )
-    torch.testing.assert_close(
-        module.scale.grad,
-        reference.scale.grad,
-        msg=lambda m: (
-            "scale.grad differs from one device's; does forward return x * self.members.scale? " + m
-        ),
+        return _not_yet(name, change, hints, answer)
+    if not torch.allclose(module.scale.grad, reference.scale.grad, rtol=1e-4, atol=1e-6):
+        diff = (module.scale.grad - reference.scale.grad).abs().max()
+        change = (
+            f"scale.grad differs from one device's by up to {diff:.2e}: make forward return "
+            "x * self.members.scale, and nothing else."
+        )
+        return _not_yet(name, change, hints, answer)
+    return _correct(
+        name, "Scale under Option Two gets one device's gradient: the module itself re-pointed its member."
     )
-    print(
-        "Correct! Scale under Option Two gets one device's gradient: the module itself re-pointed its member."
-    )
 
 
-# ---------------------------------------------------------------------------------------------
-# Chapter 05: a counter that survives DataParallel (exercise 1)
+# ---------------------------------------------------------------- chapter 05 · buffers and BatchNorm
 
 
-def counter_survives(cls: type, devices=("cpu", "cpu"), forwards: int = 3) -> None:
-    """Exercise 1 of chapter 05: ``cls()`` is a ``demos.CallCounter`` whose ``calls_rebound`` is updated in
-    place; after ``forwards`` DataParallel forwards under ``"broadcast"`` it must count ``forwards``."""
+def counter_survives(cls: type | object, devices=("cpu", "cpu"), forwards: int = 3) -> Verdict:
+    """Exercise 1: ``cls()`` is a ``demos.CallCounter`` whose ``calls_rebound`` is updated in place;
+    after ``forwards`` DataParallel forwards under ``"broadcast"`` it must count ``forwards``."""
     from ..data_parallel import DataParallel
 
-    counter = cls()
+    name = "ch05.counter_survives"
+    if _unset(cls):
+        return Verdict(False, "Define class MyCounter first (exercise 1), then run this cell again.")
+    counter = cls()  # type: ignore[operator]
     net = DataParallel(counter, list(devices), strategy="broadcast")
     x = torch.randn(2 * len(devices), counter.linear.in_features)
     for _ in range(forwards):
         net(x)
     counted = int(counter.calls_rebound.item())
-    if counted == 0:
-        raise AssertionError(
-            "calls_rebound is still 0 in the model: the replicas' increments were bound to new tensors. Replace "
-            "`self.calls_rebound = self.calls_rebound + 1` with an in-place update, `self.calls_rebound.add_(1)`."
+    if counted == forwards:
+        return _correct(
+            name,
+            f"calls_rebound counts {counted} after {forwards} forwards: slot 0's in-place update writes into "
+            "the model's own buffer; slot 1's goes to its own copy.",
         )
-    if counted != forwards:
-        raise AssertionError(
-            f"calls_rebound counts {counted} after {forwards} forwards: increment it by 1 once per forward, in "
-            "place, and leave the other counters as they were."
+    change = (
+        "calls_rebound is still 0 in the model: the replicas' increments were bound to new tensors. Update "
+        "it in place instead of rebinding it."
+        if counted == 0
+        else f"calls_rebound counts {counted} after {forwards} forwards: increment it by 1 once per forward, "
+        "in place, and leave the other counters as they were."
+    )
+    return _not_yet(
+        name,
+        change,
+        [
+            "Of the three counters, which one already survives DataParallel, and what does its line do "
+            "differently?",
+            "Under 'broadcast', slot 0's replica shares the model's buffers: only a write into that storage "
+            "reaches the model, never a new tensor bound to the name.",
+        ],
+        lambda: "self.calls_rebound.add_(1) in place of self.calls_rebound = self.calls_rebound + 1.",
+    )
+
+
+# ---------------------------------------------------------------- chapter 10 · the C++ original
+
+
+def dead_ends_are_back(graph, step, deleted: str | None = None) -> Verdict:
+    """Exercise 3: with the parameters' ``set_history`` line deleted, every replica parameter is a dead
+    end again and the original's ``.grad`` stays ``None``, as under ``"clone"``.
+
+    ``graph`` is ``dpteach.autograd_graph(step.output, ...)`` of ``step``, the ``rewire_step`` of the
+    recompiled module; ``deleted`` is the text of the line deleted from the source. With the buffers'
+    ``FIX`` line deleted (the exercise's second part) no dead ends is the right result, and it says why."""
+    name = "ch10.dead_ends_are_back"
+    replica_params = len(graph.replica_params)
+    if replica_params == 0:
+        return Verdict(
+            False,
+            "The graph has no replica parameters: draw it with the step's own tensors, original, replicas = "
+            "step.modules(), then autograd_graph(step.output, module=original, replicas=replicas).",
         )
-    print(
-        f"Correct! calls_rebound counts {counted} after {forwards} forwards: slot 0's in-place update writes into "
-        "the model's own buffer; slot 1's goes to its own copy."
+    buffers_line = deleted is not None and "FIX (#20910)" in deleted and "buffer" in deleted
+    if not graph.dead_ends and buffers_line:
+        return _correct(
+            name,
+            "No dead ends, as expected: you deleted the buffers' set_history line, and a Linear has no "
+            "buffers, so that loop never runs. The parameters' line still rewires every replica parameter.",
+        )
+    if not graph.dead_ends:
+        change = (
+            "no dead ends: every replica parameter still leads to the original, so the line you deleted is "
+            "not the one that rewires the parameters. Delete the set_history line inside the loop over "
+            "named_parameters, compile again and run this cell again."
+        )
+    elif len(graph.dead_ends) != replica_params:
+        change = (
+            f"{len(graph.dead_ends)} of {replica_params} replica parameters are dead ends: only part of the "
+            "rewiring is gone. Delete only the set_history line of the parameters' loop, and keep the rest "
+            "of the source as it was."
+        )
+    elif any(g is not None for g in step.grads.values()):
+        change = (
+            "the replicas are dead ends but the original got a gradient: run rewire_step with "
+            "extension=my_dp (the module you just compiled), not the chapter's."
+        )
+    else:
+        return _correct(
+            name,
+            f"All {replica_params} replica parameters are dead ends again and the original's .grad is None: "
+            "without set_history, clone() alone is issue #19540.",
+        )
+    return _not_yet(
+        name,
+        change,
+        [
+            "The fix gives each replica parameter its gradient edge with one call, autograd::set_history.",
+            "Look for the lines marked FIX (#20910) in the listing: the parameters' one sits inside the loop "
+            "over named_parameters, the buffers' one in the loop after it.",
+        ],
+        lambda: (
+            "delete the first line marked FIX (#20910), set_history in the parameters' loop; the cell's "
+            "`delete = next(...)` picks it as it ships."
+        ),
     )

@@ -158,6 +158,9 @@ def four_moves_picture():
     """Chapter 00's picture of one DataParallel step: boxes are moves, ovals are data, up to the loss.
 
     A ``graphviz.Digraph`` when ``dot`` and the ``graphviz`` package are there, else the same edges as text.
+    Drawn top to bottom with the legend beside it, so that it fits a notebook column (about 900 px) at
+    full size: left to right, the eight data and moves in a row came out about 1,500 px wide and were
+    shrunk until the labels could not be read.
     """
     import importlib.util
     import shutil
@@ -169,7 +172,7 @@ def four_moves_picture():
         )
     import graphviz
 
-    picture = graphviz.Digraph(graph_attr={"rankdir": "LR"})
+    picture = graphviz.Digraph(graph_attr={"rankdir": "TB", "ranksep": "0.3", "nodesep": "0.3"})
     for name in dict.fromkeys(n for edge in FOUR_MOVES_STEPS for n in edge):  # first-seen order: stable
         bug, move = name == "replicate", name in FOUR_MOVES
         picture.node(
@@ -184,5 +187,7 @@ def four_moves_picture():
         legend.node("a move", shape="box", style="filled", fillcolor="lightblue")
         legend.node("data", shape="ellipse")
         legend.node("the move with the bug", shape="box", style="filled", fillcolor="salmon")
+        legend.edge("a move", "data", style="invis")  # invisible edges stack the legend in a column
+        legend.edge("data", "the move with the bug", style="invis")
     picture.edges(FOUR_MOVES_STEPS)
     return picture

@@ -34,6 +34,7 @@ __all__ = [
     "copy_calls",
     "plot_bytes",
     "plot_timings",
+    "seconds_label",
 ]
 
 
@@ -147,11 +148,23 @@ def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = ""):
 
 
 def plot_timings(
-    xs: Sequence, timings: dict[str, Sequence], ax=None, xlabel: str = "", title: str = "", log: bool = True
+    xs: Sequence,
+    timings: dict[str, Sequence],
+    ax=None,
+    xlabel: str = "",
+    title: str = "",
+    log: bool = True,
+    xticklabels: Sequence[str] | None = None,
 ):
     """Median seconds per call against ``xs``, one line per name, with the middle half of the runs
-    (``Timing.quartiles``) as error bars: the learner's own figure, with its spread."""
+    (``Timing.quartiles``) as error bars: the learner's own figure, with its spread.
+
+    On log axes the ticks are labelled in plain text: the x ticks sit at ``xs`` (labelled
+    ``xticklabels``, or the numbers), the y ticks read "20 µs", "1 ms". matplotlib's own log labels
+    are mathtext (``$10^{-4}$``), and drawing any mathtext looks up the STIX fonts: where those are
+    not installed, every such figure printed findfont warnings."""
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     ax = ax or plt.subplots(figsize=(6, 3.2))[1]
     for (name, series), style in zip(timings.items(), ["-", "--", ":", "-."]):
@@ -162,9 +175,20 @@ def plot_timings(
     if log:
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.set_xticks(list(xs), xticklabels or [f"{x:,}" for x in xs])
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+        ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda s, _: seconds_label(s)))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("seconds per call (median;\nbars: middle half of the runs)")
+    ax.set_ylabel("time per call (median;\nbars: middle half of the runs)")
     ax.set_title(title)
     ax.legend()
     ax.figure.tight_layout()
     return ax
+
+
+def seconds_label(seconds: float) -> str:
+    """A duration as a short plain-text label: ``2e-05`` -> ``"20 µs"``, ``0.0015`` -> ``"1.5 ms"``."""
+    unit, scale = ("s", 1.0) if seconds >= 1 else ("ms", 1e-3) if seconds >= 1e-3 else ("µs", 1e-6)
+    return f"{seconds / scale:.3g} {unit}"
