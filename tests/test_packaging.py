@@ -149,3 +149,17 @@ def test_extras_install_on_the_oldest_python_we_admit(extra):
                 f"{req}: its release needs Python {needs}; add `; python_version >= ...` so "
                 f"`pip install .[{extra}]` works on {oldest}"
             )
+
+
+def test_an_install_prints_no_package_would_be_ignored_page():
+    """setuptools takes a data folder with an identifier's name for an unlisted package under include-package-data."""
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    data_folders = sorted(
+        ".".join(d.relative_to(ROOT).parts)
+        for d in (ROOT / "dpteach").rglob("*")
+        if d.is_dir() and d.name != "__pycache__" and d.name.isidentifier() and any(d.iterdir())
+    )
+    unlisted = [d for d in data_folders if d not in listed]  # today dpteach.measure.data and its ours/
+    assert not unlisted or PYPROJECT["tool"]["setuptools"].get("include-package-data", True) is False, (
+        f"{unlisted} would each print a page of 'Package would be ignored' at `pip install -e .`"
+    )
