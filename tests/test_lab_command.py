@@ -63,6 +63,20 @@ def test_config_roots_the_lab_at_the_checkout_and_puts_the_venv_first(monkeypatc
     assert news["fetchNews"] == "false"
 
 
+def test_the_printed_url_opens_chapter_00_and_the_egg_info_is_hidden(monkeypatch, tmp_path):
+    """After --no-browser a learner opens the URL the server prints: it must be the chapter make lab opens."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    config = _load_config(monkeypatch, 1000)
+    chapter = config.LabApp.default_url.removeprefix("/lab/tree/")
+    assert chapter == CHAPTER and CHAPTER in (ROOT / "Makefile").read_text()
+    for folder in ("dpteach", "dpteach.egg-info", "__pycache__"):  # a checkout after `pip install -e .`
+        (tmp_path / folder).mkdir()
+    manager = FileContentsManager(config=config, root_dir=str(tmp_path))
+    listed = {item["name"] for item in manager.get("", content=True)["content"]}
+    assert listed == {"dpteach"}  # jupyter_server's hidden names still hidden, and the egg-info too
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -119,3 +119,47 @@ def test_packages_are_declared_explicitly():
         str(p.parent.relative_to(ROOT)).replace("/", ".") for p in (ROOT / "dpteach").rglob("__init__.py")
     )
     assert sorted(pkgs) == on_disk  # every subpackage ships (flat layout: no auto-discovery)
+
+
+def _extra(name):
+    """The requirements of one extra, with an extra of dpteach itself (``dpteach[book]``) unfolded."""
+    found = []
+    for line in PYPROJECT["project"]["optional-dependencies"][name]:
+        req = Requirement(line)
+        found += [r for extra in req.extras for r in _extra(extra)] if req.name == "dpteach" else [req]
+    return found
+
+
+@pytest.mark.parametrize("extra", ["test", "book", "lab", "e2e"])
+def test_extras_install_on_the_oldest_python_we_admit(extra):
+    """A pin whose release needs a newer Python than requires-python allows carries a marker that skips it there."""
+    from importlib import metadata
+
+    oldest = PYPROJECT["project"]["requires-python"].removeprefix(">=")  # ">=3.10": 3.10
+    assert re.fullmatch(r"3\.\d+", oldest), "requires-python is one lower bound"
+    for req in _extra(extra):
+        if not any(spec.operator == "==" for spec in req.specifier):
+            continue  # an open range: pip picks an older release that supports the Python it runs on
+        try:
+            needs = metadata.metadata(req.name).get("Requires-Python")
+        except metadata.PackageNotFoundError:
+            continue  # not installed here: nothing to read its Requires-Python from
+        if needs and not SpecifierSet(needs).contains(oldest):
+            assert req.marker is not None and not req.marker.evaluate({"python_version": oldest}), (
+                f"{req}: its release needs Python {needs}; add `; python_version >= ...` so "
+                f"`pip install .[{extra}]` works on {oldest}"
+            )
+
+
+def test_an_install_prints_no_package_would_be_ignored_page():
+    """setuptools takes a data folder with an identifier's name for an unlisted package under include-package-data."""
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    data_folders = sorted(
+        ".".join(d.relative_to(ROOT).parts)
+        for d in (ROOT / "dpteach").rglob("*")
+        if d.is_dir() and d.name != "__pycache__" and d.name.isidentifier() and any(d.iterdir())
+    )
+    unlisted = [d for d in data_folders if d not in listed]  # today dpteach.measure.data and its ours/
+    assert not unlisted or PYPROJECT["tool"]["setuptools"].get("include-package-data", True) is False, (
+        f"{unlisted} would each print a page of 'Package would be ignored' at `pip install -e .`"
+    )

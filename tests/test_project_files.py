@@ -25,6 +25,13 @@ def test_citation_cff_is_valid_cff_1_2_0():
     datetime.date.fromisoformat(str(cff["date-released"]))
 
 
+def test_citation_names_the_repository_the_readme_installs_from():
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    readme = (ROOT / "README.md").read_text()
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", cff["repository-code"])  # CFF's url pattern
+    assert f"git+{cff['repository-code']}@" in readme  # the pip install line's repository
+
+
 def test_citation_version_is_the_package_version():
     cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
     assert str(cff["version"]) == VERSION, "set CITATION.cff's version when VERSION changes"

@@ -3,10 +3,16 @@
 The build directory is keyed by torch version, Python version and a hash of the source and
 flags, so an upgrade of either never loads a stale binary. Two processes (pytest and a notebook)
 may compile at once: an OS file lock (``flock``, released by the kernel even when a process is
-killed) lets one compile while the other waits, then loads the finished module. Under that lock
-a leftover ``lock`` file of torch's own baton can only be stale (a kernel killed mid-compile),
-so it is removed instead of waited on forever. A cached binary is imported directly, so a warm
-load needs neither the compiler nor ninja.
+killed) lets one compile while the other waits, then loads the finished module. A cached binary
+is imported directly, so a warm load needs neither the compiler nor ninja.
+
+torch's own lock (``FileBaton``, torch/utils/file_baton.py) is a file named ``lock`` in the build
+directory: ``try_acquire`` creates it with ``O_CREAT | O_EXCL`` and keeps the descriptor open,
+``release`` closes it and removes the file, and ``wait`` sleeps while the file exists, with no
+time limit. A process killed mid-compile never removes it, and every later ``load_inline`` into
+that folder waits forever. :func:`clear_stale_baton` removes such a file once no process has it
+open; :func:`build_directory` calls it, so a ``load_inline`` into the folder it names (chapter 10's
+exercise 3) starts clean, and :func:`build` also clears one whose owner dies while it waits.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -97,9 +104,138 @@ def extension_name(source: str | None = None) -> str:
 
 
 def build_directory(source: str | None = None) -> Path:
-    """Where this source is compiled: one folder per torch version, Python version and source hash."""
+    """Where this source is compiled: one folder per torch version, Python version and source hash.
+
+    A stale torch baton in it (a compile killed midway) is removed first, see :func:`clear_stale_baton`,
+    so a ``load_inline(..., build_directory=str(build_directory(source)))`` never waits on a dead process."""
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return cache_root() / f"torch-{torch.__version__}-{py}-{source_hash(source)}"
+    directory = cache_root() / f"torch-{torch.__version__}-{py}-{source_hash(source)}"
+    clear_stale_baton(directory)
+    return directory
+
+
+def _holders(path: Path) -> set[int] | None:
+    """The ids of the processes that have ``path`` open; None when this system cannot tell.
+
+    Linux: every ``/proc/PID/fd`` entry this user may read; a process of the file's owner that
+    cannot be read means "cannot tell". Elsewhere ``lsof`` when there is one. A process on another
+    machine (a shared network folder) or in another PID namespace is not seen."""
+    try:
+        target = path.stat()
+    except FileNotFoundError:
+        return set()
+    if Path("/proc/self/fd").is_dir():
+        found = set()
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                owner = entry.stat().st_uid
+                descriptors = list(os.scandir(f"/proc/{entry.name}/fd"))
+            except FileNotFoundError:  # it exited meanwhile
+                continue
+            except PermissionError:  # another user's process cannot have created this file ...
+                if owner == target.st_uid:  # ... but one of its owner's could hold it
+                    return None
+                continue
+            for fd in descriptors:
+                try:
+                    seen = os.stat(fd.path)  # follows the link to the open file
+                except OSError:
+                    continue
+                if (seen.st_dev, seen.st_ino) == (target.st_dev, target.st_ino):
+                    found.add(int(entry.name))
+                    break
+        return found
+    lsof = shutil.which("lsof")
+    if lsof is None:
+        return None
+    try:  # lsof lists the ids, one a line, and exits 1 when nobody has the file open
+        listed = subprocess.run([lsof, "-t", "--", str(path)], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {int(word) for word in listed.stdout.split() if word.isdigit()}
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """Device, inode and change time of ``path`` (None when it is gone): a new file never matches."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+def clear_stale_baton(directory: Path, *, settle: float = 0.5) -> bool:
+    """Remove torch's ``lock`` file in ``directory`` when no process holds it; True when one was removed.
+
+    A live owner keeps the file open from ``try_acquire`` to ``release``, so a file nobody has open
+    was left by a process that died. ``release`` closes before it removes: the check is made twice,
+    ``settle`` seconds apart, on the same file, so that instant is never taken for a death. Two
+    processes clearing at once take turns (an OS lock), and each removes only the file it checked.
+    Where open files cannot be listed (Windows without ``lsof``) nothing is removed."""
+    lock = directory / "lock"
+    first = _identity(lock)
+    if first is None or _holders(lock) != set():
+        return False
+    time.sleep(settle)
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        handle = open(directory / "dpteach-baton.lock", "a")
+    except OSError:  # a folder this user cannot write: torch could not compile there either
+        return False
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        if _identity(lock) != first or _holders(lock) != set():
+            return False  # released meanwhile, replaced by a live one, or held after all
+        try:
+            lock.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+
+def _guarded_baton():
+    """torch's ``FileBaton`` that, while another process holds the baton, notices when it dies.
+
+    ``try_acquire`` waits as torch's ``wait`` would, and returns False once the owner released
+    the baton (torch then loads what it built); when the owner died instead, it clears the file and
+    tries again, so this process compiles."""
+    from torch.utils.file_baton import FileBaton
+
+    class GuardedBaton(FileBaton):
+        def try_acquire(self):
+            path = Path(self.lock_file_path)
+            while True:
+                if super().try_acquire():
+                    return True
+                checked = time.monotonic()
+                while path.exists():
+                    time.sleep(self.wait_seconds)
+                    if time.monotonic() - checked > 2:  # a /proc scan every 2 s, not every 0.1 s
+                        if clear_stale_baton(path.parent):
+                            break
+                        checked = time.monotonic()
+                else:
+                    return False  # released by a live owner: what it built is there
+
+    return GuardedBaton
+
+
+@contextlib.contextmanager
+def _baton_that_notices_a_dead_owner():
+    """For the ``load_inline`` call inside: torch looks ``FileBaton`` up in its module at each call."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    original = cpp_extension.FileBaton
+    cpp_extension.FileBaton = _guarded_baton()
+    try:
+        yield
+    finally:
+        cpp_extension.FileBaton = original
 
 
 def _binary() -> Path | None:
@@ -132,9 +268,9 @@ def _exclusive(directory: Path):
     with open(directory / "dpteach.lock", "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            stale = directory / "lock"  # torch's FileBaton: nobody else holds our lock, so it is stale
-            if stale.exists():
-                stale.unlink()
+            # torch's baton may still be held by a load_inline outside this lock (chapter 10,
+            # exercise 3, in another kernel): only a dead owner's is removed
+            clear_stale_baton(directory)
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
@@ -215,7 +351,8 @@ def build(*, progress: bool = True, verbose: bool = False) -> ModuleType:
                     f"compiling {SOURCE.name} (only the first time, about {EXPECTED_SECONDS[0]} to {EXPECTED_SECONDS[1]} s; "
                     "later it loads from the cache)…"
                 )
-            with _ticking("compiling", EXPECTED_SECONDS[1]) if progress else contextlib.nullcontext():
+            ticking = _ticking("compiling", EXPECTED_SECONDS[1]) if progress else contextlib.nullcontext()
+            with ticking, _baton_that_notices_a_dead_owner():
                 module = load_inline(
                     name=extension_name(),
                     cpp_sources=[SOURCE.read_text()],

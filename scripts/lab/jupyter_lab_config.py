@@ -1,7 +1,10 @@
 """How `make lab` serves the course: `jupyter lab --config=scripts/lab/jupyter_lab_config.py`.
 
 * The file browser is rooted at the checkout, so every file a chapter names (``dpteach/_devices.py``,
-  ``scripts/...``) opens from the lab; `make lab` opens chapter 00.
+  ``scripts/...``) opens from the lab; `make lab` opens chapter 00. So does the URL the server prints
+  (its default URL is chapter 00), which is what a learner opens after ``--no-browser`` (a remote
+  machine, a container); without it that URL opened the Launcher. The editable install's
+  ``dpteach.egg-info`` folder is hidden from the file browser: nothing in it is for a learner.
 * ``--allow-root`` only when the server runs as root (Docker, cloud VMs, WSL, CI): JupyterLab refuses
   root without it, and a normal user should keep the refusal.
 * The server's environment, and so every kernel it starts, has the course's ``.venv/bin`` first on
@@ -24,6 +27,8 @@ ROOT = HERE.parents[1]
 VENV_BIN = ROOT / ".venv" / "bin"
 
 c.ServerApp.root_dir = str(ROOT)
+c.LabApp.default_url = "/lab/tree/notebooks/00_start_here.ipynb"  # the printed URL, and where / leads
+c.ContentsManager.hide_globs.extend(["*.egg-info"])  # onto jupyter_server's own list (__pycache__, ...)
 c.ServerApp.allow_root = hasattr(os, "geteuid") and os.geteuid() == 0
 c.LabApp.app_settings_dir = str(HERE / "settings")
 
