@@ -194,7 +194,8 @@ def test_bucket_order_is_the_same_on_every_run_and_overlaps_from_the_second_step
     assert all(s["on_caller"] for r in runs[0] for s in r["steps"])  # one thread runs each rank's backward
     assert len({r["pid"] for r in runs[0]}) == 2  # a process per rank
     (only,) = order.overlap(first)
-    assert only["nodes"] == [] and only["at"] == len(first["events"]) - 1  # nothing left to overlap
+    assert only["nodes"] == [] and only["at"] == len(first["events"]) - 2  # nothing left to overlap
+    assert first["events"][-1] == ("wait",)  # then backward waits for it
     rebuilt = order.overlap(second)
     names = [name for name, _ in make_model(256, 3).named_parameters()]
     assert [b["index"] for b in rebuilt] == list(range(len(rebuilt))) and len(rebuilt) > 1
