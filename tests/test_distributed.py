@@ -188,12 +188,14 @@ def test_bucket_order_is_the_same_on_every_run_and_overlaps_from_the_second_step
     from dpteach.distributed import order
 
     runs = [ranks.run("bucket_order", hidden=256, depth=3, bucket_cap_mb=0.25) for _ in range(2)]
-    assert runs[0][0]["steps"] == runs[1][0]["steps"] == runs[0][1]["steps"]  # every run, every rank
+    events = [[s["events"] for s in r["steps"]] for run in runs for r in run]
+    assert all(e == events[0] for e in events)  # every run, every rank
     first, second = runs[0][0]["steps"]
     assert all(s["on_caller"] for r in runs[0] for s in r["steps"])  # one thread runs each rank's backward
     assert len({r["pid"] for r in runs[0]}) == 2  # a process per rank
     (only,) = order.overlap(first)
-    assert only["nodes"] == [] and only["at"] == len(first["events"]) - 1  # nothing left to overlap
+    assert only["nodes"] == [] and only["at"] == len(first["events"]) - 2  # nothing left to overlap
+    assert first["events"][-1] == ("wait",)  # then backward waits for it
     rebuilt = order.overlap(second)
     names = [name for name, _ in make_model(256, 3).named_parameters()]
     assert [b["index"] for b in rebuilt] == list(range(len(rebuilt))) and len(rebuilt) > 1

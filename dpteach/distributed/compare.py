@@ -106,6 +106,21 @@ class Rounds:
             f"DDP on {self.ranks} ranks {statistics.median(self.ddp) * 1e3:.1f} ms, medians)"
         )
 
+    @property
+    def as_long(self) -> tuple[float, ...]:
+        """DDP's step over one process's, round by round: how many times as long DDP's step took."""
+        return tuple(d / s for s, d in zip(self.single, self.ddp))
+
+    def in_words(self) -> str:
+        """The direction, in words: how many times as long as one process's step DDP's took, with the
+        rounds' spread and each side's median step. A figure of this machine, not a verdict on DDP."""
+        r = sorted(self.as_long)
+        return (
+            f"DDP on {self.ranks} ranks took {statistics.median(r):.2f}x as long as one process"
+            f" (median of {len(r)} rounds, from {r[0]:.2f}x to {r[-1]:.2f}x; one process"
+            f" {statistics.median(self.single) * 1e3:.1f} ms, DDP {statistics.median(self.ddp) * 1e3:.1f} ms)"
+        )
+
 
 def ddp_rounds(
     ranks, hidden: int = 512, depth: int = 3, global_batch: int = 128, rounds: int = 5, repeats: int = 3

@@ -1,14 +1,18 @@
-"""Reading the order of one DDP backward (``tasks.bucket_order``): buckets, and what each could overlap.
+"""Reading the order of one backward (``tasks.bucket_order``, ``tasks.scratch_order``): buckets, what
+each could overlap, and what ran before backward had its result.
 
 The events come in the order backward produced them, with no clock, so everything here prints the
 same on every run. A bucket's all-reduce is launched at its event; every backward node that starts
-after that event is computation the all-reduce can run beside. The last bucket is launched after the
-last gradient, so nothing is left for it to overlap: its all-reduce is the step's exposed wait.
+after that event is computation the all-reduce could run beside. Whether it does depends on when
+backward waits for the result: DDP waits once, at a ``("wait",)`` event after the last node;
+``ddp_from_scratch``'s blocking ``all_reduce`` returns at a ``("done", index)`` event before the next
+node starts. The last bucket is launched after the last gradient, so nothing is left for it to
+overlap: its all-reduce is the step's exposed wait.
 """
 
 from __future__ import annotations
 
-__all__ = ["buckets", "overlap", "event_lines", "overlap_lines"]
+__all__ = ["buckets", "overlap", "in_flight", "event_lines", "overlap_lines", "in_flight_lines"]
 
 
 def buckets(step: dict) -> list[dict]:
@@ -36,12 +40,34 @@ def overlap(step: dict) -> list[dict]:
     return out
 
 
+def in_flight(step: dict) -> list[dict]:
+    """For each bucket: the backward nodes that ran between its launch and the event at which backward
+    had its result (its own ``done``, or else the step's ``wait``), and that event's position."""
+    events = step["events"]
+    out = []
+    for b in buckets(step):
+        end = next(
+            i for i, e in enumerate(events) if i > b["at"] and (e == ("done", b["index"]) or e[0] == "wait")
+        )
+        nodes = [e[1] for e in events[b["at"] + 1 : end] if e[0] == "node"]
+        out.append(dict(b, ran=nodes, result_at=end, waited=events[end][0] == "wait"))
+    return out
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
 def event_lines(step: dict) -> list[str]:
     """One line per event, numbered: what ran, in order."""
     lines = []
     for i, e in enumerate(step["events"], 1):
         if e[0] == "bucket":
             lines.append(f"{i:3d}  bucket {e[1]} launched: {', '.join(e[2])} ({e[3]:,} bytes)")
+        elif e[0] == "done":
+            lines.append(f"{i:3d}  bucket {e[1]}'s all_reduce returned: the sum is back")
+        elif e[0] == "wait":
+            lines.append(f"{i:3d}  backward waits for every bucket's all-reduce")
         elif e[0] == "grad":
             lines.append(f"{i:3d}  gradient ready: {e[1]}")
         else:
@@ -53,11 +79,26 @@ def overlap_lines(step: dict) -> list[str]:
     """One line per bucket: its size and the backward work still to run when it is launched."""
     lines = []
     for b in overlap(step):
-        work = f"{len(b['nodes'])} backward node{'s' * (len(b['nodes']) != 1)}"
+        work = _count(len(b["nodes"]), "backward node")
         if b["nodes"]:
             work += f" ({', '.join(b['nodes'])})"
         lines.append(
-            f"bucket {b['index']} ({len(b['params'])} tensors, {b['bytes']:,} bytes): launched with {work}"
+            f"bucket {b['index']} ({_count(len(b['params']), 'tensor')}, {b['bytes']:,} bytes): launched with {work}"
             f" still to run{'; nothing left to overlap' if not b['nodes'] else ''}"
         )
+    return lines
+
+
+def in_flight_lines(step: dict) -> list[str]:
+    """One line per bucket: how many backward nodes ran while its all-reduce was in flight, and where
+    backward had its result; then the step's total."""
+    lines = []
+    for b in in_flight(step):
+        where = "backward waited for it at the end" if b["waited"] else "its all_reduce returned"
+        lines.append(
+            f"bucket {b['index']} ({', '.join(b['params'])}): {_count(len(b['ran']), 'backward node')}"
+            f" ran before {where}"
+        )
+    total = sum(len(b["ran"]) for b in in_flight(step))
+    lines.append(f"backward nodes run while an all-reduce was in flight: {total}")
     return lines

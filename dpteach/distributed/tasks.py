@@ -15,6 +15,7 @@ from typing import Sequence
 
 import torch
 import torch.distributed as dist
+from torch.autograd import Variable
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ..measure import timer
@@ -28,6 +29,7 @@ __all__ = [
     "ddp_from_scratch",
     "buckets",
     "bucket_order",
+    "scratch_order",
     "traffic",
     "step_times",
     "fail",
@@ -184,16 +186,39 @@ def _walk(fn, seen: set) -> list:
     return nodes
 
 
+def _recorder():
+    """An event list, a ``note`` that appends to it, and which thread appended each event."""
+    events: list = []
+    threads: list = []
+
+    def note(*event) -> None:  # hooks must return None: a returned value would replace the gradient
+        events.append(event)
+        threads.append(threading.get_ident())
+
+    return events, threads, note
+
+
+def _note_nodes(loss: torch.Tensor, note) -> None:
+    """Note each backward node below ``loss`` as it starts (a parameter's AccumulateGrad is its "grad")."""
+    for node in _walk(loss.grad_fn, set()):
+        if type(node).__name__ != "AccumulateGrad":
+            node.register_prehook(lambda grads, node=node: note("node", type(node).__name__))
+
+
 def bucket_order(
     hidden: int = 256, depth: int = 3, global_batch: int = 64, bucket_cap_mb: float = 0.25, steps: int = 2
 ) -> dict:
     """The order of one DDP backward, as events: each backward node as it starts, each parameter's
-    gradient as it is accumulated, each bucket as DDP hands it to all-reduce. No clock is read, so the
-    report is the same on every run and every machine (on CPU one thread runs the whole backward).
+    gradient as it is accumulated, each bucket as DDP hands it to all-reduce, and the point where
+    backward waits for the buckets. No clock is read, so the events are the same on every run and
+    every machine (on CPU one thread runs the whole backward).
 
-    Returns ``steps`` lists of events, one per step: ``("node", name)``, ``("grad", parameter)`` and
-    ``("bucket", index, [parameters], bytes)``; plus, per step, whether every event ran on the thread
-    that called ``backward()``, and this rank's process id. DDP's bucket rules, from torch 2.13's
+    Returns ``steps`` dicts, one per step: ``events``, a list of ``("node", name)``,
+    ``("grad", parameter)``, ``("bucket", index, [parameters], bytes)`` and one ``("wait",)``;
+    ``on_caller``, whether every event ran on the thread that called ``backward()``; and ``came_back``,
+    for each bucket index, how many events had been noted when its all-reduce's future completed.
+    ``came_back`` is the one clock-like figure: gloo completes the future on a thread of its own, so it
+    can change from run to run. Plus this rank's process id. DDP's bucket rules, from torch 2.13's
     ``torch/nn/parallel/distributed.py`` and ``torch/csrc/distributed/c10d/reducer.cpp``:
 
     * The first step has one bucket: with ``find_unused_parameters=False`` the initial size limit is
@@ -206,26 +231,34 @@ def bucket_order(
       (25) the first bucket's cap is ``dist._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB; passed by hand, the
       first bucket gets the same cap as the others.
     * ``Reducer::mark_bucket_ready`` launches buckets strictly in index order: a ready bucket waits
-      until every bucket before it has been launched. The comm hook runs at launch, on the autograd
+      until every bucket before it has been launched. ``all_reduce_bucket`` calls the comm hook and
+      keeps the future it returns, without waiting: the comm hook runs at launch, on the autograd
       thread, so its place among the events is the launch's place.
+    * Once the last bucket is launched, ``mark_variable_ready`` queues ``finalize_backward`` as an
+      engine callback, which runs after every backward node and waits on each bucket's future. The
+      comm hook queues a callback of its own at the last bucket, just before DDP's (the engine runs
+      them in the order queued): that callback is the ``("wait",)`` event.
 
-    Every node that starts after a bucket's event is backward work that bucket's all-reduce can run
-    beside. The tasks' comm hook is DDP's own ``allreduce_hook``; it only notes the bucket.
+    Every node between a bucket's event and the wait is backward work that ran while that bucket's
+    all-reduce was in flight. The tasks' comm hook is DDP's own ``allreduce_hook``; it only notes.
     """
     ddp = wrap(make_model(hidden, depth), bucket_cap_mb=bucket_cap_mb)
     names = {id(p): name for name, p in ddp.module.named_parameters()}
-    events: list = []
-    threads: list = []
-
-    def note(*event) -> None:  # hooks must return None: a returned value would replace the gradient
-        events.append(event)
-        threads.append(threading.get_ident())
+    events, threads, note = _recorder()
+    came_back: dict = {}
 
     def hook(state, bucket):  # no annotations: DDP checks them, and ours would be strings (__future__)
-        flat = bucket.buffer()
+        flat, index = bucket.buffer(), bucket.index()
         params = [names[id(p)] for p in bucket.parameters()]
-        note("bucket", bucket.index(), params, flat.numel() * flat.element_size())
-        return default_hooks.allreduce_hook(state, bucket)
+        note("bucket", index, params, flat.numel() * flat.element_size())
+        if bucket.is_last():  # runs once every node has run, just before DDP's finalize_backward
+            Variable._execution_engine.queue_callback(lambda: note("wait"))
+
+        def back(fut):  # on whichever thread completes the all-reduce: its place varies
+            came_back[index] = len(events)
+            return fut.value()
+
+        return default_hooks.allreduce_hook(state, bucket).then(back)  # returned at once, not waited on
 
     ddp.register_comm_hook(dist.group.WORLD, hook)
     for name, p in ddp.module.named_parameters():
@@ -235,16 +268,53 @@ def bucket_order(
     for _ in range(steps):
         events.clear()
         threads.clear()
+        came_back.clear()
         loss = loss_fn(ddp(x), y)
-        for node in _walk(loss.grad_fn, set()):
-            if type(node).__name__ != "AccumulateGrad":  # a parameter's AccumulateGrad is its "grad" event
-                node.register_prehook(lambda grads, node=node: note("node", type(node).__name__))
+        _note_nodes(loss, note)
         loss.backward()  # returns once every bucket's all-reduce has come back
         caller = threading.get_ident()
-        report.append(dict(events=list(events), on_caller=all(t == caller for t in threads)))
+        report.append(
+            dict(events=list(events), on_caller=all(t == caller for t in threads), came_back=dict(came_back))
+        )
         sgd_step(ddp, lr=0.01)
         ddp.zero_grad()
     return dict(steps=report, pid=os.getpid(), bucket_cap_mb=bucket_cap_mb)
+
+
+def scratch_order(hidden: int = 256, depth: int = 3, global_batch: int = 64, steps: int = 2) -> dict:
+    """``ddp_from_scratch``'s backward, recorded as ``bucket_order`` records DDP's: the same model,
+    shard and events. Each parameter is a bucket of its own: ``("bucket", index, [parameter], bytes)``
+    as its hook calls ``all_reduce``, then ``("done", index)`` once that call has returned, which it
+    does only when the sum is back; the next backward node starts after that."""
+    model = make_model(hidden, depth).to(rank_device())
+    world_size = dist.get_world_size()
+    for p in model.parameters():
+        dist.broadcast(p.detach(), src=0)  # start from rank 0's weights, as DDP's constructor does
+    events, threads, note = _recorder()
+
+    def average(p, name):  # ddp_from_scratch's hook, with notes around its all_reduce
+        note("grad", name)
+        index = sum(e[0] == "bucket" for e in events)  # the buckets launched so far this step
+        note("bucket", index, [name], p.grad.numel() * p.grad.element_size())
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # returns once every rank's sum is here
+        note("done", index)
+        p.grad.div_(world_size)
+
+    for name, p in model.named_parameters():
+        p.register_post_accumulate_grad_hook(lambda p, name=name: average(p, name))
+    x, y = local_shard(global_batch, seed=0)
+    report = []
+    for _ in range(steps):
+        events.clear()
+        threads.clear()
+        loss = loss_fn(model(x), y)
+        _note_nodes(loss, note)
+        loss.backward()
+        caller = threading.get_ident()
+        report.append(dict(events=list(events), on_caller=all(t == caller for t in threads)))
+        sgd_step(model, lr=0.01)
+        model.zero_grad()
+    return dict(steps=report, pid=os.getpid())
 
 
 def traffic(hidden: int = 16, depth: int = 1, global_batch: int = 64, steps: int = 3) -> dict:
