@@ -596,6 +596,8 @@ def test_cost_model_figures_say_what_they_leave_out_in_one_unit():
         (5.12e-9, "0.005 µs"),
         (4e-4, "400 µs"),
         (3.48e-3, "3,480 µs"),
+        (15.143e-3, "15,100 µs"),
+        (0.9996e-6, "1.00 µs"),
         (1e-13, "< 0.001 µs"),
     ],
 )

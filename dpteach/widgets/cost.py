@@ -47,8 +47,9 @@ def us(seconds: float) -> str:
         return "0 µs"
     if abs(v) < 0.0005:
         return "< 0.001 µs"
-    decimals = min(3, max(0, 2 - math.floor(math.log10(abs(v)))))
-    return f"{v:,.{decimals}f} µs"
+    v = float(f"{v:.3g}")  # three figures: 15,143 -> 15,100, 0.9996 -> 1.00
+    digits = 2 - math.floor(math.log10(abs(v)))  # the places after the point that show them
+    return f"{v:,.{min(3, max(0, digits))}f} µs"
 
 
 def wide_model(width: int, seed: int = 0) -> nn.Sequential:
