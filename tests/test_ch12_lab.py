@@ -83,7 +83,7 @@ def test_join_sentence_names_where_each_strategys_node_comes_from():
 
 def test_grad_table_header_follows_the_numbers():
     lab = TrainingLab("rewire", slots=2, lr=0.2, steps=5)
-    assert "equals one device's" in grad_table(lab) and "ReduceAddBackward" in grad_table(lab)
+    assert "norm agrees with one device's" in grad_table(lab) and "ReduceAddBackward" in grad_table(lab)
     lab = TrainingLab("broadcast", slots=2, lr=0.2, steps=5)
     assert "BroadcastBackward" in grad_table(lab)
     lab = TrainingLab("rewire", slots=2, lr=1.5, steps=30)
@@ -120,7 +120,10 @@ def test_the_widgets_after_a_click(ipywidgets):
     assert clicked.lab.losses[-1] == clicked.lab.losses[0] > clicked.lab.reference_losses[-1]
     clicked.strategy.value = "rewire"
     clicked.run_button.click()
-    assert "step 60 of 60" in clicked.status.value and "equal one device's" in clicked.status.value
+    assert (
+        "step 60 of 60" in clicked.status.value
+        and "gradient norms agree with one device's" in clicked.status.value
+    )
     assert all(abs(a - b) < 1e-5 for a, b in zip(clicked.lab.losses, clicked.lab.reference_losses))
 
     walk = widgets.gradient_stepper(strategy="rewire", slots=2)
@@ -199,3 +202,48 @@ def test_most_of_the_models_gap_is_the_assumed_thread_starts_at_every_setting_of
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
     assert "mostly one assumed constant, `costmodel.PYTHON_THREAD_S`" in " ".join(cost.split())
+
+
+def test_at_the_large_learning_rate_rounding_grows_until_the_weights_differ():
+    """Section 1 says the two runs first round apart in a float's last digits, the gap grows as the loss
+    blows up, and the status line's DIFFER comes once they sit at different weights."""
+    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=10)
+    gaps, differ = [], []
+    while not lab.done:
+        lab.step()
+        gaps.append(
+            max(
+                (p - q).abs().max().item() for p, q in zip(lab.model.parameters(), lab.reference.parameters())
+            )
+        )
+        differ.append("gradient norms DIFFER" in lab.status())
+    assert 0 < gaps[0] < 1e-6  # rounding only
+    assert all(b > a for a, b in zip(gaps, gaps[1:]))  # every step multiplies it
+    first = differ.index(True)
+    assert not any(differ[:first]) and all(differ[first:]) and gaps[first] > 1e-2
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (explorer,) = [c.source for c in cells if c.source.startswith("## 1. The DataParallel explorer")]
+    text = " ".join(explorer.split())
+    assert "gradient norms DIFFER" in text and "starts a fresh run" in text
+    assert [c for c in cells if "large-lr" in c.metadata.get("tags", [])]
+
+
+def test_changing_strategy_slots_or_lr_restarts_the_run():
+    lab = TrainingLab("rewire", slots=2, steps=5)
+    lab.step()
+    assert lab.configure(steps=8) is False and lab.step_count == 1
+    for change in ({"strategy": "broadcast"}, {"slots": 3}, {"lr": 0.1}):
+        lab.step()
+        assert lab.configure(**change) is True and lab.step_count == 0, change
+
+
+def test_exercise_2_the_norm_handed_on_is_the_sum_only_for_2_bias():
+    """Answer 2 points to 2.bias: one number per replica, all of one sign, so the norms add up."""
+    joins = {s.handoffs[0].label: s for s in GradientFlow("rewire", slots=3).steps if s.kind == "join"}
+    for name, step in joins.items():
+        total = sum(g.norm for g in step.received)
+        out = step.handoffs[0].grad.norm
+        if name == "original 2.bias":
+            assert out == pytest.approx(total, rel=1e-5)
+        else:
+            assert out < total * (1 - 1e-4), name

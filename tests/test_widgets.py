@@ -329,7 +329,7 @@ def test_explorer_step_run_and_switch(ipywidgets):
     )  # every original parameter's .grad is None, cell by cell
     view.strategy.value = "rewire"
     assert (
-        "step 0 of 12" in view.status.value and "equal one device" in view.status.value
+        "step 0 of 12" in view.status.value and "agree with one device" in view.status.value
     )  # a fresh, fixed run
     view.run_button.click()
     assert (
@@ -532,19 +532,27 @@ def test_a_join_names_whose_gradient_each_received_one_is(strategy, slots):
 
 
 def test_cost_status_gives_the_times_it_measured():
+    from dpteach.widgets.cost import MIN_TIMED
+
     lab = CostLab(width=16, slots=2)
     lab.measure()
     text = lab.status()
-    for c in lab.costs:  # each strategy's time, and one device's, as the table shows them
-        assert f"{c.strategy!r} {c.shown()}" in text
-    assert f"one device {lab.reference.shown()}" in text
+    timed = [*lab.costs, lab.reference]
+    if all(len(c.seconds) < MIN_TIMED for c in timed):  # a busy machine: one sentence on how to get times
+        assert text.count("fitted the") == 1 and f"the {lab.budget_s:g} s budget" in text
+        assert "use CostLab(budget_s=1)" in text
+    else:
+        for c in lab.costs:  # each strategy's time, and one device's, as the table shows them
+            assert f"{c.strategy!r} {c.shown(lab.budget_s)}" in text
+        assert f"one device {lab.reference.shown(lab.budget_s)}" in text
 
 
 def test_cost_times_are_shown_only_with_a_spread():
     from dpteach.widgets.cost import MIN_TIMED, StrategyCost
 
     few = StrategyCost("rewire", {}, (0.001,))
-    assert "ms" not in few.shown() and "not timed" in few.shown()  # one step: no median, no spread
+    assert "µs" not in few.shown() and "only 1 step fitted" in few.shown()  # one step: no median, no spread
+    assert "the 0.05 s budget" in few.shown(0.05) and "CostLab(budget_s=1)" in few.shown(0.05)
     enough = StrategyCost("rewire", {}, (0.001, 0.002, 0.003, 0.004, 0.005)[:MIN_TIMED])
     assert "median of 5, middle half" in enough.shown()
     lab = CostLab(width=16, slots=2, budget_s=0.0)  # a budget for one round only
@@ -556,5 +564,44 @@ def test_cost_report_shows_the_models_parts_and_assumptions():
     lab = CostLab(width=16, slots=2, budget_s=0.0)
     lab.measure()
     text = "\n".join(lab.report())
-    assert "thread starts" in text and "assumed: 100 us to start and join" in text
+    assert "thread starts" in text and "assumed: 100 µs to start and join" in text
     assert "modelled, not measured" in text
+    assert "strategy 'broadcast'" in text  # which of dpteach's strategies the model's DataParallel is
+
+
+def test_cost_model_figures_say_what_they_leave_out_in_one_unit():
+    """The modelled step of a small model is a few µs, less than what the model leaves out: every line that
+    shows it says so (costmodel.LEFT_OUT), and every time is in µs, without powers of ten."""
+    from dpteach.measure import costmodel
+    from dpteach.widgets.tables import cost_table
+
+    lab = CostLab(width=256, slots=4, budget_s=0.0)
+    lab.measure()
+    modelled = "\n".join(lab.modelled_lines())
+    assert costmodel.LEFT_OUT in modelled and costmodel.LEFT_OUT in lab.assumption_line()
+    assert "only its ranking means anything" in modelled
+    assert costmodel.LEFT_OUT in CostLab(width=16, slots=1).assumption_line()
+    for text in (modelled, lab.assumption_line(), cost_table(lab)):
+        assert " ms" not in text and not re.search(r"\de-\d", text), text
+    shown = re.findall(r"([0-9,.]+) µs per step", modelled)
+    assert [float(v.replace(",", "")) for v in shown] == pytest.approx(
+        [p.total_s * 1e6 for p in lab.modelled().values()], rel=5e-3
+    )
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [
+        (3.94e-6, "3.94 µs"),
+        (5.12e-9, "0.005 µs"),
+        (4e-4, "400 µs"),
+        (3.48e-3, "3,480 µs"),
+        (15.143e-3, "15,100 µs"),
+        (0.9996e-6, "1.00 µs"),
+        (1e-13, "< 0.001 µs"),
+    ],
+)
+def test_times_print_in_microseconds_with_three_figures(seconds, text):
+    from dpteach.widgets.cost import us
+
+    assert us(seconds) == text

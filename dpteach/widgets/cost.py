@@ -15,6 +15,7 @@ Plain Python, no ipywidgets; ``view_cost.py`` only shows it.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,6 +34,22 @@ WIDTHS = (16, 64, 256, 1024)  # hidden width: from the course's model (16) to ab
 MIN_TIMED = 5
 GPU = "A100-SXM"  # the cost model's profile the explorer predicts for (costmodel.GPUS)
 NOT_MEASURED = "not measured yet: call measure() to take the steps"
+# Which of dpteach's strategies the cost model's "DataParallel" is: torch.nn.DataParallel's replicate
+# broadcasts the parameters and its backward sums them with reduce_add_coalesced (costmodel's docstring).
+MODEL_STRATEGY = "broadcast"
+
+
+def us(seconds: float) -> str:
+    """Seconds as microseconds, three significant figures down to the nanosecond, no powers of ten: 3.94 µs,
+    0.005 µs, 400 µs, 3,480 µs. Every time the lab prints uses this one unit, so figures compare at a glance."""
+    v = seconds * 1e6
+    if v == 0:
+        return "0 µs"
+    if abs(v) < 0.0005:
+        return "< 0.001 µs"
+    v = float(f"{v:.3g}")  # three figures: 15,143 -> 15,100, 0.9996 -> 1.00
+    digits = 2 - math.floor(math.log10(abs(v)))  # the places after the point that show them
+    return f"{v:,.{min(3, max(0, digits))}f} µs"
 
 
 def wide_model(width: int, seed: int = 0) -> nn.Sequential:
@@ -65,14 +82,15 @@ class StrategyCost:
     def median(self) -> float:
         return statistics.median(self.seconds)
 
-    def shown(self) -> str:
-        """The median and the middle half of the timed steps, in ms; or why no time is shown."""
-        if len(self.seconds) < MIN_TIMED:
-            return (
-                f"not timed ({len(self.seconds)} of the {MIN_TIMED} steps a spread needs fitted the budget)"
-            )
+    def shown(self, budget_s: float | None = None) -> str:
+        """The median and the middle half of the timed steps, in µs; or why no time is shown (and, given the
+        budget the steps were timed in, how to get one)."""
+        n = len(self.seconds)
+        if n < MIN_TIMED:
+            within = f"the {budget_s:g} s budget" if budget_s is not None else "the time budget"
+            return f"only {n} step{'s' * (n != 1)} fitted {within} ({MIN_TIMED} give a spread): use CostLab(budget_s=1)"
         q1, _, q3 = statistics.quantiles(self.seconds, n=4)
-        return f"{self.median * 1e3:.1f} ms (median of {len(self.seconds)}, middle half {q1 * 1e3:.1f}-{q3 * 1e3:.1f})"
+        return f"{us(self.median)} (median of {n}, middle half {us(q1)[:-3]}-{us(q3)})"
 
 
 @lru_cache(maxsize=16)
@@ -84,6 +102,13 @@ def _workload(width: int, seed: int):
     x, _ = story.make_data(seed=seed)
     return costmodel.workload(wide_model(width, seed), x)
 
+
+# What the modelled figures leave out, said wherever they are shown: at the explorer's sizes a step's
+# counted work takes a few µs, less than one kernel launch, so only the ranking means anything.
+LEFT_OUT_NOTE = (
+    "the model counts FLOPs and bytes only ({left_out}, which a real GPU step also pays, µs each): "
+    "at these sizes only its ranking means anything, not its absolute figures"
+)
 
 _PLAIN = object()  # the one-device step's key: never a strategy's name
 
@@ -183,7 +208,7 @@ class CostLab:
         return dict(sorted(totals.items(), key=lambda item: (item[1], item[0])))
 
     def _ranked_without(self) -> str:
-        return ", ".join(f"{s} {t * 1e3:.3g} ms" for s, t in self.without_thread_starts().items())
+        return ", ".join(f"{s} {us(t)}" for s, t in self.without_thread_starts().items())
 
     def assumption_line(self) -> str:
         """One line: how much of DataParallel's modelled step is assumed thread starts, and the ranking
@@ -193,11 +218,15 @@ class CostLab:
         dp = self.modelled()["DataParallel"]
         starts = _thread_starts(dp)
         if not starts:
-            return "with 1 slot neither wrapper replicates: the model's two steps are the plain step"
+            return (
+                "with 1 slot neither wrapper replicates: the model's two steps are the plain step; "
+                f"{LEFT_OUT_NOTE.format(left_out=costmodel.LEFT_OUT)}"
+            )
         return (
-            f"{starts / dp.total_s:.1%} of DataParallel's {dp.total_s * 1e3:.3g} ms is {self.slots} thread starts "
-            f"at an assumed {costmodel.PYTHON_THREAD_S * 1e6:.0f} us each (costmodel.PYTHON_THREAD_S, not "
-            f"measured); without them, fastest first: {self._ranked_without()} (modelled)"
+            f"{starts / dp.total_s:.1%} of DataParallel's {us(dp.total_s)} is {self.slots} thread starts "
+            f"at an assumed {us(costmodel.PYTHON_THREAD_S)} each (costmodel.PYTHON_THREAD_S, not "
+            f"measured); without them, fastest first: {self._ranked_without()} (modelled); "
+            f"{LEFT_OUT_NOTE.format(left_out=costmodel.LEFT_OUT)}"
         )
 
     def report(self) -> list[str]:
@@ -212,19 +241,24 @@ class CostLab:
         for rank, c in enumerate(self.by_bytes(), 1):
             lines.append(
                 f"  {rank}. {c.strategy:<10} {c.bytes:>10,} bytes ({c.bytes / self.model_bytes:.1f}x the model)"
-                f"   this machine: {c.shown()}"
+                f"   this machine: {c.shown(self.budget_s)}"
             )
         if self.reference is not None:
-            lines.append(f"     {'one device':<10} {0:>10,} bytes   this machine: {self.reference.shown()}")
+            lines.append(
+                f"     {'one device':<10} {0:>10,} bytes   this machine: {self.reference.shown(self.budget_s)}"
+            )
         return lines + self.modelled_lines()
 
     def modelled_lines(self) -> list[str]:
         """The cost model's ranking with each prediction's parts and the assumptions they rest on."""
         from ..measure import costmodel
 
-        lines = [f"ranked by the cost model, {self.slots} x {self.gpu} (modelled, not measured):"]
+        lines = [
+            f"ranked by the cost model, {self.slots} x {self.gpu} (modelled, not measured; its DataParallel "
+            f"is torch.nn.DataParallel, strategy {MODEL_STRATEGY!r}):"
+        ]
         for rank, (strategy, p) in enumerate(self.modelled().items(), 1):
-            lines.append(f"  {rank}. {strategy:<12} {p.total_s * 1e3:.3g} ms per step, its parts (modelled):")
+            lines.append(f"  {rank}. {strategy:<12} {us(p.total_s)} per step, its parts (modelled):")
             on_lane: dict[tuple[str, str], float] = {}
             for part in p.parts:  # one lane's parts run one after another: summed (the thread starts) ...
                 name = "thread starts" if part.name.startswith("start thread") else part.name
@@ -232,19 +266,20 @@ class CostLab:
             parts: dict[str, float] = {}
             for (name, _), sec in on_lane.items():  # ... lanes side by side: the longest
                 parts[name] = max(parts.get(name, 0.0), sec)
-            lines += [f"       {name:<16} {sec * 1e3:.3g} ms" for name, sec in parts.items()]
+            lines += [f"       {name:<16} {us(sec):>12}" for name, sec in parts.items()]
         lines.append(
-            f"  assumed: {costmodel.PYTHON_THREAD_S * 1e6:.0f} us to start and join each replica's thread "
+            f"  assumed: {us(costmodel.PYTHON_THREAD_S)} to start and join each replica's thread "
             f"(a round figure, not measured), {costmodel.EFFICIENCY:.0%} of the peak FLOP/s; "
             "parts that overlap in the model's timeline add up to more than the total"
         )
+        lines.append(f"  left out: {LEFT_OUT_NOTE.format(left_out=costmodel.LEFT_OUT)}")
         if self.slots > 1:
             lines.append(f"  without the thread starts, fastest first: {self._ranked_without()} (modelled)")
         return lines
 
     def rows(self) -> list[tuple[str, int, float, float]]:
-        """(strategy, bytes, bytes / model size, median ms) per strategy."""
-        return [(c.strategy, c.bytes, c.bytes / self.model_bytes, c.median * 1e3) for c in self.costs]
+        """(strategy, bytes, bytes / model size, median µs) per strategy."""
+        return [(c.strategy, c.bytes, c.bytes / self.model_bytes, c.median * 1e6) for c in self.costs]
 
     def status(self) -> str:
         if not self.costs:
@@ -254,9 +289,13 @@ class CostLab:
         ranked = f"{order[0].strategy!r} {order[0].bytes:,}"
         for before, c in zip(order, order[1:]):  # equal counts say so: clone and rewire copy the same bytes
             ranked += f" {'=' if c.bytes == before.bytes else '<'} {c.strategy!r} {c.bytes:,}"
-        times = ", ".join(f"{c.strategy!r} {c.shown()}" for c in self.costs)
-        if self.reference is not None:
-            times += f", one device {self.reference.shown()}"
+        timed = [*self.costs, *([self.reference] if self.reference is not None else [])]
+        if all(len(c.seconds) < MIN_TIMED for c in timed):  # one sentence, not one per strategy
+            times = min(timed, key=lambda c: len(c.seconds)).shown(self.budget_s)
+        else:
+            times = ", ".join(f"{c.strategy!r} {c.shown(self.budget_s)}" for c in self.costs)
+            if self.reference is not None:
+                times += f", one device {self.reference.shown(self.budget_s)}"
         return (
             f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes) on {slots}: "
             f"bytes per step, fewest first: {ranked}; beside them, a step on this machine: {times}"

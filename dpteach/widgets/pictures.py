@@ -32,6 +32,16 @@ def img(svg: str, alt: str) -> str:
     )
 
 
+def natural_img(svg: str, alt: str) -> str:
+    """An SVG picture at its own size in a box that scrolls: a wide graph (4 replicas) stays readable
+    instead of being shrunk to the page's width."""
+    data = base64.b64encode(svg.encode()).decode()
+    return (
+        f'<div style="max-width:100%;overflow:auto;max-height:720px">'
+        f'<img alt="{escape(alt)}" style="max-width:none" src="data:image/svg+xml;base64,{data}"></div>'
+    )
+
+
 def decode_img(html: str) -> str | None:
     """The SVG text of the first data-URI image in ``html``; None without one (for tests)."""
     start = html.find('src="data:image/svg+xml;base64,')
@@ -92,17 +102,19 @@ def cost_charts(costs, model_bytes: int, slots: int, reference_s: float | None) 
 
     if any(len(c.seconds) < MIN_TIMED for c in costs):  # too few timed steps for a spread: no time drawn
         return img(left, "bytes moved per strategy")
-    times = [c.median * 1e3 for c in costs]
+    from .cost import us
+
+    times = [c.median * 1e6 for c in costs]
     labels = list(names)
     if reference_s is not None:
-        times.append(reference_s * 1e3)
+        times.append(reference_s * 1e6)
         labels.append("one device")
     right = bar_chart(
         labels,
-        [("ms", times, ORANGE)],
-        "time per training step (median, this machine)",
-        "ms",
-        [f"{t:.1f} ms" for t in times],
+        [("µs", times, ORANGE)],
+        "this machine's time per step (median, noisy): not a ranking",
+        "µs",
+        [us(t / 1e6) for t in times],
     )
     return (
         f'<div style="display:flex;flex-wrap:wrap;gap:8px">{img(left, "bytes moved per strategy")}'
@@ -138,4 +150,4 @@ def graph_html(graph, svg: str | None = None, alt: str = "autograd graph") -> st
         svg = graph_svg(graph) if svg is None else svg
     except GraphvizMissing as err:
         return f"<pre style='font-size:11px'>{escape(graph.text)}</pre>{note(str(err))}"
-    return img(svg, alt)
+    return natural_img(svg, alt)

@@ -38,6 +38,11 @@ def _norm(v: float) -> str:
     return f"{v:.4f}" if not math.isfinite(v) or abs(v) < 1e4 else f"{v:.4e}"
 
 
+def scrolled(html: str) -> str:
+    """``html`` in a box that scrolls sideways where it is wider than the page (a table of 8 replicas)."""
+    return f'<div style="max-width:100%;overflow-x:auto">{html}</div>'
+
+
 def grad_table(lab) -> str:
     """Each original parameter's ``.grad`` norm under DataParallel, one device's, and each replica's own."""
     rows = lab.grad_rows()
@@ -74,11 +79,11 @@ def grad_table(lab) -> str:
     elif slots and all(g is None for r in rows for g in r.replicas):
         agree = all(r.matches for r in rows)
         why = f"every replica passed its gradient on, through {node}; the original's " + (
-            "equals one device's" if agree else "<b>differs</b> from one device's (in red)"
+            "norm agrees with one device's" if agree else "norm <b>differs</b> from one device's (in red)"
         )
     else:
-        why = "the original's gradient against one device's"
-    return _table(head, out, f"after step {lab.step_count}'s backward: {why}")
+        why = "the original's gradient norm against one device's"
+    return scrolled(_table(head, out, f"after step {lab.step_count}'s backward: {why}"))
 
 
 def handoff_table(step) -> str:
@@ -105,24 +110,24 @@ def cost_table(lab) -> str:
             f"<code>{escape(c.strategy)}</code>",
             f"{c.bytes:,}",
             f"{c.bytes / lab.model_bytes:.2f}×",
-            c.shown(),  # a time only with a spread (CostLab's MIN_TIMED steps)
+            c.shown(lab.budget_s),  # a time only with a spread (CostLab's MIN_TIMED steps)
         ]
         for rank, c in enumerate(lab.by_bytes(), 1)
     ]
     if lab.reference_s is not None:
-        rows.append(["", "one device", "0", "0×", lab.reference.shown()])
+        rows.append(["", "one device", "0", "0×", lab.reference.shown(lab.budget_s)])
     counted = _table(
-        ["rank", "strategy", "bytes copied", "× model size", "time per step, this machine"],
+        ["rank", "strategy", "bytes copied", "× model size", "time per step, this machine (noisy)"],
         rows,
         f"ranked by bytes (counted), one step, {lab.slots} slot{'s' * (lab.slots != 1)}; "
         f"model: {lab.model_bytes:,} bytes of parameters",
     )
+    from .cost import MODEL_STRATEGY, us
+
     modelled = _table(
-        ["rank", "strategy", f"ms per step, modelled ({lab.slots} × {escape(lab.gpu)})"],
-        [
-            [str(rank), escape(s), f"{p.total_s * 1e3:.3g}"]
-            for rank, (s, p) in enumerate(lab.modelled().items(), 1)
-        ],
-        f"ranked by the cost model: {lab.slots} × {escape(lab.gpu)}, modelled",
+        ["rank", "strategy", f"per step, modelled ({lab.slots} × {escape(lab.gpu)})"],
+        [[str(rank), escape(s), us(p.total_s)] for rank, (s, p) in enumerate(lab.modelled().items(), 1)],
+        f"ranked by the cost model: {lab.slots} × {escape(lab.gpu)}, modelled; its DataParallel is "
+        f"torch.nn.DataParallel (strategy <code>{MODEL_STRATEGY}</code>)",
     )
-    return counted + modelled
+    return scrolled(counted) + scrolled(modelled)

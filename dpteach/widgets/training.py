@@ -221,9 +221,10 @@ class TrainingLab:
         rows = self.grad_rows()
         if any(r.original is None for r in rows):
             return f"{line} · the original's .grad is None: SGD skips every parameter"
+        # what it compares is each parameter's gradient norm (GradRow.matches), not the weights
         if all(r.matches for r in rows):
-            return f"{line} · the original's gradients equal one device's"
-        return f"{line} · the original's gradients DIFFER from one device's"
+            return f"{line} · the original's gradient norms agree with one device's"
+        return f"{line} · the original's gradient norms DIFFER from one device's"
 
     def __repr__(self) -> str:
         return f"<TrainingLab strategy={self.strategy!r} slots={self.slots} lr={self.lr}: {self.status()}>"

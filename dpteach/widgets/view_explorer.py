@@ -50,7 +50,8 @@ class DataParallelExplorer(widgets.VBox):
         self.status = widgets.HTML()
         self.status.add_class("dpteach-status")
         self.curve = widgets.HTML(layout=widgets.Layout(width="490px"))
-        self.grads = widgets.HTML()
+        # at most the page's width, so a table of 8 replicas scrolls inside it (tables.scrolled)
+        self.grads = widgets.HTML(layout=widgets.Layout(max_width="100%"))
         self.graph = widgets.HTML()
         self.graph.add_class("dpteach-graph")
         for w in (self.strategy, self.slots, self.lr):
@@ -67,7 +68,7 @@ class DataParallelExplorer(widgets.VBox):
                 widgets.HBox([self.lr, self.steps]),
                 widgets.HBox([self.step_button, self.run_button, self.reset_button]),
                 self.status,
-                widgets.HBox([self.curve, self.grads]),
+                widgets.HBox([self.curve, self.grads], layout=widgets.Layout(flex_flow="row wrap")),
                 self.graph,
             ]
         )
