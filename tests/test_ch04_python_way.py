@@ -158,6 +158,41 @@ def test_grad_fn_of_a_tensor_cannot_be_reassigned():
         leaf.grad_fn = None  # why Python's rewire cannot do what C++'s set_history did
 
 
+# --- Option One, the fix that landed -------------------------------------------------------
+
+
+@pytest.mark.parametrize("devices", [CPU2, CPU3])
+@pytest.mark.parametrize("make", [lambda: demos.cpp_style(story.make_model()), story.make_model])
+def test_option_one_matches_one_device(devices, make):
+    for got, want in zip(
+        grads_parallel(make(), devices, demos.option_one), grads_one_device(story.make_model())
+    ):
+        tol(got, want)  # C++-style or not: the tensors' own history leads to the original
+
+
+def test_option_one_rewires_the_tensor_the_member_holds():
+    cpp_model = demos.cpp_style(story.make_model())
+    layer = dpteach.replicate(cpp_model, CPU2, strategy=demos.option_one)[1][0]
+    assert layer.members.weight is layer._parameters["weight"]  # no handle was re-pointed ...
+    assert layer.members.weight is not cpp_model[0].weight  # ... the replica holds its own copy ...
+    assert type(layer.members.weight.grad_fn).__name__ == "ReduceAddInPlaceBackward"  # ... with the new edge
+
+
+def test_option_one_trains_the_cpp_style_network_like_one_device():
+    reference = train(story.make_model())
+    tol(torch.tensor(train(demos.cpp_style(story.make_model()), demos.option_one)), torch.tensor(reference))
+
+
+def test_option_one_keeps_tied_weights_tied_and_detach_keeps_plain_clones():
+    a, b = nn.Linear(3, 3), nn.Linear(3, 3)
+    b.weight = a.weight
+    net = nn.Sequential(a, b)
+    replicas = dpteach.replicate(net, CPU2, strategy=demos.option_one)
+    assert replicas[1][0].weight is replicas[1][1].weight  # one copy, rebased once
+    plain = dpteach.replicate(net, CPU2, detach=True, strategy=demos.option_one)
+    assert all(p.grad_fn is None for p in plain[1].parameters())  # detach=True: no edges
+
+
 # --- Option Two ---------------------------------------------------------------------------
 
 
@@ -254,28 +289,21 @@ def _chapter():
     return nbformat.read(ROOT / "notebooks" / "04_the_python_way.ipynb", as_version=4)
 
 
-def test_the_mark_dirty_block_rebases_a_members_history():
-    """The Going-deeper block's ReduceAddInPlace, run as printed: the member gets the node, the original the gradient."""
-    import re
-
-    (block,) = [
-        c.source for c in _chapter().cells if c.cell_type == "markdown" and "ctx.mark_dirty" in c.source
-    ]
-    scope = {"torch": torch}
-    exec(re.search(r"```python\n(.*?)```", block, re.S).group(1), scope)
+def test_reduce_add_in_place_rebases_a_members_history():
+    """Option One's node: the member gets the node as its grad_fn, the original the gradient."""
     layer, replica = demos.CppStyleLinear(3, 2), demos.CppStyleLinear(3, 2)
     with torch.no_grad():
         replica.load_state_dict(layer.state_dict())
     for p in replica.parameters():
         p.requires_grad_(False)  # mark_dirty refuses a leaf that requires grad
     member = replica.members.weight
-    (out,) = scope["ReduceAddInPlace"].apply(layer.weight, replica.weight)
-    assert out is member and type(member.grad_fn).__name__ == "ReduceAddInPlaceBackward"
+    (out,) = demos.ReduceAddInPlace.apply(layer.weight, replica.weight)
+    assert out is member and type(member.grad_fn).__name__ == "ReduceAddInPlaceBackward"  # same object
     replica(torch.ones(4, 3)).sum().backward()
     assert torch.equal(layer.weight.grad, torch.full((2, 3), 4.0))  # 4 rows of ones reached the original
 
 
-def _scale_class(*, replicatable=True, repoint_member=True):
+def _scale_class(*, replicatable=True, repoint_member=True, reads_registry=False, wrong_forward=False):
     from types import SimpleNamespace
 
     bases = (nn.Module, demos.Replicatable) if replicatable else (nn.Module,)
@@ -287,7 +315,8 @@ def _scale_class(*, replicatable=True, repoint_member=True):
         self.members = SimpleNamespace(scale=scale)
 
     def forward(self, x):
-        return x * self.members.scale
+        scale = self.scale if reads_registry else self.members.scale
+        return x * scale * 2 + 1 if wrong_forward else x * scale
 
     def load_replica_params(self, tensors):
         self._parameters["scale"] = tensors["scale"]
@@ -309,7 +338,15 @@ def test_exercise_2_check_accepts_the_worked_answer():
 
 @pytest.mark.parametrize(
     "kwargs, says",
-    [(dict(replicatable=False), "demos.Replicatable"), (dict(repoint_member=False), "self.members.scale")],
+    [
+        (dict(replicatable=False), "demos.Replicatable"),
+        (dict(repoint_member=False), "self.members"),
+        (
+            dict(reads_registry=True),
+            "read the member handle",
+        ),  # Python-style: passes Option Two, not C++ style
+        (dict(wrong_forward=True), "x * self.members.scale, and nothing else"),
+    ],
 )
 def test_exercise_2_check_says_what_to_change(kwargs, says):
     from dpteach.course import checks
@@ -321,6 +358,88 @@ def test_exercise_2_check_says_what_to_change(kwargs, says):
     assert not checks.replicatable_scale(...).ok  # no class yet: asks for one
 
 
+def test_exercise_2_check_refuses_the_stub_and_never_mentions_reset():
+    from dpteach.course import checks
+
+    checks.reset()
+    stub = type("Scale", (nn.Module, demos.Replicatable), {})  # no parameter, no forward, no loader
+    for answer in (stub, _scale_class(reads_registry=True), _scale_class(wrong_forward=True)):
+        verdict = checks.replicatable_scale(answer)
+        assert not verdict.ok and "reset()" not in verdict.message  # the exercise never asks for reset()
+    assert "no parameter named 'scale'" in checks.replicatable_scale(stub).message
+
+
 def test_exercise_2_check_cell_is_found_by_its_tag():
     (cell,) = [c for c in _chapter().cells if "ex2-check" in c.metadata.get("tags", [])]
     assert 'checks.replicatable_scale(globals().get("Scale", ...))' in cell.source
+
+
+# --- exercise 3's check ----------------------------------------------------------------------
+
+
+def _my_attempt(*, members=("weight", "bias")):
+    """The worked answer of exercise 3 (``members=()`` is the failed attempt unchanged)."""
+    from types import SimpleNamespace
+
+    from dpteach.course.demos import _clones_and_copies, walk_pairs
+
+    def my_attempt(network, devices, detach=False):
+        replicas, copies, index = _clones_and_copies(network, devices, detach)
+        for j, replica in enumerate(replicas):
+            for original, twin in walk_pairs(network, replica):
+                for key, param in original._parameters.items():
+                    if param is not None:
+                        twin._parameters[key] = copies[j][index[param]]
+                if isinstance(twin, demos.CppStyleLinear) and members:
+                    old = vars(twin.members)
+                    twin.members = SimpleNamespace(
+                        **{k: twin._parameters[k] if k in members else old[k] for k in ("weight", "bias")}
+                    )
+        return replicas
+
+    return my_attempt
+
+
+def test_exercise_3_check_accepts_the_worked_answer():
+    from dpteach.course import checks
+
+    verdict = checks.cpp_style_trains(_my_attempt())
+    assert verdict.ok and verdict.message.startswith("Correct!")
+
+
+@pytest.mark.parametrize(
+    "strategy, says",
+    [
+        (demos.failed_attempt, "nothing reached the model"),
+        ("broadcast", "the model's own tensors"),  # right on CPU slots, a device mismatch on GPUs
+        (_my_attempt(members=("weight",)), "['0.bias', '2.bias'] got no gradient"),
+        (lambda network, devices, detach=False: undefined_name, "NameError"),  # noqa: F821
+    ],
+)
+def test_exercise_3_check_says_what_to_change(strategy, says):
+    from dpteach.course import checks
+
+    checks.reset()
+    verdict = checks.cpp_style_trains(strategy)
+    assert not verdict.ok and says in verdict.message.split("Hint")[0], verdict.message
+    assert "Hint 1 of 2" in verdict.message
+    assert checks.cpp_style_trains(...).message.startswith("Define my_attempt")
+
+
+def test_exercise_3_printed_source_runs_when_copied():
+    """The cell that prints failed_attempt prints code that runs as it stands (imports, full def)."""
+    import contextlib
+    import io
+
+    (cell,) = [c for c in _chapter().cells if "failed-attempt-source" in c.metadata.get("tags", [])]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(cell.source, {"inspect": __import__("inspect"), "demos": demos})
+    scope = {"nn": nn}
+    exec(printed.getvalue(), scope)  # NameError here if an import or the def line were missing
+    assert grads_parallel(story.make_model(), CPU2, scope["failed_attempt"])[0] is not None
+
+
+def test_exercise_3_check_cell_is_found_by_its_tag():
+    (cell,) = [c for c in _chapter().cells if "ex3-check" in c.metadata.get("tags", [])]
+    assert 'checks.cpp_style_trains(globals().get("my_attempt", ...))' in cell.source

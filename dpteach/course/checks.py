@@ -288,8 +288,14 @@ def rewire_to_broadcast(
 
 def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     """Exercise 2: ``cls()`` is a C++-style ``Scale`` (forward ``x * self.members.scale``) that implements
-    ``demos.Replicatable``; under ``demos.option_two`` its gradient must match one device's."""
+    ``demos.Replicatable``; under ``demos.option_two`` its gradient must match one device's.
+
+    Checked in this order: a parameter ``scale``; forward is ``x * scale``; forward reads the member
+    handle, not the registry (a new tensor put in ``_parameters`` must not change the output); and
+    Option Two delivers one device's gradient."""
     import copy
+
+    from torch import nn
 
     from ..data_parallel import DataParallel
     from . import demos
@@ -310,46 +316,152 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
             "tensors['scale']). The Answer block above has the whole class."
         )
 
-    torch.manual_seed(0)
-    module = cls()  # type: ignore[operator]
-    if "scale" not in dict(module.named_parameters()):
-        change = (
-            "Scale() has no parameter named 'scale': in __init__, register_parameter('scale', ...) and keep "
-            "the same tensor as self.members.scale."
-        )
+    def fail(change: str) -> Verdict:
         return _not_yet(name, change, hints, answer)
-    x = torch.randn(8, *module.scale.shape)
+
+    torch.manual_seed(0)
+    try:
+        module = cls()  # type: ignore[operator]
+    except Exception as err:  # a learner's class: say what __init__ needs, whatever went wrong
+        return fail(
+            f"Scale() raised {type(err).__name__}: {err}. __init__ takes no argument but self: call "
+            "super().__init__(), register a parameter 'scale' of shape (3,), and keep it as self.members.scale."
+        )
+    scale = module._parameters.get("scale") if isinstance(module, nn.Module) else None
+    if scale is None:
+        return fail(
+            "Scale() has no parameter named 'scale': make Scale an nn.Module and, in __init__, "
+            "self.register_parameter('scale', scale) with scale = nn.Parameter(torch.ones(3) * 2); keep the "
+            "same tensor as self.members.scale."
+        )
+    x = torch.randn(8, *scale.shape)
+    try:
+        out = module(x)
+    except Exception as err:
+        return fail(
+            f"forward raised {type(err).__name__}: {err}. Make forward return x * self.members.scale."
+        )
+    if not (isinstance(out, torch.Tensor) and out.shape == x.shape and torch.allclose(out, x * scale)):
+        return fail(
+            "forward(x) is not x * scale: make forward return x * self.members.scale, and nothing else."
+        )
+    other = nn.Parameter(scale.detach() + 1)
+    module._parameters["scale"] = other  # what the failed attempt does: a new tensor in the registry
+    try:
+        follows_registry = torch.allclose(module(x), x * other)
+    finally:
+        module._parameters["scale"] = scale
+    if follows_registry:
+        return fail(
+            "forward reads the registry (self.scale), so a new tensor in _parameters changes its output: "
+            "that module is Python-style, and replicate.py already handles it. Make forward read the "
+            "member handle, x * self.members.scale, as CppStyleLinear.forward does."
+        )
     reference = copy.deepcopy(module)
     reference(x).pow(2).mean().backward()
     try:
         DataParallel(module, list(devices), strategy=demos.option_two)(x).pow(2).mean().backward()
     except TypeError as err:
-        change = (
+        return fail(
             f"Option Two refused the module ({err}). Make Scale inherit from demos.Replicatable as well as "
             "nn.Module, and define load_replica_params(self, tensors)."
         )
-        return _not_yet(name, change, hints, answer)
     except NotImplementedError:
-        change = (
+        return fail(
             "load_replica_params still raises NotImplementedError: define it in Scale, putting "
             "tensors['scale'] into self._parameters['scale'] and into self.members.scale."
         )
-        return _not_yet(name, change, hints, answer)
     if module.scale.grad is None:
-        change = (
+        return fail(
             "the original's scale.grad is None: the replicas' forward still read the clone's own leaf. In "
-            "load_replica_params, point the member too: self.members.scale = tensors['scale']."
+            "load_replica_params, point the member too: self.members = SimpleNamespace(scale=tensors['scale'])."
         )
-        return _not_yet(name, change, hints, answer)
     if not torch.allclose(module.scale.grad, reference.scale.grad, rtol=1e-4, atol=1e-6):
         diff = (module.scale.grad - reference.scale.grad).abs().max()
-        change = (
-            f"scale.grad differs from one device's by up to {diff:.2e}: make forward return "
-            "x * self.members.scale, and nothing else."
+        return fail(
+            f"scale.grad differs from one device's by up to {diff:.2e}: in load_replica_params, point both "
+            "self._parameters['scale'] and self.members.scale at tensors['scale'], and nothing else."
         )
-        return _not_yet(name, change, hints, answer)
     return _correct(
         name, "Scale under Option Two gets one device's gradient: the module itself re-pointed its member."
+    )
+
+
+def cpp_style_trains(strategy: Callable | object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 3: ``strategy``, a changed copy of ``demos.failed_attempt``, must give the C++-style
+    network one device's gradients, with every slot after the first computing with its own copies."""
+    import torch.nn.functional as F
+
+    from ..data_parallel import DataParallel
+    from ..replicate import replicate
+    from . import demos, story
+
+    name = "ch04.cpp_style_trains"
+    if _unset(strategy):
+        return Verdict(
+            False,
+            "Define my_attempt(network, devices, detach=False), your changed copy of demos.failed_attempt, "
+            "then run this cell again.",
+        )
+    hints = [
+        "The failed attempt changed _parameters; what does CppStyleLinear.forward read?",
+        "After the loop sets twin._parameters[key], twin.members still holds the clone's leaves: re-point it.",
+    ]
+
+    def answer() -> str:
+        return (
+            "after the loop over keys, add: if isinstance(twin, demos.CppStyleLinear): twin.members = "
+            "SimpleNamespace(weight=twin._parameters['weight'], bias=twin._parameters['bias']) "
+            "(from types import SimpleNamespace)."
+        )
+
+    def fail(change: str) -> Verdict:
+        return _not_yet(name, change, hints, answer)
+
+    x, y = story.make_data()
+    reference = story.make_model()
+    F.mse_loss(reference(x), y).backward()
+    model = demos.cpp_style(story.make_model())
+    try:
+        replicas = replicate(model, list(devices), strategy=strategy)
+        F.mse_loss(DataParallel(model, list(devices), strategy=strategy)(x), y).backward()
+    except Exception as err:  # a learner's function: report it, with what to copy
+        return fail(
+            f"my_attempt raised {type(err).__name__}: {err}. Copy the whole cell printed above (its two "
+            "import lines and the def), run it, then change only the loop."
+        )
+    originals = {id(p) for p in model.parameters()}
+    for j, replica in enumerate(replicas[1:], start=1):
+        for layer in replica.modules():
+            members = getattr(layer, "members", None)
+            held = vars(members) if hasattr(members, "__dict__") else {}
+            if any(id(t) in originals for t in held.values()):
+                return fail(
+                    f"slot {j}'s members are the model's own tensors: right on CPU slots, a device mismatch "
+                    "on a second GPU. Keep the clone and Broadcast steps, and point each member at its "
+                    "slot's copy."
+                )
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    want = dict(zip(grads, (q.grad for q in reference.parameters())))
+    # None, or Broadcast's zeros for a copy no forward read (its node still reaches every input)
+    missing = sorted(n for n, g in grads.items() if g is None or (not g.any() and want[n].any()))
+    if len(missing) == len(grads):
+        return fail(
+            "nothing reached the model: forward still reads the clones' leaves in twin.members. Re-point "
+            "twin.members at the copies you put in twin._parameters."
+        )
+    if missing:
+        return fail(f"{missing} got no gradient: re-point every member, weight and bias, of every layer.")
+    for n, g in grads.items():
+        if not torch.allclose(g, want[n], rtol=1e-4, atol=1e-6):
+            return fail(
+                f"{n}.grad differs from one device's by up to {(g - want[n]).abs().max():.2e}: point each "
+                "member at its own key's copy (weight at 'weight', bias at 'bias')."
+            )
+    return _correct(
+        name,
+        "The C++-style network gets one device's gradients. You had to know its member fields: the "
+        "special-case handler the PR said replicate should not have.",
     )
 
 

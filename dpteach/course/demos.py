@@ -7,6 +7,8 @@
 * ``failed_attempt``: the PR's first try, as a ``strategy=``: clone, ``Broadcast``, assign into
   ``_parameters``. Works for ``nn.Linear`` (its forward reads ``self.weight`` through the
   registry) and silently trains nothing for ``CppStyleLinear``.
+* ``ReduceAddInPlace``, ``option_one``: the PR's Option One, the fix that landed, in Python: the
+  replicas' own tensors get a new history (``ctx.mark_dirty``), so every handle on them sees it.
 * ``Replicatable``, ``ReplicatableLinear``, ``option_two``: the PR's Option Two, where each module
   knows how to load its replica's tensors (like ``Cloneable`` knows how to clone).
 * ``CallCounter``: module state three ways (attribute, buffer updated in place, buffer rebound),
@@ -33,6 +35,8 @@ __all__ = [
     "cpp_style",
     "cpp_clone",
     "failed_attempt",
+    "ReduceAddInPlace",
+    "option_one",
     "Replicatable",
     "ReplicatableLinear",
     "option_two",
@@ -131,6 +135,52 @@ def failed_attempt(network: nn.Module, devices: Sequence, detach: bool = False) 
                 if param is not None:
                     # BROKEN for C++-style modules: only the registry entry changes, the member keeps the clone's leaf
                     twin._parameters[key] = copies[j][index[param]]
+    return replicas
+
+
+class ReduceAddInPlace(torch.autograd.Function):
+    """Option One's node, one per original parameter: its outputs are the replicas' own tensors.
+
+    ``ctx.mark_dirty`` makes autograd rebase the history of each copy it is handed
+    (``impl::rebase_history`` in ``torch/csrc/autograd/custom_function.cpp``) instead of wrapping it in
+    a new view: the same tensor object now has this node as its ``grad_fn``, the nearest Python
+    equivalent of C++'s ``autograd::set_history``. Backward sums the copies' gradients onto the original.
+    """
+
+    @staticmethod
+    def forward(ctx, original, *copies):
+        ctx.mark_dirty(*copies)  # nothing was modified: marked only to rebase their history
+        ctx.destination = original.device
+        return copies
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (sum(g.to(ctx.destination) for g in grads),) + (None,) * len(grads)
+
+
+def option_one(network: nn.Module, devices: Sequence, detach: bool = False) -> list[nn.Module]:
+    """PR #20910's Option One, the fix that landed, as a ``strategy=``: clone, then rewire each tensor in place.
+
+    1. ``cpp_clone`` the module onto every slot (fresh leaves, which member and registry share);
+    2. give every original parameter one ``ReduceAddInPlace`` node whose outputs are the replicas'
+       own tensors. No handle is re-pointed, so it needs to know nothing about the module's members.
+    ``detach=True`` returns the plain clones, with no edges (a forward under ``torch.no_grad()``).
+    """
+    replicas = [cpp_clone(network, d) for d in as_devices(devices)]
+    if detach:
+        return replicas
+    # original -> its copies, each tensor object once (a tied weight is one object in a replica)
+    copies: dict[torch.Tensor, dict[int, torch.Tensor]] = {}
+    for replica in replicas:
+        for original, twin in walk_pairs(network, replica):
+            for key, param in original._parameters.items():
+                if param is not None and param.requires_grad:
+                    copies.setdefault(param, {})[id(twin._parameters[key])] = twin._parameters[key]
+    for original, found in copies.items():
+        for copy_ in found.values():
+            copy_.requires_grad_(False)  # mark_dirty refuses a leaf that requires grad
+        # FIX (#20910): the copies' own history now leads to `original`; the member handles see it too
+        ReduceAddInPlace.apply(original, *found.values())
     return replicas
 
 
