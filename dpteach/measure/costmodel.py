@@ -437,6 +437,13 @@ def _lanes(pred: Prediction) -> list[str]:
     return gpus + [lane for lane in ("link", "python") if any(p.lane == lane for p in pred.parts)]
 
 
+THIN = 0.005  # a bar under this share of the step is narrower than a pixel in a 9-inch figure
+
+
+def _widest(pred: Prediction, name: str) -> float:
+    return max(p.seconds for p in pred.parts if p.name == name)
+
+
 def draw_timeline(pred: Prediction, ax=None):
     """The dependency timeline of ``pred``: one row per lane, bar widths from the model, not the clock."""
     import matplotlib.pyplot as plt
@@ -445,16 +452,23 @@ def draw_timeline(pred: Prediction, ax=None):
         _, ax = plt.subplots(figsize=(9, 0.45 * len(_lanes(pred)) + 1.2))
     lanes = _lanes(pred)
     scale = 1e3
+    buckets = [p for p in pred.parts if p.name == "all-reduce"]
     for part in pred.parts:
         colour = _COLOURS.get(part.name, "#bbbbbb")
         y = lanes.index(part.lane)
         ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7)
+        if part in buckets:  # DDP's all-reduces, one per bucket, in the order backward fills them
+            ax.text(
+                part.start * scale, y - 0.42, f"bucket {buckets.index(part) + 1}", fontsize=7, va="bottom"
+            )
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
     ax.set_xlabel(f"ms (modelled; {LEFT_OUT})", fontsize=8)
     ax.set_xlim(0, pred.total_s * scale * 1.02)
     names = list(dict.fromkeys(p.name for p in pred.parts if not p.name.startswith("start thread")))
     handles = [plt.Rectangle((0, 0), 1, 1, color=_COLOURS.get(n, "#bbbbbb")) for n in names]
+    # a kind of bar under 0.5% of the step is narrower than a pixel here: the legend says so
+    names = [f"{n} (too thin to see)" if _widest(pred, n) < THIN * pred.total_s else n for n in names]
     if any(p.lane == "python" for p in pred.parts):
         names, handles = names + ["thread start"], handles + [plt.Rectangle((0, 0), 1, 1, color="#bbbbbb")]
     ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
