@@ -37,7 +37,9 @@ def test_the_thread_table_comes_early_after_its_heading_and_figures_have_alt_tex
     at = NB.cells.index(TAGGED["thread-table"])
     assert at <= 5  # within the first six cells, after the prose that says what it shows
     before = NB.cells[at - 1]
-    assert before.cell_type == "markdown" and "## One thread runs every CPU replica's backward" in before.source
+    assert (
+        before.cell_type == "markdown" and "## One thread runs every CPU replica's backward" in before.source
+    )
     assert "remove-cell" in NB.cells[1].metadata["tags"]
     for tag in FIGURES:
         assert TAGGED[tag].metadata["mystnb"]["image"]["alt"].strip(), tag
