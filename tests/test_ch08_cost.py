@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 from pathlib import Path
 
@@ -206,3 +207,16 @@ def test_exercise_one_states_the_modelled_all_reduce_and_backward_it_asks_to_com
     assert f"about {reduces[0] * 1e3:.2f} ms against {backward.seconds * 1e3:.2f} ms of backward" in text
     assert f"(which ends at {backward.end * 1e3:.2f} ms)" in text
     assert len(set(round(r, 9) for r in reduces)) == 1  # "each modelled all-reduce": the two are equal
+
+
+def test_the_memory_the_model_ignores_is_the_shipped_count():
+    from dpteach.measure import costmodel
+
+    entry = json.loads(costmodel.WORKLOADS_FILE.read_text())["workloads"]["gpt2-small"]["saved_for_backward"]
+    saved, attention = entry["bytes_per_sequence"], entry["attention_bytes_per_sequence"]
+    text = markdown()
+    assert f"backward keeps {saved / 1e9:.1f} GB of tensors per fp32 sequence" in text
+    assert f"{attention / 1e9:.1f} GB of it attention weights" in text
+    without = 16 * (saved - attention) / 1e9  # 16 sequences, even with a fused attention kernel
+    assert f"16 sequences ask for over {int(without)} GB" in text and without > 16
+    assert "more than a T4's 16 GB" in text and "a T4 has 16 GB of GDDR6" in text  # with its source

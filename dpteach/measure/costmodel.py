@@ -223,6 +223,39 @@ def count_gpt2(batch: int = 1, seq: int = 1024) -> Workload:
     return workload(_LanguageModelLoss(lm), ids, loss_fn=lambda loss: loss)
 
 
+def saved_for_backward(module: nn.Module, inputs: Any, loss_fn: Callable = mean_square) -> list[torch.Tensor]:
+    """The tensors one forward of ``module`` keeps for backward, besides the parameters: each storage
+    once (a view counts as the tensor it views). On the meta device this measures memory without any."""
+    params = {id(p) for p in module.parameters()}
+    kept: dict[int, torch.Tensor] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        base = t if t._base is None else t._base
+        if id(base) not in params:
+            kept[id(base)] = base
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss_fn(module(*inputs) if isinstance(inputs, tuple) else module(inputs))
+    return list(kept.values())
+
+
+def count_gpt2_saved(seq: int = 1024) -> dict[str, int]:
+    """Bytes GPT-2 small keeps for backward per fp32 sequence of ``seq`` tokens (meta device, as
+    ``count_gpt2``), and how many of them are attention weights (``seq`` x ``seq`` per head)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    with torch.device("meta"):
+        lm = GPT2LMHeadModel(GPT2Config())
+    ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
+    kept = saved_for_backward(_LanguageModelLoss(lm), ids, loss_fn=lambda loss: loss)
+    attention = [t for t in kept if t.dim() >= 2 and t.shape[-2:] == (seq, seq)]
+    return {
+        "saved_bytes": sum(t.numel() * t.element_size() for t in kept),
+        "attention_bytes": sum(t.numel() * t.element_size() for t in attention),
+    }
+
+
 WORKLOADS_FILE = Path(__file__).with_name("data") / "workloads.json"
 
 
