@@ -36,8 +36,8 @@ def run_count_cell(model, slot0):
 def test_the_count_shows_two_copies_per_tensor_for_the_meta_slot():
     printed = run_count_cell(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)), "cpu")
     assert "7 tensors" in printed  # Linear's 2 parameters, BatchNorm's 2 parameters and 3 buffers
-    assert "slot 0 (cpu): 7 clone onto cpu\n" in printed  # slot 0: one clone each
-    assert "slot 1 (meta): 7 clone onto cpu, 7 to onto meta " in printed  # slot 1: clone, then .to
+    assert 'slot 0 (cpu): 7 "clone" onto cpu\n' in printed  # slot 0: one clone each
+    assert 'slot 1 (meta): 7 "clone" onto cpu, 7 "to" onto meta ' in printed  # slot 1: clone, then .to
 
 
 def test_the_count_follows_the_model_off_the_cpu():
@@ -45,8 +45,8 @@ def test_the_count_follows_the_model_off_the_cpu():
     not from a hard-coded "cpu" (which failed replicate's first-slot check on every GPU). A model on
     "meta" with slot 0 on "meta" stands in for it here."""
     printed = run_count_cell(nn.Linear(4, 3).to("meta"), "meta")
-    assert "slot 0 (meta): 2 clone onto meta\n" in printed
-    assert "slot 1 (meta): 2 clone onto meta " in printed  # the same device: a clone, no .to
+    assert 'slot 0 (meta): 2 "clone" onto meta\n' in printed
+    assert 'slot 1 (meta): 2 "clone" onto meta ' in printed  # the same device: a clone, no .to
 
 
 def test_the_chapter_holds_task_6():

@@ -146,6 +146,26 @@ def test_timeline_says_modelled_and_names_the_profile():
     assert all("modelled" in a.get_title() for a in fig.axes)
 
 
+def test_timeline_labels_each_bucket_and_names_the_bars_too_thin_to_see():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    mib = 2**20
+    work = dataclasses.replace(WORK, param_bytes=60 * mib, grad_bytes=(mib, 29 * mib, 30 * mib))
+    ddp = cm.predict(work, ROUND, 2, "DDP")
+    ax = cm.draw_timeline(ddp)
+    buckets = [p for p in ddp.parts if p.name == "all-reduce"]
+    assert len(buckets) == 3  # 1 MiB, then 25 MiB caps: bucket 2 closes on its 29 MiB tensor
+    assert [t.get_text() for t in ax.texts] == ["bucket 1", "bucket 2", "bucket 3"]
+    assert [t.get_position()[0] for t in ax.texts] == pytest.approx([p.start * 1e3 for p in buckets])
+    dp = cm.predict(WORK, ROUND, 2, "DataParallel")
+    legend = [t.get_text() for t in cm.draw_timeline(dp).get_legend().get_texts()]
+    thin = {p.name for p in dp.parts if p.seconds < cm.THIN * dp.total_s and p.lane != "python"}
+    assert thin and all(f"{n} (too thin to see)" in legend for n in thin)
+    assert "forward" in legend  # a wide bar keeps its plain name
+
+
 def test_flatten_copies_only_chunks_of_several_tensors():
     mib = 2**20
     # parameter order 4 MiB, 4 KiB | 12 MiB alone | 1 KiB, 1 KiB (10 MiB chunks, as _take_tensors cuts them)

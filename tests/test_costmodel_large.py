@@ -54,3 +54,36 @@ def test_recounting_gpt2_with_transformers_gives_the_shipped_workload():
     pytest.importorskip("transformers")
     counted = cm.count_gpt2()
     assert dataclasses.asdict(counted) == dataclasses.asdict(cm.large_workload("gpt2-small"))
+
+
+HEADS = 12  # GPT2Config()'s n_head
+
+
+def test_the_shipped_memory_count_holds_the_attention_weights_by_hand():
+    entry = json.loads(cm.WORKLOADS_FILE.read_text())["workloads"]["gpt2-small"]["saved_for_backward"]
+    # sdpa's math path on the meta device keeps three fp32 tensors of SEQ x SEQ per head in each layer
+    assert entry["attention_bytes_per_sequence"] == 3 * LAYERS * HEADS * SEQ * SEQ * 4
+    logits = SEQ * VOCAB * 4  # the fp32 logits, kept by the loss
+    assert entry["bytes_per_sequence"] > entry["attention_bytes_per_sequence"] + logits
+    assert "count_gpt2_saved" in entry["counted"] and "meta device" in entry["counted"]
+
+
+def test_saved_for_backward_counts_each_kept_tensor_once_and_no_parameter():
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    x = torch.randn(5, 4, requires_grad=True)
+    kept = cm.saved_for_backward(model, x)
+    # Linear keeps its input (its weight is a parameter, left out); ReLU keeps its output
+    assert sorted(tuple(t.shape) for t in kept) == [(5, 3), (5, 4)]
+    assert not any(t is p for t in kept for p in model.parameters())
+
+
+@pytest.mark.slow  # imports transformers (seconds)
+def test_recounting_gpt2s_memory_gives_the_shipped_count():
+    pytest.importorskip("transformers")
+    entry = json.loads(cm.WORKLOADS_FILE.read_text())["workloads"]["gpt2-small"]["saved_for_backward"]
+    counted = cm.count_gpt2_saved()
+    assert counted == {
+        "saved_bytes": entry["bytes_per_sequence"],
+        "attention_bytes": entry["attention_bytes_per_sequence"],
+    }

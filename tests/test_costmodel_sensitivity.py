@@ -51,3 +51,13 @@ def test_the_table_says_modelled_and_assumed_and_prints_the_ranges():
     assert f"{min(first.dp_over_ddp):.2f}-{max(first.dp_over_ddp):.2f}x" in row
     for sentence, _, _ in sens.VERDICTS:
         assert sentence in text
+
+
+def test_the_table_heads_its_columns_in_plain_words_and_aligns_each_range_under_them():
+    lines = sens.table(WORK, ("A100-SXM",), (4,)).splitlines()
+    over, head, row = lines[2], lines[3], lines[4]
+    assert "speed-up over one GPU" in over and "DP step ÷ DDP step" in head
+    [spread] = sens.sensitivity(WORK, ("A100-SXM",), (4,))
+    dp = f"{min(spread.dp_speedup):.2f}-{max(spread.dp_speedup):.2f}x"
+    assert row.index(dp) + len(dp) == head.index("DataParallel") + len("DataParallel")  # right-aligned
+    assert over.index("speed-up") > head.index("DP step ÷ DDP step") + len("DP step ÷ DDP step")

@@ -83,3 +83,22 @@ def test_the_ddp_benchmark_keeps_ddp_on_one_gpu_apart_from_the_plain_step():
         by_id["ddp-benchmark-resnet50"]
     )
     assert all("DGX" not in m.hardware and "#35198" in m.citation for m in by_id.values() if not m.ours)
+
+
+def test_the_plain_step_at_one_gpu_is_labelled_no_ddp_in_the_table_and_the_figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    by_id = {m.id: m for m in published.shipped()}
+    m = by_id["ddp-benchmark-resnet50"]
+    rows = published.table(m).splitlines()
+    n_column = [line.split()[0] for line in rows if line.strip()[:1].isdigit()]
+    assert n_column[0] == "1" and "1 (no DDP)" in rows[4] and n_column[1:] == ["2", "4", "8"]
+    ax = published.draw([m])
+    assert "measured at 1 (no DDP): the plain step" in [line.get_label() for line in ax.get_lines()]
+    assert [t.get_text() for t in ax.get_xticklabels()][0] == "1\n(no DDP)"
+    measured = ax.get_lines()[0]  # the filled points: DDP's, from n = 2 on
+    assert list(measured.get_xdata()) == [2, 4, 8]
+    # a measurement whose n = 1 is DDP itself keeps its plain "1"
+    ddp_at_one = published.Measurement(**{**m.__dict__, "ddp_one_gpu_s": None})
+    assert not ddp_at_one.plain_at_one and ddp_at_one.n_label(1) == "1"

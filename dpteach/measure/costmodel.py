@@ -223,6 +223,39 @@ def count_gpt2(batch: int = 1, seq: int = 1024) -> Workload:
     return workload(_LanguageModelLoss(lm), ids, loss_fn=lambda loss: loss)
 
 
+def saved_for_backward(module: nn.Module, inputs: Any, loss_fn: Callable = mean_square) -> list[torch.Tensor]:
+    """The tensors one forward of ``module`` keeps for backward, besides the parameters: each storage
+    once (a view counts as the tensor it views). On the meta device this measures memory without any."""
+    params = {id(p) for p in module.parameters()}
+    kept: dict[int, torch.Tensor] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        base = t if t._base is None else t._base
+        if id(base) not in params:
+            kept[id(base)] = base
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss_fn(module(*inputs) if isinstance(inputs, tuple) else module(inputs))
+    return list(kept.values())
+
+
+def count_gpt2_saved(seq: int = 1024) -> dict[str, int]:
+    """Bytes GPT-2 small keeps for backward per fp32 sequence of ``seq`` tokens (meta device, as
+    ``count_gpt2``), and how many of them are attention weights (``seq`` x ``seq`` per head)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    with torch.device("meta"):
+        lm = GPT2LMHeadModel(GPT2Config())
+    ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
+    kept = saved_for_backward(_LanguageModelLoss(lm), ids, loss_fn=lambda loss: loss)
+    attention = [t for t in kept if t.dim() >= 2 and t.shape[-2:] == (seq, seq)]
+    return {
+        "saved_bytes": sum(t.numel() * t.element_size() for t in kept),
+        "attention_bytes": sum(t.numel() * t.element_size() for t in attention),
+    }
+
+
 WORKLOADS_FILE = Path(__file__).with_name("data") / "workloads.json"
 
 
@@ -437,6 +470,13 @@ def _lanes(pred: Prediction) -> list[str]:
     return gpus + [lane for lane in ("link", "python") if any(p.lane == lane for p in pred.parts)]
 
 
+THIN = 0.005  # a bar under this share of the step is narrower than a pixel in a 9-inch figure
+
+
+def _widest(pred: Prediction, name: str) -> float:
+    return max(p.seconds for p in pred.parts if p.name == name)
+
+
 def draw_timeline(pred: Prediction, ax=None):
     """The dependency timeline of ``pred``: one row per lane, bar widths from the model, not the clock."""
     import matplotlib.pyplot as plt
@@ -445,16 +485,23 @@ def draw_timeline(pred: Prediction, ax=None):
         _, ax = plt.subplots(figsize=(9, 0.45 * len(_lanes(pred)) + 1.2))
     lanes = _lanes(pred)
     scale = 1e3
+    buckets = [p for p in pred.parts if p.name == "all-reduce"]
     for part in pred.parts:
         colour = _COLOURS.get(part.name, "#bbbbbb")
         y = lanes.index(part.lane)
         ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7)
+        if part in buckets:  # DDP's all-reduces, one per bucket, in the order backward fills them
+            ax.text(
+                part.start * scale, y - 0.42, f"bucket {buckets.index(part) + 1}", fontsize=7, va="bottom"
+            )
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
     ax.set_xlabel(f"ms (modelled; {LEFT_OUT})", fontsize=8)
     ax.set_xlim(0, pred.total_s * scale * 1.02)
     names = list(dict.fromkeys(p.name for p in pred.parts if not p.name.startswith("start thread")))
     handles = [plt.Rectangle((0, 0), 1, 1, color=_COLOURS.get(n, "#bbbbbb")) for n in names]
+    # a kind of bar under 0.5% of the step is narrower than a pixel here: the legend says so
+    names = [f"{n} (too thin to see)" if _widest(pred, n) < THIN * pred.total_s else n for n in names]
     if any(p.lane == "python" for p in pred.parts):
         names, handles = names + ["thread start"], handles + [plt.Rectangle((0, 0), 1, 1, color="#bbbbbb")]
     ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)

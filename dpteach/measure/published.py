@@ -44,6 +44,15 @@ class Measurement:
     # DDP on one GPU, where the source gives it apart from the plain step at n = 1 (``points``)
     ddp_one_gpu_s: float | None = None
 
+    @property
+    def plain_at_one(self) -> bool:
+        """Whether the point at n = 1 is the plain step, no DDP: the source timed DDP on one GPU apart."""
+        return self.strategy == "DDP" and self.ddp_one_gpu_s is not None
+
+    def n_label(self, n: int) -> str:
+        """How a table or an axis names ``n``: "1 (no DDP)" where the point at n = 1 is the plain step."""
+        return "1 (no DDP)" if n == 1 and self.plain_at_one else str(n)
+
     def work_at(self, n: int) -> Workload:
         """The workload of the whole step at ``n`` GPUs (weak scaling: ``batch`` rows per GPU)."""
         rows = self.batch * n if self.scaling == "weak" else self.batch
@@ -151,11 +160,12 @@ def table(m: Measurement) -> str:
     who = "ours" if m.ours else "published"
     per = f"{m.batch} per GPU" if m.scaling == "weak" else f"{m.batch} in all"
     lines = [f"{m.model}, {m.strategy}, batch {per} ({who})", f"  on {m.hardware}", f"  source: {m.citation}"]
-    lines.append(f"  {'n':>2}  {'measured ms':>12}  {'modelled ms':>12}  {'measured/modelled':>18}")
+    width = max(len(m.n_label(n)) for n, _ in m.points)
+    lines.append(f"  {'n':>{width}}  {'measured ms':>12}  {'modelled ms':>12}  {'measured/modelled':>18}")
     for r in compare(m):
         model = "-" if r.modelled_s is None else f"{r.modelled_s * 1e3:12.1f}"
         ratio = "-" if r.ratio is None else f"{r.ratio:17.2f}x"
-        lines.append(f"  {r.n:>2}  {r.measured_s * 1e3:12.1f}  {model:>12}  {ratio:>18}")
+        lines.append(f"  {m.n_label(r.n):>{width}}  {r.measured_s * 1e3:12.1f}  {model:>12}  {ratio:>18}")
     if m.ddp_one_gpu_s is not None:
         plain = dict(m.points)[1]
         lines.append(
@@ -166,20 +176,31 @@ def table(m: Measurement) -> str:
 
 
 def draw(measurements: list[Measurement], ax=None):
-    """Measured (points) and modelled (line) step time against n, one colour per measurement."""
+    """Measured (points) and modelled (line) step time against n, one colour per measurement.
+
+    A point at n = 1 that is the plain step (no DDP) is drawn hollow, and its tick and legend say so.
+    """
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 3.4))
+    plain, ticks = [], {}
     for i, m in enumerate(measurements):
         colour = plt.get_cmap("tab10")(i % 10)
         rows = compare(m)
         tag = "ours" if m.ours else "published"
-        ax.plot([r.n for r in rows], [r.measured_s * 1e3 for r in rows], "o", color=colour,
+        ticks.update({r.n: m.n_label(r.n) for r in rows})
+        shown = [r for r in rows if not (r.n == 1 and m.plain_at_one)]
+        ax.plot([r.n for r in shown], [r.measured_s * 1e3 for r in shown], "o", color=colour,
                 label=f"measured ({tag}): {m.model.split(',')[0]}, {m.gpu}")  # fmt: skip
         modelled = [(r.n, r.modelled_s * 1e3) for r in rows if r.modelled_s is not None]
         if modelled:
             ax.plot(*zip(*modelled), "-", color=colour, alpha=0.6, label=f"modelled, {m.gpu}")
+        plain += [(r.n, r.measured_s * 1e3, colour) for r in rows if r.n == 1 and m.plain_at_one]
+    for k, (n, ms, colour) in enumerate(plain):  # one legend entry for all of them
+        ax.plot([n], [ms], "o", mfc="white", color=colour,
+                label="measured at 1 (no DDP): the plain step" if k == 0 else "_nolegend_")  # fmt: skip
+    ax.set_xticks(sorted(ticks), [ticks[n].replace(" (", "\n(") for n in sorted(ticks)])
     ax.set_xlabel("GPUs (n)")
     ax.set_ylabel("ms per step")
     ax.set_ylim(bottom=0)

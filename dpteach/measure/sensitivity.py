@@ -97,11 +97,12 @@ def table(
         f"EFFICIENCY in {{{', '.join(f'{e:.0%}' for e in efficiencies)}}}"
         + "".join(f", {k}={v}" for k, v in kwargs.items()),
         "",
-        f"{'GPU':<10}{'n':>3}  {'DataParallel / DDP':>19}  {'one GPU / DataParallel':>23}  {'one GPU / DDP':>14}",
+        f"{'':<13}  {'':>18}  {'speed-up over one GPU':^30}".rstrip(),
+        f"{'GPU':<10}{'n':>3}  {'DP step ÷ DDP step':>18}  {'DataParallel':>14}  {'DDP':>14}",
     ]
     for s in spreads:
         lines.append(
-            f"{s.gpu:<10}{s.n:>3}  {_range(s.dp_over_ddp):>19}  {_range(s.dp_speedup):>23}  "
+            f"{s.gpu:<10}{s.n:>3}  {_range(s.dp_over_ddp):>18}  {_range(s.dp_speedup):>14}  "
             f"{_range(s.ddp_speedup):>14}"
         )
     lines.append("")
