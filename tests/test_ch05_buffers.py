@@ -115,15 +115,50 @@ def test_over_many_steps():
     assert gap["rewire"] > 5 * gap["broadcast"]  # in eval mode the never-updated statistics are far off
 
 
-def test_sorted_batches_follow_slot0s_half():
+def sorted_batch(generator):
+    """The chapter's sorted batch: the first 8 rows have mean 6, the last 8 mean 0."""
+    return torch.cat([torch.randn(8, 4, generator=generator) + 6, torch.randn(8, 4, generator=generator)])
+
+
+@pytest.mark.parametrize("slots", [2, 4])
+def test_sorted_batches_follow_slot0s_half(slots):
     generator = torch.Generator().manual_seed(0)
-    model, whole = make_model(), make_model()[0]
+    model, whole, slot0_only = make_model(), make_model()[0], make_model()[0]
     for _ in range(30):
-        x = torch.cat([torch.randn(8, 4, generator=generator), torch.randn(8, 4, generator=generator) + 6])
-        dpteach.DataParallel(model, ["cpu"] * 2)(x)
+        x = sorted_batch(generator)
+        dpteach.DataParallel(model, ["cpu"] * slots, strategy="broadcast")(x)
         whole(x)
-    assert abs(model[0].running_mean[0].item()) < 0.5  # slot 0's half has mean 0
-    assert abs(whole.running_mean[0].item() - 3) < 0.5  # the whole data has mean 3
+        slot0_only(x.chunk(slots)[0])
+    assert_close(model[0].running_mean, slot0_only.running_mean)  # the right panel: dashes on the dots
+    limit = 6 * (1 - 0.9**30)  # where 30 updates with momentum 0.1 take a mean of 6, from 0
+    # slot 0's half, mean 6, on 2 slots and on 4 (exercise 2)
+    assert (model[0].running_mean - limit).abs().max() < 0.5
+    assert (whole.running_mean - 3 * (1 - 0.9**30)).abs().max() < 0.5  # the whole data has mean 3
+
+
+def test_fewer_rows_on_slot0_give_a_noisier_batch_mean():
+    generator = torch.Generator().manual_seed(0)
+    spread = {
+        n: torch.stack([sorted_batch(generator).chunk(n)[0].mean(0) for _ in range(400)]).std(0).mean().item()
+        for n in (2, 4)
+    }
+    assert abs(spread[2] - 8**-0.5) < 0.05 and abs(spread[4] - 4**-0.5) < 0.05  # sigma / sqrt(rows)
+    assert spread[4] > 1.2 * spread[2]  # exercise 2: four slots, half the rows, a wider spread
+
+
+def test_momentum_none_averages_slot0s_batch_means_once_per_step():
+    generator = torch.Generator().manual_seed(0)
+    model = make_model()
+    model[0].momentum = None  # exercise 3: make_model takes no momentum
+    net = dpteach.DataParallel(model, ["cpu"] * 2, strategy="broadcast")
+    seen = []
+    for _ in range(200):
+        x = batch(generator)
+        seen.append(x.chunk(2)[0].mean(0))
+        net(x)
+    assert model[0].num_batches_tracked.item() == 200  # one count per step: slot 1's went to its copy
+    assert_close(model[0].running_mean, torch.stack(seen).mean(0))  # the plain average of slot 0's means
+    assert (model[0].running_mean - 3).abs().max() < 0.15  # about 3 for this data
 
 
 @pytest.mark.parametrize("devices", [["cpu"] * 2, ["cpu"] * 3] + GPU)

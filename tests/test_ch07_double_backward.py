@@ -174,3 +174,120 @@ def test_clone_gives_no_gradient_to_the_model():
         torch.autograd.grad(
             loss, list(model.parameters())
         )  # exercise 2: the model is not in the graph at all
+
+
+def hvp_traffic(devices):
+    """The chapter's three passes of H v, each under its own traffic() meter; (meters, P, x, y)."""
+    x, y = (t.to(devices[0]) for t in story.make_data())
+    model = story.make_model().to(devices[0])
+    net = dpteach.DataParallel(model, devices)
+    params = list(model.parameters())
+    v = [torch.ones_like(p) for p in params]
+    with dpteach.comm.traffic() as forward:
+        loss = F.mse_loss(net(x), y)
+    with dpteach.comm.traffic() as first:
+        grads = torch.autograd.grad(loss, params, create_graph=True)
+    with dpteach.comm.traffic() as second:
+        torch.autograd.grad(sum((g * u).sum() for g, u in zip(grads, v)), params)
+    P = sum(p.numel() * p.element_size() for p in params)
+    return (forward, first, second), P, x, y
+
+
+def modelled_traffic(n, P, x, y):
+    """The chapter's model of H v on n distinct devices: bytes per op, per pass (local packing left out)."""
+    away = lambda t: t.nbytes - t.chunk(n)[0].nbytes  # noqa: E731 - every scattered piece but slot 0's
+    return [
+        {"broadcast": (n - 1) * P, "scatter": away(x), "gather": y.nbytes},  # forward
+        {"scatter": away(y), "reduce_add": (n - 1) * P},  # first backward
+        {"broadcast": (n - 1) * P, "scatter": away(y), "reduce_add": (n - 1) * P, "gather": y.nbytes},
+    ]
+
+
+def moved(meter):
+    """Bytes per op of the copies that carry data (every copy but the local "pack" passes)."""
+    totals = {}
+    for c in meter.transfers:
+        totals[c.op] = totals.get(c.op, 0) + c.nbytes
+    return totals
+
+
+@pytest.mark.parametrize("devices", DEVICES)
+def test_cpu_slots_show_the_models_broadcasts_and_gathers_but_no_scatter_or_reduce(devices):
+    meters, P, x, y = hvp_traffic(devices)
+    for meter, model in zip(meters, modelled_traffic(len(devices), P, x, y)):
+        hidden = {"scatter", "reduce_add"}  # on one device: views, and sums in place
+        assert meter.by_op() == {op: b for op, b in model.items() if op not in hidden}
+
+
+@pytest.mark.cuda
+def test_the_modelled_traffic_is_what_two_distinct_devices_copy():
+    devices = ["cuda:0", "cpu"]  # two distinct devices, on a machine with one GPU
+    meters, P, x, y = hvp_traffic(devices)
+    assert [moved(m) for m in meters] == modelled_traffic(2, P, x, y)  # the chapter's model, measured
+
+
+class _PenaltyInside(torch.nn.Module):
+    """Exercise 3: the input-gradient penalty inside forward, its per-row terms returned beside the output."""
+
+    def __init__(self, net, requires_grad=True):
+        super().__init__()
+        self.net, self.requires_grad = net, requires_grad
+
+    def forward(self, x):
+        if self.requires_grad:
+            x = x.detach().requires_grad_()  # the scattered piece must require grad
+        out = self.net(x)
+        (grad_x,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        return out, (grad_x.norm(dim=1) - 1) ** 2
+
+
+def _inside_loss(module, x, y):
+    out, terms = module(x)
+    return F.mse_loss(out, y) + terms.mean()  # averaged once, over the whole batch's rows
+
+
+@pytest.mark.parametrize("devices", DEVICES)
+def test_exercise_3_penalty_inside_forward_matches_one_device(devices):
+    x, y = story.make_data()
+    reference = story.make_model()
+    expected = _inside_loss(_PenaltyInside(reference), x, y)
+    expected.backward()
+    model = story.make_model()
+    loss = _inside_loss(dpteach.DataParallel(_PenaltyInside(model), devices, strategy="broadcast"), x, y)
+    loss.backward()
+    tol(loss, expected)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        tol(p.grad, q.grad)
+    with pytest.raises(RuntimeError, match="does not require grad"):  # the piece as scattered: no grad
+        _inside_loss(dpteach.DataParallel(_PenaltyInside(story.make_model(), False), devices), x, y)
+
+
+def test_exercise_5_every_node_of_the_penalty_graph_leads_to_weight():
+    torch.manual_seed(0)
+    devices = ["cpu"] * 2
+    small = torch.nn.Linear(2, 1, bias=False)
+    replicas = dpteach.replicate(small, devices, strategy="broadcast")
+    pieces = dpteach.scatter(torch.randn(4, 2), devices)
+    outputs = dpteach.parallel_apply(replicas, [(p,) for p in pieces], devices=devices)
+    loss = F.mse_loss(dpteach.gather(outputs, devices[0]), torch.randn(4, 1))
+    (grad,) = torch.autograd.grad(loss, [small.weight], create_graph=True)
+    penalty = grad.pow(2).sum()
+    reaches, order = {}, []
+
+    def walk(fn):  # does fn lead to the original weight?
+        if fn not in reaches:
+            if type(fn).__name__ == "AccumulateGrad":
+                reaches[fn] = fn.variable is small.weight
+            else:
+                reaches[fn] = any([walk(nxt) for nxt, _ in fn.next_functions if nxt is not None])
+            order.append(type(fn).__name__)
+        return reaches[fn]
+
+    assert walk(penalty.grad_fn) and all(reaches.values())  # every node lies on a walk to weight
+    names = sorted(order)
+    expected = ["SumBackward0", "PowBackward0", "ReduceAddCoalescedBackward", "ScatterBackward"]
+    expected += ["MseLossBackwardBackward0", "GatherBackward", "BroadcastBackward", "AccumulateGrad"]
+    expected += ["TBackward0"] * 2 * 4 + [
+        "MmBackward0"
+    ] * 2 * 2  # per slot: T, T, Mm, T recorded; Mm, T forward
+    assert names == sorted(expected)  # the nodes exercise 5's answer names, and no others
