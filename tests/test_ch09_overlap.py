@@ -35,7 +35,11 @@ def test_in_flight_counts_the_nodes_between_a_launch_and_the_result():
     assert not any(b["waited"] for b in order.in_flight(step(blocking)))
     lines = order.in_flight_lines(step(asynchronous))
     assert lines[0] == "bucket 0 (x): 2 backward nodes ran before backward waited for it at the end"
-    assert lines[-1] == "backward nodes run while an all-reduce was in flight: 2"
+    assert lines[-1] == "backward nodes run while an all-reduce was in flight: 2 of 3"
+    # a node that runs while two buckets are in flight is counted once
+    overlapping = [("bucket", 0, ["x"], 4), ("node", "B"), ("bucket", 1, ["y"], 4), ("node", "C"), ("wait",)]
+    assert [b["ran"] for b in order.in_flight(step(overlapping))] == [["B", "C"], ["C"]]
+    assert order.in_flight_count(step(overlapping)) == 2
     assert (
         "1 backward node ran"
         in order.in_flight_lines(step([("bucket", 0, ["x"], 4), ("node", "B"), ("wait",)]))[0]

@@ -49,9 +49,17 @@ def in_flight(step: dict) -> list[dict]:
         end = next(
             i for i, e in enumerate(events) if i > b["at"] and (e == ("done", b["index"]) or e[0] == "wait")
         )
-        nodes = [e[1] for e in events[b["at"] + 1 : end] if e[0] == "node"]
-        out.append(dict(b, ran=nodes, result_at=end, waited=events[end][0] == "wait"))
+        at = [i for i in range(b["at"] + 1, end) if events[i][0] == "node"]
+        out.append(
+            dict(b, ran=[events[i][1] for i in at], ran_at=at, result_at=end, waited=events[end][0] == "wait")
+        )
     return out
+
+
+def in_flight_count(step: dict) -> int:
+    """How many backward nodes ran while at least one bucket's all-reduce was in flight (each node
+    counted once, however many buckets were in flight while it ran)."""
+    return len({i for b in in_flight(step) for i in b["ran_at"]})
 
 
 def _count(n: int, word: str) -> str:
@@ -99,6 +107,6 @@ def in_flight_lines(step: dict) -> list[str]:
             f"bucket {b['index']} ({', '.join(b['params'])}): {_count(len(b['ran']), 'backward node')}"
             f" ran before {where}"
         )
-    total = sum(len(b["ran"]) for b in in_flight(step))
-    lines.append(f"backward nodes run while an all-reduce was in flight: {total}")
+    nodes = sum(e[0] == "node" for e in step["events"])
+    lines.append(f"backward nodes run while an all-reduce was in flight: {in_flight_count(step)} of {nodes}")
     return lines

@@ -486,14 +486,17 @@ def draw_timeline(pred: Prediction, ax=None):
     lanes = _lanes(pred)
     scale = 1e3
     buckets = [p for p in pred.parts if p.name == "all-reduce"]
+    labelled_at = None  # where the last bucket label starts: labels closer than 10% of the step would overlap
     for part in pred.parts:
         colour = _COLOURS.get(part.name, "#bbbbbb")
         y = lanes.index(part.lane)
         ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7)
-        if part in buckets:  # DDP's all-reduces, one per bucket, in the order backward fills them
+        if part in buckets and (labelled_at is None or part.start - labelled_at >= 0.1 * pred.total_s):
+            # DDP's all-reduces, one per bucket, numbered in the order backward fills them
             ax.text(
                 part.start * scale, y - 0.42, f"bucket {buckets.index(part) + 1}", fontsize=7, va="bottom"
             )
+            labelled_at = part.start
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
     ax.set_xlabel(f"ms (modelled; {LEFT_OUT})", fontsize=8)
@@ -503,7 +506,10 @@ def draw_timeline(pred: Prediction, ax=None):
     # a kind of bar under 0.5% of the step is narrower than a pixel here: the legend says so
     names = [f"{n} (too thin to see)" if _widest(pred, n) < THIN * pred.total_s else n for n in names]
     if any(p.lane == "python" for p in pred.parts):
-        names, handles = names + ["thread start"], handles + [plt.Rectangle((0, 0), 1, 1, color="#bbbbbb")]
+        starts = [p.seconds for p in pred.parts if p.name.startswith("start thread")]
+        thin = starts and max(starts) < THIN * pred.total_s
+        names = names + ["thread start (too thin to see)" if thin else "thread start"]
+        handles = handles + [plt.Rectangle((0, 0), 1, 1, color="#bbbbbb")]
     ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.set_title(f"{pred.strategy} on {pred.n} GPUs: {pred.total_s * 1e3:.2f} ms, {label(pred)}", fontsize=9)
     return ax
