@@ -103,3 +103,34 @@ def test_exercise_3_can_be_answered_with_a_meta_slot():
         ("clone", "cpu"): 2 * size,
         ("to", "meta"): size,
     }  # both clones on cpu, then .to for slot 1
+
+
+def test_the_check_derives_the_copy_counts_from_the_model():
+    """The printed count is one copy per tensor per slot plus a gather piece per slot, and it is the
+    number of copies the step made (the "24 copies" and "13 copies" of the traffic cell)."""
+    printed, scope = run_cells([torch.device("cpu")] * 2)
+    model, traffic = scope["model"], scope["traffic"]
+    tensors = sum(1 for _ in model.parameters()) + sum(1 for _ in model.buffers())
+    assert tensors == 8 + 3  # three Linears and a BatchNorm, a weight and a bias each; BatchNorm's 3 buffers
+    clone, broadcast = len(traffic["clone"].copies), len(traffic["broadcast"].copies)
+    assert (clone, broadcast) == (2 * tensors + 2, tensors + 2)
+    assert (
+        f"2 x {tensors} clones + 2 gather pieces = {clone} copies; broadcast 1 x {tensors} + 2 = {broadcast}"
+        in printed
+    )
+
+
+def test_the_check_fails_when_a_copy_count_is_off_but_the_bytes_are_right():
+    """One clone split into two halves keeps every byte count and adds a copy: the count check trips."""
+    _, scope = run_cells([torch.device("cpu")] * 2)
+    copies = scope["traffic"]["clone"].copies
+    i = next(k for k, c in enumerate(copies) if c.op == "clone")
+    whole = copies[i]
+    half = dpteach.comm.Copy("clone", whole.nbytes // 2, whole.src, whole.dst)
+    copies[i : i + 1] = [half, dpteach.comm.Copy("clone", whole.nbytes - half.nbytes, whole.src, whole.dst)]
+    try:
+        exec(compile(CELLS[CHECK].source, "<cell>", "exec"), scope)
+    except AssertionError as e:
+        assert "copies" in str(e)
+    else:
+        raise AssertionError("the check passed a copy count one off")
