@@ -66,10 +66,11 @@ class Threads:
         return {r.thread for r in self.rows}
 
     def table(self, limit: int | None = None) -> str:
-        """The nodes (the first ``limit``) and, under them, how many nodes each thread ran on each device."""
+        """The nodes (the first ``limit``), numbered in the graph walk's breadth-first order, which is not the
+        order they ran in, and, under them, how many nodes each thread ran on each device."""
         shown = self.rows if limit is None else self.rows[:limit]
-        lines = [f"{'#':>3}  {'backward node':<20}{'replica':<11}{'gradient on':<13}thread"]
-        lines += [f"{r.index:>3}  {r.node:<20}{r.replica:<11}{r.device:<13}{r.thread}" for r in shown]
+        lines = [f"{'walk':>4} {'backward node':<20}{'replica':<11}{'gradient on':<13}thread"]
+        lines += [f"{r.index:>4} {r.node:<20}{r.replica:<11}{r.device:<13}{r.thread}" for r in shown]
         if len(shown) < len(self.rows):
             lines.append(f"     ... {len(self.rows) - len(shown)} more nodes")
         lines.append("")
