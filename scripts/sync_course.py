@@ -1,5 +1,5 @@
 """Rewrite everything derived from dpteach/_course.py (REPOSITORY, VERSION): the README's badges and
-launch links, every notebook's link cell, set-up cell and GPU metadata, pyproject's URLs.
+launch links, every notebook's link cell, set-up cell and GPU metadata, pyproject's URLs, CITATION.cff's repository-code.
 
     python scripts/sync_course.py [ROOT]      (make sync)
 
@@ -111,6 +111,17 @@ def sync_pyproject(root: Path) -> bool:
     return True
 
 
+def sync_citation(root: Path) -> bool:
+    """Point CITATION.cff's repository-code at REPOSITORY; True if it changed."""
+    path = root / "CITATION.cff"
+    text = path.read_text()
+    new = re.sub(r'^(repository-code: ")[^"]*', lambda m: m.group(1) + course.REPOSITORY, text, flags=re.M)
+    if new == text:
+        return False
+    path.write_text(new)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     root = Path(args[0]) if args else ROOT
@@ -121,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         changed.append("README.md")
     if sync_pyproject(root):
         changed.append("pyproject.toml")
+    if sync_citation(root):
+        changed.append("CITATION.cff")
     print("rewrote: " + (", ".join(changed) if changed else "nothing (all up to date)"))
     return 0
 

@@ -128,7 +128,7 @@ def test_no_other_file_names_the_repository():
     tracked = subprocess.run(
         ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
-    derived = {"dpteach/_course.py", "README.md", "pyproject.toml"}
+    derived = {"dpteach/_course.py", "README.md", "pyproject.toml", "CITATION.cff"}
     stray = [
         f
         for f in tracked
@@ -155,7 +155,12 @@ def test_moving_the_repository_is_a_one_line_change(tmp_path):
     spec = importlib.util.spec_from_file_location("moved_course", copy / "dpteach" / "_course.py")
     moved = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(moved)
-    for path in [copy / "README.md", copy / "pyproject.toml", *moved.chapter_notebooks(copy)]:
+    for path in [
+        copy / "README.md",
+        copy / "pyproject.toml",
+        copy / "CITATION.cff",
+        *moved.chapter_notebooks(copy),
+    ]:
         text = path.read_text()
         assert "dpteach/dpteach" not in text, path  # the old home is gone everywhere
     for path in moved.chapter_notebooks(copy):
@@ -173,7 +178,7 @@ def test_moving_the_repository_is_a_one_line_change(tmp_path):
 
 def _copy_course(tmp_path: Path) -> Path:
     copy = tmp_path / "course"
-    for name in ("README.md", "pyproject.toml"):
+    for name in ("README.md", "pyproject.toml", "CITATION.cff"):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, copy / name)
     shutil.copytree(ROOT / "notebooks", copy / "notebooks")
