@@ -17,7 +17,7 @@ Graphviz is imported only when a picture is drawn.
 from __future__ import annotations
 
 from .autograd import AutogradGraph, autograd_graph
-from .compare import StrategyComparison, capture_replicas, compare_strategies, replicated_forward
+from .compare import StrategyComparison, compare_strategies
 from .diff import GraphDiff, graph_diff
 from .display import Drawing, GraphvizMissing, set_jupyter_format
 from .names import Param
@@ -27,8 +27,6 @@ __all__ = [
     "autograd_graph",
     "graph_diff",
     "compare_strategies",
-    "capture_replicas",
-    "replicated_forward",
     "AutogradGraph",
     "GraphDiff",
     "StrategyComparison",
