@@ -31,7 +31,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from .names import Named, Param, TensorNames, shape_of
+from .names import Named, Param, TensorNames
 from .nodes import Edge, Node
 
 
@@ -183,7 +183,7 @@ def _name(found: list[_RawNode], table: TensorNames, n_outputs: int) -> list[Nod
             out = f.tensor
             nid = "output" if n_outputs == 1 else f"output_{outputs}"
             outputs += 1
-            node = Node(nid, "output", "output", shape=shape_of(out), device=str(out.device))
+            node = Node(nid, "output", "output", shape=tuple(out.shape), device=str(out.device))
         elif named is not None:  # a named tensor: a parameter, a replica's copy, one of names=
             param = named.param
             if named.kind == "original":
@@ -208,7 +208,12 @@ def _name(found: list[_RawNode], table: TensorNames, n_outputs: int) -> list[Nod
             counts["leaf"] += 1
             what = "parameter (not the module's)" if isinstance(var, torch.nn.Parameter) else "leaf tensor"
             node = Node(
-                f"leaf_{counts['leaf']}", "leaf", what, shape=shape_of(var), device=str(var.device), leaf=True
+                f"leaf_{counts['leaf']}",
+                "leaf",
+                what,
+                shape=tuple(var.shape),
+                device=str(var.device),
+                leaf=True,
             )
         else:
             name = type(f.fn).__name__
@@ -324,7 +329,7 @@ def _finish(
                     "original",
                     str(param),
                     param=param,
-                    shape=shape_of(t),
+                    shape=tuple(t.shape),
                     device=param.device,
                     leaf=t.grad_fn is None,
                     reached=False,
@@ -333,7 +338,7 @@ def _finish(
             )
     present = {n.id for n in out}
     for named, t in table.named_leaves:  # a leaf you named that the output does not reach: .grad stays None
-        if f"tensor.{named.label}" not in present and table.lookup_leaf(t) is named:
+        if f"tensor.{named.label}" not in present and table.leaves.get(id(t)) is named:
             out.append(
                 Node(
                     f"tensor.{named.label}",
