@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from types import MappingProxyType
 from typing import Mapping, Sequence
 
 import torch
@@ -10,7 +11,7 @@ from torch import nn
 
 from .display import Drawable
 from .names import Param, build_names
-from .nodes import Edge, Node, frozen
+from .nodes import Edge, Node
 from .walk import Handles, grad_fns, walk_graph
 
 
@@ -35,19 +36,19 @@ class AutogradGraph(Drawable):
     ) -> None:
         # one line saying why there is nothing to draw (no output has a grad_fn), else None
         self.no_history = no_history
-        self._canonical = dict(canonical or {})
+        self._canonical = dict(canonical or {})  # a tied weight's other names -> the name its original has
         # the nodes a first backward with create_graph=True recorded (autograd_graph's create_graph=)
-        self.recorded: frozenset[str] = recorded  # a tied weight's other names -> the name its original has
-        self.nodes: Mapping[str, Node] = frozen(nodes)
+        self.recorded: frozenset[str] = recorded
+        self.nodes: Mapping[str, Node] = MappingProxyType({n.id: n for n in nodes})
         self.edges: tuple[Edge, ...] = tuple(edges)
         self._order = {p.name: i for i, p in enumerate(params)}  # the module's own order, for sorting
         self._children: dict[str, list[str]] = {n.id: [] for n in nodes}
         for e in self.edges:
             self._children[e.src].append(e.dst)
         self.name = title  # the caller's first line, e.g. "strategy='clone'" (None: none given)
-        self.title = self._summary() if title is None else f"{title}\n{self._summary()}"
-        self.short_title = (
-            self._summary(short=True) if title is None else f"{title}\n{self._summary(short=True)}"
+        self.title, self.short_title = (
+            summary if title is None else f"{title}\n{summary}"
+            for summary in (self._summary(), self._summary(True))
         )
 
     def _sorted(self, params) -> tuple[Param, ...]:

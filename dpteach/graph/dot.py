@@ -35,14 +35,8 @@ from .legend import (
     legend_label,
     missing_from_one_slot,
 )
-from .nodes import Edge, Node
+from .nodes import Edge, Node, shape_text
 from .view import MAX_NODES, View
-
-
-def _shape_text(shape) -> str:
-    if shape is None:
-        return ""
-    return "scalar" if len(shape) == 0 else "×".join(str(s) for s in shape)
 
 
 def _join_detail(n: Node, view: View, by_id: dict[str, Node]) -> str:
@@ -79,7 +73,7 @@ def _node_attrs(n: Node, view: View, by_id: dict[str, Node], compact: bool = Fal
     lines = [n.label]
     if n.kind == "replica" and n.param is not None and n.slot is not None:
         lines = [n.param.name]  # its box's title says which replica and which device
-    shape = _shape_text(n.shape)
+    shape = shape_text(n.shape)
     if n.kind in ("output", "original", "replica", "input", "leaf", "tensor") and shape:
         if n.kind == "replica" and n.param is not None and len(lines[0]) + len(shape) > 12:
             lines.append(f"({shape})")  # as narrow as ".grad stops here": the copies share one row

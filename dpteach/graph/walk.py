@@ -6,11 +6,6 @@ after the module or replica parameter it is. A replica parameter that is not a l
 ``"broadcast"``) gets a node of its own between its consumers and its ``grad_fn``, so the picture
 shows it leading on into the ``ReduceAdd`` / ``Broadcast`` node and the original parameter.
 
-The passes, each a function below: ``_walk`` (one depth-first walk from the outputs, every node
-once, in preorder), ``_name`` (ids and labels), ``_trace`` (which replica slot each node leads to,
-and the dead ends), ``_place`` (each node's module, for ``collapse=``) and ``_finish`` (the nodes,
-with the originals the walk never reached, and the edges).
-
 Only graph structure is read, never saved tensors (``_saved_*``), so a graph can be walked after
 ``backward()`` freed them: where torchviz's ``show_saved`` raises "Trying to backward through the
 graph a second time", this does not. Asked for them (``handles=True``), the walk also hands back the
@@ -39,11 +34,9 @@ from .nodes import Edge, Node
 class Handles:
     """The live autograd objects behind a walked graph (``walk_graph(..., handles=True)``).
 
-    ``fns``: node id -> the ``grad_fn`` it stands for (op and join nodes, and the ``AccumulateGrad``
-    of each leaf); output nodes and non-leaf named tensors have none. ``entries``: node id -> one
-    ``(i, child id)`` per entry ``i`` of its ``next_functions`` that is not ``None``, in order (two
-    entries may lead to one child); an output node and a named non-leaf tensor have one entry, 0,
-    to the node their tensor came out of.
+    ``fns``: node id -> its ``grad_fn`` (a leaf's: its ``AccumulateGrad``; none for outputs and named
+    non-leaf tensors). ``entries``: node id -> ``(i, child id)`` for each ``next_functions[i]`` that
+    is not None (an output or named non-leaf tensor: one entry, 0, to the node it came out of).
     """
 
     fns: Mapping[str, object]
