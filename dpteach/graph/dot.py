@@ -31,6 +31,7 @@ from .legend import (
     RECORDED_TINT,
     RED,
     device_tint,
+    edge_entry,
     entry,
     legend_label,
     missing_from_one_slot,
@@ -111,23 +112,20 @@ def _node_attrs(n: Node, view: View, by_id: dict[str, Node], compact: bool = Fal
     return attrs
 
 
+_EDGE_LOOK = {
+    "added": {"color": GREEN, "penwidth": "3"},
+    "removed": {"color": RED, "style": "dashed", "penwidth": "2"},
+    "missing": {"color": MISSING, "style": "dotted", "arrowhead": "tee", "penwidth": "2.5"},
+    "join": {"color": ORANGE, "penwidth": "2"},
+    "": {"color": GREY},
+}
+
+
 def _edge_attrs(e: Edge, by_id: dict[str, Node]) -> dict[str, str]:
-    attrs = _edge_look(e, by_id)
+    attrs = dict(_EDGE_LOOK[edge_entry(e, by_id)])
     if by_id[e.src].kind == "replica" and by_id[e.dst].kind in ("join", "original"):
         attrs["minlen"] = "2"  # room below the replicas for the lines from the copies to fan out
     return attrs
-
-
-def _edge_look(e: Edge, by_id: dict[str, Node]) -> dict[str, str]:
-    if e.status == "added":
-        return {"color": GREEN, "penwidth": "3"}
-    if e.status == "removed":
-        return {"color": RED, "style": "dashed", "penwidth": "2"}
-    if e.status == "missing":
-        return {"color": MISSING, "style": "dotted", "arrowhead": "tee", "penwidth": "2.5"}
-    if by_id[e.src].kind == "join" or by_id[e.dst].kind == "join":
-        return {"color": ORANGE, "penwidth": "2"}
-    return {"color": GREY}
 
 
 def _remark(c, i: int, target: str, text: str, width: int = 32) -> None:
@@ -159,6 +157,8 @@ def _quote(name: str) -> str:
 
 def _same_row(c, row: list[Node]) -> None:
     """``row`` on one rank, tied left to right by invisible edges: dot keeps them in this order."""
+    if len(row) < 2:
+        return
     c.body.append("\t{rank=same; " + " ".join(_quote(n.id) for n in row) + "}\n")
     for a, b in zip(row, row[1:]):
         c.edge(a.id, b.id, style="invis")
@@ -184,8 +184,6 @@ def _pin_module_order(c, members: list[Node], view: View) -> None:
     # the ReduceAdd nodes too, one above each original: left to dot, 2.bias's stood first
     joins = sorted((n for n in members if n.kind == "join" and n.id not in view.recorded), key=key)
     for row in (originals, joins):
-        if len(row) < 2:
-            continue
         _same_row(c, row)
 
 
@@ -200,12 +198,11 @@ _NO_PARAM = (float("inf"), [])
 
 
 def _module_first(view: View) -> list[Edge]:
-    """``view.edges`` with each node's out-edges ordered by the first parameter (in module order) each
-    leads to: with ``ordering=out`` dot then draws every replica's parameters left to right in module
-    order, as the original's are, so each copy sits above its original and the lines between them run
-    side by side instead of across the picture. Which edges there are does not change.
-    ``AddmmBackward0``'s ``next_functions`` list the bias first; drawn in that order, ``2.bias`` stood
-    leftmost in every replica and its line crossed the width to ``original 2.bias`` on the right."""
+    """``view.edges`` (the same edges) with each node's out-edges ordered by the first parameter, in
+    module order, each leads to: with ``ordering=out`` dot then draws each replica's parameters in
+    module order, above the original's, so the lines between them run side by side. (In
+    ``next_functions`` order ``AddmmBackward0`` lists the bias first, and ``2.bias``'s line crossed the
+    whole picture.)"""
     by_id = {n.id: n for n in view.nodes}
     out: dict[str, list[tuple[int, Edge]]] = {}
     for i, e in enumerate(view.edges):
@@ -228,14 +225,8 @@ def _module_first(view: View) -> list[Edge]:
             low[nid] = min([own, *(low.get(d, _NO_PARAM) for d in nexts)])
         return low[start]
 
-    rank = {}
-    for src, items in out.items():
-        for place, (i, _) in enumerate(sorted(items, key=lambda item: (lowest(item[1].dst), item[0]))):
-            rank[i] = (src, place)
-    first = {}
-    for i, e in enumerate(view.edges):
-        first.setdefault(e.src, i)
-    return [e for i, e in sorted(enumerate(view.edges), key=lambda ie: (first[ie[1].src], rank[ie[0]][1]))]
+    # sources in the order they first appear (out's own order), each one's edges sorted
+    return [e for items in out.values() for _, e in sorted(items, key=lambda ie: (lowest(ie[1].dst), ie[0]))]
 
 
 def _order_by_depth(view: View, edges: list[Edge]) -> tuple[dict[str, int], dict[str, int]]:
@@ -278,14 +269,14 @@ def _pin_replica_order(c, members: list[Node], depth: dict[str, int], order: dic
         row.sort(key=lambda n: order.get(n.id, 0))
     params = sorted((n for n in members if n.kind == "replica" and n.id in depth), key=_param_key)
     for row in [*rows.values(), params]:
-        if len(row) >= 2:
-            _same_row(c, row)
+        _same_row(c, row)
 
 
 # Compact pictures are shown two to a row (~490 px each at notebook width): boxes as narrow as their
 # names (width 0, not dot's 0.75 in minimum, which made "T" as wide as "0.weight") and a larger font,
 # so the labels stay about 10 px tall or more once the row is scaled to fit (compare.py).
 COMPACT_NODE = {"fontsize": "12", "height": "0.25", "width": "0", "margin": "0.04,0.02"}
+NODE = {"fontsize": "10", "height": "0.3", "margin": "0.08,0.04"}
 
 
 def to_digraph(view: View, legend: bool = True, compact: bool = False):
@@ -324,13 +315,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             "mclimit": "0.01" if big else "1",
             **fast,
         },
-        node_attr={
-            "shape": "box",
-            "fontname": FONT,
-            **COMPACT_NODE,
-        }
-        if compact
-        else {"shape": "box", "fontname": FONT, "fontsize": "10", "height": "0.3", "margin": "0.08,0.04"},
+        node_attr={"shape": "box", "fontname": FONT, **(COMPACT_NODE if compact else NODE)},
         edge_attr={"arrowsize": "0.7"},
     )
     slots = sorted({n.slot for n in view.nodes if n.slot is not None and n.kind in ("op", "replica")})
@@ -385,9 +370,8 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             for i, target in enumerate(view.remarks):  # a note sits in the box of the node it is about
                 if any(n.id == target for n in members):
                     _remark(c, i, target, view.remarks[target])
-    in_box = {n.id for members in clusters.values() for n in members}
     for i, target in enumerate(view.remarks):
-        if target not in in_box:
+        if target not in in_cluster:
             _remark(g, i, target, view.remarks[target])
     for e in edges:
         g.edge(e.src, e.dst, **_edge_attrs(e, by_id))
@@ -396,17 +380,9 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
         outer = graphviz.Digraph(
             "autograd", graph_attr={**g.graph_attr}, node_attr={**g.node_attr}, edge_attr={**g.edge_attr}
         )
-        g.name, g.graph_attr = (
-            "cluster_legend",
-            {
-                "label": legend_label(view),
-                "labelloc": "b",
-                "labeljust": "r",
-                "peripheries": "0",
-                "fontsize": "11",
-            },
-        )
-        g.node_attr, g.edge_attr = {}, {}
+        g.name, g.node_attr, g.edge_attr = "cluster_legend", {}, {}
+        legend_box = {"labelloc": "b", "labeljust": "r", "peripheries": "0", "fontsize": "11"}
+        g.graph_attr = {"label": legend_label(view), **legend_box}
         outer.subgraph(g)
         return outer
     return g
