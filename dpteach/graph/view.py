@@ -33,20 +33,11 @@ class View:
     remarks: dict[str, str] = field(default_factory=dict)  # node id -> a note drawn beside it
 
 
-def _prefix(module: str, depth: int) -> str:
-    return ".".join(module.split(".")[:depth]) if module else ""
-
-
-def _base(n: Node) -> tuple | None:
-    """What collapsing groups a node by, its whole module (None: it is always drawn as it is)."""
+def _group(n: Node, depth: int) -> tuple | None:
+    """What collapsing groups a node by: kind, slot, module ``depth`` deep (None: drawn as it is)."""
     if n.module is None or n.kind not in ("op", "join", "original", "replica"):
         return None
-    return (n.kind, n.slot if n.kind in ("op", "replica") else None, n.module)
-
-
-def _group(n: Node, depth: int) -> tuple | None:
-    base = _base(n)
-    return None if base is None else (base[0], base[1], _prefix(base[2], depth))
+    return (n.kind, n.slot if n.kind in ("op", "replica") else None, ".".join(n.module.split(".")[:depth]))
 
 
 def _merged(key: tuple, members: list[Node]) -> Node:
