@@ -95,13 +95,6 @@ def missing_from_one_slot(view: View) -> tuple[list[Edge], int | None]:
     return [e for e in view.edges if e.status != "missing"] + kept, slot
 
 
-def _edge_text(key: str, slot: int | None) -> str:
-    text = EDGE_LEGEND[key][2]
-    if key == "missing" and slot is not None:
-        text += f"; drawn for replica {slot} only, every replica is the same"
-    return text
-
-
 def entry(n: Node, recorded: frozenset[str] = frozenset()) -> str:
     """The legend entry (and fill colour) a node uses."""
     if n.id in recorded:
@@ -140,26 +133,36 @@ def used_entries(views: Iterable[View]) -> tuple[list[str], list[str], bool]:
 BOXES = "a tinted box: one replica slot, its tint the device"
 
 
+def _rows(views: list[View]) -> tuple[list[tuple], list[tuple[str, str, str]], bool]:
+    """The legend's rows for ``views``: (fill, border, style, border width, text) per node entry used,
+    (colour, glyph, text) per edge entry, each in the legend's own order; and whether there are boxes."""
+    node_keys, edge_keys, boxes = used_entries(views)
+    slot = next((s for s in (missing_from_one_slot(v)[1] for v in views) if s is not None), None)
+    nodes = [(*LEGEND[k][:3], 3 if LEGEND[k][1] in (GREEN, PURPLE) else 1, LEGEND[k][3]) for k in node_keys]
+    edges = []
+    for key in edge_keys:
+        colour, glyph, text = EDGE_LEGEND[key]
+        if key == "missing" and slot is not None:
+            text += f"; drawn for replica {slot} only, every replica is the same"
+        edges.append((colour, glyph, text))
+    return nodes, edges, boxes
+
+
 def legend_label(view: View) -> str:
     """The legend as a graphviz HTML-like table: the entries this view uses, in the legend's own order."""
-    node_keys, edge_keys, boxes = used_entries([view])
-    _, slot = missing_from_one_slot(view)
+    nodes, edges, boxes = _rows([view])
     rows = []
-    for key in node_keys:
-        fill, border, style, text = LEGEND[key]
+    for fill, border, style, width, text in nodes:
         dashed = ' STYLE="dashed"' if style == "dashed" else ""
-        width = "3" if border in (GREEN, PURPLE) else "1"
         rows.append(
             f'<TR><TD BGCOLOR="{fill}" COLOR="{border}" BORDER="{width}"{dashed} WIDTH="28"> </TD>'
             f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>'
         )
-    for key in edge_keys:
-        colour, glyph, _ = EDGE_LEGEND[key]
-        text = _edge_text(key, slot)
-        rows.append(
-            f'<TR><TD BORDER="0"><FONT COLOR="{colour}"><B>{glyph}</B></FONT></TD>'
-            f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>'
-        )
+    rows += [
+        f'<TR><TD BORDER="0"><FONT COLOR="{colour}"><B>{glyph}</B></FONT></TD>'
+        f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>'
+        for colour, glyph, text in edges
+    ]
     if boxes:
         rows.append(f'<TR><TD COLSPAN="2" ALIGN="LEFT" BORDER="0">{BOXES}</TD></TR>')
     return (
@@ -170,22 +173,13 @@ def legend_label(view: View) -> str:
 
 def legend_html(views: Iterable[View]) -> str:
     """The legend as browser HTML, one line, for pictures drawn side by side without their own."""
-    views = list(views)
-    node_keys, edge_keys, boxes = used_entries(views)
-    slot = next((s for s in (missing_from_one_slot(v)[1] for v in views) if s is not None), None)
-    items = []
-    for key in node_keys:
-        fill, border, style, text = LEGEND[key]
-        width = 3 if border in (GREEN, PURPLE) else 1
-        swatch = (
-            f'<span style="display:inline-block;width:22px;height:12px;background:{fill};'
-            f'border:{width}px {style} {border};vertical-align:middle"></span>'
-        )
-        items.append(f"{swatch}&nbsp;{escape(text)}")
-    for key in edge_keys:
-        colour, glyph, _ = EDGE_LEGEND[key]
-        text = _edge_text(key, slot)
-        items.append(f'<b style="color:{colour}">{glyph}</b>&nbsp;{escape(text)}')
+    nodes, edges, boxes = _rows(list(views))
+    items = [
+        f'<span style="display:inline-block;width:22px;height:12px;background:{fill};'
+        f'border:{width}px {style} {border};vertical-align:middle"></span>&nbsp;{escape(text)}'
+        for fill, border, style, width, text in nodes
+    ]
+    items += [f'<b style="color:{colour}">{glyph}</b>&nbsp;{escape(text)}' for colour, glyph, text in edges]
     if boxes:
         items.append(escape(BOXES))
     spans = "".join(f'<span style="margin-right:18px;white-space:nowrap">{item}</span> ' for item in items)
