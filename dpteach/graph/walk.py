@@ -163,6 +163,21 @@ def _walk(
     return found, post
 
 
+def _named_node(named: Named, **more) -> Node:
+    """The node of a named tensor: an original parameter, a replica's copy, or one of ``names=``."""
+    param = named.param
+    if named.kind == "original":
+        nid = f"original.{param.name}"
+    elif named.kind == "replica":
+        nid = f"replica{param.slot}.{param.name}"
+    else:
+        nid = f"tensor.{named.label}"
+    slot = None if param is None else param.slot
+    return Node(
+        nid, named.kind, named.label, param=param, shape=named.shape, slot=slot, device=named.device, **more
+    )
+
+
 def _name(found: list[_RawNode], table: TensorNames, n_outputs: int) -> list[Node]:
     """Pass 2: each node's id (from names, and counts in the walk's order) and what it shows."""
     counts: Counter[str] = Counter()
@@ -178,36 +193,13 @@ def _name(found: list[_RawNode], table: TensorNames, n_outputs: int) -> list[Nod
             outputs += 1
             node = Node(nid, "output", "output", shape=tuple(out.shape), device=str(out.device))
         elif named is not None:  # a named tensor: a parameter, a replica's copy, one of names=
-            param = named.param
-            if named.kind == "original":
-                nid = f"original.{param.name}"
-            elif named.kind == "replica":
-                nid = f"replica{param.slot}.{param.name}"
-            else:
-                nid = f"tensor.{named.label}"
-            slot = None if param is None else param.slot
-            node = Node(
-                nid,
-                named.kind,
-                named.label,
-                param=param,
-                shape=named.shape,
-                slot=slot,
-                device=named.device,
-                leaf=f.where == LEAF,
-            )
+            node = _named_node(named, leaf=f.where == LEAF)
         elif f.where == LEAF:
             var = f.tensor
             counts["leaf"] += 1
+            nid = f"leaf_{counts['leaf']}"
             what = "parameter (not the module's)" if isinstance(var, torch.nn.Parameter) else "leaf tensor"
-            node = Node(
-                f"leaf_{counts['leaf']}",
-                "leaf",
-                what,
-                shape=tuple(var.shape),
-                device=str(var.device),
-                leaf=True,
-            )
+            node = Node(nid, "leaf", what, shape=tuple(var.shape), device=str(var.device), leaf=True)
         else:
             name = type(f.fn).__name__
             if name == "CppFunction":  # a node written in C++ (chapter 10's ReduceAdd): its own name
@@ -316,33 +308,12 @@ def _finish(
     seen = {n.param for n in nodes if n.kind == "original"}
     for param, t in table.originals:
         if param not in seen:
-            out.append(
-                Node(
-                    f"original.{param.name}",
-                    "original",
-                    str(param),
-                    param=param,
-                    shape=tuple(t.shape),
-                    device=param.device,
-                    leaf=t.grad_fn is None,
-                    reached=False,
-                    module=_module_of(param),
-                )
-            )
+            named = Named("original", str(param), param, tuple(t.shape), param.device)
+            out.append(_named_node(named, leaf=t.grad_fn is None, reached=False, module=_module_of(param)))
     present = {n.id for n in out}
     for named, t in table.named_leaves:  # a leaf you named that the output does not reach: .grad stays None
         if f"tensor.{named.label}" not in present and table.leaves.get(id(t)) is named:
-            out.append(
-                Node(
-                    f"tensor.{named.label}",
-                    "input",
-                    named.label,
-                    shape=named.shape,
-                    device=named.device,
-                    leaf=True,
-                    reached=False,
-                )
-            )
+            out.append(_named_node(named, leaf=True, reached=False))
     ids = [n.id for n in nodes]
     edges = [Edge(ids[i], ids[c]) for i, f in enumerate(found) for c in f.children]
     return out, edges
