@@ -49,12 +49,10 @@ class StrategyComparison(Mapping[str, AutogradGraph]):
     def html(self) -> str:
         """The graphs two to a row, drawn compact, with one legend under them; raises GraphvizMissing without Graphviz.
 
-        Drawn like the single pictures (each replica's parameters on one row at the foot of its box,
-        so the lines to the originals leave it straight down), one picture is about 670 px wide: three
-        in one row of a 1,000 px notebook would shrink the labels to about 7 px. Two to a row keep them
-        above ``MIN_LABEL_PX`` and put "clone" beside "rewire". Each column is as wide as the widest
-        picture in it, so every picture gets the same scale and the same label size. The grid never
-        shrinks below ``MIN_LABEL_PX`` labels; narrower than that, it scrolls sideways.
+        One picture is about 670 px wide: three to a row of a 1,000 px notebook would shrink the labels
+        to about 7 px; two keep them above ``MIN_LABEL_PX`` and put "clone" beside "rewire". Each column
+        is as wide as its widest picture, so all share one scale; where even that would shrink labels
+        below ``MIN_LABEL_PX``, the grid scrolls sideways.
         """
         drawings = {name: g.draw(legend=False, compact=True) for name, g in self.graphs.items()}
         images = {name: d.data_uri() for name, d in drawings.items()}

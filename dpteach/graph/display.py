@@ -142,11 +142,11 @@ class Drawing:
         except GraphvizMissing:
             return None
 
-    def data_uri(self) -> str:
-        """The picture as a ``data:`` URI in the Jupyter format, for an ``<img>`` in HTML."""
-        if _FORMAT["jupyter"] == "png":
-            return "data:image/png;base64," + base64.b64encode(self.png()).decode()
-        return "data:image/svg+xml;base64," + base64.b64encode(self.svg().encode()).decode()
+    def data_uri(self, fmt: str | None = None) -> str:
+        """The picture as a ``data:`` URI (in the Jupyter format unless ``fmt``), for an ``<img>`` in HTML."""
+        fmt = fmt or _FORMAT["jupyter"]
+        kind = "png" if fmt == "png" else "svg+xml"
+        return f"data:image/{kind};base64,{base64.b64encode(self._picture(fmt)).decode()}"
 
     def width_px(self) -> int:
         """The picture's natural width in CSS pixels (dot draws 72 pt to the inch, browsers 96 px)."""
@@ -158,9 +158,8 @@ class Drawing:
     def html(self) -> str:
         """The SVG as an ``<img>`` no wider than the cell: JupyterLab 4 shows ``image/svg+xml`` as an
         ``<img>`` that no max-width confines, so a wide graph ran off the cell's right edge."""
-        data = base64.b64encode(self.svg().encode()).decode()
         alt = escape(self.view.title.splitlines()[0] if self.view.title else "autograd graph")
-        return f'<img alt="{alt}" style="max-width:100%;height:auto" src="data:image/svg+xml;base64,{data}">'
+        return f'<img alt="{alt}" style="max-width:100%;height:auto" src="{self.data_uri("svg")}">'
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         try:
