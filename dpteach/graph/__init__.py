@@ -7,11 +7,7 @@
     graph_diff(before, after)            # the edges the fix added, the dead ends it removed
     compare_strategies(model, x, devices)  # "clone", "rewire", "broadcast" side by side
 
-Files: ``names.py`` (which tensor is which), ``nodes.py`` (nodes and edges), ``walk.py`` (the one
-walk of ``next_functions``), ``autograd.py`` (the graph and its facts), ``view.py`` (collapse by
-module, node limit), ``dot.py`` (the drawing and its legend), ``text.py`` (the text form),
-``display.py`` (showing itself), ``diff.py``, ``compare.py``.
-Graphviz is imported only when a picture is drawn.
+Graphviz is imported only when a picture is drawn; docs/architecture.md says what each file holds.
 """
 
 from __future__ import annotations

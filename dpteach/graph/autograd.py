@@ -223,11 +223,8 @@ def walked_graph(
             nid for nid, fn in found.fns.items() if kind_of.get(nid) in ("op", "join") and id(fn) in new
         )
         found = found if handles else None
-    why = no_history(outputs, module)
-    graph = AutogradGraph(
-        nodes, edges, [p for p, _ in table.originals], title, table.canonical, recorded, why
-    )
-    return graph, found
+    params, why = [p for p, _ in table.originals], no_history(outputs, module)
+    return AutogradGraph(nodes, edges, params, title, table.canonical, recorded, why), found
 
 
 def no_history(outputs: Sequence[torch.Tensor], module: nn.Module | None = None) -> str | None:

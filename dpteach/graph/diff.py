@@ -1,10 +1,9 @@
 """``graph_diff(before, after)``: what changed between two graphs of the same model, drawn as one picture.
 
-Node ids are names (``replica1.0.weight``, ``AddmmBackward0_2``), so the graphs of one model and
-input under two strategies share every node they have in common, and the difference is exactly
-what the strategy changed. From ``"clone"`` to ``"rewire"`` (PR #20910) that is: edges from each
-replica parameter into one ``ReduceAddBackward`` node and from there to the original parameter,
-drawn green; every dead end gone, its border purple; every original parameter now reached.
+Node ids are names (``walk.py``), so two graphs of one model and input share every node they have
+in common and differ by what the strategy changed: from ``"clone"`` to ``"rewire"`` (PR #20910),
+the edges into each ``ReduceAddBackward`` node and on to the original, drawn green; every dead end
+gone, its border purple; every original parameter now reached.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Drawing a view with graphviz: one box per replica slot, one for the original module, a legend inside.
 
 Arrows follow ``next_functions``: the way the gradient flows in ``backward()``, from the output
-at the top down to the tensors whose ``.grad`` it fills. The legend drawn into every picture
-lists the entries that picture uses, in the words of ``legend.LEGEND``: the output green, backward
-functions grey, the ReduceAdd / Broadcast nodes that join replicas to the original orange, original
-parameters blue (white with a red dashed border when unreached), replica parameters pale blue (red
-when a dead end, #19540), other leaves yellow; clone's missing edges red dotted; in diffs, added
-edges green and removed ones red dashed; collapsed nodes as 3-D boxes, notes with a folded corner.
+at the top down to the tensors whose ``.grad`` it fills. The colours and borders are those of
+``legend.LEGEND``; the legend drawn into every picture lists the entries that picture uses.
 
 The box around each replica slot is tinted by device (grey for the CPU, a colour per CUDA device),
 so two slots on one device share a tint and slots on different GPUs do not. The original module's

@@ -1,7 +1,7 @@
 """What the colours mean: the legend, drawn into every picture (graphviz HTML) and under side-by-sides (HTML).
 
-The meaning of each entry is in ``dpteach.graph.dot``'s docstring; a picture's legend lists only
-the entries that picture uses.
+``LEGEND`` and ``EDGE_LEGEND`` say what each entry means; a picture's legend lists only the entries
+that picture uses.
 """
 
 from __future__ import annotations

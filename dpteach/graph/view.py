@@ -115,10 +115,8 @@ def truncate(
 ) -> tuple[list[Node], list[Edge], int]:
     """Keep the first ``max_nodes - 1`` nodes of the walk; one more node stands for the rest.
 
-    Only the last ``MORE_EDGES`` kept nodes (in the walk's order) that lead into the nodes left out
-    get an edge to it. An edge from every one of them (in a loop's graph, every node leads to a
-    weight left out at the bottom) gave ``dot`` a fan-in of long edges spanning every rank, which
-    took it minutes to lay out.
+    Only the last ``MORE_EDGES`` kept nodes that lead into the ones left out get an edge to it: an
+    edge from each (in a loop's graph, every node leads to a weight left out) took dot minutes.
     """
     keep = list(nodes[: max(1, max_nodes - 1)])
     left_out = len(nodes) - len(keep)

@@ -7,10 +7,9 @@ after the module or replica parameter it is. A replica parameter that is not a l
 shows it leading on into the ``ReduceAdd`` / ``Broadcast`` node and the original parameter.
 
 Only graph structure is read, never saved tensors (``_saved_*``), so a graph can be walked after
-``backward()`` freed them: where torchviz's ``show_saved`` raises "Trying to backward through the
-graph a second time", this does not. Asked for them (``handles=True``), the walk also hands back the
-live ``grad_fn`` each node stands for and where each of its ``next_functions`` entries leads: the
-gradient stepper (``dpteach.widgets.flow``) hooks those and runs ``backward()``.
+``backward()`` freed them (torchviz's ``show_saved`` raises there). With ``handles=True`` the walk
+also hands back the live ``grad_fn`` behind each node, which the gradient stepper
+(``dpteach.widgets.flow``) hooks.
 
 Node ids are built from names and the order of the walk (``AddmmBackward0_2``, ``original.0.weight``,
 ``replica1.0.weight``, ``ReduceAddBackward[0.weight]``), never from ``id()``, so the same model
@@ -87,14 +86,13 @@ def grad_fns(starts, stop: set[int] | None = None) -> list:
 
 
 def _walk(
-    outputs: Sequence[torch.Tensor],
-    table: TensorNames,
-    keep_entries: bool,
+    outputs: Sequence[torch.Tensor], table: TensorNames, keep_entries: bool
 ) -> tuple[list[_RawNode], list[int]]:
     """Pass 1: one depth-first walk from the outputs; nodes in preorder, and the postorder."""
     found: list[_RawNode] = []
-    by_fn: dict[int, int] = {}  # id(grad_fn) -> node; found holds the grad_fns, so their id()s stay theirs
-    by_site: dict[tuple[int, int], int] = {}  # (id(grad_fn), output_nr) of a named non-leaf tensor -> node
+    # (id(grad_fn), output_nr) of a named non-leaf tensor, or (id(grad_fn), None) -> its node; found holds
+    # the grad_fns, so their id()s stay theirs
+    index: dict[tuple[int, int | None], int] = {}
     sites, leaves = table.sites, table.leaves
     post: list[int] = []
 
@@ -111,23 +109,15 @@ def _walk(
 
     def visit(fn: object, nr: int | None) -> tuple[int, bool]:
         """The node a next_functions entry leads to, and whether it was made just now."""
-        if nr is not None:
-            key = (id(fn), nr)
-            named = sites.get(key)
-            if named is not None:  # a named non-leaf tensor sits on this edge
-                index = by_site.get(key)
-                if index is not None:
-                    return index, False
-                by_site[key] = len(found)
-                found.append(_RawNode(SITE, fn, named, None))
-                return len(found) - 1, True
-        index = by_fn.get(id(fn))
-        if index is not None:
-            return index, False
-        by_fn[id(fn)] = len(found)
-        if _is_leaf_fn(fn):  # AccumulateGrad: the leaf tensor and the node that writes its .grad
-            var = fn.variable
-            found.append(_RawNode(LEAF, fn, leaves.get(id(var)), var))
+        named = sites.get((id(fn), nr))
+        key = (id(fn), nr if named is not None else None)
+        if key in index:
+            return index[key], False
+        index[key] = len(found)
+        if named is not None:  # a named non-leaf tensor sits on this edge
+            found.append(_RawNode(SITE, fn, named, None))
+        elif _is_leaf_fn(fn):  # AccumulateGrad: the leaf tensor and the node that writes its .grad
+            found.append(_RawNode(LEAF, fn, leaves.get(id(fn.variable)), fn.variable))
         else:
             found.append(_RawNode(FN, fn, None, None))
         return len(found) - 1, True
