@@ -144,19 +144,6 @@ class AutogradGraph(Drawable):
         leaves = sum(n.leaf for n in nodes)
         return f"{ops} backward function{'s' * (ops != 1)}, {leaves} lea{'f' if leaves == 1 else 'ves'}"
 
-    # With no history the picture would be a lone output box: show the sentence saying why instead.
-    # draw() still draws it, for whoever asks.
-    def _repr_svg_(self) -> str | None:
-        return None if self.no_history else super()._repr_svg_()
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        if self.no_history:
-            return {"text/plain": self.no_history}
-        return super()._repr_mimebundle_(include, exclude)
-
-    def __str__(self) -> str:
-        return self.no_history or super().__str__()
-
     def __repr__(self) -> str:
         if self.no_history:
             return f"<AutogradGraph: {self.no_history}>"

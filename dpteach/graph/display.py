@@ -182,6 +182,9 @@ class Drawable:
     """What graphs and diffs share: ``draw()``, ``.dot``, ``.text``, ``.svg()``, and showing themselves."""
 
     title: str
+    # a sentence saying why there is nothing to draw: shown in place of the picture (a lone output
+    # box) and of the text form; draw() still draws it, for whoever asks
+    no_history: str | None = None
 
     def _drawn_parts(self) -> tuple[Sequence[Node], Sequence[Edge]]:
         raise NotImplementedError
@@ -238,13 +241,15 @@ class Drawable:
         return self._default.save(path, format)
 
     def _repr_svg_(self) -> str | None:
-        return self._default._repr_svg_()
+        return None if self.no_history else self._default._repr_svg_()
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        if self.no_history:
+            return {"text/plain": self.no_history}
         return self._default._repr_mimebundle_(include, exclude)
 
     def __str__(self) -> str:
-        return self.text
+        return self.no_history or self.text
 
 
 def _note_target(key: str, nodes, drawn: set[str]) -> str:

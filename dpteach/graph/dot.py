@@ -160,21 +160,17 @@ def _same_row(c, row: list[Node]) -> None:
         c.edge(a.id, b.id, style="invis")
 
 
-def _module_index(n: Node, view: View, by_id: dict[str, Node]) -> int:
-    """An original parameter's place in module order; a join's, the first original it feeds."""
-    if n.param is not None:
-        return n.param.index
-    targets = [by_id[e.dst].param for e in view.edges if e.src == n.id and by_id[e.dst].param is not None]
-    return min((p.index for p in targets), default=-1)
-
-
 def _pin_module_order(c, members: list[Node], view: View) -> None:
     """The original's parameters on one row in module order (0.weight, 0.bias, 2.weight, ...), tied
     left to right by invisible edges, so every picture of one module puts them in the same place."""
     by_id = {n.id: n for n in view.nodes}
 
-    def key(n: Node) -> tuple:  # collapsed boxes have no parameter: their module path, numbers as numbers
-        return (_module_index(n, view, by_id), _param_key(n)[1])
+    def key(n: Node) -> tuple:
+        """An original's place in module order, a join's the first original it feeds; then the module
+        path, numbers as numbers (collapsed boxes have no parameter)."""
+        fed = [by_id[e.dst].param for e in view.edges if e.src == n.id and by_id[e.dst].param is not None]
+        index = n.param.index if n.param is not None else min((p.index for p in fed), default=-1)
+        return (index, _param_key(n)[1])
 
     originals = sorted((n for n in members if n.kind == "original"), key=key)
     # the ReduceAdd nodes too, one above each original: left to dot, 2.bias's stood first

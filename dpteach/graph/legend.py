@@ -114,8 +114,9 @@ def edge_entry(e: Edge, by_id: dict[str, Node]) -> str:
     return "join" if "join" in (by_id[e.src].kind, by_id[e.dst].kind) else ""
 
 
-def used_entries(views: Iterable[View]) -> tuple[list[str], list[str], bool]:
-    """The node entries, the edge entries (in the legend's order) and whether there are replica boxes."""
+def _rows(views: list[View]) -> tuple[list[tuple], list[tuple[str, str, str]], bool]:
+    """The legend's rows for ``views``: (fill, border, style, border width, text) per node entry used,
+    (colour, glyph, text) per edge entry, each in the legend's own order; and whether there are boxes."""
     nodes: set[str] = set()
     edges: set[str] = set()
     boxes = False
@@ -127,25 +128,19 @@ def used_entries(views: Iterable[View]) -> tuple[list[str], list[str], bool]:
         nodes |= {"collapsed" for n in view.nodes if n.members > 1}
         edges |= {edge_entry(e, by_id) for e in view.edges}
         boxes = boxes or any(n.kind == "replica" for n in view.nodes)
-    return [k for k in LEGEND if k in nodes], [k for k in EDGE_LEGEND if k in edges], boxes
-
-
-BOXES = "a tinted box: one replica slot, its tint the device"
-
-
-def _rows(views: list[View]) -> tuple[list[tuple], list[tuple[str, str, str]], bool]:
-    """The legend's rows for ``views``: (fill, border, style, border width, text) per node entry used,
-    (colour, glyph, text) per edge entry, each in the legend's own order; and whether there are boxes."""
-    node_keys, edge_keys, boxes = used_entries(views)
+    node_keys, edge_keys = [k for k in LEGEND if k in nodes], [k for k in EDGE_LEGEND if k in edges]
     slot = next((s for s in (missing_from_one_slot(v)[1] for v in views) if s is not None), None)
-    nodes = [(*LEGEND[k][:3], 3 if LEGEND[k][1] in (GREEN, PURPLE) else 1, LEGEND[k][3]) for k in node_keys]
-    edges = []
+    rows = [(*LEGEND[k][:3], 3 if LEGEND[k][1] in (GREEN, PURPLE) else 1, LEGEND[k][3]) for k in node_keys]
+    edge_rows = []
     for key in edge_keys:
         colour, glyph, text = EDGE_LEGEND[key]
         if key == "missing" and slot is not None:
             text += f"; drawn for replica {slot} only, every replica is the same"
-        edges.append((colour, glyph, text))
-    return nodes, edges, boxes
+        edge_rows.append((colour, glyph, text))
+    return rows, edge_rows, boxes
+
+
+BOXES = "a tinted box: one replica slot, its tint the device"
 
 
 def legend_label(view: View) -> str:

@@ -10,6 +10,7 @@ node), and a node cannot hand back its output tensors, so it is found by the *si
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Iterator, Mapping, Sequence
 
 import torch
@@ -74,16 +75,6 @@ class TensorNames:
         return {fid for (fid, _), n in self.sites.items() if n.kind == "replica"}
 
 
-def named_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """Parameters and buffers that require grad, under every name they have (a tied weight twice)."""
-    for name, p in module.named_parameters(remove_duplicate=False):
-        if p.requires_grad:
-            yield name, p
-    for name, b in module.named_buffers(remove_duplicate=False):
-        if b.requires_grad:
-            yield name, b
-
-
 def resolve(module: nn.Module, dotted: str) -> torch.Tensor | None:
     """``module.a.b.weight`` by name, whatever holds it: ``_parameters``, ``_buffers`` or a plain attribute.
 
@@ -119,7 +110,13 @@ def held_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 def _name_originals(table: TensorNames, module: nn.Module) -> None:
     first_name: dict[int, str] = {}
-    for name, t in named_tensors(module):
+    # parameters and buffers that require grad, under every name they have (a tied weight twice)
+    every = chain(
+        module.named_parameters(remove_duplicate=False), module.named_buffers(remove_duplicate=False)
+    )
+    for name, t in every:
+        if not t.requires_grad:
+            continue
         table.canonical[name] = first_name.setdefault(id(t), name)
         if table.canonical[name] == name:  # a tied weight is one original, named once
             param = Param(name, None, str(t.device), len(table.originals))

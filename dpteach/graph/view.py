@@ -130,10 +130,6 @@ def truncate(
     return keep, inner + [Edge(src, "more") for src in leading[-MORE_EDGES:]], left_out
 
 
-def _depths(nodes: Sequence[Node]) -> int:
-    return max((len(n.module.split(".")) for n in nodes if n.module), default=0)
-
-
 def make_view(
     nodes: Sequence[Node],
     edges: Sequence[Edge],
@@ -152,7 +148,8 @@ def make_view(
         notes.append(f"collapsed by module, depth {collapse_depth}")
     elif collapse_depth is None and max_nodes is not None and len(nodes) > max_nodes:
         total = len(nodes)
-        for depth in range(max(_depths(nodes), 1), 0, -1):  # the finest depth that fits
+        deepest = max((len(n.module.split(".")) for n in nodes if n.module), default=1)
+        for depth in range(deepest, 0, -1):  # the finest depth that fits
             merged, merged_edges = collapse(nodes, edges, depth)
             if depth == 1 or len(merged) <= max_nodes:
                 nodes, edges = merged, merged_edges
