@@ -19,9 +19,8 @@ class AutogradGraph(Drawable):
     """The autograd graph behind an output, as plain nodes and edges; shows itself as a picture.
 
     ``nodes`` (id -> :class:`Node`, in the order of the walk) and ``edges`` (gradient direction)
-    are the whole graph. ``dead_ends`` are the replica parameters whose gradient stops in the
-    replica; ``unreached`` the original parameters no path from the output reaches. ``draw()``
-    makes a picture (see ``dpteach.graph.dot`` for its legend); ``dot`` is its DOT source.
+    are the whole graph; the properties below are what a learner asks of it. ``draw()`` makes a
+    picture (``legend.LEGEND`` says what its colours mean); ``dot`` is its DOT source.
     """
 
     def __init__(
@@ -34,8 +33,7 @@ class AutogradGraph(Drawable):
         recorded: frozenset[str] = frozenset(),
         no_history: str | None = None,
     ) -> None:
-        # one line saying why there is nothing to draw (no output has a grad_fn), else None
-        self.no_history = no_history
+        self.no_history = no_history  # why there is nothing to draw (no output has a grad_fn), else None
         self._canonical = dict(canonical or {})  # a tied weight's other names -> the name its original has
         # the nodes a first backward with create_graph=True recorded (autograd_graph's create_graph=)
         self.recorded: frozenset[str] = recorded

@@ -16,11 +16,11 @@ import re
 from dataclasses import replace
 
 from .legend import (
+    EDGE_LEGEND,
     FILL,
     FONT,
     GREEN,
     GREY,
-    MISSING,
     ORANGE,
     PURPLE,
     RECORDED_BORDER,
@@ -108,17 +108,18 @@ def _node_attrs(n: Node, view: View, by_id: dict[str, Node], compact: bool = Fal
     return attrs
 
 
-_EDGE_LOOK = {
-    "added": {"color": GREEN, "penwidth": "3"},
-    "removed": {"color": RED, "style": "dashed", "penwidth": "2"},
-    "missing": {"color": MISSING, "style": "dotted", "arrowhead": "tee", "penwidth": "2.5"},
-    "join": {"color": ORANGE, "penwidth": "2"},
-    "": {"color": GREY},
+_EDGE_STYLE = {  # each entry's line, in its colour from legend.EDGE_LEGEND
+    "added": {"penwidth": "3"},
+    "removed": {"style": "dashed", "penwidth": "2"},
+    "missing": {"style": "dotted", "arrowhead": "tee", "penwidth": "2.5"},
+    "join": {"penwidth": "2"},
+    "": {},
 }
 
 
 def _edge_attrs(e: Edge, by_id: dict[str, Node]) -> dict[str, str]:
-    attrs = dict(_EDGE_LOOK[edge_entry(e, by_id)])
+    key = edge_entry(e, by_id)
+    attrs = {"color": EDGE_LEGEND[key][0], **_EDGE_STYLE[key]}
     if by_id[e.src].kind == "replica" and by_id[e.dst].kind in ("join", "original"):
         attrs["minlen"] = "2"  # room below the replicas for the lines from the copies to fan out
     return attrs
@@ -129,8 +130,7 @@ def _remark(c, i: int, target: str, text: str, width: int = 32) -> None:
     import textwrap
 
     name = f"note_{i}"
-    label = "\n".join(textwrap.wrap(text, width)) + "\n"  # dot centres lines: left-justify them instead
-    label = label.replace("\n", "\\l")
+    label = "\\l".join(textwrap.wrap(text, width)) + "\\l"  # dot centres lines: \l left-justifies them
     c.node(
         name,
         label=label,

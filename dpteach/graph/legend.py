@@ -71,10 +71,9 @@ EDGE_LEGEND = {  # entry -> (colour, glyph, text)
 def missing_from_one_slot(view: View) -> tuple[list[Edge], int | None]:
     """``view.edges`` with clone's missing edges drawn from one replica only, and that replica's slot.
 
-    Every replica's dead ends have the same originals, so drawn from every replica the dotted lines
-    fanned out from both boxes, crossed between them, and no copy could be traced to its original.
-    When every slot has dead ends for the same originals, only the last slot's are kept, in module
-    order (the legend says so); otherwise every edge stays and the slot is None.
+    Drawn from every replica, the dotted lines crossed between the boxes and no copy could be traced to
+    its original. When every slot has dead ends for the same originals, only the last slot's are kept,
+    in module order (the legend says so); otherwise every edge stays and the slot is None.
     """
     by_id = {n.id: n for n in view.nodes}
     by_slot: dict[int | None, set[str]] = {}

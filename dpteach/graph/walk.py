@@ -197,12 +197,8 @@ def _name(found: list[_RawNode], table: TensorNames, n_outputs: int) -> list[Nod
             kind = "join" if id(f.fn) in join_fns else "op"
             nid = None
             if kind == "join":  # a ReduceAdd node feeds one original parameter: name it after it
-                named_leaves = [
-                    table.leaves.get(id(fn.variable))
-                    for fn, _ in f.fn.next_functions
-                    if fn is not None and _is_leaf_fn(fn)
-                ]
-                only = named_leaves[0] if len(named_leaves) == 1 else None
+                leaves = [fn.variable for fn, _ in f.fn.next_functions if fn is not None and _is_leaf_fn(fn)]
+                only = table.leaves.get(id(leaves[0])) if len(leaves) == 1 else None
                 if only is not None and only.kind == "original":
                     nid = f"{name}[{only.param.name}]"
             if nid is None:
