@@ -1,8 +1,7 @@
 """Showing a graph: SVG in Jupyter when Graphviz is there, text with one sentence on how to get it when not.
 
-Displaying never raises. Without the ``graphviz`` Python package or the ``dot`` program the object
-shows its text form (``text.py``) and says what to install; ``.svg()`` and ``.save()``, asked for
-explicitly, do raise, with the same sentence.
+Displaying never raises: without the ``graphviz`` package or the ``dot`` program it shows the text
+form (``text.py``) and what to install; ``.svg()`` and ``.save()`` raise, with the same sentence.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import shutil
 import subprocess
 from functools import cached_property
 from html import escape
+from pathlib import Path
 from typing import Sequence
 
 from . import text as text_form
@@ -130,8 +130,7 @@ class Drawing:
         """Write the picture to ``path`` (format from the suffix: .svg, .png, .pdf, .dot); returns the path."""
         fmt = format or (path.rsplit(".", 1)[-1] if "." in path else "svg")
         data = self.dot.encode() if fmt in ("dot", "gv") else self._picture(fmt)
-        with open(path, "wb") as f:
-            f.write(data)
+        Path(path).write_bytes(data)
         return path
 
     def _repr_svg_(self) -> str | None:

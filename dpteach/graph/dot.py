@@ -6,8 +6,7 @@ at the top down to the tensors whose ``.grad`` it fills. The colours and borders
 
 The box around each replica slot is tinted by device (grey for the CPU, a colour per CUDA device),
 so two slots on one device share a tint and slots on different GPUs do not. The original module's
-parameters and the ReduceAdd / Broadcast nodes sit in a blue-bordered box of their own, except in
-drawings of more than ``view.MAX_NODES`` nodes, where that box would cost dot seconds of layout.
+parameters and the ReduceAdd / Broadcast nodes sit in a blue-bordered box of their own.
 """
 
 from __future__ import annotations
@@ -274,8 +273,7 @@ NODE = {"fontsize": "10", "height": "0.3", "margin": "0.08,0.04"}
 def to_digraph(view: View, legend: bool = True, compact: bool = False):
     """A ``graphviz.Digraph`` of ``view`` (needs the graphviz Python package, not the dot program).
 
-    ``compact=True`` writes only names in the boxes (no shapes, no status lines) and packs them
-    tighter: for pictures shown side by side, whose legend is drawn once beside them.
+    ``compact=True``: only names in the boxes, packed tighter, for pictures shown side by side.
     """
     import graphviz  # imported here: `import dpteach` must not need it
 
