@@ -39,6 +39,7 @@ class AutogradGraph(Drawable):
         self.recorded: frozenset[str] = recorded
         self.nodes: Mapping[str, Node] = MappingProxyType({n.id: n for n in nodes})
         self.edges: tuple[Edge, ...] = tuple(edges)
+        self._originals = {n.param.name: n.id for n in self.nodes.values() if n.kind == "original"}
         self._order = {p.name: i for i, p in enumerate(params)}  # the module's own order, for sorting
         self._children: dict[str, list[str]] = {n.id: [] for n in nodes}
         for e in self.edges:
@@ -98,27 +99,21 @@ class AutogradGraph(Drawable):
                     queue.append(c)
         return None
 
+    def _original_of(self, node: Node) -> str | None:
+        """The id of the node of a replica parameter's original (a tied weight's names all lead to it)."""
+        return self._originals.get(self._canonical.get(node.param.name, node.param.name))
+
     def paths_to_original(self) -> dict[Param, tuple[str, ...] | None]:
         """For each replica parameter, the path its gradient takes to *its* original (None: a dead end)."""
-        nodes = {n.param: n.id for n in self.nodes.values() if n.param is not None}
-        originals = {p.name: nid for p, nid in nodes.items() if p.slot is None}
-
-        def original_of(p: Param) -> str | None:
-            return originals.get(self._canonical.get(p.name, p.name))
-
-        return {
-            p: (self.path(nodes[p], original_of(p)) if original_of(p) else None) for p in self.replica_params
-        }
+        ends = {n.param: (n.id, self._original_of(n)) for n in self.nodes.values() if n.kind == "replica"}
+        return {p: self.path(*ends[p]) if ends[p][1] else None for p in self.replica_params}
 
     def _drawn_parts(self) -> tuple[list[Node], list[Edge]]:
         # draw the edge clone() never made, from each dead end to its original: the picture of #19540
-        originals = {n.param.name: n.id for n in self.nodes.values() if n.kind == "original"}
         dead = [
-            (n.id, self._canonical.get(n.param.name, n.param.name))
-            for n in self.nodes.values()
-            if n.kind == "replica" and n.dead_end
+            (n.id, self._original_of(n)) for n in self.nodes.values() if n.kind == "replica" and n.dead_end
         ]
-        missing = [Edge(nid, originals[name], "missing") for nid, name in dead if name in originals]
+        missing = [Edge(nid, original, "missing") for nid, original in dead if original]
         return list(self.nodes.values()), [*self.edges, *missing]
 
     def _summary(self, short: bool = False) -> str:
