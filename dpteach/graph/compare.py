@@ -55,13 +55,12 @@ class StrategyComparison(Mapping[str, AutogradGraph]):
         below ``MIN_LABEL_PX``, the grid scrolls sideways.
         """
         drawings = {name: g.draw(legend=False, compact=True) for name, g in self.graphs.items()}
-        images = {name: d.data_uri() for name, d in drawings.items()}
         widths = {name: d.width_px() for name, d in drawings.items()}
         cells = "".join(
             f'<figure style="margin:0;min-width:0;text-align:center">'
             f'<img style="width:100%;height:auto;display:block;max-width:{widths[name]}px;margin:0 auto" '
-            f'alt="autograd graph, strategy {escape(name)}" src="{uri}"></figure>'
-            for name, uri in images.items()
+            f'alt="autograd graph, strategy {escape(name)}" src="{d.data_uri()}"></figure>'
+            for name, d in drawings.items()
         )
         legend = legend_html(d.view for d in drawings.values())
         ops = {n.op for g in self.graphs.values() for n in g.nodes.values() if n.op}

@@ -95,10 +95,9 @@ def held_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     A C++-style module keeps its tensors in member fields that ``replicate`` cannot see
     (``demos.CppStyleLinear.members``, the "failed attempt" of PR #20910); its forward reads those.
     """
-    attributes = vars(module)
-    for key in [k for k in attributes if k[:1] != "_"]:  # a module's own bookkeeping starts with _
-        value = attributes[key]
-        if type(value) in _PLAIN or isinstance(value, nn.Module):
+    for key, value in list(vars(module).items()):
+        # a module's own bookkeeping starts with _; plain values and submodules hold no stray tensor
+        if key[:1] == "_" or type(value) in _PLAIN or isinstance(value, nn.Module):
             continue
         if isinstance(value, torch.Tensor):
             yield key, value
@@ -159,9 +158,7 @@ def _name_replica(table: TensorNames, paths: list[str], slot: int, replica: nn.M
 
 
 def build_names(
-    module: nn.Module | None,
-    replicas: Sequence[nn.Module] | None,
-    names: Mapping[str, torch.Tensor] | None,
+    module: nn.Module | None, replicas: Sequence[nn.Module] | None, names: Mapping[str, torch.Tensor] | None
 ) -> TensorNames:
     """Name the original's parameters, every replica's copies (by the original's names) and the learner's tensors."""
     table = TensorNames()

@@ -85,14 +85,11 @@ def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[
         if len(members) > 1:
             merged[key] = _merged(key, members)
             rename.update({m.id: merged[key].id for m in members})
-    out: list[Node] = []
-    placed: set[str] = set()
+    out: dict[str, Node] = {}
     for n, key in zip(nodes, keys):  # keep the walk's order: a merged node sits where its first member was
-        node = merged.get(key, n) if key is not None else n
-        if node.id not in placed:
-            placed.add(node.id)
-            out.append(node)
-    return out, _merge_edges(edges, rename)
+        node = merged.get(key, n)
+        out.setdefault(node.id, node)
+    return list(out.values()), _merge_edges(edges, rename)
 
 
 def _merge_edges(edges: Sequence[Edge], rename: dict[str, str]) -> list[Edge]:

@@ -19,7 +19,7 @@ gives the same nodes, edges and DOT text on every run, and two strategies' graph
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
@@ -47,18 +47,16 @@ class Handles:
 OUTPUT, SITE, LEAF, FN = "output", "site", "leaf", "fn"
 
 
+@dataclass(slots=True, eq=False)
 class _RawNode:
     """What the walk found, one per node, in preorder: where it comes from, its live handle, its name."""
 
-    __slots__ = ("where", "fn", "named", "tensor", "children", "entries")
-
-    def __init__(self, where: str, fn: object, named: Named | None, tensor: torch.Tensor | None) -> None:
-        self.where = where
-        self.fn = fn  # the grad_fn (SITE: the one its tensor came out of; LEAF: its AccumulateGrad)
-        self.named = named
-        self.tensor = tensor  # OUTPUT: the output; LEAF: the leaf tensor (AccumulateGrad.variable)
-        self.children: list[int] = []  # distinct, in next_functions order
-        self.entries: list[tuple[int, int]] | None = None  # (index into next_functions, child), on request
+    where: str
+    fn: object  # the grad_fn (SITE: the one its tensor came out of; LEAF: its AccumulateGrad)
+    named: Named | None
+    tensor: torch.Tensor | None  # OUTPUT: the output; LEAF: the leaf tensor (AccumulateGrad.variable)
+    children: list[int] = field(default_factory=list)  # distinct, in next_functions order
+    entries: list[tuple[int, int]] | None = None  # (index into next_functions, child), on request
 
 
 def _is_leaf_fn(fn: object) -> bool:
@@ -306,10 +304,7 @@ def _finish(
 
 
 def walk_graph(
-    outputs: Sequence[torch.Tensor],
-    table: TensorNames,
-    *,
-    handles: bool = False,
+    outputs: Sequence[torch.Tensor], table: TensorNames, *, handles: bool = False
 ) -> tuple[list[Node], list[Edge], Handles | None]:
     """The graph behind ``outputs`` as nodes and edges (and, with ``handles=True``, its live grad_fns)."""
     found, post = _walk(outputs, table, keep_entries=handles)
