@@ -182,10 +182,7 @@ def walked_graph(
     create_graph: tuple[torch.Tensor, Sequence[torch.Tensor]] | None = None,
 ) -> tuple[AutogradGraph, Handles | None]:
     """``autograd_graph``, and with ``handles=True`` the live ``grad_fn`` behind each node (``walk.Handles``)."""
-    if isinstance(output, torch.Tensor):
-        outputs = [output]
-    else:
-        outputs = list(output) if isinstance(output, (list, tuple)) else []
+    outputs = list(output) if isinstance(output, (list, tuple)) else [output]
     if not outputs or not all(isinstance(o, torch.Tensor) for o in outputs):
         raise TypeError(
             f"autograd_graph expects a tensor (or a list of tensors), got {type(output).__name__}"

@@ -283,7 +283,6 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     # every depth of the replicas) costs seconds: big drawings leave that box out (the ReduceAdd nodes
     # then line up between the replicas) and cap network simplex's iterations.
     big = len(view.nodes) > MAX_NODES
-    fast = {"nslimit": "2", "nslimit1": "2"} if big else {}
     g = graphviz.Digraph(
         "autograd",
         graph_attr={
@@ -303,7 +302,7 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             # compact drawings too, the long edges to a row of parameters looped round the boxes)
             "remincross": "false",
             "mclimit": "0.01" if big else "1",
-            **fast,
+            **({"nslimit": "2", "nslimit1": "2"} if big else {}),
         },
         node_attr={"shape": "box", "fontname": FONT, **(COMPACT_NODE if compact else NODE)},
         edge_attr={"arrowsize": "0.7"},

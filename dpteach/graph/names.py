@@ -53,8 +53,7 @@ class TensorNames:
         self.leaves: dict[int, Named] = {}  # id(leaf tensor) -> name
         self.sites: dict[tuple[int, int], Named] = {}  # (id(grad_fn), output_nr) -> name
         self.originals: list[tuple[Param, torch.Tensor]] = []  # in module order, for .unreached
-        # every name of an original tensor -> its first name (tied weights)
-        self.canonical: dict[str, str] = {}
+        self.canonical: dict[str, str] = {}  # every name of an original -> its first name (tied weights)
         self.order: dict[str, int] = {}  # an original's first name -> its place in module order
         self.named_leaves: list[tuple[Named, torch.Tensor]] = []  # names= leaves, drawn even when unreached
         self._keep: list[object] = []  # hold every tensor and grad_fn so their id()s stay theirs

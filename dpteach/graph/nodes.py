@@ -1,7 +1,6 @@
 """The graph's parts: ``Node`` (a backward function or a tensor) and ``Edge`` (the way the gradient goes).
 
-``walk.py`` makes them from a live output; ``view.py``, ``dot.py``, ``text.py`` and ``diff.py``
-read them. Node ids are names, never ``id()`` (see ``walk.py``).
+``walk.py`` makes them from a live output, ids from names, never ``id()``; the drawings read them.
 """
 
 from __future__ import annotations

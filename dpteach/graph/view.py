@@ -1,12 +1,11 @@
 """What a drawing shows of a graph: every node, or nodes collapsed by module, and at most ``max_nodes``.
 
-A ResNet has hundreds of backward nodes per replica; drawn one by one they are a wall (torchviz
-#71; albanD's advice there: collapse by module). ``collapse=d`` merges, per replica slot, the ops
-and the parameters of each module ``d`` levels deep into one node (``layer1`` for ``d=1``,
-``layer1.0`` for ``d=2``); the output, the loss and ``Gather`` stay as they are. When a graph has
-more than ``max_nodes`` nodes and ``collapse`` was not given, the finest depth that fits is chosen;
-if even depth 1 does not fit, the first ``max_nodes`` nodes of the walk are kept and one node
-says how many were left out.
+A ResNet has hundreds of backward nodes per replica, a wall drawn one by one (torchviz #71, where
+albanD advises collapsing by module). ``collapse=d`` merges, per replica slot, the ops and the
+parameters of each module ``d`` levels deep into one node (``layer1`` for ``d=1``); the output, the
+loss and ``Gather`` stay. Past ``max_nodes`` nodes with no ``collapse`` given, the finest depth that
+fits is chosen; if even depth 1 does not, the first ``max_nodes`` are kept and one node says how
+many were left out.
 """
 
 from __future__ import annotations

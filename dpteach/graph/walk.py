@@ -270,14 +270,13 @@ def _place(found: list[_RawNode], post: list[int], nodes: list[Node]) -> list[st
 
 
 def _finish(
-    found: list[_RawNode],
     nodes: list[Node],
     slots: list[int | None],
     to_original: list[bool],
     module: list[str | None],
     table: TensorNames,
-) -> tuple[list[Node], list[Edge]]:
-    """Pass 5: the final nodes (with the parameters the walk never reached), and the edges."""
+) -> list[Node]:
+    """Pass 5: the final nodes, with the parameters the walk never reached."""
     slot_device = {n.slot: n.device for n in nodes if n.kind == "replica"}  # an op runs on its slot's device
     out = [
         replace(
@@ -298,9 +297,7 @@ def _finish(
     for named, t in table.named_leaves:  # a leaf you named that the output does not reach: .grad stays None
         if f"tensor.{named.label}" not in present and table.leaves.get(id(t)) is named:
             out.append(_named_node(named, leaf=True, reached=False))
-    ids = [n.id for n in nodes]
-    edges = [Edge(ids[i], ids[c]) for i, f in enumerate(found) for c in f.children]
-    return out, edges
+    return out
 
 
 def walk_graph(
@@ -311,10 +308,11 @@ def walk_graph(
     named = _name(found, table, len(outputs))
     slots, to_original = _trace(found, post, named)
     module = _place(found, post, named)
-    nodes, edges = _finish(found, named, slots, to_original, module, table)
+    nodes = _finish(named, slots, to_original, module, table)
+    ids = [n.id for n in named]
+    edges = [Edge(ids[i], ids[c]) for i, f in enumerate(found) for c in f.children]
     if not handles:
         return nodes, edges, None
-    ids = [n.id for n in named]
     fns = {ids[i]: f.fn for i, f in enumerate(found) if f.where in (FN, LEAF)}
     entries = {ids[i]: [(k, ids[c]) for k, c in f.entries or ()] for i, f in enumerate(found)}
     return nodes, edges, Handles(MappingProxyType(fns), MappingProxyType(entries))
