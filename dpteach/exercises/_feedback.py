@@ -14,6 +14,7 @@ import re
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import torch
 
@@ -164,6 +165,11 @@ class Findings:
     def problem(self, kind: str, text: str) -> None:
         self._first.setdefault(kind, text)
         self._count[kind] = self._count.get(kind, 0) + 1
+
+    def stop(self, kind: str, text: str) -> NoReturn:
+        """Record the problem and stop the check (raise :class:`Stop`): what follows would mean nothing."""
+        self.problem(kind, text)
+        raise Stop
 
     @property
     def ok(self) -> bool:

@@ -21,10 +21,11 @@ from torch.utils._python_dispatch import _pop_mode
 from .._devices import as_devices
 from ..course import story
 from ..data_parallel import step
+from ..graph.names import resolve
 from ..replicate import resolve_strategy
 from ._feedback import Findings, Result, Stop, Task, explain, not_implemented_message
 from ._models import CASES, Case, Reference, reference
-from ._paths import edge_problem, places, replica_tensor, shares_storage
+from ._paths import edge_problem, places, shares_storage
 from ._time_limit import TimeLimit, time_limit
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -103,7 +104,7 @@ def check_replicas(findings: Findings, run: Run) -> None:
     """Every replica's parameter: present, on its slot, its own memory after slot 0, a path to the original."""
     for slot, replica in enumerate(run.replicas):
         for place in places(run.model):
-            t = replica_tensor(replica, place)
+            t = resolve(replica, place.name)
             problem = edge_problem(t, place, slot)
             if problem is not None:
                 findings.problem(*problem[:1], f"{run.where}: {problem[1]}")
@@ -161,7 +162,7 @@ def check_buffers(findings: Findings, run: Run) -> None:
     """Slot 0's buffers are the original's; later slots own theirs; the original saw exactly slot 0's piece."""
     for slot, replica in enumerate(run.replicas):
         for place in places(run.model, "buffer"):
-            t = replica_tensor(replica, place)
+            t = resolve(replica, place.name)
             who = f"replica {slot}'s `{place.name}`"
             if t is None:
                 findings.problem("buffer_missing", f"{run.where}: {who} is missing")
@@ -197,23 +198,26 @@ def check_buffers(findings: Findings, run: Run) -> None:
 def require_strategy(findings: Findings, strategy, check: str, example: str) -> None:
     """Stop with a usage message unless ``strategy`` is something ``DataParallel(strategy=...)`` accepts."""
     if strategy is None:
-        findings.problem("usage", f"pass your function: `exercises.{check}({example})`")
-        raise Stop
+        findings.stop("usage", f"pass your function: `exercises.{check}({example})`")
     try:
         resolve_strategy(strategy)
     except ValueError as exc:
-        findings.problem("usage", f"{check} expects a replicate function or a strategy name: {exc}")
-        raise Stop from None
+        findings.stop("usage", f"{check} expects a replicate function or a strategy name: {exc}")
 
 
-def run_cases(findings: Findings, strategy, devices, *checks: Callable[[Findings, Run], None]) -> None:
-    """Run ``strategy`` on every model and slot count, then each of ``checks`` on every run, then compare."""
+def run_cases(
+    findings: Findings, strategy, devices, *checks: Callable[[Findings, Run], None], double: bool = False
+) -> None:
+    """Run ``strategy`` on every model and slot count, then each of ``checks`` on every run, then compare
+    with one device: the gradients, and with ``double=True`` those of a gradient penalty too."""
     for case in CASES:
         for slots in slot_lists(devices):
-            run = run_strategy(findings, strategy, case, slots)
+            run = run_strategy(findings, strategy, case, slots, double)
             for check in checks:
                 check(findings, run)
             compare(findings, run)
+            if double:
+                compare(findings, run, "second")
 
 
 def _set_anomaly(v):

@@ -13,24 +13,15 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from ..graph.walk import grad_fns
+
 
 def leaves_behind(tensor: torch.Tensor) -> list[torch.Tensor]:
     """The leaf tensors a gradient arriving at ``tensor`` would end in (itself, if it is a leaf)."""
     if tensor.grad_fn is None:
         return [tensor] if tensor.requires_grad else []
-    seen: set[int] = set()
-    stack, leaves = [tensor.grad_fn], []
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        variable = getattr(node, "variable", None)  # only AccumulateGrad nodes have one
-        if variable is not None:
-            leaves.append(variable)
-            continue
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return leaves
+    # only AccumulateGrad nodes have a .variable: the leaf whose .grad they fill
+    return [fn.variable for fn in grad_fns([tensor.grad_fn]) if hasattr(fn, "variable")]
 
 
 def nodes_behind(tensor: torch.Tensor, depth: int = 4) -> list[str]:
@@ -65,17 +56,6 @@ def places(network: nn.Module, kind: str = "parameter") -> Iterator[Place]:
         for key, t in registry.items():
             if t is not None:
                 yield Place(path, key, first_name[id(t)], t)
-
-
-def replica_tensor(replica: nn.Module, place: Place) -> torch.Tensor | None:
-    """The tensor ``replica`` holds at ``place``, or None if it has none."""
-    module = replica
-    for part in place.module_path.split(".") if place.module_path else []:
-        module = module._modules.get(part) if isinstance(module, nn.Module) else None
-        if module is None:
-            return None
-    t = getattr(module, place.key, None)
-    return t if isinstance(t, torch.Tensor) else None
 
 
 def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import torch
 
+from ..graph.names import resolve
 from ..replicate import replicate
 from ._feedback import Findings, Result, Task
 from ._harness import check_replicas, require_strategy, run_cases, run_check, try_step
 from ._models import CASES
-from ._paths import places, replica_tensor
+from ._paths import places
 
 TASK = Task(  # the registry finds this record by the file's name
     1,
@@ -66,7 +67,7 @@ def check_slot_devices(findings: Findings, strategy) -> None:
         replicas = replicate(model, SECOND_DEVICE, strategy=strategy)
         for slot, replica in enumerate(replicas):
             for place in places(model):
-                t = replica_tensor(replica, place)
+                t = resolve(replica, place.name)
                 if t is not None and t.device != SECOND_DEVICE[slot]:
                     findings.problem(
                         "device",

@@ -12,7 +12,7 @@ import torch
 from torch.autograd import Function
 
 from ..replicate import rewire
-from ._feedback import Findings, Result, Stop, Task
+from ._feedback import Findings, Result, Task
 from ._harness import check_replicas, run_cases, run_check, try_step
 from ._paths import leaves_behind
 
@@ -70,33 +70,29 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
     outputs = (outputs,) if isinstance(outputs, torch.Tensor) else outputs
     if not isinstance(outputs, tuple) or len(outputs) != 3:
         got = len(outputs) if isinstance(outputs, (tuple, list)) else type(outputs).__name__
-        findings.problem(
+        findings.stop(
             "outputs",
             f"ReduceAdd.apply(original, c0, c1, c2) returned {got} output(s); it must return 3, one per copy",
         )
-        raise Stop
     for i, (out, c) in enumerate(zip(outputs, copies)):
         if not isinstance(out, torch.Tensor) or out.shape != c.shape or not torch.equal(out.detach(), c):
-            findings.problem(
+            findings.stop(
                 "outputs",
                 f"output {i} of ReduceAdd.forward is not copy {i}: each replica must get "
                 "back its own copy, values unchanged",
             )
-            raise Stop
         if out.grad_fn is None or not type(out.grad_fn).__name__.startswith(reduce_add.__name__):
-            findings.problem(
+            findings.stop(
                 "outputs",
                 f"output {i} of ReduceAdd.forward has grad_fn {type(out.grad_fn).__name__}, "
                 f"not your {reduce_add.__name__} node: the copies must be the node's own outputs",
             )
-            raise Stop
     if not any(leaf is original for leaf in leaves_behind(outputs[0])):
-        findings.problem(
+        findings.stop(
             "edge",
             "the ReduceAdd node has no edge to `original`, so no gradient can reach it: keep `original` an input "
             "of forward (its first) and return the copies from forward",
         )
-        raise Stop
     base = torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]])
     # a scalar loss, not backward(outputs, grad_tensors): torch imports sympy the first time it checks grad_tensors
     sum((out * (2**i * base)).sum() for i, out in enumerate(outputs)).backward()
@@ -141,12 +137,11 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
 
     def body(findings: Findings) -> None:
         if not (inspect.isclass(reduce_add) and issubclass(reduce_add, Function)):
-            findings.problem(
+            findings.stop(
                 "usage",
                 f"check_rewire expects your ReduceAdd class (a torch.autograd.Function "
                 f"subclass), got {reduce_add!r}: `exercises.check_rewire(MyReduceAdd)`",
             )
-            raise Stop
         _probe_node(findings, reduce_add)
         _probe_device(findings, reduce_add)
         if not findings.ok:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ._feedback import Findings, Result, Stop, Task
+from ._feedback import Findings, Result, Task
 from ._harness import run_check
 
 TASK = Task(  # the registry finds this record by the file's name
@@ -106,13 +106,11 @@ def check_copy_once(copy_once=None, *, devices=None) -> Result:
 
     def body(findings: Findings) -> None:
         if copy_once is None:
-            findings.problem("usage", "pass your function: `exercises.check_copy_once(copy_once)`")
-            raise Stop
+            findings.stop("usage", "pass your function: `exercises.check_copy_once(copy_once)`")
         if not callable(copy_once):
-            findings.problem(
+            findings.stop(
                 "usage", f"check_copy_once expects a function copy_once(tensor, device), got {copy_once!r}"
             )
-            raise Stop
         for src, dst in places(devices):
             as_device_ok = _one(findings, copy_once, src, dst)
             # "cpu" as a slot list names it; blame the string only if the torch.device call held
