@@ -11,7 +11,6 @@ import html
 import linecache
 import os
 import re
-import time
 import traceback
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -58,7 +57,6 @@ class Result:
     messages: list[str]
     hints: list[str] = field(default_factory=list)
     implemented: bool = True  # False: the stub still raises NotImplementedError
-    seconds: float = 0.0
     kinds: list[str] = field(default_factory=list)  # the kind of each problem found ("fresh_leaf", "error")
     error: BaseException | None = None  # what the learner's code raised, if it did: `raise result.error`
 
@@ -160,7 +158,6 @@ class Findings:
         self.held: list[str] = []  # what was verified, said on success
         self.context = "While setting up"  # where the check is, for a sentence about an exception
         self.error: BaseException | None = None
-        self._start = time.perf_counter()
 
     def problem(self, kind: str, text: str) -> None:
         self._first.setdefault(kind, text)
@@ -182,7 +179,6 @@ class Findings:
         return steps[min(tries, len(steps)) - 1]
 
     def result(self, not_implemented: str | None = None) -> Result:
-        seconds = time.perf_counter() - self._start
         if not_implemented is not None:
             return Result(
                 self.task,
@@ -193,12 +189,11 @@ class Findings:
                     "then run this check again."
                 ],
                 implemented=False,
-                seconds=seconds,
                 kinds=["not_written"],
             )
         if self.ok:
             _failures.pop(self.task.key, None)
-            return Result(self.task, True, list(self.held), seconds=seconds)
+            return Result(self.task, True, list(self.held))
         tries = _failures[self.task.key] = _failures.get(self.task.key, 0) + 1
         messages = []
         for kind, text in list(self._first.items())[:5]:
@@ -211,7 +206,7 @@ class Findings:
                 "worked answer; the hints above go one step further each time you run this check."
             )
         kinds = list(self._first)
-        return Result(self.task, False, messages, hints, seconds=seconds, kinds=kinds, error=self.error)
+        return Result(self.task, False, messages, hints, kinds=kinds, error=self.error)
 
 
 def explain(exc: BaseException) -> str:

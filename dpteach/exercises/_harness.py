@@ -44,11 +44,7 @@ class Run:
     grads: dict[str, torch.Tensor | None]
     second: dict[str, torch.Tensor | None] | None
     ref: Reference
-
-    @property
-    def where(self) -> str:
-        n = len(self.slots)
-        return f"On {self.case.name} with {n} slot{'s' if n != 1 else ''}"
+    where: str  # "On the MLP with 2 slots": how its sentences start
 
 
 def slot_lists(devices: Sequence | None) -> list[list[torch.device]]:
@@ -83,7 +79,7 @@ def run_strategy(
         if with_history:
             sum((g**2).sum() for g in with_history).backward()
             second = {k: (torch.zeros_like(p) if p.grad is None else p.grad) for k, p in params.items()}
-    return Run(case, slots, model, done.replicas, done.out.detach(), grads, second, ref)
+    return Run(case, slots, model, done.replicas, done.out.detach(), grads, second, ref, findings.context)
 
 
 def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = None) -> str:

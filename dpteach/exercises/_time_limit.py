@@ -56,9 +56,8 @@ class TimeLimit:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.stop(
-            wait=exc_type is not KeyboardInterrupt
-        )  # an interrupt on its way arrives here, inside the with
+        # an interrupt on its way arrives here, inside the with
+        self.stop(wait=exc_type is not KeyboardInterrupt)
 
     def _fire(self) -> None:
         with self._lock:

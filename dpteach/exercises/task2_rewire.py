@@ -6,6 +6,7 @@ the library's ``"rewire"`` strategy with it (:func:`rewire_with`) on every model
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -53,10 +54,7 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
 
 def rewire_with(reduce_add: type[Function]):
     """The library's ``"rewire"`` strategy (``dpteach.replicate.rewire``) running a learner's ``ReduceAdd``."""
-
-    def replicate(network, devices, detach=False):
-        return rewire.replicate(network, devices, detach, node=reduce_add)
-
+    replicate = functools.partial(rewire.replicate, node=reduce_add)
     replicate.__name__ = f"rewire_with({getattr(reduce_add, '__name__', 'ReduceAdd')})"
     return replicate
 

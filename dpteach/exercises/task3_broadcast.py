@@ -7,6 +7,7 @@ and the gradients of a gradient penalty with one device's, on every model and 1-
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -64,10 +65,7 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
 
 def broadcast_with(broadcast: type[Function]):
     """The library's ``"broadcast"`` strategy (``dpteach.replicate.broadcast``) running a learner's ``Broadcast``."""
-
-    def replicate(network, devices, detach=False):
-        return broadcast_strategy.replicate(network, devices, detach, broadcast=broadcast)
-
+    replicate = functools.partial(broadcast_strategy.replicate, broadcast=broadcast)
     replicate.__name__ = f"broadcast_with({getattr(broadcast, '__name__', 'Broadcast')})"
     return replicate
 

@@ -111,7 +111,7 @@ def _inputs():
         ("a dict holding a Batch and a tuple", {"batch": Batch(x, mask, tags), "extra": (y, [x])}, 4, 0),
         ("2 rows over 4 slots", x[:2], 4, 0),
         ("a tensor split along dim=1", wide, 3, 1),
-    ], x
+    ]
 
 
 def _outputs():
@@ -126,7 +126,7 @@ def _outputs():
         ("namedtuples Out(y, aux={'h': y})", [Out(y, {"h": y * 2}) for y in ys], 0),
         ("dataclasses Prediction(y, label)", [Prediction(y, "p") for y in ys], 0),
         ("tensors joined along dim=1", ys, 1),
-    ], ys
+    ]
 
 
 def first_difference(got, want, path: str) -> tuple[str, str] | None:
@@ -149,7 +149,8 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
     if isinstance(want, tuple) and hasattr(want, "_fields"):
         pairs = [(f".{k}", getattr(got, k), getattr(want, k)) for k in want._fields]
     elif dataclasses.is_dataclass(want):
-        for f in dataclasses.fields(want):
+        fields = dataclasses.fields(want)
+        for f in fields:
             g, w = getattr(got, f.name), getattr(want, f.name)
             if not isinstance(w, torch.Tensor) and _is_default(f, g) and not _is_default(f, w):
                 return (
@@ -157,9 +158,7 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
                     f"`{path}.{f.name}` is {g!r}, the field's default, not {w!r}: the "
                     "field was dropped on the way",
                 )
-        pairs = [
-            (f".{f.name}", getattr(got, f.name), getattr(want, f.name)) for f in dataclasses.fields(want)
-        ]
+        pairs = [(f".{f.name}", getattr(got, f.name), getattr(want, f.name)) for f in fields]
     elif isinstance(want, (list, tuple)):
         if len(got) != len(want):
             kind = "count" if path.count("[") == 0 else "type"
@@ -173,10 +172,7 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
         if got is want:
             return None
         if got == want:
-            return (
-                "shared",
-                f"`{path}` is a copy of {want!r}; a non-tensor is shared: the same object",
-            )
+            return "shared", f"`{path}` is a copy of {want!r}; a non-tensor is shared: the same object"
         return "shared", f"`{path}` is {got!r}, expected {want!r} (the same object the input holds)"
     for suffix, g, w in pairs:
         found = first_difference(g, w, path + suffix)
@@ -213,8 +209,7 @@ class _Plugged(DataParallel):
 
 
 def _check_scatter(findings: Findings, scatter) -> None:
-    cases, _ = _inputs()
-    for what, inputs, n, dim in cases:
+    for what, inputs, n, dim in _inputs():
         findings.context = f"Scattering {what} over {n} slots"
         slots = [torch.device("cpu")] * n
         want = real_scatter(inputs, slots, dim)
@@ -242,8 +237,7 @@ def _check_scatter(findings: Findings, scatter) -> None:
 
 
 def _check_gather(findings: Findings, gather) -> None:
-    cases, _ = _outputs()
-    for what, outputs, dim in cases:
+    for what, outputs, dim in _outputs():
         findings.context = f"Gathering {what}"
         want = real_gather(outputs, "cpu", dim)
         got = gather(outputs, torch.device("cpu"), dim)
