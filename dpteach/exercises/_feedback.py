@@ -104,7 +104,7 @@ class Stop(Exception):
 
 Hint = str | tuple[str, ...]  # one hint, or its steps: the idea first, the code last
 
-COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
+COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem any check can find, unless its task says it better
     "error": (
         "the message names the input the check was trying and the line of yours that raised: make that line "
         "work for that input.",
@@ -127,14 +127,9 @@ COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
     "grads_none": "follow each replica parameter's `grad_fn`, then `next_functions`: the walk must end at the "
     "original parameter (chapter 02).",
     "grads_wrong": "let each slot's gradient reach the original exactly once: one copy per slot, each summed once.",
-    "second_none": "make every backward on the way differentiable (chapter 07): nodes autograd records, "
-    "not raw copies.",
     "second_wrong": "make every backward on the way compute its gradient with recorded operations only, so its "
     "own backward is right too (chapter 07).",
     "buffer_missing": "keep every buffer in each replica where the original has it.",
-    "buffer_copied": "make slot 0's buffers the original's own, not copies.",
-    "buffer_shared": "give every slot after slot 0 buffers of its own.",
-    "stats": "let only slot 0's BatchNorm write the original's running statistics.",
     "time": "print inside your loop, or run the stub cell's last line (`exercises.try_it(...)`), to see "
     "where your code spends its time.",
 }

@@ -47,9 +47,8 @@ class MyReduceAdd(Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        total = sum(
-            g.to(ctx.destination) for g in grads
-        )  # every replica's gradient, on the original's device
+        # every replica's gradient, on the original's device
+        total = sum(g.to(ctx.destination) for g in grads)
         return (total,) + (None,) * len(grads)  # one value per forward input: the sum for `original`
 
 
@@ -74,10 +73,8 @@ class MyReduceAddCoalesced(Function):
 
     @staticmethod
     def forward(ctx, destination, num_inputs, *grads):
-        ctx.devices = [
-            grads[i].device for i in range(0, len(grads), num_inputs)
-        ]  # where each group came from
         groups = [grads[i : i + num_inputs] for i in range(0, len(grads), num_inputs)]
+        ctx.devices = [group[0].device for group in groups]  # where each group came from
         return tuple(comm.reduce_add_coalesced(groups, destination))
 
     @staticmethod

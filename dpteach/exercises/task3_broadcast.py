@@ -154,7 +154,6 @@ def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
         findings.stop(
             "sum", "ReduceAddCoalesced's backward must hand every slot the gradient of the sum, unchanged"
         )
-    later = [g for g in back[2:]]  # slots 1 and 2: the copies a raw comm call makes outside autograd
     if not all(g.requires_grad for g in back):
         slot = next(i for i, g in enumerate(back) if not g.requires_grad) // 2
         findings.problem(
@@ -162,7 +161,7 @@ def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
             f"ReduceAddCoalesced.backward is not differentiable: even with "
             f"`create_graph=True` the gradient it hands slot {slot} has no history (see chapter 07)",
         )
-    elif not all(_from_partner(g, broadcast) for g in later):
+    elif not all(_from_partner(g, broadcast) for g in back[2:]):  # slots 1 and 2: a raw comm call's copies
         findings.problem(
             "partner",
             f"ReduceAddCoalesced.backward's results have a history, but they do not come out of your "

@@ -23,6 +23,9 @@ TASK = Task(  # the registry finds this record by the file's name
     imports="import dpteach\nfrom dpteach import exercises",
 )
 
+START_FIXED = (
+    "start from replicas whose parameters lead back to the original (strategy='rewire' or 'broadcast')"
+)
 HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
     "buffer_copied": (
         "slot 0's replica must hold the original's buffer *objects*, not copies of them: then BatchNorm's "
@@ -34,10 +37,8 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
     "buffer_shared": "give only slot 0 the original's buffers; leave the other slots' copies as they are.",
     "stats": "only slot 0's BatchNorm should write into the original's statistics: make slot 0's buffers the "
     "original's and leave the later slots' copies alone.",
-    "fresh_leaf": "start from replicas whose parameters lead back to the original (strategy='rewire' or "
-    "'broadcast'), not from 'clone'.",
-    "grads_none": "start from replicas whose parameters lead back to the original (strategy='rewire' or "
-    "'broadcast'), not from 'clone'.",
+    "fresh_leaf": f"{START_FIXED}, not from 'clone'.",
+    "grads_none": f"{START_FIXED}, not from 'clone'.",
 }
 
 

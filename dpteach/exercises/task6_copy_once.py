@@ -105,11 +105,9 @@ def check_copy_once(copy_once=None, *, devices=None) -> Result:
     """Check ``copy_once(tensor, device)``: one copy per tensor onto every device, memory of its own (PR #20995)."""
 
     def body(findings: Findings) -> None:
-        if copy_once is None:
-            findings.stop("usage", "pass your function: `exercises.check_copy_once(copy_once)`")
         if not callable(copy_once):
             findings.stop(
-                "usage", f"check_copy_once expects a function copy_once(tensor, device), got {copy_once!r}"
+                "usage", f"pass your function: `exercises.check_copy_once(copy_once)`, not {copy_once!r}"
             )
         for src, dst in places(devices):
             as_device_ok = _one(findings, copy_once, src, dst)
