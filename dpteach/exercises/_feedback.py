@@ -1,8 +1,7 @@
 """What a check says: a :class:`Result` that prints kindly, and the collector that builds one.
 
-A check never raises on a learner's bug. It runs their code, records what went wrong as
-sentences a learner can act on (the same mistake seen on twelve runs is said once, with a count),
-adds a hint per kind of mistake, and answers "Correct!" when everything holds.
+What went wrong is said in sentences a learner can act on (a mistake seen on twelve runs once, with
+a count), with a hint per kind of mistake; "Correct!" when everything holds.
 """
 
 from __future__ import annotations
@@ -104,7 +103,7 @@ class Stop(Exception):
 
 Hint = str | tuple[str, ...]  # one hint, or its steps: the idea first, the code last
 
-COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem any check can find, unless its task says it better
+COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
     "error": (
         "the message names the input the check was trying and the line of yours that raised: make that line "
         "work for that input.",
@@ -127,9 +126,14 @@ COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem any check can find, un
     "grads_none": "follow each replica parameter's `grad_fn`, then `next_functions`: the walk must end at the "
     "original parameter (chapter 02).",
     "grads_wrong": "let each slot's gradient reach the original exactly once: one copy per slot, each summed once.",
+    "second_none": "make every backward on the way differentiable (chapter 07): nodes autograd records, "
+    "not raw copies.",
     "second_wrong": "make every backward on the way compute its gradient with recorded operations only, so its "
     "own backward is right too (chapter 07).",
     "buffer_missing": "keep every buffer in each replica where the original has it.",
+    "buffer_copied": "make slot 0's buffers the original's own, not copies.",
+    "buffer_shared": "give every slot after slot 0 buffers of its own.",
+    "stats": "let only slot 0's BatchNorm write the original's running statistics.",
     "time": "print inside your loop, or run the stub cell's last line (`exercises.try_it(...)`), to see "
     "where your code spends its time.",
 }
@@ -200,8 +204,7 @@ class Findings:
                 f"still stuck after {tries} tries? `print(exercises.solution_source({self.task.key!r}))` shows a "
                 "worked answer; the hints above go one step further each time you run this check."
             )
-        kinds = list(self._first)
-        return Result(self.task, False, messages, hints, kinds=kinds, error=self.error)
+        return Result(self.task, False, messages, hints, kinds=list(self._first), error=self.error)
 
 
 def explain(exc: BaseException) -> str:
@@ -236,11 +239,9 @@ _WORKER_FRAME = r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)'
 def _learner_frame(exc: BaseException, text: str) -> str | None:
     """'in `MyReduceAdd.backward`, line 12: `return (total,)`' for the innermost frame that is not library code."""
     frames = []
-    tb = exc.__traceback__
-    while tb is not None:  # the qualified name says whose method it is: `MyReduceAddCoalesced.forward`
-        code, line = tb.tb_frame.f_code, tb.tb_lineno
+    for frame, line in traceback.walk_tb(exc.__traceback__):  # co_qualname: `MyReduceAddCoalesced.forward`
+        code = frame.f_code
         frames.append((code.co_filename, line, code.co_qualname, linecache.getline(code.co_filename, line)))
-        tb = tb.tb_next
     for match in re.finditer(_WORKER_FRAME, text):  # frames in a worker's text
         frames.append((match.group(1), int(match.group(2)), match.group(3), match.group(4)))
     mine = [f for f in frames if not _is_library(f[0])]

@@ -1,9 +1,8 @@
 """Run a learner's strategy through DataParallel against one device, and say what differs.
 
-Every strategy check does the same thing on every model of ``_models.CASES`` and every slot
-count from 1 to 4: one forward through :class:`dpteach.DataParallel` (with the replicas kept for
-inspection), the loss ``(out * w).sum()``, backward, then the comparisons below. Each
-comparison records sentences in a :class:`Findings`; none of them raises on a learner's bug.
+Every strategy check runs each model of ``_models.CASES`` on 1 to 4 slots: one DataParallel step
+(its replicas kept), the loss ``(out * w).sum()``, backward, then the comparisons below, each of
+which records sentences in a :class:`Findings` and none of which raises on a learner's bug.
 """
 
 from __future__ import annotations
@@ -244,11 +243,6 @@ _SETTINGS = (
 _CLEAN = (torch.float32, 1, (False, False), (False, False), "highest", True, False, False)
 
 
-def _default_device() -> torch.device | None:
-    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
-    return None if context is None else context.device
-
-
 @contextlib.contextmanager
 def _clean() -> Iterator[None]:
     """Run a check in torch's default settings, then give the learner back every one an answer can change.
@@ -258,7 +252,8 @@ def _clean() -> Iterator[None]:
     the default dtype must not fail the next check, nor leave the learner's notebook changed.
     """
     saved = [get() for get, _ in _SETTINGS]
-    device = _default_device()
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)  # torch.set_default_device's
+    device = None if context is None else context.device
     torch.set_default_device(None)
     modes = torch._C._len_torch_dispatch_stack(), torch._C._len_torch_function_stack()
     cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
@@ -285,7 +280,6 @@ def _clean() -> Iterator[None]:
 def run_check(task: Task, hints: dict[str, str], body: Callable[[Findings], None]) -> Result:
     """Run a check's ``body``; turn a learner's exception into a sentence, a stub into 'not implemented yet'."""
     findings = Findings(task, hints)
-    findings.context = "While setting up"
     limit = TimeLimit(time_limit())
     try:
         with _clean(), warnings.catch_warnings():

@@ -1,7 +1,5 @@
-"""Worked answers to the exercises, with the names and signatures of ``stubs.py``.
-
-The tests check every one of them, and ``notebooks/solutions/11_exercises_solutions.ipynb``
-shows each as the code of a cell (``dpteach.exercises.solution_source(key)``), so the two agree.
+"""Worked answers to the exercises, with the names and signatures of ``stubs.py``; the tests check each,
+and the solutions notebook shows each as a cell (``dpteach.exercises.solution_source(key)``).
 """
 
 from __future__ import annotations

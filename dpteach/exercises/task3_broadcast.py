@@ -1,8 +1,7 @@
-"""Task 3 (chapter 07): a Broadcast / ReduceAddCoalesced pair that survives double backward.
+"""Task 3 (chapter 07): a Broadcast / ReduceAddCoalesced pair, each the other's backward (PR #2508).
 
-Each function's backward is the other's ``apply`` (PR #2508). The check tries the pair alone, then
-runs the library's ``"broadcast"`` strategy with it (:func:`broadcast_with`) and compares gradients
-and the gradients of a gradient penalty with one device's, on every model and 1-4 slots.
+The check tries the pair alone, then runs the library's ``"broadcast"`` strategy with it
+(:func:`broadcast_with`) and compares first and second-order gradients with one device's.
 """
 
 from __future__ import annotations

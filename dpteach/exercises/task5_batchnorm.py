@@ -1,8 +1,7 @@
 """Task 5 (chapter 05): keep BatchNorm statistics from slot 0 (issue #21144).
 
-The learner writes a strategy whose slot-0 buffers *are* the original's. The check runs it in
-training mode on every model and 1-4 slots: slot 0 aliases, later slots own their buffers, the
-original's statistics are one device's after slot 0's piece, and gradients still reach it.
+The learner writes a strategy whose slot-0 buffers *are* the original's; the check runs it in
+training mode on every model and 1-4 slots (``_harness.check_buffers`` says what it asks).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Task 6 (chapter 08): one copy, not two (PR #20995): the learner writes ``copy_once(tensor, device)``.
 
-Before PR #20995 ``Cloneable::clone(device)`` copied with ``clone()`` then ``.to(device)``. The check
-counts the aten operations that copy data (a ``TorchDispatchMode`` sees them) for a copy onto its
-own device and onto ``"meta"`` (standing in for a second GPU; every CUDA pair there is too).
+The check counts the aten operations that copy data (a ``TorchDispatchMode`` sees them) for a copy
+onto its own device and onto ``"meta"`` (standing in for a second GPU; every CUDA pair there is too).
 """
 
 from __future__ import annotations
