@@ -25,22 +25,18 @@ _LIBRARY_DIRS = (
 
 @dataclass(frozen=True)
 class Task:
-    """One exercise's record, kept in its own ``taskN_*.py``; every table about the exercises derives from these.
-
-    ``number``, ``key`` (``stub_source(key)``), ``title`` and ``chapter``; ``names``: the objects the
-    learner writes, in the order the check takes them (``stubs.py`` and ``solutions.py`` define them);
-    ``check``: the check function's name in the task's module; ``helpers``: other names of that module
-    a learner calls (``exercises.rewire_with``); ``imports``: the first lines of the stub and solution cells.
-    """
+    """One exercise's record, kept in its own ``taskN_*.py``; every table about the exercises derives from these."""
 
     number: int
-    key: str
+    key: str  # TASKS[key], stub_source(key)
     title: str
     chapter: str
-    names: tuple[str, ...] = ()
-    check: str = ""
-    helpers: tuple[str, ...] = ()
-    imports: str = ""
+    names: tuple[
+        str, ...
+    ] = ()  # what the learner writes (in stubs.py and solutions.py), in the check's order
+    check: str = ""  # the check function's name in the task's module
+    helpers: tuple[str, ...] = ()  # other names of that module a learner calls (exercises.rewire_with)
+    imports: str = ""  # the first lines of the stub and solution cells
 
     @property
     def label(self) -> str:
@@ -137,6 +133,10 @@ COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
     "time": "print inside your loop, or run the stub cell's last line (`exercises.try_it(...)`), to see "
     "where your code spends its time.",
 }
+WRITE_IT = (  # the one hint for a stub that still raises
+    "replace the `raise NotImplementedError(...)` in the stub cell with your code, run that cell, then run "
+    "this check again."
+)
 ANSWER_AFTER = 3  # failed checks of one task before its worked answer is offered
 _failures: dict[str, int] = {}  # task key -> failed checks in a row, in this kernel
 
@@ -179,17 +179,8 @@ class Findings:
 
     def result(self, not_implemented: str | None = None) -> Result:
         if not_implemented is not None:
-            return Result(
-                self.task,
-                False,
-                [not_implemented] if not_implemented else [],
-                [
-                    "replace the `raise NotImplementedError(...)` in the stub cell with your code, run that cell, "
-                    "then run this check again."
-                ],
-                implemented=False,
-                kinds=["not_written"],
-            )
+            messages = [not_implemented] if not_implemented else []
+            return Result(self.task, False, messages, [WRITE_IT], implemented=False, kinds=["not_written"])
         if self.ok:
             _failures.pop(self.task.key, None)
             return Result(self.task, True, list(self.held))

@@ -8,6 +8,7 @@ which records sentences in a :class:`Findings` and none of which raises on a lea
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import warnings
 from dataclasses import dataclass
@@ -86,12 +87,8 @@ def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = 
     if model is None:
         model, x = story.make_model(), story.make_data(n=16)[0]
     step(model, x, SLOTS, strategy=strategy)
-    missing = [name for name, p in model.named_parameters() if p.grad is None]
-    grads = (
-        f".grad is None for {', '.join(missing)}"
-        if missing
-        else "every parameter of the original has a .grad"
-    )
+    missing = ", ".join(name for name, p in model.named_parameters() if p.grad is None)
+    grads = f".grad is None for {missing}" if missing else "every parameter of the original has a .grad"
     return f"one DataParallel step on {len(SLOTS)} CPU slots ran without an error ({grads})"
 
 
@@ -178,14 +175,9 @@ def check_buffers(findings: Findings, run: Run) -> None:
     for name, expected in run.ref.buffers.items():
         b = dict(run.model.named_buffers())[name].detach().cpu()
         if not torch.allclose(b.to(expected.dtype), expected, rtol=RTOL, atol=ATOL):
-            change = (
-                "did not change"
-                if _unchanged(run, name)
-                else "is not what one device has after slot 0's piece"
-            )
             findings.problem(
                 "stats",
-                f"{run.where}: after one training-mode step the original's `{name}` {change} "
+                f"{run.where}: after one training-mode step the original's `{name}` {_change(run, name)} "
                 f"(expected {_short(expected)}, got {_short(b)})",
             )
 
@@ -198,6 +190,15 @@ def require_strategy(findings: Findings, strategy, check: str, example: str) -> 
         resolve_strategy(strategy)
     except ValueError as exc:
         findings.stop("usage", f"{check} expects a replicate function or a strategy name: {exc}")
+
+
+def require_function(findings: Findings, cls, check: str, example: str, what: str) -> None:
+    """Stop with a usage message unless ``cls`` (the learner's ``what``) is a ``torch.autograd.Function``."""
+    if not (inspect.isclass(cls) and issubclass(cls, torch.autograd.Function)):
+        usage = f"`exercises.{check}({example})`"
+        findings.stop(
+            "usage", f"{check} expects your {what} (a torch.autograd.Function subclass), got {cls!r}: {usage}"
+        )
 
 
 def run_cases(
@@ -344,10 +345,12 @@ def _landed(run: Run, name: str) -> str:
     return ""
 
 
-def _unchanged(run: Run, name: str) -> bool:
+def _change(run: Run, name: str) -> str:
+    """What the step did to the original's buffer ``name``, which is not what one device has."""
     model, _, _ = run.case.make()
-    before = dict(model.named_buffers())[name]
-    return torch.equal(dict(run.model.named_buffers())[name].detach().cpu(), before)
+    if torch.equal(dict(run.model.named_buffers())[name].detach().cpu(), dict(model.named_buffers())[name]):
+        return "did not change"
+    return "is not what one device has after slot 0's piece"
 
 
 def _short(t: torch.Tensor) -> str:

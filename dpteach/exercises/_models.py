@@ -31,10 +31,6 @@ class TiedNet(nn.Module):
         return self.head(torch.tanh(self.b(torch.tanh(self.a(x)))))
 
 
-def mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
-
-
 def conv_bn() -> nn.Module:
     # Tanh, not ReLU, so second derivatives are not zero (double backward has something to check);
     # no conv bias: BatchNorm cancels it, so its gradient is rounding noise
@@ -62,7 +58,7 @@ class Case:
 
 
 CASES = (
-    Case("the MLP", mlp, (4,)),
+    Case("the MLP", lambda: nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2)), (4,)),
     Case("the conv net with BatchNorm", conv_bn, (1, 5, 5)),
     Case("the tied-weight model", TiedNet, (4,)),
 )

@@ -7,14 +7,13 @@ the library's ``"rewire"`` strategy with it (:func:`rewire_with`) on every model
 from __future__ import annotations
 
 import functools
-import inspect
 
 import torch
 from torch.autograd import Function
 
 from ..replicate import rewire
 from ._feedback import Findings, Result, Task
-from ._harness import check_replicas, run_cases, run_check, try_step
+from ._harness import check_replicas, require_function, run_cases, run_check, try_step
 from ._paths import leaves_behind
 
 TASK = Task(  # the registry finds this record by the file's name
@@ -134,12 +133,7 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
     """Check a learner's ``ReduceAdd`` (a ``torch.autograd.Function`` subclass) inside the rewire strategy."""
 
     def body(findings: Findings) -> None:
-        if not (inspect.isclass(reduce_add) and issubclass(reduce_add, Function)):
-            findings.stop(
-                "usage",
-                f"check_rewire expects your ReduceAdd class (a torch.autograd.Function "
-                f"subclass), got {reduce_add!r}: `exercises.check_rewire(MyReduceAdd)`",
-            )
+        require_function(findings, reduce_add, "check_rewire", "MyReduceAdd", "ReduceAdd class")
         _probe_node(findings, reduce_add)
         _probe_device(findings, reduce_add)
         if not findings.ok:

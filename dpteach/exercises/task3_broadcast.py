@@ -7,14 +7,13 @@ The check tries the pair alone, then runs the library's ``"broadcast"`` strategy
 from __future__ import annotations
 
 import functools
-import inspect
 
 import torch
 from torch.autograd import Function
 
 from ..replicate import broadcast as broadcast_strategy
 from ._feedback import Findings, Result, Task
-from ._harness import check_replicas, run_cases, run_check, try_step
+from ._harness import check_replicas, require_function, run_cases, run_check, try_step
 from ._paths import nodes_behind
 
 TASK = Task(  # the registry finds this record by the file's name
@@ -175,13 +174,8 @@ def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=N
 
     def body(findings: Findings) -> None:
         for cls, name in ((broadcast, "Broadcast"), (reduce_add_coalesced, "ReduceAddCoalesced")):
-            if not (inspect.isclass(cls) and issubclass(cls, Function)):
-                findings.stop(
-                    "usage",
-                    f"check_broadcast_pair expects your two classes, "
-                    f"`exercises.check_broadcast_pair(MyBroadcast, MyReduceAddCoalesced)`; for {name} it got "
-                    f"{cls!r}",
-                )
+            example = "MyBroadcast, MyReduceAddCoalesced"
+            require_function(findings, cls, "check_broadcast_pair", example, f"{name} class")
         _probe_broadcast(findings, broadcast, reduce_add_coalesced)
         _probe_reduce(findings, broadcast, reduce_add_coalesced)
         if not findings.ok:

@@ -250,9 +250,8 @@ def _check_data_parallel(findings: Findings, scatter, gather, devices) -> None:
         ):
             xi = x.to(slots[0]).requires_grad_()
             out = net(Batch(xi, mask.to(slots[0]), ["a", "b"]), scale={"s": s.to(slots[0])})
-            y = out.y if isinstance(out, Out) else None
-            if y is not None:
-                (y * torch.arange(1.0, 3.0, device=y.device)).sum().backward()
+            if isinstance(out, Out) and out.y is not None:
+                (out.y * torch.arange(1.0, 3.0, device=out.y.device)).sum().backward()
             outs.append((out, xi.grad, module.lin.weight.grad))
         (got, gx, gw), (want, wx, ww) = outs
         found = first_difference(got, want, "output")

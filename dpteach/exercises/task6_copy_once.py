@@ -84,10 +84,8 @@ def _one(
     elif len(counter.copies) > 1:
         found = "twice", f"{where}: {len(counter.copies)} copies ({', '.join(counter.copies)}) where one does"
     elif not counter.copies or (dst.type != "meta" and out.data_ptr() == source.data_ptr()):
-        found = (
-            "string" if isinstance(given, str) and as_device_ok else "shared",
-            f"{where}: no copy was made, so the replica would share the original's memory",
-        )
+        kind = "string" if isinstance(given, str) and as_device_ok else "shared"
+        found = kind, f"{where}: no copy was made, so the replica would share the original's memory"
     elif out.shape != source.shape or out.dtype != source.dtype:
         found = (
             "values",
