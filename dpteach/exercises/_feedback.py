@@ -69,10 +69,8 @@ class Result:
 
     def __str__(self) -> str:
         mark = "✓" if self.passed else ("·" if not self.implemented else "✗")
-        lines = [self.headline]
-        lines += [f"  {mark} {m}" for m in self.messages]
-        lines += [f"  Hint: {h}" for h in self.hints]
-        return "\n".join(lines)
+        lines = [self.headline, *(f"  {mark} {m}" for m in self.messages)]
+        return "\n".join([*lines, *(f"  Hint: {h}" for h in self.hints)])
 
     __repr__ = __str__
 

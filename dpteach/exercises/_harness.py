@@ -49,9 +49,7 @@ class Run:
 
 def slot_lists(devices: Sequence | None) -> list[list[torch.device]]:
     """The slot lists a check runs: 1 to 4 CPU slots, or every prefix of ``devices``."""
-    if devices is None:
-        return [[torch.device("cpu")] * n for n in (1, 2, 3, 4)]
-    slots = as_devices(devices)
+    slots = [torch.device("cpu")] * 4 if devices is None else as_devices(devices)
     return [slots[:n] for n in range(1, len(slots) + 1)]
 
 
@@ -246,11 +244,9 @@ _CLEAN = (torch.float32, 1, (False, False), (False, False), "highest", True, Fal
 
 @contextlib.contextmanager
 def _clean() -> Iterator[None]:
-    """Run a check in torch's default settings, then give the learner back every one an answer can change.
-
-    A check runs on one thread: tiny models run 3-4x faster that way than on two cores other work
-    contends for. An answer that turned grad mode off, entered a mode and never left it, or changed
-    the default dtype must not fail the next check, nor leave the learner's notebook changed.
+    """Run a check in torch's default settings (one thread: tiny models run 3-4x faster so), then give the
+    learner back every one an answer can change: an answer that turned grad mode off, left a mode
+    entered or changed the default dtype must not fail the next check, nor change the learner's notebook.
     """
     saved = [get() for get, _ in _SETTINGS]
     context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)  # torch.set_default_device's

@@ -1,8 +1,7 @@
 """The tiny models every check runs, and what one device computes for each (the reference).
 
-Three models cover what goes wrong in replication: an MLP (plain parameters), a conv net with
-BatchNorm (buffers updated in place), and a model whose two layers share one weight (a tied
-weight must map to one copy per replica and collect the gradient of both uses).
+Three models cover what goes wrong in replication: an MLP (plain parameters), a conv net with BatchNorm
+(buffers updated in place), and two layers sharing one weight (one copy per replica, both uses' gradient).
 """
 
 from __future__ import annotations

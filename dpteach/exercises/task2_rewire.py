@@ -109,11 +109,8 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
 
 
 def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
-    """Where the sum lands: the original on ``meta`` (shapes, no data), its copies' gradients on the CPU.
-
-    Autograd refuses a gradient on another device than its tensor's, so a sum left where the
-    gradients came from raises "expected device meta but got cpu"; no second GPU is needed.
-    """
+    """Where the sum lands: the original on ``meta`` (shapes, no data), its copies' gradients on the CPU;
+    autograd refuses a sum left on the CPU ("expected device meta but got cpu"), no second GPU needed."""
     findings.context = "Trying ReduceAdd with the original on another device than its copies"
     original = torch.nn.Parameter(torch.zeros(2, 3, device="meta"))
     try:

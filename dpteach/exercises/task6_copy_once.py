@@ -64,11 +64,10 @@ def places(devices=None) -> list[tuple[torch.device, torch.device]]:
 def _one(
     findings: Findings, copy_once, src: torch.device, dst: torch.device, given=None, as_device_ok=False
 ) -> bool:
-    """One call ``copy_once(tensor on src, given)``; ``given`` is ``dst`` as a device or as its string.
+    """``copy_once(a tensor on src, given)``, ``given`` being ``dst`` or its string; True if the call held.
 
-    True when the call held. ``as_device_ok``: the same call with a ``torch.device`` held, so a string
-    that now makes no copy is the string's fault (the "string" hint); otherwise it is "shared".
-    """
+    ``as_device_ok``: the call with a ``torch.device`` held, so a string that makes no copy is the
+    string's fault (the "string" hint), not "shared"."""
     given = dst if given is None else given
     named = f" (given as the string {given!r})" if isinstance(given, str) else ""
     findings.context = f"Copying a tensor from {src} to {dst}{named}"
