@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from dpteach.graph import autograd_graph, compare_strategies, graph_diff, replicated_forward
+from dpteach.data_parallel import step
+from dpteach.graph import autograd_graph, compare_strategies, graph_diff
 
 DEVICES = ["cpu", "cpu"]
 
@@ -78,9 +79,11 @@ def test_diff_drawing_marks_what_changed(comparison):
 
 def test_rewire_then_break_it_again():
     model = mlp()
-    loss, replicas = replicated_forward(model, torch.randn(4, 2), DEVICES, "rewire")
+    done = step(model, torch.randn(4, 2), DEVICES, strategy="rewire", backward=False)
+    loss, replicas = done.loss, done.replicas
     after = autograd_graph(loss, module=model, replicas=replicas)
-    loss, replicas = replicated_forward(model, torch.randn(4, 2), DEVICES, "clone")
+    done = step(model, torch.randn(4, 2), DEVICES, strategy="clone", backward=False)
+    loss, replicas = done.loss, done.replicas
     before = autograd_graph(loss, module=model, replicas=replicas)
     diff = graph_diff(after, before)
     # going back to clone makes every copy a dead end again, and nothing is reached

@@ -22,7 +22,8 @@ import pytest
 import torch
 from torch import nn
 
-from dpteach.graph import GraphvizMissing, autograd_graph, compare_strategies, graph_diff, replicated_forward
+from dpteach.data_parallel import step
+from dpteach.graph import GraphvizMissing, autograd_graph, compare_strategies, graph_diff
 from dpteach.replicate import STRATEGIES as REGISTRY
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -60,7 +61,8 @@ MODELS = {
 def strategy_graph(model_name: str, strategy: str):
     make_model, make_x = MODELS[model_name]
     model = make_model()
-    loss, replicas = replicated_forward(model, make_x(), DEVICES, strategy)
+    done = step(model, make_x(), DEVICES, strategy=strategy, backward=False)
+    loss, replicas = done.loss, done.replicas
     return autograd_graph(loss, module=model, replicas=replicas, title=f"{model_name}, strategy={strategy!r}")
 
 
@@ -102,7 +104,8 @@ def test_golden_dot_of_a_tiny_named_graph():
 
 def test_golden_dot_collapsed_by_module():
     model = convnet()
-    loss, replicas = replicated_forward(model, torch.randn(2, 3, 6, 6), DEVICES, "rewire")
+    done = step(model, torch.randn(2, 3, 6, 6), DEVICES, strategy="rewire", backward=False)
+    loss, replicas = done.loss, done.replicas
     check_golden(
         "convnet_rewire_collapse1", autograd_graph(loss, module=model, replicas=replicas).draw(collapse=1).dot
     )
@@ -132,7 +135,8 @@ def test_one_cluster_per_replica_slot_and_one_for_the_original():
 
 def test_collapse_and_node_limit():
     model = convnet()
-    loss, replicas = replicated_forward(model, torch.randn(2, 3, 6, 6), DEVICES, "clone")
+    done = step(model, torch.randn(2, 3, 6, 6), DEVICES, strategy="clone", backward=False)
+    loss, replicas = done.loss, done.replicas
     g = autograd_graph(loss, module=model, replicas=replicas)
     full = g.draw(collapse=False, max_nodes=None).view.nodes
     one = g.draw(collapse=1).view.nodes
@@ -264,9 +268,10 @@ def test_png_format(monkeypatch):
 @pytest.mark.multigpu
 def test_each_gpu_gets_its_own_tint():
     model = MODELS["mlp"][0]().to("cuda:0")
-    loss, replicas = replicated_forward(
-        model, torch.randn(4, 2, device="cuda:0"), ["cuda:0", "cuda:1"], "rewire"
+    done = step(
+        model, torch.randn(4, 2, device="cuda:0"), ["cuda:0", "cuda:1"], strategy="rewire", backward=False
     )
+    loss, replicas = done.loss, done.replicas
     dot = autograd_graph(loss, module=model, replicas=replicas).dot
     from dpteach.graph.legend import device_tint
 
@@ -279,7 +284,8 @@ def test_big_drawings_leave_out_the_original_box():
     from dpteach.graph.view import MAX_NODES
 
     model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
-    loss, replicas = replicated_forward(model, torch.randn(4, 2), DEVICES, "rewire")
+    done = step(model, torch.randn(4, 2), DEVICES, strategy="rewire", backward=False)
+    loss, replicas = done.loss, done.replicas
     g = autograd_graph(loss, module=model, replicas=replicas)
     big = g.draw(collapse=False, max_nodes=None)
     assert len(big.view.nodes) > MAX_NODES

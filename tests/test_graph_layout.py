@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from dpteach.graph import autograd_graph, compare_strategies, replicated_forward
+from dpteach.data_parallel import step
+from dpteach.graph import autograd_graph, compare_strategies
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz's dot program")
 DEVICES = ["cpu", "cpu", "cpu"]
@@ -50,7 +51,8 @@ def rows(pos: dict[str, tuple[float, float]], prefix: str) -> list[list[str]]:
 @pytest.mark.parametrize("compact", [False, True])
 def test_replicas_alike_and_originals_in_module_order(strategy, compact):
     model = mlp()
-    loss, replicas = replicated_forward(model, torch.randn(6, 2), DEVICES, strategy)
+    done = step(model, torch.randn(6, 2), DEVICES, strategy=strategy, backward=False)
+    loss, replicas = done.loss, done.replicas
     g = autograd_graph(loss, module=model, replicas=replicas)
     pos = positions(g.draw(compact=compact).dot)
     layouts = [rows(pos, f"replica{s}.") for s in range(len(DEVICES))]
@@ -119,7 +121,8 @@ def test_a_wide_graph_scales_to_the_cell():
     if shutil.which("dot") is None:
         pytest.skip("needs Graphviz's dot program")
     model = mlp()
-    loss, replicas = replicated_forward(model, torch.randn(6, 2), DEVICES, "clone")
+    done = step(model, torch.randn(6, 2), DEVICES, strategy="clone", backward=False)
+    loss, replicas = done.loss, done.replicas
     bundle = autograd_graph(loss, module=model, replicas=replicas)._repr_mimebundle_()
     # JupyterLab shows text/html before image/svg+xml: an <img> no wider than the cell
     assert 'style="max-width:100%;height:auto"' in bundle["text/html"]
@@ -168,14 +171,15 @@ def test_cpp_replicas_drawn_like_python(strategy):
         pytest.skip("chapter 10's extension did not build here")
     torch.manual_seed(0)
     model, x, devices = nn.Linear(3, 2), torch.randn(6, 3), DEVICES[:2]
-    step = (cpp.clone_step if strategy == "clone" else cpp.rewire_step)(model, x, devices)
+    cpp_step = (cpp.clone_step if strategy == "clone" else cpp.rewire_step)(model, x, devices)
     order = [name for name, _ in model.named_parameters()]
     cpp_graph = autograd_graph(
-        step.output,
-        module=_holding(step.params, order),
-        replicas=[_holding(params, order) for params in step.replica_params],
+        cpp_step.output,
+        module=_holding(cpp_step.params, order),
+        replicas=[_holding(params, order) for params in cpp_step.replica_params],
     )
-    loss, replicas = replicated_forward(model, x, devices, strategy, loss_fn=lambda out: out)
+    done = step(model, x, devices, strategy=strategy, loss_fn=lambda out: out, backward=False)
+    loss, replicas = done.loss, done.replicas
     py_graph = autograd_graph(loss, module=model, replicas=replicas)
     cpp_pos, py_pos = positions(cpp_graph.draw().dot), positions(py_graph.draw().dot)
     for slot in range(len(devices)):

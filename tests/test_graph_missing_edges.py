@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 import dpteach
-from dpteach.graph import autograd_graph, replicated_forward
+from dpteach.data_parallel import step
+from dpteach.graph import autograd_graph
 from dpteach.replicate import ReduceAdd
 
 DEVICES = ["cpu", "cpu", "cpu"]
@@ -30,7 +31,8 @@ def missing_lines(dot: str) -> list[tuple[str, str]]:
 
 def test_clone_draws_the_missing_edges_of_one_replica_in_module_order():
     model = mlp()
-    loss, replicas = replicated_forward(model, torch.randn(6, 2), DEVICES, "clone")
+    done = step(model, torch.randn(6, 2), DEVICES, strategy="clone", backward=False)
+    loss, replicas = done.loss, done.replicas
     g = autograd_graph(loss, module=model, replicas=replicas)
     names = [name for name, _ in model.named_parameters()]
     lines = missing_lines(g.draw().dot)

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 import dpteach
-from dpteach.graph import Param, autograd_graph, capture_replicas, replicated_forward
+from dpteach.data_parallel import step
+from dpteach.graph import Param, autograd_graph
 from dpteach.replicate import FIXED as FIXED_STRATEGIES
 from dpteach.replicate import STRATEGIES as REGISTRY
 
@@ -24,7 +25,8 @@ def mlp() -> nn.Module:
 
 def graph_of(model: nn.Module, strategy: str, devices=DEVICES, x=None):
     x = torch.randn(4, 2) if x is None else x
-    loss, replicas = replicated_forward(model, x, devices, strategy)
+    done = step(model, x, devices, strategy=strategy, backward=False)
+    loss, replicas = done.loss, done.replicas
     return autograd_graph(loss, module=model, replicas=replicas), loss, replicas
 
 
@@ -124,7 +126,8 @@ def test_same_model_same_nodes_edges_and_dot(strategy):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_walking_after_backward_reads_no_freed_saved_tensor(strategy):
     model = mlp()
-    loss, replicas = replicated_forward(model, torch.randn(4, 2), DEVICES, strategy)
+    done = step(model, torch.randn(4, 2), DEVICES, strategy=strategy, backward=False)
+    loss, replicas = done.loss, done.replicas
     before = autograd_graph(loss, module=model, replicas=replicas)
     loss.backward()  # frees every saved tensor; torchviz's show_saved would raise from here on
     after = autograd_graph(loss, module=model, replicas=replicas)
@@ -168,10 +171,10 @@ def test_frozen_parameter_is_neither_dead_end_nor_unreached():
         assert all(p.name != "0.weight" for p in (*g.dead_ends, *g.unreached, *g.originals)), strategy
 
 
-def test_data_parallel_with_captured_replicas():
+def test_data_parallel_with_kept_replicas():
     model = mlp()
     dp = dpteach.DataParallel(model, DEVICES, strategy="rewire")
-    with capture_replicas(dp) as replicas:
+    with dpteach.keep_replicas(dp) as replicas:
         out = dp(torch.randn(4, 2))
     # the replicas of the forward were kept, and the method is back to the class's
     assert len(replicas) == len(DEVICES) and "replicate" not in vars(dp)

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import dpteach
-from dpteach.graph import replicated_forward
+from dpteach.data_parallel import step
 from dpteach.graph.autograd import walked_graph
 from dpteach.graph.view import collapse, make_view
 
@@ -30,7 +30,8 @@ def convnet() -> nn.Module:  # modules three deep, and BatchNorm: collapse has d
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_handles_are_the_live_grad_fns_behind_the_nodes(strategy):
     model = mlp()
-    loss, replicas = replicated_forward(model, torch.randn(4, 2), ["cpu", "cpu"], strategy)
+    done = step(model, torch.randn(4, 2), ["cpu", "cpu"], strategy=strategy, backward=False)
+    loss, replicas = done.loss, done.replicas
     g, handles = walked_graph(loss, model, replicas, handles=True)
     # every backward function and every leaf has its grad_fn; outputs and non-leaf named tensors do not
     want = {n.id for n in g.nodes.values() if n.reached and (n.kind in ("op", "join") or n.leaf)}
@@ -58,7 +59,8 @@ def test_no_handles_unless_asked():
 
 def test_auto_collapse_picks_the_finest_depth_that_fits():
     model = convnet()
-    loss, replicas = replicated_forward(model, torch.randn(4, 1, 8, 8), ["cpu", "cpu"], "rewire")
+    done = step(model, torch.randn(4, 1, 8, 8), ["cpu", "cpu"], strategy="rewire", backward=False)
+    loss, replicas = done.loss, done.replicas
     g, _ = walked_graph(loss, model, replicas)
     nodes, edges = g._drawn_parts()
     sizes = {d: len(collapse(nodes, edges, d)[0]) for d in range(1, 5)}

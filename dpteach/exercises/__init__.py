@@ -1,13 +1,11 @@
 """Exercises with automatic checks: write the fix yourself, and be told, kindly and precisely, whether it works.
 
-One task per core idea of the course (chapter 11 has them all). Each has a stub that fails loudly
-(``NotImplementedError("Task 2 (rewire gradient edges): ...")``) and a check that runs the
-learner's code against the real thing and answers with a :class:`Result`: "Correct!" when
-everything holds, otherwise what is wrong, where, and a hint that goes one step further on each
-failed try (the worked answer is offered after the third). A check never raises on a learner's
-bug, runs in torch's default settings and gives the learner's back, and stops with a sentence
-when the learner's code runs longer than ``time_limit()`` seconds (two minutes;
-``set_time_limit(seconds)`` changes it, ``None`` lifts it).
+One task per core idea of the course (chapter 11 has them all): a stub that fails loudly, naming
+its task, and a check that runs the learner's code against the real thing and answers with a
+:class:`Result`: "Correct!", or what is wrong, where, and a hint one step further on each failed
+try (the worked answer after the third). A check never raises on a learner's bug, runs in torch's
+default settings and gives the learner's back, and stops with a sentence after ``time_limit()``
+seconds (``set_time_limit(seconds)`` changes it, ``None`` lifts it).
 
 ``TASKS`` holds each task's record (``TASKS["rewire"].chapter``); ``check(key, *answer)`` runs any
 check; each check is also exported by its own name (``check_rewire``). ``stub_source(key)`` and

@@ -1,8 +1,7 @@
 """What a check says: a :class:`Result` that prints kindly, and the collector that builds one.
 
-A check never raises on a learner's bug. It runs their code, records what went wrong as
-sentences a learner can act on (the same mistake seen on twelve runs is said once, with a count),
-adds a hint per kind of mistake, and answers "Correct!" when everything holds.
+What went wrong is said in sentences a learner can act on (a mistake seen on twelve runs once, with
+a count), with a hint per kind of mistake; "Correct!" when everything holds.
 """
 
 from __future__ import annotations
@@ -11,9 +10,9 @@ import html
 import linecache
 import os
 import re
-import time
 import traceback
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import torch
 
@@ -26,22 +25,18 @@ _LIBRARY_DIRS = (
 
 @dataclass(frozen=True)
 class Task:
-    """One exercise's record, kept in its own ``taskN_*.py``; every table about the exercises derives from these.
-
-    ``number``, ``key`` (``stub_source(key)``), ``title`` and ``chapter``; ``names``: the objects the
-    learner writes, in the order the check takes them (``stubs.py`` and ``solutions.py`` define them);
-    ``check``: the check function's name in the task's module; ``helpers``: other names of that module
-    a learner calls (``exercises.rewire_with``); ``imports``: the first lines of the stub and solution cells.
-    """
+    """One exercise's record, kept in its own ``taskN_*.py``; every table about the exercises derives from these."""
 
     number: int
-    key: str
+    key: str  # TASKS[key], stub_source(key)
     title: str
     chapter: str
-    names: tuple[str, ...] = ()
-    check: str = ""
-    helpers: tuple[str, ...] = ()
-    imports: str = ""
+    names: tuple[
+        str, ...
+    ] = ()  # what the learner writes (in stubs.py and solutions.py), in the check's order
+    check: str = ""  # the check function's name in the task's module
+    helpers: tuple[str, ...] = ()  # other names of that module a learner calls (exercises.rewire_with)
+    imports: str = ""  # the first lines of the stub and solution cells
 
     @property
     def label(self) -> str:
@@ -57,7 +52,6 @@ class Result:
     messages: list[str]
     hints: list[str] = field(default_factory=list)
     implemented: bool = True  # False: the stub still raises NotImplementedError
-    seconds: float = 0.0
     kinds: list[str] = field(default_factory=list)  # the kind of each problem found ("fresh_leaf", "error")
     error: BaseException | None = None  # what the learner's code raised, if it did: `raise result.error`
 
@@ -75,10 +69,8 @@ class Result:
 
     def __str__(self) -> str:
         mark = "✓" if self.passed else ("·" if not self.implemented else "✗")
-        lines = [self.headline]
-        lines += [f"  {mark} {m}" for m in self.messages]
-        lines += [f"  Hint: {h}" for h in self.hints]
-        return "\n".join(lines)
+        lines = [self.headline, *(f"  {mark} {m}" for m in self.messages)]
+        return "\n".join([*lines, *(f"  Hint: {h}" for h in self.hints)])
 
     __repr__ = __str__
 
@@ -139,6 +131,10 @@ COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
     "time": "print inside your loop, or run the stub cell's last line (`exercises.try_it(...)`), to see "
     "where your code spends its time.",
 }
+WRITE_IT = (  # the one hint for a stub that still raises
+    "replace the `raise NotImplementedError(...)` in the stub cell with your code, run that cell, then run "
+    "this check again."
+)
 ANSWER_AFTER = 3  # failed checks of one task before its worked answer is offered
 _failures: dict[str, int] = {}  # task key -> failed checks in a row, in this kernel
 
@@ -159,11 +155,15 @@ class Findings:
         self.held: list[str] = []  # what was verified, said on success
         self.context = "While setting up"  # where the check is, for a sentence about an exception
         self.error: BaseException | None = None
-        self._start = time.perf_counter()
 
     def problem(self, kind: str, text: str) -> None:
         self._first.setdefault(kind, text)
         self._count[kind] = self._count.get(kind, 0) + 1
+
+    def stop(self, kind: str, text: str) -> NoReturn:
+        """Record the problem and stop the check (raise :class:`Stop`): what follows would mean nothing."""
+        self.problem(kind, text)
+        raise Stop
 
     @property
     def ok(self) -> bool:
@@ -176,23 +176,12 @@ class Findings:
         return steps[min(tries, len(steps)) - 1]
 
     def result(self, not_implemented: str | None = None) -> Result:
-        seconds = time.perf_counter() - self._start
         if not_implemented is not None:
-            return Result(
-                self.task,
-                False,
-                [not_implemented] if not_implemented else [],
-                [
-                    "replace the `raise NotImplementedError(...)` in the stub cell with your code, run that cell, "
-                    "then run this check again."
-                ],
-                implemented=False,
-                seconds=seconds,
-                kinds=["not_written"],
-            )
+            messages = [not_implemented] if not_implemented else []
+            return Result(self.task, False, messages, [WRITE_IT], implemented=False, kinds=["not_written"])
         if self.ok:
             _failures.pop(self.task.key, None)
-            return Result(self.task, True, list(self.held), seconds=seconds)
+            return Result(self.task, True, list(self.held))
         tries = _failures[self.task.key] = _failures.get(self.task.key, 0) + 1
         messages = []
         for kind, text in list(self._first.items())[:5]:
@@ -204,8 +193,7 @@ class Findings:
                 f"still stuck after {tries} tries? `print(exercises.solution_source({self.task.key!r}))` shows a "
                 "worked answer; the hints above go one step further each time you run this check."
             )
-        kinds = list(self._first)
-        return Result(self.task, False, messages, hints, seconds=seconds, kinds=kinds, error=self.error)
+        return Result(self.task, False, messages, hints, kinds=list(self._first), error=self.error)
 
 
 def explain(exc: BaseException) -> str:
@@ -240,11 +228,9 @@ _WORKER_FRAME = r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)'
 def _learner_frame(exc: BaseException, text: str) -> str | None:
     """'in `MyReduceAdd.backward`, line 12: `return (total,)`' for the innermost frame that is not library code."""
     frames = []
-    tb = exc.__traceback__
-    while tb is not None:  # the qualified name says whose method it is: `MyReduceAddCoalesced.forward`
-        code, line = tb.tb_frame.f_code, tb.tb_lineno
+    for frame, line in traceback.walk_tb(exc.__traceback__):  # co_qualname: `MyReduceAddCoalesced.forward`
+        code = frame.f_code
         frames.append((code.co_filename, line, code.co_qualname, linecache.getline(code.co_filename, line)))
-        tb = tb.tb_next
     for match in re.finditer(_WORKER_FRAME, text):  # frames in a worker's text
         frames.append((match.group(1), int(match.group(2)), match.group(3), match.group(4)))
     mine = [f for f in frames if not _is_library(f[0])]

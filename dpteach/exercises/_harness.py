@@ -1,14 +1,14 @@
 """Run a learner's strategy through DataParallel against one device, and say what differs.
 
-Every strategy check does the same thing on every model of ``_models.CASES`` and every slot
-count from 1 to 4: one forward through :class:`dpteach.DataParallel` (with the replicas kept for
-inspection), the loss ``(out * w).sum()``, backward, then the comparisons below. Each
-comparison records sentences in a :class:`Findings`; none of them raises on a learner's bug.
+Every strategy check runs each model of ``_models.CASES`` on 1 to 4 slots: one DataParallel step
+(its replicas kept), the loss ``(out * w).sum()``, backward, then the comparisons below, each of
+which records sentences in a :class:`Findings` and none of which raises on a learner's bug.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import warnings
 from dataclasses import dataclass
@@ -21,10 +21,11 @@ from torch.utils._python_dispatch import _pop_mode
 from .._devices import as_devices
 from ..course import story
 from ..data_parallel import step
+from ..graph.names import resolve
 from ..replicate import resolve_strategy
 from ._feedback import Findings, Result, Stop, Task, explain, not_implemented_message
 from ._models import CASES, Case, Reference, reference
-from ._paths import edge_problem, places, replica_tensor, shares_storage
+from ._paths import edge_problem, places, shares_storage
 from ._time_limit import TimeLimit, time_limit
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -43,18 +44,12 @@ class Run:
     grads: dict[str, torch.Tensor | None]
     second: dict[str, torch.Tensor | None] | None
     ref: Reference
-
-    @property
-    def where(self) -> str:
-        n = len(self.slots)
-        return f"On {self.case.name} with {n} slot{'s' if n != 1 else ''}"
+    where: str  # "On the MLP with 2 slots": how its sentences start
 
 
 def slot_lists(devices: Sequence | None) -> list[list[torch.device]]:
     """The slot lists a check runs: 1 to 4 CPU slots, or every prefix of ``devices``."""
-    if devices is None:
-        return [[torch.device("cpu")] * n for n in (1, 2, 3, 4)]
-    slots = as_devices(devices)
+    slots = [torch.device("cpu")] * 4 if devices is None else as_devices(devices)
     return [slots[:n] for n in range(1, len(slots) + 1)]
 
 
@@ -82,7 +77,7 @@ def run_strategy(
         if with_history:
             sum((g**2).sum() for g in with_history).backward()
             second = {k: (torch.zeros_like(p) if p.grad is None else p.grad) for k, p in params.items()}
-    return Run(case, slots, model, done.replicas, done.out.detach(), grads, second, ref)
+    return Run(case, slots, model, done.replicas, done.out.detach(), grads, second, ref, findings.context)
 
 
 def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = None) -> str:
@@ -90,12 +85,8 @@ def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = 
     if model is None:
         model, x = story.make_model(), story.make_data(n=16)[0]
     step(model, x, SLOTS, strategy=strategy)
-    missing = [name for name, p in model.named_parameters() if p.grad is None]
-    grads = (
-        f".grad is None for {', '.join(missing)}"
-        if missing
-        else "every parameter of the original has a .grad"
-    )
+    missing = ", ".join(name for name, p in model.named_parameters() if p.grad is None)
+    grads = f".grad is None for {missing}" if missing else "every parameter of the original has a .grad"
     return f"one DataParallel step on {len(SLOTS)} CPU slots ran without an error ({grads})"
 
 
@@ -103,7 +94,7 @@ def check_replicas(findings: Findings, run: Run) -> None:
     """Every replica's parameter: present, on its slot, its own memory after slot 0, a path to the original."""
     for slot, replica in enumerate(run.replicas):
         for place in places(run.model):
-            t = replica_tensor(replica, place)
+            t = resolve(replica, place.name)
             problem = edge_problem(t, place, slot)
             if problem is not None:
                 findings.problem(*problem[:1], f"{run.where}: {problem[1]}")
@@ -161,7 +152,7 @@ def check_buffers(findings: Findings, run: Run) -> None:
     """Slot 0's buffers are the original's; later slots own theirs; the original saw exactly slot 0's piece."""
     for slot, replica in enumerate(run.replicas):
         for place in places(run.model, "buffer"):
-            t = replica_tensor(replica, place)
+            t = resolve(replica, place.name)
             who = f"replica {slot}'s `{place.name}`"
             if t is None:
                 findings.problem("buffer_missing", f"{run.where}: {who} is missing")
@@ -182,14 +173,9 @@ def check_buffers(findings: Findings, run: Run) -> None:
     for name, expected in run.ref.buffers.items():
         b = dict(run.model.named_buffers())[name].detach().cpu()
         if not torch.allclose(b.to(expected.dtype), expected, rtol=RTOL, atol=ATOL):
-            change = (
-                "did not change"
-                if _unchanged(run, name)
-                else "is not what one device has after slot 0's piece"
-            )
             findings.problem(
                 "stats",
-                f"{run.where}: after one training-mode step the original's `{name}` {change} "
+                f"{run.where}: after one training-mode step the original's `{name}` {_change(run, name)} "
                 f"(expected {_short(expected)}, got {_short(b)})",
             )
 
@@ -197,23 +183,35 @@ def check_buffers(findings: Findings, run: Run) -> None:
 def require_strategy(findings: Findings, strategy, check: str, example: str) -> None:
     """Stop with a usage message unless ``strategy`` is something ``DataParallel(strategy=...)`` accepts."""
     if strategy is None:
-        findings.problem("usage", f"pass your function: `exercises.{check}({example})`")
-        raise Stop
+        findings.stop("usage", f"pass your function: `exercises.{check}({example})`")
     try:
         resolve_strategy(strategy)
     except ValueError as exc:
-        findings.problem("usage", f"{check} expects a replicate function or a strategy name: {exc}")
-        raise Stop from None
+        findings.stop("usage", f"{check} expects a replicate function or a strategy name: {exc}")
 
 
-def run_cases(findings: Findings, strategy, devices, *checks: Callable[[Findings, Run], None]) -> None:
-    """Run ``strategy`` on every model and slot count, then each of ``checks`` on every run, then compare."""
+def require_function(findings: Findings, cls, check: str, example: str, what: str) -> None:
+    """Stop with a usage message unless ``cls`` (the learner's ``what``) is a ``torch.autograd.Function``."""
+    if not (inspect.isclass(cls) and issubclass(cls, torch.autograd.Function)):
+        usage = f"`exercises.{check}({example})`"
+        findings.stop(
+            "usage", f"{check} expects your {what} (a torch.autograd.Function subclass), got {cls!r}: {usage}"
+        )
+
+
+def run_cases(
+    findings: Findings, strategy, devices, *checks: Callable[[Findings, Run], None], double: bool = False
+) -> None:
+    """Run ``strategy`` on every model and slot count, then each of ``checks`` on every run, then compare
+    with one device: the gradients, and with ``double=True`` those of a gradient penalty too."""
     for case in CASES:
         for slots in slot_lists(devices):
-            run = run_strategy(findings, strategy, case, slots)
+            run = run_strategy(findings, strategy, case, slots, double)
             for check in checks:
                 check(findings, run)
             compare(findings, run)
+            if double:
+                compare(findings, run, "second")
 
 
 def _set_anomaly(v):
@@ -244,21 +242,15 @@ _SETTINGS = (
 _CLEAN = (torch.float32, 1, (False, False), (False, False), "highest", True, False, False)
 
 
-def _default_device() -> torch.device | None:
-    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
-    return None if context is None else context.device
-
-
 @contextlib.contextmanager
 def _clean() -> Iterator[None]:
-    """Run a check in torch's default settings, then give the learner back every one an answer can change.
-
-    A check runs on one thread: tiny models run 3-4x faster that way than on two cores other work
-    contends for. An answer that turned grad mode off, entered a mode and never left it, or changed
-    the default dtype must not fail the next check, nor leave the learner's notebook changed.
+    """Run a check in torch's default settings (one thread: tiny models run 3-4x faster so), then give the
+    learner back every one an answer can change: an answer that turned grad mode off, left a mode
+    entered or changed the default dtype must not fail the next check, nor change the learner's notebook.
     """
     saved = [get() for get, _ in _SETTINGS]
-    device = _default_device()
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)  # torch.set_default_device's
+    device = None if context is None else context.device
     torch.set_default_device(None)
     modes = torch._C._len_torch_dispatch_stack(), torch._C._len_torch_function_stack()
     cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
@@ -285,7 +277,6 @@ def _clean() -> Iterator[None]:
 def run_check(task: Task, hints: dict[str, str], body: Callable[[Findings], None]) -> Result:
     """Run a check's ``body``; turn a learner's exception into a sentence, a stub into 'not implemented yet'."""
     findings = Findings(task, hints)
-    findings.context = "While setting up"
     limit = TimeLimit(time_limit())
     try:
         with _clean(), warnings.catch_warnings():
@@ -350,10 +341,12 @@ def _landed(run: Run, name: str) -> str:
     return ""
 
 
-def _unchanged(run: Run, name: str) -> bool:
+def _change(run: Run, name: str) -> str:
+    """What the step did to the original's buffer ``name``, which is not what one device has."""
     model, _, _ = run.case.make()
-    before = dict(model.named_buffers())[name]
-    return torch.equal(dict(run.model.named_buffers())[name].detach().cpu(), before)
+    if torch.equal(dict(run.model.named_buffers())[name].detach().cpu(), dict(model.named_buffers())[name]):
+        return "did not change"
+    return "is not what one device has after slot 0's piece"
 
 
 def _short(t: torch.Tensor) -> str:

@@ -1,8 +1,7 @@
 """The tiny models every check runs, and what one device computes for each (the reference).
 
-Three models cover what goes wrong in replication: an MLP (plain parameters), a conv net with
-BatchNorm (buffers updated in place), and a model whose two layers share one weight (a tied
-weight must map to one copy per replica and collect the gradient of both uses).
+Three models cover what goes wrong in replication: an MLP (plain parameters), a conv net with BatchNorm
+(buffers updated in place), and two layers sharing one weight (one copy per replica, both uses' gradient).
 """
 
 from __future__ import annotations
@@ -29,10 +28,6 @@ class TiedNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(torch.tanh(self.b(torch.tanh(self.a(x)))))
-
-
-def mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
 
 
 def conv_bn() -> nn.Module:
@@ -62,7 +57,7 @@ class Case:
 
 
 CASES = (
-    Case("the MLP", mlp, (4,)),
+    Case("the MLP", lambda: nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2)), (4,)),
     Case("the conv net with BatchNorm", conv_bn, (1, 5, 5)),
     Case("the tied-weight model", TiedNet, (4,)),
 )

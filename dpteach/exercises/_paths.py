@@ -1,8 +1,8 @@
-"""Where a replica's gradient goes: a small walk over ``grad_fn.next_functions``.
+"""Where a replica holds each of the original's tensors, and where its gradient goes.
 
-Backward follows edges from a tensor's ``grad_fn`` to the nodes that made its inputs, until it
-reaches ``AccumulateGrad`` nodes, whose ``.variable`` is the leaf whose ``.grad`` gets filled.
-A replica parameter is wired correctly when that walk reaches the *original* parameter.
+Backward follows ``grad_fn.next_functions`` (``graph.walk.grad_fns`` walks them) until it reaches
+``AccumulateGrad`` nodes, whose ``.variable`` is the leaf whose ``.grad`` gets filled. A replica
+parameter is wired correctly when that walk reaches the *original* parameter.
 """
 
 from __future__ import annotations
@@ -13,24 +13,15 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from ..graph.walk import grad_fns
+
 
 def leaves_behind(tensor: torch.Tensor) -> list[torch.Tensor]:
     """The leaf tensors a gradient arriving at ``tensor`` would end in (itself, if it is a leaf)."""
     if tensor.grad_fn is None:
         return [tensor] if tensor.requires_grad else []
-    seen: set[int] = set()
-    stack, leaves = [tensor.grad_fn], []
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        variable = getattr(node, "variable", None)  # only AccumulateGrad nodes have one
-        if variable is not None:
-            leaves.append(variable)
-            continue
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return leaves
+    # only AccumulateGrad nodes have a .variable: the leaf whose .grad they fill
+    return [fn.variable for fn in grad_fns([tensor.grad_fn]) if hasattr(fn, "variable")]
 
 
 def nodes_behind(tensor: torch.Tensor, depth: int = 4) -> list[str]:
@@ -44,38 +35,19 @@ def nodes_behind(tensor: torch.Tensor, depth: int = 4) -> list[str]:
 
 @dataclass(frozen=True)
 class Place:
-    """One spot where a module holds a tensor: ``module_path`` + ``key``, and the name of the original tensor."""
+    """One spot where a module holds a tensor, and the name of the original tensor there."""
 
-    module_path: str  # "" for the root, "0" or "block.conv" for a child
-    key: str  # "weight"
+    name: str  # "0.weight", "block.conv.weight": where the module holds it
     original_name: str  # the name `named_parameters()` gives the original (a tied weight has one)
     tensor: torch.Tensor  # the original tensor
 
-    @property
-    def name(self) -> str:
-        return f"{self.module_path}.{self.key}" if self.module_path else self.key
-
 
 def places(network: nn.Module, kind: str = "parameter") -> Iterator[Place]:
-    """Every (submodule, key) holding a parameter (or buffer) of ``network``, tied ones at each of their places."""
-    named = network.named_parameters() if kind == "parameter" else network.named_buffers()
-    first_name = {id(t): name for name, t in named}
-    for path, module in network.named_modules():
-        registry = module._parameters if kind == "parameter" else module._buffers
-        for key, t in registry.items():
-            if t is not None:
-                yield Place(path, key, first_name[id(t)], t)
-
-
-def replica_tensor(replica: nn.Module, place: Place) -> torch.Tensor | None:
-    """The tensor ``replica`` holds at ``place``, or None if it has none."""
-    module = replica
-    for part in place.module_path.split(".") if place.module_path else []:
-        module = module._modules.get(part) if isinstance(module, nn.Module) else None
-        if module is None:
-            return None
-    t = getattr(module, place.key, None)
-    return t if isinstance(t, torch.Tensor) else None
+    """Every place ``network`` holds a parameter (or buffer) at, a tied one at each of its places."""
+    named = network.named_parameters if kind == "parameter" else network.named_buffers
+    first_name = {id(t): name for name, t in named()}
+    for name, t in named(remove_duplicate=False):
+        yield Place(name, first_name[id(t)], t)
 
 
 def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -1,9 +1,8 @@
 """The registry of the exercises: found by file name, looked up by key, shown as cells, tried once.
 
-An exercise is one ``taskN_*.py`` holding its record (``TASK``), its check and ``try_answer``; the
-objects its record names are written in ``stubs.py`` (as the learner first sees them) and in
-``solutions.py`` (worked). Nothing else lists it: this module finds every ``taskN_*.py`` and orders
-them by N. The task modules never import this one, so there is no cycle.
+An exercise is one ``taskN_*.py`` (its record ``TASK``, its check, ``try_answer``) and the objects
+its record names, in ``stubs.py`` and ``solutions.py``. Nothing else lists it: this module finds every
+``taskN_*.py``, ordered by N; the task modules never import it, so there is no cycle.
 """
 
 from __future__ import annotations
@@ -77,10 +76,8 @@ def check_source(key: str) -> str:
 
 
 class NotWrittenYet(NotImplementedError):
-    """A stub's own ``NotImplementedError("Task N (...): ...")``: the part of the task still to write.
-
-    IPython shows ``_render_traceback_`` in place of a traceback: two lines, not dpteach's frames.
-    """
+    """A stub's own ``NotImplementedError("Task N (...): ...")``, which IPython shows in two lines
+    (``_render_traceback_``), not through dpteach's frames."""
 
     def _render_traceback_(self) -> list[str]:
         return [
@@ -91,11 +88,8 @@ class NotWrittenYet(NotImplementedError):
 
 
 def try_it(key: str, *answer) -> None:
-    """Run exercise ``key`` once with the learner's ``answer`` (its module's ``try_answer``), raising what it raises.
-
-    A stub's own ``NotImplementedError`` (its message starts with ``"Task "``) is raised again as
-    ``NotWrittenYet``; every other error is raised as it was, so its traceback shows in full.
-    """
+    """Run exercise ``key`` once with the learner's ``answer`` (its module's ``try_answer``), raising what
+    it raises: a stub's own ``NotImplementedError`` ("Task ...") as ``NotWrittenYet``, others as they are."""
     try:
         said = module_of(key).try_answer(*answer)
     except NotImplementedError as error:

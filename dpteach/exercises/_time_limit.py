@@ -1,10 +1,10 @@
 """A time limit for the exercise checks: a watchdog thread interrupts a check that runs too long.
 
-A learner's loop that never ends would otherwise hang the check, and the notebook with it. The
-watchdog sends the main thread a SIGINT, exactly what Jupyter's "interrupt kernel" does, so it
-also wakes a ``time.sleep`` or a wait on a replica thread; the check turns that interrupt into a
-sentence. It is armed only where such an interrupt can be caught: in the main thread, with
-Python's own SIGINT handler installed (as in Jupyter while a cell runs, and in plain Python).
+A learner's endless loop would otherwise hang the notebook. The watchdog sends the main thread a
+SIGINT, as Jupyter's "interrupt kernel" does, which also wakes a ``time.sleep`` or a wait on a replica
+thread; the check turns it into a sentence. It is armed only where the interrupt can be caught: in
+the main thread, with Python's own SIGINT handler installed (in Jupyter while a cell runs, and in
+plain Python).
 """
 
 from __future__ import annotations
@@ -56,9 +56,8 @@ class TimeLimit:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.stop(
-            wait=exc_type is not KeyboardInterrupt
-        )  # an interrupt on its way arrives here, inside the with
+        # an interrupt on its way arrives here, inside the with
+        self.stop(wait=exc_type is not KeyboardInterrupt)
 
     def _fire(self) -> None:
         with self._lock:

@@ -1,7 +1,5 @@
-"""Worked answers to the exercises, with the names and signatures of ``stubs.py``.
-
-The tests check every one of them, and ``notebooks/solutions/11_exercises_solutions.ipynb``
-shows each as the code of a cell (``dpteach.exercises.solution_source(key)``), so the two agree.
+"""Worked answers to the exercises, with the names and signatures of ``stubs.py``; the tests check each,
+and the solutions notebook shows each as a cell (``dpteach.exercises.solution_source(key)``).
 """
 
 from __future__ import annotations
@@ -47,9 +45,8 @@ class MyReduceAdd(Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        total = sum(
-            g.to(ctx.destination) for g in grads
-        )  # every replica's gradient, on the original's device
+        # every replica's gradient, on the original's device
+        total = sum(g.to(ctx.destination) for g in grads)
         return (total,) + (None,) * len(grads)  # one value per forward input: the sum for `original`
 
 
@@ -74,10 +71,8 @@ class MyReduceAddCoalesced(Function):
 
     @staticmethod
     def forward(ctx, destination, num_inputs, *grads):
-        ctx.devices = [
-            grads[i].device for i in range(0, len(grads), num_inputs)
-        ]  # where each group came from
         groups = [grads[i : i + num_inputs] for i in range(0, len(grads), num_inputs)]
+        ctx.devices = [group[0].device for group in groups]  # where each group came from
         return tuple(comm.reduce_add_coalesced(groups, destination))
 
     @staticmethod

@@ -1,8 +1,7 @@
 """The exercises as a learner first sees them: each raises NotImplementedError naming its task.
 
-``dpteach.exercises.stub_source(key)`` gives each one as the text of a notebook cell, with its
-imports and a last line that tries it (so an untouched stub fails loudly). The worked answers are
-in ``solutions.py``, with the same names and signatures.
+``dpteach.exercises.stub_source(key)`` gives each as a notebook cell, with its imports and a last
+line that tries it; the worked answers are in ``solutions.py``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,19 @@
 """Task 1 (chapter 02): find the bug in a clone-based replicate, whose parameters were fresh leaves (issue #19540).
 
-The check runs the learner's ``replicate_by_clone`` as ``strategy=`` on every model and 1-4 CPU
-slots, then onto ``[cpu, meta]`` (``meta`` holds shapes and no data), where a copy that ignores
-``device`` can no longer land on the right device by luck.
+The check runs ``replicate_by_clone`` on every model and 1-4 CPU slots, then onto ``[cpu, meta]``
+(``meta``: shapes, no data), where a copy that ignores ``device`` no longer lands right by luck.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..graph.names import resolve
 from ..replicate import replicate
 from ._feedback import Findings, Result, Task
 from ._harness import check_replicas, require_strategy, run_cases, run_check, try_step
 from ._models import CASES
-from ._paths import places, replica_tensor
+from ._paths import places
 
 TASK = Task(  # the registry finds this record by the file's name
     1,
@@ -33,7 +33,6 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
         "`param`. Use one operation on `param` itself that autograd records and that takes a device.",
         "`copy = param.to(device, copy=True)`: recorded by autograd, on `device`, its own memory.",
     ),
-    "no_grad": "make the copy with gradients on: take out the `torch.no_grad()` or the `.detach()`.",
     "wrong_leaf": "compute the copy from `param` itself, not from a detached copy of `param` (that gives an "
     "edge to the copy instead).",
     "shared": (
@@ -44,8 +43,6 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
     ),
     "device": "make the copy on `device`, the slot it is for: a copy that ignores `device` stays on "
     "`param`'s device, which only looks right while every slot is the CPU.",
-    "grads_none": "when no gradient reaches the original, follow each replica parameter's `grad_fn`, then its "
-    "`next_functions`, as in chapter 02: the walk must end at the original.",
     "grads_wrong": "a gradient that is a multiple of one device's means some replica's gradient is counted twice, "
     "or not at all: give each slot its own copy, made once.",
 }
@@ -55,18 +52,14 @@ SECOND_DEVICE = [torch.device("cpu"), torch.device("meta")]  # meta: shapes, no 
 
 
 def check_slot_devices(findings: Findings, strategy) -> None:
-    """Replicate every model onto ``[cpu, meta]``: each replica's parameters must be on its own slot's device.
-
-    The check's other runs use CPU slots only, where a copy that ignores ``device`` (``param.clone()``)
-    lands on the right device by accident. The ``meta`` device needs no GPU and makes no data.
-    """
+    """Replicate every model onto ``[cpu, meta]``: each replica's parameters must be on its own slot's device."""
     for case in CASES:
         findings.context = f"Replicating {case.name} onto the slots [cpu, meta]"
         model, _, _ = case.make()
         replicas = replicate(model, SECOND_DEVICE, strategy=strategy)
         for slot, replica in enumerate(replicas):
             for place in places(model):
-                t = replica_tensor(replica, place)
+                t = resolve(replica, place.name)
                 if t is not None and t.device != SECOND_DEVICE[slot]:
                     findings.problem(
                         "device",

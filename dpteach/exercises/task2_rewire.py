@@ -6,14 +6,14 @@ the library's ``"rewire"`` strategy with it (:func:`rewire_with`) on every model
 
 from __future__ import annotations
 
-import inspect
+import functools
 
 import torch
 from torch.autograd import Function
 
 from ..replicate import rewire
-from ._feedback import Findings, Result, Stop, Task
-from ._harness import check_replicas, run_cases, run_check, try_step
+from ._feedback import Findings, Result, Task
+from ._harness import check_replicas, require_function, run_cases, run_check, try_step
 from ._paths import leaves_behind
 
 TASK = Task(  # the registry finds this record by the file's name
@@ -53,10 +53,7 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
 
 def rewire_with(reduce_add: type[Function]):
     """The library's ``"rewire"`` strategy (``dpteach.replicate.rewire``) running a learner's ``ReduceAdd``."""
-
-    def replicate(network, devices, detach=False):
-        return rewire.replicate(network, devices, detach, node=reduce_add)
-
+    replicate = functools.partial(rewire.replicate, node=reduce_add)
     replicate.__name__ = f"rewire_with({getattr(reduce_add, '__name__', 'ReduceAdd')})"
     return replicate
 
@@ -70,33 +67,29 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
     outputs = (outputs,) if isinstance(outputs, torch.Tensor) else outputs
     if not isinstance(outputs, tuple) or len(outputs) != 3:
         got = len(outputs) if isinstance(outputs, (tuple, list)) else type(outputs).__name__
-        findings.problem(
+        findings.stop(
             "outputs",
             f"ReduceAdd.apply(original, c0, c1, c2) returned {got} output(s); it must return 3, one per copy",
         )
-        raise Stop
     for i, (out, c) in enumerate(zip(outputs, copies)):
         if not isinstance(out, torch.Tensor) or out.shape != c.shape or not torch.equal(out.detach(), c):
-            findings.problem(
+            findings.stop(
                 "outputs",
                 f"output {i} of ReduceAdd.forward is not copy {i}: each replica must get "
                 "back its own copy, values unchanged",
             )
-            raise Stop
         if out.grad_fn is None or not type(out.grad_fn).__name__.startswith(reduce_add.__name__):
-            findings.problem(
+            findings.stop(
                 "outputs",
                 f"output {i} of ReduceAdd.forward has grad_fn {type(out.grad_fn).__name__}, "
                 f"not your {reduce_add.__name__} node: the copies must be the node's own outputs",
             )
-            raise Stop
     if not any(leaf is original for leaf in leaves_behind(outputs[0])):
-        findings.problem(
+        findings.stop(
             "edge",
             "the ReduceAdd node has no edge to `original`, so no gradient can reach it: keep `original` an input "
             "of forward (its first) and return the copies from forward",
         )
-        raise Stop
     base = torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]])
     # a scalar loss, not backward(outputs, grad_tensors): torch imports sympy the first time it checks grad_tensors
     sum((out * (2**i * base)).sum() for i, out in enumerate(outputs)).backward()
@@ -116,11 +109,8 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
 
 
 def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
-    """Where the sum lands: the original on ``meta`` (shapes, no data), its copies' gradients on the CPU.
-
-    Autograd refuses a gradient on another device than its tensor's, so a sum left where the
-    gradients came from raises "expected device meta but got cpu"; no second GPU is needed.
-    """
+    """Where the sum lands: the original on ``meta`` (shapes, no data), its copies' gradients on the CPU;
+    autograd refuses a sum left on the CPU ("expected device meta but got cpu"), no second GPU needed."""
     findings.context = "Trying ReduceAdd with the original on another device than its copies"
     original = torch.nn.Parameter(torch.zeros(2, 3, device="meta"))
     try:
@@ -140,13 +130,7 @@ def check_rewire(reduce_add=None, *, devices=None) -> Result:
     """Check a learner's ``ReduceAdd`` (a ``torch.autograd.Function`` subclass) inside the rewire strategy."""
 
     def body(findings: Findings) -> None:
-        if not (inspect.isclass(reduce_add) and issubclass(reduce_add, Function)):
-            findings.problem(
-                "usage",
-                f"check_rewire expects your ReduceAdd class (a torch.autograd.Function "
-                f"subclass), got {reduce_add!r}: `exercises.check_rewire(MyReduceAdd)`",
-            )
-            raise Stop
+        require_function(findings, reduce_add, "check_rewire", "MyReduceAdd", "ReduceAdd class")
         _probe_node(findings, reduce_add)
         _probe_device(findings, reduce_add)
         if not findings.ok:

@@ -1,20 +1,19 @@
-"""Task 3 (chapter 07): a Broadcast / ReduceAddCoalesced pair that survives double backward.
+"""Task 3 (chapter 07): a Broadcast / ReduceAddCoalesced pair, each the other's backward (PR #2508).
 
-Each function's backward is the other's ``apply`` (PR #2508). The check tries the pair alone, then
-runs the library's ``"broadcast"`` strategy with it (:func:`broadcast_with`) and compares gradients
-and the gradients of a gradient penalty with one device's, on every model and 1-4 slots.
+The check tries the pair alone, then runs the library's ``"broadcast"`` strategy with it
+(:func:`broadcast_with`) and compares first and second-order gradients with one device's.
 """
 
 from __future__ import annotations
 
-import inspect
+import functools
 
 import torch
 from torch.autograd import Function
 
 from ..replicate import broadcast as broadcast_strategy
-from ._feedback import Findings, Result, Stop, Task
-from ._harness import CASES, check_replicas, compare, run_check, run_strategy, slot_lists, try_step
+from ._feedback import Findings, Result, Task
+from ._harness import check_replicas, require_function, run_cases, run_check, try_step
 from ._paths import nodes_behind
 
 TASK = Task(  # the registry finds this record by the file's name
@@ -64,10 +63,7 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
 
 def broadcast_with(broadcast: type[Function]):
     """The library's ``"broadcast"`` strategy (``dpteach.replicate.broadcast``) running a learner's ``Broadcast``."""
-
-    def replicate(network, devices, detach=False):
-        return broadcast_strategy.replicate(network, devices, detach, broadcast=broadcast)
-
+    replicate = functools.partial(broadcast_strategy.replicate, broadcast=broadcast)
     replicate.__name__ = f"broadcast_with({getattr(broadcast, '__name__', 'Broadcast')})"
     return replicate
 
@@ -87,12 +83,11 @@ def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
     out = broadcast.apply(slots, a, b)
     out = (out,) if isinstance(out, torch.Tensor) else tuple(out)
     if len(out) != 6:
-        findings.problem(
+        findings.stop(
             "layout",
             f"Broadcast.apply(devices, a, b) on 3 slots returned {len(out)} tensors; it must "
             "return 6: slot 0's a and b, then slot 1's, then slot 2's",
         )
-        raise Stop
     for j in range(3):
         for k, (t, want) in enumerate(((out[2 * j], a), (out[2 * j + 1], b))):
             if (
@@ -100,12 +95,11 @@ def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
                 or t.shape != want.shape
                 or not torch.equal(t.detach(), want.detach())
             ):
-                findings.problem(
+                findings.stop(
                     "layout",
                     f"output {2 * j + k} of Broadcast.apply(devices, a, b) should be slot {j}'s "
                     f"copy of {'ab'[k]}, but it is not (outputs go slot by slot)",
                 )
-                raise Stop
     weights = [torch.full_like(t, float(i + 1), requires_grad=True) for i, t in enumerate(out)]
     ga, gb = torch.autograd.grad([(t * w).sum() for t, w in zip(out, weights)], [a, b], create_graph=True)
     summed = torch.allclose(ga.detach(), torch.full_like(a, 1 + 3 + 5))  # a's copies got gradients 1, 3 and 5
@@ -145,22 +139,19 @@ def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
     want = [torch.full((2, 2), 0.0 + 10 + 20), torch.full((2, 2), 3.0 + 10 + 20)]
     right = all(isinstance(s, torch.Tensor) and torch.allclose(s.detach(), w) for s, w in zip(sums, want))
     if len(sums) != 2 or not right:
-        findings.problem(
+        findings.stop(
             "sum",
             "ReduceAddCoalesced.apply(destination, 2, *six_tensors) must return 2 tensors: the sum "
             "of input 0 over the three slots, and the sum of input 1",
         )
-        raise Stop
     u = torch.ones(2, 2, requires_grad=True)
     back = torch.autograd.grad([(sums[0] * u).sum(), (sums[1] * 2 * u).sum()], grads, create_graph=True)
     if not all(
         torch.allclose(g.detach(), torch.full((2, 2), float(1 + (i % 2)))) for i, g in enumerate(back)
     ):
-        findings.problem(
+        findings.stop(
             "sum", "ReduceAddCoalesced's backward must hand every slot the gradient of the sum, unchanged"
         )
-        raise Stop
-    later = [g for g in back[2:]]  # slots 1 and 2: the copies a raw comm call makes outside autograd
     if not all(g.requires_grad for g in back):
         slot = next(i for i, g in enumerate(back) if not g.requires_grad) // 2
         findings.problem(
@@ -168,7 +159,7 @@ def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
             f"ReduceAddCoalesced.backward is not differentiable: even with "
             f"`create_graph=True` the gradient it hands slot {slot} has no history (see chapter 07)",
         )
-    elif not all(_from_partner(g, broadcast) for g in later):
+    elif not all(_from_partner(g, broadcast) for g in back[2:]):  # slots 1 and 2: a raw comm call's copies
         findings.problem(
             "partner",
             f"ReduceAddCoalesced.backward's results have a history, but they do not come out of your "
@@ -183,25 +174,13 @@ def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=N
 
     def body(findings: Findings) -> None:
         for cls, name in ((broadcast, "Broadcast"), (reduce_add_coalesced, "ReduceAddCoalesced")):
-            if not (inspect.isclass(cls) and issubclass(cls, Function)):
-                findings.problem(
-                    "usage",
-                    f"check_broadcast_pair expects your two classes, "
-                    f"`exercises.check_broadcast_pair(MyBroadcast, MyReduceAddCoalesced)`; for {name} it got "
-                    f"{cls!r}",
-                )
-                raise Stop
+            example = "MyBroadcast, MyReduceAddCoalesced"
+            require_function(findings, cls, "check_broadcast_pair", example, f"{name} class")
         _probe_broadcast(findings, broadcast, reduce_add_coalesced)
         _probe_reduce(findings, broadcast, reduce_add_coalesced)
         if not findings.ok:
             return
-        strategy = broadcast_with(broadcast)
-        for case in CASES:
-            for slots in slot_lists(devices):
-                run = run_strategy(findings, strategy, case, slots, double=True)
-                check_replicas(findings, run)
-                compare(findings, run, "grads")
-                compare(findings, run, "second")
+        run_cases(findings, broadcast_with(broadcast), devices, check_replicas, double=True)
         findings.held += [
             "Broadcast copies every input to every slot, slot by slot; ReduceAddCoalesced sums them back",
             "each backward comes out of the partner's node, so it is differentiable itself (PR #2508)",

@@ -1,8 +1,7 @@
 """Task 5 (chapter 05): keep BatchNorm statistics from slot 0 (issue #21144).
 
-The learner writes a strategy whose slot-0 buffers *are* the original's. The check runs it in
-training mode on every model and 1-4 slots: slot 0 aliases, later slots own their buffers, the
-original's statistics are one device's after slot 0's piece, and gradients still reach it.
+The learner writes a strategy whose slot-0 buffers *are* the original's; the check runs it in
+training mode on every model and 1-4 slots (``_harness.check_buffers`` says what it asks).
 """
 
 from __future__ import annotations
@@ -23,6 +22,9 @@ TASK = Task(  # the registry finds this record by the file's name
     imports="import dpteach\nfrom dpteach import exercises",
 )
 
+START_FIXED = (
+    "start from replicas whose parameters lead back to the original (strategy='rewire' or 'broadcast')"
+)
 HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
     "buffer_copied": (
         "slot 0's replica must hold the original's buffer *objects*, not copies of them: then BatchNorm's "
@@ -34,10 +36,8 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
     "buffer_shared": "give only slot 0 the original's buffers; leave the other slots' copies as they are.",
     "stats": "only slot 0's BatchNorm should write into the original's statistics: make slot 0's buffers the "
     "original's and leave the later slots' copies alone.",
-    "fresh_leaf": "start from replicas whose parameters lead back to the original (strategy='rewire' or "
-    "'broadcast'), not from 'clone'.",
-    "grads_none": "start from replicas whose parameters lead back to the original (strategy='rewire' or "
-    "'broadcast'), not from 'clone'.",
+    "fresh_leaf": f"{START_FIXED}, not from 'clone'.",
+    "grads_none": f"{START_FIXED}, not from 'clone'.",
 }
 
 

@@ -1,8 +1,7 @@
 """Task 6 (chapter 08): one copy, not two (PR #20995): the learner writes ``copy_once(tensor, device)``.
 
-Before PR #20995 ``Cloneable::clone(device)`` copied with ``clone()`` then ``.to(device)``. The check
-counts the aten operations that copy data (a ``TorchDispatchMode`` sees them) for a copy onto its
-own device and onto ``"meta"`` (standing in for a second GPU; every CUDA pair there is too).
+The check counts the aten operations that copy data (a ``TorchDispatchMode`` sees them) for a copy
+onto its own device and onto ``"meta"`` (standing in for a second GPU; every CUDA pair there is too).
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ._feedback import Findings, Result, Stop, Task
+from ._feedback import Findings, Result, Task
 from ._harness import run_check
 
 TASK = Task(  # the registry finds this record by the file's name
@@ -65,11 +64,10 @@ def places(devices=None) -> list[tuple[torch.device, torch.device]]:
 def _one(
     findings: Findings, copy_once, src: torch.device, dst: torch.device, given=None, as_device_ok=False
 ) -> bool:
-    """One call ``copy_once(tensor on src, given)``; ``given`` is ``dst`` as a device or as its string.
+    """``copy_once(a tensor on src, given)``, ``given`` being ``dst`` or its string; True if the call held.
 
-    True when the call held. ``as_device_ok``: the same call with a ``torch.device`` held, so a string
-    that now makes no copy is the string's fault (the "string" hint); otherwise it is "shared".
-    """
+    ``as_device_ok``: the call with a ``torch.device`` held, so a string that makes no copy is the
+    string's fault (the "string" hint), not "shared"."""
     given = dst if given is None else given
     named = f" (given as the string {given!r})" if isinstance(given, str) else ""
     findings.context = f"Copying a tensor from {src} to {dst}{named}"
@@ -85,10 +83,8 @@ def _one(
     elif len(counter.copies) > 1:
         found = "twice", f"{where}: {len(counter.copies)} copies ({', '.join(counter.copies)}) where one does"
     elif not counter.copies or (dst.type != "meta" and out.data_ptr() == source.data_ptr()):
-        found = (
-            "string" if isinstance(given, str) and as_device_ok else "shared",
-            f"{where}: no copy was made, so the replica would share the original's memory",
-        )
+        kind = "string" if isinstance(given, str) and as_device_ok else "shared"
+        found = kind, f"{where}: no copy was made, so the replica would share the original's memory"
     elif out.shape != source.shape or out.dtype != source.dtype:
         found = (
             "values",
@@ -105,14 +101,10 @@ def check_copy_once(copy_once=None, *, devices=None) -> Result:
     """Check ``copy_once(tensor, device)``: one copy per tensor onto every device, memory of its own (PR #20995)."""
 
     def body(findings: Findings) -> None:
-        if copy_once is None:
-            findings.problem("usage", "pass your function: `exercises.check_copy_once(copy_once)`")
-            raise Stop
         if not callable(copy_once):
-            findings.problem(
-                "usage", f"check_copy_once expects a function copy_once(tensor, device), got {copy_once!r}"
+            findings.stop(
+                "usage", f"pass your function: `exercises.check_copy_once(copy_once)`, not {copy_once!r}"
             )
-            raise Stop
         for src, dst in places(devices):
             as_device_ok = _one(findings, copy_once, src, dst)
             # "cpu" as a slot list names it; blame the string only if the torch.device call held

@@ -7,17 +7,13 @@
     graph_diff(before, after)            # the edges the fix added, the dead ends it removed
     compare_strategies(model, x, devices)  # "clone", "rewire", "broadcast" side by side
 
-Files: ``names.py`` (which tensor is which), ``nodes.py`` (nodes and edges), ``walk.py`` (the one
-walk of ``next_functions``), ``autograd.py`` (the graph and its facts), ``view.py`` (collapse by
-module, node limit), ``dot.py`` (the drawing and its legend), ``text.py`` (the text form),
-``display.py`` (showing itself), ``diff.py``, ``compare.py``.
-Graphviz is imported only when a picture is drawn.
+Graphviz is imported only when a picture is drawn; docs/architecture.md says what each file holds.
 """
 
 from __future__ import annotations
 
 from .autograd import AutogradGraph, autograd_graph
-from .compare import StrategyComparison, capture_replicas, compare_strategies, replicated_forward
+from .compare import StrategyComparison, compare_strategies
 from .diff import GraphDiff, graph_diff
 from .display import Drawing, GraphvizMissing, set_jupyter_format
 from .names import Param
@@ -27,8 +23,6 @@ __all__ = [
     "autograd_graph",
     "graph_diff",
     "compare_strategies",
-    "capture_replicas",
-    "replicated_forward",
     "AutogradGraph",
     "GraphDiff",
     "StrategyComparison",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from types import MappingProxyType
 from typing import Mapping, Sequence
 
 import torch
@@ -10,7 +11,7 @@ from torch import nn
 
 from .display import Drawable
 from .names import Param, build_names
-from .nodes import Edge, Node, frozen
+from .nodes import Edge, Node
 from .walk import Handles, grad_fns, walk_graph
 
 
@@ -18,9 +19,8 @@ class AutogradGraph(Drawable):
     """The autograd graph behind an output, as plain nodes and edges; shows itself as a picture.
 
     ``nodes`` (id -> :class:`Node`, in the order of the walk) and ``edges`` (gradient direction)
-    are the whole graph. ``dead_ends`` are the replica parameters whose gradient stops in the
-    replica; ``unreached`` the original parameters no path from the output reaches. ``draw()``
-    makes a picture (see ``dpteach.graph.dot`` for its legend); ``dot`` is its DOT source.
+    are the whole graph; the properties below are what a learner asks of it. ``draw()`` makes a
+    picture (``legend.LEGEND`` says what its colours mean); ``dot`` is its DOT source.
     """
 
     def __init__(
@@ -33,21 +33,21 @@ class AutogradGraph(Drawable):
         recorded: frozenset[str] = frozenset(),
         no_history: str | None = None,
     ) -> None:
-        # one line saying why there is nothing to draw (no output has a grad_fn), else None
-        self.no_history = no_history
-        self._canonical = dict(canonical or {})
+        self.no_history = no_history  # why there is nothing to draw (no output has a grad_fn), else None
+        self._canonical = dict(canonical or {})  # a tied weight's other names -> the name its original has
         # the nodes a first backward with create_graph=True recorded (autograd_graph's create_graph=)
-        self.recorded: frozenset[str] = recorded  # a tied weight's other names -> the name its original has
-        self.nodes: Mapping[str, Node] = frozen(nodes)
+        self.recorded: frozenset[str] = recorded
+        self.nodes: Mapping[str, Node] = MappingProxyType({n.id: n for n in nodes})
         self.edges: tuple[Edge, ...] = tuple(edges)
+        self._originals = {n.param.name: n.id for n in self.nodes.values() if n.kind == "original"}
         self._order = {p.name: i for i, p in enumerate(params)}  # the module's own order, for sorting
         self._children: dict[str, list[str]] = {n.id: [] for n in nodes}
         for e in self.edges:
             self._children[e.src].append(e.dst)
         self.name = title  # the caller's first line, e.g. "strategy='clone'" (None: none given)
-        self.title = self._summary() if title is None else f"{title}\n{self._summary()}"
-        self.short_title = (
-            self._summary(short=True) if title is None else f"{title}\n{self._summary(short=True)}"
+        self.title, self.short_title = (
+            summary if title is None else f"{title}\n{summary}"
+            for summary in (self._summary(), self._summary(True))
         )
 
     def _sorted(self, params) -> tuple[Param, ...]:
@@ -99,27 +99,21 @@ class AutogradGraph(Drawable):
                     queue.append(c)
         return None
 
+    def _original_of(self, node: Node) -> str | None:
+        """The id of the node of a replica parameter's original (a tied weight's names all lead to it)."""
+        return self._originals.get(self._canonical.get(node.param.name, node.param.name))
+
     def paths_to_original(self) -> dict[Param, tuple[str, ...] | None]:
         """For each replica parameter, the path its gradient takes to *its* original (None: a dead end)."""
-        nodes = {n.param: n.id for n in self.nodes.values() if n.param is not None}
-        originals = {p.name: nid for p, nid in nodes.items() if p.slot is None}
-
-        def original_of(p: Param) -> str | None:
-            return originals.get(self._canonical.get(p.name, p.name))
-
-        return {
-            p: (self.path(nodes[p], original_of(p)) if original_of(p) else None) for p in self.replica_params
-        }
+        ends = {n.param: (n.id, self._original_of(n)) for n in self.nodes.values() if n.kind == "replica"}
+        return {p: self.path(*ends[p]) if ends[p][1] else None for p in self.replica_params}
 
     def _drawn_parts(self) -> tuple[list[Node], list[Edge]]:
         # draw the edge clone() never made, from each dead end to its original: the picture of #19540
-        originals = {n.param.name: n.id for n in self.nodes.values() if n.kind == "original"}
         dead = [
-            (n.id, self._canonical.get(n.param.name, n.param.name))
-            for n in self.nodes.values()
-            if n.kind == "replica" and n.dead_end
+            (n.id, self._original_of(n)) for n in self.nodes.values() if n.kind == "replica" and n.dead_end
         ]
-        missing = [Edge(nid, originals[name], "missing") for nid, name in dead if name in originals]
+        missing = [Edge(nid, original, "missing") for nid, original in dead if original]
         return list(self.nodes.values()), [*self.edges, *missing]
 
     def _summary(self, short: bool = False) -> str:
@@ -142,19 +136,6 @@ class AutogradGraph(Drawable):
         ops = sum(n.kind in ("op", "join") for n in nodes)
         leaves = sum(n.leaf for n in nodes)
         return f"{ops} backward function{'s' * (ops != 1)}, {leaves} lea{'f' if leaves == 1 else 'ves'}"
-
-    # With no history the picture would be a lone output box: show the sentence saying why instead.
-    # draw() still draws it, for whoever asks.
-    def _repr_svg_(self) -> str | None:
-        return None if self.no_history else super()._repr_svg_()
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        if self.no_history:
-            return {"text/plain": self.no_history}
-        return super()._repr_mimebundle_(include, exclude)
-
-    def __str__(self) -> str:
-        return self.no_history or super().__str__()
 
     def __repr__(self) -> str:
         if self.no_history:
@@ -201,10 +182,7 @@ def walked_graph(
     create_graph: tuple[torch.Tensor, Sequence[torch.Tensor]] | None = None,
 ) -> tuple[AutogradGraph, Handles | None]:
     """``autograd_graph``, and with ``handles=True`` the live ``grad_fn`` behind each node (``walk.Handles``)."""
-    if isinstance(output, torch.Tensor):
-        outputs = [output]
-    else:
-        outputs = list(output) if isinstance(output, (list, tuple)) else []
+    outputs = list(output) if isinstance(output, (list, tuple)) else [output]
     if not outputs or not all(isinstance(o, torch.Tensor) for o in outputs):
         raise TypeError(
             f"autograd_graph expects a tensor (or a list of tensors), got {type(output).__name__}"
@@ -222,11 +200,8 @@ def walked_graph(
             nid for nid, fn in found.fns.items() if kind_of.get(nid) in ("op", "join") and id(fn) in new
         )
         found = found if handles else None
-    why = no_history(outputs, module)
-    graph = AutogradGraph(
-        nodes, edges, [p for p, _ in table.originals], title, table.canonical, recorded, why
-    )
-    return graph, found
+    params, why = [p for p, _ in table.originals], no_history(outputs, module)
+    return AutogradGraph(nodes, edges, params, title, table.canonical, recorded, why), found
 
 
 def no_history(outputs: Sequence[torch.Tensor], module: nn.Module | None = None) -> str | None:

@@ -1,9 +1,7 @@
-"""One model, one input, several replication strategies: their graphs side by side, and how to get replicas.
+"""One model, one input, several replication strategies: their graphs side by side.
 
-``compare_strategies(model, x, devices)`` runs the four moves of ``DataParallel`` by hand
-(scatter, replicate, parallel_apply, gather) once per strategy, so it can keep the replicas and
-name their parameters, and shows the graphs next to each other. ``capture_replicas(dp)`` keeps
-the replicas a ``DataParallel`` makes inside its forward, for ``autograd_graph(..., replicas=)``.
+``compare_strategies(model, x, devices)`` runs one step per strategy (``data_parallel.step``, which
+keeps the replicas, so their parameters can be named) and shows the graphs next to each other.
 """
 
 from __future__ import annotations
@@ -23,24 +21,6 @@ from .legend import legend_html
 
 PER_ROW = 2  # pictures side by side: three drawn like chapter 03's single pictures are too wide for one row
 MIN_LABEL_PX = 10  # side-by-side pictures never scale their node labels below this height (font size, px)
-
-
-def replicated_forward(
-    model: nn.Module,
-    x: torch.Tensor,
-    devices: Sequence,
-    strategy="broadcast",
-    loss_fn: Callable[[torch.Tensor], torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, list[nn.Module]]:
-    """``loss_fn(gather(parallel_apply(replicate(model), scatter(x))))`` and the replicas it used.
-
-    ``loss_fn`` defaults to ``data_parallel.mean_square``, a scalar to call ``backward()`` on; no
-    backward runs here. One slot is replicated too, so its replica can be looked at.
-    """
-    from ..data_parallel import mean_square, step
-
-    done = step(model, x, list(devices), strategy=strategy, loss_fn=loss_fn or mean_square, backward=False)
-    return done.loss, done.replicas
 
 
 class StrategyComparison(Mapping[str, AutogradGraph]):
@@ -69,21 +49,18 @@ class StrategyComparison(Mapping[str, AutogradGraph]):
     def html(self) -> str:
         """The graphs two to a row, drawn compact, with one legend under them; raises GraphvizMissing without Graphviz.
 
-        Drawn like the single pictures (each replica's parameters on one row at the foot of its box,
-        so the lines to the originals leave it straight down), one picture is about 670 px wide: three
-        in one row of a 1,000 px notebook would shrink the labels to about 7 px. Two to a row keep them
-        above ``MIN_LABEL_PX`` and put "clone" beside "rewire". Each column is as wide as the widest
-        picture in it, so every picture gets the same scale and the same label size. The grid never
-        shrinks below ``MIN_LABEL_PX`` labels; narrower than that, it scrolls sideways.
+        One picture is about 670 px wide: three to a row of a 1,000 px notebook would shrink the labels
+        to about 7 px; two keep them above ``MIN_LABEL_PX`` and put "clone" beside "rewire". Each column
+        is as wide as its widest picture, so all share one scale; where even that would shrink labels
+        below ``MIN_LABEL_PX``, the grid scrolls sideways.
         """
         drawings = {name: g.draw(legend=False, compact=True) for name, g in self.graphs.items()}
-        images = {name: d.data_uri() for name, d in drawings.items()}
         widths = {name: d.width_px() for name, d in drawings.items()}
         cells = "".join(
             f'<figure style="margin:0;min-width:0;text-align:center">'
             f'<img style="width:100%;height:auto;display:block;max-width:{widths[name]}px;margin:0 auto" '
-            f'alt="autograd graph, strategy {escape(name)}" src="{uri}"></figure>'
-            for name, uri in images.items()
+            f'alt="autograd graph, strategy {escape(name)}" src="{d.data_uri()}"></figure>'
+            for name, d in drawings.items()
         )
         legend = legend_html(d.view for d in drawings.values())
         ops = {n.op for g in self.graphs.values() for n in g.nodes.values() if n.op}
@@ -141,24 +118,15 @@ def compare_strategies(
 ) -> StrategyComparison:
     """The graph of ``model`` on ``x`` under each strategy (default: all three), ready to be shown side by side."""
     from .._devices import default_devices
+    from ..data_parallel import mean_square, step
     from ..replicate import strategy_name
 
     devices = default_devices() if devices is None else list(devices)
     graphs = {}
     for strategy in strategies:
-        loss, replicas = replicated_forward(model, x, devices, strategy, loss_fn)
+        done = step(model, x, devices, strategy=strategy, loss_fn=loss_fn or mean_square, backward=False)
         name = strategy_name(strategy)
-        graphs[name] = autograd_graph(loss, module=model, replicas=replicas, title=f"strategy={name!r}")
-    return StrategyComparison(graphs)
-
-
-def capture_replicas(dp: nn.Module):
-    """``with capture_replicas(dp) as replicas:`` keeps the replicas ``dp`` (a ``DataParallel``) makes in
-    each forward inside the block (the last one wins), for ``autograd_graph(out, module=dp, replicas=replicas)``."""
-    if not callable(getattr(dp, "replicate", None)):
-        raise TypeError(
-            f"capture_replicas expects a DataParallel (something with .replicate), got {type(dp).__name__}"
+        graphs[name] = autograd_graph(
+            done.loss, module=model, replicas=done.replicas, title=f"strategy={name!r}"
         )
-    from ..data_parallel import keep_replicas
-
-    return keep_replicas(dp)  # re-entrant and per thread: no method is patched
+    return StrategyComparison(graphs)

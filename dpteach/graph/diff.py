@@ -1,10 +1,9 @@
 """``graph_diff(before, after)``: what changed between two graphs of the same model, drawn as one picture.
 
-Node ids are names (``replica1.0.weight``, ``AddmmBackward0_2``), so the graphs of one model and
-input under two strategies share every node they have in common, and the difference is exactly
-what the strategy changed. From ``"clone"`` to ``"rewire"`` (PR #20910) that is: edges from each
-replica parameter into one ``ReduceAddBackward`` node and from there to the original parameter,
-drawn green; every dead end gone, its border purple; every original parameter now reached.
+Node ids are names (``walk.py``), so two graphs of one model and input share every node they have
+in common and differ by what the strategy changed: from ``"clone"`` to ``"rewire"`` (PR #20910),
+the edges into each ``ReduceAddBackward`` node and on to the original, drawn green; every dead end
+gone, its border purple; every original parameter now reached.
 """
 
 from __future__ import annotations
@@ -17,38 +16,32 @@ from .names import Param
 from .nodes import Edge, Node
 
 
+def _only_in(these, those) -> tuple:
+    """What ``these`` hold and ``those`` do not, in ``these``' order."""
+    those = set(those)
+    return tuple(x for x in these if x not in those)
+
+
 class GraphDiff(Drawable):
     """The edges ``after`` adds to ``before`` and removes from it, and what that does to the gradient.
 
-    ``added`` / ``removed``: edges of the drawing (gradient direction) in one graph only. The drawing
-    shows each parameter as a node of its own (a leaf stands for its ``AccumulateGrad``), so from
-    ``"clone"`` to ``"rewire"`` nothing is removed here, though in autograd's own ``next_functions``
-    each edge that ended at a replica's ``AccumulateGrad`` now ends at ``ReduceAddBackward`` (the
-    copy, no longer a leaf, sits on that edge in the drawing). ``fixed``: replica
-    parameters that were dead ends and are not any more; ``new_dead_ends``: the reverse.
-    ``newly_reached`` / ``newly_unreached``: original parameters whose fate changed.
+    ``added`` / ``removed``: edges of the drawing in one graph only. A replica parameter is a node of
+    its own there, so from ``"clone"`` to ``"rewire"`` nothing is removed, though in autograd's own
+    ``next_functions`` each edge that ended at a replica's ``AccumulateGrad`` now ends at
+    ``ReduceAddBackward``. ``fixed``: replica parameters that were dead ends and are not any more;
+    ``new_dead_ends``: the reverse. ``newly_reached`` / ``newly_unreached``: original parameters whose
+    fate changed.
     """
 
     def __init__(self, before: AutogradGraph, after: AutogradGraph, title: str | None = None) -> None:
         self.before, self.after = before, after
-        old = {(e.src, e.dst) for e in before.edges}
-        new = {(e.src, e.dst) for e in after.edges}
-        self.added: tuple[Edge, ...] = tuple(
-            Edge(e.src, e.dst, "added") for e in after.edges if (e.src, e.dst) not in old
-        )
-        self.removed: tuple[Edge, ...] = tuple(
-            Edge(e.src, e.dst, "removed") for e in before.edges if (e.src, e.dst) not in new
-        )
-        self.fixed: tuple[Param, ...] = tuple(p for p in before.dead_ends if p not in set(after.dead_ends))
-        self.new_dead_ends: tuple[Param, ...] = tuple(
-            p for p in after.dead_ends if p not in set(before.dead_ends)
-        )
-        self.newly_reached: tuple[Param, ...] = tuple(
-            p for p in before.unreached if p not in set(after.unreached)
-        )
-        self.newly_unreached: tuple[Param, ...] = tuple(
-            p for p in after.unreached if p not in set(before.unreached)
-        )
+        old, new = ([(e.src, e.dst) for e in g.edges] for g in (before, after))
+        self.added: tuple[Edge, ...] = tuple(Edge(*e, "added") for e in _only_in(new, old))
+        self.removed: tuple[Edge, ...] = tuple(Edge(*e, "removed") for e in _only_in(old, new))
+        self.fixed: tuple[Param, ...] = _only_in(before.dead_ends, after.dead_ends)
+        self.new_dead_ends: tuple[Param, ...] = _only_in(after.dead_ends, before.dead_ends)
+        self.newly_reached: tuple[Param, ...] = _only_in(before.unreached, after.unreached)
+        self.newly_unreached: tuple[Param, ...] = _only_in(after.unreached, before.unreached)
         summary = (
             f"{len(self.added)} edges added, {len(self.removed)} removed; "
             f"{len(self.fixed)} dead ends removed, {len(self.newly_reached)} original parameters now reached"

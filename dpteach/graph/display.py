@@ -1,8 +1,7 @@
 """Showing a graph: SVG in Jupyter when Graphviz is there, text with one sentence on how to get it when not.
 
-Displaying never raises. Without the ``graphviz`` Python package or the ``dot`` program the object
-shows its text form (``text.py``) and says what to install; ``.svg()`` and ``.save()``, asked for
-explicitly, do raise, with the same sentence.
+Displaying never raises: without the ``graphviz`` package or the ``dot`` program it shows the text
+form (``text.py``) and what to install; ``.svg()`` and ``.save()`` raise, with the same sentence.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import shutil
 import subprocess
 from functools import cached_property
 from html import escape
+from pathlib import Path
 from typing import Sequence
 
 from . import text as text_form
@@ -130,8 +130,7 @@ class Drawing:
         """Write the picture to ``path`` (format from the suffix: .svg, .png, .pdf, .dot); returns the path."""
         fmt = format or (path.rsplit(".", 1)[-1] if "." in path else "svg")
         data = self.dot.encode() if fmt in ("dot", "gv") else self._picture(fmt)
-        with open(path, "wb") as f:
-            f.write(data)
+        Path(path).write_bytes(data)
         return path
 
     def _repr_svg_(self) -> str | None:
@@ -142,11 +141,11 @@ class Drawing:
         except GraphvizMissing:
             return None
 
-    def data_uri(self) -> str:
-        """The picture as a ``data:`` URI in the Jupyter format, for an ``<img>`` in HTML."""
-        if _FORMAT["jupyter"] == "png":
-            return "data:image/png;base64," + base64.b64encode(self.png()).decode()
-        return "data:image/svg+xml;base64," + base64.b64encode(self.svg().encode()).decode()
+    def data_uri(self, fmt: str | None = None) -> str:
+        """The picture as a ``data:`` URI (in the Jupyter format unless ``fmt``), for an ``<img>`` in HTML."""
+        fmt = fmt or _FORMAT["jupyter"]
+        kind = "png" if fmt == "png" else "svg+xml"
+        return f"data:image/{kind};base64,{base64.b64encode(self._picture(fmt)).decode()}"
 
     def width_px(self) -> int:
         """The picture's natural width in CSS pixels (dot draws 72 pt to the inch, browsers 96 px)."""
@@ -158,9 +157,8 @@ class Drawing:
     def html(self) -> str:
         """The SVG as an ``<img>`` no wider than the cell: JupyterLab 4 shows ``image/svg+xml`` as an
         ``<img>`` that no max-width confines, so a wide graph ran off the cell's right edge."""
-        data = base64.b64encode(self.svg().encode()).decode()
         alt = escape(self.view.title.splitlines()[0] if self.view.title else "autograd graph")
-        return f'<img alt="{alt}" style="max-width:100%;height:auto" src="data:image/svg+xml;base64,{data}">'
+        return f'<img alt="{alt}" style="max-width:100%;height:auto" src="{self.data_uri("svg")}">'
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         try:
@@ -183,6 +181,9 @@ class Drawable:
     """What graphs and diffs share: ``draw()``, ``.dot``, ``.text``, ``.svg()``, and showing themselves."""
 
     title: str
+    # a sentence saying why there is nothing to draw: shown in place of the picture (a lone output
+    # box) and of the text form; draw() still draws it, for whoever asks
+    no_history: str | None = None
 
     def _drawn_parts(self) -> tuple[Sequence[Node], Sequence[Edge]]:
         raise NotImplementedError
@@ -239,13 +240,15 @@ class Drawable:
         return self._default.save(path, format)
 
     def _repr_svg_(self) -> str | None:
-        return self._default._repr_svg_()
+        return None if self.no_history else self._default._repr_svg_()
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        if self.no_history:
+            return {"text/plain": self.no_history}
         return self._default._repr_mimebundle_(include, exclude)
 
     def __str__(self) -> str:
-        return self.text
+        return self.no_history or self.text
 
 
 def _note_target(key: str, nodes, drawn: set[str]) -> str:

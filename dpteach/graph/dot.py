@@ -1,17 +1,12 @@
 """Drawing a view with graphviz: one box per replica slot, one for the original module, a legend inside.
 
 Arrows follow ``next_functions``: the way the gradient flows in ``backward()``, from the output
-at the top down to the tensors whose ``.grad`` it fills. The legend drawn into every picture
-lists the entries that picture uses, in the words of ``legend.LEGEND``: the output green, backward
-functions grey, the ReduceAdd / Broadcast nodes that join replicas to the original orange, original
-parameters blue (white with a red dashed border when unreached), replica parameters pale blue (red
-when a dead end, #19540), other leaves yellow; clone's missing edges red dotted; in diffs, added
-edges green and removed ones red dashed; collapsed nodes as 3-D boxes, notes with a folded corner.
+at the top down to the tensors whose ``.grad`` it fills. The colours and borders are those of
+``legend.LEGEND``; the legend drawn into every picture lists the entries that picture uses.
 
 The box around each replica slot is tinted by device (grey for the CPU, a colour per CUDA device),
 so two slots on one device share a tint and slots on different GPUs do not. The original module's
-parameters and the ReduceAdd / Broadcast nodes sit in a blue-bordered box of their own, except in
-drawings of more than ``view.MAX_NODES`` nodes, where that box would cost dot seconds of layout.
+parameters and the ReduceAdd / Broadcast nodes sit in a blue-bordered box of their own.
 """
 
 from __future__ import annotations
@@ -20,29 +15,24 @@ import re
 from dataclasses import replace
 
 from .legend import (
+    EDGE_LEGEND,
     FILL,
     FONT,
     GREEN,
     GREY,
-    MISSING,
     ORANGE,
     PURPLE,
     RECORDED_BORDER,
     RECORDED_TINT,
     RED,
     device_tint,
+    edge_entry,
     entry,
     legend_label,
     missing_from_one_slot,
 )
-from .nodes import Edge, Node
+from .nodes import Edge, Node, shape_text
 from .view import MAX_NODES, View
-
-
-def _shape_text(shape) -> str:
-    if shape is None:
-        return ""
-    return "scalar" if len(shape) == 0 else "×".join(str(s) for s in shape)
 
 
 def _join_detail(n: Node, view: View, by_id: dict[str, Node]) -> str:
@@ -79,7 +69,7 @@ def _node_attrs(n: Node, view: View, by_id: dict[str, Node], compact: bool = Fal
     lines = [n.label]
     if n.kind == "replica" and n.param is not None and n.slot is not None:
         lines = [n.param.name]  # its box's title says which replica and which device
-    shape = _shape_text(n.shape)
+    shape = shape_text(n.shape)
     if n.kind in ("output", "original", "replica", "input", "leaf", "tensor") and shape:
         if n.kind == "replica" and n.param is not None and len(lines[0]) + len(shape) > 12:
             lines.append(f"({shape})")  # as narrow as ".grad stops here": the copies share one row
@@ -117,23 +107,21 @@ def _node_attrs(n: Node, view: View, by_id: dict[str, Node], compact: bool = Fal
     return attrs
 
 
+_EDGE_STYLE = {  # each entry's line, in its colour from legend.EDGE_LEGEND
+    "added": {"penwidth": "3"},
+    "removed": {"style": "dashed", "penwidth": "2"},
+    "missing": {"style": "dotted", "arrowhead": "tee", "penwidth": "2.5"},
+    "join": {"penwidth": "2"},
+    "": {},
+}
+
+
 def _edge_attrs(e: Edge, by_id: dict[str, Node]) -> dict[str, str]:
-    attrs = _edge_look(e, by_id)
+    key = edge_entry(e, by_id)
+    attrs = {"color": EDGE_LEGEND[key][0], **_EDGE_STYLE[key]}
     if by_id[e.src].kind == "replica" and by_id[e.dst].kind in ("join", "original"):
         attrs["minlen"] = "2"  # room below the replicas for the lines from the copies to fan out
     return attrs
-
-
-def _edge_look(e: Edge, by_id: dict[str, Node]) -> dict[str, str]:
-    if e.status == "added":
-        return {"color": GREEN, "penwidth": "3"}
-    if e.status == "removed":
-        return {"color": RED, "style": "dashed", "penwidth": "2"}
-    if e.status == "missing":
-        return {"color": MISSING, "style": "dotted", "arrowhead": "tee", "penwidth": "2.5"}
-    if by_id[e.src].kind == "join" or by_id[e.dst].kind == "join":
-        return {"color": ORANGE, "penwidth": "2"}
-    return {"color": GREY}
 
 
 def _remark(c, i: int, target: str, text: str, width: int = 32) -> None:
@@ -141,8 +129,7 @@ def _remark(c, i: int, target: str, text: str, width: int = 32) -> None:
     import textwrap
 
     name = f"note_{i}"
-    label = "\n".join(textwrap.wrap(text, width)) + "\n"  # dot centres lines: left-justify them instead
-    label = label.replace("\n", "\\l")
+    label = "\\l".join(textwrap.wrap(text, width)) + "\\l"  # dot centres lines: \l left-justifies them
     c.node(
         name,
         label=label,
@@ -165,17 +152,11 @@ def _quote(name: str) -> str:
 
 def _same_row(c, row: list[Node]) -> None:
     """``row`` on one rank, tied left to right by invisible edges: dot keeps them in this order."""
+    if len(row) < 2:
+        return
     c.body.append("\t{rank=same; " + " ".join(_quote(n.id) for n in row) + "}\n")
     for a, b in zip(row, row[1:]):
         c.edge(a.id, b.id, style="invis")
-
-
-def _module_index(n: Node, view: View, by_id: dict[str, Node]) -> int:
-    """An original parameter's place in module order; a join's, the first original it feeds."""
-    if n.param is not None:
-        return n.param.index
-    targets = [by_id[e.dst].param for e in view.edges if e.src == n.id and by_id[e.dst].param is not None]
-    return min((p.index for p in targets), default=-1)
 
 
 def _pin_module_order(c, members: list[Node], view: View) -> None:
@@ -183,15 +164,17 @@ def _pin_module_order(c, members: list[Node], view: View) -> None:
     left to right by invisible edges, so every picture of one module puts them in the same place."""
     by_id = {n.id: n for n in view.nodes}
 
-    def key(n: Node) -> tuple:  # collapsed boxes have no parameter: their module path, numbers as numbers
-        return (_module_index(n, view, by_id), _param_key(n)[1])
+    def key(n: Node) -> tuple:
+        """An original's place in module order, a join's the first original it feeds; then the module
+        path, numbers as numbers (collapsed boxes have no parameter)."""
+        fed = [by_id[e.dst].param for e in view.edges if e.src == n.id and by_id[e.dst].param is not None]
+        index = n.param.index if n.param is not None else min((p.index for p in fed), default=-1)
+        return (index, _param_key(n)[1])
 
     originals = sorted((n for n in members if n.kind == "original"), key=key)
     # the ReduceAdd nodes too, one above each original: left to dot, 2.bias's stood first
     joins = sorted((n for n in members if n.kind == "join" and n.id not in view.recorded), key=key)
     for row in (originals, joins):
-        if len(row) < 2:
-            continue
         _same_row(c, row)
 
 
@@ -206,12 +189,11 @@ _NO_PARAM = (float("inf"), [])
 
 
 def _module_first(view: View) -> list[Edge]:
-    """``view.edges`` with each node's out-edges ordered by the first parameter (in module order) each
-    leads to: with ``ordering=out`` dot then draws every replica's parameters left to right in module
-    order, as the original's are, so each copy sits above its original and the lines between them run
-    side by side instead of across the picture. Which edges there are does not change.
-    ``AddmmBackward0``'s ``next_functions`` list the bias first; drawn in that order, ``2.bias`` stood
-    leftmost in every replica and its line crossed the width to ``original 2.bias`` on the right."""
+    """``view.edges`` (the same edges) with each node's out-edges ordered by the first parameter, in
+    module order, each leads to: with ``ordering=out`` dot then draws each replica's parameters in
+    module order, above the original's, so the lines between them run side by side. (In
+    ``next_functions`` order ``AddmmBackward0`` lists the bias first, and ``2.bias``'s line crossed the
+    whole picture.)"""
     by_id = {n.id: n for n in view.nodes}
     out: dict[str, list[tuple[int, Edge]]] = {}
     for i, e in enumerate(view.edges):
@@ -234,14 +216,8 @@ def _module_first(view: View) -> list[Edge]:
             low[nid] = min([own, *(low.get(d, _NO_PARAM) for d in nexts)])
         return low[start]
 
-    rank = {}
-    for src, items in out.items():
-        for place, (i, _) in enumerate(sorted(items, key=lambda item: (lowest(item[1].dst), item[0]))):
-            rank[i] = (src, place)
-    first = {}
-    for i, e in enumerate(view.edges):
-        first.setdefault(e.src, i)
-    return [e for i, e in sorted(enumerate(view.edges), key=lambda ie: (first[ie[1].src], rank[ie[0]][1]))]
+    # sources in the order they first appear (out's own order), each one's edges sorted
+    return [e for items in out.values() for _, e in sorted(items, key=lambda ie: (lowest(ie[1].dst), ie[0]))]
 
 
 def _order_by_depth(view: View, edges: list[Edge]) -> tuple[dict[str, int], dict[str, int]]:
@@ -284,21 +260,20 @@ def _pin_replica_order(c, members: list[Node], depth: dict[str, int], order: dic
         row.sort(key=lambda n: order.get(n.id, 0))
     params = sorted((n for n in members if n.kind == "replica" and n.id in depth), key=_param_key)
     for row in [*rows.values(), params]:
-        if len(row) >= 2:
-            _same_row(c, row)
+        _same_row(c, row)
 
 
 # Compact pictures are shown two to a row (~490 px each at notebook width): boxes as narrow as their
 # names (width 0, not dot's 0.75 in minimum, which made "T" as wide as "0.weight") and a larger font,
 # so the labels stay about 10 px tall or more once the row is scaled to fit (compare.py).
 COMPACT_NODE = {"fontsize": "12", "height": "0.25", "width": "0", "margin": "0.04,0.02"}
+NODE = {"fontsize": "10", "height": "0.3", "margin": "0.08,0.04"}
 
 
 def to_digraph(view: View, legend: bool = True, compact: bool = False):
     """A ``graphviz.Digraph`` of ``view`` (needs the graphviz Python package, not the dot program).
 
-    ``compact=True`` writes only names in the boxes (no shapes, no status lines) and packs them
-    tighter: for pictures shown side by side, whose legend is drawn once beside them.
+    ``compact=True``: only names in the boxes, packed tighter, for pictures shown side by side.
     """
     import graphviz  # imported here: `import dpteach` must not need it
 
@@ -308,7 +283,6 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
     # every depth of the replicas) costs seconds: big drawings leave that box out (the ReduceAdd nodes
     # then line up between the replicas) and cap network simplex's iterations.
     big = len(view.nodes) > MAX_NODES
-    fast = {"nslimit": "2", "nslimit1": "2"} if big else {}
     g = graphviz.Digraph(
         "autograd",
         graph_attr={
@@ -328,15 +302,9 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             # compact drawings too, the long edges to a row of parameters looped round the boxes)
             "remincross": "false",
             "mclimit": "0.01" if big else "1",
-            **fast,
+            **({"nslimit": "2", "nslimit1": "2"} if big else {}),
         },
-        node_attr={
-            "shape": "box",
-            "fontname": FONT,
-            **COMPACT_NODE,
-        }
-        if compact
-        else {"shape": "box", "fontname": FONT, "fontsize": "10", "height": "0.3", "margin": "0.08,0.04"},
+        node_attr={"shape": "box", "fontname": FONT, **(COMPACT_NODE if compact else NODE)},
         edge_attr={"arrowsize": "0.7"},
     )
     slots = sorted({n.slot for n in view.nodes if n.slot is not None and n.kind in ("op", "replica")})
@@ -391,9 +359,8 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
             for i, target in enumerate(view.remarks):  # a note sits in the box of the node it is about
                 if any(n.id == target for n in members):
                     _remark(c, i, target, view.remarks[target])
-    in_box = {n.id for members in clusters.values() for n in members}
     for i, target in enumerate(view.remarks):
-        if target not in in_box:
+        if target not in in_cluster:
             _remark(g, i, target, view.remarks[target])
     for e in edges:
         g.edge(e.src, e.dst, **_edge_attrs(e, by_id))
@@ -402,17 +369,9 @@ def to_digraph(view: View, legend: bool = True, compact: bool = False):
         outer = graphviz.Digraph(
             "autograd", graph_attr={**g.graph_attr}, node_attr={**g.node_attr}, edge_attr={**g.edge_attr}
         )
-        g.name, g.graph_attr = (
-            "cluster_legend",
-            {
-                "label": legend_label(view),
-                "labelloc": "b",
-                "labeljust": "r",
-                "peripheries": "0",
-                "fontsize": "11",
-            },
-        )
-        g.node_attr, g.edge_attr = {}, {}
+        g.name, g.node_attr, g.edge_attr = "cluster_legend", {}, {}
+        legend_box = {"labelloc": "b", "labeljust": "r", "peripheries": "0", "fontsize": "11"}
+        g.graph_attr = {"label": legend_label(view), **legend_box}
         outer.subgraph(g)
         return outer
     return g

@@ -1,7 +1,7 @@
 """What the colours mean: the legend, drawn into every picture (graphviz HTML) and under side-by-sides (HTML).
 
-The meaning of each entry is in ``dpteach.graph.dot``'s docstring; a picture's legend lists only
-the entries that picture uses.
+``LEGEND`` and ``EDGE_LEGEND`` say what each entry means; a picture's legend lists only the entries
+that picture uses.
 """
 
 from __future__ import annotations
@@ -71,10 +71,9 @@ EDGE_LEGEND = {  # entry -> (colour, glyph, text)
 def missing_from_one_slot(view: View) -> tuple[list[Edge], int | None]:
     """``view.edges`` with clone's missing edges drawn from one replica only, and that replica's slot.
 
-    Every replica's dead ends have the same originals, so drawn from every replica the dotted lines
-    fanned out from both boxes, crossed between them, and no copy could be traced to its original.
-    When every slot has dead ends for the same originals, only the last slot's are kept, in module
-    order (the legend says so); otherwise every edge stays and the slot is None.
+    Drawn from every replica, the dotted lines crossed between the boxes and no copy could be traced to
+    its original. When every slot has dead ends for the same originals, only the last slot's are kept,
+    in module order (the legend says so); otherwise every edge stays and the slot is None.
     """
     by_id = {n.id: n for n in view.nodes}
     by_slot: dict[int | None, set[str]] = {}
@@ -93,13 +92,6 @@ def missing_from_one_slot(view: View) -> tuple[list[Edge], int | None]:
 
     kept = sorted((e for e in view.edges if e.status == "missing" and by_id[e.src].slot == slot), key=place)
     return [e for e in view.edges if e.status != "missing"] + kept, slot
-
-
-def _edge_text(key: str, slot: int | None) -> str:
-    text = EDGE_LEGEND[key][2]
-    if key == "missing" and slot is not None:
-        text += f"; drawn for replica {slot} only, every replica is the same"
-    return text
 
 
 def entry(n: Node, recorded: frozenset[str] = frozenset()) -> str:
@@ -121,8 +113,9 @@ def edge_entry(e: Edge, by_id: dict[str, Node]) -> str:
     return "join" if "join" in (by_id[e.src].kind, by_id[e.dst].kind) else ""
 
 
-def used_entries(views: Iterable[View]) -> tuple[list[str], list[str], bool]:
-    """The node entries, the edge entries (in the legend's order) and whether there are replica boxes."""
+def _rows(views: list[View]) -> tuple[list[tuple], list[tuple[str, str, str]], bool]:
+    """The legend's rows for ``views``: (fill, border, style, border width, text) per node entry used,
+    (colour, glyph, text) per edge entry, each in the legend's own order; and whether there are boxes."""
     nodes: set[str] = set()
     edges: set[str] = set()
     boxes = False
@@ -134,7 +127,16 @@ def used_entries(views: Iterable[View]) -> tuple[list[str], list[str], bool]:
         nodes |= {"collapsed" for n in view.nodes if n.members > 1}
         edges |= {edge_entry(e, by_id) for e in view.edges}
         boxes = boxes or any(n.kind == "replica" for n in view.nodes)
-    return [k for k in LEGEND if k in nodes], [k for k in EDGE_LEGEND if k in edges], boxes
+    node_keys, edge_keys = [k for k in LEGEND if k in nodes], [k for k in EDGE_LEGEND if k in edges]
+    slot = next((s for s in (missing_from_one_slot(v)[1] for v in views) if s is not None), None)
+    rows = [(*LEGEND[k][:3], 3 if LEGEND[k][1] in (GREEN, PURPLE) else 1, LEGEND[k][3]) for k in node_keys]
+    edge_rows = []
+    for key in edge_keys:
+        colour, glyph, text = EDGE_LEGEND[key]
+        if key == "missing" and slot is not None:
+            text += f"; drawn for replica {slot} only, every replica is the same"
+        edge_rows.append((colour, glyph, text))
+    return rows, edge_rows, boxes
 
 
 BOXES = "a tinted box: one replica slot, its tint the device"
@@ -142,24 +144,19 @@ BOXES = "a tinted box: one replica slot, its tint the device"
 
 def legend_label(view: View) -> str:
     """The legend as a graphviz HTML-like table: the entries this view uses, in the legend's own order."""
-    node_keys, edge_keys, boxes = used_entries([view])
-    _, slot = missing_from_one_slot(view)
+    nodes, edges, boxes = _rows([view])
     rows = []
-    for key in node_keys:
-        fill, border, style, text = LEGEND[key]
+    for fill, border, style, width, text in nodes:
         dashed = ' STYLE="dashed"' if style == "dashed" else ""
-        width = "3" if border in (GREEN, PURPLE) else "1"
         rows.append(
             f'<TR><TD BGCOLOR="{fill}" COLOR="{border}" BORDER="{width}"{dashed} WIDTH="28"> </TD>'
             f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>'
         )
-    for key in edge_keys:
-        colour, glyph, _ = EDGE_LEGEND[key]
-        text = _edge_text(key, slot)
-        rows.append(
-            f'<TR><TD BORDER="0"><FONT COLOR="{colour}"><B>{glyph}</B></FONT></TD>'
-            f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>'
-        )
+    rows += [
+        f'<TR><TD BORDER="0"><FONT COLOR="{colour}"><B>{glyph}</B></FONT></TD>'
+        f'<TD ALIGN="LEFT" BORDER="0">{escape(text)}</TD></TR>'
+        for colour, glyph, text in edges
+    ]
     if boxes:
         rows.append(f'<TR><TD COLSPAN="2" ALIGN="LEFT" BORDER="0">{BOXES}</TD></TR>')
     return (
@@ -170,22 +167,13 @@ def legend_label(view: View) -> str:
 
 def legend_html(views: Iterable[View]) -> str:
     """The legend as browser HTML, one line, for pictures drawn side by side without their own."""
-    views = list(views)
-    node_keys, edge_keys, boxes = used_entries(views)
-    slot = next((s for s in (missing_from_one_slot(v)[1] for v in views) if s is not None), None)
-    items = []
-    for key in node_keys:
-        fill, border, style, text = LEGEND[key]
-        width = 3 if border in (GREEN, PURPLE) else 1
-        swatch = (
-            f'<span style="display:inline-block;width:22px;height:12px;background:{fill};'
-            f'border:{width}px {style} {border};vertical-align:middle"></span>'
-        )
-        items.append(f"{swatch}&nbsp;{escape(text)}")
-    for key in edge_keys:
-        colour, glyph, _ = EDGE_LEGEND[key]
-        text = _edge_text(key, slot)
-        items.append(f'<b style="color:{colour}">{glyph}</b>&nbsp;{escape(text)}')
+    nodes, edges, boxes = _rows(list(views))
+    items = [
+        f'<span style="display:inline-block;width:22px;height:12px;background:{fill};'
+        f'border:{width}px {style} {border};vertical-align:middle"></span>&nbsp;{escape(text)}'
+        for fill, border, style, width, text in nodes
+    ]
+    items += [f'<b style="color:{colour}">{glyph}</b>&nbsp;{escape(text)}' for colour, glyph, text in edges]
     if boxes:
         items.append(escape(BOXES))
     spans = "".join(f'<span style="margin-right:18px;white-space:nowrap">{item}</span> ' for item in items)

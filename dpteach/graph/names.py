@@ -10,6 +10,7 @@ node), and a node cannot hand back its output tensors, so it is found by the *si
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Iterator, Mapping, Sequence
 
 import torch
@@ -52,8 +53,7 @@ class TensorNames:
         self.leaves: dict[int, Named] = {}  # id(leaf tensor) -> name
         self.sites: dict[tuple[int, int], Named] = {}  # (id(grad_fn), output_nr) -> name
         self.originals: list[tuple[Param, torch.Tensor]] = []  # in module order, for .unreached
-        # every name of an original tensor -> its first name (tied weights)
-        self.canonical: dict[str, str] = {}
+        self.canonical: dict[str, str] = {}  # every name of an original -> its first name (tied weights)
         self.order: dict[str, int] = {}  # an original's first name -> its place in module order
         self.named_leaves: list[tuple[Named, torch.Tensor]] = []  # names= leaves, drawn even when unreached
         self._keep: list[object] = []  # hold every tensor and grad_fn so their id()s stay theirs
@@ -68,38 +68,10 @@ class TensorNames:
             self._keep.append(fn)
             self.sites.setdefault((id(fn), tensor.output_nr), named)
 
-    def knows(self, tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` has a name already (``add`` would keep that one)."""
-        if tensor.grad_fn is None:
-            return id(tensor) in self.leaves
-        return (id(tensor.grad_fn), tensor.output_nr) in self.sites
-
-    def lookup_leaf(self, tensor: torch.Tensor) -> Named | None:
-        return self.leaves.get(id(tensor))
-
     @property
     def join_fns(self) -> set[int]:
         """id() of every grad_fn that produced a replica parameter: the ReduceAdd / Broadcast nodes."""
         return {fid for (fid, _), n in self.sites.items() if n.kind == "replica"}
-
-
-def unwrap(module: nn.Module) -> nn.Module:
-    """The module a ``DataParallel`` wraps (dpteach's or torch's): names read ``0.weight``, not ``module.0.weight``."""
-    from ..data_parallel import DataParallel
-
-    if isinstance(module, (DataParallel, nn.DataParallel)):
-        return module.module
-    return module
-
-
-def named_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """Parameters and buffers that require grad, under every name they have (a tied weight twice)."""
-    for name, p in module.named_parameters(remove_duplicate=False):
-        if p.requires_grad:
-            yield name, p
-    for name, b in module.named_buffers(remove_duplicate=False):
-        if b.requires_grad:
-            yield name, b
 
 
 def resolve(module: nn.Module, dotted: str) -> torch.Tensor | None:
@@ -109,12 +81,8 @@ def resolve(module: nn.Module, dotted: str) -> torch.Tensor | None:
     (replicate.py: "parameters in replicas are no longer leaves"), so ``named_parameters()`` misses them.
     """
     path, _, key = dotted.rpartition(".")
-    value = getattr(_submodule(module, path, None), key, None)
+    value = getattr(_submodule(module, path), key, None)
     return value if isinstance(value, torch.Tensor) else None
-
-
-def shape_of(t: torch.Tensor) -> tuple[int, ...]:
-    return tuple(t.shape)  # torch.Size holds ints: a plain tuple of them
 
 
 _PLAIN = {bool, int, float, str, tuple, type(None)}  # what most attributes of a module are: nothing inside
@@ -126,10 +94,9 @@ def held_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     A C++-style module keeps its tensors in member fields that ``replicate`` cannot see
     (``demos.CppStyleLinear.members``, the "failed attempt" of PR #20910); its forward reads those.
     """
-    attributes = vars(module)
-    for key in [k for k in attributes if k[:1] != "_"]:  # a module's own bookkeeping starts with _
-        value = attributes[key]
-        if type(value) in _PLAIN or isinstance(value, nn.Module):
+    for key, value in list(vars(module).items()):
+        # a module's own bookkeeping starts with _; plain values and submodules hold no stray tensor
+        if key[:1] == "_" or type(value) in _PLAIN or isinstance(value, nn.Module):
             continue
         if isinstance(value, torch.Tensor):
             yield key, value
@@ -141,47 +108,45 @@ def held_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 def _name_originals(table: TensorNames, module: nn.Module) -> None:
     first_name: dict[int, str] = {}
-    for name, t in named_tensors(module):
+    # parameters and buffers that require grad, under every name they have (a tied weight twice)
+    every = chain(
+        module.named_parameters(remove_duplicate=False), module.named_buffers(remove_duplicate=False)
+    )
+    for name, t in every:
+        if not t.requires_grad:
+            continue
         table.canonical[name] = first_name.setdefault(id(t), name)
         if table.canonical[name] == name:  # a tied weight is one original, named once
             param = Param(name, None, str(t.device), len(table.originals))
             table.order[name] = param.index
             table.originals.append((param, t))
-            table.add(t, Named("original", str(param), param, shape_of(t), str(t.device)))
+            table.add(t, Named("original", str(param), param, tuple(t.shape), str(t.device)))
 
 
-_RAISE = object()
-
-
-def _submodule(root: nn.Module, path: str, missing=_RAISE) -> nn.Module:
-    """``root.get_submodule(path)`` along ``_modules``; a missing module raises as get_submodule does,
-    or gives ``missing``."""
+def _submodule(root: nn.Module, path: str) -> nn.Module | None:
+    """``root.get_submodule(path)`` along ``_modules``, or None where a module on the way is missing."""
     module = root
     for part in path.split(".") if path else ():
         module = module._modules.get(part)
         if not isinstance(module, nn.Module):
-            if missing is _RAISE:
-                return root.get_submodule(path)  # raises, saying what is missing
-            return missing
+            return None
     return module
 
 
 def _name_replica(table: TensorNames, paths: list[str], slot: int, replica: nn.Module) -> None:
     def add(name: str, copy: torch.Tensor | None) -> None:
-        # a frozen copy is not in the graph; one named already keeps its first name
-        if copy is not None and copy.requires_grad and not table.knows(copy):
-            device = str(copy.device)
-            original = table.canonical.get(name, name)
-            index = table.order.get(original, -1)
-            param = Param(name, slot, device, index)
-            table.add(copy, Named("replica", str(param), param, shape_of(copy), device))
+        if copy is not None and copy.requires_grad:  # a frozen copy is not in the graph
+            param = Param(name, slot, str(copy.device), table.order.get(table.canonical.get(name, name), -1))
+            table.add(copy, Named("replica", str(param), param, tuple(copy.shape), param.device))
 
-    for name in list(
-        table.canonical
-    ):  # every alias: "clone" unties tied weights (two copies), "broadcast" does not
+    # every alias: "clone" unties tied weights (two copies), "broadcast" does not; a copy named already
+    # keeps its first name
+    for name in list(table.canonical):
         add(name, resolve(replica, name))
     for path in paths:  # then what the replica's modules hold besides
         sub = _submodule(replica, path)
+        if sub is None:
+            replica.get_submodule(path)  # raises, saying which module is missing
         prefix = f"{path}." if path else ""
         for attr, t in held_tensors(sub):
             name = prefix + attr
@@ -192,9 +157,7 @@ def _name_replica(table: TensorNames, paths: list[str], slot: int, replica: nn.M
 
 
 def build_names(
-    module: nn.Module | None,
-    replicas: Sequence[nn.Module] | None,
-    names: Mapping[str, torch.Tensor] | None,
+    module: nn.Module | None, replicas: Sequence[nn.Module] | None, names: Mapping[str, torch.Tensor] | None
 ) -> TensorNames:
     """Name the original's parameters, every replica's copies (by the original's names) and the learner's tensors."""
     table = TensorNames()
@@ -205,7 +168,10 @@ def build_names(
     if module is not None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"module= expects an nn.Module, got {type(module).__name__}")
-        module = unwrap(module)
+        from ..data_parallel import DataParallel
+
+        if isinstance(module, (DataParallel, nn.DataParallel)):  # names read 0.weight, not module.0.weight
+            module = module.module
         _name_originals(table, module)
         paths = [path for path, _ in module.named_modules()]
         for slot, replica in enumerate(replicas or ()):
@@ -220,7 +186,7 @@ def build_names(
     for name, t in (names or {}).items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"names= maps names to tensors, but {name!r} is a {type(t).__name__}")
-        named = Named("input" if t.grad_fn is None else "tensor", name, None, shape_of(t), str(t.device))
+        named = Named("input" if t.grad_fn is None else "tensor", name, None, tuple(t.shape), str(t.device))
         table.add(t, named)
         if t.grad_fn is None and t.requires_grad:
             table.named_leaves.append((named, t))

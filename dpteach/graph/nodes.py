@@ -1,14 +1,12 @@
 """The graph's parts: ``Node`` (a backward function or a tensor) and ``Edge`` (the way the gradient goes).
 
-``walk.py`` makes them from a live output; ``view.py``, ``dot.py``, ``text.py`` and ``diff.py``
-read them. Node ids are names, never ``id()`` (see ``walk.py``).
+``walk.py`` makes them from a live output, ids from names, never ``id()``; the drawings read them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 from .names import Param
 
@@ -46,5 +44,8 @@ class Edge(NamedTuple):
         return f"{self.src} → {self.dst}"
 
 
-def frozen(nodes: Sequence[Node]) -> Mapping[str, Node]:
-    return MappingProxyType({n.id: n for n in nodes})
+def shape_text(shape: tuple[int, ...] | None) -> str:
+    """``2×3``, ``scalar`` for a 0-d tensor, empty without a shape."""
+    if shape is None:
+        return ""
+    return "scalar" if len(shape) == 0 else "×".join(map(str, shape))

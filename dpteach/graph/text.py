@@ -7,16 +7,14 @@ with a single child continues straight down. A node met a second time is shown o
 
 from __future__ import annotations
 
-from .nodes import Node
+from .nodes import Node, shape_text
 from .view import View
 
 MAX_LINES = 400
 
 
 def _shape(n: Node) -> str:
-    if n.shape is None or n.kind in ("op", "join"):
-        return ""
-    return "  (scalar)" if len(n.shape) == 0 else "  (" + "×".join(map(str, n.shape)) + ")"
+    return "" if n.shape is None or n.kind in ("op", "join") else f"  ({shape_text(n.shape)})"
 
 
 def describe(n: Node, recorded: frozenset[str] = frozenset()) -> str:

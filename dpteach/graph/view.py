@@ -1,12 +1,11 @@
 """What a drawing shows of a graph: every node, or nodes collapsed by module, and at most ``max_nodes``.
 
-A ResNet has hundreds of backward nodes per replica; drawn one by one they are a wall (torchviz
-#71; albanD's advice there: collapse by module). ``collapse=d`` merges, per replica slot, the ops
-and the parameters of each module ``d`` levels deep into one node (``layer1`` for ``d=1``,
-``layer1.0`` for ``d=2``); the output, the loss and ``Gather`` stay as they are. When a graph has
-more than ``max_nodes`` nodes and ``collapse`` was not given, the finest depth that fits is chosen;
-if even depth 1 does not fit, the first ``max_nodes`` nodes of the walk are kept and one node
-says how many were left out.
+A ResNet has hundreds of backward nodes per replica, a wall drawn one by one (torchviz #71, where
+albanD advises collapsing by module). ``collapse=d`` merges, per replica slot, the ops and the
+parameters of each module ``d`` levels deep into one node (``layer1`` for ``d=1``); the output, the
+loss and ``Gather`` stay. Past ``max_nodes`` nodes with no ``collapse`` given, the finest depth that
+fits is chosen; if even depth 1 does not, the first ``max_nodes`` are kept and one node says how
+many were left out.
 """
 
 from __future__ import annotations
@@ -33,20 +32,11 @@ class View:
     remarks: dict[str, str] = field(default_factory=dict)  # node id -> a note drawn beside it
 
 
-def _prefix(module: str, depth: int) -> str:
-    return ".".join(module.split(".")[:depth]) if module else ""
-
-
-def _base(n: Node) -> tuple | None:
-    """What collapsing groups a node by, its whole module (None: it is always drawn as it is)."""
+def _group(n: Node, depth: int) -> tuple | None:
+    """What collapsing groups a node by: kind, slot, module ``depth`` deep (None: drawn as it is)."""
     if n.module is None or n.kind not in ("op", "join", "original", "replica"):
         return None
-    return (n.kind, n.slot if n.kind in ("op", "replica") else None, n.module)
-
-
-def _group(n: Node, depth: int) -> tuple | None:
-    base = _base(n)
-    return None if base is None else (base[0], base[1], _prefix(base[2], depth))
+    return (n.kind, n.slot if n.kind in ("op", "replica") else None, ".".join(n.module.split(".")[:depth]))
 
 
 def _merged(key: tuple, members: list[Node]) -> Node:
@@ -94,14 +84,11 @@ def collapse(nodes: Sequence[Node], edges: Sequence[Edge], depth: int) -> tuple[
         if len(members) > 1:
             merged[key] = _merged(key, members)
             rename.update({m.id: merged[key].id for m in members})
-    out: list[Node] = []
-    placed: set[str] = set()
+    out: dict[str, Node] = {}
     for n, key in zip(nodes, keys):  # keep the walk's order: a merged node sits where its first member was
-        node = merged.get(key, n) if key is not None else n
-        if node.id not in placed:
-            placed.add(node.id)
-            out.append(node)
-    return out, _merge_edges(edges, rename)
+        node = merged.get(key, n)
+        out.setdefault(node.id, node)
+    return list(out.values()), _merge_edges(edges, rename)
 
 
 def _merge_edges(edges: Sequence[Edge], rename: dict[str, str]) -> list[Edge]:
@@ -124,10 +111,8 @@ def truncate(
 ) -> tuple[list[Node], list[Edge], int]:
     """Keep the first ``max_nodes - 1`` nodes of the walk; one more node stands for the rest.
 
-    Only the last ``MORE_EDGES`` kept nodes (in the walk's order) that lead into the nodes left out
-    get an edge to it. An edge from every one of them (in a loop's graph, every node leads to a
-    weight left out at the bottom) gave ``dot`` a fan-in of long edges spanning every rank, which
-    took it minutes to lay out.
+    Only the last ``MORE_EDGES`` kept nodes that lead into the ones left out get an edge to it: an
+    edge from each (in a loop's graph, every node leads to a weight left out) took dot minutes.
     """
     keep = list(nodes[: max(1, max_nodes - 1)])
     left_out = len(nodes) - len(keep)
@@ -139,10 +124,6 @@ def truncate(
         label += f"\n({len(leading)} drawn nodes lead into them; {MORE_EDGES} edges shown)"
     keep.append(Node("more", "more", label))
     return keep, inner + [Edge(src, "more") for src in leading[-MORE_EDGES:]], left_out
-
-
-def _depths(nodes: Sequence[Node]) -> int:
-    return max((len(n.module.split(".")) for n in nodes if n.module), default=0)
 
 
 def make_view(
@@ -163,7 +144,8 @@ def make_view(
         notes.append(f"collapsed by module, depth {collapse_depth}")
     elif collapse_depth is None and max_nodes is not None and len(nodes) > max_nodes:
         total = len(nodes)
-        for depth in range(max(_depths(nodes), 1), 0, -1):  # the finest depth that fits
+        deepest = max((len(n.module.split(".")) for n in nodes if n.module), default=1)
+        for depth in range(deepest, 0, -1):  # the finest depth that fits
             merged, merged_edges = collapse(nodes, edges, depth)
             if depth == 1 or len(merged) <= max_nodes:
                 nodes, edges = merged, merged_edges

@@ -6,16 +6,10 @@ after the module or replica parameter it is. A replica parameter that is not a l
 ``"broadcast"``) gets a node of its own between its consumers and its ``grad_fn``, so the picture
 shows it leading on into the ``ReduceAdd`` / ``Broadcast`` node and the original parameter.
 
-The passes, each a function below: ``_walk`` (one depth-first walk from the outputs, every node
-once, in preorder), ``_name`` (ids and labels), ``_trace`` (which replica slot each node leads to,
-and the dead ends), ``_place`` (each node's module, for ``collapse=``) and ``_finish`` (the nodes,
-with the originals the walk never reached, and the edges).
-
 Only graph structure is read, never saved tensors (``_saved_*``), so a graph can be walked after
-``backward()`` freed them: where torchviz's ``show_saved`` raises "Trying to backward through the
-graph a second time", this does not. Asked for them (``handles=True``), the walk also hands back the
-live ``grad_fn`` each node stands for and where each of its ``next_functions`` entries leads: the
-gradient stepper (``dpteach.widgets.flow``) hooks those and runs ``backward()``.
+``backward()`` freed them (torchviz's ``show_saved`` raises there). With ``handles=True`` the walk
+also hands back the live ``grad_fn`` behind each node, which the gradient stepper
+(``dpteach.widgets.flow``) hooks.
 
 Node ids are built from names and the order of the walk (``AddmmBackward0_2``, ``original.0.weight``,
 ``replica1.0.weight``, ``ReduceAddBackward[0.weight]``), never from ``id()``, so the same model
@@ -25,13 +19,13 @@ gives the same nodes, edges and DOT text on every run, and two strategies' graph
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
 import torch
 
-from .names import Named, Param, TensorNames, shape_of
+from .names import Named, Param, TensorNames
 from .nodes import Edge, Node
 
 
@@ -39,11 +33,9 @@ from .nodes import Edge, Node
 class Handles:
     """The live autograd objects behind a walked graph (``walk_graph(..., handles=True)``).
 
-    ``fns``: node id -> the ``grad_fn`` it stands for (op and join nodes, and the ``AccumulateGrad``
-    of each leaf); output nodes and non-leaf named tensors have none. ``entries``: node id -> one
-    ``(i, child id)`` per entry ``i`` of its ``next_functions`` that is not ``None``, in order (two
-    entries may lead to one child); an output node and a named non-leaf tensor have one entry, 0,
-    to the node their tensor came out of.
+    ``fns``: node id -> its ``grad_fn`` (a leaf's: its ``AccumulateGrad``; none for outputs and named
+    non-leaf tensors). ``entries``: node id -> ``(i, child id)`` for each ``next_functions[i]`` that
+    is not None (an output or named non-leaf tensor: one entry, 0, to the node it came out of).
     """
 
     fns: Mapping[str, object]
@@ -55,18 +47,16 @@ class Handles:
 OUTPUT, SITE, LEAF, FN = "output", "site", "leaf", "fn"
 
 
+@dataclass(slots=True, eq=False)
 class _RawNode:
     """What the walk found, one per node, in preorder: where it comes from, its live handle, its name."""
 
-    __slots__ = ("where", "fn", "named", "tensor", "children", "entries")
-
-    def __init__(self, where: str, fn: object, named: Named | None, tensor: torch.Tensor | None) -> None:
-        self.where = where
-        self.fn = fn  # the grad_fn (SITE: the one its tensor came out of; LEAF: its AccumulateGrad)
-        self.named = named
-        self.tensor = tensor  # OUTPUT: the output; LEAF: the leaf tensor (AccumulateGrad.variable)
-        self.children: list[int] = []  # distinct, in next_functions order
-        self.entries: list[tuple[int, int]] | None = None  # (index into next_functions, child), on request
+    where: str
+    fn: object  # the grad_fn (SITE: the one its tensor came out of; LEAF: its AccumulateGrad)
+    named: Named | None
+    tensor: torch.Tensor | None  # OUTPUT: the output; LEAF: the leaf tensor (AccumulateGrad.variable)
+    children: list[int] = field(default_factory=list)  # distinct, in next_functions order
+    entries: list[tuple[int, int]] | None = None  # (index into next_functions, child), on request
 
 
 def _is_leaf_fn(fn: object) -> bool:
@@ -94,14 +84,13 @@ def grad_fns(starts, stop: set[int] | None = None) -> list:
 
 
 def _walk(
-    outputs: Sequence[torch.Tensor],
-    table: TensorNames,
-    keep_entries: bool,
+    outputs: Sequence[torch.Tensor], table: TensorNames, keep_entries: bool
 ) -> tuple[list[_RawNode], list[int]]:
     """Pass 1: one depth-first walk from the outputs; nodes in preorder, and the postorder."""
     found: list[_RawNode] = []
-    by_fn: dict[int, int] = {}  # id(grad_fn) -> node; found holds the grad_fns, so their id()s stay theirs
-    by_site: dict[tuple[int, int], int] = {}  # (id(grad_fn), output_nr) of a named non-leaf tensor -> node
+    # (id(grad_fn), output_nr) of a named non-leaf tensor, or (id(grad_fn), None) -> its node; found holds
+    # the grad_fns, so their id()s stay theirs
+    index: dict[tuple[int, int | None], int] = {}
     sites, leaves = table.sites, table.leaves
     post: list[int] = []
 
@@ -118,23 +107,15 @@ def _walk(
 
     def visit(fn: object, nr: int | None) -> tuple[int, bool]:
         """The node a next_functions entry leads to, and whether it was made just now."""
-        if nr is not None:
-            key = (id(fn), nr)
-            named = sites.get(key)
-            if named is not None:  # a named non-leaf tensor sits on this edge
-                index = by_site.get(key)
-                if index is not None:
-                    return index, False
-                by_site[key] = len(found)
-                found.append(_RawNode(SITE, fn, named, None))
-                return len(found) - 1, True
-        index = by_fn.get(id(fn))
-        if index is not None:
-            return index, False
-        by_fn[id(fn)] = len(found)
-        if _is_leaf_fn(fn):  # AccumulateGrad: the leaf tensor and the node that writes its .grad
-            var = fn.variable
-            found.append(_RawNode(LEAF, fn, leaves.get(id(var)), var))
+        named = sites.get((id(fn), nr))
+        key = (id(fn), nr if named is not None else None)
+        if key in index:
+            return index[key], False
+        index[key] = len(found)
+        if named is not None:  # a named non-leaf tensor sits on this edge
+            found.append(_RawNode(SITE, fn, named, None))
+        elif _is_leaf_fn(fn):  # AccumulateGrad: the leaf tensor and the node that writes its .grad
+            found.append(_RawNode(LEAF, fn, leaves.get(id(fn.variable)), fn.variable))
         else:
             found.append(_RawNode(FN, fn, None, None))
         return len(found) - 1, True
@@ -170,6 +151,21 @@ def _walk(
     return found, post
 
 
+def _named_node(named: Named, **more) -> Node:
+    """The node of a named tensor: an original parameter, a replica's copy, or one of ``names=``."""
+    param = named.param
+    if named.kind == "original":
+        nid = f"original.{param.name}"
+    elif named.kind == "replica":
+        nid = f"replica{param.slot}.{param.name}"
+    else:
+        nid = f"tensor.{named.label}"
+    slot = None if param is None else param.slot
+    return Node(
+        nid, named.kind, named.label, param=param, shape=named.shape, slot=slot, device=named.device, **more
+    )
+
+
 def _name(found: list[_RawNode], table: TensorNames, n_outputs: int) -> list[Node]:
     """Pass 2: each node's id (from names, and counts in the walk's order) and what it shows."""
     counts: Counter[str] = Counter()
@@ -183,33 +179,15 @@ def _name(found: list[_RawNode], table: TensorNames, n_outputs: int) -> list[Nod
             out = f.tensor
             nid = "output" if n_outputs == 1 else f"output_{outputs}"
             outputs += 1
-            node = Node(nid, "output", "output", shape=shape_of(out), device=str(out.device))
+            node = Node(nid, "output", "output", shape=tuple(out.shape), device=str(out.device))
         elif named is not None:  # a named tensor: a parameter, a replica's copy, one of names=
-            param = named.param
-            if named.kind == "original":
-                nid = f"original.{param.name}"
-            elif named.kind == "replica":
-                nid = f"replica{param.slot}.{param.name}"
-            else:
-                nid = f"tensor.{named.label}"
-            slot = None if param is None else param.slot
-            node = Node(
-                nid,
-                named.kind,
-                named.label,
-                param=param,
-                shape=named.shape,
-                slot=slot,
-                device=named.device,
-                leaf=f.where == LEAF,
-            )
+            node = _named_node(named, leaf=f.where == LEAF)
         elif f.where == LEAF:
             var = f.tensor
             counts["leaf"] += 1
+            nid = f"leaf_{counts['leaf']}"
             what = "parameter (not the module's)" if isinstance(var, torch.nn.Parameter) else "leaf tensor"
-            node = Node(
-                f"leaf_{counts['leaf']}", "leaf", what, shape=shape_of(var), device=str(var.device), leaf=True
-            )
+            node = Node(nid, "leaf", what, shape=tuple(var.shape), device=str(var.device), leaf=True)
         else:
             name = type(f.fn).__name__
             if name == "CppFunction":  # a node written in C++ (chapter 10's ReduceAdd): its own name
@@ -217,12 +195,8 @@ def _name(found: list[_RawNode], table: TensorNames, n_outputs: int) -> list[Nod
             kind = "join" if id(f.fn) in join_fns else "op"
             nid = None
             if kind == "join":  # a ReduceAdd node feeds one original parameter: name it after it
-                named_leaves = [
-                    table.leaves.get(id(fn.variable))
-                    for fn, _ in f.fn.next_functions
-                    if fn is not None and _is_leaf_fn(fn)
-                ]
-                only = named_leaves[0] if len(named_leaves) == 1 else None
+                leaves = [fn.variable for fn, _ in f.fn.next_functions if fn is not None and _is_leaf_fn(fn)]
+                only = table.leaves.get(id(leaves[0])) if len(leaves) == 1 else None
                 if only is not None and only.kind == "original":
                     nid = f"{name}[{only.param.name}]"
             if nid is None:
@@ -296,14 +270,13 @@ def _place(found: list[_RawNode], post: list[int], nodes: list[Node]) -> list[st
 
 
 def _finish(
-    found: list[_RawNode],
     nodes: list[Node],
     slots: list[int | None],
     to_original: list[bool],
     module: list[str | None],
     table: TensorNames,
-) -> tuple[list[Node], list[Edge]]:
-    """Pass 5: the final nodes (with the parameters the walk never reached), and the edges."""
+) -> list[Node]:
+    """Pass 5: the final nodes, with the parameters the walk never reached."""
     slot_device = {n.slot: n.device for n in nodes if n.kind == "replica"}  # an op runs on its slot's device
     out = [
         replace(
@@ -318,53 +291,28 @@ def _finish(
     seen = {n.param for n in nodes if n.kind == "original"}
     for param, t in table.originals:
         if param not in seen:
-            out.append(
-                Node(
-                    f"original.{param.name}",
-                    "original",
-                    str(param),
-                    param=param,
-                    shape=shape_of(t),
-                    device=param.device,
-                    leaf=t.grad_fn is None,
-                    reached=False,
-                    module=_module_of(param),
-                )
-            )
+            named = Named("original", str(param), param, tuple(t.shape), param.device)
+            out.append(_named_node(named, leaf=t.grad_fn is None, reached=False, module=_module_of(param)))
     present = {n.id for n in out}
     for named, t in table.named_leaves:  # a leaf you named that the output does not reach: .grad stays None
-        if f"tensor.{named.label}" not in present and table.lookup_leaf(t) is named:
-            out.append(
-                Node(
-                    f"tensor.{named.label}",
-                    "input",
-                    named.label,
-                    shape=named.shape,
-                    device=named.device,
-                    leaf=True,
-                    reached=False,
-                )
-            )
-    ids = [n.id for n in nodes]
-    edges = [Edge(ids[i], ids[c]) for i, f in enumerate(found) for c in f.children]
-    return out, edges
+        if f"tensor.{named.label}" not in present and table.leaves.get(id(t)) is named:
+            out.append(_named_node(named, leaf=True, reached=False))
+    return out
 
 
 def walk_graph(
-    outputs: Sequence[torch.Tensor],
-    table: TensorNames,
-    *,
-    handles: bool = False,
+    outputs: Sequence[torch.Tensor], table: TensorNames, *, handles: bool = False
 ) -> tuple[list[Node], list[Edge], Handles | None]:
     """The graph behind ``outputs`` as nodes and edges (and, with ``handles=True``, its live grad_fns)."""
     found, post = _walk(outputs, table, keep_entries=handles)
     named = _name(found, table, len(outputs))
     slots, to_original = _trace(found, post, named)
     module = _place(found, post, named)
-    nodes, edges = _finish(found, named, slots, to_original, module, table)
+    nodes = _finish(named, slots, to_original, module, table)
+    ids = [n.id for n in named]
+    edges = [Edge(ids[i], ids[c]) for i, f in enumerate(found) for c in f.children]
     if not handles:
         return nodes, edges, None
-    ids = [n.id for n in named]
     fns = {ids[i]: f.fn for i, f in enumerate(found) if f.where in (FN, LEAF)}
     entries = {ids[i]: [(k, ids[c]) for k, c in f.entries or ()] for i, f in enumerate(found)}
     return nodes, edges, Handles(MappingProxyType(fns), MappingProxyType(entries))

@@ -1,7 +1,7 @@
 """The gradient-flow stepper's model: one backward pass, node by node, with the gradients it really hands on.
 
 ``GradientFlow(strategy, slots)`` takes one step of the course model by hand (scatter, replicate,
-parallel_apply, gather: ``dpteach.graph.replicated_forward``), walks its graph once into the drawn
+parallel_apply, gather: ``dpteach.data_parallel.step``), walks its graph once into the drawn
 nodes and the live ``grad_fn`` behind each (``graph/walk.py``), hooks those (``register_hook``)
 and runs ``backward()``. Each ``FlowStep`` is one node running, in the order autograd's
 engine ran them: what it received, and which gradient (shape, norm) it handed to which node. The
@@ -100,20 +100,19 @@ class GradientFlow:
     def __init__(self, strategy: str = "clone", slots: int = 2, seed: int = 0):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        from ..graph import replicated_forward
+        from ..data_parallel import step
         from ..graph.autograd import walked_graph
 
         self.strategy, self.slots, self.seed = strategy, slots, seed
         devices = slot_devices(slots)
         x, y = story.make_data(seed=seed)
         self.model = story.make_model(seed).to(devices[0])
-        loss, self.replicas = replicated_forward(
-            self.model,
-            x.to(devices[0]),
-            devices,
-            strategy,
-            lambda out: nn.functional.mse_loss(out, y.to(devices[0])),
-        )
+
+        def loss_fn(out):
+            return nn.functional.mse_loss(out, y.to(devices[0]))
+
+        done = step(self.model, x.to(devices[0]), devices, strategy=strategy, loss_fn=loss_fn, backward=False)
+        loss, self.replicas = done.loss, done.replicas
         ran: list[tuple[object, tuple, tuple]] = []  # (node, what it handed on, what it received), in order
         title = f"strategy={strategy!r}, {slots} slot{'s' * (slots != 1)}"
         # one walk gives the drawn graph and the live grad_fn behind each of its nodes: hook those, then run
