@@ -214,6 +214,9 @@ def test_make_lab_serves_the_course(chromium, tmp_path):
     deadline = time.monotonic() + 60  # stopped: the server (make's child) lets go of its port
     while True:
         with socket.socket() as s:
+            # SO_REUSEADDR: connections the server closed itself linger in TIME_WAIT for a minute and
+            # would refuse a plain bind; with it, only a socket still listening on the port does
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
                 break
