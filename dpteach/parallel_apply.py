@@ -83,26 +83,25 @@ class _SharedGenerator:
     """Slots that sit on one device and so share its one default generator (``["cpu", "cpu"]``).
 
     In torch each replica runs on a GPU of its own and draws from that GPU's generator. Here slots
-    of one device take turns: a slot's forward holds ``lock`` with the slot's own state installed,
-    so its dropout masks depend only on that state, whatever order the threads run in, and
+    of one device take turns on one thread (``parallel_apply`` runs a device's slots in order), each
+    forward with the slot's own state installed, so its dropout masks depend only on that state, and
     ``torch.utils.checkpoint``, which stashes the device's state at forward and restores it to
     recompute, replays the slot's own masks. The first slot continues the caller's state (so one
     slot draws what the module alone would); the others get states derived from it. Afterwards
     the device's generator holds the first slot's final state."""
 
     def __init__(self, device: torch.device, slots: list[int]) -> None:
-        self.device, self.slots, self.lock = device, slots, threading.Lock()
+        self.device, self.slots = device, slots
         start = _rng_state(device)
         self.states = {i: start if k == 0 else _slot_state(device, start, i) for k, i in enumerate(slots)}
 
     @contextlib.contextmanager
     def turn(self, slot: int):
-        with self.lock:
-            _set_rng_state(self.device, self.states[slot])
-            try:
-                yield
-            finally:
-                self.states[slot] = _rng_state(self.device)
+        _set_rng_state(self.device, self.states[slot])
+        try:
+            yield
+        finally:
+            self.states[slot] = _rng_state(self.device)
 
     def finish(self) -> None:
         _set_rng_state(self.device, self.states[self.slots[0]])
