@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ._devices import DeviceLike, as_devices, as_output_device, default_devices
-from .parallel_apply import parallel_apply
+from .parallel_apply import cores_shared, parallel_apply
 from .replicate import Strategy, replicate, resolve_strategy
 from .replicate._modules import check_not_compiled, check_on_first_slot
 from .scatter_gather import gather, scatter_kwargs
@@ -131,6 +131,8 @@ def step(
     ``loss.backward()`` (``loss_fn=None``: no loss, no backward). ``inputs`` is one tensor or a
     tuple of positional inputs. With ``replicate_one_slot=True`` a single slot is replicated
     too, so its one replica can be looked at (``DataParallel`` itself runs the module there).
+    Several CPU slots run the backward, as the forward, with their share of the intra-op threads
+    (:func:`~dpteach.parallel_apply.cores_shared`); a ``loss.backward()`` of your own runs with yours.
     Every wing that needs "a step, and what it did" calls this; ``phase`` is passed to the moves.
     """
     slots = as_devices(devices, "devices")
@@ -142,7 +144,7 @@ def step(
         out = four_moves(dp, inputs, {}, run_one_slot=not replicate_one_slot, phase=phase)
     loss = None if loss_fn is None else loss_fn(out)
     if loss is not None and backward:
-        with phase("backward"):
+        with phase("backward"), cores_shared(slots):  # CPU slots: backward with the forward's thread share
             loss.backward()
     return Step(out, loss, list(replicas))
 
@@ -207,8 +209,9 @@ class DataParallel(nn.Module):
     one generator, so their forwards take turns, each with a generator state of its own (the
     first slot continues the caller's, the others are derived from it): a seeded run repeats bit
     for bit, and ``torch.utils.checkpoint`` replays each slot's own dropout masks. The cost is the
-    overlap of those forwards: they run one after another on the calling thread, so on CPU each
-    has all of ``torch.get_num_threads()`` and no second team of intra-op threads starts; on one
+    overlap of those forwards: they run one after another on the calling thread, so on CPU no
+    second team of intra-op threads starts, and each slot runs with its share of the caller's
+    ``torch.get_num_threads()`` (at least one; the setting is back after the forward); on one
     GPU the slots already queue their kernels on one stream, so only one slot's Python
     overlapping another's is lost.
     Slots on distinct GPUs run at once, as in torch.

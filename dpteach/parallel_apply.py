@@ -13,7 +13,7 @@ from torch._utils import ExceptionWrapper
 
 from ._devices import DeviceLike, as_device
 
-__all__ = ["parallel_apply", "get_a_var"]
+__all__ = ["parallel_apply", "get_a_var", "cores_shared"]
 
 
 def get_a_var(obj: Any) -> torch.Tensor | None:
@@ -153,6 +153,27 @@ def _device_groups(devices: list[torch.device | None]) -> list[list[int]]:
     return list(groups.values())
 
 
+@contextlib.contextmanager
+def cores_shared(devices: Sequence[torch.device | None]):
+    """While CPU slots take their turns, each runs with its share of the intra-op threads.
+
+    In torch every replica has a GPU of its own. Slots that are all the one CPU share its cores, so
+    inside this block each gets ``torch.get_num_threads() // len(devices)`` of them (at least one),
+    and the learner's setting is back when the block ends. A small replica's operations are too short
+    to pay for a team of threads that must all meet at the end of each one, which costs most when
+    another program holds the cores. Anything else (one slot, GPUs, several devices): nothing changes."""
+    cpu = torch.device("cpu")
+    if len(devices) < 2 or any(d != cpu for d in devices):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, before // len(devices)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _thread_name(group: list[int]) -> str:
     return "dpteach-replica-" + "-".join(map(str, group))
 
@@ -170,9 +191,8 @@ def parallel_apply(
     random generator, so here they take turns, each drawing from a generator state of its own
     (:class:`_SharedGenerator`): a seeded run repeats, and checkpointing replays the right dropout
     masks. Since they take turns, they run one after the other on one thread: the caller's when
-    every slot is on one device, so CPU slots use the caller's intra-op threads
-    (``torch.get_num_threads()``) and start no thread, and no second team of intra-op threads, of
-    their own. Grad mode, inference mode and autocast (enabled flag, dtype, cache) are thread-local,
+    every slot is on one device, so CPU slots start no thread, and no second team of intra-op
+    threads, of their own; each runs with its share of the caller's (:func:`cores_shared`). Grad mode, inference mode and autocast (enabled flag, dtype, cache) are thread-local,
     so they are carried from the caller into every thread. A failure is re-raised here as the same
     exception type, its message naming the replica and device, with the original traceback.
     """
@@ -253,7 +273,8 @@ def parallel_apply(
         for thread in threads:
             thread.join()
     elif groups:  # one device: its slots take turns anyway, so they run on the caller's thread
-        _run_group(groups[0])
+        with cores_shared(resolved):
+            _run_group(groups[0])
 
     for group in set(shared.values()):
         group.finish()

@@ -6,7 +6,8 @@ Each case is one training step (forward, mean-square loss, backward; ``dpteach.d
 timed in turns with the plain step of the same model on the same batch, with PyTorch's own intra-op
 thread setting (the one timer, ``time_in_turns(..., threads=None)``), since that is what a learner's
 DataParallel runs with. Slots of one device take their turns in forward (each with a random state of
-its own), so the slots do not start one thread team per slot on the same cores. ``--load`` starts one
+its own), so the slots do not start one thread team per slot on the same cores, and each turn, and
+``step``'s backward, runs with its share of those threads (``cores_shared``). ``--load`` starts one
 busy process per core for the whole measurement, so both the plain and the sliced steps run beside
 other work. Printed per case: the median ratio to the plain step over the rounds, and its spread (the
 lowest and highest round), with the medians in milliseconds, and the ratio of the process's CPU time

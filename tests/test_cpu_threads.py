@@ -2,9 +2,9 @@
 
 By default a thread running a large operation starts a team of ``torch.get_num_threads()`` threads;
 k CPU slots running at once would start k such teams on the same cores. Slots of one device take
-turns (their forwards share the device's one random generator, see ``test_rng_slots.py``), so each
-slot's forward has the learner's thread count to itself, and no two forwards overlap. The learner's
-setting is the same after the step.
+turns (their forwards share the device's one random generator, see ``test_rng_slots.py``), so no
+two forwards overlap, and each runs with its share of the learner's thread count (4 threads over 2
+slots: 2 each; over 3 or 4 slots: 1). The learner's setting is the same after the step.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ def four_threads():
 
 
 @pytest.mark.parametrize("slots", [2, 3, 4])
-def test_cpu_slots_take_turns_each_with_the_learners_threads(four_threads, slots):
+def test_cpu_slots_take_turns_each_with_its_share_of_the_threads(four_threads, slots):
     out = parallel_apply([Reports()] * slots, [(1,)] * slots, devices=["cpu"] * slots)
-    assert [t.item() for t in out] == [4] * slots  # each forward had the learner's 4 threads
+    assert [t.item() for t in out] == [max(1, 4 // slots)] * slots  # the learner's 4, shared
     spans = sorted(Reports.spans)
     assert len(spans) == slots
     assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))  # no two forwards overlapped
@@ -67,4 +67,22 @@ def test_the_setting_is_kept_after_a_failing_replica(four_threads):
 def test_a_training_step_leaves_the_threads_as_they_were(four_threads):
     net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
     DataParallel(net, ["cpu"] * 3)(torch.randn(12, 64)).sum().backward()
+    assert torch.get_num_threads() == 4
+
+
+def test_one_slot_and_other_devices_keep_the_learners_threads(four_threads):
+    (out,) = parallel_apply([Reports()], [(1,)], devices=["cpu"])
+    assert out.item() == 4
+    out = parallel_apply([Reports(), Reports()], [(1,), (1,)], devices=["cpu", "meta"])
+    assert [t.item() for t in out] == [4, 4]  # a thread per device, each with the learner's setting
+
+
+def test_step_runs_the_backward_with_the_share_too(four_threads):
+    from dpteach.data_parallel import step
+
+    seen = []
+    net = nn.Linear(8, 1)
+    net.weight.register_hook(lambda g: seen.append(torch.get_num_threads()))
+    step(net, torch.randn(6, 8), ["cpu"] * 4)
+    assert seen == [1]  # the hook on the original's weight runs once, inside the backward
     assert torch.get_num_threads() == 4
