@@ -65,8 +65,8 @@ def test_parallel_apply_workers_inherit_the_timers_single_thread():
         _Threads.seen = []
         dp = dpteach.DataParallel(_Threads(), ["cpu", "cpu"])
         dp(torch.randn(4, 2))
-        # without the timer: the slots take turns, each with the learner's setting
-        assert _Threads.seen == [4, 4]
+        # without the timer: the slots take turns, each with its share of the learner's 4 threads
+        assert _Threads.seen == [2, 2]
         _Threads.seen = []
         timer.time_it(lambda: dp(torch.randn(4, 2)), ["cpu", "cpu"], repeats=1, warmup=0)
         assert _Threads.seen == [1, 1]  # each slot's worker thread starts its team from the timer's setting
