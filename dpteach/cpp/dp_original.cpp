@@ -81,7 +81,9 @@ void replicate_grad_edges(const torch::nn::Module& module,
     }
   }
   for (const auto& buffer : module.named_buffers(/*recurse=*/false)) {
-    if (!buffer.value().requires_grad()) continue;  // the PR rewired grad-requiring buffers too
+    // a buffer that requires no grad (BatchNorm's running_mean) has no AccumulateGrad to lead to, and
+    // set_history would make its copies require grad: only grad-requiring ones get an edge, as in libtorch
+    if (!buffer.value().requires_grad()) continue;
     auto grad_fn = c10::make_intrusive<ReduceAdd>(buffer.value().device());
     grad_fn->set_next_edges(torch::autograd::collect_next_edges(buffer.value()));
     for (const auto& replica : replicas) {
@@ -258,7 +260,8 @@ py::dict member_handle(const Tensor& weight, const Tensor& bias, const Tensor& x
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "libtorch's Module::clone() replicas and PR #20910's ReduceAdd fix (dpteach chapter 10)";
-  // the autograd engine refuses to run while this thread holds the GIL: release it for backward()
+  // once torch is imported, backward() runs on PythonEngine, whose execute() raises if this thread
+  // holds the GIL: release it around every function that calls backward()
   auto no_gil = py::call_guard<py::gil_scoped_release>();
   m.def("single_step", &dpteach::single_step, "one device: the reference", no_gil);
   m.def("clone_step", &dpteach::clone_step, "Module::clone() replicas (issue #19540)", no_gil);

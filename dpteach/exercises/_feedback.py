@@ -30,13 +30,12 @@ class Task:
     number: int
     key: str  # TASKS[key], stub_source(key)
     title: str
-    chapter: str
-    names: tuple[
-        str, ...
-    ] = ()  # what the learner writes (in stubs.py and solutions.py), in the check's order
+    chapter: str  # the chapter whose "Try it yourself" holds the task ("11": chapter 11 only)
+    names: tuple[str, ...] = ()  # what the learner writes (stubs.py, solutions.py), in check order
     check: str = ""  # the check function's name in the task's module
     helpers: tuple[str, ...] = ()  # other names of that module a learner calls (exercises.rewire_with)
     imports: str = ""  # the first lines of the stub and solution cells
+    taught: str = ""  # the chapters that teach the idea, where they are not just `chapter`
 
     @property
     def label(self) -> str:

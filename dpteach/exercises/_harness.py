@@ -44,7 +44,7 @@ class Run:
     grads: dict[str, torch.Tensor | None]
     second: dict[str, torch.Tensor | None] | None
     ref: Reference
-    where: str  # "On the MLP with 2 slots": how its sentences start
+    where: str  # "On the MLP replicated onto 2 slots": how its sentences start
 
 
 def slot_lists(devices: Sequence | None) -> list[list[torch.device]]:
@@ -58,7 +58,7 @@ def run_strategy(
 ) -> Run:
     """One DataParallel step of ``case``'s model under ``strategy`` on ``slots``; one slot is replicated too."""
     n = len(slots)
-    findings.context = f"On {case.name} with {n} slot{'s' if n != 1 else ''}"
+    findings.context = f"On {case.name} replicated onto {n} slot{'s' if n != 1 else ''}"
     model, x, w = case.make()
     ref = reference(model, x, w, n, double)
     model.to(slots[0])

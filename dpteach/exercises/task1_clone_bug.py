@@ -1,4 +1,4 @@
-"""Task 1 (chapter 02): find the bug in a clone-based replicate, whose parameters were fresh leaves (issue #19540).
+"""Task 1 (taught in 01-02): find the bug in a clone-based replicate, its parameters fresh leaves (issue #19540).
 
 The check runs ``replicate_by_clone`` on every model and 1-4 CPU slots, then onto ``[cpu, meta]``
 (``meta``: shapes, no data), where a copy that ignores ``device`` no longer lands right by luck.
@@ -23,6 +23,7 @@ TASK = Task(  # the registry finds this record by the file's name
     names=("replicate_by_clone",),
     check="check_clone_bug",
     imports="from copy import deepcopy\n\nimport torch\nfrom torch import nn\n\nfrom dpteach import exercises",
+    taught="01, 02",  # 01: a clone is a fresh leaf; 02: a copy autograd records keeps its edge
 )
 
 HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last

@@ -72,8 +72,8 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
         "`type(obj)(*fields)` for a namedtuple, `dataclasses.replace(obj, **fields)` for a dataclass, "
         "`type(obj)(pairs)` for a dict.",
     ),
-    "rows": "split a dataclass's tensor fields too (PyTorch passes dataclasses through whole, issues #41327 and "
-    "#45840): visit every field with `dataclasses.fields(obj)`.",
+    "rows": "split every tensor with `Scatter.apply`, a dataclass's tensor fields too (PyTorch passes them "
+    "through whole, #41327 and #45840): visit every field with `dataclasses.fields(obj)`.",
     "dropped": "rebuild a dataclass from *all* its fields, tensors or not: `dataclasses.replace(obj, **fields)` "
     "keeps every field you do not pass.",
     "shared": "send anything that is not a tensor or a container to every slot as it is: the same object, not a "

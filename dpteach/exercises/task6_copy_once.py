@@ -1,4 +1,4 @@
-"""Task 6 (chapter 08): one copy, not two (PR #20995): the learner writes ``copy_once(tensor, device)``.
+"""Task 6 (taught in 06, tried in 08): one copy, not two (PR #20995): the learner writes ``copy_once``.
 
 The check counts the aten operations that copy data (a ``TorchDispatchMode`` sees them) for a copy
 onto its own device and onto ``"meta"`` (standing in for a second GPU; every CUDA pair there is too).
@@ -20,6 +20,7 @@ TASK = Task(  # the registry finds this record by the file's name
     names=("copy_once",),
     check="check_copy_once",
     imports="import torch\n\nfrom dpteach import exercises",
+    taught="06",  # chapter 06 counts the clone-then-.to copies; chapter 08 holds the stub
 )
 
 HINTS = {
