@@ -83,9 +83,9 @@ def test_a_leaf_used_twice_shows_twice_and_is_one_node():
 def test_unreached_lists_the_layer_the_loss_never_uses():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
-    x = torch.randn(8, 2)
-    graph = autograd_graph(model(x).pow(2).mean(), module=model)
-    lines = run_cells({"model": model, "x": x, "graph": graph}, "unreached").splitlines()
+    batch = torch.randn(8, 2)
+    graph = autograd_graph(model(batch).pow(2).mean(), module=model)
+    lines = run_cells({"model": model, "batch": batch, "graph": graph}, "unreached").splitlines()
     assert lines[0] == "whole model: ()"
     assert lines[1].endswith("unreached: (original 2.weight, original 2.bias)")
 
