@@ -107,7 +107,9 @@ def test_the_learners_thread_start_is_a_timing_fed_to_the_model_and_named_theirs
     assert mine.quartiles[0] <= mine.median <= mine.quartiles[1]
     fed = cm.predict(WORK, INFINITE, 4, "DataParallel", thread_s=0.002).total_s
     assert fed == pytest.approx(3.0 / 4 + 4 * 0.002)
-    assert "thread start 2000 µs, YOURS" in cm.table(WORK, ("A100-SXM",), (1, 2), thread_s=0.002)
+    assert "thread start 2000 µs, YOURS, measured here" in cm.table(
+        WORK, ("A100-SXM",), (1, 2), thread_s=0.002
+    )
     assert "thread start 100 µs, assumed" in cm.table(WORK, ("A100-SXM",), (1, 2))
 
 

@@ -531,6 +531,9 @@ def through_gpu0(work: Workload, n: int) -> str:
     ring = math.ceil(ring_seconds(p, n, 1.0))  # 2(n-1)/n of the gradients, sent by each GPU
     lines.append(f"  {'DDP, a process per GPU':<22}{'':>14}{'on EACH link':>15}")
     lines.append(f"  {'all-reduce gradients':<22}{'':>14}{ring:>15,}  in buckets, during backward")
+    lines.append(
+        "asked for: the copies' sum; on a link: what NCCL's pipelined broadcast, reduce and ring send"
+    )
     return "\n".join(lines)
 
 
@@ -557,7 +560,7 @@ def table(
     header then names as theirs; ``latency``: each message's latency, by NCCL's model.
     """
     thread = (
-        f"thread start {thread_s * 1e6:.0f} µs, YOURS (measured here)"
+        f"thread start {thread_s * 1e6:.0f} µs, YOURS, measured here"
         if thread_s is not None
         else f"thread start {PYTHON_THREAD_S * 1e6:.0f} µs, assumed"
     )
