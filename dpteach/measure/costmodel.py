@@ -10,8 +10,7 @@ Assumptions, each one a simplification a real run will not honour exactly:
 
 * **Compute** runs at ``EFFICIENCY`` (one fraction, for every GPU and dtype) of the spec sheet's
   dense peak for the dtype. A replica given ``batch / n`` rows does ``1 / n`` of the FLOPs.
-* **Copies between GPUs** run at the profile's ``link_bw`` (one direction), with no latency per
-  message. A broadcast (replicate) or a reduce (the gradients' sum) is pipelined over a ring or
+* **Copies between GPUs** run at the profile's ``link_bw`` (one direction). A broadcast (replicate) or a reduce (the gradients' sum) is pipelined over a ring or
   tree, as NCCL does it, so each takes ``bytes / link_bw`` whatever n. The scatter sends ``(n-1)/n``
   of the batch out of GPU 0 and the gather brings ``(n-1)/n`` of the output back, one after another.
 * **DataParallel** (``torch.nn.DataParallel`` and dpteach's, one process): on every step it
@@ -34,23 +33,39 @@ Assumptions, each one a simplification a real run will not honour exactly:
   them after its first step (torch/nn/parallel/distributed.py, ``_BucketCapacityConfig``): gradients in
   backward order, a bucket closing on the tensor that takes it to its cap, the first bucket's cap
   ``dist._DEFAULT_FIRST_BUCKET_BYTES`` (1 MiB) when ``bucket_cap_mb`` is left unset, 25 MiB after it.
+* **Latency per message**, only with ``predict(..., latency=True)``: NCCL's own tuning model
+  (``src/graph/tuning.cc``, numbers in ``data/gpus.json`` with the commit they were read at). Each
+  DDP bucket's ring all-reduce adds ``base + 2(n-1) * step``: a base latency, and one step latency
+  per hop of its ``2(n-1)`` (n-1 to reduce-scatter, n-1 to all-gather). Each DataParallel message adds
+  ``base + step``, NCCL's figure for one ring broadcast or reduce: one broadcast per 10 MiB chunk of
+  the parameters, one reduce per chunk of the gradients, and one copy per other GPU for the scatter,
+  the gather and the gather's backward (that these peer copies cost what an NCCL call does is an
+  assumption). ``step`` is NVLink's or PCIe's, by the profile's link. The messages of one kind run one
+  after another; NCCL's numbers are its estimates for choosing an algorithm, not measurements.
 * **n = 1** is the plain step, forward then backward, for both: neither wrapper replicates there.
 * Left out: optimizer steps, the loss, buffers, data loading, kernel launches, the latency of each
-  message, DataParallel's packing of the parameters before its broadcast, and DDP's autograd hooks,
+  message unless ``latency=True``, DataParallel's packing of the parameters before its broadcast, and DDP's autograd hooks,
   which copy each gradient into its bucket and back (``mark_variable_ready_dense`` and
   ``copy_bucket_to_grad`` in ``reducer.cpp``, unless ``gradient_as_bucket_view=True``): the model's
   overheads are lower bounds.
 * ``EFFICIENCY`` and ``PYTHON_THREAD_S`` are assumed, not measured: ``predict`` takes either as a
   keyword, and ``dpteach.measure.sensitivity`` says which verdicts survive a range of both.
+  :func:`measure_thread_start` times ``threading.Thread`` start and join on the learner's machine
+  (what ``torch.nn.parallel.parallel_apply`` does per replica): its median, passed as ``thread_s``,
+  replaces the assumed figure with theirs.
 
 So with infinite link and memory bandwidth, DDP takes compute / n and DataParallel compute / n plus
-``n * PYTHON_THREAD_S``: what is left of DataParallel's serial work when bytes cost nothing.
+``n * PYTHON_THREAD_S``: what is left of DataParallel's serial work when bytes cost nothing; with
+``latency=True`` the messages' latencies stay too.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -60,6 +75,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..data_parallel import mean_square
+from .timer import Timing
 
 __all__ = [
     "EFFICIENCY",
@@ -74,6 +90,8 @@ __all__ = [
     "Part",
     "Prediction",
     "predict",
+    "measure_thread_start",
+    "through_gpu0",
     "table",
     "draw_timeline",
     "draw_over_n",
@@ -92,6 +110,7 @@ STRATEGIES = ("DataParallel", "DDP")
 COMM_BUCKET_BYTES = 10 * 2**20
 # what every figure of the model says it leaves out
 LEFT_OUT = "no message latency, kernel launches or DDP hooks"
+LEFT_OUT_WITH_LATENCY = "NCCL's latency model; no kernel launches or DDP hooks"
 
 
 @dataclass(frozen=True)
@@ -104,6 +123,9 @@ class GPU:
     link_bw: float
     link: str
     source: str
+    # NCCL's latency model (data/gpus.json "latency"): per message, and per ring step on this link
+    base_latency_s: float = 0.0
+    step_latency_s: float = 0.0
 
     def rate(self, dtype: str, efficiency: float | None = None) -> float:
         """FLOP/s this model assumes for ``dtype``: ``efficiency`` (default ``EFFICIENCY``) of the peak."""
@@ -114,6 +136,7 @@ class GPU:
 
 def _load_gpus(path: Path = GPUS_FILE) -> dict[str, GPU]:
     data = json.loads(path.read_text())
+    latency = data["latency"]
     gpus = {}
     for name, g in data["gpus"].items():
         sources = "; ".join(f"{k}: {v['read']}" for k, v in g["numbers"].items())
@@ -124,6 +147,8 @@ def _load_gpus(path: Path = GPUS_FILE) -> dict[str, GPU]:
             link_bw=float(g["link_bw"]),
             link=g["link"],
             source=f"{g['datasheet']} (read: {sources})",
+            base_latency_s=float(latency["base_s"]),
+            step_latency_s=float(latency["step_s"]["NVLink" if g["link"].startswith("NVLink") else "PCIe"]),
         )
     return gpus
 
@@ -292,6 +317,7 @@ class Prediction:
     n: int
     parts: tuple[Part, ...]
     total_s: float
+    latency: bool = False  # whether the messages' latencies are in (``predict(..., latency=True)``)
 
     def seconds(self, name: str) -> float:
         """The summed seconds of every part called ``name`` (e.g. ``"all-reduce"``)."""
@@ -339,13 +365,31 @@ def packed_bytes(work: Workload, buffer_size: int = COMM_BUCKET_BYTES) -> int:
     """
     if not work.grad_bytes:
         return work.param_bytes
-    copied, chunk = 0, []
+    return sum(sum(chunk) for chunk in _chunks(work, buffer_size) if len(chunk) > 1)
+
+
+def _chunks(work: Workload, buffer_size: int = COMM_BUCKET_BYTES) -> list[list[int]]:
+    """The parameters' bytes cut as ``torch._utils._take_tensors`` cuts them, in parameter order: a chunk
+    closes before the tensor that would take it past ``buffer_size``. Without per-tensor sizes, equal
+    chunks of ``buffer_size``."""
+    if not work.grad_bytes:
+        return [[buffer_size]] * (work.param_bytes // buffer_size) + (
+            [[work.param_bytes % buffer_size]] if work.param_bytes % buffer_size else []
+        )
+    chunks, chunk = [], []
     for nbytes in reversed(work.grad_bytes):  # parameter order: grad_bytes is backward's
         if chunk and sum(chunk) + nbytes > buffer_size:
-            copied += sum(chunk) if len(chunk) > 1 else 0
+            chunks.append(chunk)
             chunk = []
         chunk.append(nbytes)
-    return copied + (sum(chunk) if len(chunk) > 1 else 0)
+    return chunks + ([chunk] if chunk else [])
+
+
+def messages(work: Workload, n: int) -> dict[str, int]:
+    """How many messages each DataParallel copy of one step on ``n`` GPUs sends: one per other GPU for
+    the scatter, the gather and the gather's backward; one per 10 MiB chunk for replicate and reduce."""
+    chunks = len(_chunks(work)) if work.param_bytes else 0
+    return {"scatter": n - 1, "replicate": chunks, "gather": n - 1, "scatter grad": n - 1, "reduce": chunks}
 
 
 def _plain(work: Workload, rate: float) -> list[Part]:
@@ -353,11 +397,16 @@ def _plain(work: Workload, rate: float) -> list[Part]:
     return [Part("forward", "GPU 0", 0.0, fwd), Part("backward", "GPU 0", fwd, bwd)]
 
 
-def _data_parallel(work: Workload, gpu: GPU, n: int, rate: float, thread_s: float) -> list[Part]:
+def _data_parallel(
+    work: Workload, gpu: GPU, n: int, rate: float, thread_s: float, latency: bool = False
+) -> list[Part]:
     bw = gpu.link_bw
     share = (n - 1) / n
-    parts = [Part("scatter", "link", 0.0, _link(work.input_bytes * share, bw))]
-    parts.append(Part("replicate", "link", parts[-1].end, _link(work.param_bytes, bw)))
+    count = messages(work, n)
+    # each message: NCCL's base latency and one ring step (data/gpus.json), when latency is on
+    lat = {k: v * (gpu.base_latency_s + gpu.step_latency_s) if latency else 0.0 for k, v in count.items()}
+    parts = [Part("scatter", "link", 0.0, _link(work.input_bytes * share, bw) + lat["scatter"])]
+    parts.append(Part("replicate", "link", parts[-1].end, _link(work.param_bytes, bw) + lat["replicate"]))
     t = parts[-1].end
     ends = []
     for k in range(n):  # one Python thread per replica, started one after another
@@ -365,9 +414,10 @@ def _data_parallel(work: Workload, gpu: GPU, n: int, rate: float, thread_s: floa
         t = parts[-1].end
         parts.append(Part("forward", f"GPU {k}", t, work.flops_fwd / n / rate))
         ends.append(parts[-1].end)
-    parts.append(Part("gather", "link", max(ends), _link(work.output_bytes * share, bw)))
+    parts.append(Part("gather", "link", max(ends), _link(work.output_bytes * share, bw) + lat["gather"]))
     # backward of the gather: the output's gradient goes back to each GPU
-    parts.append(Part("scatter grad", "link", parts[-1].end, _link(work.output_bytes * share, bw)))
+    grad_out = _link(work.output_bytes * share, bw) + lat["scatter grad"]
+    parts.append(Part("scatter grad", "link", parts[-1].end, grad_out))
     start = parts[-1].end
     for k in range(n):  # one autograd thread per GPU: the backwards run side by side
         parts.append(Part("backward", f"GPU {k}", start, work.flops_bwd / n / rate))
@@ -376,12 +426,18 @@ def _data_parallel(work: Workload, gpu: GPU, n: int, rate: float, thread_s: floa
     for k in range(n):
         parts.append(Part("flatten", f"GPU {k}", start, _link(2 * flat, gpu.mem_bw)))
     # reduce_add: nccl.reduce sums inside its kernel as the bytes arrive on GPU 0
-    parts.append(Part("reduce", "link", parts[-1].end, _link(work.param_bytes, bw)))
+    parts.append(Part("reduce", "link", parts[-1].end, _link(work.param_bytes, bw) + lat["reduce"]))
     return parts
 
 
 def _ddp(
-    work: Workload, gpu: GPU, n: int, bucket_bytes: int, first_bucket_bytes: int, rate: float
+    work: Workload,
+    gpu: GPU,
+    n: int,
+    bucket_bytes: int,
+    first_bucket_bytes: int,
+    rate: float,
+    latency: bool = False,
 ) -> list[Part]:
     fwd, bwd = work.flops_fwd / n / rate, work.flops_bwd / n / rate
     parts = []
@@ -391,7 +447,9 @@ def _ddp(
     for nbytes in _buckets(work, bucket_bytes, first_bucket_bytes):
         filled += nbytes
         ready = fwd + bwd * filled / work.param_bytes
-        seconds = _link(2 * (n - 1) / n * nbytes, gpu.link_bw)
+        seconds = ring_seconds(nbytes, n, gpu.link_bw)
+        if latency:  # NCCL's ring: a base latency, and 2(n-1) steps of the link's
+            seconds += gpu.base_latency_s + 2 * (n - 1) * gpu.step_latency_s
         parts.append(Part("all-reduce", "link", max(ready, link_free), seconds))
         link_free = parts[-1].end
     return parts
@@ -408,13 +466,15 @@ def predict(
     *,
     efficiency: float | None = None,
     thread_s: float | None = None,
+    latency: bool = False,
 ) -> Prediction:
     """The modelled step of ``strategy`` ("DataParallel" or "DDP") on ``n`` GPUs of profile ``gpu``.
 
     DDP's buckets: ``first_bucket_bytes`` (1 MiB, DDP's default when ``bucket_cap_mb`` is unset) for
     the first, ``bucket_bytes`` for the rest; pass ``first_bucket_bytes=bucket_bytes`` for what DDP
     does with ``bucket_cap_mb`` given. ``efficiency`` and ``thread_s`` replace the assumed
-    ``EFFICIENCY`` and ``PYTHON_THREAD_S`` for this prediction.
+    ``EFFICIENCY`` and ``PYTHON_THREAD_S`` for this prediction (``measure_thread_start().median``: the
+    learner's own). ``latency=True`` adds each message's latency, by NCCL's model (module docstring).
     """
     profile = _gpu(gpu)
     if strategy not in STRATEGIES:
@@ -425,27 +485,94 @@ def predict(
     if n == 1:
         parts = _plain(work, rate)
     elif strategy == "DataParallel":
-        parts = _data_parallel(work, profile, n, rate, PYTHON_THREAD_S if thread_s is None else thread_s)
+        thread = PYTHON_THREAD_S if thread_s is None else thread_s
+        parts = _data_parallel(work, profile, n, rate, thread, latency)
     else:
-        parts = _ddp(work, profile, n, bucket_bytes, first_bucket_bytes, rate)
+        parts = _ddp(work, profile, n, bucket_bytes, first_bucket_bytes, rate, latency)
     parts = tuple(p for p in parts if p.seconds > 0 or p.lane != "link")
-    return Prediction(strategy, profile, n, parts, max(p.end for p in parts))
+    return Prediction(strategy, profile, n, parts, max(p.end for p in parts), latency)
+
+
+def measure_thread_start(repeats: int = 200, warmup: int = 20) -> Timing:
+    """Seconds to start and join one Python thread on this machine, ``repeats`` times (after ``warmup``
+    untimed ones): what ``torch.nn.parallel.parallel_apply`` does for each replica, with a target that
+    does nothing. A timing, so it differs between runs: show its median with its spread, and pass the
+    median to ``predict(..., thread_s=...)`` as the learner's figure, not the assumed one."""
+    samples = []
+    for i in range(warmup + repeats):
+        begin = time.perf_counter()
+        thread = threading.Thread(target=lambda: None)
+        thread.start()
+        thread.join()
+        if i >= warmup:
+            samples.append(time.perf_counter() - begin)
+    return Timing(samples)
+
+
+def through_gpu0(work: Workload, n: int) -> str:
+    """What one step on ``n`` GPUs sends through GPU 0 under DataParallel, against what each GPU sends
+    under DDP's ring: bytes counted from ``work``, never timed. "Asked for" is the copies' sum (the model
+    to each other GPU, each replica's gradients back); "on GPU 0's link" is what NCCL's pipelined
+    broadcast and reduce put on it, what the model charges.
+    """
+    p, share = work.param_bytes, (n - 1) / n
+    rows = [  # (work, bytes asked for, bytes on GPU 0's link, when)
+        ("scatter the batch", work.input_bytes * share, work.input_bytes * share, "before the forwards"),
+        ("replicate the model", (n - 1) * p, p, "before the forwards"),
+        (f"start {n} threads", None, None, "one after another"),
+        ("gather the outputs", work.output_bytes * share, work.output_bytes * share, "after the forwards"),
+        ("sum the gradients", (n - 1) * p, p, "after every backward"),
+    ]
+    lines = [f"one step on {n} GPUs, {p:,} bytes of parameters: counted, the same on every run", ""]
+    lines.append(f"  {'DataParallel, in turn':<22}{'asked for':>14}{'on GPU 0 link':>15}  when")
+    for what, asked, wire, when in rows:
+        cells = f"{'':>14}{'':>15}" if asked is None else f"{math.ceil(asked):>14,}{math.ceil(wire):>15,}"
+        lines.append(f"  {what:<22}{cells}  {when}")
+    ring = math.ceil(ring_seconds(p, n, 1.0))  # 2(n-1)/n of the gradients, sent by each GPU
+    lines.append(f"  {'DDP, a process per GPU':<22}{'':>14}{'on EACH link':>15}")
+    lines.append(f"  {'all-reduce gradients':<22}{'':>14}{ring:>15,}  in buckets, during backward")
+    lines.append(
+        "asked for: the copies' sum; on a link: what NCCL's pipelined broadcast, reduce and ring send"
+    )
+    return "\n".join(lines)
 
 
 def label(pred: Prediction) -> str:
     return f"modelled, {pred.gpu.name} ({pred.gpu.link})"
 
 
-def table(work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"), ns=(1, 2, 4, 8)) -> str:
-    """Modelled ms per step for each GPU profile, strategy and n, with the speed-up over n = 1."""
-    lines = [f"modelled ms per step (EFFICIENCY = {EFFICIENCY:.0%} of peak)", ""]
+def left_out(pred: Prediction) -> str:
+    """What a figure of ``pred`` says the model leaves out."""
+    return LEFT_OUT_WITH_LATENCY if pred.latency else LEFT_OUT
+
+
+def table(
+    work: Workload,
+    gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"),
+    ns=(1, 2, 4, 8),
+    *,
+    thread_s: float | None = None,
+    latency: bool = False,
+) -> str:
+    """Modelled ms per step for each GPU profile, strategy and n, with the speed-up over n = 1.
+
+    ``thread_s``: the learner's measured thread start (``measure_thread_start().median``), which the
+    header then names as theirs; ``latency``: each message's latency, by NCCL's model.
+    """
+    thread = (
+        f"thread start {thread_s * 1e6:.0f} µs, YOURS, measured here"
+        if thread_s is not None
+        else f"thread start {PYTHON_THREAD_S * 1e6:.0f} µs, assumed"
+    )
+    extra = ", NCCL's latency per message" if latency else ""
+    lines = [f"modelled ms per step (EFFICIENCY = {EFFICIENCY:.0%} of peak, {thread}{extra})", ""]
     lines.append(f"{'GPU':<10}{'strategy':<14}" + "".join(f"{'n=' + str(n):>16}" for n in ns))
     for name in gpus:
         plain = predict(work, name, 1).total_s
         for strategy in STRATEGIES:
             cells = []
             for n in ns:
-                t = predict(work, name, n, strategy).total_s
+                t = predict(work, name, n, strategy, thread_s=thread_s, latency=latency).total_s
                 cells.append(f"{t * 1e3:9.3f} ({plain / t:3.1f}x)")
             lines.append(f"{name:<10}{strategy:<14}" + "".join(f"{c:>16}" for c in cells))
     return "\n".join(lines)
@@ -499,7 +626,7 @@ def draw_timeline(pred: Prediction, ax=None):
             labelled_at = part.start
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
-    ax.set_xlabel(f"ms (modelled; {LEFT_OUT})", fontsize=8)
+    ax.set_xlabel(f"ms (modelled; {left_out(pred)})", fontsize=8)
     ax.set_xlim(0, pred.total_s * scale * 1.02)
     names = list(dict.fromkeys(p.name for p in pred.parts if not p.name.startswith("start thread")))
     handles = [plt.Rectangle((0, 0), 1, 1, color=_COLOURS.get(n, "#bbbbbb")) for n in names]

@@ -148,11 +148,48 @@ class Row:
         return None if self.modelled_s is None else self.measured_s / self.modelled_s
 
 
-def compare(m: Measurement) -> list[Row]:
-    """Each measured point beside the model's prediction for the same GPU profile, strategy, n and batch."""
+def compare(m: Measurement, latency: bool = False) -> list[Row]:
+    """Each measured point beside the model's prediction for the same GPU profile, strategy, n and batch;
+    ``latency=True``: with each message's latency, by NCCL's model (``costmodel.predict``)."""
     if m.workload is None or m.gpu not in GPUS:
         return [Row(n, s, None) for n, s in m.points]
-    return [Row(n, s, predict(m.work_at(n), m.gpu, n, m.strategy).total_s) for n, s in m.points]
+    return [
+        Row(n, s, predict(m.work_at(n), m.gpu, n, m.strategy, latency=latency).total_s) for n, s in m.points
+    ]
+
+
+def overhead(m: Measurement, latency: bool = False) -> list[tuple[int, float, float]]:
+    """DDP's per-step overhead at each n > 1: the step over the plain step at n = 1 (weak scaling: each
+    GPU computes what the one GPU did), measured and modelled, in seconds, as ``(n, measured, modelled)``."""
+    rows = {r.n: r for r in compare(m, latency)}
+    return [
+        (n, r.measured_s - rows[1].measured_s, r.modelled_s - rows[1].modelled_s)
+        for n, r in rows.items()
+        if n > 1
+    ]
+
+
+def gap_table(measurements: list[Measurement]) -> str:
+    """Where the model misses DDP's measured per-step overhead, without and with NCCL's latency per message."""
+    lines = [
+        "DDP's overhead over the plain step, ms: measured, modelled without and with NCCL's latency model"
+    ]
+    lines.append(f"  {'':<10}{'n':>3}{'measured':>10}{'modelled':>10}{'+latency':>10}   measured/modelled")
+    for m in measurements:
+        if m.strategy != "DDP" or m.workload is None or m.scaling != "weak":
+            continue
+        name = m.model.split(",")[0].removeprefix("torchvision ")
+        if m.ddp_one_gpu_s is not None:  # the source timed DDP on one GPU apart from the plain step
+            extra = (m.ddp_one_gpu_s - dict(m.points)[1]) * 1e3
+            lines.append(
+                f"  {name:<10}{1:>3}{extra:>10.1f}{0:>10.2f}{0:>10.2f}   (DDP on 1 GPU: the model adds 0)"
+            )
+        for (n, got, before), (_, _, after) in zip(overhead(m), overhead(m, latency=True)):
+            lines.append(
+                f"  {name:<10}{n:>3}{got * 1e3:>10.1f}{before * 1e3:>10.2f}{after * 1e3:>10.2f}"
+                f"   {got / before:5.0f}x -> {got / after:3.0f}x"
+            )
+    return "\n".join(lines)
 
 
 def table(m: Measurement) -> str:
