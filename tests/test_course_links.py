@@ -16,7 +16,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
 
 import dpteach
 from dpteach import _course
