@@ -74,6 +74,12 @@ def test_the_machines_timing_is_said_in_words_in_the_direction_it_went():
     assert slower.in_words().startswith("DDP on 2 ranks took 1.50x as long as one process")
     assert "from 1.20x to 2.00x" in slower.in_words()
     assert Rounds(single=(2.0,), ddp=(1.0,)).in_words().startswith("DDP on 2 ranks took 0.50x as long")
+    # one statistic: the milliseconds printed beside the median ratio are its own round's, so they divide to
+    # it (a ratio of the two sides' medians would give 1.6 / 1.0 here, not the rounds' median 1.5)
+    mixed = Rounds(single=(1.0, 1.0, 1.0, 0.5, 2.0), ddp=(1.5, 2.0, 1.2, 1.6, 2.2))
+    ms = re.search(r"one process ([0-9.]+) ms, DDP on 2 ranks ([0-9.]+) ms", mixed.in_words())
+    assert mixed.in_words().startswith("DDP on 2 ranks took 1.50x") and float(ms[2]) / float(ms[1]) == 1.5
+    assert "median of 5 per-round ratios" in mixed.in_words()
     nb, at = tagged("ddp-speed")
     assert "in_words()" in nb[at].source
     # the expectation is said before the figure, from the shared cores, not from a timing

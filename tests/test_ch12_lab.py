@@ -247,3 +247,15 @@ def test_exercise_2_the_norm_handed_on_is_the_sum_only_for_2_bias():
             assert out == pytest.approx(total, rel=1e-5)
         else:
             assert out < total * (1 - 1e-4), name
+
+
+def test_the_explorers_hand_count_is_what_the_flop_counter_counts():
+    """CostLab counts its MLP by hand, so a chapter need not pay FlopCounterMode's first use (which imports
+    torch._dynamo); the counts must be the counter's, at every width the slider offers."""
+    from dpteach.course import story
+    from dpteach.measure import costmodel
+    from dpteach.widgets.cost import WIDTHS, _workload, wide_model
+
+    x, _ = story.make_data(seed=0)
+    for width in WIDTHS:
+        assert _workload(width, 0) == costmodel.workload(wide_model(width, 0), x), width

@@ -67,3 +67,17 @@ def test_auto_collapse_picks_the_finest_depth_that_fits():
     assert sizes[1] < sizes[3] < len(nodes)  # collapsing merges, and merges less the deeper it goes
     view = make_view(nodes, edges, "t", None, sizes[2])
     assert len(view.nodes) == sizes[2] and "depth 2" in view.notes[0]
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_the_loss_and_gather_sit_in_no_replica_box_even_with_one_slot(slots):
+    # with one slot every op above the replica reaches slot 0's parameters alone; the gather is still
+    # where the replicas' outputs meet, so it and the loss above it belong to no slot
+    model = mlp()
+    done = step(model, torch.randn(4, 2), ["cpu"] * slots, strategy="rewire", backward=False)
+    g, _ = walked_graph(done.loss, model, done.replicas)
+    (gather,) = [n.id for n in g.nodes.values() if n.op == "GatherBackward"]
+    above = g.path("output", gather)  # the output, the loss's node, the gather
+    assert len(above) >= 3 and all(g.nodes[i].slot is None for i in above), [g.nodes[i] for i in above]
+    inside = [n for n in g.nodes.values() if n.op in ("AddmmBackward0", "TanhBackward0")]
+    assert inside and all(n.slot is not None for n in inside)  # the replicas' own ops keep their box

@@ -82,7 +82,12 @@ def dataparallel_traffic(
 
 @dataclass(frozen=True)
 class Rounds:
-    """Per-round median step seconds of one process and of DDP, timed in turns, and their ratio."""
+    """Per-round median step seconds of one process and of DDP, timed in turns, and their ratio.
+
+    One statistic throughout: the per-round ratio (both sides timed in the same round), summed up by its
+    median and its range. The median is a real round's (the lower middle one for an even count), and the
+    milliseconds printed beside it are that round's, so they divide to the ratio printed.
+    """
 
     single: tuple[float, ...]
     ddp: tuple[float, ...]
@@ -93,32 +98,42 @@ class Rounds:
         """One process's step over DDP's, round by round: above 1, DDP's step took less time."""
         return tuple(s / d for s, d in zip(self.single, self.ddp))
 
-    def summary(self) -> str:
-        """The rounds' median ratio, their smallest and largest, and each side's median step: figures only.
-
-        No verdict: on a shared or small machine the rounds move with its load, and a spread says how far
-        they moved, not why.
-        """
-        r = sorted(self.ratios)
-        return (
-            f"one process / DDP step time: median {statistics.median(r):.2f}x over {len(r)} rounds, "
-            f"from {r[0]:.2f}x to {r[-1]:.2f}x (one process {statistics.median(self.single) * 1e3:.1f} ms, "
-            f"DDP on {self.ranks} ranks {statistics.median(self.ddp) * 1e3:.1f} ms, medians)"
-        )
-
     @property
     def as_long(self) -> tuple[float, ...]:
         """DDP's step over one process's, round by round: how many times as long DDP's step took."""
         return tuple(d / s for s, d in zip(self.single, self.ddp))
 
-    def in_words(self) -> str:
-        """The direction, in words: how many times as long as one process's step DDP's took, with the
-        rounds' spread and each side's median step. A figure of this machine, not a verdict on DDP."""
-        r = sorted(self.as_long)
+    @property
+    def median_round(self) -> int:
+        """The index of the round whose ratio is the median (the lower middle one for an even count)."""
+        return self.as_long.index(statistics.median_low(self.as_long))
+
+    def _median_round_ms(self) -> str:
+        i = self.median_round
         return (
-            f"DDP on {self.ranks} ranks took {statistics.median(r):.2f}x as long as one process"
-            f" (median of {len(r)} rounds, from {r[0]:.2f}x to {r[-1]:.2f}x; one process"
-            f" {statistics.median(self.single) * 1e3:.1f} ms, DDP {statistics.median(self.ddp) * 1e3:.1f} ms)"
+            f"one process {self.single[i] * 1e3:.1f} ms, DDP on {self.ranks} ranks {self.ddp[i] * 1e3:.1f} ms"
+        )
+
+    def summary(self) -> str:
+        """The median per-round ratio, their smallest and largest, and the median round's steps: figures only.
+
+        No verdict: on a shared or small machine the rounds move with its load, and a spread says how far
+        they moved, not why.
+        """
+        r, i = sorted(self.ratios), self.median_round
+        return (
+            f"one process / DDP step time: median {self.ratios[i]:.2f}x over {len(r)} rounds, "
+            f"from {r[0]:.2f}x to {r[-1]:.2f}x (the median round: {self._median_round_ms()})"
+        )
+
+    def in_words(self) -> str:
+        """The direction, in words: the median per-round ratio of DDP's step to one process's, the rounds'
+        spread, and the median round's two steps. A figure of this machine, not a verdict on DDP."""
+        r, i = sorted(self.as_long), self.median_round
+        return (
+            f"DDP on {self.ranks} ranks took {self.as_long[i]:.2f}x as long as one process"
+            f" (median of {len(r)} per-round ratios, from {r[0]:.2f}x to {r[-1]:.2f}x;"
+            f" the median round: {self._median_round_ms()})"
         )
 
 

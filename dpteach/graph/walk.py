@@ -216,7 +216,7 @@ def _name(found: list[_RawNode], table: TensorNames, n_outputs: int) -> list[Nod
 def _trace(found: list[_RawNode], post: list[int], nodes: list[Node]) -> tuple[list[int | None], list[bool]]:
     """Pass 3: the one replica slot each op leads to (None: none or several); which nodes lead to an original.
 
-    A replica parameter from which no path leads on to an original parameter is a dead end (#19540).
+    The gather and the ops above it are in no slot, even with one. No path on to an original: a dead end.
     """
     mask = [0] * len(found)  # bit s: a path from the node reaches a parameter of replica slot s
     to_original = [False] * len(found)
@@ -229,7 +229,7 @@ def _trace(found: list[_RawNode], post: list[int], nodes: list[Node]) -> tuple[l
             if passes_on[c]:
                 m |= mask[c]
             reaches = reaches or to_original[c]
-        mask[i], to_original[i] = m, reaches
+        mask[i], to_original[i] = (0 if n.op == "GatherBackward" else m), reaches  # replicas meet
     slots = [
         (m.bit_length() - 1) if n.kind == "op" and m and m & (m - 1) == 0 else n.slot  # exactly one bit
         for m, n in zip(mask, nodes)

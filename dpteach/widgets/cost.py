@@ -66,6 +66,22 @@ def width_numel(width: int) -> int:
     return 2 * width + width + width * width + width + width + 1
 
 
+def tied_ranks(keys) -> list[str]:
+    """Ranks of ``keys``, already in order: equal keys share a rank marked "=" ("1.", "2=", "2="), so a tie
+    never reads as an order. Pass what is shown (bytes, or a time as printed), not more digits than that."""
+    keys = list(keys)
+    return [f"{keys.index(k) + 1}{'=' if keys.count(k) > 1 else '.'}" for k in keys]
+
+
+def ordered(named: dict[str, float]) -> str:
+    """Names and times already fastest first, joined by "<", or "=" where the shown times are equal."""
+    shown = [(name, us(t)) for name, t in named.items()]
+    return "".join(
+        (f" {'=' if t == shown[i - 1][1] else '<'} " if i else "") + f"{name} {t}"
+        for i, (name, t) in enumerate(shown)
+    )
+
+
 @dataclass(frozen=True)
 class StrategyCost:
     """What one strategy's step cost: bytes copied, by operation, and seconds per step."""
@@ -77,6 +93,10 @@ class StrategyCost:
     @property
     def bytes(self) -> int:
         return sum(self.bytes_by_op.values())
+
+    def by_op(self) -> str:
+        """The bytes per operation that make up the total: "broadcast 801,804 + gather 1,024"."""
+        return " + ".join(f"{op} {n:,}" for op, n in self.bytes_by_op.items()) or "no copies"
 
     @property
     def median(self) -> float:
@@ -95,12 +115,25 @@ class StrategyCost:
 
 @lru_cache(maxsize=16)
 def _workload(width: int, seed: int):
-    """The cost model's inputs for ``wide_model(width)`` on the course batch: counted once per width
-    (FLOPs by ``FlopCounterMode``, whose first use in a process takes seconds)."""
+    """The cost model's inputs for ``wide_model(width)`` on the course batch, counted by hand: the figures
+    ``costmodel.workload`` gets from ``FlopCounterMode`` (test_ch12_lab.py checks every width), without
+    its first use in a process, which imports ``torch._dynamo``: seconds on a small CPU."""
     from ..measure import costmodel
 
-    x, _ = story.make_data(seed=seed)
-    return costmodel.workload(wide_model(width, seed), x)
+    x, y = story.make_data(seed=seed)
+    rows, layers = x.shape[0], [(x.shape[1], width), (width, width), (width, y.shape[1])]
+    sizes = [n for i, o in layers for n in (o * i, o)]  # weight, bias of each Linear, in parameters() order
+    return costmodel.Workload(
+        flops_fwd=float(sum(2 * rows * i * o for i, o in layers)),  # one matrix product per Linear
+        # backward: each Linear's weight gradient, and its input's gradient but for the first (x needs none)
+        flops_bwd=float(sum(2 * rows * i * o * (1 + (k > 0)) for k, (i, o) in enumerate(layers))),
+        param_bytes=4 * sum(sizes),
+        param_tensors=len(sizes),
+        input_bytes=x.numel() * x.element_size(),
+        output_bytes=y.numel() * y.element_size(),
+        batch=rows,
+        grad_bytes=tuple(4 * n for n in reversed(sizes)),
+    )
 
 
 # What the modelled figures leave out, said wherever they are shown: at the explorer's sizes a step's
@@ -208,7 +241,7 @@ class CostLab:
         return dict(sorted(totals.items(), key=lambda item: (item[1], item[0])))
 
     def _ranked_without(self) -> str:
-        return ", ".join(f"{s} {us(t)}" for s, t in self.without_thread_starts().items())
+        return ordered(self.without_thread_starts())
 
     def assumption_line(self) -> str:
         """One line: how much of DataParallel's modelled step is assumed thread starts, and the ranking
@@ -236,16 +269,18 @@ class CostLab:
         lines = [
             f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes), "
             f"{self.slots} slot{'s' * (self.slots != 1)}",
-            "ranked by bytes copied per step (counted: the same on every run), this machine's time beside:",
+            "dpteach's strategies against each other, by bytes copied per step (counted by comm.traffic(): "
+            "exact, the same on every run; = marks a tie); this machine's time only beside them:",
         ]
-        for rank, c in enumerate(self.by_bytes(), 1):
+        order = self.by_bytes()
+        for rank, c in zip(tied_ranks(c.bytes for c in order), order):
             lines.append(
-                f"  {rank}. {c.strategy:<10} {c.bytes:>10,} bytes ({c.bytes / self.model_bytes:.1f}x the model)"
-                f"   this machine: {c.shown(self.budget_s)}"
+                f"  {rank:<3} {c.strategy:<10} {c.bytes:>10,} bytes ({c.bytes / self.model_bytes:.1f}x the model:"
+                f" {c.by_op()})   this machine: {c.shown(self.budget_s)}"
             )
         if self.reference is not None:
             lines.append(
-                f"     {'one device':<10} {0:>10,} bytes   this machine: {self.reference.shown(self.budget_s)}"
+                f"      {'one device':<10} {0:>10,} bytes   this machine: {self.reference.shown(self.budget_s)}"
             )
         return lines + self.modelled_lines()
 
@@ -254,11 +289,14 @@ class CostLab:
         from ..measure import costmodel
 
         lines = [
-            f"ranked by the cost model, {self.slots} x {self.gpu} (modelled, not measured; its DataParallel "
-            f"is torch.nn.DataParallel, strategy {MODEL_STRATEGY!r}):"
+            f"torch's DataParallel against DDP on {self.slots} x {self.gpu}, by the cost model (modelled, not "
+            f"measured; its DataParallel is torch.nn.DataParallel, strategy {MODEL_STRATEGY!r}):"
         ]
-        for rank, (strategy, p) in enumerate(self.modelled().items(), 1):
-            lines.append(f"  {rank}. {strategy:<12} {us(p.total_s)} per step, its parts (modelled):")
+        modelled = self.modelled()
+        for rank, (strategy, p) in zip(
+            tied_ranks(us(p.total_s) for p in modelled.values()), modelled.items()
+        ):
+            lines.append(f"  {rank:<3} {strategy:<12} {us(p.total_s)} per step, its parts (modelled):")
             on_lane: dict[tuple[str, str], float] = {}
             for part in p.parts:  # one lane's parts run one after another: summed (the thread starts) ...
                 name = "thread starts" if part.name.startswith("start thread") else part.name
@@ -274,7 +312,7 @@ class CostLab:
         )
         lines.append(f"  left out: {LEFT_OUT_NOTE.format(left_out=costmodel.LEFT_OUT)}")
         if self.slots > 1:
-            lines.append(f"  without the thread starts, fastest first: {self._ranked_without()} (modelled)")
+            lines.append(f"  without the thread starts: {self._ranked_without()} (modelled)")
         return lines
 
     def rows(self) -> list[tuple[str, int, float, float]]:

@@ -36,7 +36,7 @@ from ..course import story
 from ..replicate import replicate
 from ..scatter_gather import gather, scatter
 from .highlight import caption, highlight, legend_line
-from .training import STRATEGIES, slot_devices
+from .training import STRATEGIES, one_thread, slot_devices
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,7 @@ JOIN_CREDIT = {
 class GradientFlow:
     """One backward pass of the course model under ``strategy``, node by node."""
 
+    @one_thread()
     def __init__(self, strategy: str = "clone", slots: int = 2, seed: int = 0):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")

@@ -104,30 +104,43 @@ def handoff_table(step) -> str:
 def cost_table(lab) -> str:
     """The strategies ranked by bytes copied (counted), then by the cost model (modelled), with this
     machine's median time per step only beside the bytes."""
+    from .cost import MODEL_STRATEGY, tied_ranks, us
+
+    order = lab.by_bytes()
     rows = [
         [
-            str(rank),
+            rank,  # equal bytes share a rank, marked "="
             f"<code>{escape(c.strategy)}</code>",
             f"{c.bytes:,}",
+            escape(c.by_op()),
             f"{c.bytes / lab.model_bytes:.2f}×",
             c.shown(lab.budget_s),  # a time only with a spread (CostLab's MIN_TIMED steps)
         ]
-        for rank, c in enumerate(lab.by_bytes(), 1)
+        for rank, c in zip(tied_ranks(c.bytes for c in order), order)
     ]
     if lab.reference_s is not None:
-        rows.append(["", "one device", "0", "0×", lab.reference.shown(lab.budget_s)])
+        rows.append(["", "one device", "0", "", "0×", lab.reference.shown(lab.budget_s)])
     counted = _table(
-        ["rank", "strategy", "bytes copied", "× model size", "time per step, this machine (noisy)"],
+        [
+            "rank",
+            "strategy",
+            "bytes copied",
+            "by operation",
+            "× model size",
+            "time per step, this machine (noisy)",
+        ],
         rows,
-        f"ranked by bytes (counted), one step, {lab.slots} slot{'s' * (lab.slots != 1)}; "
+        f"dpteach's strategies, ranked by bytes (counted, exact), one step, {lab.slots} slot{'s' * (lab.slots != 1)}; "
         f"model: {lab.model_bytes:,} bytes of parameters",
     )
-    from .cost import MODEL_STRATEGY, us
-
+    predicted = lab.modelled()
     modelled = _table(
         ["rank", "strategy", f"per step, modelled ({lab.slots} × {escape(lab.gpu)})"],
-        [[str(rank), escape(s), us(p.total_s)] for rank, (s, p) in enumerate(lab.modelled().items(), 1)],
-        f"ranked by the cost model: {lab.slots} × {escape(lab.gpu)}, modelled; its DataParallel is "
-        f"torch.nn.DataParallel (strategy <code>{MODEL_STRATEGY}</code>)",
+        [
+            [rank, escape(s), us(p.total_s)]
+            for rank, (s, p) in zip(tied_ranks(us(p.total_s) for p in predicted.values()), predicted.items())
+        ],
+        f"torch's DataParallel against DDP, ranked by the cost model: {lab.slots} × {escape(lab.gpu)}, "
+        f"modelled; its DataParallel is torch.nn.DataParallel (strategy <code>{MODEL_STRATEGY}</code>)",
     )
     return scrolled(counted) + scrolled(modelled)

@@ -16,6 +16,7 @@ stays ``None``, SGD skips every parameter and the curve stays flat.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -29,6 +30,19 @@ from ..data_parallel import DataParallel, keep_replicas
 from ..replicate import STRATEGIES as _REGISTRY
 
 STRATEGIES = tuple(_REGISTRY)  # the names, in history order, for dropdowns and checks
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Torch's CPU ops on one intra-op thread inside the block, the setting put back after. The course model
+    is too small to split: on a busy machine the extra threads only wait for each other, and a step can
+    take ten times as long. One thread changes no lesson here: nothing these labs show is a time."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def slot_devices(n: int) -> list[torch.device]:
@@ -142,6 +156,7 @@ class TrainingLab:
         self.reference_losses: list[float] = []
         self._evaluate()
 
+    @one_thread()
     def _evaluate(self) -> None:
         """Forward and backward at the current weights: this step's losses, gradients and replicas."""
         self.model.zero_grad(set_to_none=True)
