@@ -425,6 +425,29 @@ def test_scatter_that_detaches():
     assert_fails_with(result, "grad")
 
 
+def test_scatter_that_gives_empty_containers_no_pieces():
+    def zip_all(inputs, devices, dim=0):  # zip over an empty container's items gives zero pieces
+        def scatter_map(obj):
+            if isinstance(obj, torch.Tensor):
+                return list(Scatter.apply(devices, None, dim, obj))
+            if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+                return [type(obj)(*fields) for fields in zip(*map(scatter_map, obj))]
+            if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+                names = [f.name for f in dataclasses.fields(obj)]
+                per_slot = zip(*(scatter_map(getattr(obj, name)) for name in names))
+                return [dataclasses.replace(obj, **dict(zip(names, values))) for values in per_slot]
+            if isinstance(obj, (tuple, list)):
+                return [type(obj)(values) for values in zip(*map(scatter_map, obj))]
+            if isinstance(obj, dict):
+                return [type(obj)(zip(obj, values)) for values in zip(*map(scatter_map, obj.values()))]
+            return [obj for _ in devices]
+
+        return scatter_map(inputs)
+
+    result = exercises.check_scatter_gather(zip_all, S.gather)
+    assert not result.passed  # (x, y, (), [], {}) came back as no pieces at all
+
+
 def test_gather_that_keeps_dicts_per_slot():
     def lazy_gather(outputs, target_device, dim=0):
         if isinstance(outputs[0], torch.Tensor):
@@ -624,3 +647,15 @@ def test_an_error_in_reduce_add_coalesced_forward_is_blamed_on_it():
     result = exercises.check_broadcast_pair(MyBroadcast, MyReduceAddCoalesced)
     assert_fails_with(result, "error")
     assert "ReduceAddCoalesced.forward" in result.messages[0] and "Broadcast alone" not in text(result)
+
+
+def test_try_it_says_whether_the_originals_buffers_changed(capsys):
+    exercises.try_it("batchnorm", S.keep_bn_statistics)
+    assert (
+        "buffers that changed: 1.running_mean, 1.running_var, 1.num_batches_tracked"
+        in capsys.readouterr().out
+    )
+    exercises.try_it(
+        "batchnorm", lambda n, d, detach=False: dpteach.replicate(n, d, detach, strategy="rewire")
+    )
+    assert "buffers that changed: none" in capsys.readouterr().out  # the rewire replicas' copies took them

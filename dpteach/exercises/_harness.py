@@ -2,8 +2,7 @@
 
 Every strategy check runs each model of ``_models.CASES`` on 1 to 4 slots: one DataParallel step
 (its replicas kept), the loss ``(out * w).sum()``, backward, then the comparisons below, each of
-which records sentences in a :class:`Findings` and none of which raises on a learner's bug.
-"""
+which records sentences in a :class:`Findings` and none of which raises on a learner's bug."""
 
 from __future__ import annotations
 
@@ -84,9 +83,12 @@ def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = 
     """One DataParallel step on two CPU slots under ``strategy`` (of chapter 01's model, unless given); a sentence."""
     if model is None:
         model, x = story.make_model(), story.make_data(n=16)[0]
+    before = {k: b.clone() for k, b in model.named_buffers()}  # BatchNorm's statistics: reached?
     step(model, x, SLOTS, strategy=strategy)
     missing = ", ".join(name for name, p in model.named_parameters() if p.grad is None)
     grads = f".grad is None for {missing}" if missing else "every parameter of the original has a .grad"
+    changed = ", ".join(k for k, b in model.named_buffers() if not torch.equal(b, before[k])) or "none"
+    grads += f"; the original's buffers that changed: {changed}" if before else ""
     return f"one DataParallel step on {len(SLOTS)} CPU slots ran without an error ({grads})"
 
 
@@ -246,8 +248,7 @@ _CLEAN = (torch.float32, 1, (False, False), (False, False), "highest", True, Fal
 def _clean() -> Iterator[None]:
     """Run a check in torch's default settings (one thread: tiny models run 3-4x faster so), then give the
     learner back every one an answer can change: an answer that turned grad mode off, left a mode
-    entered or changed the default dtype must not fail the next check, nor change the learner's notebook.
-    """
+    entered or changed the default dtype must not fail the next check, nor change the learner's notebook."""
     saved = [get() for get, _ in _SETTINGS]
     context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)  # torch.set_default_device's
     device = None if context is None else context.device
@@ -288,10 +289,9 @@ def run_check(task: Task, hints: dict[str, str], body: Callable[[Findings], None
             raise  # the learner pressed stop: stop
         findings.problem(
             "time",
-            f"{findings.context}, the check stopped after {limit.seconds:g} seconds with your "
-            "code still running. Each step here takes well under a second, so look for a loop that "
-            "never ends, or work far larger than these tiny models need. To allow more time: "
-            "`exercises.set_time_limit(seconds)` (None for no limit)",
+            f"{findings.context}, the check stopped after {limit.seconds:g} seconds with your code still "
+            "running. Each step here takes well under a second, so look for a loop that never ends, or work "
+            "far larger than these tiny models need. More time: `exercises.set_time_limit(seconds)`.",
         )
     except NotImplementedError as exc:
         return findings.result(not_implemented=not_implemented_message(task, exc))

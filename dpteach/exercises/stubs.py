@@ -120,7 +120,7 @@ def scatter(inputs, devices, dim=0):
     the slots; the chunk sizes, where None means equal chunks as ``tensor.chunk(len(devices), dim)``
     cuts them (which may give fewer pieces than slots); the dimension; the tensor. Tuples, lists,
     dicts, namedtuples and dataclasses keep their type and every field; any other object is shared:
-    the same object for every slot.
+    the same object for every slot, as is an empty container (it holds no tensor to split).
     """
     raise NotImplementedError("Task 4 (scatter and gather nested inputs): write scatter")
 

@@ -100,7 +100,7 @@ def _inputs():
     tags = ["cat", "dog"]
     return [
         ("a tensor", x, 3, 0),
-        ("a tuple (x, y)", (x, y), 2, 0),
+        ("a tuple (x, y, (), [], {}): empty ones are shared", (x, y, (), [], {}), 2, 0),
         ("a list [x, 'label']", [x, "label"], 4, 0),
         ("a dict {'x': x, 'n': 5}", {"x": x, "n": 5}, 2, 0),
         ("a namedtuple Pair(x, y)", Pair(x, y), 3, 0),
