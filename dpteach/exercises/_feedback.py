@@ -135,7 +135,7 @@ WRITE_IT = (  # the one hint for a stub that still raises
     "this check again."
 )
 ANSWER_AFTER = 3  # failed checks of one task before its worked answer is offered
-_failures: dict[str, int] = {}  # task key -> failed checks in a row, in this kernel
+_failures: dict[str, dict[str, int]] = {}  # task key -> kind of mistake -> failed checks, this kernel
 
 
 def forget_failures() -> None:
@@ -181,13 +181,14 @@ class Findings:
         if self.ok:
             _failures.pop(self.task.key, None)
             return Result(self.task, True, list(self.held))
-        tries = _failures[self.task.key] = _failures.get(self.task.key, 0) + 1
+        counts = _failures.setdefault(self.task.key, {})  # each kind of mistake counts its own tries
+        counts.update({kind: counts.get(kind, 0) + 1 for kind in self._first})
         messages = []
         for kind, text in list(self._first.items())[:5]:
             more = self._count[kind] - 1
             messages.append(text + (f" (and {more} more like it)" if more else ""))
-        hints = [h for h in dict.fromkeys(self._hint(k, tries) for k in self._first) if h][:3]  # each once
-        if tries >= ANSWER_AFTER:
+        hints = [h for h in dict.fromkeys(self._hint(k, counts[k]) for k in self._first) if h][:3]
+        if (tries := max(counts[k] for k in self._first)) >= ANSWER_AFTER:
             hints.append(
                 f"still stuck after {tries} tries? `print(exercises.solution_source({self.task.key!r}))` shows a "
                 "worked answer; the hints above go one step further each time you run this check."

@@ -60,7 +60,7 @@ def rewire_with(reduce_add: type[Function]):
 
 def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
     """The node alone: three copies of one parameter, gradients 1, 2 and 4 times a known tensor."""
-    findings.context = "Trying ReduceAdd alone on one parameter and three copies"
+    findings.context = f"Trying {(name := reduce_add.__name__)} alone on one parameter and three copies"
     original = torch.nn.Parameter(torch.arange(6.0).view(2, 3))
     copies = [original.detach().clone() + i for i in range(3)]
     outputs = reduce_add.apply(original, *copies)
@@ -69,25 +69,25 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
         got = len(outputs) if isinstance(outputs, (tuple, list)) else type(outputs).__name__
         findings.stop(
             "outputs",
-            f"ReduceAdd.apply(original, c0, c1, c2) returned {got} output(s); it must return 3, one per copy",
+            f"{name}.apply(original, c0, c1, c2) returned {got} output(s); it must return 3, one per copy",
         )
     for i, (out, c) in enumerate(zip(outputs, copies)):
         if not isinstance(out, torch.Tensor) or out.shape != c.shape or not torch.equal(out.detach(), c):
             findings.stop(
                 "outputs",
-                f"output {i} of ReduceAdd.forward is not copy {i}: each replica must get "
+                f"output {i} of {name}.forward is not copy {i}: each replica must get "
                 "back its own copy, values unchanged",
             )
         if out.grad_fn is None or not type(out.grad_fn).__name__.startswith(reduce_add.__name__):
             findings.stop(
                 "outputs",
-                f"output {i} of ReduceAdd.forward has grad_fn {type(out.grad_fn).__name__}, "
-                f"not your {reduce_add.__name__} node: the copies must be the node's own outputs",
+                f"output {i} of {name}.forward has grad_fn {type(out.grad_fn).__name__}, "
+                f"not your {name} node: the copies must be the node's own outputs",
             )
     if not any(leaf is original for leaf in leaves_behind(outputs[0])):
         findings.stop(
             "edge",
-            "the ReduceAdd node has no edge to `original`, so no gradient can reach it: keep `original` an input "
+            f"the {name} node has no edge to `original`, so no gradient can reach it: keep `original` an input "
             "of forward (its first) and return the copies from forward",
         )
     base = torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]])
@@ -109,9 +109,8 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
 
 
 def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
-    """Where the sum lands: the original on ``meta`` (shapes, no data), its copies' gradients on the CPU;
-    autograd refuses a sum left on the CPU ("expected device meta but got cpu"), no second GPU needed."""
-    findings.context = "Trying ReduceAdd with the original on another device than its copies"
+    """Where the sum lands: the original on ``meta``, its copies' gradients on the CPU (no second GPU needed)."""
+    findings.context = f"Trying {reduce_add.__name__} with the original on another device than its copies"
     original = torch.nn.Parameter(torch.zeros(2, 3, device="meta"))
     try:
         outputs = reduce_add.apply(original, *[torch.ones(2, 3) for _ in range(3)])
@@ -121,7 +120,7 @@ def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
             raise
         findings.problem(
             "device",
-            "ReduceAdd.backward leaves the sum on the device the gradients came from (here the CPU); "
+            f"{reduce_add.__name__}.backward leaves the sum on the device the gradients came from (here the CPU); "
             "move it to the original's device (here `meta`), as the C++ node's `destination_device_` does",
         )
 
