@@ -61,3 +61,21 @@ def test_the_table_heads_its_columns_in_plain_words_and_aligns_each_range_under_
     dp = f"{min(spread.dp_speedup):.2f}-{max(spread.dp_speedup):.2f}x"
     assert row.index(dp) + len(dp) == head.index("DataParallel") + len("DataParallel")  # right-aligned
     assert over.index("speed-up") > head.index("DP step ÷ DDP step") + len("DP step ÷ DDP step")
+
+
+def test_ddp_overhead_is_a_third_axis_added_to_every_ddp_step():
+    base = sens.sensitivity(WORK, ("A100-SXM",), (4,), thread_s=(0.0,), efficiencies=(0.5,))[0]
+    [spread] = sens.sensitivity(
+        WORK, ("A100-SXM",), (4,), thread_s=(0.0,), efficiencies=(0.5,), ddp_overhead_s=(0.0, 0.01)
+    )
+    ddp = cm.predict(WORK, "A100-SXM", 4, "DDP", efficiency=0.5).total_s
+    plain = cm.predict(WORK, "A100-SXM", 1, efficiency=0.5).total_s
+    assert spread.ddp_speedup == pytest.approx((base.ddp_speedup[0], plain / (ddp + 0.01)))
+    assert spread.dp_speedup[0] == spread.dp_speedup[1]  # DataParallel is charged nothing extra
+    text = sens.table(WORK, ("A100-SXM",), (4,), ddp_overhead_s=(0.0, 0.01))
+    assert text.startswith("modelled under 18 assumed settings") and "{0.0 ms, 10.0 ms}" in text
+    assert "pair" not in text  # with three axes the grid's points are settings
+
+
+def test_verdict_lists_group_each_profile_on_one_line_part():
+    assert sens._grouped(["T4 n=2", "T4 n=4", "A100-SXM n=8"]) == "T4 n=2, 4; A100-SXM n=8"

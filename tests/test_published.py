@@ -102,3 +102,16 @@ def test_the_plain_step_at_one_gpu_is_labelled_no_ddp_in_the_table_and_the_figur
     # a measurement whose n = 1 is DDP itself keeps its plain "1"
     ddp_at_one = published.Measurement(**{**m.__dict__, "ddp_one_gpu_s": None})
     assert not ddp_at_one.plain_at_one and ddp_at_one.n_label(1) == "1"
+
+
+def test_unexplained_is_the_measured_minus_modelled_overhead_gap_table_prints():
+    shipped = published.shipped()
+    gaps = published.unexplained(shipped)
+    ddp = [m for m in shipped if m.strategy == "DDP" and m.workload is not None and m.scaling == "weak"]
+    want = sorted(got - mod for m in ddp for _, got, mod in published.overhead(m))
+    assert gaps == pytest.approx(want) and len(gaps) == 6  # ResNet-50 and -101 at n = 2, 4 and 8
+    table = published.gap_table(shipped)
+    for m in ddp:
+        for _, got, mod in published.overhead(m):
+            assert f"{got * 1e3:>10.1f}{mod * 1e3:>10.2f}" in table
+    assert 5e-3 < gaps[0] < gaps[-1] < 20e-3  # ms, not the model's fraction of a millisecond

@@ -635,7 +635,10 @@ def draw_timeline(pred: Prediction, ax=None):
     if any(p.lane == "python" for p in pred.parts):
         starts = [p.seconds for p in pred.parts if p.name.startswith("start thread")]
         thin = starts and max(starts) < THIN * pred.total_s
-        names = names + ["thread start (too thin to see)" if thin else "thread start"]
+        # the python row is an assumption, not a clock: the legend says how much of the step it makes
+        source = "assumed" if max(starts) == PYTHON_THREAD_S else "given"
+        share = f"{sum(starts) / pred.total_s:.0%} of the step, {max(starts) * 1e6:.0f} µs each, {source}"
+        names = names + [f"thread start (too thin to see; {share})" if thin else f"thread start ({share})"]
         handles = handles + [plt.Rectangle((0, 0), 1, 1, color="#bbbbbb")]
     ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.set_title(f"{pred.strategy} on {pred.n} GPUs: {pred.total_s * 1e3:.2f} ms, {label(pred)}", fontsize=9)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .costmodel import GPUS, Workload, predict
 
-__all__ = ["Measurement", "Row", "load", "shipped", "compare", "table", "PUBLISHED", "OURS"]
+__all__ = ["Measurement", "Row", "load", "shipped", "compare", "unexplained", "table", "PUBLISHED", "OURS"]
 
 DATA = Path(__file__).with_name("data")
 PUBLISHED = DATA / "published.json"
@@ -167,6 +167,16 @@ def overhead(m: Measurement, latency: bool = False) -> list[tuple[int, float, fl
         for n, r in rows.items()
         if n > 1
     ]
+
+
+def unexplained(measurements: list[Measurement]) -> list[float]:
+    """DDP's per-step overhead the model misses, in seconds, sorted: measured minus modelled (no latency
+    term) at every n > 1 of every shipped DDP run with weak scaling, as ``gap_table`` prints them."""
+    gaps = []
+    for m in measurements:
+        if m.strategy == "DDP" and m.workload is not None and m.scaling == "weak" and m.gpu in GPUS:
+            gaps += [got - before for _, got, before in overhead(m)]
+    return sorted(gaps)
 
 
 def gap_table(measurements: list[Measurement]) -> str:

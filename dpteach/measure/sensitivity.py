@@ -18,11 +18,21 @@ from itertools import product
 
 from .costmodel import Workload, predict
 
-__all__ = ["THREAD_S", "EFFICIENCIES", "Spread", "sensitivity", "VERDICTS", "verdicts", "table"]
+__all__ = [
+    "THREAD_S",
+    "EFFICIENCIES",
+    "DDP_OVERHEAD_S",
+    "Spread",
+    "sensitivity",
+    "VERDICTS",
+    "verdicts",
+    "table",
+]
 
 # the assumed constants' ranges: no thread cost at all, the model's 100 µs, ten times it; and 30-70% of peak
 THREAD_S = (0.0, 100e-6, 1e-3)
 EFFICIENCIES = (0.3, 0.5, 0.7)
+DDP_OVERHEAD_S = (0.0,)  # the model's own: DDP adds nothing it does not count
 GPUS = ("T4", "A100-SXM", "H200-SXM")
 
 
@@ -38,16 +48,23 @@ class Spread:
 
 
 def sensitivity(
-    work: Workload, gpus=GPUS, ns=(2, 4, 8), thread_s=THREAD_S, efficiencies=EFFICIENCIES, **kwargs
+    work: Workload,
+    gpus=GPUS,
+    ns=(2, 4, 8),
+    thread_s=THREAD_S,
+    efficiencies=EFFICIENCIES,
+    ddp_overhead_s=DDP_OVERHEAD_S,
+    **kwargs,
 ) -> list[Spread]:
-    """Every (profile, n) predicted under every (thread_s, efficiency) pair; ``kwargs`` go to ``predict``."""
+    """Every (profile, n) predicted under every (thread_s, efficiency, ddp_overhead_s) setting, in that
+    order; ``kwargs`` go to ``predict``."""
     spreads = []
     for gpu, n in product(gpus, ns):
         dp_ddp, dp_up, ddp_up = [], [], []
-        for t, e in product(thread_s, efficiencies):
+        for t, e, o in product(thread_s, efficiencies, ddp_overhead_s):
             plain = predict(work, gpu, 1, efficiency=e, **kwargs).total_s
             dp = predict(work, gpu, n, "DataParallel", efficiency=e, thread_s=t, **kwargs).total_s
-            ddp = predict(work, gpu, n, "DDP", efficiency=e, thread_s=t, **kwargs).total_s
+            ddp = predict(work, gpu, n, "DDP", efficiency=e, thread_s=t, **kwargs).total_s + o
             dp_ddp.append(dp / ddp)
             dp_up.append(plain / dp)
             ddp_up.append(plain / ddp)
@@ -80,21 +97,43 @@ def verdicts(spreads: list[Spread]) -> dict[str, dict[str, list[str]]]:
     return out
 
 
+def _grouped(places: list[str]) -> str:
+    """``["T4 n=2", "T4 n=4", "A100-SXM n=8"]`` as ``"T4 n=2, 4; A100-SXM n=8"``: one group per profile."""
+    groups: dict[str, list[str]] = {}
+    for place in places:
+        gpu, n = place.split(" n=")
+        groups.setdefault(gpu, []).append(n)
+    return "; ".join(f"{gpu} n={', '.join(ns)}" for gpu, ns in groups.items())
+
+
 def _range(values) -> str:
     return f"{min(values):.2f}-{max(values):.2f}x"
 
 
 def table(
-    work: Workload, gpus=GPUS, ns=(2, 4, 8), thread_s=THREAD_S, efficiencies=EFFICIENCIES, **kwargs
+    work: Workload,
+    gpus=GPUS,
+    ns=(2, 4, 8),
+    thread_s=THREAD_S,
+    efficiencies=EFFICIENCIES,
+    ddp_overhead_s=DDP_OVERHEAD_S,
+    **kwargs,
 ) -> str:
     """The range of each modelled ratio per profile and n over the grid, then each verdict's standing;
     ``kwargs`` go to ``predict`` (e.g. ``dtype="bf16"``) and are named in the first line."""
-    spreads = sensitivity(work, gpus, ns, thread_s, efficiencies, **kwargs)
-    grid = len(thread_s) * len(efficiencies)
+    spreads = sensitivity(work, gpus, ns, thread_s, efficiencies, ddp_overhead_s, **kwargs)
+    grid = len(thread_s) * len(efficiencies) * len(ddp_overhead_s)
+    kind = "pairs" if len(ddp_overhead_s) == 1 else "settings"
+    unit = "pair" if kind == "pairs" else "setting"
     threads = ", ".join(f"{t * 1e6:g} µs" for t in thread_s)
     lines = [
-        f"modelled under {grid} assumed pairs: PYTHON_THREAD_S in {{{threads}}} x "
+        f"modelled under {grid} assumed {kind}: PYTHON_THREAD_S in {{{threads}}} x "
         f"EFFICIENCY in {{{', '.join(f'{e:.0%}' for e in efficiencies)}}}"
+        + (
+            f" x DDP's unmodelled overhead in {{{', '.join(f'{o * 1e3:.1f} ms' for o in ddp_overhead_s)}}}"
+            if kind == "settings"
+            else ""
+        )
         + "".join(f", {k}={v}" for k, v in kwargs.items()),
         "",
         f"{'':<13}  {'':>18}  {'speed-up over one GPU':^30}".rstrip(),
@@ -108,16 +147,16 @@ def table(
     lines.append("")
     for sentence, kinds in verdicts(spreads).items():
         if not kinds["some"] and not kinds["none"]:
-            lines.append(f"{sentence}: under every pair, on every profile and n")
+            lines.append(f"{sentence}: under every {unit}, on every profile and n")
         elif not kinds["some"] and not kinds["every"]:
-            lines.append(f"{sentence}: under no pair, on any profile and n")
+            lines.append(f"{sentence}: under no {unit}, on any profile and n")
         else:
             lines.append(f"{sentence}:")
-            for kind, label in (
-                ("every", "under every pair"),
-                ("some", "only under some"),
-                ("none", "under none"),
+            for key, label in (
+                ("every", f"under every {unit}"),
+                ("some", f"under some {kind} only"),
+                ("none", f"under no {unit}"),
             ):
-                if kinds[kind]:
-                    lines.append(f"  {label}: {', '.join(kinds[kind])}")
+                if kinds[key]:
+                    lines.append(f"  {label + ':':<27}{_grouped(kinds[key])}")
     return "\n".join(lines)
