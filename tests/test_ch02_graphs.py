@@ -22,7 +22,7 @@ from dpteach.graph.display import Drawing
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "notebooks" / "02_reading_autograd_graphs.ipynb"
-TAGS = ["walk", "walk-twice", "unreached", "copies", "before-after", "task1-intro"]
+TAGS = ["walk", "walk-twice", "unreached", "copies", "before-after", "kept", "task1-intro"]
 DETAILS = re.compile(r"<details\b.*?</details>", re.S | re.I)
 
 
@@ -92,7 +92,7 @@ def test_unreached_lists_the_layer_the_loss_never_uses():
 
 def test_the_copies_give_the_gradient_to_param_only_through_the_differentiable_one():
     ns = {}
-    lines = run_cells(ns, "copies").splitlines()
+    lines = run_cells(ns, "copies", "kept").splitlines()
     assert lines[0].endswith("param.grad None")  # the dead end: param got nothing
     assert lines[1] == "through param_clone: param.grad tensor(36.)"
     assert ns["param_copy"].grad is not None and ns["param_copy"].is_leaf

@@ -115,3 +115,32 @@ def test_replica_sum_predict_then_check():
 def test_half_fix_asks_for_a_set_not_a_string():
     verdict = checks.half_fix("0.weight", None)
     assert not verdict.ok and "{'0.weight'}" in verdict.message
+
+
+def test_answers_of_the_wrong_kind_are_told_what_to_give():
+    assert "whole numbers" in checks.pieces(["x"], rows=16, slots=6).message  # no TypeError
+    assert "whole numbers" in checks.pieces("33", rows=16, slots=6).message
+    assert "True or False" in checks.leaves({"a": "yes"}, {"a": torch.ones(1)}).message
+    assert "not a number" in checks.accumulators(True, None, None).message
+    assert not checks._failures  # none of these costs a hint
+
+
+def _summed(model, replicas):
+    for p, *copies in zip(model.parameters(), *(r.parameters() for r in replicas)):
+        p.grad = sum(c.grad.to(p.device) for c in copies)
+
+
+def _averaged(model, replicas):
+    for p, *copies in zip(model.parameters(), *(r.parameters() for r in replicas)):
+        p.grad = sum(c.grad for c in copies) / len(copies)
+
+
+def _stub(model, replicas):
+    raise NotImplementedError
+
+
+def test_summed_by_hand_learns_as_one_device_only_with_the_sum():
+    assert checks.summed_by_hand(_summed, ["cpu", "cpu"], steps=5).ok
+    assert "never moved" in checks.summed_by_hand(lambda m, r: None, ["cpu", "cpu"], steps=5).message
+    assert "not as on one device" in checks.summed_by_hand(_averaged, ["cpu", "cpu"], steps=5).message
+    assert "Replace the raise" in checks.summed_by_hand(_stub, ["cpu", "cpu"]).message

@@ -53,6 +53,15 @@ def _not_yet(exercise: str, change: str, hints: Sequence[str], answer: Callable[
     return Verdict(False, f"Not yet: {change}\n{label}: {ladder[step - 1]}")
 
 
+def _whole_numbers(values: object) -> bool:
+    """A list or tuple of ints (True and False are ints to Python, but not counts)."""
+    return isinstance(values, (list, tuple)) and all(_count(v) for v in values)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def reset() -> None:
     """Forget every failed try (the hints start again from the first)."""
     _failures.clear()
@@ -68,6 +77,10 @@ def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict
     name = f"ch00.pieces.{rows}.{slots}"
     if _unset(prediction):
         return Verdict(False, "Write your prediction as a list of piece sizes, e.g. [3, 3], then run again.")
+    if not _whole_numbers(prediction):
+        return Verdict(
+            False, f"Give a list of whole numbers, one piece size each, e.g. [3, 3], not {prediction!r}."
+        )
     truth = [len(p) for p in scatter(torch.arange(rows), ["cpu"] * slots)]
     if list(prediction) == truth:  # type: ignore[call-overload]
         idle = slots - len(truth)
@@ -122,6 +135,57 @@ def replica_sum(prediction: bool | object, devices: Sequence) -> Verdict:
     )
 
 
+def summed_by_hand(add: Callable | object, devices: Sequence, steps: int = 60) -> Verdict:
+    """Exercise 3: train under ``"clone"`` for ``steps`` steps, calling ``add(model, replicas)`` after
+    each backward, and compare the losses with one device's."""
+    from ..data_parallel import DataParallel, keep_replicas
+    from . import story
+
+    name = "ch01.summed_by_hand"
+    if _unset(add) or not callable(add):
+        return Verdict(False, "Define add_replica_grads(model, replicas) first, then run this cell again.")
+    x, y = (t.to(devices[0]) for t in story.make_data())
+    model = story.make_model().to(devices[0])
+    net, losses = DataParallel(model, devices, strategy="clone"), []
+    for _ in range(steps):
+        with keep_replicas(net) as replicas:
+            loss = torch.nn.functional.mse_loss(net(x), y)
+        loss.backward()
+        try:
+            add(model, replicas)
+        except NotImplementedError:  # the stub as the chapter ships it: not an answer yet
+            return Verdict(
+                False, "Replace the raise in add_replica_grads with your lines, then run this cell again."
+            )
+        except Exception as err:  # the learner's code: say what it raised, never raise
+            return Verdict(False, f"Not yet: add_replica_grads raised {type(err).__name__}: {err}")
+        story.sgd_step(model, 0.2)
+        losses.append(loss.item())
+    reference = story.train(strategy=None, devices=devices, steps=steps).losses
+    shown = f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, one device {reference[0]:.4f} -> {reference[-1]:.4f}"
+    if torch.allclose(torch.tensor(losses), torch.tensor(reference), rtol=1e-3, atol=1e-5):
+        return _correct(
+            name, shown + ": the model learns as on one device. Chapter 03 makes backward do this sum."
+        )
+    change = (
+        "the loss never moved: the original's .grad is still None after your function."
+        if losses[-1] == losses[0]
+        else "the model moves, but not as on one device: give each parameter the sum of all replicas' gradients."
+    )
+    return _not_yet(
+        name,
+        f"{change} ({shown})",
+        [
+            "Pair each parameter of `model` with the same parameter in every replica: zip their .parameters().",
+            "The sum, not the mean: each replica's gradient is already its piece's share of the batch mean.",
+        ],
+        lambda: (
+            "for p, *copies in zip(model.parameters(), *(r.parameters() for r in replicas)): "
+            "p.grad = sum(c.grad.to(p.device) for c in copies)"
+        ),
+    )
+
+
 # ---------------------------------------------------------------- chapter 02 · reading autograd graphs
 
 
@@ -130,6 +194,11 @@ def leaves(your_answer: Mapping[str, object], tensors: Mapping[str, torch.Tensor
     name = "ch02.leaves"
     if _unset(*your_answer.values()):
         return Verdict(False, "Fill in every ... with True or False, then run this cell again.")
+    words = [k for k, v in your_answer.items() if not isinstance(v, bool)]
+    if words:
+        return Verdict(
+            False, f"Use True or False (no quotes) for {', '.join(words)}, then run this cell again."
+        )
     truth = {k: t.is_leaf for k, t in tensors.items()}
     wrong = [k for k in truth if your_answer.get(k) != truth[k]]
     if not wrong:
@@ -166,6 +235,8 @@ def accumulators(count: int | object, loss: torch.Tensor, model: torch.nn.Module
     name = "ch02.accumulators"
     if _unset(count):
         return Verdict(False, "Set `accumulators` to your count, then run this cell again.")
+    if not _count(count):
+        return Verdict(False, f"{count!r} is not a number: set `accumulators` to a count such as 3.")
     truth = len(_accumulators(loss.grad_fn))
     n_params = len(list(model.parameters()))
     if count == truth:
@@ -174,7 +245,7 @@ def accumulators(count: int | object, loss: torch.Tensor, model: torch.nn.Module
         )
     change = (
         f"{count} is more than there are: you counted a node once per edge into it. Keep a set of the nodes seen."
-        if isinstance(count, int) and count > truth
+        if count > truth
         else f"{count} is too few: follow every entry of next_functions, to the bottom."
     )
     return _not_yet(

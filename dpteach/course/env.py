@@ -234,7 +234,7 @@ def _devices(place: str) -> Item:
     fix = (
         "Optional: Runtime > Change runtime type > GPU gives one GPU."
         if place == "Colab"
-        else "Optional: chapter 08 needs a GPU (two or more to see real transfers); every other chapter runs as is."
+        else "Optional: every chapter runs as is; chapter 08 shows real speed only on several GPUs."
     )
     return Item("devices", INFO, found, fix)
 

@@ -2,13 +2,16 @@
 
 * ``lines``: one line per series; series equal point for point are drawn once, under one label that
   names them all (chapter 05: ``"rewire"`` and ``"clone"`` both stay at 0).
+* ``side_by_side``: autograd graphs in one row, each with its legend (chapter 02's before and after).
 """
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-__all__ = ["lines"]
+__all__ = ["lines", "side_by_side"]
+
+ROW = '<div style="display:grid;grid-template-columns:repeat({n},minmax(0,1fr));gap:8px">{cells}</div>'
 
 
 def lines(ax, series: Mapping[str, Sequence[float]], styles: Mapping[str, str], **plot_kwargs) -> None:
@@ -29,3 +32,19 @@ def lines(ax, series: Mapping[str, Sequence[float]], styles: Mapping[str, str], 
         style = styles[names[0]]
         marker = "o" if style == "none" else None
         ax.plot(list(values), ls=style, marker=marker, label=label, **plot_kwargs)
+
+
+def side_by_side(*graphs):
+    """The graphs in one row, each drawn with its legend, as IPython HTML.
+
+    Without Graphviz, prints their text forms one under the other and returns None.
+    """
+    from IPython.display import HTML
+
+    from ..graph import GraphvizMissing
+
+    try:
+        return HTML(ROW.format(n=len(graphs), cells="".join(graph.draw().html() for graph in graphs)))
+    except GraphvizMissing:
+        print(*graphs, sep="\n\n")
+        return None

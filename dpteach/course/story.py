@@ -154,6 +154,9 @@ FOUR_MOVES_STEPS = (
 )  # fmt: skip
 
 
+MISSING_EDGE = "backward: the edge\nC++'s clones lacked"
+
+
 def four_moves_picture():
     """Chapter 00's picture of one DataParallel step: boxes are moves, ovals are data, up to the loss.
 
@@ -167,8 +170,11 @@ def four_moves_picture():
 
     if not (shutil.which("dot") and importlib.util.find_spec("graphviz")):
         return "\n".join(
-            f"{a:>15} -> {b}" + ("   <- the bug lives here" if a == "replicate" else "")
-            for a, b in FOUR_MOVES_STEPS
+            [
+                f"{a:>15} -> {b}" + ("   <- the bug lives here" if a == "replicate" else "")
+                for a, b in FOUR_MOVES_STEPS
+            ]
+            + [f"{'replicas':>15} -> model    (dashed: {MISSING_EDGE.replace(chr(10), ' ')})"]
         )
     import graphviz
 
@@ -190,4 +196,7 @@ def four_moves_picture():
         legend.edge("a move", "data", style="invis")  # invisible edges stack the legend in a column
         legend.edge("data", "the move with the bug", style="invis")
     picture.edges(FOUR_MOVES_STEPS)
+    # backward's way from the replicas' gradients to the model: the edge C++'s clones lacked
+    picture.edge("replicas", "model", label=MISSING_EDGE, style="dashed", color="red", fontcolor="red",
+                 fontsize="10", constraint="false")  # fmt: skip
     return picture
