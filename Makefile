@@ -26,8 +26,11 @@ LAB_ARGS ?=
 lab: $(LAB_STAMP)
 	$(VENV)/bin/jupyter lab --config=scripts/lab/jupyter_lab_config.py $(LAB_ARGS) notebooks/00_start_here.ipynb
 
+# Test files run in parallel, one pytest-xdist worker per core (at most 4), each file on one worker.
+PYTEST_WORKERS ?= -n auto --maxprocesses=4 --dist loadgroup
+
 test: $(TEST_STAMP)
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 setup: $(LAB_STAMP)
 

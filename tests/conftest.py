@@ -19,7 +19,22 @@ def _seed():
     yield
 
 
+# Files whose tests must run in one pytest-xdist worker: they open JupyterLab or the book in Chromium and
+# check what the servers left in the repository, so two of them at once would see each other's files.
+ONE_WORKER = {"test_browser.py": "jupyterlab", "test_lab_command.py": "jupyterlab"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
+    """Each test file is one xdist group (a module's fixtures, such as the book, are built once);
+    then the CUDA skips."""
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group(ONE_WORKER.get(name, name)))
+    _skip_cuda(items)
+
+
+def _skip_cuda(items):
     has_cuda = torch.cuda.is_available()
     n_gpu = torch.cuda.device_count() if has_cuda else 0
     skip_cuda = pytest.mark.skip(reason="needs a CUDA device (run scripts/gpu_check.sh on a GPU machine)")

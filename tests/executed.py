@@ -8,6 +8,8 @@ the ``DPTEACH_*`` environment; a later run with the same key reads it instead of
 notebook again. Any edit to a chapter or to the library changes the key, so a stale copy is never
 used. ``DPTEACH_NB_CACHE=0`` turns the cross-run cache off (every run executes every notebook once).
 A failed run is never stored: the error is raised to every test that asks, in this run only.
+Under pytest-xdist (``make test`` runs two or more workers) a lock file per notebook lets one worker
+execute it while any other that asks waits, then reads the stored copy: no chapter runs twice.
 
 Who shares it: tests/test_notebooks.py (every notebook), tests/test_exercises.py (the exercises and
 solutions notebooks) and tests/test_browser.py (it opens the executed copy of every chapter without
@@ -18,7 +20,9 @@ since that run is what it tests.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import fcntl
 import hashlib
 import os
 import sys
@@ -100,7 +104,31 @@ def executed(path: Path, timeout: int = 240) -> tuple[nbformat.NotebookNode, flo
     return copy.deepcopy(nb), seconds, cached
 
 
+@contextlib.contextmanager
+def _only_one_worker(path: Path):
+    """Hold ``path``'s lock file while inside: a second pytest-xdist worker waits here."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{path.stem}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _write(nb: nbformat.NotebookNode, where: Path) -> None:
+    """Write ``nb`` whole or not at all: another worker may read ``where`` at any moment."""
+    partial = where.with_name(f".{where.name}.{os.getpid()}.partial")
+    nbformat.write(nb, partial)
+    os.replace(partial, where)
+
+
 def _execute_or_read(path: Path, timeout: int):
+    with _only_one_worker(path):
+        return _execute_or_read_unlocked(path, timeout)
+
+
+def _execute_or_read_unlocked(path: Path, timeout: int):
     key = source_key(path)
     stored = CACHE / f"{path.stem}-{key}.ipynb"
     if os.environ.get("DPTEACH_NB_CACHE", "1") != "0" and stored.exists():
@@ -117,7 +145,7 @@ def _execute_or_read(path: Path, timeout: int):
     CACHE.mkdir(parents=True, exist_ok=True)
     for old_copy in CACHE.glob(f"{path.stem}-*.ipynb"):
         old_copy.unlink()  # one copy per notebook: the newest
-    nbformat.write(nb, stored)
+    _write(nb, stored)
     review = ROOT / "artifacts" / "notebooks" / path.name  # where a reviewer opens it, as before
-    nbformat.write(nb, review)
+    _write(nb, review)
     return nb, seconds, False
