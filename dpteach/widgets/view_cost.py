@@ -70,5 +70,7 @@ class CostExplorer(widgets.VBox):
         self.status.value = f"<b>{lab.status()}</b>"
         self.charts.value = cost_charts(lab.costs, lab.model_bytes, lab.slots, lab.reference_s)
         self.table.value = cost_table(lab, modelled=self.modelled)
-        self.assumed.value = f"<small>modelled: {escape(lab.assumption_line())}</small>" if self.modelled else ""
+        self.assumed.value = (
+            f"<small>modelled: {escape(lab.assumption_line())}</small>" if self.modelled else ""
+        )
         self.last_update_s = time.perf_counter() - start
