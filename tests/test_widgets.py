@@ -418,6 +418,15 @@ def test_cost_explorer_answers_a_slider(ipywidgets):
     assert view.error is None
 
 
+def test_cost_explorer_takes_a_budget_and_can_leave_the_model_out(ipywidgets):
+    from dpteach.widgets import cost_explorer
+
+    view = cost_explorer(width=16, slots=2, budget_s=0.2, modelled=False)
+    assert view.lab.budget_s == 0.2  # the budget reaches the lab that times the steps
+    assert "DDP" not in view.table.value and view.assumed.value == ""  # counts only, no DP-vs-DDP model
+    assert "DDP" in cost_explorer(width=16, slots=2).table.value  # the default keeps chapter 12's table
+
+
 # ---------------------------------------------------------------------------------------------
 # The same, under ipywidgets 7.7.1 (what Colab ships)
 # ---------------------------------------------------------------------------------------------

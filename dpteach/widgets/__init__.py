@@ -54,11 +54,15 @@ def gradient_stepper(strategy: str = "clone", slots: int = 2, seed: int = 0):
     return GradientStepper(GradientFlow(strategy, slots, seed))
 
 
-def cost_explorer(width: int = 64, slots: int = 2):
-    """A cost explorer: model width and slots against the bytes one step copies and its time, per strategy."""
+def cost_explorer(width: int = 64, slots: int = 2, budget_s: float = 0.05, modelled: bool = True):
+    """A cost explorer: model width and slots against the bytes one step copies and its time, per strategy.
+
+    ``budget_s`` is the time the lab times each strategy's steps in (raise it, say to 1, when a wide model
+    fits too few steps for a spread); ``modelled=False`` leaves out the cost model's DataParallel-vs-DDP
+    table (chapter 08's model), for a page about counts only."""
     from .view_cost import CostExplorer
 
-    return CostExplorer(CostLab(width, slots))
+    return CostExplorer(CostLab(width, slots, budget_s=budget_s), modelled=modelled)
 
 
 def __getattr__(name: str):

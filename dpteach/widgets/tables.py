@@ -101,9 +101,9 @@ def handoff_table(step) -> str:
     return _table(["", "from / to", "gradient (shape, norm)"], rows, f"<b>{escape(step.label)}</b>")
 
 
-def cost_table(lab) -> str:
-    """The strategies ranked by bytes copied (counted), then by the cost model (modelled), with this
-    machine's median time per step only beside the bytes."""
+def cost_table(lab, modelled: bool = True) -> str:
+    """The strategies ranked by bytes copied (counted), then by the cost model (modelled; left out with
+    ``modelled=False``), with this machine's median time per step only beside the bytes."""
     from .cost import MODEL_STRATEGY, tied_ranks, us
 
     order = lab.by_bytes()
@@ -133,8 +133,10 @@ def cost_table(lab) -> str:
         f"dpteach's strategies, ranked by bytes (counted, exact), one step, {lab.slots} slot{'s' * (lab.slots != 1)}; "
         f"model: {lab.model_bytes:,} bytes of parameters",
     )
+    if not modelled:
+        return scrolled(counted)
     predicted = lab.modelled()
-    modelled = _table(
+    modelled_table = _table(
         ["rank", "strategy", f"per step, modelled ({lab.slots} × {escape(lab.gpu)})"],
         [
             [rank, escape(s), us(p.total_s)]
@@ -143,4 +145,4 @@ def cost_table(lab) -> str:
         f"torch's DataParallel against DDP, ranked by the cost model: {lab.slots} × {escape(lab.gpu)}, "
         f"modelled; its DataParallel is torch.nn.DataParallel (strategy <code>{MODEL_STRATEGY}</code>)",
     )
-    return scrolled(counted) + scrolled(modelled)
+    return scrolled(counted) + scrolled(modelled_table)

@@ -22,8 +22,9 @@ widgets = require()
 class CostExplorer(widgets.VBox):
     """Model size and slots against bytes moved and time, per strategy."""
 
-    def __init__(self, lab: CostLab | None = None, **settings):
+    def __init__(self, lab: CostLab | None = None, modelled: bool = True, **settings):
         self.lab = lab or CostLab(**settings)
+        self.modelled = modelled  # False: counts and this machine's times only, no DataParallel-vs-DDP model
         self.error: Exception | None = None
         self.last_update_s = 0.0
         widths = sorted({*WIDTHS, self.lab.width})
@@ -68,6 +69,8 @@ class CostExplorer(widgets.VBox):
         lab = self.lab
         self.status.value = f"<b>{lab.status()}</b>"
         self.charts.value = cost_charts(lab.costs, lab.model_bytes, lab.slots, lab.reference_s)
-        self.table.value = cost_table(lab)
-        self.assumed.value = f"<small>modelled: {escape(lab.assumption_line())}</small>"
+        self.table.value = cost_table(lab, modelled=self.modelled)
+        self.assumed.value = (
+            f"<small>modelled: {escape(lab.assumption_line())}</small>" if self.modelled else ""
+        )
         self.last_update_s = time.perf_counter() - start
