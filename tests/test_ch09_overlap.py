@@ -34,8 +34,11 @@ def test_in_flight_counts_the_nodes_between_a_launch_and_the_result():
     assert [b["ran"] for b in order.in_flight(step(blocking))] == [[], []]
     assert not any(b["waited"] for b in order.in_flight(step(blocking)))
     lines = order.in_flight_lines(step(asynchronous))
-    assert lines[0] == "bucket 0 (x): 2 backward nodes ran before backward waited for it at the end"
-    assert lines[-1] == "backward nodes run while an all-reduce was in flight: 2 of 3"
+    assert (
+        lines[0]
+        == "bucket 0 (x): 2 backward nodes ran after it left and before backward waited for it at the end"
+    )
+    assert lines[-1] == "backward nodes run after a bucket left and before backward had its result: 2 of 3"
     # a node that runs while two buckets are in flight is counted once
     overlapping = [("bucket", 0, ["x"], 4), ("node", "B"), ("bucket", 1, ["y"], 4), ("node", "C"), ("wait",)]
     assert [b["ran"] for b in order.in_flight(step(overlapping))] == [["B", "C"], ["C"]]
@@ -44,6 +47,12 @@ def test_in_flight_counts_the_nodes_between_a_launch_and_the_result():
         "1 backward node ran"
         in order.in_flight_lines(step([("bucket", 0, ["x"], 4), ("node", "B"), ("wait",)]))[0]
     )
+
+
+def test_came_back_is_printed_beside_each_launch():
+    # a bucket back before the next event came back "after" its own launch event: no node ran while it flew
+    s = {"events": [("node", "A"), ("bucket", 0, ["x"], 4), ("node", "B"), ("wait",)], "came_back": {0: 2}}
+    assert order.came_back_line(s) == "bucket 0 left at event 2, back after event 2"
 
 
 def test_one_tensor_is_said_in_the_singular():

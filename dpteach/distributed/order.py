@@ -7,12 +7,22 @@ after that event is computation the all-reduce could run beside. Whether it does
 backward waits for the result: DDP waits once, at a ``("wait",)`` event after the last node;
 ``ddp_from_scratch``'s blocking ``all_reduce`` returns at a ``("done", index)`` event before the next
 node starts. The last bucket is launched after the last gradient, so nothing is left for it to
-overlap: its all-reduce is the step's exposed wait.
+overlap: its all-reduce is the step's exposed wait. The nodes between a launch and the wait are the
+overlap DDP *allows*; whether the all-reduce was still running while they ran is a matter of the clock
+(``came_back``), which moves between runs: on one run a bucket can come back before the next node.
 """
 
 from __future__ import annotations
 
-__all__ = ["buckets", "overlap", "in_flight", "event_lines", "overlap_lines", "in_flight_lines"]
+__all__ = [
+    "buckets",
+    "overlap",
+    "in_flight",
+    "event_lines",
+    "overlap_lines",
+    "in_flight_lines",
+    "came_back_line",
+]
 
 
 def buckets(step: dict) -> list[dict]:
@@ -98,15 +108,29 @@ def overlap_lines(step: dict) -> list[str]:
 
 
 def in_flight_lines(step: dict) -> list[str]:
-    """One line per bucket: how many backward nodes ran while its all-reduce was in flight, and where
-    backward had its result; then the step's total."""
+    """One line per bucket: how many backward nodes ran after it left and before backward had its result
+    (the overlap the waiting point allows, not when the all-reduce actually finished); then the total."""
     lines = []
     for b in in_flight(step):
         where = "backward waited for it at the end" if b["waited"] else "its all_reduce returned"
         lines.append(
             f"bucket {b['index']} ({', '.join(b['params'])}): {_count(len(b['ran']), 'backward node')}"
-            f" ran before {where}"
+            f" ran after it left and before {where}"
         )
     nodes = sum(e[0] == "node" for e in step["events"])
-    lines.append(f"backward nodes run while an all-reduce was in flight: {in_flight_count(step)} of {nodes}")
+    lines.append(
+        f"backward nodes run after a bucket left and before backward had its result: {in_flight_count(step)}"
+        f" of {nodes}"
+    )
     return lines
+
+
+def came_back_line(step: dict) -> str:
+    """Where each bucket's all-reduce came back, as event counts beside its launch: a clock-like figure
+    (``tasks.bucket_order``'s ``came_back``) that moves between runs and ranks."""
+    parts = [
+        f"bucket {b['index']} left at event {b['at'] + 1}, back after event {step['came_back'][b['index']]}"
+        for b in buckets(step)
+        if b["index"] in step.get("came_back", {})
+    ]
+    return "; ".join(parts)

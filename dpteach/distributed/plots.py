@@ -1,4 +1,5 @@
-"""Chapter 09's two pictures: step time against model size, and DDP's buckets on a backward timeline.
+"""Chapter 09's pictures: step time against model size, DDP's buckets on a backward timeline, and
+the modelled steps outside their compute.
 
 Each function returns the matplotlib ``Figure`` and draws its own legend into it.
 """
@@ -124,5 +125,79 @@ def buckets(report: Mapping, title: str = ""):
     ax.set_xlim(0, end * 1.05)
     ax.set_title(title or f"DDP buckets (bucket_cap_mb={report['bucket_cap_mb']}) on one rank")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def _outside(pred) -> tuple[list, list]:
+    """``pred``'s parts outside GPU 0's forward and backward: those on the step's path (every part that
+    is not forward or backward, each kind once per moment however many GPUs run it) and DDP's
+    all-reduces that end before backward does, which run beside it."""
+    backward_end = max(p.end for p in pred.parts if p.name == "backward")
+    seen, path, beside = set(), [], []
+    for p in sorted(pred.parts, key=lambda p: p.start):
+        if p.name in ("forward", "backward") or (p.name, p.start, p.seconds) in seen:
+            continue
+        seen.add((p.name, p.start, p.seconds))
+        (beside if p.name == "all-reduce" and p.end < backward_end else path).append(p)
+    return path, beside
+
+
+def outside_compute(predictions: Mapping):
+    """Modelled steps with GPU 0's forward and backward cut out: one panel per strategy, on one axis.
+
+    The top row of each panel is what lies on the step's path besides the compute, its parts laid end
+    to end in the order they run; DDP's second row is the buckets whose all-reduce runs beside backward.
+    """
+    from ..measure import costmodel
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(predictions), 1, figsize=(9, 1.5 + 1.3 * len(predictions)), sharex=True)
+    ms = 1e3
+    for ax, (strategy, pred) in zip(axes, predictions.items()):
+        path, beside = _outside(pred)
+        rows = [("on the step's path", path, 1.0)] + ([("beside backward", beside, 0.45)] if beside else [])
+        names: dict = {}
+        for y, (_, parts, alpha) in enumerate(rows):
+            left = 0.0
+            for p in parts:
+                name = "thread start" if p.name.startswith("start thread") else p.name
+                colour = costmodel._COLOURS.get(p.name, "#bbbbbb")
+                ax.barh(
+                    y, p.seconds * ms, left=left, height=0.6, color=colour, alpha=alpha, edgecolor="white"
+                )
+                names.setdefault(name, colour)
+                left += p.seconds * ms
+            reduces = [p for p in parts if p.name == "all-reduce"]
+            if reduces:  # the buckets, named on their own row
+                label = (
+                    f"{len(reduces)} buckets' all-reduces, while backward runs"
+                    if y
+                    else "the last bucket's all-reduce, after backward"
+                )
+                ax.text(left, y, f"  {label}", va="center", fontsize=8)
+        ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        outside = sum(p.seconds for p in path) * ms
+        ax.set_title(
+            f"{strategy} on {pred.n} GPUs: {outside:.3g} ms of its modelled step lie outside GPU 0's"
+            f" forward and backward",
+            fontsize=9,
+        )
+        handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in names.values()]
+        widest = {
+            n: max(
+                p.seconds
+                for p in path + beside
+                if n in (p.name, "thread start") and (p.name == n or p.name.startswith("start thread"))
+            )
+            for n in names
+        }
+        thin = 0.005 * max(sum(p.seconds for p in _outside(q)[0]) for q in predictions.values())
+        labels = [f"{n} (too thin to see)" if widest[n] < thin else n for n in names]
+        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    axes[-1].set_xlabel(
+        "ms (modelled; parts laid end to end, in the order they run; the compute cut out)", fontsize=8
+    )
     fig.tight_layout()
     return fig
