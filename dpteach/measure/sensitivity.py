@@ -61,8 +61,9 @@ def sensitivity(
     spreads = []
     for gpu, n in product(gpus, ns):
         dp_ddp, dp_up, ddp_up = [], [], []
+        plain_at = {e: predict(work, gpu, 1, efficiency=e, **kwargs).total_s for e in efficiencies}
         for t, e, o in product(thread_s, efficiencies, ddp_overhead_s):
-            plain = predict(work, gpu, 1, efficiency=e, **kwargs).total_s
+            plain = plain_at[e]  # the one-GPU step depends on the efficiency alone
             dp = predict(work, gpu, n, "DataParallel", efficiency=e, thread_s=t, **kwargs).total_s
             ddp = predict(work, gpu, n, "DDP", efficiency=e, thread_s=t, **kwargs).total_s + o
             dp_ddp.append(dp / ddp)
