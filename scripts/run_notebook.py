@@ -9,6 +9,7 @@ is never modified. Exit status 1 if a cell failed.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 import time
@@ -17,19 +18,25 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
+from nbclient.util import run_sync
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def execute(path: Path, timeout: int = 300, attempts: int = 2) -> tuple[nbformat.NotebookNode, float]:
+def execute(
+    path: Path, timeout: int = 300, attempts: int = 2, whole: float | None = None
+) -> tuple[nbformat.NotebookNode, float]:
     """Run every cell of ``path`` in a fresh kernel with the notebook's folder as cwd.
 
-    ``timeout`` is per cell. A cell that times out is run again from the top in a new kernel, once
-    (``attempts=2``): in a clean-clone run, one kernel (ipykernel 7.4, jupyter_client 8.10) sat idle
-    while the client waited for a reply that never came, the intermittent hang reported in
-    microsoft/vscode-jupyter#17410. A chapter that really hangs times out twice and fails.
+    ``timeout`` is per cell; ``whole`` bounds the whole run, kernel start included (``timeout`` + 60 s
+    unless given). A run that passes either limit is run again from the top in a new kernel, once
+    (``attempts=2``): in clean-clone runs a kernel (ipykernel 7.4, jupyter_client 8.10) sometimes sat
+    idle while the client waited for a reply that never came, the intermittent hang reported in
+    microsoft/vscode-jupyter#17410, and once it did so where nbclient's per-cell timeout did not fire.
+    A chapter that really hangs passes a limit twice and fails with ``CellTimeoutError``.
     """
     os.environ.setdefault("TQDM_DISABLE", "1")
+    whole = timeout + 60 if whole is None else whole
     for attempt in range(1, attempts + 1):
         nb = nbformat.read(path, as_version=4)
         client = NotebookClient(
@@ -37,18 +44,35 @@ def execute(path: Path, timeout: int = 300, attempts: int = 2) -> tuple[nbformat
         )
         start = time.perf_counter()
         try:
-            client.execute()
-        except CellTimeoutError:
+            run_sync(_within)(client, whole)
+        except (CellTimeoutError, TimeoutError) as err:
+            what = (
+                f"a cell waited {timeout} s" if isinstance(err, CellTimeoutError) else f"it ran {whole:.0f} s"
+            )
             if attempt == attempts:
-                raise
+                raise CellTimeoutError(f"{path.name}: {what}, twice") from err
             print(
-                f"run_notebook: {path.name}: a cell waited {timeout} s; running it again in a new kernel",
+                f"run_notebook: {path.name}: {what}; running it again in a new kernel",
                 file=sys.stderr,
                 flush=True,
             )
             continue
         return nb, time.perf_counter() - start
     raise AssertionError("unreachable")
+
+
+async def _within(client: NotebookClient, seconds: float) -> None:
+    """``client.execute()`` bounded by a wall clock; on the limit the kernel is shut down as it unwinds.
+
+    nbclient may answer the cancellation with its own error (``DeadKernelError``, once the kernel is
+    gone): past the limit, any error is the limit's."""
+    start = time.monotonic()
+    try:
+        await asyncio.wait_for(client.async_execute(), seconds)
+    except Exception as err:
+        if time.monotonic() - start >= seconds:
+            raise TimeoutError from err
+        raise
 
 
 def main() -> int:

@@ -41,3 +41,17 @@ def test_a_cell_that_always_hangs_fails(tmp_path):
     path = _notebook(tmp_path, "import time\ntime.sleep(60)")
     with pytest.raises(CellTimeoutError):
         execute(path, timeout=3)
+
+
+@pytest.mark.slow
+def test_a_run_past_its_wall_clock_runs_again_even_when_no_cell_timeout_fires(tmp_path, capsys):
+    flag = tmp_path / "first-run-was-here"
+    path = _notebook(
+        tmp_path,
+        f"import pathlib, time\nflag = pathlib.Path({str(flag)!r})\n"
+        "if not flag.exists():\n    flag.touch()\n    time.sleep(60)\n"
+        "print('second run')",
+    )
+    nb, _ = execute(path, timeout=120, whole=20)  # the per-cell limit alone would wait 120 s
+    assert "second run" in nb.cells[0].outputs[0]["text"]
+    assert "ran 20 s; running it again" in capsys.readouterr().err
