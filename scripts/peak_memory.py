@@ -18,24 +18,40 @@ import os
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
-import nbformat
 import psutil
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
 MB = 1024 * 1024
 
 
 class Sampler(threading.Thread):
-    def __init__(self, pid: int, every: float = 0.1):
+    """Samples a process and all its children every ``every`` s, from ``watch(pid)`` until ``stop``."""
+
+    def __init__(self, every: float = 0.1):
         super().__init__(daemon=True)
-        self.root, self.every = psutil.Process(pid), every
+        self.every = every
         self.peak_rss = self.peak_pss = self.peak_kernel = 0
         self.peak_processes = 0
         self.stop = threading.Event()
+
+    def watch(self, pid: int) -> None:
+        self.root = psutil.Process(pid)
+        self.start()
+
+    def peaks(self) -> dict:
+        return {
+            "peak_pss_mb": round(self.peak_pss / MB),
+            "peak_rss_mb": round(self.peak_rss / MB),
+            "peak_kernel_rss_mb": round(self.peak_kernel / MB),
+            "peak_processes": self.peak_processes,
+        }
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.is_alive():
+            super().join(timeout)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -58,29 +74,11 @@ class Sampler(threading.Thread):
 
 
 def measure(path: Path, timeout: int = 900) -> dict:
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    )
-    start = time.perf_counter()
-    with client.setup_kernel():
-        sampler = Sampler(client.km.provisioner.pid)
-        sampler.start()
-        info = client.wait_for_reply(client.kc.kernel_info())
-        nb.metadata["language_info"] = info["content"]["language_info"]
-        for index, cell in enumerate(nb.cells):
-            client.execute_cell(cell, index)
-        sampler.stop.set()
-        sampler.join()
-    seconds = time.perf_counter() - start
-    return {
-        "notebook": path.name,
-        "seconds": round(seconds, 1),
-        "peak_pss_mb": round(sampler.peak_pss / MB),
-        "peak_rss_mb": round(sampler.peak_rss / MB),
-        "peak_kernel_rss_mb": round(sampler.peak_kernel / MB),
-        "peak_processes": sampler.peak_processes,
-    }
+    """Run ``path`` headless (scripts/run_notebook.py) with its memory sampled; the peaks and the time."""
+    from run_notebook import execute
+
+    nb, seconds = execute(path, timeout=timeout, memory=True)
+    return {"notebook": path.name, "seconds": round(seconds, 1), **nb.metadata["dpteach_memory"]}
 
 
 def main() -> int:

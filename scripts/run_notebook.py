@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def execute(
-    path: Path, timeout: int = 300, attempts: int = 2, whole: float | None = None
+    path: Path, timeout: int = 300, attempts: int = 2, whole: float | None = None, memory: bool = False
 ) -> tuple[nbformat.NotebookNode, float]:
     """Run every cell of ``path`` in a fresh kernel with the notebook's folder as cwd.
 
@@ -34,6 +34,9 @@ def execute(
     idle while the client waited for a reply that never came, the intermittent hang reported in
     microsoft/vscode-jupyter#17410, and once it did so where nbclient's per-cell timeout did not fire.
     A chapter that really hangs passes a limit twice and fails with ``CellTimeoutError``.
+
+    With ``memory=True`` a thread samples the kernel's whole process tree while it runs
+    (scripts/peak_memory.py says how) and the peaks go to ``nb.metadata["dpteach_memory"]``.
     """
     os.environ.setdefault("TQDM_DISABLE", "1")
     whole = timeout + 60 if whole is None else whole
@@ -42,6 +45,7 @@ def execute(
         client = NotebookClient(
             nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
         )
+        sampler = _sample_memory(client) if memory else None
         start = time.perf_counter()
         try:
             run_sync(_within)(client, whole)
@@ -57,8 +61,23 @@ def execute(
                 flush=True,
             )
             continue
+        finally:
+            if sampler is not None:
+                sampler.stop.set()
+        if sampler is not None:
+            sampler.join()
+            nb.metadata["dpteach_memory"] = sampler.peaks()
         return nb, time.perf_counter() - start
     raise AssertionError("unreachable")
+
+
+def _sample_memory(client: NotebookClient):
+    """A memory sampler that starts on the kernel's process once nbclient has started it."""
+    from peak_memory import Sampler  # beside this script; psutil comes with ipykernel
+
+    sampler = Sampler()
+    client.on_notebook_start = lambda notebook: sampler.watch(client.km.provisioner.pid)
+    return sampler
 
 
 async def _within(client: NotebookClient, seconds: float) -> None:

@@ -3,8 +3,8 @@
 ``executed(path)`` runs ``path`` headless (``scripts/run_notebook.execute``, a fresh kernel, as a
 learner's) the first time any test asks for it, and hands every later caller the same executed
 notebook. The copy is also kept in ``artifacts/notebooks/cache/`` under a key that hashes the
-notebook, every file of ``dpteach/``, ``scripts/run_notebook.py``, the torch and Python versions and
-the ``DPTEACH_*`` environment; a later run with the same key reads it instead of running the
+notebook, every file of ``dpteach/``, the runners (this file, scripts/run_notebook.py and
+peak_memory.py), the torch and Python versions and the ``DPTEACH_*`` environment; a later run with the same key reads it instead of running the
 notebook again. Any edit to a chapter or to the library changes the key, so a stale copy is never
 used. ``DPTEACH_NB_CACHE=0`` turns the cross-run cache off (every run executes every notebook once).
 A failed run is never stored: the error is raised to every test that asks, in this run only.
@@ -25,7 +25,9 @@ import copy
 import fcntl
 import hashlib
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -34,6 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "artifacts" / "notebooks" / "cache"
 sys.path.insert(0, str(ROOT / "scripts"))
 from run_notebook import execute  # noqa: E402
+
+# The chapters that start processes (DDP ranks; the compiler and ninja) have their memory sampled as they
+# run, for test_binder.py. Chapter 10 compiles into an empty C++ cache, as on a fresh Binder.
+MEMORY_SAMPLED = ("09_beyond_one_process", "10_the_cpp_original")
+FRESH_CPP_CACHE = ("10_the_cpp_original",)
 
 _memo: dict[Path, tuple[nbformat.NotebookNode, float, bool] | BaseException] = {}
 
@@ -57,15 +64,18 @@ def source_key(path: Path) -> str:
         if f.is_file() and "__pycache__" not in f.parts:
             h.update(str(f.relative_to(ROOT)).encode())
             h.update(f.read_bytes())
-    h.update((ROOT / "scripts" / "run_notebook.py").read_bytes())
+    for runner in ("scripts/run_notebook.py", "scripts/peak_memory.py", "tests/executed.py"):
+        h.update((ROOT / runner).read_bytes())
     h.update(f"{torch.__version__} {sys.version}".encode())
     h.update(repr(sorted((k, v) for k, v in os.environ.items() if k.startswith("DPTEACH_"))).encode())
     return h.hexdigest()[:16]
 
 
-def _kernel_env() -> dict[str, str | None]:
+def _kernel_env(path: Path) -> dict[str, str | None]:
     """What the kernel must (not) inherit from pytest; the old values, to put back."""
     changes = {"TQDM_DISABLE": "1", "MPLBACKEND": None}  # conftest's Agg would hide every inline figure
+    if path.stem in FRESH_CPP_CACHE:
+        changes["DPTEACH_CPP_CACHE"] = tempfile.mkdtemp(prefix="dpteach-cpp-")
     old = {k: os.environ.get(k) for k in changes}
     for k, v in changes.items():
         if v is None:
@@ -134,13 +144,16 @@ def _execute_or_read_unlocked(path: Path, timeout: int):
     if os.environ.get("DPTEACH_NB_CACHE", "1") != "0" and stored.exists():
         nb = nbformat.read(stored, as_version=4)
         return nb, float(nb.metadata.get("dpteach_executed", {}).get("seconds", 0.0)), True
-    old = _kernel_env()
+    old = _kernel_env(path)
+    cpp_cache = os.environ.get("DPTEACH_CPP_CACHE") if path.stem in FRESH_CPP_CACHE else None
     try:
-        nb, seconds = execute(path, timeout=timeout)
+        nb, seconds = execute(path, timeout=timeout, memory=path.stem in MEMORY_SAMPLED)
     except Exception as err:  # noqa: BLE001 - CellExecutionError and kernel failures alike: remembered, not stored
         return err
     finally:
         _restore(old)
+        if cpp_cache:
+            shutil.rmtree(cpp_cache, ignore_errors=True)
     nb.metadata["dpteach_executed"] = {"seconds": round(seconds, 1), "key": key}
     CACHE.mkdir(parents=True, exist_ok=True)
     for old_copy in CACHE.glob(f"{path.stem}-*.ipynb"):

@@ -1,15 +1,14 @@
 """Binder: the environment it builds, and whether the heaviest chapters fit in its 2 GB.
 
 mybinder.org guarantees 1 GB and restarts a kernel over 2 GB (its user guidelines). Chapters 09 (two
-DDP ranks) and 10 (a C++ compile) are the heaviest; scripts/peak_memory.py runs them and sums the
-memory of the kernel and every process it starts (PSS: shared pages split among them).
+DDP ranks) and 10 (a C++ compile) are the heaviest; tests/executed.py samples them while the suite
+runs them (scripts/peak_memory.py's sampler), summing the memory of the kernel and every process it
+starts (PSS: shared pages split among them).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+import executed as executed_module  # noqa: E402  (the suite's one run of each chapter)
+
 ENV = yaml.safe_load((ROOT / "environment.yml").read_text())
 BINDER_MAX_MB = 2048
 
@@ -44,30 +46,16 @@ def test_teaching_guide_tells_binder_users_to_shut_kernels_down():
 @pytest.mark.skipif(
     shutil.which("c++") is None, reason="chapter 10 needs a C++ compiler to measure its compile"
 )
-def test_chapters_09_and_10_fit_in_binders_memory(tmp_path, monkeypatch):
-    monkeypatch.setenv("TQDM_DISABLE", "1")
-    monkeypatch.delenv("MPLBACKEND", raising=False)
-    out = tmp_path / "memory.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "peak_memory.py"),
-            str(ROOT / "notebooks" / "09_beyond_one_process.ipynb"),
-            str(ROOT / "notebooks" / "10_the_cpp_original.ipynb"),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1200,
+@pytest.mark.parametrize("chapter", executed_module.MEMORY_SAMPLED)
+def test_chapters_that_start_processes_fit_in_binders_memory(chapter):
+    """Sampled while the suite's one run of the chapter ran (tests/executed.py); chapter 10 compiled
+    into an empty C++ cache there, as on a fresh Binder."""
+    nb = executed_module.executed(ROOT / "notebooks" / f"{chapter}.ipynb")[0]
+    peaks = nb.metadata["dpteach_memory"]
+    print(chapter, peaks)
+    assert peaks["peak_processes"] >= 2, (
+        peaks
+    )  # the sampler saw the ranks / the compiler, not the kernel alone
+    assert peaks["peak_pss_mb"] < BINDER_MAX_MB, (
+        f"{chapter} peaks at {peaks['peak_pss_mb']} MB: over Binder's 2 GB"
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    results = {r["notebook"]: r for r in json.loads(out.read_text())["results"]}
-    print(done.stdout)
-    for name, result in results.items():
-        assert result["peak_processes"] >= 2, (
-            name
-        )  # the sampler saw the ranks / the compiler, not the kernel alone
-        assert result["peak_pss_mb"] < BINDER_MAX_MB, (
-            f"{name} peaks at {result['peak_pss_mb']} MB: over Binder's 2 GB"
-        )
