@@ -241,7 +241,8 @@ def _start(env=None):
 
 
 def test_two_processes_building_at_once_and_a_stale_baton(ext, tmp_path):
-    """Without the binary both must build (here only the link step); one waits for the other; both load.
+    """Without the binary both must build; one builds, the other waits for it; both load. (In the copied
+    folder ninja compiles main.cpp again too: torch writes the folder's own path into build.ninja.)
 
     It works on a copy of the build folder in a temporary cache, never on the user-wide one, so no
     other test (or notebook) finds the binary gone and the outcome does not depend on test order.
@@ -251,25 +252,16 @@ def test_two_processes_building_at_once_and_a_stale_baton(ext, tmp_path):
     binary = next(directory.glob("dpteach_cpp_*.so"))
     binary.unlink()
     (directory / "lock").touch()  # torch's baton, as a kernel killed mid-build leaves it
+    log = directory / ".ninja_log"
+    before = len(log.read_text().splitlines()) if log.exists() else 0
     env = {**os.environ, "DPTEACH_CPP_CACHE": str(tmp_path)}
     first, second = _start(env), _start(env)
     for proc in (first, second):
         out, _ = proc.communicate(timeout=180)  # torch alone would wait forever on the stale baton
         assert proc.returncode == 0 and out.strip() == "ok True"  # both loaded a working module
     assert binary.exists() and not (directory / "lock").exists()  # the cache is whole again, the baton gone
-
-
-@pytest.mark.slow
-def test_two_processes_compiling_at_once(ext, tmp_path):
-    """The full story from an empty cache: both compile, one waits for the other, both load."""
-    env = {**os.environ, "DPTEACH_CPP_CACHE": str(tmp_path)}
-    first, second = _start(env), _start(env)
-    for proc in (first, second):
-        out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0 and out.strip() == "ok True"  # both loaded a working module
-    log = next(tmp_path.glob("*/.ninja_log")).read_text().splitlines()
-    compiles = [line for line in log if line.split("\t")[3:4] == ["main.o"]]
-    assert len(compiles) == 1  # main.cpp was compiled once: the other process waited, then imported it
+    built = [line.split("\t")[3] for line in log.read_text().splitlines()[before:]]
+    assert built.count(binary.name) == 1 and built.count("main.o") <= 1  # the other waited, then imported it
 
 
 def test_step_modules_hold_the_cpp_tensors_in_the_models_order(ext):
