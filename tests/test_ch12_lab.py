@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
 from dpteach.widgets import CostLab, GradientFlow, TrainingLab
 from dpteach.widgets.flow import join_order
@@ -259,3 +260,34 @@ def test_the_explorers_hand_count_is_what_the_flop_counter_counts():
     x, _ = story.make_data(seed=0)
     for width in WIDTHS:
         assert _workload(width, 0) == costmodel.workload(wide_model(width, 0), x), width
+
+
+def test_run_to_the_end_at_the_large_learning_rate_the_loss_goes_inf_then_nan():
+    """Section 1 says that at 0.631, run for the widget's 60 steps, the loss passes float32's largest number
+    (inf), then, every Tanh output being exactly ±1 (slope 0), a gradient turns nan, and SGD spreads it to
+    every weight; the cell tagged ``diverges`` prints those steps."""
+    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=60)
+    first: dict[str, int] = {}
+    while not lab.done:
+        lab.step()
+        hidden = lab.model[1](lab.model[0](lab.x)).detach()
+        grad_nan = any(p.grad.isnan().any().item() for p in lab.model.parameters())
+        if grad_nan and "grad nan" not in first:
+            first["grad nan"] = lab.step_count
+            assert (hidden.abs() == 1).all()  # saturated: Tanh's slope is 0 everywhere
+            tanh = lab.model[1](lab.model[0](lab.x))
+            (into_tanh,) = torch.autograd.grad(torch.nn.functional.mse_loss(lab.model[2](tanh), lab.y), tanh)
+            assert (
+                into_tanh.isinf().any()
+            )  # ... and the gradient it multiplies by that 0 is inf: 0 * inf = nan
+        for name, now in (("loss inf", math.isinf(lab.losses[-1])), ("loss nan", math.isnan(lab.losses[-1]))):
+            if now:
+                first.setdefault(name, lab.step_count)
+    assert first["loss inf"] < first["grad nan"] < first["loss nan"]
+    assert all(math.isnan(v) for v in lab.losses[first["loss nan"] :])  # nan stays: every later step
+    assert math.isnan(lab.reference_losses[-1])  # one device's run is lost too
+    assert all(p.isnan().all() for p in lab.model.parameters())  # SGD spread it to every weight
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    assert [c for c in cells if "diverges" in c.metadata.get("tags", [])]
+    (explorer,) = [c.source for c in cells if c.source.startswith("## 1. The DataParallel explorer")]
+    assert "`inf`" in explorer and "`nan`" in explorer and "exactly ±1" in explorer
