@@ -4,7 +4,7 @@ One place for where the course lives and which release it is:
 
 * ``REPOSITORY``: the course's home. Moving it is a one-line change here, then
   ``scripts/sync_course.py`` (``make sync``, outside the wheel) rewrites what is derived from it (the README's badges and
-  chapter table links, every chapter's set-up cell and link line, pyproject's URLs); ``tests/test_course_links.py`` fails until
+  chapter table links, every chapter's set-up cell and link line, pyproject's URLs); ``tests/course/test_course_links.py`` fails until
   that is done.
 * ``VERSION``: the package version. ``pyproject.toml`` reads it (``dynamic = ["version"]``), and
   ``dpteach.__version__`` is this string. ``RELEASE`` is its git tag, which the set-up cell installs
@@ -49,7 +49,7 @@ def badges(notebook: str) -> str:
     )
 
 
-# The first code cell of every chapter, verbatim (tests/test_notebooks.py checks it). It must work
+# The first code cell of every chapter, verbatim (tests/course/test_notebooks.py checks it). It must work
 # before dpteach is installed, so it is self-contained. On Colab it streams pip's output into the
 # notebook (Colab hides a subprocess's own output) and, when pip fails, says so in one sentence.
 SETUP_CELL = f'''\

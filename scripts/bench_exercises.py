@@ -4,7 +4,7 @@
 
 A check should be fast enough to run after every edit; the target is under 2 s (best of the repeats,
 after one untimed warm-up that loads kernels). Exit status 1 when a check's best time is over it.
-This was an assertion in tests/test_exercises.py; timings live here so a loaded machine cannot fail
+This was an assertion in tests/exercises/test_exercises.py; timings live here so a loaded machine cannot fail
 a functional test. The machine's load average is printed with the figures.
 """
 

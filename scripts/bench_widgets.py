@@ -5,7 +5,7 @@
 Each control is driven as a click drives it (``button.click()``, ``slider.value = ...``); the time
 covers the model's work and every picture and table the view redraws (ipywidgets sends the new
 values to the browser as the callback returns). The browser's own round trip, click to changed
-text, is measured by tests/test_browser.py (``artifacts/screenshots/report.json``).
+text, is measured by tests/release/test_browser.py (``artifacts/screenshots/report.json``).
 
 The target is 300 ms for the course's model (hidden width 16). Rows marked "course" count towards
 it; exit status 1 when one of their medians is over. The machine's load average is printed with

@@ -3,7 +3,7 @@
 #
 # Google Colab pins ipywidgets 7.7.1, IPython 7.34.0, ipykernel 6.17.1 and tornado 6.5.1
 # (googlecolab/colabtools setup.py; see /work/shared/research/ecosystem.md §2). The widgets must work
-# there as well as under ipywidgets 8 in JupyterLab 4, so tests/test_widgets.py runs itself again
+# there as well as under ipywidgets 8 in JupyterLab 4, so tests/graph/test_widgets.py runs itself again
 # inside this environment (test_widgets_under_ipywidgets_7).
 #
 # Idempotent: when .venv-colab exists and was built with the same pins, it does nothing.

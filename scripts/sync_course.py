@@ -3,7 +3,7 @@ launch links, every notebook's link cell, set-up cell and GPU metadata, pyprojec
 
     python scripts/sync_course.py [ROOT]      (make sync)
 
-tests/test_course_links.py fails until this has been run after a change to dpteach/_course.py.
+tests/course/test_course_links.py fails until this has been run after a change to dpteach/_course.py.
 """
 
 import importlib.util

@@ -2,7 +2,7 @@
 
     python scripts/vision_models.py [--steps 3]
 
-Needs torchvision and timm, which the test extras do not install (tests/test_real_models.py runs
+Needs torchvision and timm, which the test extras do not install (tests/core/test_real_models.py runs
 transformers' models in the suite). PyPI's torchvision wheel is a CUDA build: its C++ operators
 (nms, roi_align) cannot load beside PyTorch's CPU build, and its ``_meta_registrations`` module
 fails on import for want of them. The models are plain Python and use none of those operators, so

@@ -11,8 +11,8 @@ A failed run is never stored: the error is raised to every test that asks, in th
 Under pytest-xdist (``make test`` runs two or more workers) a lock file per notebook lets one worker
 execute it while any other that asks waits, then reads the stored copy: no chapter runs twice.
 
-Who shares it: tests/test_notebooks.py (every notebook), tests/test_exercises.py (the exercises and
-solutions notebooks) and tests/test_browser.py (it opens the executed copy of every chapter without
+Who shares it: tests/course/test_notebooks.py (every notebook), tests/exercises/test_exercises.py (the exercises and
+solutions notebooks) and tests/release/test_browser.py (it opens the executed copy of every chapter without
 widgets and checks how JupyterLab renders it). Chapters with widgets need a live kernel in the page,
 so the browser runs those itself; the ipywidgets-7 test runs chapter 12 in the Colab-like kernel,
 since that run is what it tests.

@@ -12,7 +12,7 @@
   ``parallel_apply`` runs one slot per thread, each with its own team, and the teams (and anything else
   running) wait for each other's cores, so on a small or busy machine the clock measures that wait
   instead of the work. ``parallel_apply``'s worker threads start their teams from this setting
-  (``tests/test_timer.py`` checks it), so one call covers every slot.
+  (``tests/core/test_timer.py`` checks it), so one call covers every slot.
 
 ``time_in_turns({"a": fa, "b": fb}, devices)`` gives a ``Timing`` per name; ``time_in_rounds`` does
 it in rounds after a throw-away one and says how far the rounds differed (the noise a chapter prints

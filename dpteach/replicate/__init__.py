@@ -12,7 +12,7 @@ A learner's own function ``f(network, devices, detach) -> list of replicas`` wor
 learner's own autograd node runs inside the library's code: ``rewire.replicate(..., node=ReduceAdd)``
 (called ``node.apply(original, *copies)``), ``broadcast.replicate(..., broadcast=Broadcast)``.
 
-What differs (each cell is checked by ``tests/test_strategy_nodes.py``); the markers ``# BROKEN
+What differs (each cell is checked by ``tests/core/test_strategy_nodes.py``); the markers ``# BROKEN
 (#19540)``, ``# FIX (#20910)``, ``# BROKEN (#21144)``, ``# EDGE (Broadcast)`` and ``# SLOT 0
 SHARES`` in the three modules show the lines that make each difference:
 

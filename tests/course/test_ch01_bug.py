@@ -1,0 +1,104 @@
+"""Chapter 01: the cells that show where the gradient went do what their prose says.
+
+The cells are found by their tags and run here on their own, in a namespace that holds what the
+chapter's earlier cells made, so each check can also be run on a case where it must fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from torch import nn
+
+import dpteach
+from dpteach.course import story
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTER = ROOT / "notebooks" / "01_the_bug.ipynb"
+DEVICES = [torch.device("cpu")] * 2
+TAGS = ["train-by-hand", "sketch", "replica-grads", "sgd-skips", "culprit", "edge-contrast", "clone-loop"]
+
+
+def _cell(tag: str):
+    (cell,) = [c for c in nbformat.read(CHAPTER, as_version=4).cells if tag in c.metadata.get("tags", [])]
+    return cell
+
+
+def run_cell(tag: str, **names) -> str:
+    """Run the tagged code cell with ``names`` in its namespace; what it prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(_cell(tag).source, {"torch": torch, "nn": nn, "dpteach": dpteach, **names})
+    return out.getvalue()
+
+
+def after_clone_backward():
+    """The original model and slot 1's replicas after one clone-based forward and backward."""
+    x, y = story.make_data()
+    model = story.make_model()
+    replicas = dpteach.replicate(model, DEVICES, strategy="clone")
+    out = torch.cat([r(piece) for r, piece in zip(replicas, x.chunk(len(DEVICES)))])
+    nn.functional.mse_loss(out, y).backward()
+    return model, replicas
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_each_cell_the_tests_read_carries_its_tag_once(tag):
+    assert _cell(tag).source.strip()  # _cell unpacks exactly one cell
+
+
+def test_the_deduction_names_the_three_moves_that_stay_the_same():
+    text = _cell("culprit").source
+    assert all(move in text for move in ("Scatter", "parallel_apply", "gather", "only replicate differs"))
+
+
+def test_the_optimizers_skip_every_parameter_in_silence_after_the_clone_backward():
+    model, _ = after_clone_backward()
+    printed = run_cell("sgd-skips", model=model)
+    assert "0 warnings, every weight unchanged: True" in printed
+
+
+def test_the_optimizer_cell_fails_when_the_model_has_gradients():
+    model = story.make_model()
+    x, y = story.make_data()
+    nn.functional.mse_loss(model(x), y).backward()  # one device: every .grad is filled
+    with pytest.raises(AssertionError):
+        run_cell("sgd-skips", model=model)  # SGD moves the weights, so "unchanged" is False
+
+
+def test_the_edge_contrast_shows_the_fixes_nodes_beside_the_missing_edge():
+    model, replicas = after_clone_backward()
+    rows = run_cell("edge-contrast", model=model, replicas=replicas, devices=DEVICES).splitlines()
+    assert rows[0].split() == [
+        "clone",
+        "is_leaf",
+        "True",
+        "grad_fn",
+        "None",
+        "edge",
+        "to",
+        "the",
+        "original:",
+        "False",
+    ]
+    assert rows[1].split()[:5] == ["broadcast", "is_leaf", "False", "grad_fn", "BroadcastBackward"]
+    assert rows[2].split()[:5] == ["rewire", "is_leaf", "False", "grad_fn", "ReduceAddBackward"]
+    assert rows[1].endswith("original: True") and rows[2].endswith("original: True")
+
+
+def test_the_edge_contrast_fails_on_replicas_that_keep_the_edge():
+    model = story.make_model()
+    replicas = dpteach.replicate(model, DEVICES, strategy="rewire")
+    with pytest.raises(AssertionError):
+        run_cell("edge-contrast", model=model, replicas=replicas, devices=DEVICES)
+
+
+def test_the_loop_shown_is_clone_py_s_parameter_loop():
+    printed = run_cell("clone-loop")
+    assert printed.startswith("def clone_module(")
+    assert "# BROKEN (#19540)" in printed and "nn.Parameter(clone_tensor(param, device)" in printed

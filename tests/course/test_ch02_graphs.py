@@ -1,0 +1,126 @@
+"""Chapter 02: the cells that read graphs by hand show what their prose says.
+
+The cells are found by their tags and run here in a namespace holding what the chapter's earlier
+cells made; where a check could pass by accident, it is also run on a case where it must not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from torch import nn
+
+from dpteach import autograd_graph
+from dpteach.graph import GraphvizMissing
+from dpteach.graph.display import Drawing
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTER = ROOT / "notebooks" / "02_reading_autograd_graphs.ipynb"
+TAGS = ["walk", "walk-twice", "unreached", "copies", "before-after", "kept", "task1-intro"]
+DETAILS = re.compile(r"<details\b.*?</details>", re.S | re.I)
+
+
+def _cell(tag: str):
+    (cell,) = [c for c in nbformat.read(CHAPTER, as_version=4).cells if tag in c.metadata.get("tags", [])]
+    return cell
+
+
+def run_cells(namespace: dict, *tags: str) -> str:
+    """Run the tagged code cells, in order, in ``namespace``; what they print."""
+    namespace.setdefault("torch", torch)
+    namespace.setdefault("nn", nn)
+    namespace.setdefault("autograd_graph", autograd_graph)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for tag in tags:
+            exec(_cell(tag).source, namespace)
+    return out.getvalue()
+
+
+def chapter_start():
+    """``w`` and ``x`` as the chapter's first cells make them."""
+    return {"w": torch.tensor(2.0, requires_grad=True), "x": torch.tensor(3.0)}
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_each_cell_the_tests_read_carries_its_tag_once(tag):
+    assert _cell(tag).source.strip()  # _cell unpacks exactly one cell
+
+
+def test_walk_names_each_leaf_it_reaches():
+    lines = run_cells(chapter_start(), "walk").splitlines()
+    assert [line.strip() for line in lines if "AccumulateGrad" in line] == [
+        "AccumulateGrad  -> w.grad",
+        "AccumulateGrad  -> b.grad",
+    ]
+
+
+def test_walk_finds_a_leaf_by_identity_not_by_value():
+    ns = chapter_start()
+    run_cells(ns, "walk")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        ns["walk"](
+            ns["loss"].grad_fn, {"w": ns["w"].detach().clone(), "b": ns["b"]}
+        )  # an equal tensor, not w
+    assert "AccumulateGrad  (a leaf of shape ())" in out.getvalue() and "-> w.grad" not in out.getvalue()
+
+
+def test_a_leaf_used_twice_shows_twice_and_is_one_node():
+    ns = chapter_start()
+    run_cells(ns, "walk")  # defines walk and b
+    twice = run_cells(ns, "walk-twice")
+    assert twice.count("-> w.grad") == 2 and twice.count("-> b.grad") == 1
+    assert "both lines for w are one node: True" in twice
+
+
+def test_unreached_lists_the_layer_the_loss_never_uses():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
+    batch = torch.randn(8, 2)
+    graph = autograd_graph(model(batch).pow(2).mean(), module=model)
+    lines = run_cells({"model": model, "batch": batch, "graph": graph}, "unreached").splitlines()
+    assert lines[0] == "whole model: ()"
+    assert lines[1].endswith("unreached: (original 2.weight, original 2.bias)")
+
+
+def test_the_copies_give_the_gradient_to_param_only_through_the_differentiable_one():
+    ns = {}
+    lines = run_cells(ns, "copies", "kept").splitlines()
+    assert lines[0].endswith("param.grad None")  # the dead end: param got nothing
+    assert lines[1] == "through param_clone: param.grad tensor(36.)"
+    assert ns["param_copy"].grad is not None and ns["param_copy"].is_leaf
+
+
+def test_before_and_after_sit_in_one_row():
+    ns = {}
+    run_cells(ns, "copies", "before-after")
+    html = ns["pair"].data
+    assert html.count("<img ") == 2 and "grid-template-columns" in html
+    assert 'alt="before: param.detach().clone()"' in html and 'alt="after: param.clone()"' in html
+    assert "never reached" in ns["before"].text and "never reached" not in ns["after"].text
+
+
+def test_before_and_after_print_their_text_without_graphviz(monkeypatch):
+    def missing(self):
+        raise GraphvizMissing("no dot here")
+
+    monkeypatch.setattr(Drawing, "html", missing)
+    ns = {}
+    printed = run_cells(ns, "copies", "before-after")
+    assert ns["pair"] is None
+    assert "before: param.detach().clone()" in printed and "after: param.clone()" in printed
+
+
+def test_task_1_intro_keeps_reduce_add_and_member_fields_in_a_fold():
+    text = _cell("task1-intro").source
+    main, folds = DETAILS.sub(" ", text), "".join(DETAILS.findall(text))
+    assert "ReduceAdd" not in main and "member field" not in main
+    assert "another GPU" in main  # the plain reason every slot after slot 0 owns its memory
+    assert "ReduceAdd" in folds and "chapter 03" in folds and "chapter 04" in folds

@@ -1,0 +1,445 @@
+"""Chapter 04: Broadcast / ReduceAddCoalesced, why Python may assign replica tensors, the C++ failure, Option Two."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.testing import assert_close
+
+import dpteach
+from dpteach.course import demos, story
+from dpteach.functions import Broadcast
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU2 = ["cpu", "cpu"]
+CPU3 = ["cpu", "cpu", "cpu"]
+
+
+def tol(a, b):
+    assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def data():
+    return story.make_data()
+
+
+def grads_one_device(model):
+    """The reference: the same model, one device, one backward of the MSE loss."""
+    x, y = data()
+    reference = copy.deepcopy(model)
+    F.mse_loss(reference(x), y).backward()
+    return [p.grad for p in reference.parameters()]
+
+
+def grads_parallel(model, devices, strategy):
+    x, y = data()
+    F.mse_loss(dpteach.DataParallel(model, devices, strategy=strategy)(x), y).backward()
+    return [p.grad for p in model.parameters()]
+
+
+# --- Broadcast and ReduceAddCoalesced -------------------------------------------------------
+
+
+@pytest.mark.parametrize("devices", [CPU2, CPU3])
+def test_broadcast_outputs_are_device_major_and_slot0_is_the_input(devices):
+    model = nn.Linear(3, 2)
+    outputs = Broadcast.apply(devices, model.weight, model.bias)
+    assert len(outputs) == 2 * len(devices)  # one copy of each tensor per slot
+    for i, out in enumerate(outputs):
+        slot, source = divmod(i, 2)
+        original = (model.weight, model.bias)[source]
+        assert_close(out, original)  # device-major: slot 0's weight, bias, then slot 1's ...
+        assert (out.data_ptr() == original.data_ptr()) == (slot == 0)  # only slot 0 shares storage
+    assert len({id(o.grad_fn) for o in outputs}) == 1  # every output hangs off one BroadcastBackward node
+    assert type(outputs[0].grad_fn).__name__ == "BroadcastBackward"
+
+
+@pytest.mark.parametrize("devices", [CPU2, CPU3])
+def test_reduce_add_coalesced_sums_the_slots_gradients(devices):
+    model = nn.Linear(3, 2)
+    outputs = Broadcast.apply(devices, model.weight, model.bias)
+    sum(out.sum() for out in outputs[0::2]).backward()
+    assert_close(
+        model.weight.grad, torch.full_like(model.weight, float(len(devices)))
+    )  # ones from each slot, added
+    assert_close(model.bias.grad, torch.zeros_like(model.bias))  # no slot used its bias: zeros, summed
+
+
+def test_replicate_sets_non_leaf_attributes_and_registers_no_parameters():
+    model = nn.Linear(3, 2)
+    replica = dpteach.replicate(model, CPU2)[1]
+    assert list(replica.parameters()) == []  # _parameters emptied, as replicate.py does (#33907)
+    assert "weight" in replica.__dict__  # the copy is a plain attribute
+    assert type(replica.weight.grad_fn).__name__ == "BroadcastBackward" and not replica.weight.is_leaf
+
+
+def test_python_attribute_is_the_registry_entry():
+    model = nn.Linear(3, 2)
+    assert model.weight is model._parameters["weight"]  # found through nn.Module.__getattr__
+    assert "weight" not in model.__dict__  # there is no field of its own
+
+
+# --- the C++ failure, in Python --------------------------------------------------------------
+
+
+def test_cpp_style_linear_holds_two_handles_on_one_tensor_and_computes_like_linear():
+    model = story.make_model()
+    cpp_model = demos.cpp_style(model)
+    assert cpp_model[0].members.weight is cpp_model[0].weight  # member and registry: one tensor
+    assert torch.equal(cpp_model(data()[0]), model(data()[0]))  # the same function, the same numbers
+
+
+def test_failed_attempt_works_for_nn_linear():
+    model = story.make_model()
+    for got, want in zip(
+        grads_parallel(model, CPU2, demos.failed_attempt), grads_one_device(story.make_model())
+    ):
+        tol(got, want)  # Linear.forward reads the registry, so the broadcast copies are used
+
+
+def test_failed_attempt_gives_the_cpp_style_original_no_gradient():
+    cpp_model = demos.cpp_style(story.make_model())
+    assert grads_parallel(cpp_model, CPU2, demos.failed_attempt) == [None] * 4  # #19540 reproduced
+
+
+def test_failed_attempt_replica_member_is_the_clones_leaf_where_the_gradient_stops():
+    cpp_model = demos.cpp_style(story.make_model())
+    replicas = dpteach.replicate(cpp_model, CPU2, strategy=demos.failed_attempt)
+    layer = replicas[1][0]
+    assert (
+        type(layer._parameters["weight"].grad_fn).__name__ == "BroadcastBackward"
+    )  # the registry got the copy
+    assert (
+        layer.members.weight.is_leaf and layer.members.weight is not layer._parameters["weight"]
+    )  # the member did not
+    x, y = data()
+    outputs = dpteach.parallel_apply(replicas, [(p,) for p in dpteach.scatter(x, CPU2)], devices=CPU2)
+    loss = F.mse_loss(dpteach.gather(outputs, "cpu"), y)
+    loss.backward()
+    assert layer.members.weight.grad is not None  # the gradient stops in the replica's member
+    assert cpp_model[0].weight.grad is None  # and never reaches the original
+    graph = dpteach.autograd_graph(loss, module=cpp_model, replicas=replicas)
+    assert len(graph.unreached) == 4  # the drawing: all four original parameters unreached
+
+
+def train(model, strategy=None, steps=40, lr=0.2):
+    x, y = data()
+    net = model if strategy is None else dpteach.DataParallel(model, CPU2, strategy=strategy)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = F.mse_loss(net(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_training_under_the_failed_attempt():
+    reference = train(story.make_model())
+    linear = train(story.make_model(), demos.failed_attempt)
+    cpp = train(demos.cpp_style(story.make_model()), demos.failed_attempt)
+    assert_close(
+        torch.tensor(linear), torch.tensor(reference), rtol=1e-4, atol=1e-6
+    )  # on the one-device curve
+    assert cpp == [cpp[0]] * len(cpp)  # flat: no step changes a weight
+    assert reference[-1] < 0.5 * reference[0]  # while one device does learn
+
+
+def test_grad_fn_of_a_tensor_cannot_be_reassigned():
+    leaf = torch.zeros(2, requires_grad=True)
+    with pytest.raises(AttributeError, match="not writable"):
+        leaf.grad_fn = None  # why Python's rewire cannot do what C++'s set_history did
+
+
+# --- Option One, the fix that landed -------------------------------------------------------
+
+
+@pytest.mark.parametrize("devices", [CPU2, CPU3])
+@pytest.mark.parametrize("make", [lambda: demos.cpp_style(story.make_model()), story.make_model])
+def test_option_one_matches_one_device(devices, make):
+    for got, want in zip(
+        grads_parallel(make(), devices, demos.option_one), grads_one_device(story.make_model())
+    ):
+        tol(got, want)  # C++-style or not: the tensors' own history leads to the original
+
+
+def test_option_one_rewires_the_tensor_the_member_holds():
+    cpp_model = demos.cpp_style(story.make_model())
+    layer = dpteach.replicate(cpp_model, CPU2, strategy=demos.option_one)[1][0]
+    assert layer.members.weight is layer._parameters["weight"]  # no handle was re-pointed ...
+    assert layer.members.weight is not cpp_model[0].weight  # ... the replica holds its own copy ...
+    assert type(layer.members.weight.grad_fn).__name__ == "ReduceAddInPlaceBackward"  # ... with the new edge
+
+
+def test_option_one_trains_the_cpp_style_network_like_one_device():
+    reference = train(story.make_model())
+    tol(torch.tensor(train(demos.cpp_style(story.make_model()), demos.option_one)), torch.tensor(reference))
+
+
+def test_option_one_keeps_tied_weights_tied_and_detach_keeps_plain_clones():
+    a, b = nn.Linear(3, 3), nn.Linear(3, 3)
+    b.weight = a.weight
+    net = nn.Sequential(a, b)
+    replicas = dpteach.replicate(net, CPU2, strategy=demos.option_one)
+    assert replicas[1][0].weight is replicas[1][1].weight  # one copy, rebased once
+    plain = dpteach.replicate(net, CPU2, detach=True, strategy=demos.option_one)
+    assert all(p.grad_fn is None for p in plain[1].parameters())  # detach=True: no edges
+
+
+# --- Option Two ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("devices", [CPU2, CPU3])
+def test_option_two_matches_one_device(devices):
+    model = demos.cpp_style(story.make_model(), demos.ReplicatableLinear)
+    for got, want in zip(
+        grads_parallel(model, devices, demos.option_two), grads_one_device(story.make_model())
+    ):
+        tol(got, want)  # each module re-points its own members: gradients reach the original
+
+
+def test_option_two_refuses_modules_that_are_not_replicatable():
+    for model, name in [
+        (story.make_model(), "Linear"),
+        (demos.cpp_style(story.make_model()), "CppStyleLinear"),
+    ]:
+        with pytest.raises(TypeError, match=rf"Replicatable.*{name} \('0'\)"):
+            dpteach.replicate(
+                model, CPU2, strategy=demos.option_two
+            )  # the PR's con: every module must change
+
+
+def test_replicatable_base_says_what_to_implement():
+    with pytest.raises(NotImplementedError, match="load_replica_params"):
+        demos.Replicatable().load_replica_params({})
+
+
+# --- RNNs: Python's own member handles --------------------------------------------------------
+
+
+def test_rnn_flat_weights_follow_the_replica_tensors():
+    rnn = nn.RNN(3, 4, batch_first=True)
+    replicas = dpteach.replicate(rnn, CPU2)
+    assert (
+        replicas[1]._flat_weights[0] is replicas[1].weight_ih_l0
+    )  # RNNBase.__setattr__ kept the list in step
+    assert replicas[1]._flat_weights is not rnn._flat_weights  # _replicate_for_data_parallel copied the list
+
+
+def test_rnn_under_data_parallel_matches_one_device():
+    rnn = nn.RNN(3, 4, batch_first=True)
+    reference = copy.deepcopy(rnn)
+    sequence = torch.randn(6, 5, 3)
+    reference(sequence)[0].pow(2).mean().backward()
+    dpteach.DataParallel(rnn, CPU2)(sequence)[0].pow(2).mean().backward()
+    for p, q in zip(rnn.parameters(), reference.parameters()):
+        tol(p.grad, q.grad)
+
+
+def test_default_strategy_replicas_share_the_cpp_style_members_with_the_original():
+    cpp_model = demos.cpp_style(story.make_model())
+    replicas = dpteach.replicate(cpp_model, CPU2)
+    assert (
+        replicas[1][0].members.weight is cpp_model[0].weight
+    )  # exercise 1: slot 1 computes with the original
+
+
+@pytest.mark.cuda
+def test_default_strategy_cpp_style_fails_loudly_across_devices():
+    devices = ["cuda:0", "cpu"]  # two distinct devices: slot 1 is not where the original's members live
+    cpp_model = demos.cpp_style(story.make_model()).to(devices[0])
+    x = story.make_data()[0].to(devices[0])
+    with pytest.raises(RuntimeError, match="same device"):
+        dpteach.DataParallel(cpp_model, devices)(x)  # exercise 1: a device mismatch, not a silent success
+
+
+@pytest.mark.cuda
+def test_failed_attempt_on_a_gpu():
+    devices = ["cuda:0", "cuda:0"]
+    cpp_model = demos.cpp_style(story.make_model()).to(devices[0])
+    x, y = (t.to(devices[0]) for t in data())
+    F.mse_loss(dpteach.DataParallel(cpp_model, devices, strategy=demos.failed_attempt)(x), y).backward()
+    assert all(p.grad is None for p in cpp_model.parameters())  # the same bug on a GPU
+    model = demos.cpp_style(story.make_model(), demos.ReplicatableLinear).to(devices[0])
+    F.mse_loss(dpteach.DataParallel(model, devices, strategy=demos.option_two)(x), y).backward()
+    for p, q in zip(model.parameters(), grads_one_device(story.make_model())):
+        tol(p.grad.cpu(), q)  # Option Two works there too
+
+
+def test_tied_weights_stay_tied_in_each_replica():
+    a, b = nn.Linear(3, 3), nn.Linear(3, 3)
+    b.weight = a.weight
+    replicas = dpteach.replicate(nn.Sequential(a, b), CPU2)
+    assert replicas[1][0].weight is replicas[1][1].weight  # exercise 4's starting point
+
+
+# --- the Going-deeper block on mark_dirty, and exercise 2's check -----------------------------
+
+
+def _chapter():
+    import nbformat
+
+    return nbformat.read(ROOT / "notebooks" / "04_the_python_way.ipynb", as_version=4)
+
+
+def test_reduce_add_in_place_rebases_a_members_history():
+    """Option One's node: the member gets the node as its grad_fn, the original the gradient."""
+    layer, replica = demos.CppStyleLinear(3, 2), demos.CppStyleLinear(3, 2)
+    with torch.no_grad():
+        replica.load_state_dict(layer.state_dict())
+    for p in replica.parameters():
+        p.requires_grad_(False)  # mark_dirty refuses a leaf that requires grad
+    member = replica.members.weight
+    (out,) = demos.ReduceAddInPlace.apply(layer.weight, replica.weight)
+    assert out is member and type(member.grad_fn).__name__ == "ReduceAddInPlaceBackward"  # same object
+    replica(torch.ones(4, 3)).sum().backward()
+    assert torch.equal(layer.weight.grad, torch.full((2, 3), 4.0))  # 4 rows of ones reached the original
+
+
+def _scale_class(*, replicatable=True, repoint_member=True, reads_registry=False, wrong_forward=False):
+    from types import SimpleNamespace
+
+    bases = (nn.Module, demos.Replicatable) if replicatable else (nn.Module,)
+
+    def __init__(self):
+        nn.Module.__init__(self)
+        scale = nn.Parameter(torch.ones(3) * 2)
+        self.register_parameter("scale", scale)
+        self.members = SimpleNamespace(scale=scale)
+
+    def forward(self, x):
+        scale = self.scale if reads_registry else self.members.scale
+        return x * scale * 2 + 1 if wrong_forward else x * scale
+
+    def load_replica_params(self, tensors):
+        self._parameters["scale"] = tensors["scale"]
+        if repoint_member:
+            self.members = SimpleNamespace(scale=tensors["scale"])
+
+    body = {"__init__": __init__, "forward": forward}
+    if replicatable:
+        body["load_replica_params"] = load_replica_params
+    return type("Scale", bases, body)
+
+
+def test_exercise_2_check_accepts_the_worked_answer():
+    from dpteach.course import checks
+
+    verdict = checks.replicatable_scale(_scale_class())
+    assert verdict.ok and verdict.message.startswith("Correct!")
+
+
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        (dict(replicatable=False), "demos.Replicatable"),
+        (dict(repoint_member=False), "self.members"),
+        (
+            dict(reads_registry=True),
+            "read the member handle",
+        ),  # Python-style: passes Option Two, not C++ style
+        (dict(wrong_forward=True), "x * self.members.scale, and nothing else"),
+    ],
+)
+def test_exercise_2_check_says_what_to_change(kwargs, says):
+    from dpteach.course import checks
+
+    checks.reset()
+    verdict = checks.replicatable_scale(_scale_class(**kwargs))  # a wrong answer is a verdict, not a raise
+    assert not verdict.ok and says in verdict.message.split("Hint")[0]  # the change, before the hint
+    assert "Hint 1 of 2" in verdict.message
+    assert not checks.replicatable_scale(...).ok  # no class yet: asks for one
+
+
+def test_exercise_2_check_refuses_the_stub_and_never_mentions_reset():
+    from dpteach.course import checks
+
+    checks.reset()
+    stub = type("Scale", (nn.Module, demos.Replicatable), {})  # no parameter, no forward, no loader
+    for answer in (stub, _scale_class(reads_registry=True), _scale_class(wrong_forward=True)):
+        verdict = checks.replicatable_scale(answer)
+        assert not verdict.ok and "reset()" not in verdict.message  # the exercise never asks for reset()
+    assert "no parameter named 'scale'" in checks.replicatable_scale(stub).message
+
+
+def test_exercise_2_check_cell_is_found_by_its_tag():
+    (cell,) = [c for c in _chapter().cells if "ex2-check" in c.metadata.get("tags", [])]
+    assert 'checks.replicatable_scale(globals().get("Scale", ...))' in cell.source
+
+
+# --- exercise 3's check ----------------------------------------------------------------------
+
+
+def _my_attempt(*, members=("weight", "bias")):
+    """The worked answer of exercise 3 (``members=()`` is the failed attempt unchanged)."""
+    from types import SimpleNamespace
+
+    from dpteach.course.demos import _clones_and_copies, walk_pairs
+
+    def my_attempt(network, devices, detach=False):
+        replicas, copies, index = _clones_and_copies(network, devices, detach)
+        for j, replica in enumerate(replicas):
+            for original, twin in walk_pairs(network, replica):
+                for key, param in original._parameters.items():
+                    if param is not None:
+                        twin._parameters[key] = copies[j][index[param]]
+                if isinstance(twin, demos.CppStyleLinear) and members:
+                    old = vars(twin.members)
+                    twin.members = SimpleNamespace(
+                        **{k: twin._parameters[k] if k in members else old[k] for k in ("weight", "bias")}
+                    )
+        return replicas
+
+    return my_attempt
+
+
+def test_exercise_3_check_accepts_the_worked_answer():
+    from dpteach.course import checks
+
+    verdict = checks.cpp_style_trains(_my_attempt())
+    assert verdict.ok and verdict.message.startswith("Correct!")
+
+
+@pytest.mark.parametrize(
+    "strategy, says",
+    [
+        (demos.failed_attempt, "nothing reached the model"),
+        ("broadcast", "the model's own tensors"),  # right on CPU slots, a device mismatch on GPUs
+        (_my_attempt(members=("weight",)), "['0.bias', '2.bias'] got no gradient"),
+        (lambda network, devices, detach=False: undefined_name, "NameError"),  # noqa: F821
+    ],
+)
+def test_exercise_3_check_says_what_to_change(strategy, says):
+    from dpteach.course import checks
+
+    checks.reset()
+    verdict = checks.cpp_style_trains(strategy)
+    assert not verdict.ok and says in verdict.message.split("Hint")[0], verdict.message
+    assert "Hint 1 of 2" in verdict.message
+    assert checks.cpp_style_trains(...).message.startswith("Define my_attempt")
+
+
+def test_exercise_3_printed_source_runs_when_copied():
+    """The cell that prints failed_attempt prints code that runs as it stands (imports, full def)."""
+    import contextlib
+    import io
+
+    (cell,) = [c for c in _chapter().cells if "failed-attempt-source" in c.metadata.get("tags", [])]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(cell.source, {"inspect": __import__("inspect"), "demos": demos})
+    scope = {"nn": nn}
+    exec(printed.getvalue(), scope)  # NameError here if an import or the def line were missing
+    assert grads_parallel(story.make_model(), CPU2, scope["failed_attempt"])[0] is not None
+
+
+def test_exercise_3_check_cell_is_found_by_its_tag():
+    (cell,) = [c for c in _chapter().cells if "ex3-check" in c.metadata.get("tags", [])]
+    assert 'checks.cpp_style_trains(globals().get("my_attempt", ...))' in cell.source

@@ -1,0 +1,215 @@
+"""Chapter 05: buffers under each strategy; slot 0's in-place updates survive, every other slot's are lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.testing import assert_close
+
+import dpteach
+from dpteach.course import demos
+from dpteach.replicate import STRATEGIES as REGISTRY
+
+ROOT = Path(__file__).resolve().parents[2]
+STRATEGIES = list(REGISTRY)
+DEEP_COPY = ["clone", "rewire"]  # the strategies that deep-copy buffers, as Cloneable::clone did
+
+
+GPU = [
+    pytest.param(["cuda:0", "cuda:0"], marks=pytest.mark.cuda, id="cuda0x2"),
+    pytest.param(["cuda:0", "cpu"], marks=pytest.mark.cuda, id="cuda0+cpu"),
+    pytest.param(["cuda:0", "cuda:1"], marks=pytest.mark.multigpu, id="cuda0+cuda1"),
+]  # torch.cuda.comm's path
+
+
+def make_model(device="cpu"):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.BatchNorm1d(4), nn.Linear(4, 1)).to(device)
+
+
+def batch(generator, rows=16):
+    return torch.randn(rows, 4, generator=generator) * 2 + 3
+
+
+@pytest.mark.parametrize("devices", [["cpu"] * 2, ["cpu"] * 3] + GPU)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_only_broadcast_slot0_shares_buffer_storage(strategy, devices):
+    model = make_model(devices[0])
+    replicas = dpteach.replicate(model, devices, strategy=strategy)
+    shares = [r[0].running_mean.data_ptr() == model[0].running_mean.data_ptr() for r in replicas]
+    expected = [strategy == "broadcast"] + [False] * (len(devices) - 1)
+    assert shares == expected  # slot 0 aliases under broadcast only; every later slot owns its storage
+
+
+@pytest.mark.parametrize("devices", [["cpu"] * 2, ["cpu"] * 4] + GPU)
+def test_broadcast_running_stats_are_exactly_slot0s_update(devices):
+    x = batch(torch.Generator().manual_seed(0)).to(devices[0])
+    model = make_model(devices[0])
+    dpteach.DataParallel(model, devices)(x)
+    slot0_only = make_model(devices[0])[0]
+    slot0_only(x.chunk(len(devices))[0])  # one device fed only what scatter gives slot 0
+    assert_close(model[0].running_mean, slot0_only.running_mean)  # slot 0's in-place update survived ...
+    assert_close(model[0].running_var, slot0_only.running_var)
+    assert model[0].num_batches_tracked.item() == 1  # ... once: the other slots' updates were lost
+    whole = make_model(devices[0])[0]
+    whole(x)
+    assert not torch.allclose(model[0].running_mean, whole.running_mean)  # not what the whole batch gives
+
+
+@pytest.mark.parametrize("strategy", DEEP_COPY)
+def test_deep_copied_buffers_never_move(strategy):
+    model = make_model()
+    dpteach.DataParallel(model, ["cpu"] * 2, strategy=strategy)(batch(torch.Generator().manual_seed(0)))
+    assert torch.equal(model[0].running_mean, torch.zeros(4))  # no slot wrote into the model (#21144)
+    assert torch.equal(model[0].running_var, torch.ones(4))
+    assert model[0].num_batches_tracked.item() == 0
+
+
+def test_slot1_updates_its_own_copy_then_it_is_dropped():
+    x = batch(torch.Generator().manual_seed(0))
+    model = make_model()
+    replicas = dpteach.replicate(model, ["cpu"] * 2)
+    pieces = dpteach.scatter(x, ["cpu"] * 2)
+    for replica, piece in zip(replicas, pieces):
+        replica(piece)
+    slot1_only = make_model()[0]
+    slot1_only(pieces[1])
+    assert_close(replicas[1][0].running_mean, slot1_only.running_mean)  # slot 1 did the work ...
+    assert not torch.allclose(
+        model[0].running_mean, replicas[1][0].running_mean
+    )  # ... in a copy the model never sees
+    fresh = dpteach.replicate(model, ["cpu"] * 2)
+    assert_close(
+        fresh[1][0].running_mean, model[0].running_mean
+    )  # the next replicas start from the model again
+
+
+def run_many(steps=30):
+    generator = torch.Generator().manual_seed(0)
+    runs = {name: make_model() for name in ["one device", *STRATEGIES]}
+    slot0_only = make_model()[0]
+    for _ in range(steps):
+        x = batch(generator)
+        for name, net in runs.items():
+            (net if name == "one device" else dpteach.DataParallel(net, ["cpu"] * 2, strategy=name))(x)
+        slot0_only(x.chunk(2)[0])
+    return runs, slot0_only, generator
+
+
+def test_over_many_steps():
+    runs, slot0_only, generator = run_many()
+    assert_close(
+        runs["broadcast"][0].running_mean, slot0_only.running_mean
+    )  # the dots lie on the dashed line
+    for name in DEEP_COPY:
+        assert torch.equal(runs[name][0].running_mean, torch.zeros(4))  # never leaves zero
+        assert runs[name][0].num_batches_tracked.item() == 0
+    assert runs["broadcast"][0].running_mean[0].item() > 2  # climbs towards the true mean 3, like one device
+    x = batch(generator)
+    with torch.no_grad():
+        expected = runs["one device"].eval()(x)
+        gap = {n: (runs[n].eval()(x) - expected).abs().max().item() for n in ["broadcast", "rewire"]}
+    assert gap["rewire"] > 5 * gap["broadcast"]  # in eval mode the never-updated statistics are far off
+
+
+def sorted_batch(generator):
+    """The chapter's sorted batch: the first 8 rows have mean 6, the last 8 mean 0."""
+    return torch.cat([torch.randn(8, 4, generator=generator) + 6, torch.randn(8, 4, generator=generator)])
+
+
+@pytest.mark.parametrize("slots", [2, 4])
+def test_sorted_batches_follow_slot0s_half(slots):
+    generator = torch.Generator().manual_seed(0)
+    model, whole, slot0_only = make_model(), make_model()[0], make_model()[0]
+    for _ in range(30):
+        x = sorted_batch(generator)
+        dpteach.DataParallel(model, ["cpu"] * slots, strategy="broadcast")(x)
+        whole(x)
+        slot0_only(x.chunk(slots)[0])
+    assert_close(model[0].running_mean, slot0_only.running_mean)  # the right panel: dashes on the dots
+    limit = 6 * (1 - 0.9**30)  # where 30 updates with momentum 0.1 take a mean of 6, from 0
+    # slot 0's half, mean 6, on 2 slots and on 4 (exercise 2)
+    assert (model[0].running_mean - limit).abs().max() < 0.5
+    assert (whole.running_mean - 3 * (1 - 0.9**30)).abs().max() < 0.5  # the whole data has mean 3
+
+
+def test_fewer_rows_on_slot0_give_a_noisier_batch_mean():
+    generator = torch.Generator().manual_seed(0)
+    spread = {
+        n: torch.stack([sorted_batch(generator).chunk(n)[0].mean(0) for _ in range(400)]).std(0).mean().item()
+        for n in (2, 4)
+    }
+    assert abs(spread[2] - 8**-0.5) < 0.05 and abs(spread[4] - 4**-0.5) < 0.05  # sigma / sqrt(rows)
+    assert spread[4] > 1.2 * spread[2]  # exercise 2: four slots, half the rows, a wider spread
+
+
+def test_momentum_none_averages_slot0s_batch_means_once_per_step():
+    generator = torch.Generator().manual_seed(0)
+    model = make_model()
+    model[0].momentum = None  # exercise 3: make_model takes no momentum
+    net = dpteach.DataParallel(model, ["cpu"] * 2, strategy="broadcast")
+    seen = []
+    for _ in range(200):
+        x = batch(generator)
+        seen.append(x.chunk(2)[0].mean(0))
+        net(x)
+    assert model[0].num_batches_tracked.item() == 200  # one count per step: slot 1's went to its copy
+    assert_close(model[0].running_mean, torch.stack(seen).mean(0))  # the plain average of slot 0's means
+    assert (model[0].running_mean - 3).abs().max() < 0.15  # about 3 for this data
+
+
+@pytest.mark.parametrize("devices", [["cpu"] * 2, ["cpu"] * 3] + GPU)
+def test_call_counter_what_survives(devices):
+    x = torch.randn(8, 3, device=devices[0])
+    expected = {"one device": (3, 3, 3), "broadcast": (0, 3, 0), "clone": (0, 0, 0), "rewire": (0, 0, 0)}
+    for name, (calls, in_place, rebound) in expected.items():
+        counter = demos.CallCounter().to(devices[0])
+        net = counter if name == "one device" else dpteach.DataParallel(counter, devices, strategy=name)
+        for _ in range(3):
+            net(x)
+        assert counter.calls == calls  # a plain attribute: rebound in the replica's own __dict__ (#2864)
+        assert counter.calls_in_place.item() == in_place  # in place: slot 0 only, once per step
+        assert counter.calls_rebound.item() == rebound  # rebinding: lost even on slot 0
+
+
+def test_call_counter_replicas_each_count_their_own_call():
+    counter = demos.CallCounter()
+    replicas = dpteach.replicate(counter, ["cpu"] * 2)
+    for replica in replicas:
+        replica(torch.randn(2, 3))
+    assert [r.calls for r in replicas] == [1, 1]  # each replica counted in its own copy
+    assert counter.calls_in_place.item() == 1  # only slot 0's increment reached the module
+
+
+def _counter(update_in_place: bool):
+    class MyCounter(demos.CallCounter):
+        def forward(self, x):
+            self.calls += 1
+            self.calls_in_place.add_(1)
+            if update_in_place:
+                self.calls_rebound.add_(1)
+            else:
+                self.calls_rebound = self.calls_rebound + 1
+            return self.linear(x)
+
+    return MyCounter
+
+
+def test_exercise_1_check_accepts_the_worked_answer():
+    from dpteach.course import checks
+
+    verdict = checks.counter_survives(_counter(update_in_place=True))
+    assert verdict.ok and verdict.message.startswith("Correct!")
+
+
+def test_exercise_1_check_says_what_to_change():
+    from dpteach.course import checks
+
+    checks.reset()
+    tries = [checks.counter_survives(_counter(update_in_place=False)) for _ in range(3)]
+    assert not any(t.ok for t in tries)
+    assert "Update it in place" in tries[0].message and "add_(1)" not in tries[0].message  # no answer yet
+    assert r"self.calls_rebound.add_(1)" in tries[2].message  # the third try gives the answer

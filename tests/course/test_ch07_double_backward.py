@@ -1,0 +1,293 @@
+"""Chapter 07: double backward through DataParallel matches one device under "broadcast"; "rewire" refuses.
+
+The reference is the same model on one device; every comparison uses torch.testing.assert_close.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+import dpteach
+from dpteach.course import story
+from dpteach.functions import Broadcast, ReduceAddCoalesced
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU = [
+    pytest.param(["cuda:0", "cuda:0"], marks=pytest.mark.cuda, id="cuda0x2"),
+    pytest.param(["cuda:0", "cpu"], marks=pytest.mark.cuda, id="cuda0+cpu"),
+]  # two distinct devices
+DEVICES = [["cpu"] * 2, ["cpu"] * 3]
+
+
+def tol(a, b):
+    assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def penalised_loss(net, x, y):
+    x = x.clone().requires_grad_(True)
+    output = net(x)
+    (grad_x,) = torch.autograd.grad(output.sum(), x, create_graph=True)
+    return F.mse_loss(output, y) + ((grad_x.norm(dim=1) - 1) ** 2).mean()
+
+
+def gradient_norm_loss(net, model, x, y, weight=0.1):
+    loss = F.mse_loss(net(x), y)
+    grads = torch.autograd.grad(loss, list(model.parameters()), create_graph=True)
+    return loss + weight * sum(g.pow(2).sum() for g in grads)
+
+
+def hessian_vector_product(net, model, x, y, v):
+    params = list(model.parameters())
+    loss = F.mse_loss(net(x), y)
+    grads = torch.autograd.grad(loss, params, create_graph=True)
+    return torch.autograd.grad(sum((g * u).sum() for g, u in zip(grads, v)), params)
+
+
+@pytest.mark.parametrize("devices", DEVICES + GPU)
+@pytest.mark.parametrize("strategy", ["broadcast", "rewire"])
+def test_input_gradient_penalty_matches_one_device(strategy, devices):
+    x, y = (t.to(devices[0]) for t in story.make_data())
+    reference = story.make_model().to(devices[0])
+    expected = penalised_loss(reference, x, y)
+    expected.backward()
+    model = story.make_model().to(devices[0])
+    loss = penalised_loss(dpteach.DataParallel(model, devices, strategy=strategy), x, y)
+    loss.backward()
+    tol(loss, expected)  # the same penalised loss
+    for p, q in zip(model.parameters(), reference.parameters()):
+        tol(p.grad, q.grad)  # its first backward goes to x, never through ReduceAdd: rewire works too
+
+
+@pytest.mark.parametrize("devices", DEVICES + GPU)
+def test_parameter_gradient_penalty_matches_one_device_under_broadcast(devices):
+    x, y = (t.to(devices[0]) for t in story.make_data())
+    reference = story.make_model().to(devices[0])
+    gradient_norm_loss(reference, reference, x, y).backward()
+    model = story.make_model().to(devices[0])
+    gradient_norm_loss(dpteach.DataParallel(model, devices), model, x, y).backward()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        tol(p.grad, q.grad)  # second-order gradients through Broadcast / ReduceAddCoalesced are right
+
+
+@pytest.mark.parametrize("devices", DEVICES + GPU)
+def test_hessian_vector_product_matches_one_device_under_broadcast(devices):
+    x, y = (t.to(devices[0]) for t in story.make_data())
+    reference = story.make_model().to(devices[0])
+    v = [torch.randn_like(p) for p in reference.parameters()]
+    expected = hessian_vector_product(reference, reference, x, y, v)
+    model = story.make_model().to(devices[0])
+    hv = hessian_vector_product(dpteach.DataParallel(model, devices), model, x, y, v)
+    for a, b in zip(hv, expected):
+        tol(a, b)  # H v through DataParallel is H v on one device
+    assert any(h.abs().sum() > 0 for h in hv)  # and not trivially zero
+
+
+def test_hessian_vector_product_is_linear_in_v():
+    x, y = story.make_data()
+    model = story.make_model()
+    net = dpteach.DataParallel(model, ["cpu"] * 2)
+    v1 = [torch.randn_like(p) for p in model.parameters()]
+    v2 = [torch.randn_like(p) for p in model.parameters()]
+    h1, h2 = (hessian_vector_product(net, model, x, y, v) for v in (v1, v2))
+    h12 = hessian_vector_product(net, model, x, y, [a + b for a, b in zip(v1, v2)])
+    for a, b, c in zip(h12, h1, h2):
+        tol(a, b + c)  # exercise 1: H(v1 + v2) = H v1 + H v2
+
+
+@pytest.mark.parametrize("devices", [["cpu"] * 2] + GPU)
+@pytest.mark.parametrize("loss", ["gradient_norm", "hvp"])
+def test_rewire_refuses_double_backward_naming_reduce_add(loss, devices):
+    x, y = (t.to(devices[0]) for t in story.make_data())
+    model = story.make_model().to(devices[0])
+    net = dpteach.DataParallel(model, devices, strategy="rewire")
+    with pytest.raises(
+        RuntimeError, match="ReduceAdd can only be used during the backward pass of data parallel"
+    ):
+        if loss == "gradient_norm":
+            gradient_norm_loss(net, model, x, y)
+        else:
+            hessian_vector_product(net, model, x, y, [torch.ones_like(p) for p in model.parameters()])
+
+
+def test_first_gradient_hangs_off_reduce_add_coalesced():
+    x, y = story.make_data()
+    model = story.make_model()
+    loss = F.mse_loss(dpteach.DataParallel(model, ["cpu"] * 2)(x), y)
+    grads = torch.autograd.grad(loss, list(model.parameters()), create_graph=True)
+    assert all(
+        type(g.grad_fn).__name__ == "ReduceAddCoalescedBackward" for g in grads
+    )  # a differentiable node
+
+
+@pytest.mark.parametrize("devices", DEVICES)
+def test_broadcast_passes_gradgradcheck(devices):
+    tensors = (
+        torch.randn(3, 2, dtype=torch.double, requires_grad=True),
+        torch.randn(4, dtype=torch.double, requires_grad=True),
+    )
+    assert torch.autograd.gradgradcheck(
+        lambda *t: Broadcast.apply(devices, *t), tensors
+    )  # second derivatives right
+
+
+@pytest.mark.parametrize("devices", DEVICES)
+def test_reduce_add_coalesced_passes_gradgradcheck(devices):
+    tensors = tuple(torch.randn(3, dtype=torch.double, requires_grad=True) for _ in devices)
+    assert torch.autograd.gradgradcheck(
+        lambda *t: ReduceAddCoalesced.apply(devices[0], 1, *t), tensors
+    )  # exercise 4
+
+
+@pytest.mark.parametrize("devices", DEVICES)
+def test_hessian_vector_product_traffic(devices):
+    x, y = story.make_data()
+    model = story.make_model()
+    net = dpteach.DataParallel(model, devices)
+    params = list(model.parameters())
+    v = [torch.ones_like(p) for p in params]
+    with dpteach.comm.traffic() as forward:
+        loss = F.mse_loss(net(x), y)
+    with dpteach.comm.traffic() as first:
+        grads = torch.autograd.grad(loss, params, create_graph=True)
+    with dpteach.comm.traffic() as second:
+        torch.autograd.grad(sum((g * u).sum() for g, u in zip(grads, v)), params)
+    P = sum(p.numel() * p.element_size() for p in params)
+    out_bytes = x.shape[0] * 1 * 4  # the model's output: one float32 per row
+    assert forward.by_op()["broadcast"] == (len(devices) - 1) * P  # the forward broadcasts the parameters
+    assert first.bytes == 0  # summing gradients within one device copies nothing
+    assert second.by_op() == {
+        "broadcast": (len(devices) - 1) * P,
+        "gather": out_bytes,
+    }  # ReduceAddCoalesced's backward broadcasts again
+
+
+def test_clone_gives_no_gradient_to_the_model():
+    x, y = story.make_data()
+    model = story.make_model()
+    loss = F.mse_loss(dpteach.DataParallel(model, ["cpu"] * 2, strategy="clone")(x), y)
+    with pytest.raises(RuntimeError, match="not have been used in the graph"):
+        torch.autograd.grad(
+            loss, list(model.parameters())
+        )  # exercise 2: the model is not in the graph at all
+
+
+def hvp_traffic(devices):
+    """The chapter's three passes of H v, each under its own traffic() meter; (meters, P, x, y)."""
+    x, y = (t.to(devices[0]) for t in story.make_data())
+    model = story.make_model().to(devices[0])
+    net = dpteach.DataParallel(model, devices)
+    params = list(model.parameters())
+    v = [torch.ones_like(p) for p in params]
+    with dpteach.comm.traffic() as forward:
+        loss = F.mse_loss(net(x), y)
+    with dpteach.comm.traffic() as first:
+        grads = torch.autograd.grad(loss, params, create_graph=True)
+    with dpteach.comm.traffic() as second:
+        torch.autograd.grad(sum((g * u).sum() for g, u in zip(grads, v)), params)
+    P = sum(p.numel() * p.element_size() for p in params)
+    return (forward, first, second), P, x, y
+
+
+def modelled_traffic(n, P, x, y):
+    """The chapter's model of H v on n distinct devices: bytes per op, per pass (local packing left out)."""
+    away = lambda t: t.nbytes - t.chunk(n)[0].nbytes  # noqa: E731 - every scattered piece but slot 0's
+    return [
+        {"broadcast": (n - 1) * P, "scatter": away(x), "gather": y.nbytes},  # forward
+        {"scatter": away(y), "reduce_add": (n - 1) * P},  # first backward
+        {"broadcast": (n - 1) * P, "scatter": away(y), "reduce_add": (n - 1) * P, "gather": y.nbytes},
+    ]
+
+
+def moved(meter):
+    """Bytes per op of the copies that carry data (every copy but the local "pack" passes)."""
+    totals = {}
+    for c in meter.transfers:
+        totals[c.op] = totals.get(c.op, 0) + c.nbytes
+    return totals
+
+
+@pytest.mark.parametrize("devices", DEVICES)
+def test_cpu_slots_show_the_models_broadcasts_and_gathers_but_no_scatter_or_reduce(devices):
+    meters, P, x, y = hvp_traffic(devices)
+    for meter, model in zip(meters, modelled_traffic(len(devices), P, x, y)):
+        hidden = {"scatter", "reduce_add"}  # on one device: views, and sums in place
+        assert meter.by_op() == {op: b for op, b in model.items() if op not in hidden}
+
+
+@pytest.mark.cuda
+def test_the_modelled_traffic_is_what_two_distinct_devices_copy():
+    devices = ["cuda:0", "cpu"]  # two distinct devices, on a machine with one GPU
+    meters, P, x, y = hvp_traffic(devices)
+    assert [moved(m) for m in meters] == modelled_traffic(2, P, x, y)  # the chapter's model, measured
+
+
+class _PenaltyInside(torch.nn.Module):
+    """Exercise 3: the input-gradient penalty inside forward, its per-row terms returned beside the output."""
+
+    def __init__(self, net, requires_grad=True):
+        super().__init__()
+        self.net, self.requires_grad = net, requires_grad
+
+    def forward(self, x):
+        if self.requires_grad:
+            x = x.detach().requires_grad_()  # the scattered piece must require grad
+        out = self.net(x)
+        (grad_x,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        return out, (grad_x.norm(dim=1) - 1) ** 2
+
+
+def _inside_loss(module, x, y):
+    out, terms = module(x)
+    return F.mse_loss(out, y) + terms.mean()  # averaged once, over the whole batch's rows
+
+
+@pytest.mark.parametrize("devices", DEVICES)
+def test_exercise_3_penalty_inside_forward_matches_one_device(devices):
+    x, y = story.make_data()
+    reference = story.make_model()
+    expected = _inside_loss(_PenaltyInside(reference), x, y)
+    expected.backward()
+    model = story.make_model()
+    loss = _inside_loss(dpteach.DataParallel(_PenaltyInside(model), devices, strategy="broadcast"), x, y)
+    loss.backward()
+    tol(loss, expected)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        tol(p.grad, q.grad)
+    with pytest.raises(RuntimeError, match="does not require grad"):  # the piece as scattered: no grad
+        _inside_loss(dpteach.DataParallel(_PenaltyInside(story.make_model(), False), devices), x, y)
+
+
+def test_exercise_5_every_node_of_the_penalty_graph_leads_to_weight():
+    torch.manual_seed(0)
+    devices = ["cpu"] * 2
+    small = torch.nn.Linear(2, 1, bias=False)
+    replicas = dpteach.replicate(small, devices, strategy="broadcast")
+    pieces = dpteach.scatter(torch.randn(4, 2), devices)
+    outputs = dpteach.parallel_apply(replicas, [(p,) for p in pieces], devices=devices)
+    loss = F.mse_loss(dpteach.gather(outputs, devices[0]), torch.randn(4, 1))
+    (grad,) = torch.autograd.grad(loss, [small.weight], create_graph=True)
+    penalty = grad.pow(2).sum()
+    reaches, order = {}, []
+
+    def walk(fn):  # does fn lead to the original weight?
+        if fn not in reaches:
+            if type(fn).__name__ == "AccumulateGrad":
+                reaches[fn] = fn.variable is small.weight
+            else:
+                reaches[fn] = any([walk(nxt) for nxt, _ in fn.next_functions if nxt is not None])
+            order.append(type(fn).__name__)
+        return reaches[fn]
+
+    assert walk(penalty.grad_fn) and all(reaches.values())  # every node lies on a walk to weight
+    names = sorted(order)
+    expected = ["SumBackward0", "PowBackward0", "ReduceAddCoalescedBackward", "ScatterBackward"]
+    expected += ["MseLossBackwardBackward0", "GatherBackward", "BroadcastBackward", "AccumulateGrad"]
+    expected += ["TBackward0"] * 2 * 4 + [
+        "MmBackward0"
+    ] * 2 * 2  # per slot: T, T, Mm, T recorded; Mm, T forward
+    assert names == sorted(expected)  # the nodes exercise 5's answer names, and no others

@@ -1,0 +1,133 @@
+"""Chapter 09's exercises as a learner does them: a my_tasks.py beside the notebook, run on ranks.
+
+Exercise 1 copies the ``gradients`` task into a file of the learner's own, with the import lines
+the chapter gives; exercise 2 runs a function from that file; exercise 3 changes ``bucket_cap_mb``
+and must see the buckets change. The ranks import ``my_tasks`` from their working directory, and
+read it again after an edit.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from dpteach.distributed import Ranks, single_device_gradients, tasks
+from dpteach.distributed.model import shard_bounds
+
+pytestmark = pytest.mark.slow  # two fresh interpreters importing torch
+
+# exercise 1's answer, written from the import lines the chapter's exercise text gives
+MY_TASKS = textwrap.dedent(
+    """
+    import torch.distributed as dist
+    from dpteach.distributed.model import make_model, loss_fn
+    from dpteach.distributed.train import wrap, local_shard
+
+
+    def gradients(global_batch=8, hidden=16, depth=1, seed=0, shards=None):
+        ddp = wrap(make_model(hidden, depth, seed))
+        x, y = local_shard(global_batch, seed, shards)
+        loss = ((ddp(x) - y) ** 2).sum() / (global_batch / dist.get_world_size())
+        loss.backward()
+        return {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
+
+
+    def hi():
+        return {VALUE}
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def in_a_notebook_folder(tmp_path_factory):
+    """A folder holding my_tasks.py, as the learner's notebook folder would; ranks started there."""
+    folder = tmp_path_factory.mktemp("notebook")
+    (folder / "my_tasks.py").write_text(MY_TASKS.replace("{VALUE}", "1"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)  # the ranks inherit the caller's working directory, as from a notebook's kernel
+        mp.syspath_prepend(str(folder))  # a kernel imports from its folder too
+        with Ranks(2, "gloo", timeout=90) as ranks:
+            yield folder, ranks.wait_ready()
+
+
+CHAPTER = Path(__file__).resolve().parents[2] / "notebooks" / "09_beyond_one_process.ipynb"
+
+
+def exercise_text(number: int) -> str:
+    """The chapter's exercise ``number``, as the learner reads it."""
+    nb = nbformat.read(CHAPTER, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
+    found = re.search(rf"^{number}\. (.*?)(?=^\d+\. |\Z)", cell.source, re.S | re.M)
+    assert found, f"no exercise {number} in chapter 09"
+    return " ".join(found[1].split())
+
+
+def test_exercise_1_as_the_chapter_words_it_runs_on_any_world_size(in_a_notebook_folder, tmp_path):
+    """Copy ``tasks.gradients`` with the imports the text names, change the loss, run the call it gives.
+
+    The copy carries the task's annotations (``Sequence[int]``): an import the text forgets is a
+    NameError on the ranks. The call must also hold for world sizes above 2 (the chapter's ranks
+    are one per GPU when there are GPUs)."""
+    folder, ranks = in_a_notebook_folder
+    text = exercise_text(1)
+    imports = [s for s in re.findall(r"`([^`]+)`", text) if s.startswith(("import ", "from "))]
+    source = inspect.getsource(tasks.gradients)
+    mean = "loss = loss_fn(ddp(x), y)"
+    assert mean in source, "tasks.gradients changed: update the exercise's loss line"
+    fixed = "loss = ((ddp(x) - y) ** 2).sum() / (global_batch / dist.get_world_size())"
+    (folder / "my_tasks_ex1.py").write_text("\n".join(imports) + "\n\n\n" + source.replace(mean, fixed))
+    shards_code = re.search(r"`(shards = [^`]+)`", text)[1]
+    call = re.search(r'`(ranks\.run\("my_tasks:gradients"[^`]+)`', text)[1].replace(
+        "my_tasks:", "my_tasks_ex1:"
+    )
+    reference_call = re.search(r"`(single_device_gradients\([^`]+)`", text)[1]
+    for world_size in (2, 3, 4):  # the shards the text gives must split every world size
+        scope = {"world_size": world_size}
+        exec(shards_code, scope)
+        shard_bounds(sum(scope["shards"]), world_size, scope["shards"])  # raises on a bad split
+    scope = {
+        "world_size": ranks.world_size,
+        "ranks": ranks,
+        "single_device_gradients": single_device_gradients,
+    }
+    exec(shards_code, scope)
+    mine = eval(call, scope)  # a NameError on a rank comes back as RankFailed
+    reference = eval(reference_call, scope)
+    for name, g in reference.items():
+        torch.testing.assert_close(mine[0]["grads"][name], g)  # the fixed loss: one device's gradient
+
+
+def test_exercise_1_the_sum_over_b_over_n_matches_one_device_with_uneven_shards(in_a_notebook_folder):
+    _, ranks = in_a_notebook_folder
+    mine = ranks.run("my_tasks:gradients", global_batch=8, shards=[6, 2])
+    reference = single_device_gradients(8)
+    mean_loss = ranks.run("gradients", global_batch=8, shards=[6, 2])[0]["grads"]
+    for name, g in reference.items():
+        torch.testing.assert_close(mine[0][name], g)  # the fixed loss: one device's gradient
+    assert max((mean_loss[n] - g).abs().max().item() for n, g in reference.items()) > 1e-4  # the mean: not
+
+
+def test_exercise_2_a_function_in_the_file_runs_and_an_edit_is_read_again(in_a_notebook_folder):
+    folder, ranks = in_a_notebook_folder
+    assert ranks.run("my_tasks:hi") == [1, 1]
+    (folder / "my_tasks.py").write_text(MY_TASKS.replace("{VALUE}", "2 "))  # another size: a new .pyc
+    assert ranks.run("my_tasks:hi") == [2, 2]  # the ranks read the edited file, no new Ranks needed
+
+
+def test_exercise_3_the_suggested_caps_give_different_buckets(in_a_notebook_folder):
+    _, ranks = in_a_notebook_folder
+    from dpteach.distributed import order
+
+    assert "`bucket_order`" in exercise_text(3)
+    counts = {  # step 2's buckets: DDP rebuilds them after step 1
+        cap: len(order.buckets(ranks.run("bucket_order", bucket_cap_mb=cap)[0]["steps"][1]))
+        for cap in (25, 0.5, 0.25, 0.001)
+    }
+    assert counts[25] == 1  # the whole model (about 0.5 MiB) fits in one bucket: nothing to overlap
+    assert len(set(counts.values())) == len(counts), counts  # every suggested cap shows a different packing

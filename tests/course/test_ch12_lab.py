@@ -1,0 +1,293 @@
+"""Chapter 12's claims about what its widgets show, checked here instead of in the learner's notebook.
+
+The chapter says: under "rewire" a ReduceAddBackward (and its original's AccumulateGrad) runs in between
+the replicas' nodes when each replica's forward runs in a new thread of its own (torch's parallel_apply),
+and after all of them when the replicas run on one thread (dpteach's CPU slots, so the stepper); under "broadcast" the one BroadcastBackward runs after every replica node; the
+stepper's summary counts the steps it shows; the explorer's texts follow the strategy and the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from dpteach.widgets import CostLab, GradientFlow, TrainingLab
+from dpteach.widgets.flow import join_order
+from dpteach.widgets.tables import grad_table
+from dpteach.widgets.training import slot_devices
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def positions(steps, kind):
+    return [i for i, step in enumerate(steps) if step.kind == kind]
+
+
+def test_on_cpu_slots_rewire_joins_and_broadcast_wait_for_every_replica_node():
+    if slot_devices(2)[0].type != "cpu":
+        pytest.skip("on GPUs each replica runs on a thread of its own: the chapter's CPU order")
+    rewire = GradientFlow("rewire", slots=2).steps[1:]
+    broadcast = GradientFlow("broadcast", slots=2).steps[1:]
+    assert min(positions(rewire, "join")) > max(positions(rewire, "op"))
+    assert min(positions(rewire, "original")) > max(positions(rewire, "op"))
+    (join,) = positions(broadcast, "join")
+    assert max(positions(broadcast, "op")) < join < min(positions(broadcast, "original"))
+
+
+@pytest.mark.parametrize("threaded", [True, False])
+def test_where_reduce_add_runs_follows_the_thread_the_replicas_ran_on(threaded):
+    if slot_devices(2)[0].type != "cpu":
+        pytest.skip("on GPUs each device's nodes run on a thread of their own: the chapter's CPU order")
+    found = join_order(threaded)
+    joins, ops = found.joins, found.ops
+    assert len(joins) == 4 and len(ops) == 10
+    if threaded:
+        assert min(joins) < max(ops)  # in between the replicas' nodes
+        assert min(found.order[i]._sequence_nr() for i in ops) == 0  # a new thread counts from 0 (node.h)
+    else:
+        assert min(joins) > max(ops)  # after all of them
+    # the chapter numbers these as the stepper does: same model, same loss, same order on one thread
+    if not threaded:
+        flow = GradientFlow("rewire", slots=2)
+        assert [i + 1 for i in joins] == [i for i, s in enumerate(flow.steps) if s.kind == "join"]
+
+
+def test_on_cpu_the_chapter_says_the_replicas_take_turns():
+    """CPU slots' forwards take turns on the caller's thread (test_parallel_apply.py); autograd runs every
+    CPU replica's backward on the thread that called backward() (test_threads.py)."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    text = " ".join(cost.split())
+    assert "take turns" in text and "the one thread that called `backward()`" in text
+    # the turns are dpteach's choice (its shared generator), not torch's parallel_apply's
+    assert (
+        "one after the other on the calling thread" in text and "`parallel_apply` runs them at once" in text
+    )
+    assert "splitting the batch over cores pays" not in text
+
+
+def test_summary_counts_the_backward_steps_the_stepper_shows():
+    flow = GradientFlow("clone", slots=2)
+    assert flow.summary().startswith(f"{len(flow) - 1} backward steps")  # the stepper's last is "step N of N"
+
+
+def test_join_sentence_names_where_each_strategys_node_comes_from():
+    rewire = [s.text for s in GradientFlow("rewire", slots=2).steps if s.kind == "join"]
+    broadcast = [s.text for s in GradientFlow("broadcast", slots=2).steps if s.kind == "join"]
+    assert rewire and all("PR #20910" in t and "Broadcast" not in t for t in rewire)
+    assert broadcast and all("PR #20910" not in t and "Broadcast" in t for t in broadcast)
+
+
+def test_grad_table_header_follows_the_numbers():
+    lab = TrainingLab("rewire", slots=2, lr=0.2, steps=5)
+    assert "norm agrees with one device's" in grad_table(lab) and "ReduceAddBackward" in grad_table(lab)
+    lab = TrainingLab("broadcast", slots=2, lr=0.2, steps=5)
+    assert "BroadcastBackward" in grad_table(lab)
+    lab = TrainingLab("rewire", slots=2, lr=1.5, steps=30)
+    lab.run()
+    assert not math.isfinite(lab.losses[-1])
+    assert "equals one device's" not in grad_table(lab) and "no longer finite" in grad_table(lab)
+
+
+def test_a_large_learning_rate_grows_both_losses_together_at_first():
+    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=60)  # the explorer's slider notch 0.631
+    for _ in range(4):
+        lab.step()
+    assert lab.losses[-1] > 3 * lab.losses[0]  # it blows up ...
+    assert all(abs(a - b) <= 1e-3 * max(1.0, b) for a, b in zip(lab.losses, lab.reference_losses))  # together
+
+
+def test_cost_lab_times_one_device_too():
+    cost = CostLab(width=64, slots=2)
+    cost.measure()
+    assert cost.reference_s is not None and cost.reference_s > 0
+
+
+@pytest.fixture
+def ipywidgets():
+    return pytest.importorskip("ipywidgets", reason="the views need ipywidgets")
+
+
+def test_the_widgets_after_a_click(ipywidgets):
+    from dpteach import widgets
+
+    clicked = widgets.explorer(strategy="clone", slots=2, lr=0.2, steps=60)
+    clicked.step_button.click()
+    assert "step 1 of 60" in clicked.status.value and ".grad is None" in clicked.status.value
+    assert clicked.lab.losses[-1] == clicked.lab.losses[0] > clicked.lab.reference_losses[-1]
+    clicked.strategy.value = "rewire"
+    clicked.run_button.click()
+    assert (
+        "step 60 of 60" in clicked.status.value
+        and "gradient norms agree with one device's" in clicked.status.value
+    )
+    assert all(abs(a - b) < 1e-5 for a, b in zip(clicked.lab.losses, clicked.lab.reference_losses))
+
+    walk = widgets.gradient_stepper(strategy="rewire", slots=2)
+    walk.next_button.click()
+    assert "step 1 of" in walk.status.value
+    kinds = [s.kind for s in walk.flow.steps]
+    assert kinds.count("join") == 4 and all(len(s.received) == 2 for s in walk.flow.steps if s.kind == "join")
+    assert kinds[-1] == "original" and "replica" not in kinds
+    assert GradientFlow("clone", slots=2).steps[-1].kind == "replica"
+    walk.go(len(walk.flow) - 1)
+    assert f"step {len(walk.flow) - 1} of {len(walk.flow) - 1}" in walk.status.value
+    assert f"{len(walk.flow) - 1} backward steps" in walk.status.value
+
+    priced = widgets.cost_explorer(width=64, slots=2)
+    priced.slots.value = 3
+    moved = {
+        c.strategy: sum(c.bytes_by_op.values()) - c.bytes_by_op.get("gather", 0) for c in priced.lab.costs
+    }
+    assert "3 slots" in priced.status.value
+    m = priced.lab.model_bytes
+    assert moved == {"broadcast": 2 * m, "clone": 3 * m, "rewire": 3 * m}
+
+
+def test_cost_lab_before_measuring_says_to_call_measure():
+    lab = CostLab(width=16, slots=2)
+    assert "call measure()" in lab.status() and "call measure()" in "\n".join(lab.report())
+
+
+def test_the_models_ranking_without_its_assumed_thread_starts():
+    """The model's totals without DataParallel's thread starts are what it gives with PYTHON_THREAD_S at 0;
+    the line the explorer shows says how much of DataParallel's step the assumption is."""
+    from unittest import mock
+
+    from dpteach.measure import costmodel
+    from dpteach.widgets.cost import _workload
+
+    lab = CostLab(width=256, slots=4)
+    with mock.patch.object(costmodel, "PYTHON_THREAD_S", 0.0):
+        work = _workload(lab.width, lab.seed)
+        zero = {
+            s: costmodel.predict(work, lab.gpu, lab.slots, strategy=s).total_s for s in costmodel.STRATEGIES
+        }
+    without = lab.without_thread_starts()
+    assert without == pytest.approx(zero, rel=1e-9)
+    assert list(without) == sorted(zero, key=zero.get)  # fastest first
+    dp = lab.modelled()["DataParallel"]
+    line = lab.assumption_line()
+    assert f"{(dp.total_s - without['DataParallel']) / dp.total_s:.1%} of DataParallel's" in line
+    assert f"{lab.slots} thread starts" in line and "PYTHON_THREAD_S" in line and "(modelled)" in line
+    assert "without them, fastest first" in line
+    # with one slot there is nothing to start: the line says so instead of a ranking
+    assert "neither wrapper replicates" in CostLab(width=16, slots=1).assumption_line()
+
+
+def test_the_cost_explorer_shows_what_the_models_ranking_rests_on(ipywidgets):
+    from dpteach import widgets
+
+    view = widgets.cost_explorer(width=16, slots=2)
+    assert "PYTHON_THREAD_S" in view.assumed.value and "modelled" in view.assumed.value
+    view.slots.value = 3
+    assert "3 thread starts" in view.assumed.value
+
+
+def test_most_of_the_models_gap_is_the_assumed_thread_starts_at_every_setting_of_the_explorer():
+    """Section 3 says the model's gap between DataParallel and DDP is mostly its assumed thread starts:
+    more than half of it at every width and slot count the explorer offers."""
+    from dpteach.widgets.cost import WIDTHS
+
+    for width in WIDTHS:
+        for slots in range(2, 9):
+            lab = CostLab(width=width, slots=slots)
+            modelled, without = lab.modelled(), lab.without_thread_starts()
+            gap = modelled["DataParallel"].total_s - modelled["DDP"].total_s
+            left = without["DataParallel"] - without["DDP"]
+            assert gap - left > gap / 2, (width, slots, gap, left)
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    assert "mostly one assumed constant, `costmodel.PYTHON_THREAD_S`" in " ".join(cost.split())
+
+
+def test_at_the_large_learning_rate_rounding_grows_until_the_weights_differ():
+    """Section 1 says the two runs first round apart in a float's last digits, the gap grows as the loss
+    blows up, and the status line's DIFFER comes once they sit at different weights."""
+    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=10)
+    gaps, differ = [], []
+    while not lab.done:
+        lab.step()
+        gaps.append(
+            max(
+                (p - q).abs().max().item() for p, q in zip(lab.model.parameters(), lab.reference.parameters())
+            )
+        )
+        differ.append("gradient norms DIFFER" in lab.status())
+    assert 0 < gaps[0] < 1e-6  # rounding only
+    assert all(b > a for a, b in zip(gaps, gaps[1:]))  # every step multiplies it
+    first = differ.index(True)
+    assert not any(differ[:first]) and all(differ[first:]) and gaps[first] > 1e-2
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (explorer,) = [c.source for c in cells if c.source.startswith("## 1. The DataParallel explorer")]
+    text = " ".join(explorer.split())
+    assert "gradient norms DIFFER" in text and "starts a fresh run" in text
+    assert [c for c in cells if "large-lr" in c.metadata.get("tags", [])]
+
+
+def test_changing_strategy_slots_or_lr_restarts_the_run():
+    lab = TrainingLab("rewire", slots=2, steps=5)
+    lab.step()
+    assert lab.configure(steps=8) is False and lab.step_count == 1
+    for change in ({"strategy": "broadcast"}, {"slots": 3}, {"lr": 0.1}):
+        lab.step()
+        assert lab.configure(**change) is True and lab.step_count == 0, change
+
+
+def test_exercise_2_the_norm_handed_on_is_the_sum_only_for_2_bias():
+    """Answer 2 points to 2.bias: one number per replica, all of one sign, so the norms add up."""
+    joins = {s.handoffs[0].label: s for s in GradientFlow("rewire", slots=3).steps if s.kind == "join"}
+    for name, step in joins.items():
+        total = sum(g.norm for g in step.received)
+        out = step.handoffs[0].grad.norm
+        if name == "original 2.bias":
+            assert out == pytest.approx(total, rel=1e-5)
+        else:
+            assert out < total * (1 - 1e-4), name
+
+
+def test_the_explorers_hand_count_is_what_the_flop_counter_counts():
+    """CostLab counts its MLP by hand, so a chapter need not pay FlopCounterMode's first use (which imports
+    torch._dynamo); the counts must be the counter's, at every width the slider offers."""
+    from dpteach.course import story
+    from dpteach.measure import costmodel
+    from dpteach.widgets.cost import WIDTHS, _workload, wide_model
+
+    x, _ = story.make_data(seed=0)
+    for width in WIDTHS:
+        assert _workload(width, 0) == costmodel.workload(wide_model(width, 0), x), width
+
+
+def test_run_to_the_end_at_the_large_learning_rate_the_loss_goes_inf_then_nan():
+    """Section 1 says that at 0.631, run for the widget's 60 steps, the loss passes float32's largest number
+    (inf), then, every Tanh output being exactly ±1 (slope 0), a gradient turns nan, and SGD spreads it to
+    every weight; the cell tagged ``diverges`` prints those steps."""
+    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=60)
+    first: dict[str, int] = {}
+    while not lab.done:
+        lab.step()
+        hidden = lab.model[1](lab.model[0](lab.x)).detach()
+        grad_nan = any(p.grad.isnan().any().item() for p in lab.model.parameters())
+        if grad_nan and "grad nan" not in first:
+            first["grad nan"] = lab.step_count
+            assert (hidden.abs() == 1).all()  # saturated: Tanh's slope is 0 everywhere
+            tanh = lab.model[1](lab.model[0](lab.x))
+            (into_tanh,) = torch.autograd.grad(torch.nn.functional.mse_loss(lab.model[2](tanh), lab.y), tanh)
+            assert (
+                into_tanh.isinf().any()
+            )  # ... and the gradient it multiplies by that 0 is inf: 0 * inf = nan
+        for name, now in (("loss inf", math.isinf(lab.losses[-1])), ("loss nan", math.isnan(lab.losses[-1]))):
+            if now:
+                first.setdefault(name, lab.step_count)
+    assert first["loss inf"] < first["grad nan"] < first["loss nan"]
+    assert all(math.isnan(v) for v in lab.losses[first["loss nan"] :])  # nan stays: every later step
+    assert math.isnan(lab.reference_losses[-1])  # one device's run is lost too
+    assert all(p.isnan().all() for p in lab.model.parameters())  # SGD spread it to every weight
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    assert [c for c in cells if "diverges" in c.metadata.get("tags", [])]
+    (explorer,) = [c.source for c in cells if c.source.startswith("## 1. The DataParallel explorer")]
+    assert "`inf`" in explorer and "`nan`" in explorer and "exactly ±1" in explorer
