@@ -155,48 +155,82 @@ FOUR_MOVES_STEPS = (
 
 
 MISSING_EDGE = "backward: the edge\nC++'s clones lacked"
+PER_SLOT = {"pieces": "piece", "replicas": "replica", "parallel_apply": "parallel_apply", "outputs": "output"}
 
 
-def four_moves_picture():
+def four_moves_lanes(slots: int = 2) -> list[tuple[str, str]]:
+    """FOUR_MOVES_STEPS with one lane per slot: ``pieces`` become ``piece 0``, ``piece 1``, ... and so on.
+
+    Everything per slot (a piece, a replica, its forward, its output) stays in its own lane; the
+    moves that join the lanes (scatter, replicate, gather) are drawn once.
+    """
+    lanes = []
+    for a, b in FOUR_MOVES_STEPS:
+        if a in PER_SLOT or b in PER_SLOT:
+            lanes += [
+                tuple(f"{PER_SLOT[n]} {i}" if n in PER_SLOT else n for n in (a, b)) for i in range(slots)
+            ]
+        else:
+            lanes.append((a, b))
+    return lanes
+
+
+def four_moves_picture(slots: int = 2):
     """Chapter 00's picture of one DataParallel step: boxes are moves, ovals are data, up to the loss.
 
-    A ``graphviz.Digraph`` when ``dot`` and the ``graphviz`` package are there, else the same edges as text.
-    Drawn top to bottom with the legend beside it, so that it fits a notebook column (about 900 px) at
-    full size: left to right, the eight data and moves in a row came out about 1,500 px wide and were
-    shrunk until the labels could not be read.
+    One lane (a column) per slot holds that slot's piece, replica, forward and output, so the replicas
+    stand side by side; the dashed arrows are the edges backward needs from each replica to the model,
+    the ones C++'s clones lacked. A ``graphviz.Digraph`` when ``dot`` and the ``graphviz`` package are
+    there, else the same edges as text. Drawn top to bottom with the legend beside it, so that it fits
+    a notebook column (about 900 px) at full size.
     """
     import importlib.util
     import shutil
 
+    edges = four_moves_lanes(slots)
     if not (shutil.which("dot") and importlib.util.find_spec("graphviz")):
         return "\n".join(
-            [
-                f"{a:>15} -> {b}" + ("   <- the bug lives here" if a == "replicate" else "")
-                for a, b in FOUR_MOVES_STEPS
-            ]
-            + [f"{'replicas':>15} -> model    (dashed: {MISSING_EDGE.replace(chr(10), ' ')})"]
-        )
+            [f"{a:>16} -> {b}" + ("   <- the bug lives here" if a == "replicate" else "") for a, b in edges]
+            + [f"{f'replica {i}':>16} -> model    (dashed: {MISSING_EDGE.replace(chr(10), ' ')})" for i in range(slots)]
+        )  # fmt: skip
     import graphviz
 
-    picture = graphviz.Digraph(graph_attr={"rankdir": "TB", "ranksep": "0.3", "nodesep": "0.3"})
-    for name in dict.fromkeys(n for edge in FOUR_MOVES_STEPS for n in edge):  # first-seen order: stable
-        bug, move = name == "replicate", name in FOUR_MOVES
+    picture = graphviz.Digraph(graph_attr={"rankdir": "TB", "ranksep": "0.3", "nodesep": "0.15"})
+    for i in range(slots):  # one lane per slot: its piece and replica side by side, its forward, its output
+        with picture.subgraph(name=f"cluster_slot{i}") as lane:
+            lane.attr(label=f"slot {i}", style="rounded,filled", fillcolor="gray95", color="gray60")
+            lane.node(f"piece {i}", shape="ellipse", style="filled", fillcolor="white")
+            lane.node(f"replica {i}", shape="ellipse", style="filled", fillcolor="white")
+            lane.node(f"parallel_apply {i}", f"parallel_apply:\nreplica {i} on piece {i}", shape="box",
+                      style="filled", fillcolor="lightblue")  # fmt: skip
+            lane.node(f"output {i}", shape="ellipse", style="filled", fillcolor="white")
+    for name in dict.fromkeys(n for edge in edges for n in edge):  # first-seen order: stable
+        if name[-1].isdigit():
+            continue  # drawn in its lane above
+        bug = name == "replicate"
         picture.node(
             name,
-            "replicate\n(the bug lives here)" if bug else name,
-            shape="box" if move else "ellipse",
+            "replicate\n(the bug lives here)" if bug else "output\n(on slot 0)" if name == "output" else name,
+            shape="box" if name in FOUR_MOVES else "ellipse",
             style="filled",
-            fillcolor="salmon" if bug else "lightblue" if move else "white",
+            fillcolor="salmon" if bug else "lightblue" if name in FOUR_MOVES else "white",
         )
     with picture.subgraph(name="cluster_legend") as legend:  # the legend, inside the picture
         legend.attr(label="legend", fontsize="10")
         legend.node("a move", shape="box", style="filled", fillcolor="lightblue")
         legend.node("data", shape="ellipse")
         legend.node("the move with the bug", shape="box", style="filled", fillcolor="salmon")
+        with legend.subgraph() as row:  # a short dashed arrow, drawn level, with its meaning above it
+            row.attr(rank="same")
+            row.node("dash_from", "", shape="point", width="0.03")
+            row.node("dash_to", "", shape="point", width="0.03")
+            row.edge("dash_from", "dash_to", label=MISSING_EDGE, style="dashed", color="red", fontcolor="red",
+                     fontsize="10", minlen="2")  # fmt: skip
         legend.edge("a move", "data", style="invis")  # invisible edges stack the legend in a column
         legend.edge("data", "the move with the bug", style="invis")
-    picture.edges(FOUR_MOVES_STEPS)
-    # backward's way from the replicas' gradients to the model: the edge C++'s clones lacked
-    picture.edge("replicas", "model", label=MISSING_EDGE, style="dashed", color="red", fontcolor="red",
-                 fontsize="10", constraint="false")  # fmt: skip
+        legend.edge("the move with the bug", "dash_from", style="invis")
+    picture.edges(edges)
+    for i in range(slots):  # backward's way from each replica to the model: the edge C++'s clones lacked
+        # drawn against the forward arrows, and left out of the layout, which keeps slot 0's lane on the left
+        picture.edge("model", f"replica {i}", style="dashed", color="red", dir="back", constraint="false")
     return picture

@@ -79,17 +79,46 @@ def run_strategy(
     return Run(case, slots, model, done.replicas, done.out.detach(), grads, second, ref, findings.context)
 
 
+class NotYet(Exception):
+    """What ``try_step`` found wrong before ``backward()`` could run, in words that say what to change.
+
+    ``try_it`` prints it instead of a traceback from deep inside autograd."""
+
+
 def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = None) -> str:
-    """One DataParallel step on two CPU slots under ``strategy`` (of chapter 01's model, unless given); a sentence."""
+    """One DataParallel step on two CPU slots under ``strategy`` (of chapter 01's model, unless given); a sentence.
+
+    Raises :class:`NotYet` when the loss does not require grad: ``backward()`` would then raise
+    "element 0 of tensors does not require grad and does not have a grad_fn"."""
     if model is None:
         model, x = story.make_model(), story.make_data(n=16)[0]
     before = {k: b.clone() for k, b in model.named_buffers()}  # BatchNorm's statistics: reached?
-    step(model, x, SLOTS, strategy=strategy)
+    done = step(model, x, SLOTS, strategy=strategy, backward=False)
+    if not done.loss.requires_grad:
+        raise NotYet(_no_history(model, done.replicas))
+    done.loss.backward()
     missing = ", ".join(name for name, p in model.named_parameters() if p.grad is None)
     grads = f".grad is None for {missing}" if missing else "every parameter of the original has a .grad"
     changed = ", ".join(k for k, b in model.named_buffers() if not torch.equal(b, before[k])) or "none"
     grads += f"; the original's buffers that changed: {changed}" if before else ""
     return f"one DataParallel step on {len(SLOTS)} CPU slots ran without an error ({grads})"
+
+
+def _no_history(model: nn.Module, replicas: Sequence[nn.Module]) -> str:
+    """Why the loss of a step requires no grad: the replicas' parameters, copies autograd never recorded."""
+    name = next(iter(places(model))).name
+    t = resolve(replicas[-1], name)
+    found = (
+        f"replica {len(replicas) - 1}'s `{name}` has no `grad_fn` and does not require grad"
+        if t is not None and not t.requires_grad
+        else "no replica parameter requires grad"
+    )
+    return (
+        f"the loss does not require grad, so `backward()` cannot run: {found}. Its copy was made outside "
+        "autograd (`detach()`, `.data` or `torch.no_grad()` make a tensor that forgot `param`), so nothing the "
+        "loss was computed from leads back to the model. Make the copy with one operation on `param` itself "
+        "that autograd records; its `grad_fn` then has an edge back to `param`."
+    )
 
 
 def check_replicas(findings: Findings, run: Run) -> None:

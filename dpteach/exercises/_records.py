@@ -17,6 +17,7 @@ from typing import Callable
 
 from . import solutions, stubs
 from ._feedback import Task
+from ._harness import NotYet
 
 _FOUND = sorted(
     (int(m.group(1)), name)
@@ -89,11 +90,15 @@ class NotWrittenYet(NotImplementedError):
 
 def try_it(key: str, *answer) -> None:
     """Run exercise ``key`` once with the learner's ``answer`` (its module's ``try_answer``), raising what
-    it raises: a stub's own ``NotImplementedError`` ("Task ...") as ``NotWrittenYet``, others as they are."""
+    it raises: a stub's own ``NotImplementedError`` ("Task ...") as ``NotWrittenYet``, others as they are;
+    a mistake ``try_step`` finds before backward (:class:`NotYet`) is printed, with what to change."""
     try:
         said = module_of(key).try_answer(*answer)
     except NotImplementedError as error:
         if type(error) is not NotImplementedError or not str(error).startswith("Task "):
             raise
         raise NotWrittenYet(str(error)) from None
+    except NotYet as problem:  # a mistake found before backward could run: say it, no traceback
+        print(f"Not yet: {problem}\nChange that line, then run this cell again.")
+        return
     print(f"Tried it: {said}. Now run the check below.")

@@ -54,3 +54,16 @@ def test_four_moves_picture_fits_a_notebook_column():
     svg = picture.pipe(format="svg").decode()
     width_pt = float(re.search(r'<svg width="([\d.]+)pt"', svg).group(1))
     assert width_pt * 96 / 72 <= 900  # shown at full size in a ~900 px column, so its labels stay readable
+
+
+def test_four_moves_picture_draws_one_lane_per_slot():
+    lanes = story.four_moves_lanes(slots=3)
+    assert [b for a, b in lanes if a == "replicate"] == ["replica 0", "replica 1", "replica 2"]
+    assert ("replica 2", "parallel_apply 2") in lanes and ("output 2", "gather") in lanes
+    picture = story.four_moves_picture()
+    if isinstance(picture, str):
+        assert "replica 1 -> model" in picture  # the text form names the missing edge of every replica
+        return
+    assert "cluster_slot0" in picture.source and "cluster_slot1" in picture.source  # a lane per slot
+    assert picture.source.count("style=dashed") == 3  # one dashed edge per replica, and its legend entry
+    assert "dash_from -> dash_to" in picture.source  # the legend explains the dashed arrow

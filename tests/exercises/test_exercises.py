@@ -159,6 +159,18 @@ def clone_replicate_with(make_copy):
     return replicate_by_clone
 
 
+@pytest.mark.parametrize(
+    "make_copy", [lambda p, d: p.detach().clone().to(d), lambda p, d: p.data.clone().to(d)]
+)
+def test_try_it_says_what_to_change_for_a_copy_without_history(make_copy, capsys):
+    exercises.try_it("clone_bug", clone_replicate_with(make_copy))  # backward would raise: try_it must not
+    out = capsys.readouterr().out
+    assert out.startswith("Not yet: the loss does not require grad, so `backward()` cannot run")
+    assert "replica 1's `0.weight` has no `grad_fn`" in out  # what is wrong, named
+    assert "one operation on `param` itself that autograd records" in out  # and what to change
+    assert "Change that line, then run this cell again." in out
+
+
 def test_clone_the_broken_line_itself():
     result = exercises.check_clone_bug(
         clone_replicate_with(lambda p, d: nn.Parameter(p.detach().clone().to(d)))
