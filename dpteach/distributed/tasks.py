@@ -230,8 +230,9 @@ def bucket_order(
       (the default) or ``static_graph=True`` and no ``bucket_cap_mb_list`` is given: the initial size
       limit is then ``sys.maxsize`` (``_BucketCapacityConfig.compute_bucket_size_limits``), because the
       parameters' order need not be backward's order. With ``find_unused_parameters=True`` (and no
-      static graph) the caps apply from the first step, to the reverse of ``model.parameters()``, and
-      the buckets are never rebuilt (``Reducer::should_rebuild_buckets``).
+      static graph) the caps apply from the first step: ``model.parameters()`` is cut from its front,
+      the buckets are launched last one first (``DistributedDataParallel._ddp_init_helper`` reverses
+      them), and they are never rebuilt (``Reducer::should_rebuild_buckets``).
     * During that step the ``Reducer`` notes the order in which gradients became ready
       (``rebuilt_params_``), and once, before the next forward, ``rebuild_buckets`` cuts that order into
       buckets of ``bucket_cap_mb`` (``compute_bucket_assignment_by_size``: a bucket closes once it holds
