@@ -18,7 +18,7 @@ from ..data_parallel import DataParallel
 from ..measure import timer
 from .model import loss_fn, make_data, make_model, sgd_step
 
-__all__ = ["step_times", "dataparallel_traffic", "ddp_rounds", "Rounds"]
+__all__ = ["step_times", "dataparallel_traffic", "traffic_table", "ddp_rounds", "Rounds"]
 
 
 def step_times(
@@ -78,6 +78,39 @@ def dataparallel_traffic(
         bytes_per_step={op: n // steps for op, n in seen.by_op().items()},
         parameter_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
     )
+
+
+def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
+    """DataParallel's copies (``dataparallel_traffic``) and DDP's all-reduces (``tasks.traffic``) per step,
+    side by side: calls, bytes, their totals, and whether the model is copied each step.
+
+    Every figure is counted but one: what a ring all-reduce of the bytes DDP hands it sends from all
+    ``world_size`` ranks together, 2(N-1)/N of them from each rank (nccl-tests' ``PERFORMANCE.md``),
+    labelled as such."""
+    dp_bytes, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
+    ring = 2 * (world_size - 1) * handed  # N ranks, each sending 2(N-1)/N times what it is handed
+    rows = [
+        ("per step", "DataParallel", "DDP"),
+        (
+            "calls",
+            ", ".join(f"{op} {n}" for op, n in dp["copies_per_step"].items()),
+            f"all_reduce {ddp['allreduce_calls_per_step']}",
+        ),
+        ("bytes", ", ".join(f"{op} {n:,}" for op, n in dp_bytes.items()), f"all_reduce {handed:,}"),
+        (
+            "bytes, total",
+            f"{sum(dp_bytes.values()):,} copied",
+            f"{handed:,} handed to all_reduce on each rank",
+        ),
+        ("a ring sends", "", f"{ring:,} from all {world_size} ranks (2(N-1)/N x {handed:,} each)"),
+        (
+            "model copied",
+            "yes" if dp["copies_per_step"].get("broadcast") else "no",
+            "no" if ddp["same_parameters"] else "yes",
+        ),
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
 
 
 @dataclass(frozen=True)

@@ -237,6 +237,7 @@ class Ranks:
         self.processes: list[subprocess.Popen] = []
         self._conns = []
         self.closed = False
+        self.last_outputs: list[str] = []  # what each rank printed during the last run(), in rank order
         # stop the ranks even if the caller forgets close() (garbage collection, interpreter exit)
         self._finalizer = weakref.finalize(self, _stop, self.processes, self._conns, 0.0)
         try:
@@ -274,7 +275,8 @@ class Ranks:
     ) -> list:
         """Run ``task(*args, **kwargs)`` on every rank at once; its return values, in rank order.
 
-        What the ranks print comes back too, and is shown as ``[rank r] ...`` unless ``echo=False``.
+        What the ranks print comes back too, and is shown as ``[rank r] ...`` unless ``echo=False``;
+        it is kept, one string per rank, in :attr:`last_outputs` until the next run.
         """
         if self.closed:
             raise RuntimeError("these ranks are closed (after close() or a failure); start new Ranks(...)")
@@ -283,6 +285,7 @@ class Ranks:
         for conn in self._conns:
             conn.send((name, payload))
         results, outputs = self._collect(self.timeout if timeout is None else timeout, f"task {name!r}")
+        self.last_outputs = list(outputs)
         if echo:
             for rank, text in enumerate(outputs):
                 for line in text.splitlines():

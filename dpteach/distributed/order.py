@@ -22,6 +22,9 @@ __all__ = [
     "overlap_lines",
     "in_flight_lines",
     "came_back_line",
+    "grad_order",
+    "bucket_params",
+    "rebuild_lines",
 ]
 
 
@@ -134,3 +137,28 @@ def came_back_line(step: dict) -> str:
         if b["index"] in step.get("came_back", {})
     ]
     return "; ".join(parts)
+
+
+def grad_order(step: dict) -> list[str]:
+    """The parameters in the order their gradients became ready in this step's backward."""
+    return [e[1] for e in step["events"] if e[0] == "grad"]
+
+
+def bucket_params(step: dict) -> list[list[str]]:
+    """Each bucket's parameters, buckets in launch order: how DDP cut the gradients in this step."""
+    return [b["params"] for b in buckets(step)]
+
+
+def rebuild_lines(steps: list[dict]) -> list[str]:
+    """One line per step: its buckets in launch order, each as its parameters, and whether the cut is
+    the previous step's. DDP's ``Reducer`` rebuilds its buckets at most once, before the second forward,
+    so with the default options step 2's cut differs from step 1's and every later step repeats step 2's."""
+    lines, before = [], None
+    for n, step in enumerate(steps, 1):
+        cut = bucket_params(step)
+        same = "" if before is None else ("  (as step before)" if cut == before else "  (rebuilt)")
+        lines.append(
+            f"step {n}: {_count(len(cut), 'bucket')}: " + " | ".join(", ".join(b) for b in cut) + same
+        )
+        before = cut
+    return lines

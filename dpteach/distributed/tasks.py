@@ -206,7 +206,12 @@ def _note_nodes(loss: torch.Tensor, note) -> None:
 
 
 def bucket_order(
-    hidden: int = 256, depth: int = 3, global_batch: int = 64, bucket_cap_mb: float = 0.25, steps: int = 2
+    hidden: int = 256,
+    depth: int = 3,
+    global_batch: int = 64,
+    bucket_cap_mb: float = 0.25,
+    steps: int = 2,
+    find_unused_parameters: bool = False,
 ) -> dict:
     """The order of one DDP backward, as events: each backward node as it starts, each parameter's
     gradient as it is accumulated, each bucket as DDP hands it to all-reduce, and the point where
@@ -221,11 +226,15 @@ def bucket_order(
     can change from run to run. Plus this rank's process id. DDP's bucket rules, from torch 2.13's
     ``torch/nn/parallel/distributed.py`` and ``torch/csrc/distributed/c10d/reducer.cpp``:
 
-    * The first step has one bucket: with ``find_unused_parameters=False`` the initial size limit is
-      ``sys.maxsize`` (``_BucketCapacityConfig.compute_bucket_size_limits``), because the
-      parameters' order need not be backward's order.
+    * The first step has one bucket, whatever ``bucket_cap_mb``, when ``find_unused_parameters=False``
+      (the default) or ``static_graph=True`` and no ``bucket_cap_mb_list`` is given: the initial size
+      limit is then ``sys.maxsize`` (``_BucketCapacityConfig.compute_bucket_size_limits``), because the
+      parameters' order need not be backward's order. With ``find_unused_parameters=True`` (and no
+      static graph) the caps apply from the first step: ``model.parameters()`` is cut from its front,
+      the buckets are launched last one first (``DistributedDataParallel._ddp_init_helper`` reverses
+      them), and they are never rebuilt (``Reducer::should_rebuild_buckets``).
     * During that step the ``Reducer`` notes the order in which gradients became ready
-      (``rebuilt_params_``), and before the next forward ``rebuild_buckets`` cuts that order into
+      (``rebuilt_params_``), and once, before the next forward, ``rebuild_buckets`` cuts that order into
       buckets of ``bucket_cap_mb`` (``compute_bucket_assignment_by_size``: a bucket closes once it holds
       at least its cap, so it can end one tensor past it). With ``bucket_cap_mb`` left at its default
       (25) the first bucket's cap is ``dist._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB; passed by hand, the
@@ -242,7 +251,9 @@ def bucket_order(
     Every node between a bucket's event and the wait is backward work that ran while that bucket's
     all-reduce was in flight. The tasks' comm hook is DDP's own ``allreduce_hook``; it only notes.
     """
-    ddp = wrap(make_model(hidden, depth), bucket_cap_mb=bucket_cap_mb)
+    ddp = wrap(
+        make_model(hidden, depth), bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused_parameters
+    )
     names = {id(p): name for name, p in ddp.module.named_parameters()}
     events, threads, note = _recorder()
     came_back: dict = {}
@@ -278,7 +289,12 @@ def bucket_order(
         )
         sgd_step(ddp, lr=0.01)
         ddp.zero_grad()
-    return dict(steps=report, pid=os.getpid(), bucket_cap_mb=bucket_cap_mb)
+    return dict(
+        steps=report,
+        pid=os.getpid(),
+        bucket_cap_mb=bucket_cap_mb,
+        find_unused_parameters=find_unused_parameters,
+    )
 
 
 def scratch_order(hidden: int = 256, depth: int = 3, global_batch: int = 64, steps: int = 2) -> dict:

@@ -92,3 +92,78 @@ def test_ddp_runs_backward_while_buckets_are_in_flight_and_the_hook_version_does
         for r in run:
             s = r["steps"][1]
             assert all(b["at"] < s["came_back"][b["index"]] <= len(s["events"]) for b in order.buckets(s))
+
+
+def test_rebuild_lines_say_which_step_was_cut_again():
+    one = step([("grad", "b"), ("grad", "a"), ("bucket", 0, ["a", "b"], 8), ("wait",)])
+    two = step([("grad", "b"), ("bucket", 0, ["b"], 4), ("grad", "a"), ("bucket", 1, ["a"], 4), ("wait",)])
+    assert order.grad_order(one) == ["b", "a"]
+    assert order.bucket_params(two) == [["b"], ["a"]]
+    assert order.rebuild_lines([one, two, two]) == [
+        "step 1: 1 bucket: a, b",
+        "step 2: 2 buckets: b | a  (rebuilt)",
+        "step 3: 2 buckets: b | a  (as step before)",
+    ]
+
+
+def test_the_traffic_table_puts_counted_bytes_side_by_side():
+    from dpteach.distributed import compare
+
+    dp = dict(copies_per_step={"broadcast": 4, "gather": 2}, bytes_per_step={"broadcast": 260, "gather": 256})
+    ddp = dict(allreduce_calls_per_step=1, allreduce_bytes_per_step=260, same_parameters=True)
+    rows = compare.traffic_table(dp, ddp, world_size=2).splitlines()
+    assert rows[0].split() == ["per", "step", "DataParallel", "DDP"]
+    assert rows[3].startswith("bytes, total") and "516 copied" in rows[3] and "260 handed" in rows[3]
+    assert "520 from all 2 ranks" in rows[4]  # 2(N-1) x 260 over the ranks, labelled as a ring's
+    assert rows[5].split() == ["model", "copied", "yes", "no"]
+    # on 4 ranks the ring sends 2 x 3 x 260 in all
+    assert "1,560 from all 4 ranks" in compare.traffic_table(dp, ddp, world_size=4)
+
+
+def test_ddp_cuts_one_bucket_first_then_rebuilds_once_unless_it_finds_unused_parameters(ranks):
+    default = ranks.run("bucket_order", hidden=256, depth=3, bucket_cap_mb=0.25, steps=3)[0]["steps"]
+    assert len(order.buckets(default[0])) == 1  # the first step: one bucket, whatever the cap
+    # rebuilt from step 1's arrival order, cut at the cap, and then kept
+    assert sum(order.bucket_params(default[1]), []) == order.grad_order(default[0])
+    assert len(order.buckets(default[1])) == 3 and order.bucket_params(default[2]) == order.bucket_params(
+        default[1]
+    )
+    found = ranks.run(
+        "bucket_order",
+        hidden=256,
+        depth=3,
+        bucket_cap_mb=0.25,
+        steps=3,
+        find_unused_parameters=True,
+        echo=False,
+    )[0]
+    cuts = [order.bucket_params(s) for s in found["steps"]]
+    assert found["find_unused_parameters"] and len(cuts[0]) == 3  # capped from the first step ...
+    assert cuts[0] == cuts[1] == cuts[2]  # ... and never rebuilt
+    assert cuts[0] != order.bucket_params(default[1])  # the reverse of parameters(), cut from its front
+
+
+def test_the_ranks_keep_what_they_printed_in_the_last_run(ranks):
+    ranks.run("hello", echo=False)
+    assert len(ranks.last_outputs) == 2 and ranks.last_outputs[1].startswith("rank 1 of 2")
+
+
+def test_the_chapter_shows_the_rebuild_and_checks_the_one_device_losses():
+    from pathlib import Path
+
+    import nbformat
+
+    cells = nbformat.read(
+        Path(__file__).resolve().parents[1] / "notebooks" / "09_beyond_one_process.ipynb", as_version=4
+    ).cells
+    tags = [t for c in cells for t in c.metadata.get("tags", [])]
+    assert tags.index("bucket-rebuild") < tags.index("bucket-order")  # the cut first, then step 2's events
+    rebuild = next(c for c in cells if "bucket-rebuild" in c.metadata.get("tags", []))
+    assert "steps=3" in rebuild.source and "rebuild_lines" in rebuild.source and "assert" in rebuild.source
+    # the one-device losses are checked against what rank 0 printed under torchrun's main()
+    losses = next(c for c in cells if c.cell_type == "code" and "one device, step" in c.source)
+    assert "ranks.last_outputs" in losses.source and "assert" in losses.source
+    # the exact condition of the one-bucket first step is on the main path
+    prose = " ".join(c.source for c in cells if c.cell_type == "markdown")
+    assert "find_unused_parameters=False" in prose and "static_graph=True" in prose
+    assert "bucket_cap_mb_list" in prose
