@@ -328,7 +328,8 @@ def dead_ends_found(find: Callable | object, model: torch.nn.Module, devices: Se
         if found is None:
             return Verdict(
                 False,
-                "find_dead_ends returned None: write the walk in its body and end it with `return found`.",
+                "find_dead_ends returned None: write the walk in its body and end it with `return` and the list of "
+                "tensors it found.",
             )
         if isinstance(found, torch.Tensor) or not all(isinstance(t, torch.Tensor) for t in found):
             return Verdict(False, "Return a list of the dead-end tensors themselves (the leaves), not names.")
@@ -364,7 +365,7 @@ def dead_ends_found(find: Callable | object, model: torch.nn.Module, devices: Se
 
 
 def half_fix(prediction: set[str] | object, graph) -> Verdict:
-    """Exercise 1: which original parameters the gradient reaches when only layer 0 is rewired."""
+    """Exercise 2: which original parameters the gradient reaches when only layer 0 is rewired."""
     name = "ch03.half_fix"
     if _unset(prediction):
         return Verdict(
@@ -397,7 +398,7 @@ def half_fix(prediction: set[str] | object, graph) -> Verdict:
 
 
 def sum_or_mean(factor: float | object, per_replica: Sequence[torch.Tensor], grad: torch.Tensor) -> Verdict:
-    """Exercise 2: by what factor a mean instead of a sum would scale the original's gradient.
+    """Exercise 3: by what factor a mean instead of a sum would scale the original's gradient.
 
     ``per_replica`` are the gradients that reached each replica's copy, ``grad`` the original's."""
     name = "ch03.sum_or_mean"
@@ -423,7 +424,7 @@ def sum_or_mean(factor: float | object, per_replica: Sequence[torch.Tensor], gra
 def rewire_to_broadcast(
     removed_nodes: int | object, added_node: str | object, edges_into_added: int | object, comparison
 ) -> Verdict:
-    """Exercise 3: what the diff from ``"rewire"`` to ``"broadcast"`` removes and adds."""
+    """Exercise 4: what the diff from ``"rewire"`` to ``"broadcast"`` removes and adds."""
     name = "ch03.rewire_to_broadcast"
     if _unset(removed_nodes, added_node, edges_into_added):
         return Verdict(False, "Set all three answers, then run this cell again.")
