@@ -276,8 +276,96 @@ def accumulators(count: int | object, loss: torch.Tensor, model: torch.nn.Module
 # ---------------------------------------------------------------- chapter 03 · rewiring gradient edges
 
 
+def _walk_answer() -> str:
+    return (
+        "originals = {id(p) for p in model.parameters()}; found, seen, todo = [], set(), [loss.grad_fn]; "
+        "while todo: fn = todo.pop(); if fn is None or fn in seen: continue; seen.add(fn); "
+        "if hasattr(fn, 'variable') and id(fn.variable) not in originals: found.append(fn.variable); "
+        "todo += [f for f, _ in fn.next_functions]. Then return found."
+    )
+
+
+def dead_ends_found(find: Callable | object, model: torch.nn.Module, devices: Sequence) -> Verdict:
+    """Exercise 1: ``find(loss, model)`` returns the leaf tensors behind ``loss`` that are not ``model``'s
+    parameters. Run on one step of ``model`` under ``"clone"``, ``"rewire"`` and ``"broadcast"`` (on
+    ``devices``, then on three slots of its first device), it must name the replica parameters
+    ``autograd_graph(...).dead_ends`` names (``dpteach/graph/walk.py``): every one, and nothing else."""
+    from ..data_parallel import step
+    from ..graph import autograd_graph
+    from . import story
+
+    name = "ch03.dead_ends_found"
+    if _unset(find) or not callable(find):
+        return Verdict(False, "Define find_dead_ends(loss, model) first, then run this cell again.")
+    hints = [
+        "A dead end is a leaf behind the loss that is not one of the model's parameters: a gradient that "
+        "reaches it stops in that leaf's .grad, which nobody reads.",
+        "Walk from loss.grad_fn through every entry of next_functions (skip None), keeping a set of the "
+        "nodes seen; a node with a .variable is an AccumulateGrad, and .variable is its leaf.",
+    ]
+    x = story.make_data()[0]  # on the CPU: the step scatters it onto the slots
+    originals = {id(p): f"the model's own {n}" for n, p in model.named_parameters()}
+    cases = [(s, list(devices)) for s in ("clone", "rewire", "broadcast")] + [("clone", [devices[0]] * 3)]
+    for strategy, slots in cases:
+        done = step(model, x, slots, strategy=strategy, backward=False)
+        where = f'under "{strategy}" on {len(slots)} slots'
+        labels = dict(originals)
+        labels.update(
+            {
+                id(p): f"replica {j} · {n}"
+                for j, r in enumerate(done.replicas)
+                for n, p in r.named_parameters()
+            }
+        )
+        truth = {
+            f"replica {p.slot} · {p.name}"
+            for p in autograd_graph(done.loss, module=model, replicas=done.replicas).dead_ends
+        }
+        try:
+            found = find(done.loss, model)
+        except Exception as err:  # the learner's code: say what it raised, never raise
+            return Verdict(False, f"Not yet: find_dead_ends raised {type(err).__name__}: {err} ({where}).")
+        if found is None:
+            return Verdict(
+                False,
+                "find_dead_ends returned None: write the walk in its body and end it with `return` and the list of "
+                "tensors it found.",
+            )
+        if isinstance(found, torch.Tensor) or not all(isinstance(t, torch.Tensor) for t in found):
+            return Verdict(False, "Return a list of the dead-end tensors themselves (the leaves), not names.")
+        got = {
+            labels.get(id(t), "a tensor that is neither a replica's nor the model's parameter") for t in found
+        }
+        extra, missing = sorted(got - truth), sorted(truth - got)
+        if extra or missing:
+            own = any(e.startswith("the model's own") for e in extra)
+            change = "; ".join(
+                part
+                for part in (
+                    f"{where} you returned {extra}, which are no dead ends"
+                    + (
+                        ": skip the model's own parameters, their .grad is what the optimizer reads"
+                        if own
+                        else ""
+                    )
+                    if extra
+                    else "",
+                    f"{where} you missed {missing}: follow every entry of next_functions, down to the leaves"
+                    if missing
+                    else "",
+                )
+                if part
+            )
+            return _not_yet(name, change + ".", hints, _walk_answer)
+    return _correct(
+        name,
+        'Every replica parameter is a dead end under "clone", none under "rewire" or "broadcast": the same '
+        "list autograd_graph(...).dead_ends gives.",
+    )
+
+
 def half_fix(prediction: set[str] | object, graph) -> Verdict:
-    """Exercise 1: which original parameters the gradient reaches when only layer 0 is rewired."""
+    """Exercise 2: which original parameters the gradient reaches when only layer 0 is rewired."""
     name = "ch03.half_fix"
     if _unset(prediction):
         return Verdict(
@@ -310,7 +398,7 @@ def half_fix(prediction: set[str] | object, graph) -> Verdict:
 
 
 def sum_or_mean(factor: float | object, per_replica: Sequence[torch.Tensor], grad: torch.Tensor) -> Verdict:
-    """Exercise 2: by what factor a mean instead of a sum would scale the original's gradient.
+    """Exercise 3: by what factor a mean instead of a sum would scale the original's gradient.
 
     ``per_replica`` are the gradients that reached each replica's copy, ``grad`` the original's."""
     name = "ch03.sum_or_mean"
@@ -336,7 +424,7 @@ def sum_or_mean(factor: float | object, per_replica: Sequence[torch.Tensor], gra
 def rewire_to_broadcast(
     removed_nodes: int | object, added_node: str | object, edges_into_added: int | object, comparison
 ) -> Verdict:
-    """Exercise 3: what the diff from ``"rewire"`` to ``"broadcast"`` removes and adds."""
+    """Exercise 4: what the diff from ``"rewire"`` to ``"broadcast"`` removes and adds."""
     name = "ch03.rewire_to_broadcast"
     if _unset(removed_nodes, added_node, edges_into_added):
         return Verdict(False, "Set all three answers, then run this cell again.")

@@ -121,7 +121,9 @@ def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
         findings.problem(
             "device",
             f"{reduce_add.__name__}.backward leaves the sum on the device the gradients came from (here the CPU); "
-            "move it to the original's device (here `meta`), as the C++ node's `destination_device_` does",
+            "move it to the original's device (here `meta`, a device whose tensors have a shape and dtype but no "
+            "data: it stands in for a second GPU, so this runs on any machine), as the C++ node's "
+            "`destination_device_` does",
         )
 
 

@@ -56,8 +56,13 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
         "Broadcast.backward: `(None,) + MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)`; "
         "ReduceAddCoalesced.backward: `(None, None) + MyBroadcast.apply(ctx.devices, *grads)`.",
     ),
-    "second_none": "a gradient penalty's gradient needs each backward to be differentiable itself: call the "
-    "partner's `apply` in each backward.",
+    "second_none": (
+        "a gradient penalty differentiates the gradient your backward returned: autograd must have recorded "
+        "how that gradient was made.",
+        "a `comm` call is not recorded; the partner Function's `apply` is: call it in each backward.",
+        "`return (None,) + MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` and "
+        "`return (None, None) + MyBroadcast.apply(ctx.devices, *grads)`.",
+    ),
 }
 
 

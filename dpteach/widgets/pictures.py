@@ -142,12 +142,15 @@ def graph_svg(graph) -> str:
         return graph.svg()
 
 
-def graph_html(graph, svg: str | None = None, alt: str = "autograd graph") -> str:
-    """The graph as an ``<img>`` (SVG), or its text form and one sentence on what to install."""
+def graph_html(graph, svg: str | None = None, alt: str = "autograd graph", fit: bool = False) -> str:
+    """The graph as an ``<img>`` (SVG), or its text form and one sentence on what to install.
+
+    ``fit=False``: at its own size, in a box that scrolls; ``fit=True``: shrunk to the output's width,
+    never scrolled sideways (the stepper, whose two-slot graph is about 1,100 px wide at its own size)."""
     from ..graph import GraphvizMissing
 
     try:
         svg = graph_svg(graph) if svg is None else svg
     except GraphvizMissing as err:
         return f"<pre style='font-size:11px'>{escape(graph.text)}</pre>{note(str(err))}"
-    return natural_img(svg, alt)
+    return img(svg, alt) if fit else natural_img(svg, alt)

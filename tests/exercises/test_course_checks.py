@@ -144,3 +144,31 @@ def test_summed_by_hand_learns_as_one_device_only_with_the_sum():
     assert "never moved" in checks.summed_by_hand(lambda m, r: None, ["cpu", "cpu"], steps=5).message
     assert "not as on one device" in checks.summed_by_hand(_averaged, ["cpu", "cpu"], steps=5).message
     assert "Replace the raise" in checks.summed_by_hand(_stub, ["cpu", "cpu"]).message
+
+
+def _leaves_behind(loss, skip):
+    found, seen, todo = [], set(), [loss.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        if hasattr(fn, "variable") and id(fn.variable) not in skip:
+            found.append(fn.variable)
+        todo += [f for f, _ in fn.next_functions]
+    return found
+
+
+def test_dead_end_detector_passes_the_walk_and_says_what_a_wrong_one_misses():
+    model, devices = dpteach.course.story.make_model(), ["cpu", "cpu"]
+    right = lambda loss, m: _leaves_behind(loss, {id(p) for p in m.parameters()})  # noqa: E731
+    assert checks.dead_ends_found(right, model, devices).ok
+    every_leaf = checks.dead_ends_found(lambda loss, m: _leaves_behind(loss, set()), model, devices)
+    assert not every_leaf.ok and 'under "rewire"' in every_leaf.message  # the originals are no dead ends
+    assert "skip the model's own parameters" in every_leaf.message and "Hint 1 of 2" in every_leaf.message
+    half_of_them = lambda loss, m: right(loss, m)[:4]  # noqa: E731 - half the dead ends
+    missed = checks.dead_ends_found(half_of_them, model, devices)
+    assert not missed.ok and "you missed ['replica" in missed.message and "Hint 2 of 2" in missed.message
+    assert "returned None" in checks.dead_ends_found(lambda loss, m: None, model, devices).message
+    assert checks.dead_ends_found(..., model, devices).message.startswith("Define find_dead_ends")
+    assert not checks.dead_ends_found(lambda loss, m: [], model, devices).ok  # "clone" has eight

@@ -239,7 +239,9 @@ def test_rewire_gradients_handed_to_the_replicas_instead_of_the_original():
 
 def test_rewire_sum_on_the_wrong_device():
     wrong = reduce_add_with(lambda ctx, *grads: (sum(grads),) + (None,) * len(grads))  # no .to(destination)
-    assert_fails_with(exercises.check_rewire(wrong), "device")
+    result = exercises.check_rewire(wrong)
+    assert_fails_with(result, "device")
+    assert "no data: it stands in for a second GPU" in str(result)  # the message says what `meta` is
 
 
 def test_rewire_mean_instead_of_sum():

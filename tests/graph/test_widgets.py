@@ -397,6 +397,23 @@ def test_stepper_picture_follows_the_step(ipywidgets):
     assert marked(svg)["current"] == {view.flow.steps[3].node}  # the picture marks the node the text names
 
 
+@needs_dot
+@pytest.mark.parametrize("strategy", ["clone", "rewire"])
+def test_stepper_graph_fits_a_jupyterlab_page_without_sideways_scrolling(ipywidgets, strategy):
+    import re
+
+    from dpteach.graph.compare import MIN_LABEL_PX
+    from dpteach.widgets import gradient_stepper
+
+    view = gradient_stepper(strategy=strategy, slots=2)
+    html = view.graph.value
+    assert 'style="max-width:100%;height:auto"' in html and "overflow" not in html  # shrinks, never scrolls
+    width_px = float(re.search(r'<svg width="([\d.]+)pt"', decode_img(html)).group(1)) * 4 / 3
+    node_px = 10 * 4 / 3  # the nodes' 10 pt labels
+    # in a 1,000 px window (984 px of page) the shrunk labels are still MIN_LABEL_PX or taller
+    assert node_px * min(1.0, 984 / width_px) >= MIN_LABEL_PX
+
+
 def test_cost_explorer_answers_a_slider(ipywidgets):
     from dpteach.widgets import cost_explorer
 
