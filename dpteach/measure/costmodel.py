@@ -92,6 +92,7 @@ __all__ = [
     "predict",
     "measure_thread_start",
     "through_gpu0",
+    "profiles",
     "table",
     "draw_timeline",
     "draw_over_n",
@@ -510,30 +511,52 @@ def measure_thread_start(repeats: int = 200, warmup: int = 20) -> Timing:
 
 
 def through_gpu0(work: Workload, n: int) -> str:
-    """What one step on ``n`` GPUs sends through GPU 0 under DataParallel, against what each GPU sends
-    under DDP's ring: bytes counted from ``work``, never timed. "Asked for" is the copies' sum (the model
-    to each other GPU, each replica's gradients back); "on GPU 0's link" is what NCCL's pipelined
-    broadcast and reduce put on it, what the model charges.
+    """What GPU 0 sends and receives in one DataParallel step on ``n`` GPUs, against what every GPU sends
+    and receives in DDP's ring all-reduce: bytes counted from ``work``, never timed.
+
+    DataParallel's replicate asks for ``n - 1`` copies of the model and its gradient sum takes ``n - 1``
+    replicas' gradients, but NCCL runs both as a ring (``src/device/broadcast.h``, ``reduce.h``): the
+    root sends the model once and receives the summed gradients once, which is what the model charges.
+    A ring all-reduce sends and receives ``2(n-1)/n`` of the gradients on every GPU.
     """
     p, share = work.param_bytes, (n - 1) / n
-    rows = [  # (work, bytes asked for, bytes on GPU 0's link, when)
-        ("scatter the batch", work.input_bytes * share, work.input_bytes * share, "before the forwards"),
-        ("replicate the model", (n - 1) * p, p, "before the forwards"),
+    out, back = work.input_bytes * share, work.output_bytes * share
+    rows = [  # (work, GPU 0 sends, GPU 0 receives, when)
+        ("scatter the batch", out, None, "before the forwards"),
+        ("replicate the model", p, None, "before the forwards"),
         (f"start {n} threads", None, None, "one after another"),
-        ("gather the outputs", work.output_bytes * share, work.output_bytes * share, "after the forwards"),
-        ("sum the gradients", (n - 1) * p, p, "after every backward"),
+        ("gather the outputs", None, back, "after the forwards"),
+        ("scatter their gradient", back, None, "before the backwards"),
+        ("sum the gradients", None, p, "after every backward"),
     ]
+
+    def cell(nbytes: float | None) -> str:
+        return f"{'':>14}" if nbytes is None else f"{math.ceil(nbytes):>14,}"
+
     lines = [f"one step on {n} GPUs, {p:,} bytes of parameters: counted, the same on every run", ""]
-    lines.append(f"  {'DataParallel, in turn':<22}{'asked for':>14}{'on GPU 0 link':>15}  when")
-    for what, asked, wire, when in rows:
-        cells = f"{'':>14}{'':>15}" if asked is None else f"{math.ceil(asked):>14,}{math.ceil(wire):>15,}"
-        lines.append(f"  {what:<22}{cells}  {when}")
-    ring = math.ceil(ring_seconds(p, n, 1.0))  # 2(n-1)/n of the gradients, sent by each GPU
-    lines.append(f"  {'DDP, a process per GPU':<22}{'':>14}{'on EACH link':>15}")
-    lines.append(f"  {'all-reduce gradients':<22}{'':>14}{ring:>15,}  in buckets, during backward")
-    lines.append(
-        "asked for: the copies' sum; on a link: what NCCL's pipelined broadcast, reduce and ring send"
-    )
+    lines.append(f"  {'DataParallel, in turn':<24}{'GPU 0 sends':>14}{'GPU 0 receives':>16}  when")
+    lines += [f"  {what:<24}{cell(sent)}  {cell(got)}  {when}" for what, sent, got, when in rows]
+    ring = ring_seconds(p, n, 1.0)  # 2(n-1)/n of the gradients, sent and received by each GPU
+    lines.append(f"  {'DDP, a process per GPU':<24}{'EACH GPU sends':>14}{'EACH receives':>16}")
+    lines.append(f"  {'all-reduce gradients':<24}{cell(ring)}  {cell(ring)}  in buckets, during backward")
+    lines.append(f"replicate asks for {n - 1} copies ({(n - 1) * p:,} bytes), the sum for {n - 1} replicas'")
+    lines.append("gradients: NCCL's ring broadcast and reduce pass each byte through GPU 0 once")
+    return "\n".join(lines)
+
+
+def profiles(names: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM")) -> str:
+    """The GPU profiles the model reads, one line each: peaks from spec sheets (``data/gpus.json``, each
+    number with the page it was read from). The link column is an input of the model, not a measurement:
+    the spec sheet's one-direction peak, which the model gives every copy and every ring step."""
+    lines = [
+        f"{'GPU':<10}{'fp32 peak':>15}{'memory':>13}  {'link (modelled: spec-sheet peak, one way)'}",
+    ]
+    for name in names:
+        gpu = GPUS[name]
+        lines.append(
+            f"{name:<10}{gpu.flops['fp32'] / 1e12:>8.1f} TFLOP/s{gpu.mem_bw / 1e9:>7.0f} GB/s"
+            f"  {gpu.link_bw / 1e9:>4.0f} GB/s, {gpu.link}"
+        )
     return "\n".join(lines)
 
 
@@ -565,7 +588,11 @@ def table(
         else f"thread start {PYTHON_THREAD_S * 1e6:.0f} µs, assumed"
     )
     extra = ", NCCL's latency per message" if latency else ""
-    lines = [f"modelled ms per step (EFFICIENCY = {EFFICIENCY:.0%} of peak, {thread}{extra})", ""]
+    lines = [
+        f"modelled ms per step (EFFICIENCY = {EFFICIENCY:.0%} of peak, {thread}, links at their "
+        f"spec-sheet peak{extra})",
+        "",
+    ]
     lines.append(f"{'GPU':<10}{'strategy':<14}" + "".join(f"{'n=' + str(n):>16}" for n in ns))
     for name in gpus:
         plain = predict(work, name, 1).total_s

@@ -13,6 +13,7 @@ guess, not a finding.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from itertools import product
 
@@ -27,6 +28,8 @@ __all__ = [
     "VERDICTS",
     "verdicts",
     "table",
+    "ratio",
+    "folded",
 ]
 
 # the assumed constants' ranges: no thread cost at all, the model's 100 µs, ten times it; and 30-70% of peak
@@ -107,8 +110,39 @@ def _grouped(places: list[str]) -> str:
     return "; ".join(f"{gpu} n={', '.join(ns)}" for gpu, ns in groups.items())
 
 
+def ratio(value: float) -> str:
+    """A ratio in few digits: two decimals from 1 to 10 (a 15% lead stays readable), whole numbers
+    from 10, two significant digits below 1 (``0.0024``, never a misleading ``0.00``)."""
+    if value >= 10:
+        return f"{value:.0f}"
+    return f"{value:.2f}" if value >= 1 else f"{value:.2g}"
+
+
 def _range(values) -> str:
-    return f"{min(values):.2f}-{max(values):.2f}x"
+    return f"{ratio(min(values))}–{ratio(max(values))}×"
+
+
+@dataclass(frozen=True)
+class Folded:
+    """Text a notebook shows folded, as a "Going deeper" block the learner opens; plain text elsewhere."""
+
+    summary: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.summary}\n\n{self.text}"
+
+    def _repr_html_(self) -> str:
+        body = html.escape(self.text)
+        return f"<details><summary>Going deeper: {html.escape(self.summary)}</summary><pre>{body}</pre></details>"
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))
+
+
+def folded(summary: str, text: str) -> Folded:
+    """``text`` (a table) under ``summary``, folded in a notebook: the last line of a cell shows it."""
+    return Folded(summary, text)
 
 
 def table(

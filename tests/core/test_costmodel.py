@@ -188,3 +188,13 @@ def test_the_assumed_constants_can_be_replaced_per_prediction():
         ddp = cm.predict(WORK, ROUND, n, "DDP", thread_s=1.0).total_s
         assert ddp == cm.predict(WORK, ROUND, n, "DDP").total_s  # DDP starts no thread per replica
     assert cm.EFFICIENCY == 0.5 and cm.PYTHON_THREAD_S == 100e-6  # the module's assumptions untouched
+
+
+def test_the_profiles_label_the_link_as_the_models_input_not_a_measurement():
+    text = cm.profiles(("T4", "A100-SXM"))
+    head, t4, a100 = text.splitlines()
+    assert "link (modelled: spec-sheet peak, one way)" in head and "measured" not in text
+    assert t4.startswith("T4") and "16 GB/s, PCIe 3.0 x16" in t4  # 15.75 GB/s, rounded
+    assert a100.startswith("A100-SXM") and "300 GB/s, NVLink 3" in a100 and "19.5 TFLOP/s" in a100
+    assert t4.index("GB/s,") == a100.index("GB/s,")  # one column
+    assert "links at their spec-sheet peak" in cm.table(WORK, ("T4",), (1, 2))

@@ -114,13 +114,26 @@ def test_the_learners_thread_start_is_a_timing_fed_to_the_model_and_named_theirs
 
 
 def test_through_gpu0_counts_bytes_by_hand():
+    """GPU 0 sends the model once and receives the summed gradients once (NCCL's ring); DDP's ring sends
+    and receives 2(n-1)/n of them on every GPU. Each figure sits in the column that says which way."""
     text = cm.through_gpu0(WORK, 4)
     assert "100,000,000 bytes of parameters" in text
-    rows = {line[:24].strip(): line[24:].split() for line in text.splitlines()}
-    assert rows["replicate the model"][:2] == ["300,000,000", "100,000,000"]  # (n-1)P asked, P on the link
-    assert rows["sum the gradients"][:2] == ["300,000,000", "100,000,000"]
-    assert rows["scatter the batch"][:2] == ["6,000,000", "6,000,000"]  # 3/4 of the 8 MB batch
-    assert "150,000,000  in buckets, during backward" in text  # 2(n-1)/n P from each GPU
+    lines = text.splitlines()
+    head = next(line for line in lines if "GPU 0 sends" in line)
+    sends, receives = head.index("GPU 0 sends") + len("GPU 0 sends"), head.index("receives") + len("receives")
+
+    def at(row: str, end: int) -> str:
+        line = next(line for line in lines if line.strip().startswith(row))
+        return line[:end].split()[-1] if line[:end].strip() != row else ""
+
+    assert at("replicate the model", sends) == "100,000,000"  # P out of GPU 0, not (n-1)P
+    assert at("sum the gradients", receives) == "100,000,000"  # P into GPU 0
+    assert at("sum the gradients", sends) == ""  # nothing in the sends column
+    assert at("scatter the batch", sends) == "6,000,000"  # 3/4 of the 8 MB batch, sent
+    assert at("gather the outputs", receives) == "3,000,000"  # 3/4 of the 4 MB output, received
+    assert "300,000,000 bytes" in text  # what replicate asks for: n - 1 copies
+    ddp = next(line for line in lines if line.strip().startswith("all-reduce gradients"))
+    assert ddp.split()[2:4] == ["150,000,000", "150,000,000"]  # 2(n-1)/n P sent, and received
 
 
 def test_the_overhead_rows_are_the_step_over_the_plain_step():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from dpteach.measure import costmodel as cm
@@ -48,7 +50,7 @@ def test_the_table_says_modelled_and_assumed_and_prints_the_ranges():
     spreads = sens.sensitivity(WORK, ("A100-SXM", "H200-SXM"), (2, 8))
     first = spreads[0]
     row = next(line for line in text.splitlines() if line.startswith("A100-SXM") and line.split()[1] == "2")
-    assert f"{min(first.dp_over_ddp):.2f}-{max(first.dp_over_ddp):.2f}x" in row
+    assert f"{sens.ratio(min(first.dp_over_ddp))}–{sens.ratio(max(first.dp_over_ddp))}×" in row
     for sentence, _, _ in sens.VERDICTS:
         assert sentence in text
 
@@ -58,7 +60,7 @@ def test_the_table_heads_its_columns_in_plain_words_and_aligns_each_range_under_
     over, head, row = lines[2], lines[3], lines[4]
     assert "speed-up over one GPU" in over and "DP step ÷ DDP step" in head
     [spread] = sens.sensitivity(WORK, ("A100-SXM",), (4,))
-    dp = f"{min(spread.dp_speedup):.2f}-{max(spread.dp_speedup):.2f}x"
+    dp = f"{sens.ratio(min(spread.dp_speedup))}–{sens.ratio(max(spread.dp_speedup))}×"
     assert row.index(dp) + len(dp) == head.index("DataParallel") + len("DataParallel")  # right-aligned
     assert over.index("speed-up") > head.index("DP step ÷ DDP step") + len("DP step ÷ DDP step")
 
@@ -79,3 +81,26 @@ def test_ddp_overhead_is_a_third_axis_added_to_every_ddp_step():
 
 def test_verdict_lists_group_each_profile_on_one_line_part():
     assert sens._grouped(["T4 n=2", "T4 n=4", "A100-SXM n=8"]) == "T4 n=2, 4; A100-SXM n=8"
+
+
+def test_ratios_print_in_few_digits_and_never_as_zero():
+    assert [sens.ratio(v) for v in (0.0024, 0.62, 1.154, 9.994, 10.2, 213.8)] == [
+        "0.0024", "0.62", "1.15", "9.99", "10", "214",
+    ]  # fmt: skip
+    text = sens.table(WORK, ("A100-SXM",), (4,), ddp_overhead_s=(0.0, 10.0))  # a DDP step 10 s too long
+    row = text.splitlines()[4]
+    assert (
+        not re.search(r"\b0\.00(?!\d)", row)
+        and "0.0055–" in row
+        and "–" in row
+        and "×" in row
+        and "-" not in row.split("A100-SXM")[1]
+    )
+
+
+def test_folded_shows_a_going_deeper_block_in_a_notebook_and_the_text_elsewhere():
+    box = sens.folded("all 27 <settings>", "a & b\nrow 2")
+    assert box._repr_html_() == (
+        "<details><summary>Going deeper: all 27 &lt;settings&gt;</summary><pre>a &amp; b\nrow 2</pre></details>"
+    )
+    assert str(box) == "all 27 <settings>\n\na & b\nrow 2"

@@ -39,7 +39,8 @@ def test_the_thread_table_comes_early_after_its_heading_and_figures_have_alt_tex
     assert at <= 5  # within the first six cells, after the prose that says what it shows
     before = NB.cells[at - 1]
     assert (
-        before.cell_type == "markdown" and "## One thread runs every CPU replica's backward" in before.source
+        before.cell_type == "markdown"
+        and "## What DataParallel repeats every step, on your slots" in before.source
     )
     assert "remove-cell" in NB.cells[1].metadata["tags"]
     for tag in FIGURES:
@@ -75,7 +76,11 @@ def test_the_cost_cells_print_the_same_twice_and_say_modelled():
     _, second = run(*tags)
     assert first == second
     assert "modelled ms per step" in first and "measured/modelled" in first
-    assert first.count("modelled under 27 assumed settings") == 2  # the MLP's grid and GPT-2's
+    assert first.count("modelled under 9 assumed pairs") == 2  # the MLP's grid and GPT-2's, printed
+    scope, _ = run("cost-table", "large-model", "published", "sensitivity")
+    shown = eval(TAGGED["sensitivity"].source.splitlines()[-1], scope)  # the cell's value, folded
+    assert str(shown).count("modelled under 27 assumed settings") == 2
+    assert shown._repr_html_().startswith("<details><summary>Going deeper: the 27 settings")
     scope, _ = run("cost-table", "timeline")
     titles = [ax.get_title() for ax in scope["fig"].axes]
     assert all("modelled, A100-SXM" in t for t in titles) and len(titles) == 2
@@ -275,15 +280,17 @@ def test_the_memory_the_model_ignores_is_the_shipped_count():
     assert "more than a T4's 16 GB" in text and "a T4 has 16 GB of GDDR6" in text  # with its source
 
 
-def test_the_bytes_sentence_states_the_counted_bytes_on_each_link():
+def test_the_bytes_sentence_states_what_gpu0_and_every_gpu_send_and_receive():
     scope, printed = run("thread-table")
     work = scope["work"]
     ring, through = 2 * (4 - 1) / 4 * work.param_bytes, work.param_bytes  # on 4 GPUs, as the cell prints
-    assert f"{ring:,.0f}" in printed and f"{through:,.0f}" in printed
+    assert f"{ring:,.0f}      {ring:,.0f}" in printed and f"{through:,.0f}" in printed
     flat = " ".join(TAGGED["thread-table"].source.split())  # the cell; its prose is the cell before
     prose = " ".join(NB.cells[NB.cells.index(TAGGED["thread-table"]) - 1].source.split())
     assert "through_gpu0" in flat
-    assert f"{ring / 1e6:.1f} MB on each link against {through / 1e6:.1f} + {through / 1e6:.1f} MB" in prose
+    mb = through / 1e6
+    assert f"GPU 0 sends {mb:.1f} MB (the model) and receives {mb:.1f} MB (the summed gradients)" in prose
+    assert f"every GPU sends {ring / 1e6:.1f} MB and receives {ring / 1e6:.1f} MB around the ring" in prose
     assert "`walk` numbers the nodes breadth-first from the loss, not in the order they ran" in prose
 
 
@@ -297,3 +304,25 @@ def test_ddp_copies_no_parameters_per_step_but_syncs_buffers_and_the_mlp_has_non
     assert not list(scope["model"].buffers())
     summary = text[text.index("## Summary") :]
     assert "charged the published gap, no 15% lead holds under every setting" in summary
+
+
+def test_the_first_cells_count_the_model_copied_again_on_every_step():
+    """The deciding evidence on the learner's own slots: each step's copies, counted, the same twice, and
+    replicate's broadcast is the whole model once per slot after the first."""
+    from dpteach.measure import costs
+
+    scope, printed = run("thread-table")
+    steps = [line for line in printed.splitlines() if line.startswith("step ")]
+    assert len(steps) == 2 and steps[0].split(":", 1)[1] == steps[1].split(":", 1)[1]
+    model, slots = scope["model"], scope["slots"]
+    size = costs.state_nbytes(model)["parameters"]
+    if len({str(d) for d in slots}) == len(slots) or all(d.type == "cpu" for d in slots):
+        assert f"broadcast {(len(slots) - 1) * size:,} bytes" in steps[0]
+    assert f"(the model's parameters: {size:,} bytes)" in printed
+
+
+def test_the_opening_table_is_the_readmes():
+    readme = (ROOT / "README.md").read_text().splitlines()
+    starts = ("| a CPU (laptop, Binder) |", "| one GPU (Colab) |", "| several GPUs |")
+    ours = [line for line in NB.cells[2].source.splitlines() if line.startswith(starts)]
+    assert ours == [line for line in readme if line.startswith(starts)] and len(ours) == 3
