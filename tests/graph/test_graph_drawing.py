@@ -2,7 +2,7 @@
 
 Golden files live in tests/graph/golden/. After a deliberate change to the drawings, regenerate them with
 
-    DPTEACH_REGEN_GOLDEN=1 python -m pytest tests/test_graph*.py
+    DPTEACH_REGEN_GOLDEN=1 python -m pytest tests/graph
 
 and review the diff of the .dot files like any other code change. Under CI (``CI=true``, as GitHub
 Actions sets it) regeneration is refused: a CI run that rewrote the goldens would compare the drawings
