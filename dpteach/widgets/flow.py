@@ -88,8 +88,8 @@ JOIN_CREDIT = {
         "DataParallel (dpteach's rewire strategy builds it in Python)"
     ),
     "broadcast": (
-        "the edge back to the original through Python's Broadcast function (torch/nn/parallel/_functions.py, "
-        "which replicate.py uses; its backward is ReduceAddCoalesced)"
+        "the edge back to the original through dpteach's port of torch's Broadcast function "
+        "(torch/nn/parallel/_functions.py, which replicate.py uses; its backward is ReduceAddCoalesced)"
     ),
 }
 
