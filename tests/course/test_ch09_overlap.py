@@ -154,7 +154,7 @@ def test_the_chapter_shows_the_rebuild_and_checks_the_one_device_losses():
     import nbformat
 
     cells = nbformat.read(
-        Path(__file__).resolve().parents[1] / "notebooks" / "09_beyond_one_process.ipynb", as_version=4
+        Path(__file__).resolve().parents[2] / "notebooks" / "09_beyond_one_process.ipynb", as_version=4
     ).cells
     tags = [t for c in cells for t in c.metadata.get("tags", [])]
     assert tags.index("bucket-rebuild") < tags.index("bucket-order")  # the cut first, then step 2's events
