@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -93,3 +94,20 @@ def offline(page) -> list[str]:
 
     page.route(re.compile(r"^(?!https?://(127\.0\.0\.1|localhost)[:/])[a-z]+://(?!/)"), refuse)
     return refused
+
+
+def parse_source(source: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse``, tried again when CPython 3.11 reports a false recursion-depth mismatch.
+
+    CPython 3.11's AST constructor counts its depth in interpreter-wide state (the generated code
+    quoted in python/cpython#106905, where the error is reported in threaded programs), so a parse
+    running in another thread of this test worker can make a correct parse raise ``SystemError``.
+    """
+    for _ in range(3):
+        try:
+            return ast.parse(source, filename=filename)
+        except SystemError as error:
+            if "recursion depth mismatch" not in str(error):
+                raise
+            last = error
+    raise last

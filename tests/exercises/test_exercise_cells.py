@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import parse_source
 
 from dpteach import exercises
 
@@ -29,7 +30,7 @@ def _role(cell):
 def _defined(source: str) -> set[str]:
     """Names a cell binds at its top level (imports, defs, classes, assignments)."""
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:  # IPython magics
         return set()
     names = set()

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import nbformat
+from conftest import parse_source
 
 import dpteach
 from dpteach import exercises
@@ -48,7 +49,7 @@ def test_the_records_are_complete_and_exported():
 
 def test_no_task_module_imports_the_registry():
     for module in _records.MODULES:
-        tree = ast.parse(Path(module.__file__).read_text())
+        tree = parse_source(Path(module.__file__).read_text())
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert "_records" not in imported and "" not in imported, module.__name__
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import parse_source
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "dpteach"
@@ -23,7 +24,7 @@ def _imports(path: Path) -> list[str]:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     package = parts[:-1]  # the package a relative import starts from (for __init__ too: its folder)
     names = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse_source(path.read_text())):
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -90,7 +91,7 @@ def _from_the_package(path: Path) -> list[str]:
     """The imports in ``path`` that go through ``dpteach`` itself (its __init__'s names), not a module."""
     depth = len(path.relative_to(PACKAGE).parts)  # dpteach/x.py: 1, so `from . import` names the package
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse_source(path.read_text())):
         if isinstance(node, ast.Import):
             found += [f"import {a.name}" for a in node.names if a.name == "dpteach"]
         elif isinstance(node, ast.ImportFrom):

@@ -24,6 +24,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from conftest import parse_source
 
 TESTS = Path(__file__).resolve().parents[1]
 FILES = sorted(TESTS.rglob("*.py"))
@@ -95,7 +96,7 @@ def silent_tests(tree: ast.Module, helpers: dict[str, ast.AST]) -> list[str]:
 
 
 def _parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
+    return parse_source(path.read_text(), filename=str(path))
 
 
 CONFTEST = _functions(_parse(TESTS / "conftest.py"))
@@ -124,15 +125,34 @@ def test_every_test_function_asserts_something(path):
 
 def test_the_rule_catches_what_it_is_meant_to():
     # the checker itself, on snippets: each bad shape is caught, each good one passes
-    bad = ast.parse("def test_a():\n    assert_close(a, b) and assert_close(c, d)\n")
+    bad = parse_source("def test_a():\n    assert_close(a, b) and assert_close(c, d)\n")
     assert dead_conjunctions(bad) == [2]
-    assert dead_conjunctions(ast.parse("def test_a():\n    x = f() and g()\n    assert x\n")) == []
-    silent = ast.parse("def test_a():\n    f()\n\ndef test_b():\n    check()\n\ndef check():\n    assert 1\n")
+    assert dead_conjunctions(parse_source("def test_a():\n    x = f() and g()\n    assert x\n")) == []
+    silent = parse_source(
+        "def test_a():\n    f()\n\ndef test_b():\n    check()\n\ndef check():\n    assert 1\n"
+    )
     assert silent_tests(silent, _functions(silent)) == ["test_a"]  # test_b asserts through its helper
-    ok = ast.parse(
+    ok = parse_source(
         "import pytest\ndef test_c():\n    with pytest.raises(ValueError):\n        f()\n"
         "def test_d():\n    torch.testing.assert_close(a, b)\n"
     )
     assert silent_tests(ok, _functions(ok)) == []
-    loop = ast.parse("def test_e():\n    h()\n\ndef h():\n    h()\n")
+    loop = parse_source("def test_e():\n    h()\n\ndef h():\n    h()\n")
     assert silent_tests(loop, _functions(loop)) == ["test_e"]  # a recursive helper that never asserts
+
+
+def test_a_false_recursion_depth_mismatch_is_parsed_again(monkeypatch):
+    real, calls = ast.parse, []
+
+    def flaky(source, filename="<unknown>"):
+        calls.append(filename)
+        if len(calls) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=141, after=192)")
+        return real(source, filename=filename)
+
+    monkeypatch.setattr(ast, "parse", flaky)
+    assert isinstance(parse_source("x = 1\n"), ast.Module)
+    assert len(calls) == 2
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: (_ for _ in ()).throw(SystemError("other")))
+    with pytest.raises(SystemError, match="other"):
+        parse_source("x = 1\n")
