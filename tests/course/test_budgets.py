@@ -1,4 +1,4 @@
-"""Word and size budgets of the chapters 00-12, measured the way COMMON.md defines them.
+"""Word and size budgets of the chapters 00-12, measured as below.
 
 * Main-path words: the whitespace-separated tokens of a chapter's markdown cells after every
   ``<details>...</details>`` block is cut out. HTML tags, table pipes and code in backticks count
