@@ -22,11 +22,13 @@ echo "check_wheel: python -m build"
 "$BUILD_PY" -m build --outdir "$WORK/dist" "$WORK/src" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
 if "$BUILD_PY" -m twine --version >/dev/null 2>&1; then "$BUILD_PY" -m twine check --strict "$WORK"/dist/*; fi
 WHEEL=$(ls "$WORK"/dist/dpteach-*.whl)
+# --no-compile: pip would byte-compile all of torch's 2,000-odd .py files, which costs more than
+# unpacking it; Python compiles a module when it is first imported.
 echo "check_wheel: fresh venv with $TORCH_SPEC, then $(basename "$WHEEL")"
 "$PYTHON" -m venv "$WORK/venv"
 # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options (--index-url ...), as in CI
-"$WORK/venv/bin/python" -m pip install -q $TORCH_SPEC
-"$WORK/venv/bin/python" -m pip install -q "$WHEEL"
+"$WORK/venv/bin/python" -m pip install -q --no-compile $TORCH_SPEC
+"$WORK/venv/bin/python" -m pip install -q --no-compile "$WHEEL"
 cd "$WORK"   # no dpteach/ source folder here: only the installed wheel can be imported
 env -u PYTHONPATH "$WORK/venv/bin/python" -c "import dpteach, pathlib; p = pathlib.Path(dpteach.__file__); \
 assert 'site-packages' in p.parts, p; assert (p.parent / 'py.typed').exists(); print('import dpteach', dpteach.__version__, 'from', p.parent)"

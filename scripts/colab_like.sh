@@ -32,15 +32,17 @@ if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT"
   exit 0
 fi
 
+# --no-compile: pip would byte-compile all of torch's 2,000-odd .py files, which costs more than
+# unpacking it; Python compiles a module when it is first imported.
 echo "colab_like: building $VENV with $PYTHON"
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q --no-compile --upgrade pip
 # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options (--index-url ...), as in CI
-"$VENV/bin/python" -m pip install -q $TORCH_SPEC
+"$VENV/bin/python" -m pip install -q --no-compile $TORCH_SPEC
 # shellcheck disable=SC2086  # the pins are separate words on purpose
-"$VENV/bin/python" -m pip install -q $PINS $REST
-"$VENV/bin/python" -m pip install -q --no-deps -e .
+"$VENV/bin/python" -m pip install -q --no-compile $PINS $REST
+"$VENV/bin/python" -m pip install -q --no-compile --no-deps -e .
 "$VENV/bin/python" - <<'EOF'
 import IPython, ipykernel, ipywidgets, torch
 assert ipywidgets.__version__ == "7.7.1", ipywidgets.__version__  # pip resolved something else: stop here
