@@ -123,10 +123,17 @@ COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
     "not raw copies.",
     "second_wrong": "make every backward on the way compute its gradient with recorded operations only, so its "
     "own backward is right too (chapter 07).",
-    "buffer_missing": "keep every buffer in each replica where the original has it.",
-    "buffer_copied": "make slot 0's buffers the original's own, not copies.",
-    "buffer_shared": "give every slot after slot 0 buffers of its own.",
-    "stats": "let only slot 0's BatchNorm write the original's running statistics.",
+    "buffer_missing": "keep every buffer in each replica where the original has it.",  # check_buffers' (Task 5)
+    "buffer_copied": (
+        "slot 0's replica must hold the original's buffer *objects*, not copies of them: then BatchNorm's "
+        "in-place updates on slot 0 land in the model.",
+        "a module keeps its buffers in its `_buffers` dict: for each of `network.named_buffers()`, find the "
+        "owning submodule in `replicas[0]` and put the original buffer there.",
+        "`owner, _, key = name.rpartition('.')`, then `replicas[0].get_submodule(owner)._buffers[key] = buffer`.",
+    ),
+    "buffer_shared": "give only slot 0 the original's buffers; leave the other slots' copies as they are.",
+    "stats": "only slot 0's BatchNorm should write into the original's statistics: make slot 0's buffers the "
+    "original's and leave the later slots' copies alone.",
     "time": "print inside your loop, or run the stub cell's last line (`exercises.try_it(...)`), to see "
     "where your code spends its time.",
 }

@@ -23,7 +23,7 @@ from ..data_parallel import step
 from ..graph.names import resolve
 from ..replicate import resolve_strategy
 from ._feedback import Findings, Result, Stop, Task, explain, not_implemented_message
-from ._models import CASES, Case, Reference, reference
+from ._models import CASES, Case, Reference, gradients, reference
 from ._paths import edge_problem, places, shares_storage
 from ._time_limit import TimeLimit, time_limit
 
@@ -64,18 +64,14 @@ def run_strategy(
     x, w = x.to(slots[0]), w.to(slots[0])
     done = step(model, x, slots, strategy=strategy, loss_fn=lambda out: (out * w).sum(), backward=False)
     params = dict(model.named_parameters())
-    if not double and done.loss.requires_grad:  # else no replica leads anywhere: check_replicas says why
+    grads, second = {k: None for k in params}, None  # the loss needs no grad: check_replicas says why
+    if done.loss.requires_grad and double:
+        grads, second = gradients(done.loss, params, double=True)
+    elif (
+        done.loss.requires_grad
+    ):  # backward(), not autograd.grad: a replica's own leaves keep what reaches them
         done.loss.backward()
-    grads = {k: p.grad for k, p in params.items()}
-    second = None
-    if double and done.loss.requires_grad:
-        first = torch.autograd.grad(done.loss, list(params.values()), create_graph=True, allow_unused=True)
-        grads = {k: (None if g is None else g.detach()) for k, g in zip(params, first)}
-        with_history = [g for g in first if g is not None and g.requires_grad]
-        second = {k: None for k in params}  # no second gradient can reach anything without a history
-        if with_history:
-            sum((g**2).sum() for g in with_history).backward()
-            second = {k: (torch.zeros_like(p) if p.grad is None else p.grad) for k, p in params.items()}
+        grads = {k: p.grad for k, p in params.items()}
     return Run(case, slots, model, done.replicas, done.out.detach(), grads, second, ref, findings.context)
 
 
@@ -121,25 +117,24 @@ def _no_history(model: nn.Module, replicas: Sequence[nn.Module]) -> str:
     )
 
 
-def check_replicas(findings: Findings, run: Run) -> None:
+def check_replicas(findings: Findings, model: nn.Module, replicas, slots, where: str) -> None:
     """Every replica's parameter: present, on its slot, its own memory after slot 0, a path to the original."""
-    for slot, replica in enumerate(run.replicas):
-        for place in places(run.model):
+    for slot, replica in enumerate(replicas):
+        for place in places(model):
             t = resolve(replica, place.name)
             problem = edge_problem(t, place, slot)
             if problem is not None:
-                findings.problem(*problem[:1], f"{run.where}: {problem[1]}")
+                findings.problem(*problem[:1], f"{where}: {problem[1]}")
                 continue
-            if t.device != run.slots[slot]:
+            if t.device != slots[slot]:
                 findings.problem(
                     "device",
-                    f"{run.where}: replica {slot}'s `{place.name}` is on {t.device}, but slot {slot} is "
-                    f"{run.slots[slot]}",
+                    f"{where}: replica {slot}'s `{place.name}` is on {t.device}, but slot {slot} is {slots[slot]}",
                 )
             if slot > 0 and shares_storage(t, place.tensor):
                 findings.problem(
                     "shared",
-                    f"{run.where}: replica {slot}'s `{place.name}` shares memory with the original "
+                    f"{where}: replica {slot}'s `{place.name}` shares memory with the original "
                     f"`{place.original_name}`: every slot after slot 0 needs a copy of its own (on a second GPU the "
                     "original is not even there)",
                 )
@@ -233,11 +228,12 @@ def require_function(findings: Findings, cls, check: str, example: str, what: st
 def run_cases(
     findings: Findings, strategy, devices, *checks: Callable[[Findings, Run], None], double: bool = False
 ) -> None:
-    """Run ``strategy`` on every model and slot count, then each of ``checks`` on every run, then compare
+    """Run ``strategy`` on every model and slot count, check its replicas, run each of ``checks``, then compare
     with one device: the gradients, and with ``double=True`` those of a gradient penalty too."""
     for case in CASES:
         for slots in slot_lists(devices):
             run = run_strategy(findings, strategy, case, slots, double)
+            check_replicas(findings, run.model, run.replicas, run.slots, run.where)
             for check in checks:
                 check(findings, run)
             compare(findings, run)

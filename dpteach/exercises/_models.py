@@ -85,20 +85,22 @@ def reference(
     ref = copy.deepcopy(model)
     pieces = x.chunk(slots)
     out = torch.cat([ref(p) for p in pieces])
-    loss = (out * w).sum()
-    params = dict(ref.named_parameters())
-    first = torch.autograd.grad(loss, list(params.values()), create_graph=double)
-    grads = {k: g.detach() for k, g in zip(params, first)}
-    second = None
-    if double:
-        penalty = sum((g**2).sum() for g in first)
-        seconds = torch.autograd.grad(penalty, list(params.values()), allow_unused=True)
-        # a parameter the penalty does not depend on (the last bias) has a zero second gradient
-        second = {
-            k: (torch.zeros_like(p) if g is None else g.detach())
-            for (k, p), g in zip(params.items(), seconds)
-        }
+    grads, second = gradients((out * w).sum(), dict(ref.named_parameters()), double)
     seen = copy.deepcopy(model)
     with torch.no_grad():
         seen(pieces[0])
     return Reference(out.detach(), grads, second, {k: b.detach().clone() for k, b in seen.named_buffers()})
+
+
+def gradients(loss: torch.Tensor, params: dict[str, torch.Tensor], double: bool = False):
+    """``loss``'s gradient for each of ``params`` (None where none arrives) and, with ``double``, the gradients
+    of the penalty ``sum((g**2).sum())`` (zero where it does not depend on one; all None without a history)."""
+    tensors = list(params.values())
+    first = torch.autograd.grad(loss, tensors, create_graph=double, allow_unused=True)
+    grads = {k: None if g is None else g.detach() for k, g in zip(params, first)}
+    with_history = [g for g in first if g is not None and g.requires_grad]
+    if not (double and with_history):
+        return grads, dict.fromkeys(params) if double else None
+    seconds = torch.autograd.grad(sum((g**2).sum() for g in with_history), tensors, allow_unused=True)
+    second = {k: torch.zeros_like(params[k]) if g is None else g.detach() for k, g in zip(params, seconds)}
+    return grads, second

@@ -52,23 +52,20 @@ def by_task(module: ModuleType) -> dict[str, tuple]:
     return {key: tuple(getattr(module, name) for name in task.names) for key, task in EXERCISES.items()}
 
 
-def _code(module: ModuleType, key: str) -> str:
-    return "\n\n\n".join(inspect.getsource(getattr(module, name)).rstrip() for name in record(key).names)
-
-
-def try_line(key: str) -> str:
-    """The stub cell's last line: one run of the learner's answer, errors shown in full."""
-    return f"exercises.try_it({key!r}, {', '.join(record(key).names)})"
+def _cell(module: ModuleType, key: str) -> str:
+    """Exercise ``key``'s imports, its objects as ``module`` writes them, and a last line that runs them once."""
+    code = "\n\n\n".join(inspect.getsource(getattr(module, name)).rstrip() for name in record(key).names)
+    return f"{record(key).imports}\n\n\n{code}\n\n\nexercises.try_it({key!r}, {', '.join(record(key).names)})"
 
 
 def stub_source(key: str) -> str:
     """The stub cell of exercise ``key``: imports, the stub (it raises NotImplementedError), a line that tries it."""
-    return f"{record(key).imports}\n\n\n{_code(stubs, key)}\n\n\n{try_line(key)}"
+    return _cell(stubs, key)
 
 
 def solution_source(key: str) -> str:
     """A worked answer to exercise ``key`` as a cell: imports, the code, and the same line that tries it."""
-    return f"{record(key).imports}\n\n\n{_code(solutions, key)}\n\n\n{try_line(key)}"
+    return _cell(solutions, key)
 
 
 def check_source(key: str) -> str:

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 from copy import deepcopy
 
-import torch  # noqa: F401  (the stubs' cells import what a learner's answer needs)
-from torch import nn  # noqa: F401
 from torch.autograd import Function
 
 import dpteach
-from dpteach import comm  # noqa: F401
-from dpteach.functions import Gather, Scatter  # noqa: F401
 
 
 def replicate_by_clone(network, devices, detach=False):

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from ..graph.names import resolve
 from ..replicate import replicate
 from ._feedback import Findings, Result, Task
 from ._harness import check_replicas, require_strategy, run_cases, run_check, try_step
 from ._models import CASES
-from ._paths import places
 
 TASK = Task(  # the registry finds this record by the file's name
     1,
@@ -34,8 +32,6 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
         "`param`. Use one operation on `param` itself that autograd records and that takes a device.",
         "`copy = param.to(device, copy=True)`: recorded by autograd, on `device`, its own memory.",
     ),
-    "wrong_leaf": "compute the copy from `param` itself, not from a detached copy of `param` (that gives an "
-    "edge to the copy instead).",
     "shared": (
         "every slot after slot 0 must own its memory: an operation that can hand back its input unchanged "
         "shares the original's.",
@@ -44,8 +40,6 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
     ),
     "device": "make the copy on `device`, the slot it is for: a copy that ignores `device` stays on "
     "`param`'s device, which only looks right while every slot is the CPU.",
-    "grads_wrong": "a gradient that is a multiple of one device's means some replica's gradient is counted twice, "
-    "or not at all: give each slot its own copy, made once.",
 }
 
 
@@ -55,19 +49,10 @@ SECOND_DEVICE = [torch.device("cpu"), torch.device("meta")]  # meta: shapes, no 
 def check_slot_devices(findings: Findings, strategy) -> None:
     """Replicate every model onto ``[cpu, meta]``: each replica's parameters must be on its own slot's device."""
     for case in CASES:
-        findings.context = f"Replicating {case.name} onto the slots [cpu, meta]"
-        model, _, _ = case.make()
+        model = case.make()[0]
+        findings.context = f"Replicating {case.name} onto the slots [cpu, meta] (meta: shapes, no data)"
         replicas = replicate(model, SECOND_DEVICE, strategy=strategy)
-        for slot, replica in enumerate(replicas):
-            for place in places(model):
-                t = resolve(replica, place.name)
-                if t is not None and t.device != SECOND_DEVICE[slot]:
-                    findings.problem(
-                        "device",
-                        f"{findings.context} (`torch.device('meta')` is a device that holds shapes and no "
-                        f"data): replica {slot}'s `{place.name}` is on {t.device}, but slot {slot} is "
-                        f"{SECOND_DEVICE[slot]}",
-                    )
+        check_replicas(findings, model, replicas, SECOND_DEVICE, findings.context)
 
 
 def check_clone_bug(strategy=None, *, devices=None) -> Result:
@@ -75,7 +60,7 @@ def check_clone_bug(strategy=None, *, devices=None) -> Result:
 
     def body(findings: Findings) -> None:
         require_strategy(findings, strategy, "check_clone_bug", "replicate_by_clone")
-        run_cases(findings, strategy, devices, check_replicas)
+        run_cases(findings, strategy, devices)
         check_slot_devices(findings, strategy)
         findings.held += [
             "every replica's parameters lead back to the original's, on all three models (MLP, conv net with "

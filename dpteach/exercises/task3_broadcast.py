@@ -13,7 +13,7 @@ from torch.autograd import Function
 
 from ..replicate import broadcast as broadcast_strategy
 from ._feedback import Findings, Result, Task
-from ._harness import check_replicas, require_function, run_cases, run_check, try_step
+from ._harness import require_function, run_cases, run_check, try_step
 from ._paths import nodes_behind
 
 TASK = Task(  # the registry finds this record by the file's name
@@ -27,6 +27,12 @@ TASK = Task(  # the registry finds this record by the file's name
     imports="import torch\nfrom torch.autograd import Function\n\nfrom dpteach import comm, exercises",
 )
 
+PARTNER_STEPS = (  # where three kinds of mistake end: each backward calls its partner's apply
+    "each backward can call the partner Function, whose node autograd records: `MyReduceAddCoalesced` in "
+    "Broadcast.backward, `MyBroadcast` in ReduceAddCoalesced.backward, not under `torch.no_grad()`.",
+    "`return (None,) + MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` in Broadcast.backward "
+    "and `return (None, None) + MyBroadcast.apply(ctx.devices, *grads)` in ReduceAddCoalesced.backward.",
+)
 HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
     "layout": (
         "Broadcast's outputs go slot by slot: every input's copy on slot 0, in order, then slot 1's, ...",
@@ -45,23 +51,17 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
     "fix ReduceAddCoalesced.forward first.",
     "not_differentiable": (
         "a backward is differentiable when autograd records what it computes: a `comm` call is not recorded.",
-        "each backward can call the partner Function, whose node autograd records: `MyReduceAddCoalesced` in "
-        "Broadcast.backward, `MyBroadcast` in ReduceAddCoalesced.backward, not under `torch.no_grad()`.",
-        "`return (None,) + MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` and "
-        "`return (None, None) + MyBroadcast.apply(ctx.devices, *grads)`.",
+        *PARTNER_STEPS,
     ),
     "partner": (
         "this task asks each backward to call its partner's `apply`, so the second backward runs your other class.",
         "keep on `ctx`, in forward, what the partner's `apply` needs: the input device and count, the slots' devices.",
-        "Broadcast.backward: `(None,) + MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)`; "
-        "ReduceAddCoalesced.backward: `(None, None) + MyBroadcast.apply(ctx.devices, *grads)`.",
+        PARTNER_STEPS[1],
     ),
     "second_none": (
         "a gradient penalty differentiates the gradient your backward returned: autograd must have recorded "
         "how that gradient was made.",
-        "a `comm` call is not recorded; the partner Function's `apply` is: call it in each backward.",
-        "`return (None,) + MyReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)` and "
-        "`return (None, None) + MyBroadcast.apply(ctx.devices, *grads)`.",
+        *PARTNER_STEPS,
     ),
 }
 
@@ -124,13 +124,16 @@ def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
             "gradient penalty, a Hessian-vector product) has nothing to go through (see chapter 07)",
         )
     elif not _from_partner(ga, reduce_add):
-        findings.problem(
-            "partner",
-            f"Broadcast.backward's result has a history, but it comes out of {type(ga.grad_fn).__name__}, "
-            f"not out of your {reduce_add.__name__}: this task asks each backward to call its partner's "
-            f"`apply` (as PyTorch's `_functions.py` does since PR #2508), so that the first backward records "
-            f"one {reduce_add.__name__} node and the second backward runs through its backward, your Broadcast",
-        )
+        _not_from_partner(findings, "Broadcast", ga, reduce_add, broadcast)
+
+
+def _not_from_partner(findings: Findings, side: str, result: torch.Tensor, partner, other) -> None:
+    findings.problem(
+        "partner",
+        f"{side}.backward's result has a history, but it comes out of {type(result.grad_fn).__name__ if result.grad_fn else 'no node'}, not out "
+        f"of your {partner.__name__}: call `{partner.__name__}.apply` in {side}.backward (as PyTorch's "
+        f"`_functions.py` does since PR #2508), so that the second backward runs your {other.__name__}",
+    )
 
 
 def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
@@ -164,14 +167,8 @@ def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
             f"ReduceAddCoalesced.backward is not differentiable: even with "
             f"`create_graph=True` the gradient it hands slot {slot} has no history (see chapter 07)",
         )
-    elif not all(_from_partner(g, broadcast) for g in back[2:]):  # slots 1 and 2: a raw comm call's copies
-        findings.problem(
-            "partner",
-            f"ReduceAddCoalesced.backward's results have a history, but they do not come out of your "
-            f"{broadcast.__name__} node: this task asks each backward to call its partner's `apply` (as "
-            f"PyTorch's `_functions.py` does since PR #2508), so that the first backward records one "
-            f"{broadcast.__name__} node and the second backward runs through its backward, your ReduceAddCoalesced",
-        )
+    elif stray := [g for g in back[2:] if not _from_partner(g, broadcast)]:  # slots 1, 2: a raw comm call's
+        _not_from_partner(findings, "ReduceAddCoalesced", stray[0], broadcast, reduce_add)
 
 
 def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=None) -> Result:
@@ -185,7 +182,7 @@ def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=N
         _probe_reduce(findings, broadcast, reduce_add_coalesced)
         if not findings.ok:
             return
-        run_cases(findings, broadcast_with(broadcast), devices, check_replicas, double=True)
+        run_cases(findings, broadcast_with(broadcast), devices, double=True)
         findings.held += [
             "Broadcast copies every input to every slot, slot by slot; ReduceAddCoalesced sums them back",
             "each backward comes out of the partner's node, so it is differentiable itself (PR #2508)",

@@ -71,11 +71,10 @@ def _one(
     string's fault (the "string" hint), not "shared"."""
     given = dst if given is None else given
     named = f" (given as the string {given!r})" if isinstance(given, str) else ""
-    findings.context = f"Copying a tensor from {src} to {dst}{named}"
+    findings.context = where = f"Copying a tensor from {src} to {dst}{named}"
     source = torch.arange(12.0).reshape(3, 4).to(src)
     with CountCopies() as counter:
         out = copy_once(source, given)
-    where = f"from {src} to {dst}{named}"
     found = None
     if not isinstance(out, torch.Tensor):
         found = "values", f"{where}: `copy_once` returned {type(out).__name__}, not a tensor"
@@ -120,12 +119,10 @@ def check_copy_once(copy_once=None, *, devices=None) -> Result:
 
 def try_answer(copy_once) -> str:
     """Copy one tensor onto "meta" and onto its own device (``try_it("one_copy", fn)``)."""
-    source = torch.ones(2, 3)
     said = []
     for dst in (torch.device("meta"), torch.device("cpu")):
         with CountCopies() as counter:
-            out = copy_once(source, dst)
-        said.append(
-            f"onto {dst}: {len(counter.copies)} {'copy' if len(counter.copies) == 1 else 'copies'}, a {type(out).__name__} on {getattr(out, 'device', '?')}"
-        )
+            out = copy_once(torch.ones(2, 3), dst)
+        n, where = len(counter.copies), getattr(out, "device", "?")
+        said.append(f"onto {dst}: {n} cop{'y' if n == 1 else 'ies'}, a {type(out).__name__} on {where}")
     return "copy_once ran; " + "; ".join(said)
