@@ -15,7 +15,7 @@ Graphviz for graphs, ``highlight.py`` for the stepper's marks); tables are HTML 
 
 from __future__ import annotations
 
-from .cost import CostLab
+from .cost import BUDGET_S, CostLab
 from .flow import GradientFlow
 from .training import STRATEGIES, TrainingLab
 
@@ -54,12 +54,12 @@ def gradient_stepper(strategy: str = "clone", slots: int = 2, seed: int = 0):
     return GradientStepper(GradientFlow(strategy, slots, seed))
 
 
-def cost_explorer(width: int = 64, slots: int = 2, budget_s: float = 0.05, modelled: bool = True):
+def cost_explorer(width: int = 64, slots: int = 2, budget_s: float = BUDGET_S, modelled: bool = True):
     """A cost explorer: model width and slots against the bytes one step copies and its time, per strategy.
 
-    ``budget_s`` is the time the lab times each strategy's steps in (raise it, say to 1, when a wide model
-    fits too few steps for a spread); ``modelled=False`` leaves out the cost model's DataParallel-vs-DDP
-    table (chapter 08's model), for a page about counts only."""
+    ``budget_s`` caps the time the lab spends on each strategy's five timed steps (1 s, ``cost.BUDGET_S``;
+    raise it when the status line says fewer than five fitted); ``modelled=False`` leaves out
+    the cost model's DataParallel-vs-DDP table (chapter 08's model), for a page about counts only."""
     from .view_cost import CostExplorer
 
     return CostExplorer(CostLab(width, slots, budget_s=budget_s), modelled=modelled)

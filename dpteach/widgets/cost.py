@@ -5,10 +5,13 @@
 strategies two ways that come out the same on every run: by the bytes one step copies, counted, not
 estimated (every copy dpteach makes is recorded by ``dpteach.comm.traffic()``), and by the cost model
 (``dpteach.measure.costmodel``), which predicts DataParallel's and DDP's step on ``slots`` GPUs of the
-profile ``gpu``. Timings are only shown beside them: each is the median of a few steps, taken in turns (each strategy, then the one-device step) by the one
-timer, ``dpteach.measure.timer``, with one intra-op thread per CPU slot: as many rounds as fit in
-``budget_s`` per step (at least one, at most ``max_repeats``), so the widget answers quickly on a
-laptop; the machine's load shows in the numbers.
+profile ``gpu``. Timings are only shown beside them: each is the median of ``max_repeats`` (5) steps,
+taken in turns (each strategy, then the one-device step) by the one timer, ``dpteach.measure.timer``,
+with one intra-op thread per CPU slot. ``budget_s`` (1 s) caps each strategy's timed steps: where
+five do not fit in it, fewer are timed and no time is shown, only a sentence saying so. 1 s leaves
+room for five steps of the widest model (width 1024) on eight slots of a slow CPU, a few tenths of
+a second each; a small model's five steps take milliseconds, so the widget still answers at once.
+The machine's load shows in the numbers.
 
 Plain Python, no ipywidgets; ``view_cost.py`` only shows it.
 """
@@ -32,6 +35,7 @@ from .training import STRATEGIES, slot_devices
 WIDTHS = (16, 64, 256, 1024)  # hidden width: from the course's model (16) to about a million parameters
 # A time is shown only with at least this many timed steps: fewer give no spread worth the name.
 MIN_TIMED = 5
+BUDGET_S = 1.0  # seconds of timed steps per strategy, at most: room for five of the widest model
 GPU = "A100-SXM"  # the cost model's profile the explorer predicts for (costmodel.GPUS)
 NOT_MEASURED = "not measured yet: call measure() to take the steps"
 # Which of dpteach's strategies the cost model's "DataParallel" is: torch.nn.DataParallel's replicate
@@ -108,7 +112,11 @@ class StrategyCost:
         n = len(self.seconds)
         if n < MIN_TIMED:
             within = f"the {budget_s:g} s budget" if budget_s is not None else "the time budget"
-            return f"only {n} step{'s' * (n != 1)} fitted {within} ({MIN_TIMED} give a spread): use CostLab(budget_s=1)"
+            more = f"{max(1, 4 * budget_s):g}" if budget_s is not None else "4"
+            return (
+                f"only {n} step{'s' * (n != 1)} fitted {within} ({MIN_TIMED} give a spread): "
+                f"use CostLab(budget_s={more})"
+            )
         q1, _, q3 = statistics.quantiles(self.seconds, n=4)
         return f"{us(self.median)} (median of {n}, middle half {us(q1)[:-3]}-{us(q3)})"
 
@@ -159,7 +167,7 @@ class CostLab:
         width: int = 64,
         slots: int = 2,
         strategies=STRATEGIES,
-        budget_s: float = 0.05,
+        budget_s: float = BUDGET_S,
         max_repeats: int = 5,
         seed: int = 0,
         gpu: str = GPU,

@@ -15,10 +15,10 @@ enough: among the ready nodes the engine runs the highest sequence number first
 (``CompareNodeTaskTime``, ``engine.h``), and sequence numbers are thread-local (``node.h``, NOTE
 [ Sequence Number ]).
 Slots that share a device (the stepper's CPU slots) run their forwards one after the other on the
-caller's thread, after ``replicate`` made the ``ReduceAdd`` nodes there, so every replica node
+caller's thread, after ``replicate`` made the ``ReduceAddBackward`` nodes there, so every replica node
 outnumbers them and every ``ReduceAddBackward`` runs after all of the replicas' nodes. torch's
 ``parallel_apply`` runs each replica's forward in a new thread, whose count starts from 0: then the
-``ReduceAdd`` nodes are the higher, and each runs as soon as it is ready (``join_order`` prints both;
+``ReduceAddBackward`` nodes are the higher, and each runs as soon as it is ready (``join_order`` prints both;
 chapter 12, section 2b).
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
@@ -84,8 +84,9 @@ class FlowStep:
 # Where each strategy's summing node comes from (read in /work/shared/seed-pr-20910.txt and torch/nn/parallel/)
 JOIN_CREDIT = {
     "rewire": (
-        "the edge back to the original, one ReduceAdd node per parameter, as PR #20910 added to C++ "
-        "DataParallel (dpteach's rewire strategy builds it in Python)"
+        "the edge back to the original, one node per parameter, as PR #20910 added to C++ DataParallel, "
+        "where the node is called ReduceAdd (dpteach's rewire strategy builds it in Python with a function "
+        "ReduceAdd, whose node torch names ReduceAddBackward)"
     ),
     "broadcast": (
         "the edge back to the original through dpteach's port of torch's Broadcast function "
@@ -259,7 +260,7 @@ class JoinOrder:
         """What chapter 12 prints: the sequence numbers, and the steps (from 1, as the stepper counts)."""
         joins, ops = [self.order[i] for i in self.joins], [self.order[i] for i in self.ops]
         return [
-            f"{name}: ReduceAdd nodes numbered {sorted(fn._sequence_nr() for fn in joins)}, "
+            f"{name}: ReduceAddBackward nodes numbered {sorted(fn._sequence_nr() for fn in joins)}, "
             f"replica nodes {sorted(fn._sequence_nr() for fn in ops)}",
             f"  ReduceAddBackward ran at steps {[i + 1 for i in self.joins]} of {len(self.order)}; "
             f"the replicas' last node at step {self.ops[-1] + 1}",
@@ -272,7 +273,7 @@ def join_order(threaded: bool, slots: int = 2) -> JoinOrder:
     or one after the other on this thread, as dpteach runs slots that share a device.
 
     ``_sequence_nr()`` is a private method of PyTorch's nodes: fine for looking, not for code that must
-    keep working. The ``ReduceAdd`` nodes are made by ``replicate``, on this thread, before the replicas run.
+    keep working. The ``ReduceAddBackward`` nodes are made by ``replicate``, on this thread, before the replicas run.
     """
     devs = slot_devices(slots)
     x, y = (t.to(devs[0]) for t in story.make_data(seed=0))

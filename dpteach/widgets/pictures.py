@@ -8,6 +8,7 @@ is missing the graph shows as text, with one sentence on what to install.
 from __future__ import annotations
 
 import base64
+import re
 from functools import lru_cache
 from html import escape
 
@@ -32,13 +33,25 @@ def img(svg: str, alt: str) -> str:
     )
 
 
-def natural_img(svg: str, alt: str) -> str:
-    """An SVG picture at its own size in a box that scrolls: a wide graph (4 replicas) stays readable
-    instead of being shrunk to the page's width."""
+def fitted_img(svg: str, alt: str) -> str:
+    """An autograd graph scaled to the output's width, with no height cap, and never enlarged.
+
+    It shrinks no further than the width at which its node labels are still ``MIN_LABEL_PX`` tall (as
+    ``graph.compare`` does for side-by-side pictures): a wider graph (8 replicas) scrolls sideways
+    from there instead of turning to dots. A two-slot graph fits a 1,000 px window without scrolling.
+    """
+    from ..graph.compare import MIN_LABEL_PX
+    from ..graph.dot import NODE
+
+    match = re.search(r'<svg width="([\d.]+)pt"', svg)
+    natural = float(match.group(1)) * 4 / 3 if match else 0.0  # dot draws in pt, browsers in px
+    label_px = float(NODE["fontsize"]) * 4 / 3
+    floor = f"min-width:{round(natural * MIN_LABEL_PX / label_px)}px;" if natural else ""
+    limit = f"max-width:{round(natural)}px;" if natural else "max-width:100%;"
     data = base64.b64encode(svg.encode()).decode()
     return (
-        f'<div style="max-width:100%;overflow:auto;max-height:720px">'
-        f'<img alt="{escape(alt)}" style="max-width:none" src="data:image/svg+xml;base64,{data}"></div>'
+        f'<div style="max-width:100%;overflow-x:auto"><img alt="{escape(alt)}" '
+        f'style="width:100%;{limit}{floor}height:auto" src="data:image/svg+xml;base64,{data}"></div>'
     )
 
 
@@ -142,15 +155,13 @@ def graph_svg(graph) -> str:
         return graph.svg()
 
 
-def graph_html(graph, svg: str | None = None, alt: str = "autograd graph", fit: bool = False) -> str:
-    """The graph as an ``<img>`` (SVG), or its text form and one sentence on what to install.
-
-    ``fit=False``: at its own size, in a box that scrolls; ``fit=True``: shrunk to the output's width,
-    never scrolled sideways (the stepper, whose two-slot graph is about 1,100 px wide at its own size)."""
+def graph_html(graph, svg: str | None = None, alt: str = "autograd graph") -> str:
+    """The graph as an ``<img>`` (SVG) fitted to the output's width (``fitted_img``), or its text form
+    and one sentence on what to install."""
     from ..graph import GraphvizMissing
 
     try:
         svg = graph_svg(graph) if svg is None else svg
     except GraphvizMissing as err:
         return f"<pre style='font-size:11px'>{escape(graph.text)}</pre>{note(str(err))}"
-    return img(svg, alt) if fit else natural_img(svg, alt)
+    return fitted_img(svg, alt)

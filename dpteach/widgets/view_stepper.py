@@ -93,8 +93,8 @@ class GradientStepper(widgets.VBox):
             svg = flow.svg(i)
         except Exception:  # noqa: BLE001 - no Graphviz: graph_html shows the text form and says what to install
             svg = None
-        # fitted to the output's width: a learner steps with the buttons, never scrolling sideways to the node
-        self.graph.value = graph_html(flow.graph, svg, alt=f"backward step {i}: {step.label}", fit=True)
+        # fitted to the output's width: with two slots a learner steps with the buttons, never scrolling
+        self.graph.value = graph_html(flow.graph, svg, alt=f"backward step {i}: {step.label}")
         self.prev_button.disabled = i == 0
         self.next_button.disabled = last
         # last, as in the explorer: once the status names step i, the table and the graph show it too

@@ -397,21 +397,42 @@ def test_stepper_picture_follows_the_step(ipywidgets):
     assert marked(svg)["current"] == {view.flow.steps[3].node}  # the picture marks the node the text names
 
 
+def fitted(html):
+    """(natural width, min-width) in px of a widget's graph picture, and whether a height caps it."""
+    svg_px = float(re.search(r'<svg width="([\d.]+)pt"', decode_img(html)).group(1)) * 4 / 3
+    style = re.search(r'<img [^>]*style="([^"]*)"', html).group(1)
+    floor = int(re.search(r"min-width:(\d+)px", style).group(1))
+    return svg_px, floor, "max-height" in html
+
+
 @needs_dot
 @pytest.mark.parametrize("strategy", ["clone", "rewire"])
 def test_stepper_graph_fits_a_jupyterlab_page_without_sideways_scrolling(ipywidgets, strategy):
-    import re
-
     from dpteach.graph.compare import MIN_LABEL_PX
     from dpteach.widgets import gradient_stepper
 
     view = gradient_stepper(strategy=strategy, slots=2)
-    html = view.graph.value
-    assert 'style="max-width:100%;height:auto"' in html and "overflow" not in html  # shrinks, never scrolls
-    width_px = float(re.search(r'<svg width="([\d.]+)pt"', decode_img(html)).group(1)) * 4 / 3
+    natural, floor, capped = fitted(view.graph.value)
+    assert "width:100%" in view.graph.value and not capped  # scaled to the output's width, no height cap
     node_px = 10 * 4 / 3  # the nodes' 10 pt labels
-    # in a 1,000 px window (984 px of page) the shrunk labels are still MIN_LABEL_PX or taller
-    assert node_px * min(1.0, 984 / width_px) >= MIN_LABEL_PX
+    assert node_px * floor / natural >= MIN_LABEL_PX - 0.05  # it shrinks no further than readable labels
+    assert floor <= 984  # so in a 1,000 px window (984 px of page) it never scrolls sideways
+
+
+@needs_dot
+@pytest.mark.parametrize("slots", [2, 8])
+def test_explorer_graph_scales_to_the_output_and_scrolls_only_past_readable_labels(ipywidgets, slots):
+    """The explorer's graph is fitted as the stepper's is: no 720 px box that cut the graph off; with 8
+    replicas it stops shrinking where its labels are MIN_LABEL_PX tall and scrolls sideways from there."""
+    from dpteach.graph.compare import MIN_LABEL_PX
+    from dpteach.widgets import explorer
+
+    view = explorer(strategy="rewire", slots=slots)
+    natural, floor, capped = fitted(view.graph.value)
+    assert "width:100%" in view.graph.value and not capped and "overflow-x:auto" in view.graph.value
+    assert f"max-width:{round(natural)}px" in view.graph.value  # never enlarged past its own size
+    assert abs(10 * 4 / 3 * floor / natural - MIN_LABEL_PX) < 0.05
+    assert (floor <= 984) == (slots == 2)  # two slots fit a 1,000 px window; eight scroll sideways
 
 
 def test_cost_explorer_answers_a_slider(ipywidgets):
@@ -566,7 +587,7 @@ def test_cost_status_gives_the_times_it_measured():
     timed = [*lab.costs, lab.reference]
     if all(len(c.seconds) < MIN_TIMED for c in timed):  # a busy machine: one sentence on how to get times
         assert text.count("fitted the") == 1 and f"the {lab.budget_s:g} s budget" in text
-        assert "use CostLab(budget_s=1)" in text
+        assert f"use CostLab(budget_s={max(1, 4 * lab.budget_s):g})" in text  # a larger budget than this one
     else:
         for c in lab.costs:  # each strategy's time, and one device's, as the table shows them
             assert f"{c.strategy!r} {c.shown(lab.budget_s)}" in text
@@ -579,6 +600,7 @@ def test_cost_times_are_shown_only_with_a_spread():
     few = StrategyCost("rewire", {}, (0.001,))
     assert "µs" not in few.shown() and "only 1 step fitted" in few.shown()  # one step: no median, no spread
     assert "the 0.05 s budget" in few.shown(0.05) and "CostLab(budget_s=1)" in few.shown(0.05)
+    assert "the 1 s budget" in few.shown(1.0) and "CostLab(budget_s=4)" in few.shown(1.0)  # always more
     enough = StrategyCost("rewire", {}, (0.001, 0.002, 0.003, 0.004, 0.005)[:MIN_TIMED])
     assert "median of 5, middle half" in enough.shown()
     lab = CostLab(width=16, slots=2, budget_s=0.0)  # a budget for one round only
