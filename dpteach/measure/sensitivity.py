@@ -30,6 +30,7 @@ __all__ = [
     "table",
     "ratio",
     "folded",
+    "summary",
 ]
 
 # the assumed constants' ranges: no thread cost at all, the model's 100 µs, ten times it; and 30-70% of peak
@@ -195,3 +196,50 @@ def table(
                 if kinds[key]:
                     lines.append(f"  {label + ':':<27}{_grouped(kinds[key])}")
     return "\n".join(lines)
+
+
+def summary(
+    named: dict[str, Workload],
+    verdict: str = VERDICTS[1][0],
+    gpus=GPUS,
+    ns=(2, 4, 8),
+    thread_s=THREAD_S,
+    efficiencies=EFFICIENCIES,
+    **kwargs,
+) -> str:
+    """One verdict (by default the 15% lead) for each named workload, a row each: the profiles and n where
+    it holds under every pair of assumed constants, under some pairs only, and under none. The short form
+    of :func:`table`, whose ranges show how far each ratio moves."""
+    grid = len(thread_s) * len(efficiencies)
+    places = len(gpus) * len(ns)
+    rows = []
+    for name, work in named.items():
+        kinds = verdicts(sensitivity(work, gpus, ns, thread_s, efficiencies, **kwargs))[verdict]
+        cells = [name]
+        for key in ("every", "some", "none"):
+            got = kinds[key]
+            if not got:
+                cells.append("-")
+            elif len(got) == places:
+                cells.append("everywhere")
+            elif key != "some" and len(got) > places - len(got):  # the larger group, by what it is not
+                cells.append(f"the other {len(got)}")
+            else:
+                cells.append(_grouped(got))
+        rows.append(cells)
+    head = ["", "under every pair", "under some only", "under none"]
+    widths = [max(len(r[i]) for r in [head, *rows]) + 3 for i in range(3)]
+
+    def line(cells):
+        return "  " + "".join(c.ljust(w) for c, w in zip(cells, widths)) + cells[3]
+
+    return "\n".join(
+        [
+            f"modelled: where {verdict}",
+            f"({', '.join(gpus)} at n = {', '.join(map(str, ns))}; under {grid} assumed pairs of "
+            "PYTHON_THREAD_S and EFFICIENCY)",
+            "",
+            line(head),
+            *map(line, rows),
+        ]
+    )

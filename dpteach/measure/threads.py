@@ -2,21 +2,31 @@
 
 ``backward_threads(module, inputs, devices)`` takes one DataParallel step (the core helper
 ``dpteach.data_parallel.step``, without its backward), hangs a pre-hook on every node of the step's
-autograd graph, runs ``loss.backward()`` and records, for each node, the thread that ran it and the
-device of the gradient it received. Threads are named by role, never by id, so the table prints
-the same every time:
+autograd graph, runs ``loss.backward()`` and records, for each node, when it ran (1, 2, ...), the
+thread that ran it and the device of the gradient it received. Threads are named by role, never by
+id, so the table prints the same every time:
 
 * ``caller thread``: the thread that called ``backward()``;
 * ``autograd thread cuda:k``: one of the engine's device threads (the CUDA device it serves);
 * ``another thread``: anything else (none is expected).
 
-What to expect, from PyTorch's engine (``torch/csrc/autograd/engine.cpp``): ``execute_with_graph_task``
-runs ``thread_main(graph_task)`` on the calling thread when that thread is not one of the engine's
-workers, and the comment on ``local_ready_queue`` says "The CUDA, XLA threads are shared among all
-invocations of backwards via device_ready_queues_, while CPU threads are dedicated to processing
-CPU work for the backward they invoked" (``graph_task.h``, ``cpu_ready_queue_``, says the same). So
-on CPU slots every replica's backward runs on the caller thread, one node after another, and on
-CUDA each device's nodes run on that device's autograd thread.
+What to expect, from PyTorch's autograd engine (torch 2.13's headers; ``engine.cpp``):
+
+* ``Engine::execute_with_graph_task`` has the calling thread run ``thread_main``, which pops this
+  backward's own CPU queue: "CPU threads are dedicated to processing CPU work for the backward they
+  invoked" (``GraphTask::cpu_ready_queue_``, ``graph_task.h``).
+* ``Engine::ready_queue`` puts a node whose device is the CPU on that queue, and any other node on
+  ``device_ready_queues_.at(device.index())``, served by one thread per GPU
+  (``Engine::start_device_threads``). ``Node::device()`` (``node.h``) is the device of the node's
+  first input not on the CPU: "Used by the engine to determine what device thread to run on".
+* A queue pops the node with the highest sequence number first (``CompareNodeTaskTime``,
+  ``engine.h``): "nodes corresponding to ops executed later are the first to be executed in the
+  backward pass" (NOTE [ Sequence Number], ``node.h``); AccumulateGrad nodes get the highest number.
+
+So on CPU slots every replica's backward runs on the caller thread, one node after another, the
+replica whose forward ran last first (dpteach's CPU slots run their forwards in turn); on CUDA each
+device's nodes run on that device's autograd thread, at the same time as the other devices'.
+:meth:`Threads.on_gpus` writes out what that rule predicts for a run recorded on CPU slots.
 """
 
 from __future__ import annotations
@@ -38,7 +48,8 @@ __all__ = ["Row", "Threads", "backward_threads", "graph_nodes"]
 
 @dataclass(frozen=True)
 class Row:
-    """One backward node: its place in the walk, its name, its replica, its gradient's device, its thread's role.
+    """One backward node: its place in the walk, its name, its replica, its gradient's device, its thread's
+    role, and when it ran (``ran``: 1 for the first node the engine ran, 2 for the next, ...).
 
     ``replica`` is ``"replica k"`` for a node only the k-th replica's output leads to, ``"shared"`` for
     one several lead to (the reduction onto the model's parameters), ``"-"`` above the gather.
@@ -49,6 +60,7 @@ class Row:
     replica: str
     device: str
     thread: str
+    ran: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,20 +77,88 @@ class Threads:
     def roles(self) -> set[str]:
         return {r.thread for r in self.rows}
 
-    def table(self, limit: int | None = None) -> str:
-        """The nodes (the first ``limit``), numbered in the graph walk's breadth-first order, which is not the
-        order they ran in, and, under them, how many nodes each thread ran on each device."""
-        shown = self.rows if limit is None else self.rows[:limit]
-        lines = [f"{'walk':>4} {'backward node':<20}{'replica':<11}{'gradient on':<13}thread"]
-        lines += [f"{r.index:>4} {r.node:<20}{r.replica:<11}{r.device:<13}{r.thread}" for r in shown]
-        if len(shown) < len(self.rows):
-            lines.append(f"     ... {len(self.rows) - len(shown)} more nodes")
-        lines.append("")
-        lines.append(f"{'nodes':>5}  {'replica':<11}{'gradient on':<13}thread")
-        lines += [
-            f"{k:>5}  {rep:<11}{dev:<13}{role}" for (rep, dev, role), k in sorted(self.counts().items())
-        ]
+    def in_order(self) -> list[Row]:
+        """The rows in the order the nodes ran."""
+        return sorted(self.rows, key=lambda r: r.ran)
+
+    def runs(self) -> list[tuple[Row, ...]]:
+        """The rows in the order they ran, cut where the replica or the thread changes."""
+        out: list[list[Row]] = []
+        for r in self.in_order():
+            if out and (out[-1][-1].replica, out[-1][-1].thread) == (r.replica, r.thread):
+                out[-1].append(r)
+            else:
+                out.append([r])
+        return [tuple(run) for run in out]
+
+    def table(self) -> str:
+        """The backward, readable: on one thread, the nodes in the order they ran, a row per stretch of one
+        replica; on several threads (one per GPU), how many nodes each thread ran, since threads that run
+        at the same time interleave differently on every run."""
+        if len(self.roles) == 1:
+            [role] = self.roles
+            devices = ", ".join(sorted({r.device for r in self.rows}))
+            lines = [
+                f"one backward, {len(self.rows)} nodes, all on the {role}, one at a time, in this order:"
+            ]
+            lines.append(f"{'ran':>7}  {'replica':<11}nodes (their gradients on {devices})")
+            for run in self.runs():
+                first, last = run[0].ran, run[-1].ran
+                ran = f"{first}" if first == last else f"{first}-{last}"
+                lines.append(f"{ran:>7}  {run[0].replica:<11}{_names(run)}")
+        else:
+            lines = [
+                f"one backward, {len(self.rows)} nodes, on {len(self.roles)} threads at the same time "
+                "(how they interleave changes from run to run):",
+                f"{'nodes':>7}  {'replica':<11}{'gradient on':<16}thread",
+            ]
+            lines += [
+                f"{k:>7}  {rep:<11}{dev:<16}{role}" for (rep, dev, role), k in sorted(self.counts().items())
+            ]
+        lines.append(LEGEND)
         return "\n".join(lines)
+
+    def on_gpus(self) -> str:
+        """What this step's backward would print on as many GPUs as it had slots, slot k on ``cuda:k``:
+        worked out from the engine's rule (each node on the thread of its gradient's GPU), not run.
+
+        Replica k's nodes get their gradients on ``cuda:k``; the loss, the gather's backward and the sum
+        onto the model's parameters get theirs on ``cuda:0``, the first slot's device, where the model
+        and the gathered output live.
+        """
+        replicas = sorted({r.replica for r in self.rows if r.replica.startswith("replica ")})
+        n = max(len(replicas), 1)
+        counts = Counter((r.replica, _expected_gpu(r.replica)) for r in self.rows)
+        when = {"replica 0": "", "shared": "  once every replica's are done"}
+        lines = [
+            f"on {n} GPU{'s' if n > 1 else ''} this backward would run like this (worked out from PyTorch's engine source; "
+            "not run here):",
+            f"{'nodes':>7}  {'replica':<11}thread",
+        ]
+        for (rep, gpu), k in sorted(counts.items()):
+            note = when.get(rep, "  at the same time as replica 0's" if rep.startswith("replica ") else "")
+            lines.append(f"{k:>7}  {rep:<11}autograd thread cuda:{gpu}{note}")
+        lines.append("the caller thread runs none of them: it waits until the GPU threads are done")
+        return "\n".join(lines)
+
+
+LEGEND = "(-: the loss and the gather; replica k: that replica's own nodes; shared: the sum onto the model)"
+
+
+def _names(run: Sequence[Row]) -> str:
+    """The node names of one run, a repeated name once with its count: ``AccumulateGrad ×4``."""
+    groups: list[list[str]] = []
+    for r in run:
+        if groups and groups[-1][0] == r.node:
+            groups[-1].append(r.node)
+        else:
+            groups.append([r.node])
+    return ", ".join(g[0] if len(g) == 1 else f"{g[0]} ×{len(g)}" for g in groups)
+
+
+def _expected_gpu(replica: str) -> int:
+    """The GPU whose autograd thread runs a node of ``replica`` when slot k is ``cuda:k``."""
+    return int(replica.split()[1]) if replica.startswith("replica ") else 0
 
 
 def graph_nodes(root: Any) -> list[Any]:
@@ -137,14 +217,14 @@ def backward_threads(
     """
     done = step(module, inputs, devices, strategy=strategy, loss_fn=loss_fn, backward=False)
     nodes = graph_nodes(done.loss.grad_fn)
-    seen: dict[int, tuple[str, str]] = {}
+    seen: dict[int, tuple[str, str, int]] = {}
     caller = threading.get_ident()
     lock = threading.Lock()
 
     def recorder(i: int):
         def hook(grad_outputs):
             with lock:  # device threads may run nodes at the same time
-                seen[i] = (_device(grad_outputs), _role(caller))
+                seen[i] = (_device(grad_outputs), _role(caller), len(seen) + 1)
 
         return hook
 

@@ -65,7 +65,9 @@ def test_the_thread_table_puts_every_cpu_backward_node_on_the_caller_thread():
     if scope["on_gpu"]:
         pytest.skip("the CPU branch")
     assert scope["recorded"].roles == {"caller thread"}
-    assert "replica 1" in printed and "autograd thread" not in printed
+    measured, expected = printed.split("would run like this")  # the record, then what GPUs would show
+    assert "replica 1" in measured and "autograd thread" not in measured
+    assert "not run here" in expected  # the GPU part is labelled as worked out, not measured
     _, again = run("thread-table")
     assert printed == again  # the same on every run
 
@@ -76,11 +78,14 @@ def test_the_cost_cells_print_the_same_twice_and_say_modelled():
     _, second = run(*tags)
     assert first == second
     assert "modelled ms per step" in first and "measured/modelled" in first
-    assert first.count("modelled under 9 assumed pairs") == 2  # the MLP's grid and GPT-2's, printed
+    # the main path prints one short result: where DDP's modelled lead passes 15%, for both models
+    assert "modelled: where DDP's step is over 15% shorter than DataParallel's" in first
+    assert "modelled under 9 assumed pairs" not in first  # the full ranges are folded, not printed
     scope, _ = run("cost-table", "large-model", "published", "sensitivity")
     shown = eval(TAGGED["sensitivity"].source.splitlines()[-1], scope)  # the cell's value, folded
+    assert str(shown).count("modelled under 9 assumed pairs") == 2  # the MLP's ranges and GPT-2's
     assert str(shown).count("modelled under 27 assumed settings") == 2
-    assert shown._repr_html_().startswith("<details><summary>Going deeper: the 27 settings")
+    assert shown._repr_html_().startswith("<details><summary>Going deeper: the ranges behind it")
     scope, _ = run("cost-table", "timeline")
     titles = [ax.get_title() for ax in scope["fig"].axes]
     assert all("modelled, A100-SXM" in t for t in titles) and len(titles) == 2
@@ -185,6 +190,8 @@ def test_the_markdown_names_the_verdicts_the_sensitivity_cell_prints():
     assert gpt2[lead]["every"] == [] and gpt2[lead]["some"] == ["T4 n=8", "H200-SXM n=8"]
     text = markdown()
     assert "DDP's modelled lead passes 15% only on 8 T4s or 8 H200s, under some settings" in text
+    assert "On GPT-2 that lead shows only on 8 T4s or 8 H200s, under some pairs" in text  # the main path
+    assert "On the MLP DDP leads by over 15% under every pair" in text
     assert "whether DataParallel beats one A100 or H200 on the MLP, whether DDP beats one T4 on it" in text
     # with DDP charged the published gap (the sensitivity cell's 27 settings)
     scope, _ = run("cost-table", "large-model", "published", "sensitivity")
@@ -281,24 +288,24 @@ def test_the_memory_the_model_ignores_is_the_shipped_count():
 
 
 def test_the_bytes_sentence_states_what_gpu0_and_every_gpu_send_and_receive():
-    scope, printed = run("thread-table")
+    scope, printed = run("gpu0-bytes")
     work = scope["work"]
     ring, through = 2 * (4 - 1) / 4 * work.param_bytes, work.param_bytes  # on 4 GPUs, as the cell prints
     assert f"{ring:,.0f}      {ring:,.0f}" in printed and f"{through:,.0f}" in printed
-    flat = " ".join(TAGGED["thread-table"].source.split())  # the cell; its prose is the cell before
-    prose = " ".join(NB.cells[NB.cells.index(TAGGED["thread-table"]) - 1].source.split())
+    flat = " ".join(TAGGED["gpu0-bytes"].source.split())  # the cell; its prose is the cell before
+    prose = " ".join(NB.cells[NB.cells.index(TAGGED["gpu0-bytes"]) - 1].source.split())
     assert "through_gpu0" in flat
     mb = through / 1e6
     assert f"GPU 0 sends {mb:.1f} MB (the model) and receives {mb:.1f} MB (the summed gradients)" in prose
     assert f"every GPU sends {ring / 1e6:.1f} MB and receives {ring / 1e6:.1f} MB around the ring" in prose
-    assert "`walk` numbers the nodes breadth-first from the loss, not in the order they ran" in prose
+    assert NB.cells.index(TAGGED["gpu0-bytes"]) == NB.cells.index(TAGGED["thread-table"]) + 2
 
 
 def test_ddp_copies_no_parameters_per_step_but_syncs_buffers_and_the_mlp_has_none():
     scope, _ = run("cost-table")
     text = " ".join(" ".join(c.source.split()) for c in NB.cells if c.cell_type == "markdown")
     assert (
-        "it broadcasts the buffers from rank 0, `forward_sync_buffers=True` by default; this MLP has none"
+        "it broadcasts the buffers from rank 0 (`forward_sync_buffers=True` by default), and this MLP has none"
         in text
     )
     assert not list(scope["model"].buffers())
@@ -326,3 +333,33 @@ def test_the_opening_table_is_the_readmes():
     starts = ("| a CPU (laptop, Binder) |", "| one GPU (Colab) |", "| several GPUs |")
     ours = [line for line in NB.cells[2].source.splitlines() if line.startswith(starts)]
     assert ours == [line for line in readme if line.startswith(starts)] and len(ours) == 3
+
+
+def test_the_published_cell_says_plainly_whose_measurements_they_are():
+    from dpteach.measure import published
+
+    _, printed = run("published")
+    shipped = published.shipped()
+    if not any(m.ours for m in shipped):
+        assert (
+            f"These {len(shipped)} are published measurements. None is dpteach's own: no GPU run" in printed
+        )
+    assert "of ours" not in printed
+
+
+def test_the_bucket_assumption_is_stated_where_the_model_is_and_is_what_it_computes():
+    from dpteach.measure import costmodel
+
+    before = " ".join(NB.cells[NB.cells.index(TAGGED["cost-table"]) - 1].source.split())  # where it is used
+    assert (
+        "The model assumes backward makes the gradient bytes at an even pace, so a bucket is ready once its "
+        "share of backward is done, and its all-reduce then overlaps the rest of backward" in before
+    )
+    scope, _ = run("cost-table")
+    work = scope["work"]
+    pred = costmodel.predict(work, "A100-SXM", 4, "DDP")
+    [backward] = [p for p in pred.parts if p.name == "backward" and p.lane == "GPU 0"]
+    first = next(p for p in pred.parts if p.name == "all-reduce")
+    share = costmodel.buckets(work)[0] / work.param_bytes
+    assert abs(first.start - (backward.start + share * backward.seconds)) < 1e-12  # ready at its share
+    assert first.start < backward.end  # and sent while backward still runs
