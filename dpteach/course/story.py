@@ -154,8 +154,14 @@ FOUR_MOVES_STEPS = (
 )  # fmt: skip
 
 
-MISSING_EDGE = "backward: the edge\nC++'s clones lacked"
+MISSING_EDGE = "gradient edge\nback to the model\n(C++'s clones\nhad none)"
+
 PER_SLOT = {"pieces": "piece", "replicas": "replica", "parallel_apply": "parallel_apply", "outputs": "output"}
+
+
+def replica_label(i: int) -> str:
+    """What slot ``i``'s replica holds under the default strategy: slot 0 shares, later slots copy."""
+    return f"replica {i}\n" + ("the model's\nown weights" if i == 0 else "a copy")
 
 
 def four_moves_lanes(slots: int = 2) -> list[tuple[str, str]]:
@@ -179,20 +185,31 @@ def four_moves_picture(slots: int = 2):
     """Chapter 00's picture of one DataParallel step: boxes are moves, ovals are data, up to the loss.
 
     One lane (a column) per slot holds that slot's piece, replica, forward and output, so the replicas
-    stand side by side; the dashed arrows are the edges backward needs from each replica to the model,
-    the ones C++'s clones lacked. A ``graphviz.Digraph`` when ``dot`` and the ``graphviz`` package are
-    there, else the same edges as text. Drawn top to bottom with the legend beside it, so that it fits
-    a notebook column (about 900 px) at full size.
+    stand side by side. The replicas are the default strategy's: slot 0's shares the model's weights,
+    every later slot's is a copy. The dashed arrows are the edges backward needs from each replica to
+    the model: the default strategy makes them, C++'s clones (one per slot, slot 0 included) had none.
+    A ``graphviz.Digraph`` when ``dot`` and the ``graphviz`` package are there, else the same edges as
+    text. Drawn top to bottom with the legend beside it, so that it fits a notebook column (about
+    900 px) at full size.
+
+    The README's figure, ``docs/four_moves.png``, is this picture at 144 dpi::
+
+        picture = four_moves_picture(); picture.graph_attr["dpi"] = "144"
+        picture.render("docs/four_moves", format="png", cleanup=True)
     """
     import importlib.util
     import shutil
 
     edges = four_moves_lanes(slots)
     if not (shutil.which("dot") and importlib.util.find_spec("graphviz")):
+        lines = []
+        for a, b in edges:
+            held = " ".join(replica_label(int(b.split()[1])).splitlines()[1:]) if a == "replicate" else ""
+            lines.append(f"{a:>16} -> {b}" + (f"   ({held}; the bug lives here)" if held else ""))
+        dashed = MISSING_EDGE.replace("\n", " ")
         return "\n".join(
-            [f"{a:>16} -> {b}" + ("   <- the bug lives here" if a == "replicate" else "") for a, b in edges]
-            + [f"{f'replica {i}':>16} -> model    (dashed: {MISSING_EDGE.replace(chr(10), ' ')})" for i in range(slots)]
-        )  # fmt: skip
+            lines + [f"{f'replica {i}':>16} -> model    (dashed: {dashed})" for i in range(slots)]
+        )
     import graphviz
 
     picture = graphviz.Digraph(graph_attr={"rankdir": "TB", "ranksep": "0.3", "nodesep": "0.15"})
@@ -200,7 +217,7 @@ def four_moves_picture(slots: int = 2):
         with picture.subgraph(name=f"cluster_slot{i}") as lane:
             lane.attr(label=f"slot {i}", style="rounded,filled", fillcolor="gray95", color="gray60")
             lane.node(f"piece {i}", shape="ellipse", style="filled", fillcolor="white")
-            lane.node(f"replica {i}", shape="ellipse", style="filled", fillcolor="white")
+            lane.node(f"replica {i}", replica_label(i), shape="ellipse", style="filled", fillcolor="white")
             lane.node(f"parallel_apply {i}", f"parallel_apply:\nreplica {i} on piece {i}", shape="box",
                       style="filled", fillcolor="lightblue")  # fmt: skip
             lane.node(f"output {i}", shape="ellipse", style="filled", fillcolor="white")
@@ -219,7 +236,9 @@ def four_moves_picture(slots: int = 2):
         legend.attr(label="legend", fontsize="10")
         legend.node("a move", shape="box", style="filled", fillcolor="lightblue")
         legend.node("data", shape="ellipse")
-        legend.node("the move with the bug", shape="box", style="filled", fillcolor="salmon")
+        legend.node(
+            "the move with the bug", "the move\nwith the bug", shape="box", style="filled", fillcolor="salmon"
+        )
         with legend.subgraph() as row:  # a short dashed arrow, drawn level, with its meaning above it
             row.attr(rank="same")
             row.node("dash_from", "", shape="point", width="0.03")
