@@ -44,13 +44,14 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
 
 
 SECOND_DEVICE = [torch.device("cpu"), torch.device("meta")]  # meta: shapes, no data, no arithmetic
+ONTO_META = "onto the slots [cpu, meta] (`meta` is a device that holds shapes and no data)"
 
 
 def check_slot_devices(findings: Findings, strategy) -> None:
     """Replicate every model onto ``[cpu, meta]``: each replica's parameters must be on its own slot's device."""
     for case in CASES:
         model = case.make()[0]
-        findings.context = f"Replicating {case.name} onto the slots [cpu, meta] (meta: shapes, no data)"
+        findings.context = f"Replicating {case.name} {ONTO_META}"
         replicas = replicate(model, SECOND_DEVICE, strategy=strategy)
         check_replicas(findings, model, replicas, SECOND_DEVICE, findings.context)
 
