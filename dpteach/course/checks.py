@@ -681,6 +681,78 @@ def counter_survives(cls: type | object, devices=("cpu", "cpu"), forwards: int =
     )
 
 
+# ---------------------------------------------------------------- chapter 06 · the cost of copies
+
+
+def step_copies(
+    prediction: int | object,
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    devices: Sequence,
+    strategy: str = "broadcast",
+) -> Verdict:
+    """Predict-then-check: how many copies does one DataParallel step of ``model`` on ``x`` over
+    ``devices`` make under ``strategy``? Counts them with ``costs.step_traffic`` (on a copy of the
+    model, so the model's gradients and BatchNorm statistics stay as they were) and compares.
+
+    With every slot on one device a wrong count is matched against the usual slips (bytes for
+    copies, the buffers or the gather left out, slot 0 counted wrong) and the message names the one made.
+    """
+    import copy
+    from collections import Counter
+
+    from ..measure import costs
+
+    name = f"ch06.step_copies.{strategy}.{len(devices)}"
+    if _unset(prediction):
+        return Verdict(False, "Write your prediction as a whole number of copies, e.g. 30, then run again.")
+    if not _count(prediction):
+        return Verdict(False, f"Give a whole number of copies, e.g. 30, not {prediction!r}.")
+    guess, slots = int(prediction), list(devices)  # type: ignore[call-overload]
+    t = costs.step_traffic(copy.deepcopy(model), x, slots, strategy)
+    truth, n, ops = len(t.copies), len(slots), Counter(c.op for c in t.copies)
+    params, buffers = sum(1 for _ in model.parameters()), sum(1 for _ in model.buffers())
+    tensors, gathered = params + buffers, ops["gather"]
+    model_copies = n - 1 if strategy == "broadcast" else n  # broadcast: slot 0 shares the model
+    one_device = len({str(torch.device(d)) for d in slots}) == 1
+    formula = f"{model_copies} model copies × {tensors} tensors + {gathered} gathered pieces"
+    if not one_device:
+        formula = ", ".join(f"{k} {op}" for op, k in ops.items())  # buckets, .to, scatter: by operation
+    if guess == truth:
+        return _correct(name, f"{truth} copies: {formula}.")
+    slips = {
+        t.bytes: "that is the number of bytes the step copied; count the copies, one per tensor moved.",
+        model_copies * params + gathered: "you counted the parameters only: a model copy copies its "
+        "buffers too, one copy each.",
+        model_copies * tensors: "you counted the model copies only: gather copies each slot's piece of "
+        "the output onto devices[0] too.",
+    }
+    if strategy == "broadcast":
+        slips[n * tensors + gathered] = (
+            "you copied the model for slot 0 too; under 'broadcast' slot 0's replica shares the model's storage."
+        )
+    else:
+        slips[(n - 1) * tensors + gathered] = (
+            f"you left slot 0 out; under {strategy!r} slot 0's replica is a copy too, as Cloneable::clone made it."
+        )
+    too = "many" if guess > truth else "few"
+    change = slips.get(guess) if one_device else None
+    shared = (
+        "slot 0 shares the model: N - 1 model copies"
+        if strategy == "broadcast"
+        else ("every slot gets a clone, slot 0 included: N model copies")
+    )
+    return _not_yet(
+        name,
+        change or f"{guess} is too {too}. Count the tensors of one model copy first.",
+        [
+            "One copy of the model is one copy per tensor: its parameters and its buffers.",
+            f"Under {strategy!r} {shared}; then gather copies one output piece per slot onto devices[0].",
+        ],
+        lambda: f"{truth}: {formula}.",
+    )
+
+
 # ---------------------------------------------------------------- chapter 10 · the C++ original
 
 

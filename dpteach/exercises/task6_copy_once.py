@@ -1,14 +1,15 @@
 """Task 6 (taught in 06, tried in 08): one copy, not two (PR #20995): the learner writes ``copy_once``.
 
-The check counts the aten operations that copy data (a ``TorchDispatchMode`` sees them) for a copy
-onto its own device and onto ``"meta"`` (standing in for a second GPU; every CUDA pair there is too).
+The check counts the aten operations that copy data (``dpteach.measure.costs.CountCopies``, a
+``TorchDispatchMode``, sees them; chapter 06 uses it too) for a copy onto its own device and onto
+``"meta"`` (standing in for a second GPU; every CUDA pair there is too).
 """
 
 from __future__ import annotations
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..measure.costs import CountCopies
 from ._feedback import Findings, Result, Task
 from ._harness import run_check
 
@@ -34,21 +35,6 @@ HINTS = {
     "so turn it into a `torch.device(device)` before comparing.",
     "values": "return a tensor with the tensor's shape, dtype and values: copy it, do not change it.",
 }
-
-COPIES = ("clone", "_to_copy", "copy_")  # the aten operations that write a tensor's data somewhere new
-
-
-class CountCopies(TorchDispatchMode):
-    """Sees every aten operation run inside it; keeps the names of the ones that copy data."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.copies: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket.__name__ in COPIES:
-            self.copies.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
 
 
 def places(devices=None) -> list[tuple[torch.device, torch.device]]:

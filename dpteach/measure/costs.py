@@ -5,9 +5,12 @@ come from the one timer, ``dpteach.measure.timer``.
 
 * ``state_nbytes(module)``: bytes of a module's parameters and buffers, each tensor once.
 * ``step_traffic(model, x, devices, strategy)``: every copy one DataParallel step makes.
-* ``clone_then_to`` / ``to_device``: one tensor copied the pre-#20995 way (two copies) and the fixed way.
+* ``clone_then_to`` / ``to_device``: one tensor copied the pre-#20995 way (two copies, as onto another
+  device; on one device the helper forces the second) and the fixed way.
 * ``copy_per_tensor`` / ``copy_coalesced``: many tensors copied one by one, or in flat buckets.
 * ``copy_calls(ways, counts, total_elements, device)``: how many copies each way makes, counted.
+* ``CountCopies()``: a context that names every copy torch itself makes inside it (``clone``,
+  ``_to_copy``, ``copy_``), for code that does not go through ``dpteach.comm``.
 * ``plot_bytes(traffic, ax)`` and ``plot_timings(xs, timings, ax)``: chapter 06's pictures; timings are
   drawn as medians with the middle half of the runs as the spread, never as a verdict.
 """
@@ -19,6 +22,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import comm
 from .._devices import as_device
@@ -32,6 +36,8 @@ __all__ = [
     "copy_per_tensor",
     "copy_coalesced",
     "copy_calls",
+    "COPIES",
+    "CountCopies",
     "plot_bytes",
     "plot_timings",
     "seconds_label",
@@ -121,6 +127,27 @@ def copy_calls(
                 way(tensors, device)
             calls[way.__name__].append(len(meter.transfers))
     return calls
+
+
+COPIES = ("clone", "_to_copy", "copy_")  # the aten operations that write a tensor's data somewhere new
+
+
+class CountCopies(TorchDispatchMode):
+    """Sees every aten operation run inside it; keeps the names of the ones that copy data.
+
+    ``with CountCopies() as counted: tensor.clone().to("meta")`` leaves ``counted.copies ==
+    ["clone", "_to_copy"]``. It counts what torch runs, where ``comm.traffic()`` counts what dpteach
+    records: ``tensor.to(tensor.device)`` runs no copy (torch hands back the tensor itself).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.copies: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in COPIES:
+            self.copies.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
 
 
 def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = ""):

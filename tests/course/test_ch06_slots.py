@@ -45,6 +45,14 @@ class CopiesOutOfMeta(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def exercise_section() -> str:
+    """The markdown of the chapter's exercises: from ``## Exercises`` to ``## Try it yourself``."""
+    cells = list(CELLS.values())
+    start = next(i for i, c in enumerate(cells) if c.source.startswith("## Exercises"))
+    end = next(i for i, c in enumerate(cells) if i > start and c.source.startswith("## Try it yourself"))
+    return "\n".join(c.source for c in cells[start:end] if c.cell_type == "markdown")
+
+
 def run_cells(devices):
     """The chapter's model, traffic and check cells on ``devices``; what they printed, and the scope."""
     scope = {"torch": torch, "nn": nn, "dpteach": dpteach, "costs": costs, "devices": devices}
@@ -86,7 +94,7 @@ def test_the_check_fails_when_a_count_is_off():
 
 def test_exercise_3_can_be_answered_with_a_meta_slot():
     """Exercise 3: with slot 1 on "meta", each copy's ``dst`` says which slot it went to."""
-    exercise = next(c.source for c in CELLS.values() if c.source.startswith("## Exercises"))
+    exercise = exercise_section()
     assert 'torch.device("meta")' in exercise  # the exercise names the way to tell the slots apart
     _, scope = run_cells([torch.device("cpu")] * 2)
     model, size = scope["model"], scope["P"] + scope["B"]

@@ -1,0 +1,150 @@
+"""Chapter 06's copy counts that repeat: clone-then-``.to`` on the tensor's own device and on another,
+the predict-then-check exercise (``checks.step_copies``), and the printed figures of two runs.
+
+Expected counts are derived from the model (its tensors, the slots), never copied from a run. Cells
+are found by their tags; the set-up cell is the chapter's first ``hide-input`` cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from torch import nn
+
+from dpteach.course import checks
+from dpteach.exercises import task6_copy_once
+from dpteach.measure import costs
+
+ROOT = Path(__file__).resolve().parents[2]
+CELLS = nbformat.read(ROOT / "notebooks" / "06_the_cost_of_copies.ipynb", as_version=4).cells
+DETAILS = re.compile(r"<details\b.*?</details>", re.S)
+
+
+def tagged(tag: str):
+    return next(c for c in CELLS if tag in c.metadata.get("tags", []))
+
+
+def run(*tags: str) -> tuple[dict, str]:
+    """The set-up cell and the cells with ``tags``, in one scope; what they printed."""
+    scope: dict = {}
+    out = io.StringIO()
+    threads = torch.get_num_threads()  # the set-up cell sets one intra-op thread
+    try:
+        with contextlib.redirect_stdout(out):
+            for tag in ("hide-input", *tags):
+                exec(compile(tagged(tag).source, f"<{tag}>", "exec"), scope)
+    finally:
+        torch.set_num_threads(threads)
+    return scope, out.getvalue()
+
+
+def make_model():
+    return nn.Sequential(
+        nn.Linear(64, 256), nn.BatchNorm1d(256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)
+    )
+
+
+def test_count_copies_lives_in_costs_and_task_6_uses_it():
+    assert task6_copy_once.CountCopies is costs.CountCopies  # one class, imported
+    with costs.CountCopies() as counted:
+        torch.ones(3).clone().to("meta")
+    assert counted.copies == ["clone", "_to_copy"]
+
+
+def test_clone_then_to_copies_twice_only_onto_another_device():
+    """The chapter's cell: onto the tensor's own device the old line makes one copy (``.to`` hands the
+    tensor back), onto "meta" (another device) two; ``.to`` alone none and one."""
+    scope, printed = run("clone-then-to-counts")
+    own = scope["devices"][0].type
+    lines = [" ".join(line.split()) for line in printed.splitlines()[1:]]  # after the set-up's slots line
+    assert lines == [
+        f"onto {own} clone().to 1 copy ['clone']",
+        f"onto {own} .to 0 copies [] (.to handed back the tensor itself)",
+        "onto meta clone().to 2 copies ['clone', '_to_copy']",
+        "onto meta .to 1 copy ['_to_copy']",
+    ]
+
+
+def test_every_sentence_that_says_twice_names_another_device():
+    """ "Copied twice, clone() then .to()" holds only for a slot on another device: the chapter says so."""
+    text = " ".join(DETAILS.sub(" ", c.source) for c in CELLS if c.cell_type == "markdown")
+    sentences = [
+        s for s in re.split(r"(?<=[.!?])\s+", " ".join(text.split())) if re.search(r"twice|two copies", s)
+    ]
+    assert sentences and all("another device" in s for s in sentences), sentences
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_step_copies_knows_the_count_of_each_strategy(n):
+    model, x = make_model(), torch.randn(32, 64)
+    tensors = len(list(model.parameters())) + len(list(model.buffers()))  # 8 + 3
+    slots = ["cpu"] * n
+    assert checks.step_copies(
+        (n - 1) * tensors + n, model, x, slots
+    ).ok  # N - 1 model copies + N gathered pieces
+    for strategy in ("clone", "rewire"):
+        assert checks.step_copies(n * tensors + n, model, x, slots, strategy).ok  # slot 0 cloned too
+    assert checks.step_copies(float(n * tensors + n), model, x, slots, "clone").ok  # 48.0 is a count
+
+
+def test_step_copies_names_the_slip():
+    checks.reset()
+    model, x, slots = make_model(), torch.randn(32, 64), ["cpu"] * 4
+    nbytes = costs.step_traffic(make_model(), x, slots).bytes
+    said = {
+        nbytes: "bytes",  # bytes for copies
+        3 * 8 + 4: "parameters only",  # the buffers left out
+        3 * 11: "model copies only",  # the gather left out
+        4 * 11 + 4: "slot 0 too",  # broadcast's slot 0 copied
+        12: "too few",
+    }
+    for guess, words in said.items():
+        verdict = checks.step_copies(guess, model, x, slots)
+        assert not verdict.ok and words in verdict.message, (guess, verdict.message)
+    checks.reset()
+    assert "left slot 0 out" in checks.step_copies(3 * 11 + 4, model, x, slots, "clone").message
+
+
+def test_step_copies_gives_the_answer_only_from_the_third_try_and_leaves_the_model_alone():
+    checks.reset()
+    model, x, slots = make_model(), torch.randn(32, 64), ["cpu"] * 4
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    messages = [checks.step_copies(40, model, x, slots).message for _ in range(3)]
+    assert "Hint 1 of 2" in messages[0] and "Hint 2 of 2" in messages[1] and "37" not in messages[1]
+    assert "The answer: 37: 3 model copies × 11 tensors + 4 gathered pieces" in messages[2]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # BatchNorm's statistics too
+    assert all(p.grad is None for p in model.parameters())  # the check stepped a copy
+    assert "Write your prediction" in checks.step_copies(..., model, x, slots).message
+    assert (
+        not checks.step_copies("37", model, x, slots).ok and not checks.step_copies(True, model, x, slots).ok
+    )
+
+
+def test_the_exercise_predicts_then_checks_with_a_worked_answer():
+    cells = list(CELLS)
+    start = next(i for i, c in enumerate(cells) if c.source.startswith("## Exercises"))
+    check = tagged("predict-copies")
+    at = cells.index(check)
+    assert start < at and "**Predict, then check.**" in cells[start].source
+    assert "prediction = ..." in check.source and "checks.step_copies(" in check.source
+    scope, _ = run("step-bytes")
+    *body, last = check.source.strip().splitlines()
+    exec("\n".join(body), scope)
+    assert "Write your prediction" in repr(eval(last, scope))  # the cell runs with the prediction left open
+    answer = re.search(r"<summary>Answer 1</summary>(.*?)</details>", cells[at + 1].source, re.S)[1]
+    model, n = scope["model"], 4
+    tensors = len(list(model.parameters())) + len(list(model.buffers()))
+    assert f"{(n - 1) * tensors + n} in all" in answer and f"= {n * tensors + n}" in answer
+
+
+def test_the_counting_cells_print_the_same_twice():
+    tags = ("step-bytes", "replicate-counts", "clone-then-to-counts", "coalesce-counts", "copy-calls")
+    _, first = run(*tags)
+    _, second = run(*tags)
+    assert first == second and "copies" in first
