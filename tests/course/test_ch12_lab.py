@@ -23,6 +23,12 @@ from dpteach.widgets.training import slot_devices
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def tagged(cells, tag: str) -> str:
+    """The source of the one markdown cell that carries ``tag``."""
+    (source,) = [c.source for c in cells if c.cell_type == "markdown" and tag in c.metadata.get("tags", [])]
+    return source
+
+
 def positions(steps, kind):
     return [i for i, step in enumerate(steps) if step.kind == kind]
 
@@ -148,6 +154,27 @@ def test_the_widgets_after_a_click(ipywidgets):
     assert moved == {"broadcast": 2 * m, "clone": 3 * m, "rewire": 3 * m}
 
 
+def test_the_cost_section_says_the_budget_the_explorer_times_in(ipywidgets):
+    """Section 3 says the explorer times five steps within a budget of 1 s, and says so when they do not
+    fit: the lab's MIN_TIMED and max_repeats, and the default budget of CostLab and of the widget."""
+    import inspect
+
+    from dpteach import widgets
+    from dpteach.widgets.cost import BUDGET_S, MIN_TIMED
+
+    lab = CostLab()
+    assert lab.budget_s == BUDGET_S and MIN_TIMED == lab.max_repeats == 5
+    assert inspect.signature(widgets.cost_explorer).parameters["budget_s"].default == BUDGET_S
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    text = " ".join(cost.split())
+    assert "five steps" in text and f"do not fit in {BUDGET_S:g} s" in text and "says so" in text
+    assert "at least five" not in text
+    few = CostLab(width=16, slots=2, budget_s=0.0)  # a budget too small for five: said, no time shown
+    few.measure()
+    assert "fitted the 0 s budget" in few.status() and "µs" not in few.status().split("this machine:")[-1]
+
+
 def test_cost_lab_before_measuring_says_to_call_measure():
     lab = CostLab(width=16, slots=2)
     assert "call measure()" in lab.status() and "call measure()" in "\n".join(lab.report())
@@ -223,9 +250,8 @@ def test_at_the_large_learning_rate_rounding_grows_until_the_weights_differ():
     first = differ.index(True)
     assert not any(differ[:first]) and all(differ[first:]) and gaps[first] > 1e-2
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    (explorer,) = [c.source for c in cells if c.source.startswith("## 1. The DataParallel explorer")]
-    text = " ".join(explorer.split())
-    assert "gradient norms DIFFER" in text and "starts a fresh run" in text
+    assert "starts a fresh run" in " ".join(tagged(cells, "explorer-intro").split())
+    assert "gradient norms DIFFER" in " ".join(tagged(cells, "large-lr-why").split())
     assert [c for c in cells if "large-lr" in c.metadata.get("tags", [])]
 
 
@@ -289,5 +315,5 @@ def test_run_to_the_end_at_the_large_learning_rate_the_loss_goes_inf_then_nan():
     assert all(p.isnan().all() for p in lab.model.parameters())  # SGD spread it to every weight
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     assert [c for c in cells if "diverges" in c.metadata.get("tags", [])]
-    (explorer,) = [c.source for c in cells if c.source.startswith("## 1. The DataParallel explorer")]
-    assert "`inf`" in explorer and "`nan`" in explorer and "exactly ±1" in explorer
+    why = tagged(cells, "diverges-why")
+    assert "`inf`" in why and "`nan`" in why and "exactly ±1" in why
