@@ -12,6 +12,7 @@ under its question (or ``display``-ed, inside an ``if``).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
@@ -63,6 +64,31 @@ def _count(value: object) -> bool:
     if isinstance(value, float):
         return value.is_integer()
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+# what a learner most often forgets to import, and the line that imports it
+_IMPORTS = {
+    "SimpleNamespace": "from types import SimpleNamespace",
+    "nn": "from torch import nn",
+    "torch": "import torch",
+    "F": "import torch.nn.functional as F",
+    "demos": "from dpteach.course import demos",
+    "dpteach": "import dpteach",
+}
+
+
+def _missing_name(err: BaseException, then: str) -> Verdict | None:
+    """A NameError in the learner's code: a missing import, not a wrong idea, so say which and cost no hint.
+
+    ``None`` for any other error. Also finds the name in an error re-raised from a replica's thread,
+    which keeps only the message.
+    """
+    if not isinstance(err, NameError):
+        return None
+    named = re.search(r"name '(\w+)' is not defined", str(err))
+    found = getattr(err, "name", None) or (named.group(1) if named else "a name")
+    how = f"import it ({_IMPORTS[found]})" if found in _IMPORTS else "import it or define it"
+    return Verdict(False, f"Not yet: NameError: {found} is not defined — {how}, then {then}.")
 
 
 def reset() -> None:
@@ -492,10 +518,13 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     def fail(change: str) -> Verdict:
         return _not_yet(name, change, hints, answer)
 
+    again = "run the cell that defines Scale and this check again"
     torch.manual_seed(0)
     try:
         module = cls()  # type: ignore[operator]
     except Exception as err:  # a learner's class: say what __init__ needs, whatever went wrong
+        if missing := _missing_name(err, again):
+            return missing
         return fail(
             f"Scale() raised {type(err).__name__}: {err}. __init__ takes no argument but self: call "
             "super().__init__(), register a parameter 'scale' of shape (3,), and keep it as self.members.scale."
@@ -511,6 +540,8 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     try:
         out = module(x)
     except Exception as err:
+        if missing := _missing_name(err, again):
+            return missing
         return fail(
             f"forward raised {type(err).__name__}: {err}. Make forward return x * self.members.scale."
         )
@@ -543,6 +574,11 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
         return fail(
             "load_replica_params still raises NotImplementedError: define it in Scale, putting "
             "tensors['scale'] into self._parameters['scale'] and into self.members.scale."
+        )
+    except Exception as err:  # the learner's load_replica_params or forward: report it, never raise
+        return _missing_name(err, again) or fail(
+            f"under Option Two, Scale raised {type(err).__name__}: {err}. In load_replica_params, put "
+            "tensors['scale'] into self._parameters['scale'] and into self.members.scale, and nothing else."
         )
     if module.scale.grad is None:
         return fail(
@@ -599,6 +635,8 @@ def cpp_style_trains(strategy: Callable | object, devices=("cpu", "cpu")) -> Ver
         replicas = replicate(model, list(devices), strategy=strategy)
         F.mse_loss(DataParallel(model, list(devices), strategy=strategy)(x), y).backward()
     except Exception as err:  # a learner's function: report it, with what to copy
+        if missing := _missing_name(err, "run the cell that defines my_attempt and this check again"):
+            return missing
         return fail(
             f"my_attempt raised {type(err).__name__}: {err}. Copy the whole cell printed above (its two "
             "import lines and the def), run it, then change only the loop."
@@ -642,24 +680,33 @@ def cpp_style_trains(strategy: Callable | object, devices=("cpu", "cpu")) -> Ver
 
 
 def counter_survives(cls: type | object, devices=("cpu", "cpu"), forwards: int = 3) -> Verdict:
-    """Exercise 1: ``cls()`` is a ``demos.CallCounter`` whose ``calls_rebound`` is updated in place;
-    after ``forwards`` DataParallel forwards under ``"broadcast"`` it must count ``forwards``."""
+    """Exercise 1: ``cls()`` is a ``demos.CallCounter`` whose ``calls_rebound`` is updated in place
+    (``+= 1``, or ``add_(1)``); after ``forwards`` DataParallel forwards under ``"broadcast"`` it must
+    count ``forwards``."""
     from ..data_parallel import DataParallel
 
     name = "ch05.counter_survives"
     if _unset(cls):
         return Verdict(False, "Define class MyCounter first (exercise 1), then run this cell again.")
-    counter = cls()  # type: ignore[operator]
-    net = DataParallel(counter, list(devices), strategy="broadcast")
-    x = torch.randn(2 * len(devices), counter.linear.in_features)
-    for _ in range(forwards):
-        net(x)
+    try:
+        counter = cls()  # type: ignore[operator]
+        net = DataParallel(counter, list(devices), strategy="broadcast")
+        x = torch.randn(2 * len(devices), counter.linear.in_features)
+        for _ in range(forwards):
+            net(x)
+    except Exception as err:  # the learner's class: report it, never raise
+        return _missing_name(err, "run the cell that defines MyCounter and this check again") or Verdict(
+            False,
+            f"Not yet: MyCounter raised {type(err).__name__}: {err}. Subclass demos.CallCounter and change only "
+            "the calls_rebound line of forward.",
+        )
     counted = int(counter.calls_rebound.item())
     if counted == forwards:
         return _correct(
             name,
-            f"calls_rebound counts {counted} after {forwards} forwards: slot 0's in-place update writes into "
-            "the model's own buffer; slot 1's goes to its own copy.",
+            f"calls_rebound counts {counted} after {forwards} forwards: its update now writes into the tensor "
+            "in place (a tensor's += is add_, and the name is bound again to that same tensor), so slot 0's "
+            "update lands in the model's own buffer; slot 1's goes to its own copy.",
         )
     change = (
         "calls_rebound is still 0 in the model: the replicas' increments were bound to new tensors. Update "
@@ -677,7 +724,10 @@ def counter_survives(cls: type | object, devices=("cpu", "cpu"), forwards: int =
             "Under 'broadcast', slot 0's replica shares the model's buffers: only a write into that storage "
             "reaches the model, never a new tensor bound to the name.",
         ],
-        lambda: "self.calls_rebound.add_(1) in place of self.calls_rebound = self.calls_rebound + 1.",
+        lambda: (
+            "self.calls_rebound += 1, which is self.calls_rebound.add_(1), in place of "
+            "self.calls_rebound = self.calls_rebound + 1."
+        ),
     )
 
 

@@ -13,6 +13,8 @@
   knows how to load its replica's tensors (like ``Cloneable`` knows how to clone).
 * ``CallCounter``: module state three ways (attribute, buffer updated in place, buffer rebound),
   to see which survives a DataParallel forward (chapter 05, issue #2864).
+* ``running_means``: a BatchNorm's running mean, forward after forward, on one device and under
+  DataParallel (chapter 05's first figure).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._devices import as_devices
+from ..data_parallel import DataParallel
 from ..replicate._modules import walk_pairs
 from ..replicate.broadcast import broadcast_per_slot
 
@@ -41,6 +44,8 @@ __all__ = [
     "ReplicatableLinear",
     "option_two",
     "CallCounter",
+    "SLOT0_ROWS",
+    "running_means",
 ]
 
 
@@ -252,3 +257,31 @@ class CallCounter(nn.Module):
         self.calls_in_place.add_(1)  # writes into storage; slot 0's is the module's own
         self.calls_rebound = self.calls_rebound + 1  # a new tensor, bound in this replica's _buffers only
         return self.linear(x)
+
+
+SLOT0_ROWS = "one device, slot 0's rows"  # a model fed only the rows scatter gives slot 0
+
+
+def running_means(
+    models: dict[str, nn.Module], batch, devices: Sequence, forwards: int = 30, feature: int = 0
+) -> dict[str, list[float]]:
+    """``running_mean[feature]`` of each model's first layer (a BatchNorm) after each training-mode forward.
+
+    Each of the ``forwards`` steps draws a fresh ``x = batch()`` and feeds it to every model by its
+    name: ``"one device"`` runs ``model(x)``; ``SLOT0_ROWS`` runs ``model(x.chunk(len(devices))[0])``,
+    the rows ``scatter`` gives slot 0; any other name is a strategy, run as
+    ``DataParallel(model, devices, strategy=name)(x)``. Forwards only: no weight changes, only the
+    statistics move.
+    """
+    history: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(forwards):
+        x = batch()
+        for name, model in models.items():
+            if name == "one device":
+                model(x)
+            elif name == SLOT0_ROWS:
+                model(x.chunk(len(devices))[0])
+            else:
+                DataParallel(model, devices, strategy=name)(x)
+            history[name].append(model[0].running_mean[feature].item())
+    return history

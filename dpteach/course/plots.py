@@ -2,6 +2,8 @@
 
 * ``lines``: one line per series; series equal point for point are drawn once, under one label that
   names them all (chapter 05: ``"rewire"`` and ``"clone"`` both stay at 0).
+* ``line_panels``: panels of such series side by side, one y axis, a series one colour in all of
+  them (chapter 05's running means).
 * ``side_by_side``: autograd graphs in one row, each with its legend (chapter 02's before and after).
 """
 
@@ -9,17 +11,24 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-__all__ = ["lines", "side_by_side"]
+__all__ = ["lines", "line_panels", "side_by_side"]
 
 ROW = '<div style="display:grid;grid-template-columns:repeat({n},minmax(0,1fr));gap:8px">{cells}</div>'
 
 
-def lines(ax, series: Mapping[str, Sequence[float]], styles: Mapping[str, str], **plot_kwargs) -> None:
+def lines(
+    ax,
+    series: Mapping[str, Sequence[float]],
+    styles: Mapping[str, str],
+    colours: Mapping[str, str] | None = None,
+    **plot_kwargs,
+) -> None:
     """Plot each series on ``ax`` with ``styles[name]`` as its line style (``"none"``: dots only).
 
     Series drawn as lines with equal values are drawn once, labelled ``"a, b (same line)"``, or ``"a, b
     (same line at 0)"`` when every value is 0, so that no line hides under another without the legend
     saying so. A dots-only series is always drawn: its dots lying on a line show the equality.
+    ``colours`` maps a name to its colour (a merged line takes its first name's); else the axes' cycle.
     """
     groups: dict[tuple, list[str]] = {}
     for name, values in series.items():  # a dots-only series is never merged: dots on a line show it
@@ -31,7 +40,38 @@ def lines(ax, series: Mapping[str, Sequence[float]], styles: Mapping[str, str], 
             label = ", ".join(names) + (" (same line at 0)" if not any(values) else " (same line)")
         style = styles[names[0]]
         marker = "o" if style == "none" else None
-        ax.plot(list(values), ls=style, marker=marker, label=label, **plot_kwargs)
+        colour = {"color": colours[names[0]]} if colours and names[0] in colours else {}
+        ax.plot(list(values), ls=style, marker=marker, label=label, **colour, **plot_kwargs)
+
+
+def line_panels(
+    panels: Mapping[str, Mapping[str, Sequence[float]]],
+    styles: Mapping[str, str],
+    *,
+    xlabel: str,
+    ylabel: str,
+    hline: float | None = None,
+    figsize: tuple[float, float] = (10, 3.6),
+    **plot_kwargs,
+):
+    """One panel per title in ``panels`` (title -> series), side by side on one y axis, each drawn by ``lines``.
+
+    A name keeps its colour in every panel (colours go to names in the order they first appear);
+    ``hline`` draws a thin grey reference line in each. Returns the matplotlib figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=figsize, sharey=True, squeeze=False)
+    names = dict.fromkeys(name for series in panels.values() for name in series)
+    colours = {name: f"C{i}" for i, name in enumerate(names)}
+    for ax, (title, series) in zip(axes[0], panels.items()):
+        lines(ax, series, styles, colours, **plot_kwargs)
+        if hline is not None:
+            ax.axhline(hline, color="grey", lw=0.8)
+        ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 def side_by_side(*graphs):

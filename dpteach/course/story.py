@@ -57,12 +57,17 @@ def train(
     lr: float = 0.2,
     seed: int = 0,
     data: tuple[torch.Tensor, torch.Tensor] | None = None,
+    model: nn.Module | None = None,
 ) -> Run:
-    """Train the course model with SGD; ``strategy=None`` trains on one device, the reference."""
+    """Train the course model with SGD; ``strategy=None`` trains on one device, the reference.
+
+    ``model`` trains that module instead of a fresh ``make_model(seed)``, moved to the first slot
+    (chapter 04 trains a C++-style copy of the course model).
+    """
     devices = as_devices(default_devices() if devices is None else devices)
     x, y = make_data(seed=seed) if data is None else data
     x, y = x.to(devices[0]), y.to(devices[0])  # the batch starts where the module lives, as in a real loop
-    model = make_model(seed).to(devices[0])
+    model = (make_model(seed) if model is None else model).to(devices[0])
     net = model if strategy is None else DataParallel(model, devices, strategy=strategy)
     label = "one device" if strategy is None else f"DataParallel, strategy={_name(strategy)!r}"
     run = Run(label, model=model)

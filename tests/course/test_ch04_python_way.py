@@ -14,6 +14,7 @@ from torch.testing import assert_close
 import dpteach
 from dpteach.course import demos, story
 from dpteach.functions import Broadcast
+from dpteach.replicate import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU2 = ["cpu", "cpu"]
@@ -243,12 +244,36 @@ def test_rnn_under_data_parallel_matches_one_device():
         tol(p.grad, q.grad)
 
 
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_cpu_slots_hide_the_shared_members_trap(strategy):
+    """The chapter's trap cell: on two CPU slots every .grad fills, on a second device the forward stops."""
+    x, y = data()
+    cpp_model = demos.cpp_style(story.make_model())
+    F.mse_loss(dpteach.DataParallel(cpp_model, CPU2, strategy=strategy)(x), y).backward()
+    for got, want in zip([p.grad for p in cpp_model.parameters()], grads_one_device(story.make_model())):
+        tol(got, want)  # right, but only because slot 1 read the original's own tensors
+    with pytest.raises(RuntimeError, match="not on the expected device meta"):
+        dpteach.DataParallel(cpp_model, ["cpu", "meta"], strategy=strategy)(x)  # meta stands in for a GPU
+
+
+def test_the_first_figure_one_device_failed_attempt_and_option_one():
+    """Chapter 04's first figure: story.train on a C++-style model, as the chapter's first cells call it."""
+    one = story.train(None, CPU2, steps=20).losses
+    linear = story.train(demos.failed_attempt, CPU2, steps=20).losses
+    flat = story.train(demos.failed_attempt, CPU2, steps=20, model=demos.cpp_style(story.make_model())).losses
+    fixed = story.train(demos.option_one, CPU2, steps=20, model=demos.cpp_style(story.make_model())).losses
+    tol(torch.tensor(linear), torch.tensor(one))  # the dashes on the wide line
+    tol(torch.tensor(fixed), torch.tensor(one))  # Option One's dots on it too
+    assert flat == [flat[0]] * 20 and one[-1] < 0.5 * one[0]  # the dotted line stays flat; one device learns
+
+
 def test_default_strategy_replicas_share_the_cpp_style_members_with_the_original():
     cpp_model = demos.cpp_style(story.make_model())
     replicas = dpteach.replicate(cpp_model, CPU2)
     assert (
         replicas[1][0].members.weight is cpp_model[0].weight
     )  # exercise 1: slot 1 computes with the original
+    assert replicas[1][0].members is cpp_model[0].members  # the shallow copy shares the attribute itself
 
 
 @pytest.mark.cuda
@@ -413,7 +438,7 @@ def test_exercise_3_check_accepts_the_worked_answer():
         (demos.failed_attempt, "nothing reached the model"),
         ("broadcast", "the model's own tensors"),  # right on CPU slots, a device mismatch on GPUs
         (_my_attempt(members=("weight",)), "['0.bias', '2.bias'] got no gradient"),
-        (lambda network, devices, detach=False: undefined_name, "NameError"),  # noqa: F821
+        (lambda network, devices, detach=False: 1 / 0, "my_attempt raised ZeroDivisionError"),
     ],
 )
 def test_exercise_3_check_says_what_to_change(strategy, says):
@@ -424,6 +449,32 @@ def test_exercise_3_check_says_what_to_change(strategy, says):
     assert not verdict.ok and says in verdict.message.split("Hint")[0], verdict.message
     assert "Hint 1 of 2" in verdict.message
     assert checks.cpp_style_trains(...).message.startswith("Define my_attempt")
+
+
+def _scale_without_import():
+    """Exercise 2's Scale written in a cell that never imported SimpleNamespace."""
+
+    class Scale(nn.Module, demos.Replicatable):
+        def __init__(self):
+            super().__init__()
+            scale = nn.Parameter(torch.ones(3) * 2)
+            self.register_parameter("scale", scale)
+            self.members = SimpleNamespace(scale=scale)  # noqa: F821
+
+    return Scale
+
+
+def test_a_missing_import_is_named_and_costs_no_hint():
+    from dpteach.course import checks
+
+    checks.reset()
+    verdict = checks.replicatable_scale(_scale_without_import())
+    assert not verdict.ok and "NameError: SimpleNamespace is not defined — import it" in verdict.message
+    assert "from types import SimpleNamespace" in verdict.message  # the line that imports it
+    assert "Hint" not in verdict.message and "__init__ takes no argument" not in verdict.message
+    verdict = checks.cpp_style_trains(lambda network, devices, detach=False: undefined_name)  # noqa: F821
+    assert "NameError: undefined_name is not defined — import it or define it" in verdict.message
+    assert "Hint" not in verdict.message
 
 
 def test_exercise_3_printed_source_runs_when_copied():

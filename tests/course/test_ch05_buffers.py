@@ -213,3 +213,89 @@ def test_exercise_1_check_says_what_to_change():
     assert not any(t.ok for t in tries)
     assert "Update it in place" in tries[0].message and "add_(1)" not in tries[0].message  # no answer yet
     assert r"self.calls_rebound.add_(1)" in tries[2].message  # the third try gives the answer
+
+
+def test_plus_equals_on_a_buffer_is_in_place_and_the_check_accepts_it():
+    from dpteach.course import checks
+
+    class MyCounter(demos.CallCounter):
+        def forward(self, x):
+            self.calls += 1
+            self.calls_in_place.add_(1)
+            self.calls_rebound += 1  # exercise 1: Tensor.__iadd__ adds in place, the name keeps the tensor
+            return self.linear(x)
+
+    counter = MyCounter()
+    net = dpteach.DataParallel(counter, ["cpu"] * 2)
+    for _ in range(3):
+        net(torch.randn(4, 3))
+    assert counter.calls_rebound.item() == 3 and counter.calls == 0  # the tensor survives, the int does not
+    assert checks.counter_survives(MyCounter).ok
+
+
+def test_exercise_1_check_names_a_missing_import_and_never_raises():
+    from dpteach.course import checks
+
+    class Broken(demos.CallCounter):
+        def forward(self, x):
+            return undefined_helper(x)  # noqa: F821
+
+    checks.reset()
+    verdict = checks.counter_survives(Broken)
+    assert not verdict.ok and "NameError: undefined_helper is not defined" in verdict.message
+    assert "Hint" not in verdict.message  # a missing name costs no hint
+
+
+@pytest.mark.parametrize("slots", [2, 4])
+def test_running_means_is_the_figures_loop(slots):
+    """demos.running_means feeds each model by its name, as the chapter's first figure says."""
+    devices = ["cpu"] * slots
+    models = {name: make_model() for name in ["one device", "broadcast", "clone", demos.SLOT0_ROWS]}
+    drawn = torch.Generator().manual_seed(0)
+    history = demos.running_means(models, lambda: batch(drawn), devices, forwards=5)
+    assert {k: len(v) for k, v in history.items()} == dict.fromkeys(models, 5)
+    assert_close(
+        torch.tensor(history["broadcast"]), torch.tensor(history[demos.SLOT0_ROWS])
+    )  # dashes on dots
+    assert history["clone"] == [0.0] * 5 and history["one device"] != history["broadcast"]
+    generator = torch.Generator().manual_seed(0)
+    whole = make_model()
+    for _ in range(5):
+        whole(batch(generator))
+    assert_close(
+        models["one device"][0].running_mean, whole[0].running_mean
+    )  # "one device" saw whole batches
+
+
+def test_line_panels_keep_a_name_in_one_colour():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpteach.course import plots
+
+    panels = {
+        "left": {"a": [1.0, 2.0], "b": [0.0, 0.0], "c": [0.0, 0.0]},
+        "right": {"a": [1.0, 3.0], "c": [2.0, 1.0]},
+    }
+    fig = plots.line_panels(panels, {"a": "-", "b": "--", "c": ":"}, xlabel="x", ylabel="y", hline=1)
+    left, right = fig.axes
+    colour = {ax.get_title(): {l.get_label(): l.get_color() for l in ax.get_lines()} for ax in (left, right)}
+    assert colour["left"]["a"] == colour["right"]["a"] == "C0"  # a run keeps its colour in both panels
+    assert colour["left"]["b, c (same line at 0)"] == "C1" and colour["right"]["c"] == "C2"
+    plt.close(fig)
+
+
+def test_each_replica_normalises_with_its_own_piece():
+    """The chapter's section: training-mode outputs and gradients differ from one device's."""
+    x = batch(torch.Generator().manual_seed(0))
+    one, parallel = make_model(), make_model()
+    out_one, out_parallel = one(x), dpteach.DataParallel(parallel, ["cpu"] * 2)(x)
+    pieces = x.chunk(2)
+    by_piece = torch.cat([make_model()(p) for p in pieces])  # each piece normalised by itself, on one device
+    assert_close(out_parallel, by_piece)  # what each replica computes ...
+    assert (out_one - out_parallel).abs().max() > 0.1  # ... is not the whole batch's normalisation
+    out_one.pow(2).mean().backward()
+    out_parallel.pow(2).mean().backward()
+    assert not torch.allclose(one[1].weight.grad, parallel[1].weight.grad)  # so the gradients differ too
