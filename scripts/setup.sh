@@ -22,14 +22,16 @@ PYTHON=${PYTHON:-python3}
 command -v "$PYTHON" >/dev/null 2>&1 || { echo "setup: $PYTHON not found: install Python 3.10+, or pass PYTHON=/path/to/python3" >&2; exit 1; }
 # The release CI uses, pinned. On Linux, PyPI's torch is a CUDA build that pulls several GB of CUDA
 # libraries, so a Linux machine without an NVIDIA GPU gets the CPU build from PyTorch's own index
-# (PyPI stays as the extra index for torch's dependencies), as CI installs it. Elsewhere PyPI's torch
+# (PyPI stays as the extra index for torch's dependencies) when that index answers within 5 s; a machine
+# that reaches only a package registry or a local mirror gets the plain pin. Elsewhere PyPI's torch
 # is the one to have: CUDA with an NVIDIA GPU on Linux, CPU (and MPS) on macOS.
 # Set TORCH_SPEC to choose another build, e.g. TORCH_SPEC="torch==2.13.0" for PyPI's on any machine.
 CPU_TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu --extra-index-url https://pypi.org/simple"
 has_nvidia_gpu() { [ -e /proc/driver/nvidia/version ] || command -v nvidia-smi >/dev/null 2>&1; }
+reaches_cpu_index() { "$PYTHON" -c "import urllib.request as u; u.urlopen('https://download.pytorch.org/whl/cpu/', timeout=5)" >/dev/null 2>&1; }
 if [ -n "${TORCH_SPEC:-}" ]; then
   torch_why="as TORCH_SPEC says"
-elif [ "$(uname -s)" = Linux ] && ! has_nvidia_gpu; then
+elif [ "$(uname -s)" = Linux ] && ! has_nvidia_gpu && reaches_cpu_index; then
   TORCH_SPEC=$CPU_TORCH; torch_why="the CPU build, as no NVIDIA GPU was found; TORCH_SPEC picks another"
 else
   TORCH_SPEC="torch==2.13.0"; torch_why="PyPI's build; TORCH_SPEC picks another"
