@@ -33,7 +33,7 @@ def tour(out=sys.stdout) -> int:
     mark = {True: "ok  ", False: "BUG "}
     for strategy, what in (
         ("clone", "C++ before the fix: Module::clone(), issue #19540"),
-        ("rewire", "PR #20910: a ReduceAdd node per parameter"),
+        ("rewire", "PR #20910: one ReduceAdd node per parameter joins its replicas"),
         ("broadcast", "Python's replicate.py: Broadcast / ReduceAddCoalesced"),
     ):
         report = story.one_step(strategy, devices)

@@ -44,14 +44,19 @@ def _correct(exercise: str, message: str) -> Verdict:
     return Verdict(True, "Correct! " + message)
 
 
-def _not_yet(exercise: str, change: str, hints: Sequence[str], answer: Callable[[], str]) -> Verdict:
+def _not_yet(exercise: str, change: str, hints: Sequence[str], answer: Callable[[], str] | str) -> Verdict:
     """A failed try: what to change, then hint n of the ladder; the answer only from the third try."""
     _failures[exercise] += 1
     tries = _failures[exercise]
-    ladder = [*hints, answer()]
+    ladder = [*hints, answer if isinstance(answer, str) else answer()]
     step = min(tries, len(ladder))
     label = "The answer" if step == len(ladder) else f"Hint {step} of {len(ladder) - 1}"
     return Verdict(False, f"Not yet: {change}\n{label}: {ladder[step - 1]}")
+
+
+def _ladder(exercise: str, hints: Sequence[str], answer: str) -> Callable[[str], Verdict]:
+    """``fail(change)`` for one exercise: each call climbs its hint ladder one rung (see ``_not_yet``)."""
+    return lambda change: _not_yet(exercise, change, hints, answer)
 
 
 def _whole_numbers(values: object) -> bool:
@@ -508,15 +513,13 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
         "Start from demos.ReplicatableLinear: which of its lines re-point the members?",
     ]
 
-    def answer() -> str:
-        return (
-            "class Scale(nn.Module, demos.Replicatable), and in load_replica_params(self, tensors): "
-            "self._parameters['scale'] = tensors['scale'] and self.members = SimpleNamespace(scale="
-            "tensors['scale']). The Answer block above has the whole class."
-        )
-
-    def fail(change: str) -> Verdict:
-        return _not_yet(name, change, hints, answer)
+    fail = _ladder(
+        name,
+        hints,
+        "class Scale(nn.Module, demos.Replicatable), and in load_replica_params(self, tensors): "
+        "self._parameters['scale'] = tensors['scale'] and self.members = SimpleNamespace(scale="
+        "tensors['scale']). The Answer block above has the whole class.",
+    )
 
     again = "run the cell that defines Scale and this check again"
     torch.manual_seed(0)
@@ -617,15 +620,13 @@ def cpp_style_trains(strategy: Callable | object, devices=("cpu", "cpu")) -> Ver
         "After the loop sets twin._parameters[key], twin.members still holds the clone's leaves: re-point it.",
     ]
 
-    def answer() -> str:
-        return (
-            "after the loop over keys, add: if isinstance(twin, demos.CppStyleLinear): twin.members = "
-            "SimpleNamespace(weight=twin._parameters['weight'], bias=twin._parameters['bias']) "
-            "(from types import SimpleNamespace)."
-        )
-
-    def fail(change: str) -> Verdict:
-        return _not_yet(name, change, hints, answer)
+    fail = _ladder(
+        name,
+        hints,
+        "after the loop over keys, add: if isinstance(twin, demos.CppStyleLinear): twin.members = "
+        "SimpleNamespace(weight=twin._parameters['weight'], bias=twin._parameters['bias']) "
+        "(from types import SimpleNamespace).",
+    )
 
     x, y = story.make_data()
     reference = story.make_model()

@@ -35,7 +35,12 @@ DEVICE_TINTS = ["#e3f0fb", "#fdf0e0", "#e8f5e9", "#f3e5f5", "#fffde7", "#e0f7fa"
 LEGEND = {  # entry -> (fill, border, border style, text)
     "output": (FILL["output"], "black", "solid", "output: backward() starts here"),
     "op": (FILL["op"], "black", "solid", "backward function (grad_fn)"),
-    "join": (FILL["join"], "black", "solid", "ReduceAdd / Broadcast: joins the replicas to the original"),
+    "join": (
+        FILL["join"],
+        "black",
+        "solid",
+        "ReduceAddBackward / BroadcastBackward: joins the replicas to the original",
+    ),
     "original": (FILL["original"], "black", "solid", "original parameter: a leaf, its .grad fills"),
     "unreached": (FILL["unreached"], RED, "dashed", "never reached from the output: .grad stays None"),
     "dead_end": (FILL["dead_end"], RED, "solid", "replica parameter, dead end: the gradient stops here"),
