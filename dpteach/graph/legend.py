@@ -32,24 +32,15 @@ RED, GREEN, ORANGE, PURPLE, GREY = "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "
 MISSING = "#d84343"  # the edge clone() never made: red, lighter than a dead end, dark enough at 1000 px
 DEVICE_TINTS = ["#e3f0fb", "#fdf0e0", "#e8f5e9", "#f3e5f5", "#fffde7", "#e0f7fa", "#fbe9e7", "#ede7f6"]
 
+JOIN = "ReduceAddBackward / BroadcastBackward: joins the replicas to the original"  # as the nodes are named
 LEGEND = {  # entry -> (fill, border, border style, text)
     "output": (FILL["output"], "black", "solid", "output: backward() starts here"),
     "op": (FILL["op"], "black", "solid", "backward function (grad_fn)"),
-    "join": (
-        FILL["join"],
-        "black",
-        "solid",
-        "ReduceAddBackward / BroadcastBackward: joins the replicas to the original",
-    ),
+    "join": (FILL["join"], "black", "solid", JOIN),
     "original": (FILL["original"], "black", "solid", "original parameter: a leaf, its .grad fills"),
     "unreached": (FILL["unreached"], RED, "dashed", "never reached from the output: .grad stays None"),
     "dead_end": (FILL["dead_end"], RED, "solid", "replica parameter, dead end: the gradient stops here"),
-    "replica": (
-        FILL["replica"],
-        "black",
-        "solid",
-        "replica parameter: leads on to the original (not a leaf)",
-    ),
+    "replica": (FILL["replica"], "black", "solid", "replica parameter: leads on to the original, not a leaf"),
     "input": (FILL["input"], "black", "solid", "leaf that requires grad: its .grad fills"),
     "tensor": (FILL["tensor"], "black", "solid", "named tensor, not a leaf: .grad stays None"),
     "fixed": (FILL["replica"], PURPLE, "solid", "was a dead end, is not any more"),
