@@ -62,7 +62,7 @@ def largest_difference(a: Gradients, b: Gradients) -> tuple[str, float]:
 
 
 def identical(a: Gradients, b: Gradients) -> bool:
-    """Whether ``a`` and ``b`` hold the same gradients bit for bit: the same names, shapes, dtypes and values."""
+    """Whether ``a`` and ``b`` hold the same gradients bit for bit: same names, shapes, dtypes, values."""
     _same_names_and_shapes(a, b)
     # torch.equal alone compares values across dtypes (1.0 in float32 equals 1.0 in float64)
     return all(a[n].dtype == b[n].dtype and torch.equal(a[n].detach().cpu(), b[n].detach().cpu()) for n in a)
@@ -257,7 +257,7 @@ class Rounds:
 def ddp_rounds(
     ranks, hidden: int = 512, depth: int = 3, global_batch: int = 128, rounds: int = 5, repeats: int = 3
 ) -> Rounds:
-    """One process of one intra-op thread against DDP's ranks of one thread each, in ``rounds`` turns.
+    """One process of one intra-op thread against DDP's ranks of one intra-op thread each, in turns.
 
     Each round times ``repeats`` steps of one process (the whole batch) and then ``repeats`` DDP steps
     on ``ranks`` (each rank its shard), after a thrown-away round. The same model, batch and step as

@@ -2,10 +2,11 @@
 
 Without ``GLOO_SOCKET_IFNAME``, gloo binds each rank to the address this machine's host name
 resolves to (``ProcessGroupGloo::createDefaultDevice`` in torch), and that need not be an address
-the ranks can reach each other on (a VPN's, a container bridge's). torch reads the variable when a gloo process group is created
-(``ProcessGroupGloo::Options::create_default``), as a comma-separated list of interface names.
-The course's ranks always meet on this machine (``Ranks``, ``torchrun --standalone``), so the
-loopback interface always works for them; a value the user set is left alone.
+the ranks can reach each other on (a VPN's, a container bridge's). torch reads the variable when a
+gloo process group is created (``ProcessGroupGloo::Options::create_default``), as a
+comma-separated list of interface names. The course's ranks always meet on this machine
+(``Ranks``, ``torchrun --standalone``), so the loopback interface always works for them; a value
+the user set is left alone.
 """
 
 from __future__ import annotations

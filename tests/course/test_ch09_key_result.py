@@ -60,8 +60,8 @@ def test_the_key_results_output_is_what_the_prose_says():
     backend, device = out[0]["backend"], out[0]["device"]
     rows = " + ".join([str(batch // world)] * world)
     assert (
-        header
-        == f"DDP on {world} ranks ({backend}, {device}), {rows} rows, against one device (cpu), all {batch} rows:"
+        header == f"DDP on {world} ranks ({backend}, {device}), {rows} rows, "
+        f"against one device (cpu), all {batch} rows:"
     )
     assert len(lines) == 2 * world - 1
     reference = single_device_gradients(batch)  # the reference again, computed here
