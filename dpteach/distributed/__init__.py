@@ -6,11 +6,13 @@ all-reduced in buckets while backward is still running.
 
 * :mod:`.train`: the training entry point, ``torchrun --standalone --nproc-per-node 2 -m dpteach.distributed.train``
 * :mod:`.launch`: :class:`Ranks` and :func:`run`, which start the ranks from a notebook themselves
+* :mod:`.loopback`: gloo on the loopback interface, for ranks that all run on this machine
 * :mod:`.tasks`: what the notebook asks the ranks to do, addressed by name
 * :mod:`.worker`: the rank side of ``Ranks``: join the group, run named tasks, report failures
 * :mod:`.model`: the model, the data, and the one-process references DDP is checked against
 * :mod:`.order`: reading ``tasks.bucket_order``'s events: buckets, and the backward work each can overlap
-* :mod:`.compare`: step times and copies of one process and DataParallel, to set beside DDP's
+* :mod:`.compare`: gradients set side by side with where they came from; step times and copies of
+  one process and DataParallel, to set beside DDP's
 * :mod:`.plots`: the chapter's two pictures (matplotlib, imported when used)
 """
 

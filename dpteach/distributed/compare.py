@@ -1,7 +1,12 @@
-"""The one-process side of chapter 09's comparisons: what a step costs on one device and under DataParallel.
+"""Chapter 09's comparisons, each printed with where its numbers came from.
 
-DDP's side runs in the ranks (:func:`dpteach.distributed.tasks.step_times` and ``traffic``); these
-run in the caller's process, on the same model, batch and step, so the numbers sit side by side.
+Gradients: :func:`largest_difference` and :func:`identical` compare two sets of named gradients;
+:func:`difference_line` and :func:`against_one_device` print them with their provenance (which run,
+which device, how many ranks and rows), read from what the runs returned.
+
+Costs: what a step costs on one device and under DataParallel. DDP's side runs in the ranks
+(:func:`dpteach.distributed.tasks.step_times` and ``traffic``); these run in the caller's process,
+on the same model, batch and step, so the numbers sit side by side.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
@@ -18,7 +23,85 @@ from ..data_parallel import DataParallel
 from ..measure import timer
 from .model import loss_fn, make_data, make_model, sgd_step
 
-__all__ = ["step_times", "dataparallel_traffic", "traffic_table", "ddp_rounds", "Rounds"]
+__all__ = [
+    "largest_difference",
+    "identical",
+    "one_device",
+    "on_ranks",
+    "difference_line",
+    "against_one_device",
+    "step_times",
+    "dataparallel_traffic",
+    "traffic_table",
+    "ddp_rounds",
+    "Rounds",
+]
+
+Gradients = Mapping[str, torch.Tensor]  # parameter name -> gradient, as model.named_parameters() names them
+
+
+def _same_names_and_shapes(a: Gradients, b: Gradients) -> None:
+    if set(a) != set(b):
+        raise ValueError(f"the two sets of gradients name different tensors: {sorted(set(a) ^ set(b))}")
+    if not a:
+        raise ValueError("no gradients to compare")
+    for name in a:  # else the subtraction below would broadcast, and compare what is not alike
+        if a[name].shape != b[name].shape:
+            raise ValueError(f"{name}: shapes {tuple(a[name].shape)} and {tuple(b[name].shape)} differ")
+
+
+def largest_difference(a: Gradients, b: Gradients) -> tuple[str, float]:
+    """The name whose gradients differ most between ``a`` and ``b``, and that largest absolute difference.
+
+    The maximum of ``|a - b|`` over every element of every named gradient (moved to the CPU first);
+    ``a`` and ``b`` must name the same tensors, of the same shapes. 0.0 when they agree everywhere."""
+    _same_names_and_shapes(a, b)
+    worst = {n: (a[n].detach().cpu() - b[n].detach().cpu()).abs().max().item() for n in a}
+    name = max(worst, key=worst.get)
+    return name, worst[name]
+
+
+def identical(a: Gradients, b: Gradients) -> bool:
+    """Whether ``a`` and ``b`` hold the same gradients bit for bit: same names, shapes, dtypes, values."""
+    _same_names_and_shapes(a, b)
+    # torch.equal alone compares values across dtypes (1.0 in float32 equals 1.0 in float64)
+    return all(a[n].dtype == b[n].dtype and torch.equal(a[n].detach().cpu(), b[n].detach().cpu()) for n in a)
+
+
+def one_device(grads: Gradients, rows: int) -> str:
+    """Where a one-device reference came from: ``"one device (cpu), all 8 rows"``, the device read from it."""
+    devices = sorted({str(g.device) for g in grads.values()})
+    return f"one device ({', '.join(devices)}), all {rows} rows"
+
+
+def on_ranks(results: Sequence[dict], what: str = "DDP") -> str:
+    """Where a task's gradients came from, read from what each rank returned (``backend``, ``device``,
+    ``rows``, as ``tasks.gradients`` returns them): ``"DDP on 2 ranks (gloo, cpu), 4 + 4 rows"``."""
+    backends = sorted({r["backend"] for r in results})
+    devices = [r["device"] for r in results]
+    device = devices[0] if len(set(devices)) == 1 else ", ".join(devices)
+    rows = " + ".join(str(r["rows"]) for r in results)
+    return f"{what} on {len(results)} ranks ({'/'.join(backends)}, {device}), {rows} rows"
+
+
+def difference_line(a_label: str, a: Gradients, b_label: str, b: Gradients) -> str:
+    """One printed comparison: ``"<a> and <b>: identical, bit for bit"``, or else the largest
+    ``|a - b|`` and the gradient it is in."""
+    if identical(a, b):
+        return f"{a_label} and {b_label}: identical, bit for bit"
+    name, value = largest_difference(a, b)
+    return f"largest |{a_label} - {b_label}|: {value:.1e} (in {name})"
+
+
+def against_one_device(results: Sequence[dict], reference: Gradients, rows: int, what: str = "DDP") -> str:
+    """Every rank's gradients (``results``, one dict per rank with ``grads``) against one device's
+    ``reference`` over all ``rows``, then each rank against rank 0; headed by where both came from."""
+    lines = [f"{on_ranks(results, what)}, against {one_device(reference, rows)}:"]
+    for rank, result in enumerate(results):
+        lines.append(difference_line(f"{what}, rank {rank}", result["grads"], "one device", reference))
+    for rank, result in enumerate(results[1:], 1):
+        lines.append(difference_line("rank 0", results[0]["grads"], f"rank {rank}", result["grads"]))
+    return "\n  ".join(lines)
 
 
 def step_times(
@@ -37,7 +120,8 @@ def step_times(
     DataParallel over ``devices``). Timed by ``dpteach.measure.timer``; ``threads`` sets torch's
     intra-op threads per CPU slot for the run: with ``threads=1`` each DataParallel replica gets one
     intra-op thread, as each DDP rank does (which cores those threads run on is the operating
-    system's choice); ``None`` leaves PyTorch's setting (one intra-op thread per core).
+    system's choice); ``None`` leaves PyTorch's setting (by default one intra-op thread per
+    physical core).
     """
     if how not in ("single", "dataparallel"):
         raise ValueError(f"how must be 'single' or 'dataparallel', got {how!r}")
@@ -173,7 +257,7 @@ class Rounds:
 def ddp_rounds(
     ranks, hidden: int = 512, depth: int = 3, global_batch: int = 128, rounds: int = 5, repeats: int = 3
 ) -> Rounds:
-    """One process of one intra-op thread against DDP's ranks of one thread each, in ``rounds`` turns.
+    """One process of one intra-op thread against DDP's ranks of one intra-op thread each, in turns.
 
     Each round times ``repeats`` steps of one process (the whole batch) and then ``repeats`` DDP steps
     on ``ranks`` (each rank its shard), after a thrown-away round. The same model, batch and step as

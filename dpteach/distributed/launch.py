@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from . import worker
+from .loopback import gloo_on_loopback
 
 __all__ = ["Ranks", "run", "RankFailed", "RankTimeout", "default_backend", "task_name"]
 
@@ -173,7 +174,10 @@ def _stop(processes: list, conns: list, grace: float) -> None:
 def _environment(
     rank: int, world_size: int, port: int, backend: str, timeout: float, threads: int, preload
 ) -> dict:
-    """A rank's environment: torchrun's variables, plus how to find dpteach and what backend to use."""
+    """A rank's environment: torchrun's variables, plus how to find dpteach and what backend to use.
+
+    Every rank runs on this machine, so gloo is pointed at the loopback interface unless the caller
+    set ``GLOO_SOCKET_IFNAME`` (:mod:`.loopback`)."""
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])  # so the rank imports this very dpteach
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
@@ -190,6 +194,7 @@ def _environment(
         DPTEACH_PRELOAD=",".join(preload),
         DPTEACH_LAUNCHER_PID=str(os.getpid()),  # the rank exits when this process is gone
     )
+    gloo_on_loopback(env)
     return env
 
 

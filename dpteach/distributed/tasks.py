@@ -73,7 +73,8 @@ def gradients(
     loss = loss_fn(ddp(x), y)  # the mean over *this rank's* rows only
     loss.backward()  # returns with every gradient averaged over the ranks (DDP divides, then all-reduces)
     grads = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
-    return dict(grads=grads, rows=len(x), loss=loss.item())
+    # and where they came from, for compare.on_ranks to print beside them
+    return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend(), loss=loss.item())
 
 
 def ddp_from_scratch(global_batch: int = 8, hidden: int = 16, depth: int = 1, seed: int = 0) -> dict:
@@ -93,7 +94,8 @@ def ddp_from_scratch(global_batch: int = 8, hidden: int = 16, depth: int = 1, se
     x, y = local_shard(global_batch, seed)
     loss = loss_fn(model(x), y)  # the mean over this rank's rows only
     loss.backward()  # the hooks all-reduce during backward, one parameter at a time
-    return dict(grads={name: p.grad.cpu() for name, p in model.named_parameters()}, loss=loss.item())
+    grads = {name: p.grad.cpu() for name, p in model.named_parameters()}
+    return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend(), loss=loss.item())
 
 
 def _timed_allreduce(log: list, t0: list):

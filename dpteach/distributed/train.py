@@ -34,7 +34,8 @@ find each other. On each of two machines with 8 GPUs each::
   ``static`` (``--node-rank``, ``--master-addr`` and ``--master-port`` given by hand on each
   machine), ``etcd-v2`` and the legacy ``etcd``, both needing an etcd server with its v2 API.
 - NCCL and gloo pick a network interface; on machines with several, set ``NCCL_SOCKET_IFNAME``
-  or ``GLOO_SOCKET_IFNAME``.
+  or ``GLOO_SOCKET_IFNAME`` to the cluster network's. On one machine this script points gloo at the
+  loopback interface itself, unless ``GLOO_SOCKET_IFNAME`` is set (:mod:`.loopback`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from .loopback import gloo_on_loopback
 from .model import loss_fn, make_data, make_model, shard_bounds
 
 __all__ = ["main", "rank_device", "wrap", "local_shard"]
@@ -110,8 +112,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _join(args: argparse.Namespace) -> None:
-    """``init_process_group`` from torchrun's environment variables, or as a world of one without them."""
+def _prepare_environment() -> None:
+    """torchrun's variables for a world of one when run directly; gloo on loopback when every rank is here.
+
+    Every rank is on this machine when ``LOCAL_WORLD_SIZE`` (set by torchrun, and above) equals
+    ``WORLD_SIZE``; across machines, or without ``LOCAL_WORLD_SIZE``, gloo is left to the user."""
     if "RANK" not in os.environ:  # run directly, not by torchrun
         os.environ.update(
             RANK="0",
@@ -121,6 +126,13 @@ def _join(args: argparse.Namespace) -> None:
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(_free_port()),
         )
+    if os.environ.get("LOCAL_WORLD_SIZE") == os.environ["WORLD_SIZE"]:
+        gloo_on_loopback(os.environ)  # read by torch when the gloo group is created, in this process
+
+
+def _join(args: argparse.Namespace) -> None:
+    """``init_process_group`` from torchrun's environment variables, or as a world of one without them."""
+    _prepare_environment()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
     gpu_each = (
         torch.cuda.is_available() and torch.cuda.device_count() >= local_world

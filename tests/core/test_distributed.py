@@ -23,10 +23,12 @@ from dpteach.distributed import (
     Ranks,
     RankTimeout,
     data_parallel_gradients,
+    loopback,
     single_device_gradients,
 )
 from dpteach.distributed.compare import dataparallel_traffic
-from dpteach.distributed.launch import ENTRY, task_name
+from dpteach.distributed.launch import ENTRY, _environment, task_name
+from dpteach.distributed.loopback import GLOO_IFNAME, gloo_on_loopback, loopback_interface
 from dpteach.distributed.model import loss_fn, make_data, make_model, sgd_step
 
 pytestmark = pytest.mark.slow  # each group of ranks is two fresh interpreters importing torch
@@ -218,3 +220,85 @@ def test_rounds_summary_gives_figures_and_no_verdict():
     # however far apart the rounds are, it passes no judgement on the machine or on either side
     for word in ("busy", "faster", "slower", "wins", "noise", "quiet"):
         assert word not in text.lower(), word
+
+
+# gloo's network interface. Without GLOO_SOCKET_IFNAME gloo binds to what the host name resolves to,
+# which need not be reachable; every rank of Ranks (and of a one-machine torchrun) is on this machine,
+# so they get the loopback interface, unless the user named an interface. Checked through the
+# environment the rank sees, not through any network's behaviour.
+
+
+def test_the_loopback_interface_is_found_by_name(monkeypatch):
+    expected = {"linux": "lo", "darwin": "lo0"}.get(sys.platform)
+    if expected:
+        assert loopback_interface() == expected
+    for listed, found in (
+        ([(1, "lo0"), (2, "en0")], "lo0"),
+        ([(1, "lo"), (2, "eth0")], "lo"),
+        ([(2, "eth0")], None),
+    ):
+        monkeypatch.setattr(loopback.socket, "if_nameindex", lambda listed=listed: listed)
+        assert loopback_interface() == found
+
+    def cannot_list():
+        raise OSError("no interfaces")
+
+    monkeypatch.setattr(loopback.socket, "if_nameindex", cannot_list)
+    assert loopback_interface() is None
+    env = {}
+    assert gloo_on_loopback(env) is None and env == {}  # no loopback found: gloo is left to choose
+
+
+def test_a_ranks_environment_puts_gloo_on_loopback_unless_the_user_set_an_interface(monkeypatch):
+    lo = loopback_interface()
+    if lo is None:
+        pytest.skip("this machine lists no interface named lo or lo0")
+    monkeypatch.delenv(GLOO_IFNAME, raising=False)
+    assert _environment(0, 2, 29500, "gloo", 60.0, 1, ())[GLOO_IFNAME] == lo
+    monkeypatch.setenv(GLOO_IFNAME, "")  # empty counts as unset, for torch as for us
+    assert _environment(0, 2, 29500, "gloo", 60.0, 1, ())[GLOO_IFNAME] == lo
+    monkeypatch.setenv(GLOO_IFNAME, "eth7")
+    assert _environment(1, 2, 29500, "nccl", 60.0, 1, ())[GLOO_IFNAME] == "eth7"  # the user's value wins
+
+
+def test_every_rank_sees_the_interface_it_was_given(ranks):
+    expected = os.environ.get(GLOO_IFNAME) or loopback_interface()
+    assert ranks.run("os:getenv", GLOO_IFNAME, echo=False) == [expected, expected]
+
+
+def test_a_users_interface_reaches_the_rank_and_gloo_reads_it(monkeypatch):
+    monkeypatch.setenv(
+        GLOO_IFNAME, "dpteach-none0"
+    )  # no such interface: gloo must refuse to create its device
+    with Ranks(1, "gloo", timeout=60, preload=()) as group:
+        with pytest.raises(RankFailed, match="dpteach-none0"):
+            group.wait_ready()
+
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.mark.parametrize(
+    "given, on_loopback",
+    [
+        ({}, True),  # run directly: a world of one, on this machine
+        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}, True),  # torchrun on one machine
+        ({"RANK": "9", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}, False),  # two machines: not ours to pick
+        ({"RANK": "1", "WORLD_SIZE": "2"}, False),  # another launcher, which says nothing about machines
+    ],
+)
+def test_train_puts_gloo_on_loopback_only_when_every_rank_is_on_this_machine(monkeypatch, given, on_loopback):
+    from dpteach.distributed import train
+
+    lo = loopback_interface()
+    if lo is None:
+        pytest.skip("this machine lists no interface named lo or lo0")
+    for name in (*TORCHRUN_VARIABLES, GLOO_IFNAME):
+        monkeypatch.delenv(name, raising=False)  # and restored afterwards, whatever train sets
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    train._prepare_environment()
+    assert os.environ.get(GLOO_IFNAME) == (lo if on_loopback else None)
+    monkeypatch.setenv(GLOO_IFNAME, "eth7")
+    train._prepare_environment()
+    assert os.environ[GLOO_IFNAME] == "eth7"  # the user's value wins

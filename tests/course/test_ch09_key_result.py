@@ -1,0 +1,115 @@
+"""Chapter 09 shows its key result early, and what it prints is what its prose says.
+
+The key result: on every rank, DDP's gradients are one device's to rounding, and the ranks hold
+identical tensors. It is the code cell tagged ``key-result``, among the chapter's first five cells,
+after the list of what the learner will be able to do. Its printed comparison comes from
+``dpteach.distributed.compare``, whose helpers are checked here against their own definitions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from dpteach.distributed import compare, single_device_gradients
+
+CHAPTER = Path(__file__).resolve().parents[2] / "notebooks" / "09_beyond_one_process.ipynb"
+
+
+def cells():
+    return nbformat.read(CHAPTER, as_version=4).cells
+
+
+def key_result():
+    nb = cells()
+    at = [i for i, c in enumerate(nb) if "key-result" in c.metadata.get("tags", [])]
+    assert len(at) == 1, f"cells tagged 'key-result': {at}"
+    return nb, at[0]
+
+
+def test_the_key_result_is_among_the_first_five_cells_after_what_the_learner_will_be_able_to_do():
+    nb, at = key_result()
+    assert at < 5 and nb[at].cell_type == "code", f"the key result is cell {at}"
+    opening = " ".join(c.source for c in nb[:at] if c.cell_type == "markdown")
+    assert "By its end you can" in opening  # what the learner will be able to do comes first
+    assert "## The key result" in opening  # and the result is announced as such
+    assert "against_one_device" in nb[at].source  # printed with its provenance, by compare.py
+
+
+@pytest.mark.slow  # the cell starts the chapter's ranks: fresh interpreters importing torch
+def test_the_key_results_output_is_what_the_prose_says():
+    nb, at = key_result()
+    prose = " ".join(nb[at + 1].source.split())
+    assert nb[at + 1].cell_type == "markdown"
+    assert "within 1e-6 of one device's" in prose and "the ranks agree bit for bit" in prose
+    printed, scope = io.StringIO(), {}
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(nb[at].source, scope)  # the cell as a learner runs it, asserts included
+    finally:
+        if "ranks" in scope:
+            scope["ranks"].close()
+    header, *lines = printed.getvalue().strip().splitlines()
+    world, batch, out = scope["world_size"], scope["global_batch"], scope["out"]
+    backend, device = out[0]["backend"], out[0]["device"]
+    rows = " + ".join([str(batch // world)] * world)
+    assert (
+        header == f"DDP on {world} ranks ({backend}, {device}), {rows} rows, "
+        f"against one device (cpu), all {batch} rows:"
+    )
+    assert len(lines) == 2 * world - 1
+    reference = single_device_gradients(batch)  # the reference again, computed here
+    for rank, line in enumerate(lines[:world]):
+        own = max((out[rank]["grads"][n] - g).abs().max().item() for n, g in reference.items())
+        if own == 0:
+            assert line == f"  DDP, rank {rank} and one device: identical, bit for bit"
+            continue
+        found = re.fullmatch(rf"  largest \|DDP, rank {rank} - one device\|: (\S+) \(in \S+\)", line)
+        assert found, line
+        assert float(found[1]) == pytest.approx(own, rel=0.05)  # printed to two figures
+        assert own < 1e-6  # "within 1e-6 of one device's"
+    for rank, line in enumerate(lines[world:], 1):
+        assert line == f"  rank 0 and rank {rank}: identical, bit for bit"  # "the ranks agree bit for bit"
+        assert all(torch.equal(out[0]["grads"][n], out[rank]["grads"][n]) for n in reference)
+
+
+A = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.0])}
+
+
+def test_largest_difference_is_the_largest_absolute_difference_and_where_it_is():
+    other = {"w": torch.tensor([1.0, 2.5]), "b": torch.tensor([-1.0])}
+    assert compare.largest_difference(A, other) == ("b", 1.0)  # |0 - (-1)| beats |2 - 2.5|
+    assert compare.largest_difference(A, A)[1] == 0.0
+    with pytest.raises(ValueError, match="different tensors"):
+        compare.largest_difference(A, {"w": A["w"]})
+    with pytest.raises(ValueError, match="shapes"):  # no broadcasting a (1,) against a (2,)
+        compare.largest_difference(A, {"w": A["w"], "b": torch.zeros(2)})
+
+
+def test_identical_means_bit_for_bit_in_the_same_dtype():
+    assert compare.identical(A, {n: t.clone() for n, t in A.items()})
+    assert not compare.identical(A, {"w": A["w"] + 1e-7, "b": A["b"]})
+    assert not compare.identical(A, {n: t.double() for n, t in A.items()})  # equal values, other dtype
+
+
+def test_the_lines_say_where_the_numbers_came_from():
+    ranks = [
+        dict(grads=A, rows=6, device="cuda:0", backend="nccl"),
+        dict(grads={"w": A["w"], "b": torch.tensor([0.5])}, rows=2, device="cuda:1", backend="nccl"),
+    ]
+    assert compare.on_ranks(ranks) == "DDP on 2 ranks (nccl, cuda:0, cuda:1), 6 + 2 rows"
+    assert compare.one_device(A, rows=8) == "one device (cpu), all 8 rows"
+    assert compare.difference_line("x", A, "y", A) == "x and y: identical, bit for bit"
+    reference = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.25])}
+    assert compare.against_one_device(ranks, reference, rows=8).splitlines() == [
+        "DDP on 2 ranks (nccl, cuda:0, cuda:1), 6 + 2 rows, against one device (cpu), all 8 rows:",
+        "  largest |DDP, rank 0 - one device|: 2.5e-01 (in b)",
+        "  largest |DDP, rank 1 - one device|: 2.5e-01 (in b)",
+        "  largest |rank 0 - rank 1|: 5.0e-01 (in b)",
+    ]
