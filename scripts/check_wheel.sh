@@ -3,6 +3,7 @@
 # a fresh virtual environment that already has torch, then `import dpteach` and `python -m dpteach`
 # there, from a folder with no dpteach source in it. `make wheel-check` runs it; so does a slow test.
 #   scripts/check_wheel.sh [WORKDIR]     (default: a new temporary folder, removed afterwards)
+#   DPTEACH_TORCH_FROM=.venv/bin/python scripts/check_wheel.sh   link that python's torch, not pip's
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -24,10 +25,14 @@ if "$BUILD_PY" -m twine --version >/dev/null 2>&1; then "$BUILD_PY" -m twine che
 WHEEL=$(ls "$WORK"/dist/dpteach-*.whl)
 # --no-compile: pip would byte-compile all of torch's 2,000-odd .py files, which costs more than
 # unpacking it; Python compiles a module when it is first imported.
-echo "check_wheel: fresh venv with $TORCH_SPEC, then $(basename "$WHEEL")"
+echo "check_wheel: fresh venv with ${DPTEACH_TORCH_FROM:+the torch of }${DPTEACH_TORCH_FROM:-$TORCH_SPEC}, then $(basename "$WHEEL")"
 "$PYTHON" -m venv "$WORK/venv"
-# shellcheck disable=SC2086  # TORCH_SPEC may carry pip options (--index-url ...), as in CI
-"$WORK/venv/bin/python" -m pip install -q --no-compile $TORCH_SPEC
+if [ -n "${DPTEACH_TORCH_FROM:-}" ]; then  # the tests: that python's torch, linked (scripts/link_torch.py)
+  "$DPTEACH_TORCH_FROM" scripts/link_torch.py "$WORK/venv/bin/python"
+else
+  # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options (--index-url ...), as in CI
+  "$WORK/venv/bin/python" -m pip install -q --no-compile $TORCH_SPEC
+fi
 "$WORK/venv/bin/python" -m pip install -q --no-compile "$WHEEL"
 cd "$WORK"   # no dpteach/ source folder here: only the installed wheel can be imported
 env -u PYTHONPATH "$WORK/venv/bin/python" -c "import dpteach, pathlib; p = pathlib.Path(dpteach.__file__); \

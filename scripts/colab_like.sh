@@ -9,6 +9,7 @@
 # Idempotent: when .venv-colab exists and was built with the same pins, it does nothing.
 #   scripts/colab_like.sh            build if needed; prints the environment's python
 #   PYTHON=python3.13 scripts/...    another interpreter (Colab runs 3.13; CI has 3.11)
+#   DPTEACH_TORCH_FROM=.venv/bin/python scripts/...   link that python's torch instead of pip's (the tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,8 +39,12 @@ echo "colab_like: building $VENV with $PYTHON"
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --no-compile --upgrade pip
-# shellcheck disable=SC2086  # TORCH_SPEC may carry pip options (--index-url ...), as in CI
-"$VENV/bin/python" -m pip install -q --no-compile $TORCH_SPEC
+if [ -n "${DPTEACH_TORCH_FROM:-}" ]; then  # the tests: that python's torch, linked (scripts/link_torch.py)
+  "$DPTEACH_TORCH_FROM" scripts/link_torch.py "$VENV/bin/python"
+else
+  # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options (--index-url ...), as in CI
+  "$VENV/bin/python" -m pip install -q --no-compile $TORCH_SPEC
+fi
 # shellcheck disable=SC2086  # the pins are separate words on purpose
 "$VENV/bin/python" -m pip install -q --no-compile $PINS $REST
 "$VENV/bin/python" -m pip install -q --no-compile --no-deps -e .

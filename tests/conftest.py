@@ -23,15 +23,20 @@ def _seed():
 # Files whose tests must run in one pytest-xdist worker: they open JupyterLab or the book in Chromium and
 # check what the servers left in the repository, so two of them at once would see each other's files.
 ONE_WORKER = {"test_browser.py": "jupyterlab", "test_lab_command.py": "jupyterlab"}
+# Files whose tests share no module fixture and no state, so any worker may run any of them: the
+# chapters' headless runs (tests/executed.py's lock file lets one worker run a chapter while another
+# waits for it), the comparisons with torch's own DataParallel, and the runner's hang tests.
+ANY_WORKER = {"test_notebooks.py", "test_real_use.py", "test_run_notebook.py"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Each test file is one xdist group (a module's fixtures, such as the book, are built once);
-    then the CUDA skips."""
+    """Each test file is one xdist group (a module's fixtures, such as the book, are built once),
+    except the files of ``ANY_WORKER``; then the CUDA skips."""
     for item in items:
         name = item.path.name
-        item.add_marker(pytest.mark.xdist_group(ONE_WORKER.get(name, name)))
+        if name not in ANY_WORKER:
+            item.add_marker(pytest.mark.xdist_group(ONE_WORKER.get(name, name)))
     _skip_cuda(items)
 
 

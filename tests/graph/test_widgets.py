@@ -480,6 +480,7 @@ def colab_python() -> str:
             capture_output=True,
             text=True,
             cwd=ROOT,
+            env={**os.environ, "DPTEACH_TORCH_FROM": sys.executable},  # link this torch (link_torch.py)
             timeout=1800,
         )
     except (OSError, subprocess.TimeoutExpired) as err:

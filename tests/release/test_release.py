@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,15 +62,20 @@ def test_license_file_ships():
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_wheel_installs_into_a_fresh_venv_with_torch(tmp_path):
-    """scripts/check_wheel.sh: build from a clean copy, install beside torch, import and run it (about a minute)."""
+    """scripts/check_wheel.sh: build from a clean copy, install beside torch, import and run it.
+
+    The fresh venv gets this suite's torch by hard links (scripts/link_torch.py), not from pip: what is
+    tested is the wheel, and unpacking torch again took most of the test's minute."""
     done = subprocess.run(
         ["bash", str(ROOT / "scripts" / "check_wheel.sh"), str(tmp_path / "work")],
         cwd=ROOT,
+        env={**os.environ, "DPTEACH_TORCH_FROM": sys.executable},
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "check_wheel: OK" in done.stdout
+    assert "link_torch: " in done.stdout  # torch was linked, not installed again
     assert "site-packages/dpteach" in done.stdout  # imported from the installed wheel, not the checkout
     assert "BUG  clone" in done.stdout and "ok   rewire" in done.stdout  # python -m dpteach ran its tour
