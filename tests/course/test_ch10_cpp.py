@@ -1,5 +1,5 @@
 """Chapter 10's cells: the hello-world extension comes first and runs, exercise 3 is a loop the learner
-fills in (and that passes with the chapter's own answer).
+fills in (and that passes with the chapter's own answer), and the chapter names the library's four moves.
 
 Cells are found by their tags. The compiled runs are skipped without a C++ compiler.
 """
@@ -7,6 +7,7 @@ Cells are found by their tags. The compiled runs are skipped without a C++ compi
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import re
 import textwrap
@@ -21,8 +22,10 @@ from torch import nn
 import dpteach
 from dpteach import cpp
 from dpteach.course import checks
+from dpteach.data_parallel import four_moves
 
 CHAPTER = Path(__file__).resolve().parents[2] / "notebooks" / "10_the_cpp_original.ipynb"
+DETAILS = re.compile(r"<details>.*?</details>", re.S)
 
 
 def cells():
@@ -130,3 +133,24 @@ def test_exercise_3_with_the_worked_answer_says_correct():
     verdict = eval(last, scope)
     assert verdict.ok, verdict.message
     assert len(scope["graph"].dead_ends) == 4 and scope["shown"] == [scope["graph"]]  # the picture is shown
+
+
+def test_the_four_moves_are_the_librarys_wherever_the_chapter_lists_them():
+    moves = re.findall(r'phase\("(\w+)"\)', inspect.getsource(four_moves))
+    assert moves == ["scatter", "replicate", "parallel_apply", "gather"]
+    listed = 0
+    for c in cells():
+        if c.cell_type != "markdown":
+            continue
+        for paragraph in re.split(r"\n\s*\n", c.source):
+            if "four moves" in paragraph:
+                listing = paragraph.lower()[paragraph.find("four moves") :]  # from where the list begins
+                at = [listing.find(m) for m in moves]
+                assert -1 not in at and at == sorted(at), paragraph  # each named, in the library's order
+                listed += 1
+    assert listed >= 2  # the main path and libtorch's own data_parallel (a Going deeper block)
+
+
+def test_the_base_class_rename_is_stated_with_its_pr():
+    main_path = " ".join(DETAILS.sub("", c.source) for c in cells() if c.cell_type == "markdown")
+    assert "`autograd::Function`" in main_path and "PR #23269" in main_path and "`Node`" in main_path
