@@ -807,61 +807,151 @@ def step_copies(
 # ---------------------------------------------------------------- chapter 10 · the C++ original
 
 
-def dead_ends_are_back(graph, step, deleted: str | None = None) -> Verdict:
-    """Exercise 3: with the parameters' ``set_history`` line deleted, every replica parameter is a dead
-    end again and the original's ``.grad`` stays ``None``, as under ``"clone"``.
+def _fix_lines() -> tuple[int, int]:
+    """The numbers of the parameters' and the buffers' ``FIX (#20910)`` lines of ``dp_original.cpp``."""
+    from .. import cpp
 
-    ``graph`` is ``dpteach.autograd_graph(step.output, ...)`` of ``step``, the ``rewire_step`` of the
-    recompiled module; ``deleted`` is the text of the line deleted from the source. With the buffers'
-    ``FIX`` line deleted (the exercise's second part) no dead ends is the right result, and it says why."""
+    parameters, buffers = [
+        n for n, text in enumerate(cpp.SOURCE.read_text().splitlines(), 1) if "FIX (#20910)" in text
+    ]
+    return parameters, buffers
+
+
+def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdict:
+    """Exercise 3: with the parameters' ``set_history`` line deleted, every replica parameter is a dead end again.
+
+    ``my_dp`` is the module compiled from ``cpp.source_without(deleted_line)``; ``graph`` is
+    ``dpteach.autograd_graph`` of a ``cpp.rewire_step(..., extension=my_dp)``; ``predicted_dead_ends``
+    is the learner's count, made before the run. Correct only when the line deleted is the one that
+    rewires the parameters, ``my_dp`` was compiled without it, the graph shows the dead ends, and the
+    prediction is their number."""
+    from torch import nn
+
+    from .. import cpp
+
     name = "ch10.dead_ends_are_back"
-    replica_params = len(graph.replica_params)
-    if replica_params == 0:
+    if _unset(deleted_line, predicted_dead_ends):
         return Verdict(
             False,
-            "The graph has no replica parameters: draw it with the step's own tensors, original, replicas = "
-            "step.modules(), then autograd_graph(step.output, module=original, replicas=replicas).",
+            "Not yet: fill in predicted_dead_ends (a number) and deleted_line (the text of the line you delete) "
+            "in step 1, then run steps 2 and 3.",
         )
-    buffers_line = deleted is not None and "FIX (#20910)" in deleted and "buffer" in deleted
-    if not graph.dead_ends and buffers_line:
-        return _correct(
-            name,
-            "No dead ends, as expected: you deleted the buffers' set_history line, and a Linear has no "
-            "buffers, so that loop never runs. The parameters' line still rewires every replica parameter.",
+    if not _count(predicted_dead_ends):
+        return Verdict(
+            False,
+            f"Not yet: predicted_dead_ends is a count of replica parameters, a whole number such as 3; "
+            f"got {predicted_dead_ends!r}.",
         )
-    if not graph.dead_ends:
-        change = (
-            "no dead ends: every replica parameter still leads to the original, so the line you deleted is "
-            "not the one that rewires the parameters. Delete the set_history line inside the loop over "
-            "named_parameters, compile again and run this cell again."
+    parameters_line, buffers_line = _fix_lines()
+    lines = cpp.SOURCE.read_text().splitlines()
+
+    def answer() -> str:
+        slots = (
+            len({p.slot for p in graph.replica_params}) if graph is not None and graph.replica_params else 2
         )
-    elif len(graph.dead_ends) != replica_params:
-        change = (
-            f"{len(graph.dead_ends)} of {replica_params} replica parameters are dead ends: only part of the "
-            "rewiring is gone. Delete only the set_history line of the parameters' loop, and keep the rest "
-            "of the source as it was."
+        per_replica = len(graph.originals) if graph is not None and graph.originals else 2
+        return (
+            f"deleted_line = {lines[parameters_line - 1].strip()!r} (line {parameters_line}, in the loop over "
+            f"named_parameters), and predicted_dead_ends = {slots * per_replica}: {slots} replicas, each with its "
+            f"own copy of the original's {per_replica} parameters, none of which leads back."
         )
-    elif any(g is not None for g in step.grads.values()):
-        change = (
-            "the replicas are dead ends but the original got a gradient: run rewire_step with "
-            "extension=my_dp (the module you just compiled), not the chapter's."
+
+    hints = [
+        "The fix gives each replica parameter its gradient edge with one call, autograd::set_history.",
+        "In the listing of the lines marked FIX (#20910), the parameters' one is in the loop over "
+        "named_parameters. For the count: each replica holds its own copy of every parameter.",
+    ]
+
+    def fail(change: str) -> Verdict:
+        return _not_yet(name, change, hints, answer)
+
+    if deleted_line is None or (isinstance(deleted_line, str) and not deleted_line.strip()):
+        return fail(
+            "nothing was deleted: set deleted_line to the text of the line you delete, run step 2 to compile "
+            "the file without it, then this cell."
         )
-    else:
-        return _correct(
-            name,
-            f"All {replica_params} replica parameters are dead ends again and the original's .grad is None: "
-            "without set_history, clone() alone is issue #19540.",
+    try:
+        number = cpp.find_line(deleted_line)
+    except ValueError as err:
+        return Verdict(False, f"Not yet: {err} Then run steps 2 and 3 again.")
+    if my_dp is None:
+        return Verdict(
+            False,
+            "Not yet: my_dp is None, so step 2 compiled nothing: run step 2 after step 1 (it needs a C++ "
+            "compiler), then this cell.",
         )
-    return _not_yet(
+    module_name = str(getattr(my_dp, "__name__", ""))
+    whole = cpp.extension_name()
+    if re.fullmatch(rf"{whole}(_v\d+)?", module_name):
+        return fail(
+            "my_dp is the chapter's own module, compiled from the whole file, so nothing was deleted: compile "
+            "broken = cpp.source_without(deleted_line) in step 2, under its own name (cpp.extension_name(broken))."
+        )
+    expected = cpp.extension_name(cpp.source_without(deleted_line))
+    if module_name.startswith("dpteach_cpp_") and not re.fullmatch(rf"{expected}(_v\d+)?", module_name):
+        return fail(
+            "my_dp was compiled from another source than the file without deleted_line (did you change "
+            "deleted_line after step 2?): run step 2 again, then this cell."
+        )
+    deleted = f"line {number} ({lines[number - 1].strip()})"
+    instead = (
+        "Delete the set_history line in the loop over named_parameters instead (marked FIX (#20910)), "
+        "compile again (step 2), then run this cell."
+    )
+    try:  # what my_dp does, whatever the graph shows; the learner's random state is left as it was
+        with torch.random.fork_rng(devices=[]):
+            probe = cpp.rewire_step(nn.Linear(3, 2), torch.randn(4, 3), ("cpu", "cpu"), extension=my_dp)
+    except Exception as err:  # a module that is not dp_original.cpp's, or a deletion that breaks the step
+        failed = f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
+        if number not in (parameters_line, buffers_line):
+            return fail(
+                f"my_dp cannot run a step ({failed}): deleting {deleted} breaks the step itself. {instead}"
+            )
+        return fail(
+            f"my_dp could not run a step ({failed}): compile cpp.source_without(deleted_line) in step 2, "
+            "then run this cell again."
+        )
+    if graph is None or not graph.replica_params:
+        return fail(
+            "the graph has no replica parameters: draw a step run with my_dp, broken_step = "
+            "cpp.rewire_step(model, x, devices, extension=my_dp), then original, replicas = broken_step.modules() "
+            "and dpteach.autograd_graph(broken_step.output, module=original, replicas=replicas)."
+        )
+    my_dp_strands = all(g is None for g in probe.grads.values())
+    dead, replica_params = len(graph.dead_ends), len(graph.replica_params)
+    all_dead = dead == replica_params and len(graph.unreached) == len(graph.originals)
+    if number == buffers_line:
+        return fail(
+            "you deleted the buffers' set_history line: a Linear has no buffers, so that loop never runs and "
+            f"nothing changed. {instead}"
+        )
+    if number != parameters_line:
+        if dead:
+            why = (
+                f"the dead ends are back, but through {deleted}, not through the line that gives each replica "
+                "parameter its gradient edge. "
+            )
+        else:
+            why = (
+                f"no dead ends: {deleted} does not rewire the parameters, so every replica parameter still "
+                "leads to the original. "
+            )
+        return fail(why + instead)
+    if not all_dead:
+        if my_dp_strands:
+            return fail(
+                f"my_dp leaves every replica parameter a dead end, but your graph shows {dead} of "
+                f"{replica_params}: draw the graph of a step run with extension=my_dp."
+            )
+        return fail("my_dp still rewires, so it was not compiled without deleted_line: run step 2 again.")
+    if int(predicted_dead_ends) != dead:
+        return fail(
+            f"you predicted {int(predicted_dead_ends)} dead ends and the graph has {dead}. Change "
+            "predicted_dead_ends once you can say why: count the replicas, and each one's copies of the "
+            "parameters, and ask which copies still lead back."
+        )
+    return _correct(
         name,
-        change,
-        [
-            "The fix gives each replica parameter its gradient edge with one call, autograd::set_history.",
-            "Look for the lines marked FIX (#20910) in the listing: the parameters' one sits inside the loop "
-            "over named_parameters, the buffers' one in the loop after it.",
-        ],
-        lambda: (
-            "delete the first line marked FIX (#20910), set_history in the parameters' loop; the cell's "
-            "`delete = next(...)` picks it as it ships."
-        ),
+        f"You deleted the parameters' set_history line, and all {dead} replica parameters are dead ends "
+        "again, as you predicted: the original's .grad stays None. clone() without the edge is issue #19540.",
     )

@@ -8,6 +8,7 @@ builds the same model in C++ with the same weights, and runs one data parallel s
     ext, reason = dpteach.cpp.load()        # (module, None), or (None, one sentence on why not)
     step = dpteach.cpp.clone_step(model, x, ["cpu", "cpu"])
     step.grads["weight"]                    # None: issue #19540, in the language it happened in
+    broken = dpteach.cpp.source_without(line)  # the source less one line, for exercise 3's own compile
 
 Without a C++ compiler nothing here raises at import; ``load()`` says why, and ``available()``
 is False, so a notebook can skip its compiled cells.
@@ -42,11 +43,14 @@ __all__ = [
     "clone_step",
     "rewire_step",
     "member_handle",
+    "find_line",
+    "source_without",
     "SOURCE",
     "build_directory",
     "is_cached",
     "compiler",
     "ninja",
+    "put_ninja_on_path",
     "extension_name",
     "architecture",
 ]
@@ -90,6 +94,43 @@ def load(
         _state.update(module=module, reason=reason)
     put_ninja_on_path()  # so that a later load_inline of an edited copy (chapter 10, exercise 3) finds ninja too
     return _state["module"], _state["reason"]
+
+
+def find_line(line: int | str) -> int:
+    """The number (from 1) of the one line of ``dp_original.cpp`` that ``line`` names.
+
+    ``line`` is the line's text (all of it, or a piece that is on no other line) or its number, as
+    the chapter's listing prints it. Raises ``ValueError``, saying what to give instead, when it
+    names no line or more than one."""
+    lines = SOURCE.read_text().splitlines()
+    if isinstance(line, int) and not isinstance(line, bool):
+        if not 1 <= line <= len(lines):
+            raise ValueError(f"{SOURCE.name} has lines 1 to {len(lines)}; there is no line {line}.")
+        return line
+    if not isinstance(line, str) or not line.strip():
+        raise ValueError(
+            f"Give the line to delete as its text (or its number), e.g. a line from the listing; got {line!r}."
+        )
+    needle = line.strip()
+    found = [n for n, text in enumerate(lines, 1) if needle in text]
+    if not found:
+        raise ValueError(
+            f"{needle!r} is on no line of {SOURCE.name}: copy the line from the listing "
+            "(print(cpp.SOURCE.read_text()) shows the whole file)."
+        )
+    if len(found) > 1:
+        numbers = ", ".join(map(str, found))
+        raise ValueError(
+            f"{needle!r} is on {len(found)} lines ({numbers}): give more of the line, so it names one."
+        )
+    return found[0]
+
+
+def source_without(line: int | str) -> str:
+    """``dp_original.cpp`` with one line removed (see :func:`find_line`): chapter 10's exercise 3 compiles it."""
+    lines = SOURCE.read_text().splitlines(keepends=True)
+    del lines[find_line(line) - 1]
+    return "".join(lines)
 
 
 def available() -> bool:

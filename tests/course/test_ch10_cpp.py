@@ -1,0 +1,156 @@
+"""Chapter 10's cells: the hello-world extension comes first and runs, exercise 3 is a loop the learner
+fills in (and that passes with the chapter's own answer), and the chapter names the library's four moves.
+
+Cells are found by their tags. The compiled runs are skipped without a C++ compiler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import re
+import textwrap
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from torch import nn
+
+import dpteach
+from dpteach import cpp
+from dpteach.course import checks
+from dpteach.data_parallel import four_moves
+
+CHAPTER = Path(__file__).resolve().parents[2] / "notebooks" / "10_the_cpp_original.ipynb"
+DETAILS = re.compile(r"<details>.*?</details>", re.S)
+
+
+def cells():
+    return nbformat.read(CHAPTER, as_version=4).cells
+
+
+def tagged(tag: str) -> tuple[int, str]:
+    ((index, source),) = [(i, c.source) for i, c in enumerate(cells()) if tag in c.metadata.get("tags", [])]
+    return index, source
+
+
+def needs_a_compiler():
+    if cpp.compiler() is None or cpp.ninja() is None:
+        pytest.skip("no C++ compiler or ninja found: load_inline cannot run")
+
+
+def run(source: str, scope: dict) -> str:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(source, scope)
+    return printed.getvalue()
+
+
+def test_the_hello_extension_comes_before_cpp_load():
+    hello_at, hello = tagged("hello-extension")
+    first_load = min(i for i, c in enumerate(cells()) if c.cell_type == "code" and "cpp.load(" in c.source)
+    assert hello_at < first_load  # the learner compiles a tiny extension before the library's
+    for part in ("load_inline(", "cpp_sources=[hello]", "functions=[", "build_directory=", "perf_counter"):
+        assert part in hello, part
+
+
+def test_the_hello_extension_runs_and_its_tensors_cross_without_a_copy(tmp_path, monkeypatch):
+    needs_a_compiler()
+    monkeypatch.setenv("DPTEACH_CPP_CACHE", str(tmp_path))  # an empty cache: the cell compiles
+    _, hello = tagged("hello-extension")
+    scope: dict = {}
+    printed = run(hello, scope)
+    assert re.match(r"compiled in [\d.]+ s on this machine", printed)  # the learner's own figure
+    assert "twice(t) = tensor([2., 2., 2.])" in printed  # a tensor in, a new tensor out
+    assert "after add_one_(t), t = tensor([2., 2., 2.])" in printed  # C++ changed Python's tensor in place
+    (built,) = scope["folder"].glob("hello*.so")
+    when = built.stat().st_mtime_ns
+    again = run(hello, scope)  # compiled once: the same source again only loads
+    assert re.match(r"loaded in [\d.]+ s on this machine", again)
+    assert again.splitlines()[1:] == printed.splitlines()[1:]
+    assert built.stat().st_mtime_ns == when  # the module was not built again
+
+
+def test_exercise_3_is_a_loop_the_learner_fills_in():
+    _, step1 = tagged("ex3-source")
+    _, step2 = tagged("ex3-compile")
+    _, step3 = tagged("ex3-check")
+    assert re.search(r"^predicted_dead_ends = \.\.\.", step1, re.M)  # stubs, not the answer
+    assert re.search(r"^deleted_line = \.\.\.", step1, re.M)
+    assert "cpp.source_without(deleted_line)" in step2 and "name=cpp.extension_name(broken)" in step2
+    assert "load_inline(" in step2 and "extension=my_dp" in step3
+    assert (
+        step3.rstrip().splitlines()[-1]
+        == "checks.dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends)"
+    )
+
+
+def _answer_step1() -> str:
+    (exercises,) = [
+        c.source for c in cells() if c.cell_type == "markdown" and c.source.startswith("## Exercises")
+    ]
+    answer = re.search(r"<summary>Answer</summary>(.*?)</details>", exercises, re.S).group(1)
+    return textwrap.dedent(re.search(r"```python\n(.*?)```", answer, re.S).group(1))
+
+
+def _chapter_scope() -> dict:
+    from torch.utils.cpp_extension import load_inline
+
+    ext, reason = cpp.load(progress=False)
+    assert ext is not None, reason
+    torch.manual_seed(0)
+    shown: list = []
+    return dict(
+        ext=ext, reason=reason, cpp=cpp, checks=checks, dpteach=dpteach, time=time, load_inline=load_inline,
+        model=nn.Linear(3, 2), x=torch.randn(6, 3), devices=["cpu", "cpu"], display=shown.append, shown=shown,
+    )  # fmt: skip
+
+
+def test_exercise_3_as_shipped_asks_for_the_stubs():
+    needs_a_compiler()
+    scope = _chapter_scope()
+    for tag in ("ex3-source", "ex3-compile"):
+        run(tagged(tag)[1], scope)
+    assert scope["my_dp"] is None  # nothing is compiled before step 1 is filled in
+    *body, last = tagged("ex3-check")[1].rstrip().splitlines()
+    run("\n".join(body), scope)
+    verdict = eval(last, scope)
+    assert not verdict.ok and "fill in predicted_dead_ends" in verdict.message
+
+
+def test_exercise_3_with_the_worked_answer_says_correct():
+    needs_a_compiler()
+    scope = _chapter_scope()
+    run(_answer_step1(), scope)  # the learner's step 1, as the unfolded answer writes it
+    run(
+        tagged("ex3-compile")[1], scope
+    )  # compiles once, then the cache (tests/core/test_cpp_exercise.py too)
+    *body, last = tagged("ex3-check")[1].rstrip().splitlines()
+    run("\n".join(body), scope)
+    verdict = eval(last, scope)
+    assert verdict.ok, verdict.message
+    assert len(scope["graph"].dead_ends) == 4 and scope["shown"] == [scope["graph"]]  # the picture is shown
+
+
+def test_the_four_moves_are_the_librarys_wherever_the_chapter_lists_them():
+    moves = re.findall(r'phase\("(\w+)"\)', inspect.getsource(four_moves))
+    assert moves == ["scatter", "replicate", "parallel_apply", "gather"]
+    listed = 0
+    for c in cells():
+        if c.cell_type != "markdown":
+            continue
+        for paragraph in re.split(r"\n\s*\n", c.source):
+            if "four moves" in paragraph:
+                listing = paragraph.lower()[paragraph.find("four moves") :]  # from where the list begins
+                at = [listing.find(m) for m in moves]
+                assert -1 not in at and at == sorted(at), paragraph  # each named, in the library's order
+                listed += 1
+    assert listed >= 2  # the main path and libtorch's own data_parallel (a Going deeper block)
+
+
+def test_the_base_class_rename_is_stated_with_its_pr():
+    main_path = " ".join(DETAILS.sub("", c.source) for c in cells() if c.cell_type == "markdown")
+    assert "`autograd::Function`" in main_path and "PR #23269" in main_path and "`Node`" in main_path
