@@ -134,6 +134,12 @@ COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
         "original buffer there.",
         "`owner, _, key = name.rpartition('.')`, then `replicas[0].get_submodule(owner)._buffers[key] = buffer`.",
     ),
+    "buffer_unregistered": (
+        "a module's buffers live in its `_buffers` dict, where `replicate.py` puts a replica's and `.to()` looks; "
+        "a tensor of that name in its `__dict__` only hides the entry (chapter 05 names both dicts).",
+        "`replicas[0].get_submodule(owner)._buffers[key] = buffer`, not `.__dict__[key] = buffer`; "
+        "`setattr(submodule, key, buffer)` registers it too, since `key` is already a buffer's name.",
+    ),
     "buffer_shared": "give only slot 0 the original's buffers; leave the other slots' copies as they are.",
     "stats": "only slot 0's BatchNorm should write into the original's statistics: make slot 0's buffers the "
     "original's and leave the later slots' copies alone.",

@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import _pop_mode
 from .._devices import as_devices
 from ..course import story
 from ..data_parallel import step
-from ..graph.names import resolve
+from ..graph.names import _submodule, resolve
 from ..replicate import resolve_strategy
 from ._feedback import ACROSS, Findings, Result, Stop, Task, _learner_frame, explain, not_implemented_message
 from ._models import CASES, Case, Reference, gradients, reference
@@ -161,28 +161,38 @@ def compare(findings: Findings, run: Run, what: str = "grads") -> None:
             )
 
 
+BUFFERS = f"replica buffers, {ACROSS}"  # what a buffer problem's repeats are
+SAID = {  # each kind of problem of a replica's buffer, said after "replica 0's `1.running_mean`"
+    "buffer_unregistered": "is a plain attribute in its module's `__dict__`, which forward reads, not a buffer: put "
+    "it in `_buffers[{key!r}]`, where `named_buffers()`, `state_dict()` and `.to()` look",
+    "buffer_missing": "is missing from its module's `_buffers`",
+    "buffer_copied": "is a copy, not the original's `{original}`: BatchNorm on slot 0 updates the copy, and the "
+    "update is thrown away with the replica (see chapter 05)",
+    "buffer_shared": "shares memory with the original's: slot {slot}'s BatchNorm writes its own statistics into "
+    "the original too (only slot 0 should)",
+}
+
+
 def check_buffers(findings: Findings, run: Run) -> None:
-    """Slot 0's buffers are the original's; later slots own theirs; the original saw exactly slot 0's piece."""
+    """Slot 0's buffers are the original's, later slots own theirs, the original saw exactly slot 0's piece.
+
+    A buffer is what its module's ``_buffers`` holds (replicate.py's ``setattr`` reaches ``register_buffer``,
+    ``named_buffers()`` and ``.to()`` read it); a ``__dict__`` entry of that name wins attribute lookup."""
     for slot, replica in enumerate(run.replicas):
         for place in places(run.model, "buffer"):
-            t = resolve(replica, place.name)
-            who = f"replica {slot}'s `{place.name}`"
-            if t is None:
-                findings.problem("buffer_missing", f"{run.where}: {who} is missing")
-            elif slot == 0 and not shares_storage(t, place.tensor):
-                findings.problem(
-                    "buffer_copied",
-                    f"{run.where}: {who} is a copy, not the original's "
-                    f"`{place.original_name}`: BatchNorm on slot 0 updates the copy, and the update "
-                    "is thrown away with the replica (see chapter 05)",
-                )
-            elif slot > 0 and shares_storage(t, place.tensor):
-                findings.problem(
-                    "buffer_shared",
-                    f"{run.where}: {who} shares memory with the original's: slot "
-                    f"{slot}'s BatchNorm writes its own statistics into the original too "
-                    "(only slot 0 should)",
-                )
+            owner, _, key = place.name.rpartition(".")
+            module = _submodule(replica, owner)
+            t = None if module is None else module._buffers.get(key)
+            if module is not None and key in vars(module):
+                kind = "buffer_unregistered"
+            elif not isinstance(t, torch.Tensor):
+                kind = "buffer_missing"
+            elif shares_storage(t, place.tensor) != (slot == 0):  # slot 0 must share, the others must not
+                kind = "buffer_copied" if slot == 0 else "buffer_shared"
+            else:
+                continue
+            said = SAID[kind].format(key=key, original=place.original_name, slot=slot)
+            findings.problem(kind, f"{run.where}: replica {slot}'s `{place.name}` {said}", BUFFERS)
     for name, expected in run.ref.buffers.items():
         b = dict(run.model.named_buffers())[name].detach().cpu()
         if not torch.allclose(b.to(expected.dtype), expected, rtol=RTOL, atol=ATOL):
@@ -190,6 +200,7 @@ def check_buffers(findings: Findings, run: Run) -> None:
                 "stats",
                 f"{run.where}: after one training-mode step the original's `{name}` {_change(run, name)} "
                 f"(expected {_short(expected)}, got {_short(b)})",
+                f"of the original's buffers, {ACROSS}",
             )
 
 

@@ -521,6 +521,38 @@ def test_batchnorm_the_library_broadcast_strategy_passes():
     assert exercises.check_batchnorm("broadcast").passed  # Python's replicate.py shares slot 0's buffers
 
 
+def slot0_buffers_by(put):
+    """Task 5's answer with its one line, putting the original's buffer into slot 0's module, as ``put``."""
+
+    def keep_bn_statistics(network, devices, detach=False):
+        replicas = dpteach.replicate(network, devices, detach, strategy="rewire")
+        for name, buffer in network.named_buffers():
+            owner, _, key = name.rpartition(".")
+            put(replicas[0].get_submodule(owner), key, buffer)
+        return replicas
+
+    return keep_bn_statistics
+
+
+def test_batchnorm_a_buffer_written_past_the_registry_fails():
+    # forward reads module.__dict__ first, so the statistics do land in the model; but the replica's
+    # registered buffer (what replicate.py sets, and named_buffers / state_dict / .to use) is still the copy
+    loophole = slot0_buffers_by(lambda module, key, buffer: module.__dict__.__setitem__(key, buffer))
+    result = exercises.check_batchnorm(loophole)
+    assert_fails_with(result, "buffer_unregistered")
+    assert result.kinds == ["buffer_unregistered"]  # not a copy problem, not lost statistics: the registry
+
+
+@pytest.mark.parametrize(
+    "put",
+    [lambda module, key, buffer: module._buffers.__setitem__(key, buffer), setattr],  # setattr registers it
+    ids=["_buffers", "setattr"],
+)
+def test_batchnorm_a_buffer_put_in_the_registry_passes(put):
+    result = exercises.check_batchnorm(slot0_buffers_by(put))
+    assert result.passed, str(result)
+
+
 # --------------------------------------------------------------------------------------------
 # Sources for notebook cells, and the two notebooks
 # --------------------------------------------------------------------------------------------
@@ -616,6 +648,17 @@ def test_the_first_hint_names_the_idea_and_the_answer_comes_after_repeated_failu
     assert not any(code in first for code in ANSWER_CODE), first  # the idea, not the code
     assert first != second != third  # one step further on each failure
     assert "solution_source" not in first + second and f"solution_source({key!r})" in third  # offered third
+
+
+def test_each_kind_of_mistake_climbs_its_own_steps():
+    copied = [exercises.check_batchnorm("rewire") for _ in range(2)]  # buffer_copied (its hint first), twice
+    assert [r.hints[0][:13] for r in copied] == ["(step 1 of 3)", "(step 2 of 3)"]
+    other = exercises.check_batchnorm(  # a different mistake: its own first step, not a step further
+        slot0_buffers_by(lambda module, key, buffer: module.__dict__.__setitem__(key, buffer))
+    )
+    assert other.kinds == ["buffer_unregistered"] and other.hints[0].startswith("(step 1 of 2)")
+    # the third failed check of the task, whatever its mistakes, offers the worked answer
+    assert "solution_source('batchnorm')" in other.hints[-1] and "3 failed checks" in other.hints[-1]
 
 
 def test_no_step_further_is_promised_once_the_last_step_is_shown():
