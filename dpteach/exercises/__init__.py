@@ -2,10 +2,10 @@
 
 One task per core idea of the course (chapter 11 has them all): a stub that fails loudly, naming
 its task, and a check that runs the learner's code against the real thing and answers with a
-:class:`Result`: "Correct!", or what is wrong, where, and a hint one step further on each failed
-try (the worked answer after the third). A check never raises on a learner's bug, runs in torch's
-default settings and gives the learner's back, and stops with a sentence after ``time_limit()``
-seconds (``set_time_limit(seconds)`` changes it, ``None`` lifts it).
+:class:`Result`: "Correct!", or what is wrong, where, and a hint that goes one step further each
+time the same problem comes back (a worked answer offered from the third failed check). A check
+never raises on a learner's bug, runs in torch's default settings and gives the learner's back, and
+stops with a sentence after ``time_limit()`` seconds (``set_time_limit(seconds)`` changes it).
 
 ``TASKS`` holds each task's record (``TASKS["rewire"].chapter``); ``check(key, *answer)`` runs any
 check; each check is also exported by its own name (``check_rewire``). ``stub_source(key)`` and

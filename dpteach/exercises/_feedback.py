@@ -1,7 +1,8 @@
 """What a check says: a :class:`Result` that prints kindly, and the collector that builds one.
 
-What went wrong is said in sentences a learner can act on (a mistake seen on twelve runs once, with
-a count), with a hint per kind of mistake; "Correct!" when everything holds.
+What went wrong is said in sentences a learner can act on (a mistake seen in twelve places once, with
+what the other eleven are), each with its hint, whose steps follow how often that mistake came back;
+"Correct!" when everything holds.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ class Result:
             return f"Correct! {self.task.label}"
         if not self.implemented:
             return f"{self.task.label}: not written yet (see the cell above)."
-        n = len(self.messages)
-        return f"Not yet: {self.task.label}, {n} problem{'s' if n != 1 else ''} found."
+        n, shown = max(len(self.kinds), len(self.messages)), len(self.messages)
+        first = f"; the first {shown}, each with what to change, below" if shown < n else ""
+        return f"Not yet: {self.task.label}, {n} problem{'s' if n != 1 else ''} found{first}."
 
     def __str__(self) -> str:
         mark = "✓" if self.passed else ("·" if not self.implemented else "✗")
@@ -98,8 +100,8 @@ Hint = str | tuple[str, ...]  # one hint, or its steps: the idea first, the code
 
 COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
     "error": (
-        "the message names the input the check was trying and the line of yours that raised: make that line "
-        "work for that input.",
+        "the message names the case the check was trying and the line of yours that raised, if one did; if none "
+        "did, PyTorch or dpteach raised on what your code returned: make your code work for that case.",
         "to see the whole traceback, keep the check's result and raise its error: `r = exercises.check(...)` "
         "with your objects, then `raise r.error`.",
     ),
@@ -127,9 +129,16 @@ COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
     "buffer_copied": (
         "slot 0's replica must hold the original's buffer *objects*, not copies of them: then BatchNorm's "
         "in-place updates on slot 0 land in the model.",
-        "a module keeps its buffers in its `_buffers` dict: for each of `network.named_buffers()`, find the "
-        "owning submodule in `replicas[0]` and put the original buffer there.",
+        "a module keeps its buffers in its `_buffers` dict (chapter 05): for each of `network.named_buffers()`, "
+        "find the owning submodule in `replicas[0]` (chapter 03's Step 3 does it for parameters) and put the "
+        "original buffer there.",
         "`owner, _, key = name.rpartition('.')`, then `replicas[0].get_submodule(owner)._buffers[key] = buffer`.",
+    ),
+    "buffer_unregistered": (
+        "a module's buffers live in its `_buffers` dict, where `replicate.py` puts a replica's and `.to()` looks; "
+        "a tensor of that name in its `__dict__` only hides the entry (chapter 05 names both dicts).",
+        "`replicas[0].get_submodule(owner)._buffers[key] = buffer`, not `.__dict__[key] = buffer`; "
+        "`setattr(submodule, key, buffer)` registers it too, since `key` is already a buffer's name.",
     ),
     "buffer_shared": "give only slot 0 the original's buffers; leave the other slots' copies as they are.",
     "stats": "only slot 0's BatchNorm should write into the original's statistics: make slot 0's buffers the "
@@ -141,8 +150,10 @@ WRITE_IT = (  # the one hint for a stub that still raises
     "replace the `raise NotImplementedError(...)` in the stub cell with your code, run that cell, then run "
     "this check again."
 )
-ANSWER_AFTER = 3  # failed checks of one task before its worked answer is offered
-_failures: dict[str, dict[str, int]] = {}  # task key -> kind of mistake -> failed checks, this kernel
+ANSWER_AFTER = 3  # failed checks of one task (any mistakes) before its worked answer is offered
+SHOWN = 3  # problems said per check, each with its hint: the first found, which later ones often follow from
+ACROSS = "across the models and slot counts tried"  # where a strategy check's repeats of one problem are
+_failures: dict[str, dict[str, int]] = {}  # task -> {kind: checks that showed it, "": failed checks}
 
 
 def forget_failures() -> None:
@@ -157,14 +168,15 @@ class Findings:
         self.task = task
         self._hints = {**COMMON_HINTS, **hints}  # kind of mistake -> its hint, or the hint's steps
         self._first: dict[str, str] = {}  # kind -> the first sentence recorded for it
-        self._count: dict[str, int] = {}
+        self._seen: dict[str, list] = {}  # kind -> [times found, what a repeat is: "replica parameters, ..."]
         self.held: list[str] = []  # what was verified, said on success
         self.context = "While setting up"  # where the check is, for a sentence about an exception
         self.error: BaseException | None = None
 
-    def problem(self, kind: str, text: str) -> None:
+    def problem(self, kind: str, text: str, unit: str = "of the cases the check tried") -> None:
+        """Record a problem; ``unit`` says what a repeat of it is, in "the same problem in 3 more {unit}"."""
         self._first.setdefault(kind, text)
-        self._count[kind] = self._count.get(kind, 0) + 1
+        self._seen.setdefault(kind, [0, unit])[0] += 1
 
     def stop(self, kind: str, text: str) -> NoReturn:
         """Record the problem and stop the check (raise :class:`Stop`): what follows would mean nothing."""
@@ -175,11 +187,13 @@ class Findings:
     def ok(self) -> bool:
         return not self._first
 
-    def _hint(self, kind: str, tries: int) -> str | None:
-        steps = self._hints.get(kind)
-        if isinstance(steps, str) or steps is None:
-            return steps
-        return steps[min(tries, len(steps)) - 1]
+    def _hint(self, kind: str, times: int) -> tuple[str, bool]:
+        """The hint for a problem found in ``times`` checks, and whether it has a further step."""
+        steps = self._hints.get(kind, "")
+        if isinstance(steps, str):
+            return steps, False
+        step = min(times, len(steps))
+        return f"(step {step} of {len(steps)}) {steps[step - 1]}", step < len(steps)
 
     def result(self, not_implemented: str | None = None) -> Result:
         if not_implemented is not None:
@@ -188,18 +202,23 @@ class Findings:
         if self.ok:
             _failures.pop(self.task.key, None)
             return Result(self.task, True, list(self.held))
-        counts = _failures.setdefault(self.task.key, {})  # each kind of mistake counts its own tries
-        counts.update({kind: counts.get(kind, 0) + 1 for kind in self._first})
-        messages = []
-        for kind, text in list(self._first.items())[:5]:
-            more = self._count[kind] - 1
-            messages.append(text + (f" (and {more} more like it)" if more else ""))
-        hints = [h for h in dict.fromkeys(self._hint(k, counts[k]) for k in self._first) if h][:3]
-        if (tries := max(counts[k] for k in self._first)) >= ANSWER_AFTER:
-            hints.append(
-                f"still stuck after {tries} tries? `print(exercises.solution_source({self.task.key!r}))` shows a "
-                "worked answer; the hints above go one step further each time you run this check."
-            )
+        shown = list(self._first.items())[:SHOWN]  # a hint climbs only when it was shown
+        counts = _failures.setdefault(self.task.key, {})  # each kind of mistake climbs its own steps
+        counts.update({kind: counts.get(kind, 0) + 1 for kind, _ in shown})
+        if "usage" not in self._first:  # a wrong call is not a try at the task
+            counts[""] = counts.get("", 0) + 1
+        messages, hints, further = [], [], False
+        for kind, text in shown:
+            times, unit = self._seen[kind]
+            messages.append(text + (f" (the same problem in {times - 1} more {unit})" if times > 1 else ""))
+            hint, left = self._hint(kind, counts[kind])
+            further |= left
+            hints += [hint] if hint and hint not in hints else []
+        if further:
+            hints.append("a (step n of m) hint goes one step further each time its problem comes back.")
+        if (tries := counts.get("", 0)) >= ANSWER_AFTER:
+            answer = f"`print(exercises.solution_source({self.task.key!r}))`"
+            hints.append(f"{tries} failed checks of this task so far: {answer} shows a worked answer.")
         return Result(self.task, False, messages, hints, kinds=list(self._first), error=self.error)
 
 

@@ -20,9 +20,9 @@ from torch.utils._python_dispatch import _pop_mode
 from .._devices import as_devices
 from ..course import story
 from ..data_parallel import step
-from ..graph.names import resolve
+from ..graph.names import _submodule, resolve
 from ..replicate import resolve_strategy
-from ._feedback import Findings, Result, Stop, Task, explain, not_implemented_message
+from ._feedback import ACROSS, Findings, Result, Stop, Task, _learner_frame, explain, not_implemented_message
 from ._models import CASES, Case, Reference, gradients, reference
 from ._paths import edge_problem, places, shares_storage
 from ._time_limit import TimeLimit, time_limit
@@ -67,10 +67,8 @@ def run_strategy(
     grads, second = {k: None for k in params}, None  # the loss needs no grad: check_replicas says why
     if done.loss.requires_grad and double:
         grads, second = gradients(done.loss, params, double=True)
-    elif (
-        done.loss.requires_grad
-    ):  # backward(), not autograd.grad: a replica's own leaves keep what reaches them
-        done.loss.backward()
+    elif done.loss.requires_grad:
+        done.loss.backward()  # not autograd.grad: a replica's own leaves keep what reaches them
         grads = {k: p.grad for k, p in params.items()}
     return Run(case, slots, model, done.replicas, done.out.detach(), grads, second, ref, findings.context)
 
@@ -104,11 +102,9 @@ def _no_history(model: nn.Module, replicas: Sequence[nn.Module]) -> str:
     """Why the loss of a step requires no grad: the replicas' parameters, copies autograd never recorded."""
     name = next(iter(places(model))).name
     t = resolve(replicas[-1], name)
-    found = (
-        f"replica {len(replicas) - 1}'s `{name}` has no `grad_fn` and does not require grad"
-        if t is not None and not t.requires_grad
-        else "no replica parameter requires grad"
-    )
+    found = f"replica {len(replicas) - 1}'s `{name}` has no `grad_fn` and does not require grad"
+    if t is None or t.requires_grad:
+        found = "no replica parameter requires grad"
     return (
         f"the loss does not require grad, so `backward()` cannot run: {found}. Its copy was made outside "
         "autograd (`detach()`, `.data` or `torch.no_grad()` make a tensor that forgot `param`), so nothing the "
@@ -119,83 +115,84 @@ def _no_history(model: nn.Module, replicas: Sequence[nn.Module]) -> str:
 
 def check_replicas(findings: Findings, model: nn.Module, replicas, slots, where: str) -> None:
     """Every replica's parameter: present, on its slot, its own memory after slot 0, a path to the original."""
+    unit = f"replica parameters, {ACROSS}"
     for slot, replica in enumerate(replicas):
         for place in places(model):
             t = resolve(replica, place.name)
-            problem = edge_problem(t, place, slot)
-            if problem is not None:
-                findings.problem(*problem[:1], f"{where}: {problem[1]}")
-                continue
-            if t.device != slots[slot]:
-                findings.problem(
-                    "device",
-                    f"{where}: replica {slot}'s `{place.name}` is on {t.device}, but slot {slot} is {slots[slot]}",
-                )
-            if slot > 0 and shares_storage(t, place.tensor):
-                findings.problem(
-                    "shared",
-                    f"{where}: replica {slot}'s `{place.name}` shares memory with the original "
-                    f"`{place.original_name}`: every slot after slot 0 needs a copy of its own (on a second GPU the "
-                    "original is not even there)",
-                )
+            problems = [edge_problem(t, place, slot)]
+            if problems[0] is None:  # a path to the original: is it on its slot, in memory of its own?
+                who = f"replica {slot}'s `{place.name}`"
+                if t.device != slots[slot]:
+                    problems.append(("device", f"{who} is on {t.device}, but slot {slot} is {slots[slot]}"))
+                if slot > 0 and shares_storage(t, place.tensor):
+                    said = f"shares memory with the original `{place.original_name}`: every slot after slot 0"
+                    said += " needs a copy of its own (on a second GPU the original is not even there)"
+                    problems.append(("shared", f"{who} {said}"))
+            for kind, text in filter(None, problems):
+                findings.problem(kind, f"{where}: {text}", unit)
 
 
 def compare(findings: Findings, run: Run, what: str = "grads") -> None:
     """The output, and the original's gradients (``what="grads"``) or second gradients (``"second"``), vs one device."""
-    if what == "grads" and run.output.shape != run.ref.output.shape:
-        findings.problem(
-            "output",
-            f"{run.where}: DataParallel's output has shape {tuple(run.output.shape)}, one "
-            f"device's {tuple(run.ref.output.shape)}",
-        )
-    elif what == "grads" and not torch.allclose(run.output.cpu(), run.ref.output, rtol=RTOL, atol=ATOL):
-        findings.problem(
-            "output",
-            f"{run.where}: DataParallel's output differs from one device's "
-            f"(largest difference {_largest(run.output, run.ref.output):.1e})",
-        )
+    out, ref = run.output.cpu(), run.ref.output
+    if what == "grads" and not (out.shape == ref.shape and torch.allclose(out, ref, rtol=RTOL, atol=ATOL)):
+        largest = f"differs from one device's (largest difference {_largest(out, ref):.1e})"
+        shapes = f"has shape {tuple(out.shape)}, one device's {tuple(ref.shape)}"
+        said = f"DataParallel's output {largest if out.shape == ref.shape else shapes}"
+        findings.problem("output", f"{run.where}: {said}", "runs (a model on some slots)")
     got = run.grads if what == "grads" else run.second
     want = run.ref.grads if what == "grads" else run.ref.second
     scale = max(1.0, max(t.abs().max().item() for t in want.values()))  # rounding grows with the gradients
+    unit = f"of the original's {'gradients' if what == 'grads' else 'second gradients'}, {ACROSS}"
     for name, expected in want.items():
         g = got.get(name)
         subject = f"`{name}.grad`" if what == "grads" else f"`{name}` gradient of the gradient penalty"
         if g is None:
             landed = _landed(run, name) if what == "grads" else ""
-            findings.problem(
-                f"{what}_none", f"{run.where}: the original's {subject} is None: nothing reached it{landed}"
-            )
+            said = f"the original's {subject} is None: nothing reached it{landed}"
+            findings.problem(f"{what}_none", f"{run.where}: {said}", unit)
         elif g.shape != expected.shape or not torch.allclose(g.cpu(), expected, rtol=RTOL, atol=ATOL * scale):
             ratio = g.norm().item() / max(expected.norm().item(), 1e-12)
             findings.problem(
                 f"{what}_wrong",
                 f"{run.where}: the original's {subject} differs from one device's "
                 f"(largest difference {_largest(g, expected):.1e}; yours is {ratio:.2f}× as large)",
+                unit,
             )
 
 
+BUFFERS = f"replica buffers, {ACROSS}"  # what a buffer problem's repeats are
+SAID = {  # each kind of problem of a replica's buffer, said after "replica 0's `1.running_mean`"
+    "buffer_unregistered": "is a plain attribute in its module's `__dict__`, which forward reads, not a buffer: put "
+    "it in `_buffers[{key!r}]`, where `named_buffers()`, `state_dict()` and `.to()` look",
+    "buffer_missing": "is missing from its module's `_buffers`",
+    "buffer_copied": "is a copy, not the original's `{original}`: BatchNorm on slot 0 updates the copy, and the "
+    "update is thrown away with the replica (see chapter 05)",
+    "buffer_shared": "shares memory with the original's: slot {slot}'s BatchNorm writes its own statistics into "
+    "the original too (only slot 0 should)",
+}
+
+
 def check_buffers(findings: Findings, run: Run) -> None:
-    """Slot 0's buffers are the original's; later slots own theirs; the original saw exactly slot 0's piece."""
+    """Slot 0's buffers are the original's, later slots own theirs, the original saw exactly slot 0's piece.
+
+    A buffer is what its module's ``_buffers`` holds (replicate.py's ``setattr`` reaches ``register_buffer``,
+    ``named_buffers()`` and ``.to()`` read it); a ``__dict__`` entry of that name wins attribute lookup."""
     for slot, replica in enumerate(run.replicas):
         for place in places(run.model, "buffer"):
-            t = resolve(replica, place.name)
-            who = f"replica {slot}'s `{place.name}`"
-            if t is None:
-                findings.problem("buffer_missing", f"{run.where}: {who} is missing")
-            elif slot == 0 and not shares_storage(t, place.tensor):
-                findings.problem(
-                    "buffer_copied",
-                    f"{run.where}: {who} is a copy, not the original's "
-                    f"`{place.original_name}`: BatchNorm on slot 0 updates the copy, and the update "
-                    "is thrown away with the replica (see chapter 05)",
-                )
-            elif slot > 0 and shares_storage(t, place.tensor):
-                findings.problem(
-                    "buffer_shared",
-                    f"{run.where}: {who} shares memory with the original's: slot "
-                    f"{slot}'s BatchNorm writes its own statistics into the original too "
-                    "(only slot 0 should)",
-                )
+            owner, _, key = place.name.rpartition(".")
+            module = _submodule(replica, owner)
+            t = None if module is None else module._buffers.get(key)
+            if module is not None and key in vars(module):
+                kind = "buffer_unregistered"
+            elif not isinstance(t, torch.Tensor):
+                kind = "buffer_missing"
+            elif shares_storage(t, place.tensor) != (slot == 0):  # slot 0 must share, the others must not
+                kind = "buffer_copied" if slot == 0 else "buffer_shared"
+            else:
+                continue
+            said = SAID[kind].format(key=key, original=place.original_name, slot=slot)
+            findings.problem(kind, f"{run.where}: replica {slot}'s `{place.name}` {said}", BUFFERS)
     for name, expected in run.ref.buffers.items():
         b = dict(run.model.named_buffers())[name].detach().cpu()
         if not torch.allclose(b.to(expected.dtype), expected, rtol=RTOL, atol=ATOL):
@@ -203,6 +200,7 @@ def check_buffers(findings: Findings, run: Run) -> None:
                 "stats",
                 f"{run.where}: after one training-mode step the original's `{name}` {_change(run, name)} "
                 f"(expected {_short(expected)}, got {_short(b)})",
+                f"of the original's buffers, {ACROSS}",
             )
 
 
@@ -220,9 +218,7 @@ def require_function(findings: Findings, cls, check: str, example: str, what: st
     """Stop with a usage message unless ``cls`` (the learner's ``what``) is a ``torch.autograd.Function``."""
     if not (inspect.isclass(cls) and issubclass(cls, torch.autograd.Function)):
         usage = f"`exercises.{check}({example})`"
-        findings.stop(
-            "usage", f"{check} expects your {what} (a torch.autograd.Function subclass), got {cls!r}: {usage}"
-        )
+        findings.stop("usage", f"{check} expects your {what} (a Function subclass), got {cls!r}: {usage}")
 
 
 def run_cases(
@@ -343,8 +339,10 @@ def run_check(task: Task, hints: dict[str, str], body: Callable[[Findings], None
                 f"{findings.context}, `{name}.backward` returned {got} value(s): return {want}, one per input "
                 f"of `{name}.forward` after `ctx`, in order",
             )
-        else:
-            findings.problem("error", f"{findings.context}, your code raised {explain(exc)}")
+        else:  # without a frame of the learner's, torch or dpteach raised on what their code returned
+            mine = _learner_frame(exc, str(exc))
+            who = "your code" if mine else "PyTorch or dpteach, on what your code returned,"
+            findings.problem("error", f"{findings.context}, {who} raised {explain(exc)}")
     return findings.result()
 
 
@@ -355,15 +353,11 @@ def _largest(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _landed(run: Run, name: str) -> str:
     """', and replica 1 holds one in its own .grad' when a replica kept the gradient the original should have."""
-    holders = [
-        i
-        for i, r in enumerate(run.replicas)
-        for n, p in r.named_parameters()
-        if n == name and p.grad is not None
-    ]
-    if holders:
-        return f"; replica {holders[0]} holds one in its own `.grad`, which nobody reads (see chapter 01)"
-    return ""
+    mine = [dict(r.named_parameters()).get(name) for r in run.replicas]  # a replica's own leaf, if it has one
+    held = [i for i, p in enumerate(mine) if p is not None and p.grad is not None]
+    if not held:
+        return ""
+    return f"; replica {held[0]} holds one in its own `.grad`, which nobody reads (see chapter 01)"
 
 
 def _change(run: Run, name: str) -> str:

@@ -42,7 +42,7 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
         "`return (sum(grads),) + (None,) * len(grads)`, with each gradient moved to the original's device.",
     ),
     "sum_wrong": "the original's gradient is the sum of every copy's gradient: add them all, do not divide.",
-    "device": (
+    "sum_device": (  # not "device": that is a replica's tensor on the wrong slot, which this node does not make
         "the sum must land where the original lives, whichever device the gradients came from.",
         "remember `original.device` on `ctx` in forward, and move each gradient there in backward.",
         "`ctx.destination = original.device` in forward; `sum(g.to(ctx.destination) for g in grads)` in backward.",
@@ -118,7 +118,7 @@ def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
         if "expected device meta but got cpu" not in str(exc):
             raise
         findings.problem(
-            "device",
+            "sum_device",
             f"{reduce_add.__name__}.backward leaves the sum on the device the gradients came from (here the CPU); "
             "move it to the original's device (here `meta`, a device whose tensors have a shape and dtype but no "
             "data: it stands in for a second GPU, so this runs on any machine), as the C++ node's "

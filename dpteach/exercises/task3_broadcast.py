@@ -47,10 +47,17 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
         "`comm.reduce_add_coalesced([grads[i:i + num_inputs] for i in range(0, len(grads), num_inputs)], "
         "destination)`.",
     ),
-    "broadcast_sum": "Broadcast.backward returns what your ReduceAddCoalesced computes: when that sum is wrong, "
-    "fix ReduceAddCoalesced.forward first.",
+    "sum_backward": (
+        "a sum's gradient with respect to each of its terms is the sum's gradient itself: ReduceAddCoalesced's "
+        "backward hands every slot one copy of each gradient it gets, unscaled.",
+        PARTNER_STEPS[1],
+    ),
+    "broadcast_sum": "Broadcast.backward hands each input the sum of its copies' gradients, which your "
+    "ReduceAddCoalesced computes once Broadcast.backward calls its `apply`: if ReduceAddCoalesced's sums are "
+    "found wrong too, fix those first.",
     "not_differentiable": (
-        "a backward is differentiable when autograd records what it computes: a `comm` call is not recorded.",
+        "a backward is differentiable when autograd records what it computes: a `comm` call, or anything under "
+        "`torch.no_grad()`, is not recorded.",
         *PARTNER_STEPS,
     ),
     "partner": (
@@ -79,9 +86,7 @@ def _from_partner(t: torch.Tensor, partner: type[Function]) -> bool:
 
 def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
     """Broadcast alone: two inputs on three slots, then a backward with create_graph=True."""
-    findings.context = (
-        "Trying Broadcast on two inputs and three slots (its backward runs your ReduceAddCoalesced)"
-    )
+    findings.context = "Trying Broadcast on two inputs and three slots (its backward runs ReduceAddCoalesced)"
     slots = [torch.device("cpu")] * 3
     a = torch.arange(6.0).view(2, 3).requires_grad_()
     b = torch.tensor([1.0, -1.0, 2.0, 0.5], requires_grad=True)
@@ -95,11 +100,7 @@ def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
         )
     for j in range(3):
         for k, (t, want) in enumerate(((out[2 * j], a), (out[2 * j + 1], b))):
-            if (
-                not isinstance(t, torch.Tensor)
-                or t.shape != want.shape
-                or not torch.equal(t.detach(), want.detach())
-            ):
+            if not (isinstance(t, torch.Tensor) and torch.equal(t.detach(), want.detach())):
                 findings.stop(
                     "layout",
                     f"output {2 * j + k} of Broadcast.apply(devices, a, b) should be slot {j}'s "
@@ -138,9 +139,7 @@ def _not_from_partner(findings: Findings, side: str, result: torch.Tensor, partn
 
 def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
     """ReduceAddCoalesced alone: two tensors from each of three slots, then a backward with create_graph=True."""
-    findings.context = (
-        "Trying ReduceAddCoalesced on two tensors from each of three slots (its backward runs your Broadcast)"
-    )
+    findings.context = "Trying ReduceAddCoalesced on 2 tensors from each of 3 slots (backward runs Broadcast)"
     grads = [torch.full((2, 2), float(10 * j + k), requires_grad=True) for j in range(3) for k in range(2)]
     sums = reduce_add.apply(torch.device("cpu"), 2, *grads)
     sums = (sums,) if isinstance(sums, torch.Tensor) else tuple(sums)
@@ -154,12 +153,8 @@ def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
         )
     u = torch.ones(2, 2, requires_grad=True)
     back = torch.autograd.grad([(sums[0] * u).sum(), (sums[1] * 2 * u).sum()], grads, create_graph=True)
-    if not all(
-        torch.allclose(g.detach(), torch.full((2, 2), float(1 + (i % 2)))) for i, g in enumerate(back)
-    ):
-        findings.stop(
-            "sum", "ReduceAddCoalesced's backward must hand every slot the gradient of the sum, unchanged"
-        )
+    if not all(torch.allclose(g.detach(), torch.full((2, 2), 1.0 + i % 2)) for i, g in enumerate(back)):
+        findings.stop("sum_backward", "ReduceAddCoalesced.backward must hand each slot the sum's gradient")
     if not all(g.requires_grad for g in back):
         slot = next(i for i, g in enumerate(back) if not g.requires_grad) // 2
         findings.problem(

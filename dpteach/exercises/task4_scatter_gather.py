@@ -72,8 +72,9 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
         "`type(obj)(*fields)` for a namedtuple, `dataclasses.replace(obj, **fields)` for a dataclass, "
         "`type(obj)(pairs)` for a dict.",
     ),
-    "rows": "split every tensor with `Scatter.apply`, a dataclass's tensor fields too (PyTorch passes them "
-    "through whole, #41327 and #45840): visit every field with `dataclasses.fields(obj)`.",
+    "rows": "split every tensor with `Scatter.apply` and join it with `Gather.apply` along `dim`, at any depth: a "
+    "dataclass's tensor fields too (PyTorch passes them through whole, #41327 and #45840), visited with "
+    "`dataclasses.fields(obj)`.",
     "dropped": "rebuild a dataclass from *all* its fields, tensors or not: `dataclasses.replace(obj, **fields)` "
     "keeps every field you do not pass.",
     "shared": "send anything that is not a tensor or a container to every slot as it is: the same object, not a "
@@ -129,8 +130,8 @@ def first_difference(got, want, path: str) -> tuple[str, str] | None:
     if isinstance(want, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             return "type", f"`{path}` is a {type(got).__name__}, expected a tensor"
-        if got.shape != want.shape:
-            kind = "rows" if got.dim() == want.dim() and got.dim() > 0 else "type"
+        if got.shape != want.shape:  # as many dimensions: cut or joined wrong; fewer or more: picked, not cut
+            kind = "rows" if got.dim() == want.dim() and got.dim() > 0 else "values"
             return kind, f"`{path}` has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
         if got.device != want.device:
             return "device", f"`{path}` is on {got.device}, expected {want.device}"
@@ -200,15 +201,8 @@ def _check_scatter(findings: Findings, scatter) -> None:
         findings.context = f"Scattering {what} over {n} slots"
         slots = [torch.device("cpu")] * n
         want = real_scatter(inputs, slots, dim)
-        got = scatter(inputs, slots, dim)
-        if not isinstance(got, (list, tuple)):
-            findings.problem(
-                "type",
-                f"scatter({what}, {n} slots) returned a {type(got).__name__}; it must return a "
-                "list with one entry per piece",
-            )
-            continue
-        found = first_difference(list(got), list(want), "result")  # one entry per piece, each like dpteach's
+        got = scatter(inputs, slots, dim)  # a list (or tuple) with one entry per piece, each like dpteach's
+        found = first_difference(list(got) if isinstance(got, tuple) else got, list(want), "pieces")
         if found is not None:
             findings.problem(found[0], f"scatter({what}, {n} slots): {found[1]}")
 
@@ -261,9 +255,7 @@ def check_scatter_gather(scatter=None, gather=None, *, devices=None) -> Result:
 
     def body(findings: Findings) -> None:
         if not (callable(scatter) and callable(gather)):
-            findings.stop(
-                "usage", "pass your two functions: `exercises.check_scatter_gather(scatter, gather)`"
-            )
+            findings.stop("usage", "pass both functions: `exercises.check_scatter_gather(scatter, gather)`")
         if devices is not None:
             as_devices(devices)
         _check_scatter(findings, scatter)

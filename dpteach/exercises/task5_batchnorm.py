@@ -21,10 +21,10 @@ TASK = Task(  # the registry finds this record by the file's name
 )
 
 HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
-    **dict.fromkeys(  # a replica parameter that leads nowhere: the strategy started from, not the buffers
+    **dict.fromkeys(  # a replica parameter that leads nowhere: the replicas, not the buffers, are wrong
         ("fresh_leaf", "grads_none"),
-        "start from replicas whose parameters lead back to the original (strategy='rewire' or 'broadcast'), "
-        "not from 'clone'.",
+        'keep the stub\'s first line, `dpteach.replicate(network, devices, detach, strategy="rewire")`: its '
+        "replicas' parameters lead back to the original. Change only the buffers.",
     ),
 }
 
@@ -36,7 +36,7 @@ def check_batchnorm(strategy=None, *, devices=None) -> Result:
         require_strategy(findings, strategy, "check_batchnorm", "keep_bn_statistics")
         run_cases(findings, strategy, devices, check_buffers)
         findings.held += [
-            "slot 0's buffers are the original's own; every later slot owns copies",
+            "slot 0's registered buffers are the original's own; every later slot owns copies",
             "after a training step the original's running statistics are one device's after slot 0's piece, on 1-4 "
             "slots (chapter 05's lost updates are gone)",
             "gradients still reach the original and equal one device's",

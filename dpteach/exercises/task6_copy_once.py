@@ -26,7 +26,7 @@ TASK = Task(  # the registry finds this record by the file's name
 
 HINTS = {
     "twice": (
-        "one copy is enough onto another device: one of your two operations already makes it.",
+        "one copy is enough, onto any device: keep the one operation that puts the tensor on `device`.",
         "`.to(device)` already copies when `device` is another device: do not `clone()` first.",
     ),
     "shared": "on the tensor's own device `.to(device)` hands back the tensor itself (no copy): `clone()` there.",
@@ -74,7 +74,7 @@ def _one(
     elif out.shape != source.shape or out.dtype != source.dtype:
         found = (
             "values",
-            f"{where}: the copy is {tuple(out.shape)} {out.dtype}, the tensor {tuple(source.shape)} {source.dtype}",
+            f"{where}: the copy is {tuple(out.shape)} {out.dtype}, not {tuple(source.shape)} {source.dtype}",
         )
     elif dst.type != "meta" and not torch.equal(out.cpu(), source.cpu()):
         found = "values", f"{where}: the copy's values differ from the tensor's"

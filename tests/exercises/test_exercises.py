@@ -240,7 +240,7 @@ def test_rewire_gradients_handed_to_the_replicas_instead_of_the_original():
 def test_rewire_sum_on_the_wrong_device():
     wrong = reduce_add_with(lambda ctx, *grads: (sum(grads),) + (None,) * len(grads))  # no .to(destination)
     result = exercises.check_rewire(wrong)
-    assert_fails_with(result, "device")
+    assert_fails_with(result, "sum_device")
     assert "no data: it stands in for a second GPU" in str(result)  # the message says what `meta` is
 
 
@@ -361,7 +361,8 @@ def test_broadcast_pair_of_the_library_passes():
 
 def test_reduce_backward_that_scales_the_gradient():
     result = exercises.check_broadcast_pair(*pair(reduce_backward=doubled))
-    assert_fails_with(result, "sum")
+    assert_fails_with(result, "sum_backward")  # the backward scales, the forward's sums are right
+    assert "sum" not in result.kinds
 
 
 def test_the_pair_helper_builds_a_correct_pair():
@@ -520,6 +521,38 @@ def test_batchnorm_the_library_broadcast_strategy_passes():
     assert exercises.check_batchnorm("broadcast").passed  # Python's replicate.py shares slot 0's buffers
 
 
+def slot0_buffers_by(put):
+    """Task 5's answer with its one line, putting the original's buffer into slot 0's module, as ``put``."""
+
+    def keep_bn_statistics(network, devices, detach=False):
+        replicas = dpteach.replicate(network, devices, detach, strategy="rewire")
+        for name, buffer in network.named_buffers():
+            owner, _, key = name.rpartition(".")
+            put(replicas[0].get_submodule(owner), key, buffer)
+        return replicas
+
+    return keep_bn_statistics
+
+
+def test_batchnorm_a_buffer_written_past_the_registry_fails():
+    # forward reads module.__dict__ first, so the statistics do land in the model; but the replica's
+    # registered buffer (what replicate.py sets, and named_buffers / state_dict / .to use) is still the copy
+    loophole = slot0_buffers_by(lambda module, key, buffer: module.__dict__.__setitem__(key, buffer))
+    result = exercises.check_batchnorm(loophole)
+    assert_fails_with(result, "buffer_unregistered")
+    assert result.kinds == ["buffer_unregistered"]  # not a copy problem, not lost statistics: the registry
+
+
+@pytest.mark.parametrize(
+    "put",
+    [lambda module, key, buffer: module._buffers.__setitem__(key, buffer), setattr],  # setattr registers it
+    ids=["_buffers", "setattr"],
+)
+def test_batchnorm_a_buffer_put_in_the_registry_passes(put):
+    result = exercises.check_batchnorm(slot0_buffers_by(put))
+    assert result.passed, str(result)
+
+
 # --------------------------------------------------------------------------------------------
 # Sources for notebook cells, and the two notebooks
 # --------------------------------------------------------------------------------------------
@@ -615,6 +648,68 @@ def test_the_first_hint_names_the_idea_and_the_answer_comes_after_repeated_failu
     assert not any(code in first for code in ANSWER_CODE), first  # the idea, not the code
     assert first != second != third  # one step further on each failure
     assert "solution_source" not in first + second and f"solution_source({key!r})" in third  # offered third
+
+
+def test_each_kind_of_mistake_climbs_its_own_steps():
+    copied = [exercises.check_batchnorm("rewire") for _ in range(2)]  # buffer_copied (its hint first), twice
+    assert [r.hints[0][:13] for r in copied] == ["(step 1 of 3)", "(step 2 of 3)"]
+    other = exercises.check_batchnorm(  # a different mistake: its own first step, not a step further
+        slot0_buffers_by(lambda module, key, buffer: module.__dict__.__setitem__(key, buffer))
+    )
+    assert other.kinds == ["buffer_unregistered"] and other.hints[0].startswith("(step 1 of 2)")
+    # the third failed check of the task, whatever its mistakes, offers the worked answer
+    assert "solution_source('batchnorm')" in other.hints[-1] and "3 failed checks" in other.hints[-1]
+
+
+def test_no_step_further_is_promised_once_the_last_step_is_shown():
+    results = [exercises.check_batchnorm("rewire") for _ in range(4)]
+    assert [r.hints[0][:13] for r in results] == ["(step 1 of 3)", "(step 2 of 3)"] + ["(step 3 of 3)"] * 2
+    for r in results[:2]:
+        assert any("one step further" in h for h in r.hints)  # a step is left, and the hints say so
+    for r in results[2:]:
+        shown = " ".join(r.hints)
+        assert "one step further" not in shown and "still stuck" not in shown  # the code is already shown
+        assert "solution_source('batchnorm')" in shown
+
+
+def test_a_wrong_call_is_not_a_try():
+    for _ in range(3):
+        exercises.check_batchnorm()  # no answer passed: a usage problem
+    assert not any("solution_source" in h for h in exercises.check_batchnorm("rewire").hints)
+
+
+def test_a_repeated_problem_says_what_its_repeats_are():
+    from dpteach.exercises._feedback import Findings
+
+    findings = Findings(exercises.TASKS["batchnorm"], {})
+    for i in range(4):
+        findings.problem("missing", f"widget {i} is missing", "widgets")
+    for kind in ("device", "shared", "output"):
+        findings.problem(kind, f"a {kind} problem")
+    result = findings.result()
+    assert result.messages[0] == "widget 0 is missing (the same problem in 3 more widgets)"  # what they are
+    assert len(result.messages) == 3 < len(result.kinds) == 4  # the first three, said ...
+    assert "4 problems found" in result.headline and "first 3" in result.headline  # ... and the count plain
+    assert len(result.hints) >= 3  # one hint for each problem shown
+
+
+def test_a_hint_not_shown_does_not_climb():
+    from dpteach.exercises._feedback import Findings
+
+    for _ in range(2):  # buffer_copied is found fourth: not shown, so its steps do not move
+        findings = Findings(exercises.TASKS["batchnorm"], {})
+        for kind in ("missing", "device", "shared", "buffer_copied"):
+            findings.problem(kind, f"a {kind} problem")
+        assert "buffer_copied" not in " ".join(findings.result().messages)
+    alone = Findings(exercises.TASKS["batchnorm"], {})
+    alone.problem("buffer_copied", "a copy")
+    assert alone.result().hints[0].startswith("(step 1 of 3)")
+
+
+def test_an_error_raised_in_the_library_is_not_blamed_on_a_line_of_the_learners():
+    result = exercises.check_batchnorm(lambda network, devices, detach=False: [])  # no replicas at all
+    assert_fails_with(result, "error")
+    assert "your code raised" not in result.messages[0]  # no frame of the learner's raised it
 
 
 def test_a_pass_starts_the_hints_again():
