@@ -100,12 +100,11 @@ def test_plot_shares_draws_a_bar_per_move_and_strategy_with_its_whisker_in_plain
     assert len(ax.patches) == 2 * len(profile.PHASES)  # one bar per strategy and move
     assert len(ax.containers) == 2 * 2  # each strategy: its bars and their whiskers
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert [s.split(" ")[0] for s in legend] == ["clone", "broadcast"] and all(
-        "median step" in s for s in legend
-    )
+    assert legend == ["clone", "broadcast"]  # no step times: on a busy CPU they can rank either way
     ax.figure.canvas.draw()
     shown = [t.get_text() for t in ax.figure.findobj(text.Text) if t.get_text()]
     assert "middle half" in ax.get_ylabel() and not [s for s in shown if cbook.is_math_text(s)]
+    assert not [s for s in shown if re.search(r"\d\s*(ms|µs|s)\b", s)]  # no time anywhere in the figure
     assert profile.plot_shares(profiles["clone"]).get_legend().get_texts()[0].get_text().startswith("clone")
 
 
