@@ -118,11 +118,15 @@ def test_the_chapter_shows_the_shares_as_the_learners_own_timing():
     assert "your machine's timing" in after and "spread" in after and "overlap" in after
 
 
-def test_the_coalescing_timings_are_folded_beneath_the_counts():
-    at = tagged("coalesce-timings")
-    cell = CELLS[at]
-    assert "hide-input" in cell.metadata["tags"] and cell.metadata["jupyter"]["source_hidden"] is True
-    assert at == tagged("copy-calls") + 1  # right under the copy calls it does not replace
+def test_the_coalescing_lesson_rests_on_the_counts():
+    """On one device a timing cannot show what coalescing saves: the chapter counts the copy calls and
+    times no coalescing, and the text under the counts says why."""
+    at = tagged("copy-calls")
+    code = "\n".join(c.source for c in CELLS if c.cell_type == "code")
+    assert "copy_coalesced" in CELLS[at].source and "time_in_rounds" not in code
+    assert not any("coalesce-timings" in c.metadata.get("tags", []) for c in CELLS)
+    after = " ".join(CELLS[at + 1].source.split())
+    assert CELLS[at + 1].cell_type == "markdown" and "On one device" in after and "synchronisation" in after
 
 
 def test_the_methods_of_timing_get_one_collapsed_note():
