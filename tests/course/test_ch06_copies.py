@@ -154,3 +154,42 @@ def test_the_counting_cells_print_the_same_twice():
     _, first = run(*tags)
     _, second = run(*tags)
     assert first == second and "copies" in first
+
+
+def test_every_exercise_has_its_own_cell_then_its_own_answer():
+    """Exercises 2-5: the item, a starter cell under it, then its Answer block, in that order."""
+    cells = list(CELLS)
+    for n in range(2, 6):
+        at = next(
+            i for i, c in enumerate(cells) if re.search(rf"^(\*\*)?{n}\. ", DETAILS.sub("", c.source), re.M)
+        )
+        assert cells[at + 1].cell_type == "code", n
+        assert f"<summary>Answer {n}</summary>" in cells[at + 2].source, n
+
+
+def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
+    """Exercises 3-5 start from a cell that runs with its ``...`` left open; filled in as the answers
+    say, they print what the answers claim (derived here from the model and the tensors)."""
+    stubs = [c.source for c in CELLS if "exercise-stub" in c.metadata.get("tags", [])]
+    three, four, five = stubs[1:]
+    scope, _ = run("step-bytes", "coalesce-counts")
+    for stub in (three, four, five):
+        exec(stub, scope)  # as shipped: no error
+    filled = {
+        three: ("shared = ...", "shared = replica[0].weight.data_ptr() == model[0].weight.data_ptr()"),
+        four: ("onto_slot_1 = ...", "onto_slot_1 = sum(c.nbytes for c in t.copies if c.dst == meta)"),
+        five: ("bucket = ...", "bucket = 4096"),
+    }
+    printed = {}
+    for stub, (blank, answer) in filled.items():
+        assert blank in stub
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(stub.replace(blank, answer), scope)
+        printed[stub] = out.getvalue()
+    assert re.search(r"broadcast .*True", printed[three]) and re.search(r"clone .*False", printed[three])
+    assert printed[four].split()[0] == str(scope["P"] + scope["B"])  # (N - 1)(P + B) with N = 2
+    tensors = scope["tensors"]
+    per_bucket = 4096 // tensors[0].nbytes
+    buckets, sent = len(tensors) // per_bucket, sum(t.nbytes for t in tensors)
+    assert printed[five].strip() == f"{buckets} sent, {2 * buckets} copies, {2 * sent:,} bytes"
