@@ -735,6 +735,33 @@ def counter_survives(cls: type | object, devices=("cpu", "cpu"), forwards: int =
 # ---------------------------------------------------------------- chapter 06 · the cost of copies
 
 
+@dataclass(frozen=True, repr=False)
+class CountVerdict(Verdict):
+    """A ``Verdict`` on a count that also names the slips a wrong count was matched to, in ``slips``:
+    ``"bytes"`` (bytes given for copies), ``"buffers"`` (the buffers left out), ``"slot 0"`` (slot 0
+    counted the wrong way), ``"gather"`` (the gathered pieces left out), ``"gather slot 0"`` (slot 0's
+    piece left out). Empty when the count is right or no slip explains it."""
+
+    slips: tuple[str, ...] = ()
+
+
+def _count_slips(
+    strategy: str, n: int, params: int, tensors: int, gathered: int
+) -> dict[int, tuple[str, ...]]:
+    """Every count one or two of the usual slips give, with the slips: the fewest slips win a tie."""
+    right_copies = n - 1 if strategy == "broadcast" else n  # broadcast: slot 0 shares the model
+    wrong_copies = n if strategy == "broadcast" else n - 1
+    found: dict[int, tuple[str, ...]] = {}
+    for copies, slot in ((right_copies, ()), (wrong_copies, ("slot 0",))):
+        for per_copy, buffers in ((tensors, ()), (params, ("buffers",))):
+            for pieces, gather in ((gathered, ()), (0, ("gather",)), (gathered - 1, ("gather slot 0",))):
+                slips = slot + buffers + gather
+                count = copies * per_copy + pieces
+                if slips and len(slips) <= 2 and (count not in found or len(slips) < len(found[count])):
+                    found[count] = slips
+    return found
+
+
 def step_copies(
     prediction: int | object,
     model: torch.nn.Module,
@@ -746,8 +773,9 @@ def step_copies(
     ``devices`` make under ``strategy``? Counts them with ``costs.step_traffic`` (on a copy of the
     model, so the model's gradients and BatchNorm statistics stay as they were) and compares.
 
-    With every slot on one device a wrong count is matched against the usual slips (bytes for
-    copies, the buffers or the gather left out, slot 0 counted wrong) and the message names the one made.
+    With every slot on one device a wrong count is matched against the usual slips, one or two at a
+    time (bytes for copies, the buffers or the gather left out, slot 0 counted wrong): the message
+    names each slip made, and ``CountVerdict.slips`` lists them.
     """
     import copy
     from collections import Counter
@@ -771,37 +799,47 @@ def step_copies(
         formula = ", ".join(f"{k} {op}" for op, k in ops.items())  # buckets, .to, scatter: by operation
     if guess == truth:
         return _correct(name, f"{truth} copies: {formula}.")
-    slips = {
-        t.bytes: "that is the number of bytes the step copied; count the copies, one per tensor moved.",
-        model_copies * params + gathered: "you counted the parameters only: a model copy copies its "
-        "buffers too, one copy each.",
-        model_copies * tensors: "you counted the model copies only: gather copies each slot's piece of "
-        "the output onto devices[0] too.",
+    said = {
+        "bytes": "that is the number of bytes the step copied; count the copies, one per tensor moved",
+        "buffers": f"a model copy copies its {buffers} buffers too, not only its {params} parameters",
+        "slot 0": (
+            f"under 'broadcast' slot 0's replica shares the model's storage: {n - 1} model copies, not {n}"
+            if strategy == "broadcast"
+            else f"under {strategy!r} slot 0's replica is a copy too, as Cloneable::clone made it: "
+            f"{n} model copies, not {n - 1}"
+        ),
+        "gather": "besides the model, what else does the step copy onto devices[0]?",
+        "gather slot 0": "gather copies one piece of the output per slot, slot 0's piece included",
     }
-    if strategy == "broadcast":
-        slips[n * tensors + gathered] = (
-            "you copied the model for slot 0 too; under 'broadcast' slot 0's replica shares the model's storage."
-        )
-    else:
-        slips[(n - 1) * tensors + gathered] = (
-            f"you left slot 0 out; under {strategy!r} slot 0's replica is a copy too, as Cloneable::clone made it."
+    slips: tuple[str, ...] = ()
+    if one_device:
+        slips = (
+            ("bytes",)
+            if guess == t.bytes
+            else _count_slips(strategy, n, params, tensors, gathered).get(guess, ())
         )
     too = "many" if guess > truth else "few"
-    change = slips.get(guess) if one_device else None
+    change = (
+        "; and ".join(said[s] for s in slips) + ("" if said[slips[-1]].endswith("?") else ".")
+        if slips
+        else f"{guess} is too {too}, and no usual slip gives it. Count in three parts: the tensors of one "
+        "model copy, the model copies, then what else the step copies."
+    )
     shared = (
         "slot 0 shares the model: N - 1 model copies"
         if strategy == "broadcast"
         else ("every slot gets a clone, slot 0 included: N model copies")
     )
-    return _not_yet(
+    verdict = _not_yet(
         name,
-        change or f"{guess} is too {too}. Count the tensors of one model copy first.",
+        change,
         [
             "One copy of the model is one copy per tensor: its parameters and its buffers.",
             f"Under {strategy!r} {shared}; then gather copies one output piece per slot onto devices[0].",
         ],
         lambda: f"{truth}: {formula}.",
     )
+    return CountVerdict(verdict.ok, verdict.message, slips)
 
 
 # ---------------------------------------------------------------- chapter 10 · the C++ original

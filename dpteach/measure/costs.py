@@ -5,8 +5,11 @@ come from the one timer, ``dpteach.measure.timer``.
 
 * ``state_nbytes(module)``: bytes of a module's parameters and buffers, each tensor once.
 * ``step_traffic(model, x, devices, strategy)``: every copy one DataParallel step makes.
+* ``check_step_counts(traffic, model, x, devices)``: those copies against the chapter's formulas,
+  printed row by row.
 * ``clone_then_to`` / ``to_device``: one tensor copied the pre-#20995 way (two copies, as onto another
-  device; on one device the helper forces the second) and the fixed way.
+  device) and the fixed way (one). Both always copy, even onto the tensor's own device, where torch's
+  ``.to`` would copy nothing: on one device they time two copies against one.
 * ``copy_per_tensor`` / ``copy_coalesced``: many tensors copied one by one, or in flat buckets.
 * ``copy_calls(ways, counts, total_elements, device)``: how many copies each way makes, counted.
 * ``CountCopies()``: a context that names every copy torch itself makes inside it (``clone``,
@@ -17,7 +20,8 @@ come from the one timer, ``dpteach.measure.timer``.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import copy
+from typing import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -31,6 +35,7 @@ from ..data_parallel import mean_square, step
 __all__ = [
     "state_nbytes",
     "step_traffic",
+    "check_step_counts",
     "clone_then_to",
     "to_device",
     "copy_per_tensor",
@@ -68,6 +73,68 @@ def step_traffic(
     return meter
 
 
+def check_step_counts(
+    traffic: Mapping[str, comm.Traffic], model: nn.Module, x: torch.Tensor, devices: Sequence
+) -> None:
+    """Check one step per strategy (``traffic[strategy]``, from ``step_traffic``) against chapter 06's
+    formulas, and print each row checked. Raises ``AssertionError`` naming the strategy, the operation
+    and what differs.
+
+    A model copy is one copy per tensor: ``T`` tensors, ``P + B`` bytes. Of the ``N`` slots, ``away``
+    are on another device than ``devices[0]``.
+
+    * ``"broadcast"``: ``(N - 1)·(P + B)`` bytes in ``(N - 1)·T`` copies; slot 0 shares the model. Between
+      devices it copies per bucket, not per tensor, so only its bytes are checked.
+    * ``"clone"``, ``"rewire"``: ``N·(P + B)`` bytes of ``"clone"`` in ``N·T`` copies, slot 0 included;
+      then ``away·(P + B)`` of ``"to"`` in ``away·T`` copies.
+    * all three: ``"gather"``, the output's bytes in ``N`` pieces, one per slot.
+    * nothing else on one device; between devices, only the batch's pieces (``"scatter"``), the
+      gradients' sums (``"reduce_add"``) and their packing (``"pack"``).
+    """
+    slots = [as_device(d) for d in devices]
+    n, away = len(slots), sum(d != slots[0] for d in slots)
+    params, buffers = list(model.parameters()), list(model.buffers())
+    T, size = len(params) + len(buffers), sum(state_nbytes(model).values())
+    out = copy.deepcopy(model).to("meta")(x.to("meta"))  # the output's shape, without running the model
+    gathered = comm.nbytes(out)
+    print(
+        f"one model copy: T = {T} tensors ({len(params)} parameters + {len(buffers)} buffers), "
+        f"P + B = {size:,} bytes; N = {n} slots"
+    )
+    for strategy, t in traffic.items():
+        made = {op: [c for c in t.copies if c.op == op] for op in t.by_op()}
+        # (operation, bytes formula, bytes, copies formula, copies); None: per bucket, not checked
+        if strategy == "broadcast":
+            per_tensor = None if away else (n - 1) * T
+            rows = [("broadcast", "(N - 1)·(P + B)", (n - 1) * size, "(N - 1)·T", per_tensor)]
+        else:
+            rows = [("clone", "N·(P + B)", n * size, "N·T", n * T)]
+            rows += [("to", "away·(P + B)", away * size, "away·T", away * T)] if away else []
+        rows.append(("gather", "the output", gathered, "N", n))
+        for i, (op, formula, nbytes, counted, count) in enumerate(rows):
+            got = made.pop(op, [])
+            moved = sum(c.nbytes for c in got)
+            assert moved == nbytes, f"{strategy} {op!r}: {moved:,} bytes, {formula} gives {nbytes:,}"
+            assert count is None or len(got) == count, (
+                f"{strategy} {op!r}: {len(got)} copies, {counted} gives {count}"
+            )
+            copies = "per bucket" if count is None else f"in {counted} = {count} copies"
+            print(f"{strategy if i == 0 else '':<10} {op!r:<12} {formula:<16} = {nbytes:>9,} bytes {copies}")
+        crossing = {"scatter", "reduce_add", "pack"} if away else set()
+        assert set(made) <= crossing, f"{strategy}: unexpected copies {sorted(set(made) - crossing)}"
+    if away:
+        print(
+            f"{away} of the {n} slots are on another device than {slots[0]}, so clone and rewire also copied "
+            f"{away * size:,} bytes with .to, and the batch's pieces and the gradients' sums crossed"
+        )
+    else:
+        print(
+            f"nothing else: all {n} slots are on {slots[0]}, so no copy crossed devices "
+            '(no "to", "scatter" or "reduce_add" rows)'
+        )
+    print("in all: " + ", ".join(f"{s} {len(t.copies)} copies" for s, t in traffic.items()))
+
+
 def clone_then_to(tensor: torch.Tensor, device) -> torch.Tensor:
     """``Cloneable::clone`` before PR #20995: a full copy where the tensor is, then a second onto ``device``.
 
@@ -79,7 +146,11 @@ def clone_then_to(tensor: torch.Tensor, device) -> torch.Tensor:
 
 
 def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
-    """``Cloneable::clone`` after PR #20995: one copy, straight onto ``device``."""
+    """``Cloneable::clone`` after PR #20995: one copy, straight onto ``device``.
+
+    Always a real copy: onto the tensor's own device it clones, where torch's ``.to`` would hand back
+    the tensor itself. So beside ``clone_then_to`` it times two copies against one on any machine.
+    """
     return comm.copy_to(tensor, as_device(device), "to")
 
 

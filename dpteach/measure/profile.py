@@ -165,7 +165,9 @@ def plot_shares(profiles: StepProfile | Mapping[str, StepProfile], ax=None, titl
 
     A bar is the median share over the timed steps (``StepProfile.shares``); its whisker runs from the
     first to the third quartile, the middle half of the steps. Where two whiskers overlap the run does
-    not tell which move took the larger share. Each strategy's legend entry gives its median step.
+    not tell which move took the larger share. The legend names the strategies and gives no step
+    times: on a busy CPU their spread covers the gaps between strategies, and a figure that printed
+    them would invite a ranking the run cannot support (``StepProfile.total`` has them).
     """
     import matplotlib.pyplot as plt
 
@@ -181,8 +183,7 @@ def plot_shares(profiles: StepProfile | Mapping[str, StepProfile], ax=None, titl
             [shares[p].median - shares[p].low for p in PHASES],
             [shares[p].high - shares[p].median for p in PHASES],
         ]
-        label = f"{name} (median step {profile.total * 1e3:.3g} ms)"
-        ax.bar(xs, medians, width, yerr=spread, capsize=3, label=label, hatch=["", "//", ".."][k % 3])
+        ax.bar(xs, medians, width, yerr=spread, capsize=3, label=name, hatch=["", "//", ".."][k % 3])
     ax.set_xticks(range(len(PHASES)), [p.replace("_", "\n") for p in PHASES])
     ax.yaxis.set_major_formatter(lambda v, _: f"{v:.0%}")
     ax.set_ylabel("share of the step (median;\nwhiskers: middle half of the steps)")

@@ -4,8 +4,12 @@
   shrugs off the odd slow run.
 * **In turns**: things that are compared are timed a, b, a, b, ... so that drift on the machine
   (other jobs, clocks, caches) falls on all of them alike; ratios are of medians.
-* **CUDA synchronised**: GPU work is asynchronous, so every GPU among the slots is waited for before
-  and after each timed call; without it the clock would measure kernel launches.
+* **CUDA synchronised**: GPU work is asynchronous, so ``time_in_turns`` waits for every GPU among the
+  slots before and after each timed call; without it the clock would measure kernel launches.
+  ``Phases`` (the step profile) records CUDA events around each phase instead, and waits for the
+  GPUs only when ``seconds()`` reads them.
+* **The garbage collector** is off only in ``time_in_rounds`` (and ``profile.profile_in_turns``),
+  as in ``timeit``; ``time_in_turns`` leaves it as it is.
 * **One intra-op thread per CPU slot**: while it times, the timer sets ``torch.set_num_threads(1)``
   (and restores the old value after). A CPU slot stands for one device, while PyTorch's default gives
   every large operation (a copy of more than 32768 elements, a matmul) a team of threads, one per core;

@@ -100,12 +100,11 @@ def test_plot_shares_draws_a_bar_per_move_and_strategy_with_its_whisker_in_plain
     assert len(ax.patches) == 2 * len(profile.PHASES)  # one bar per strategy and move
     assert len(ax.containers) == 2 * 2  # each strategy: its bars and their whiskers
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert [s.split(" ")[0] for s in legend] == ["clone", "broadcast"] and all(
-        "median step" in s for s in legend
-    )
+    assert legend == ["clone", "broadcast"]  # no step times: on a busy CPU they can rank either way
     ax.figure.canvas.draw()
     shown = [t.get_text() for t in ax.figure.findobj(text.Text) if t.get_text()]
     assert "middle half" in ax.get_ylabel() and not [s for s in shown if cbook.is_math_text(s)]
+    assert not [s for s in shown if re.search(r"\d\s*(ms|µs|s)\b", s)]  # no time anywhere in the figure
     assert profile.plot_shares(profiles["clone"]).get_legend().get_texts()[0].get_text().startswith("clone")
 
 
@@ -119,11 +118,15 @@ def test_the_chapter_shows_the_shares_as_the_learners_own_timing():
     assert "your machine's timing" in after and "spread" in after and "overlap" in after
 
 
-def test_the_coalescing_timings_are_folded_beneath_the_counts():
-    at = tagged("coalesce-timings")
-    cell = CELLS[at]
-    assert "hide-input" in cell.metadata["tags"] and cell.metadata["jupyter"]["source_hidden"] is True
-    assert at == tagged("copy-calls") + 1  # right under the copy calls it does not replace
+def test_the_coalescing_lesson_rests_on_the_counts():
+    """On one device a timing cannot show what coalescing saves: the chapter counts the copy calls and
+    times no coalescing, and the text under the counts says why."""
+    at = tagged("copy-calls")
+    code = "\n".join(c.source for c in CELLS if c.cell_type == "code")
+    assert "copy_coalesced" in CELLS[at].source and "time_in_rounds" not in code
+    assert not any("coalesce-timings" in c.metadata.get("tags", []) for c in CELLS)
+    after = " ".join(CELLS[at + 1].source.split())
+    assert CELLS[at + 1].cell_type == "markdown" and "On one device" in after and "synchronisation" in after
 
 
 def test_the_methods_of_timing_get_one_collapsed_note():

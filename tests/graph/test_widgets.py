@@ -588,7 +588,8 @@ def test_cost_status_gives_the_times_it_measured():
     timed = [*lab.costs, lab.reference]
     if all(len(c.seconds) < MIN_TIMED for c in timed):  # a busy machine: one sentence on how to get times
         assert text.count("fitted the") == 1 and f"the {lab.budget_s:g} s budget" in text
-        assert f"use CostLab(budget_s={max(1, 4 * lab.budget_s):g})" in text  # a larger budget than this one
+        more = f"budget_s={max(1, 4 * lab.budget_s):g})"  # a larger budget than this one
+        assert f"widgets.cost_explorer({more}" in text and f"CostLab({more}" in text  # both calls named
     else:
         for c in lab.costs:  # each strategy's time, and one device's, as the table shows them
             assert f"{c.strategy!r} {c.shown(lab.budget_s)}" in text
@@ -602,6 +603,7 @@ def test_cost_times_are_shown_only_with_a_spread():
     assert "µs" not in few.shown() and "only 1 step fitted" in few.shown()  # one step: no median, no spread
     assert "the 0.05 s budget" in few.shown(0.05) and "CostLab(budget_s=1)" in few.shown(0.05)
     assert "the 1 s budget" in few.shown(1.0) and "CostLab(budget_s=4)" in few.shown(1.0)  # always more
+    assert "widgets.cost_explorer(budget_s=4)" in few.shown(1.0)  # the call chapter 06's learner makes
     enough = StrategyCost("rewire", {}, (0.001, 0.002, 0.003, 0.004, 0.005)[:MIN_TIMED])
     assert "median of 5, middle half" in enough.shown()
     lab = CostLab(width=16, slots=2, budget_s=0.0)  # a budget for one round only
