@@ -433,6 +433,8 @@ def test_explorer_graph_scales_to_the_output_and_scrolls_only_past_readable_labe
     assert f"max-width:{round(natural)}px" in view.graph.value  # never enlarged past its own size
     assert abs(10 * 4 / 3 * floor / natural - MIN_LABEL_PX) < 0.05
     assert (floor <= 984) == (slots == 2)  # two slots fit a 1,000 px window; eight scroll sideways
+    # where it scrolls, it opens at its middle (title, output node): a marker centred over the picture
+    assert "scroll-initial-target:nearest" in view.graph.value and "justify-self:center" in view.graph.value
 
 
 def test_cost_explorer_answers_a_slider(ipywidgets):
