@@ -118,6 +118,7 @@ def cost_charts(costs, model_bytes: int, slots: int, reference_s: float | None) 
         "bytes",
         notes,
         (model_bytes * (slots - 1), extra) if extra else None,
+        empty="no copies: one slot runs the model itself" if slots == 1 else "",
     )
     from .cost import MIN_TIMED
 
