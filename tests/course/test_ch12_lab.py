@@ -317,3 +317,26 @@ def test_run_to_the_end_at_the_large_learning_rate_the_loss_goes_inf_then_nan():
     assert [c for c in cells if "diverges" in c.metadata.get("tags", [])]
     why = tagged(cells, "diverges-why")
     assert "`inf`" in why and "`nan`" in why and "exactly ±1" in why
+
+
+def test_the_order_table_shows_a_reduce_add_between_replica_nodes_with_a_thread_per_replica():
+    """Section 2b lists both orders node by node: the one-thread column is the stepper's order (2a); in the
+    threaded column a ReduceAddBackward, marked ◀, runs with replica nodes still to come."""
+    from dpteach.widgets.flow import order_table
+
+    threaded, single = join_order(True), join_order(False)
+    assert list(single.labels) == [s.label for s in GradientFlow("rewire", slots=2).steps[1:]]
+    assert single.early == ()  # one thread: every ReduceAddBackward after every replica node
+    if min(threaded.order[i]._sequence_nr() for i in threaded.joins) > max(
+        threaded.order[i]._sequence_nr() for i in threaded.ops
+    ):  # this thread's count is past the replicas' (as in the chapter): no ties, so the order is certain
+        assert len(threaded.early) == 3  # all but 0.weight's, whose last gradient comes from the last node
+    for i in threaded.early:
+        before = {threaded.labels[j] for j in threaded.ops if j < i}
+        after = {threaded.labels[j] for j in threaded.ops if j > i}
+        assert threaded.labels[i] == "ReduceAddBackward" and before and after  # in between replica nodes
+    assert all("(replica " in threaded.labels[i] for i in threaded.ops)  # each replica node says whose
+    rows = order_table({"a thread per replica": threaded, "one thread": single})
+    marked = [int(row.split()[0]) - 1 for row in rows[1:] if row[:4].strip().isdigit() and "◀" in row]
+    assert marked == list(threaded.early)  # ◀ marks exactly those rows, and only in the threaded column
+    assert len(rows[1 : 1 + len(single.order)]) == len(single.order)
