@@ -340,3 +340,55 @@ def test_the_order_table_shows_a_reduce_add_between_replica_nodes_with_a_thread_
     marked = [int(row.split()[0]) - 1 for row in rows[1:] if row[:4].strip().isdigit() and "◀" in row]
     assert marked == list(threaded.early)  # ◀ marks exactly those rows, and only in the threaded column
     assert len(rows[1 : 1 + len(single.order)]) == len(single.order)
+
+
+@pytest.fixture
+def fresh_checks():
+    from dpteach.course import checks
+
+    checks.reset()
+    yield checks
+    checks.reset()
+
+
+def test_exercise_2_check_passes_the_answer_and_names_each_mistake(fresh_checks):
+    checks, flow = fresh_checks, GradientFlow("rewire", slots=3)
+    assert checks.norm_of_sum(False, "2.bias", flow).ok
+    assert checks.norm_of_sum(False, "original 2.bias", flow).ok  # as the stepper labels it
+    assert checks.norm_of_sum(True, "2.bias", flow).problem == "norms do not add"
+    assert checks.norm_of_sum(False, "0.weight", flow).problem == "wrong parameter"
+    assert checks.norm_of_sum("False", "2.bias", flow).problem == "not an answer"
+    unset = checks.norm_of_sum(..., ..., flow)
+    assert not unset.ok and "Hint" not in unset.message  # an answer not given yet costs no hint
+
+
+def _sum(replicas):
+    return sum(r[0].weight.grad for r in replicas)
+
+
+def test_exercise_3_check_passes_the_answer_and_names_each_mistake(fresh_checks):
+    """The likely mistakes: a replica indexed as if it were a layer (AttributeError on a Sequential), a
+    non-leaf replica's .grad under "rewire" (None, with PyTorch's warning), the original's .grad under
+    "clone" (None, a leaf), a mean for the sum, one replica's gradient for the sum."""
+    checks = fresh_checks
+    clone, rewire = GradientFlow("clone", slots=2), GradientFlow("rewire", slots=2)
+
+    def check(compare):
+        return checks.clone_grads_add_up(compare, clone, rewire)
+
+    assert check(lambda c, r: (_sum(c.replicas), r.model[0].weight.grad)).ok
+    mistakes = {
+        "index the layer": lambda c, r: (sum(x.weight.grad for x in c.replicas), r.model[0].weight.grad),
+        "non-leaf grad": lambda c, r: (_sum(c.replicas), r.replicas[0][0].weight.grad),
+        "a grad is None": lambda c, r: (_sum(c.replicas), c.model[0].weight.grad),
+        "averaged": lambda c, r: (_sum(c.replicas) / 2, r.model[0].weight.grad),
+        "one replica": lambda c, r: (c.replicas[1][0].weight.grad, r.model[0].weight.grad),
+        "wrong tensor": lambda c, r: (sum(x[0].bias.grad for x in c.replicas), r.model[0].bias.grad),
+    }
+    for problem, compare in mistakes.items():
+        verdict = check(compare)
+        assert not verdict.ok and verdict.problem == problem, (problem, verdict)
+    # summing the "rewire" replicas' own .grad reads non-leaves too, and PyTorch's warning is why
+    assert check(lambda c, r: (_sum(r.replicas), r.model[0].weight.grad)).problem == "non-leaf grad"
+    unset = check(lambda c, r: (..., ...))
+    assert not unset.ok and "Hint" not in unset.message
