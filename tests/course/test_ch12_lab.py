@@ -342,6 +342,48 @@ def test_the_order_table_shows_a_reduce_add_between_replica_nodes_with_a_thread_
     assert len(rows[1 : 1 + len(single.order)]) == len(single.order)
 
 
+def test_what_section_2b_says_of_gpus_is_labelled_worked_out_not_measured():
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    main = tagged(cells, "join-order-why").split("<details>")[0]
+    gpu = [p for p in main.split("\n\n") if "GPU" in p and "parallel_apply" not in p]
+    assert gpu and all("worked out" in p and "not run here" in p for p in gpu), gpu
+
+
+def test_what_the_intro_says_repeats_does_repeat():
+    """The intro says the graphs, the losses, the byte counts and the stepper's order come out the same on
+    every run (and the times do not)."""
+    first, again = GradientFlow("rewire", slots=3), GradientFlow("rewire", slots=3)
+    assert [(s.label, s.received, s.handoffs) for s in first.steps] == [
+        (s.label, s.received, s.handoffs) for s in again.steps
+    ]
+    assert first.graph.dot == again.graph.dot
+    runs = [TrainingLab("broadcast", slots=2, lr=0.2, steps=5) for _ in range(2)]
+    for lab in runs:
+        lab.run()
+    assert runs[0].losses == runs[1].losses
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    intro = " ".join(tagged(cells, "lab-intro").split())
+    assert "same on every run" in intro and "times the cost explorer measures do not" in intro
+
+
+def test_answer_4_the_rankings_do_not_change_with_the_width():
+    """Answer 4: broadcast copies the model once per extra slot, clone and rewire once more, each adds the
+    same gather at every width; the model ranks DDP first at every width, with its thread starts and without."""
+    from dpteach.widgets.cost import WIDTHS
+
+    for width in WIDTHS[:3]:  # the widest takes seconds to step: its bytes grow the same way (test_widgets)
+        lab = CostLab(width=width, slots=4, max_repeats=1, budget_s=0.0)
+        lab.measure()
+        copies = {c.strategy: c.bytes_by_op for c in lab.costs}
+        assert copies["broadcast"] == {"broadcast": 3 * lab.model_bytes, "gather": 256 * 4}, width
+        assert copies["clone"] == copies["rewire"] == {"clone": 4 * lab.model_bytes, "gather": 256 * 4}, width
+    for width in WIDTHS:
+        for slots in range(2, 9):  # the cell's 4 slots, and every other setting of the explorer's slider
+            lab = CostLab(width=width, slots=slots)
+            ranked = (list(lab.modelled()), list(lab.without_thread_starts()))
+            assert ranked == (["DDP", "DataParallel"],) * 2, (width, slots)
+
+
 @pytest.fixture
 def fresh_checks():
     from dpteach.course import checks
@@ -392,3 +434,29 @@ def test_exercise_3_check_passes_the_answer_and_names_each_mistake(fresh_checks)
     assert check(lambda c, r: (_sum(r.replicas), r.model[0].weight.grad)).problem == "non-leaf grad"
     unset = check(lambda c, r: (..., ...))
     assert not unset.ok and "Hint" not in unset.message
+
+
+@pytest.mark.parametrize(
+    "tag, answer",
+    [
+        ("norm-of-sum", {"is_sum = ...": "is_sum = False", "equal_for = ...": 'equal_for = "2.bias"'}),
+        (
+            "clone-grads-add-up",
+            {
+                "summed = ...": "summed = sum(r[0].weight.grad for r in clone.replicas)",
+                "original = ...": "original = rewire.model[0].weight.grad",
+            },
+        ),
+    ],
+)
+def test_the_exercise_cells_accept_the_answer(fresh_checks, tag, answer):
+    """The chapter's stub cell, with the answer written in, runs and its check says Correct."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (source,) = [c.source for c in cells if c.cell_type == "code" and tag in c.metadata.get("tags", [])]
+    for stub, line in answer.items():
+        assert stub in source
+        source = source.replace(stub, line)
+    *body, last = source.rstrip().splitlines()
+    scope = {"GradientFlow": GradientFlow, "checks": fresh_checks}  # as earlier cells left them
+    exec("\n".join(body), scope)
+    assert eval(last, scope).ok
