@@ -41,9 +41,8 @@ NOT_MEASURED = "not measured yet: call measure() to take the steps"
 # Which of dpteach's strategies the cost model's "DataParallel" is: torch.nn.DataParallel's replicate
 # broadcasts the parameters and its backward sums them with reduce_add_coalesced (costmodel's docstring).
 MODEL_STRATEGY = "broadcast"
-REPORT_WIDTH = (
-    100  # characters per line of CostLab.report(): a notebook output's width, no sideways scrolling
-)
+# characters per line of CostLab.report(): a notebook output's width, so it reads without scrolling sideways
+REPORT_WIDTH = 100
 
 
 def us(seconds: float) -> str:

@@ -255,9 +255,8 @@ class JoinOrder:
     order: tuple  # every node's grad_fn, in the order backward ran them
     joins: tuple[int, ...]  # positions (from 0) of the ReduceAddBackward nodes
     ops: tuple[int, ...]  # positions of the replicas' own nodes (after GatherBackward, no joins or leaves)
-    labels: tuple[
-        str, ...
-    ] = ()  # what the stepper calls each node: "TBackward0 (replica 1)", "original 2.bias"
+    # what the stepper calls each node: "TBackward0 (replica 1)", "ReduceAddBackward", "original 2.bias"
+    labels: tuple[str, ...] = ()
 
     def number(self, i: int) -> str:
         """The sequence number of the node at position ``i``; "max" for an AccumulateGrad (UINT64_MAX)."""
