@@ -79,15 +79,6 @@ def tied_ranks(keys) -> list[str]:
     return [f"{keys.index(k) + 1}{'=' if keys.count(k) > 1 else '.'}" for k in keys]
 
 
-def ordered(named: dict[str, float]) -> str:
-    """Names and times already fastest first, joined by "<", or "=" where the shown times are equal."""
-    shown = [(name, us(t)) for name, t in named.items()]
-    return "".join(
-        (f" {'=' if t == shown[i - 1][1] else '<'} " if i else "") + f"{name} {t}"
-        for i, (name, t) in enumerate(shown)
-    )
-
-
 @dataclass(frozen=True)
 class StrategyCost:
     """What one strategy's step cost: bytes copied, by operation, and seconds per step."""
@@ -250,12 +241,10 @@ class CostLab:
         totals = {s: p.total_s - _thread_starts(p) for s, p in modelled.items()}
         return dict(sorted(totals.items(), key=lambda item: (item[1], item[0])))
 
-    def _ranked_without(self) -> str:
-        return ordered(self.without_thread_starts())
-
     def assumption_line(self) -> str:
-        """One line: how much of DataParallel's modelled step is assumed thread starts, and the ranking
-        without them (the explorer shows it under the model's table)."""
+        """One line: how much of DataParallel's modelled step is assumed thread starts, and what the model
+        leaves out (the explorer shows it under the model's table, whose last column is the step without
+        them)."""
         from ..measure import costmodel
 
         dp = self.modelled()["DataParallel"]
@@ -268,8 +257,7 @@ class CostLab:
         return (
             f"{starts / dp.total_s:.1%} of DataParallel's {us(dp.total_s)} is {self.slots} thread starts "
             f"at an assumed {us(costmodel.PYTHON_THREAD_S)} each (costmodel.PYTHON_THREAD_S, not "
-            f"measured); without them, fastest first: {self._ranked_without()} (modelled); "
-            f"{LEFT_OUT_NOTE.format(left_out=costmodel.LEFT_OUT)}"
+            f"measured); {LEFT_OUT_NOTE.format(left_out=costmodel.LEFT_OUT)}"
         )
 
     def report(self) -> list[str]:
@@ -293,25 +281,35 @@ class CostLab:
         lines += [f"  {c.strategy:<10} {c.shown(self.budget_s)}" for c in timed]
         return lines + self.modelled_lines()
 
+    def modelled_rows(self) -> list[tuple[str, str, str, str, str]]:
+        """The cost model's table, fastest first, as shown: (rank, wrapper, its step, its assumed thread
+        starts, the step without them). Equal steps share a rank."""
+        from ..measure import costmodel
+
+        modelled, without = self.modelled(), self.without_thread_starts()
+        rows = []
+        for rank, (strategy, p) in zip(
+            tied_ranks(us(p.total_s) for p in modelled.values()), modelled.items()
+        ):
+            starts = sum(part.name.startswith("start thread") for part in p.parts)
+            assumed = f"{starts} x {us(costmodel.PYTHON_THREAD_S)}" if starts else "none"
+            rows.append((rank, strategy, us(p.total_s), assumed, us(without[strategy])))
+        return rows
+
     def modelled_lines(self) -> list[str]:
         """The cost model's ranking as one table: each wrapper's step, its assumed thread starts, and the step
         without them; then what the figures leave out."""
         from ..measure import costmodel
 
-        modelled, without = self.modelled(), self.without_thread_starts()
         lines = [
             f"torch's DataParallel against DDP on {self.slots} x {self.gpu}, by the cost model "
             "(modelled, not measured):",
             f"  {'rank':<5} {'wrapper':<13} {'per step':>10}   {'assumed thread starts':>21}   {'without them':>12}",
         ]
-        for rank, (strategy, p) in zip(
-            tied_ranks(us(p.total_s) for p in modelled.values()), modelled.items()
-        ):
-            starts = sum(1 for part in p.parts if part.name.startswith("start thread"))
-            assumed = f"{starts} x {us(costmodel.PYTHON_THREAD_S)}" if starts else "none"
-            lines.append(
-                f"  {rank:<5} {strategy:<13} {us(p.total_s):>10}   {assumed:>21}   {us(without[strategy]):>12}"
-            )
+        lines += [
+            f"  {r:<5} {s:<13} {step:>10}   {starts:>21}   {rest:>12}"
+            for r, s, step, starts, rest in self.modelled_rows()
+        ]
         return lines + [
             f"  assumed: {us(costmodel.PYTHON_THREAD_S)} to start and join each replica's thread (a round figure),",
             f"  {costmodel.EFFICIENCY:.0%} of the peak FLOP/s; neither is measured",

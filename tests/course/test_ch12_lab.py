@@ -186,7 +186,7 @@ def test_the_models_ranking_without_its_assumed_thread_starts():
     from unittest import mock
 
     from dpteach.measure import costmodel
-    from dpteach.widgets.cost import _workload
+    from dpteach.widgets.cost import _workload, us
 
     lab = CostLab(width=256, slots=4)
     with mock.patch.object(costmodel, "PYTHON_THREAD_S", 0.0):
@@ -200,8 +200,9 @@ def test_the_models_ranking_without_its_assumed_thread_starts():
     dp = lab.modelled()["DataParallel"]
     line = lab.assumption_line()
     assert f"{(dp.total_s - without['DataParallel']) / dp.total_s:.1%} of DataParallel's" in line
-    assert f"{lab.slots} thread starts" in line and "PYTHON_THREAD_S" in line and "(modelled)" in line
-    assert "without them, fastest first" in line
+    assert f"{lab.slots} thread starts" in line and "PYTHON_THREAD_S" in line and "not measured" in line
+    # the step without them is the table's last column (CostLab.modelled_rows), in the widget and in text
+    assert [row[-1] for row in lab.modelled_rows()] == [us(without[s]) for s in lab.modelled()]
     # with one slot there is nothing to start: the line says so instead of a ranking
     assert "neither wrapper replicates" in CostLab(width=16, slots=1).assumption_line()
 
