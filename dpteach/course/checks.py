@@ -13,6 +13,7 @@ under its question (or ``display``-ed, inside an ``if``).
 from __future__ import annotations
 
 import re
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
@@ -28,6 +29,7 @@ class Verdict:
 
     ok: bool
     message: str
+    problem: str = ""  # a failed check's finding as a short name ("non-leaf grad"), for tests: never shown
 
     def __repr__(self) -> str:
         return self.message
@@ -44,14 +46,16 @@ def _correct(exercise: str, message: str) -> Verdict:
     return Verdict(True, "Correct! " + message)
 
 
-def _not_yet(exercise: str, change: str, hints: Sequence[str], answer: Callable[[], str] | str) -> Verdict:
+def _not_yet(
+    exercise: str, change: str, hints: Sequence[str], answer: Callable[[], str] | str, problem: str = ""
+) -> Verdict:
     """A failed try: what to change, then hint n of the ladder; the answer only from the third try."""
     _failures[exercise] += 1
     tries = _failures[exercise]
     ladder = [*hints, answer if isinstance(answer, str) else answer()]
     step = min(tries, len(ladder))
     label = "The answer" if step == len(ladder) else f"Hint {step} of {len(ladder) - 1}"
-    return Verdict(False, f"Not yet: {change}\n{label}: {ladder[step - 1]}")
+    return Verdict(False, f"Not yet: {change}\n{label}: {ladder[step - 1]}", problem)
 
 
 def _ladder(exercise: str, hints: Sequence[str], answer: str) -> Callable[[str], Verdict]:
@@ -993,3 +997,174 @@ def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdi
         f"You deleted the parameters' set_history line, and all {dead} replica parameters are dead ends "
         "again, as you predicted: the original's .grad stays None. clone() without the edge is issue #19540.",
     )
+
+
+# ---------------------------------------------------------------- chapter 12 · the lab
+
+
+def _join_norms(flow) -> dict[str, tuple[float, float]]:
+    """Each ReduceAddBackward of a ``"rewire"`` ``GradientFlow``: the parameter it sums into -> (the sum of
+    the norms it received, the norm of the gradient it hands on)."""
+    return {
+        step.handoffs[0].label.removeprefix("original "): (
+            sum(g.norm for g in step.received),
+            step.handoffs[0].grad.norm,
+        )
+        for step in flow.steps
+        if step.kind == "join"
+    }
+
+
+def norm_of_sum(is_sum: bool | object, equal_for: str | object, flow) -> Verdict:
+    """Exercise 2: does 2.weight's ReduceAddBackward hand on the sum of the norms it received (``is_sum``),
+    and whose does (``equal_for``)? ``flow`` is ``GradientFlow("rewire", slots=3)``."""
+    name = "ch12.norm_of_sum"
+    if _unset(is_sum, equal_for):
+        return Verdict(False, "Set `is_sum` to True or False and `equal_for` to a parameter, then run again.")
+    norms = _join_norms(flow)
+    if isinstance(equal_for, str):
+        equal_for = equal_for.removeprefix("original ").strip()  # as the stepper labels it, or bare
+    if not isinstance(is_sum, bool) or equal_for not in norms:
+        return Verdict(
+            False,
+            f"`is_sum` is True or False (no quotes); `equal_for` is one of {', '.join(map(repr, norms))}.",
+            "not an answer",
+        )
+    adds_up = {p: abs(out - total) <= 1e-5 * total for p, (total, out) in norms.items()}
+    total, out = norms["2.weight"]
+    hints = [
+        "ReduceAddBackward adds the gradients, not their norms, and the norm of a sum is at most the sum of "
+        "the norms (the triangle inequality).",
+        "The two are equal only when the replicas' gradients point the same way: look for the parameter of "
+        "one number per replica.",
+    ]
+    answer = f"is_sum = False, equal_for = {next(p for p, yes in adds_up.items() if yes)!r}."
+    if is_sum != adds_up["2.weight"]:
+        return _not_yet(
+            name,
+            f"2.weight's ReduceAddBackward received norms that add up to {total:.4g} and hands on {out:.4g}. "
+            "Change `is_sum`.",
+            hints,
+            answer,
+            "norms do not add",
+        )
+    if not adds_up[equal_for]:  # type: ignore[index]
+        total, out = norms[equal_for]  # type: ignore[index]
+        return _not_yet(
+            name,
+            f"{equal_for}'s ReduceAddBackward hands on {out:.4g}, less than the {total:.4g} its received norms add up to. "
+            "Change `equal_for`.",
+            hints,
+            answer,
+            "wrong parameter",
+        )
+    return _correct(
+        name,
+        f"{equal_for} is one number per replica, all of one sign: only gradients that point the same way "
+        "add up norm for norm.",
+    )
+
+
+def _grad_read(err: BaseException | None, answer: object, caught: list) -> tuple[str, str] | None:
+    """What went wrong reading the gradients in Exercise 3, as (what to change, problem); None if nothing did."""
+    # PyTorch's warning on reading a non-leaf's .grad ("... a Tensor that is not a leaf Tensor ...")
+    non_leaf = [w for w in caught if "not a leaf" in str(w.message)]
+    if isinstance(err, AttributeError) and "'Sequential' object" in str(err):
+        return (
+            f"{err}: a replica is a whole copy of the model, an nn.Sequential. Pick the layer first, "
+            "clone.replicas[i][0].weight.grad, as you write model[0].weight for the model.",
+            "index the layer",
+        )
+    if isinstance(err, AttributeError) and "'list' object" in str(err):
+        return (
+            f"{err}: clone.replicas is a list, one replica per slot. Index it first: clone.replicas[i].",
+            "index the replica",
+        )
+    nones = err is not None and "NoneType" in str(err)
+    nones = nones or (isinstance(answer, tuple) and any(a is None for a in answer))
+    if nones and non_leaf:
+        first = str(non_leaf[0].message).split(". ")[0]
+        return (
+            f"you read the .grad of a tensor that is not a leaf (PyTorch warned: {first}.). Under "
+            '"rewire" a replica\'s weight is an output of ReduceAdd, not a leaf, and backward writes .grad only '
+            "into leaves (through their AccumulateGrad), so it stays None. The replicas' own gradients are "
+            "clone.replicas'; under \"rewire\" their sum is in the original's .grad, rewire.model[0].weight.grad "
+            "(.retain_grad() on a replica's tensor before backward() would keep its gradient too).",
+            "non-leaf grad",
+        )
+    if err is not None and "same device" in str(err):  # slots on several GPUs: each replica on its own
+        return (
+            f"{err}: each replica's gradient lies on its replica's device. Move each onto the original's "
+            "before adding: .to(rewire.model[0].weight.device).",
+            "devices",
+        )
+    if nones:
+        return (
+            'a .grad you read is None. Under "clone" the original never gets one (issue #19540): take the '
+            "replicas' own from clone.replicas, and the original's from rewire.model.",
+            "a grad is None",
+        )
+    if err is not None:
+        return f"compare raised {type(err).__name__}: {err}", "raised"
+    return None
+
+
+def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
+    """Exercise 3: ``compare(clone, rewire)`` returns (the sum of the ``"clone"`` replicas' 0.weight
+    gradients, the ``"rewire"`` original's 0.weight gradient); the two must be equal."""
+    name = "ch12.clone_grads_add_up"
+    if _unset(compare) or not callable(compare):
+        return Verdict(False, "Define compare(clone, rewire) first, then run this cell again.")
+    answer, err = None, None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            answer = compare(clone, rewire)
+        except Exception as e:  # the learner's code: say what it raised, never raise
+            err = e
+    if isinstance(answer, tuple) and _unset(*answer):
+        return Verdict(False, "Fill in `summed` and `original` in compare, then run this cell again.")
+    hints = [
+        "Under \"clone\" each replica's copy of 0.weight is a leaf of its own: its .grad holds that replica's "
+        'share. Under "rewire" the sum reaches the original.',
+        "clone.replicas is a list of nn.Sequential, one per slot; the original is rewire.model.",
+    ]
+    answer_text = (
+        "summed = sum(r[0].weight.grad.to(rewire.model[0].weight.device) for r in clone.replicas); "
+        "original = rewire.model[0].weight.grad."
+    )
+    found = _grad_read(err, answer, caught)
+    if found:
+        return _not_yet(name, found[0], hints, answer_text, found[1])
+    two = isinstance(answer, tuple) and len(answer) == 2
+    if not (two and all(isinstance(a, torch.Tensor) for a in answer)):  # type: ignore[union-attr]
+        return Verdict(False, "compare returns two tensors: `return summed, original`.", "not two tensors")
+    reference = rewire.model[0].weight.grad
+    summed, original = (a.to(reference.device) for a in answer)  # type: ignore[union-attr]
+    grads = [r[0].weight.grad.to(reference.device) for r in clone.replicas]
+    truth = sum(grads)
+    if summed.shape != truth.shape or original.shape != reference.shape:
+        return _not_yet(
+            name,
+            f"summed is {tuple(summed.shape)} and original {tuple(original.shape)}; 0.weight's gradient is "
+            f"{tuple(truth.shape)}. Read 0.weight, the first Linear's weight, in both.",
+            hints,
+            answer_text,
+            "wrong tensor",
+        )
+    if not torch.allclose(original, reference):
+        change, problem = "original is not the gradient of rewire's original 0.weight.", "wrong original"
+    elif torch.allclose(summed, truth / len(grads)):
+        change, problem = "summed is the replicas' mean: add their gradients up, do not divide.", "averaged"
+    elif any(torch.allclose(summed, g) for g in grads):
+        change, problem = "summed is one replica's gradient: add up every replica's.", "one replica"
+    elif not torch.allclose(summed, truth):
+        change, problem = "summed is not the sum of the replicas' 0.weight gradients.", "wrong sum"
+    else:
+        gap = (summed - original).abs().max().item()
+        return _correct(
+            name,
+            f"Equal, up to {gap:.1e}: the replicas computed every piece of the right gradient. What PR #20910 "
+            "added was an edge from each replica's parameter to the original, so backward delivers the sum.",
+        )
+    return _not_yet(name, change, hints, answer_text, problem)

@@ -127,10 +127,12 @@ def bar_chart(
     line: tuple[float, str] | None = None,
     width: int = 420,
     height: int = 270,
+    empty: str = "",
 ) -> str:
     """Stacked bars: ``stacks`` are ``(label, one value per category, colour)``; ``notes`` go above each bar.
 
-    ``line``: ``(value, label)`` for a dotted reference line across the chart.
+    ``line``: ``(value, label)`` for a dotted reference line across the chart. ``empty``: what the chart
+    says across its middle when every bar is 0 (an empty axis alone reads as a failed drawing).
     """
     totals = [sum(s[1][i] for s in stacks) for i in range(len(categories))]
     w, h = width - LEFT - RIGHT, height - TOP - BOTTOM
@@ -183,5 +185,10 @@ def bar_chart(
         ly = TOP + 10 + 13 * k
         out.append(mark.format(y=ly - 8, y5=ly - 4))
         out.append(f'<text x="{LEFT + 20}" y="{ly}" font-size="10" {FONT}>{escape(label)}</text>')
+    if empty and not any(totals):
+        out.append(
+            f'<text class="empty" x="{LEFT + w / 2:.1f}" y="{TOP + h / 2:.1f}" text-anchor="middle" '
+            f'font-size="12" fill="#616161" {FONT}>{escape(empty)}</text>'
+        )
     out.append("</svg>")
     return "\n".join(out)

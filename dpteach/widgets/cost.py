@@ -41,6 +41,8 @@ NOT_MEASURED = "not measured yet: call measure() to take the steps"
 # Which of dpteach's strategies the cost model's "DataParallel" is: torch.nn.DataParallel's replicate
 # broadcasts the parameters and its backward sums them with reduce_add_coalesced (costmodel's docstring).
 MODEL_STRATEGY = "broadcast"
+# characters per line of CostLab.report(): a notebook output's width, so it reads without scrolling sideways
+REPORT_WIDTH = 100
 
 
 def us(seconds: float) -> str:
@@ -75,15 +77,6 @@ def tied_ranks(keys) -> list[str]:
     never reads as an order. Pass what is shown (bytes, or a time as printed), not more digits than that."""
     keys = list(keys)
     return [f"{keys.index(k) + 1}{'=' if keys.count(k) > 1 else '.'}" for k in keys]
-
-
-def ordered(named: dict[str, float]) -> str:
-    """Names and times already fastest first, joined by "<", or "=" where the shown times are equal."""
-    shown = [(name, us(t)) for name, t in named.items()]
-    return "".join(
-        (f" {'=' if t == shown[i - 1][1] else '<'} " if i else "") + f"{name} {t}"
-        for i, (name, t) in enumerate(shown)
-    )
 
 
 @dataclass(frozen=True)
@@ -248,12 +241,10 @@ class CostLab:
         totals = {s: p.total_s - _thread_starts(p) for s, p in modelled.items()}
         return dict(sorted(totals.items(), key=lambda item: (item[1], item[0])))
 
-    def _ranked_without(self) -> str:
-        return ordered(self.without_thread_starts())
-
     def assumption_line(self) -> str:
-        """One line: how much of DataParallel's modelled step is assumed thread starts, and the ranking
-        without them (the explorer shows it under the model's table)."""
+        """One line: how much of DataParallel's modelled step is assumed thread starts, and what the model
+        leaves out (the explorer shows it under the model's table, whose last column is the step without
+        them)."""
         from ..measure import costmodel
 
         dp = self.modelled()["DataParallel"]
@@ -266,62 +257,66 @@ class CostLab:
         return (
             f"{starts / dp.total_s:.1%} of DataParallel's {us(dp.total_s)} is {self.slots} thread starts "
             f"at an assumed {us(costmodel.PYTHON_THREAD_S)} each (costmodel.PYTHON_THREAD_S, not "
-            f"measured); without them, fastest first: {self._ranked_without()} (modelled); "
-            f"{LEFT_OUT_NOTE.format(left_out=costmodel.LEFT_OUT)}"
+            f"measured); {LEFT_OUT_NOTE.format(left_out=costmodel.LEFT_OUT)}"
         )
 
     def report(self) -> list[str]:
-        """The rankings, one line each, with this machine's times beside the bytes."""
+        """The bytes ranking, this machine's times under it, then the cost model's table: lines of at most
+        ``REPORT_WIDTH`` characters, so a notebook cell's output reads without scrolling sideways."""
         if not self.costs:
             return [NOT_MEASURED]
         lines = [
             f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes), "
             f"{self.slots} slot{'s' * (self.slots != 1)}",
-            "dpteach's strategies against each other, by bytes copied per step (counted by comm.traffic(): "
-            "exact, the same on every run; = marks a tie); this machine's time only beside them:",
+            "bytes copied per step, counted by comm.traffic() (exact, the same on every run; = marks a tie):",
         ]
         order = self.by_bytes()
         for rank, c in zip(tied_ranks(c.bytes for c in order), order):
             lines.append(
-                f"  {rank:<3} {c.strategy:<10} {c.bytes:>10,} bytes ({c.bytes / self.model_bytes:.1f}x the model:"
-                f" {c.by_op()})   this machine: {c.shown(self.budget_s)}"
+                f"  {rank:<3} {c.strategy:<10} {c.bytes:>10,} bytes  {c.bytes / self.model_bytes:.1f}x the model"
+                f"  ({c.by_op()})"
             )
-        if self.reference is not None:
-            lines.append(
-                f"      {'one device':<10} {0:>10,} bytes   this machine: {self.reference.shown(self.budget_s)}"
-            )
+        lines.append("this machine's time per step, only beside them (noisy: it ranks nothing):")
+        timed = [*self.costs, *([self.reference] if self.reference is not None else [])]
+        lines += [f"  {c.strategy:<10} {c.shown(self.budget_s)}" for c in timed]
         return lines + self.modelled_lines()
 
-    def modelled_lines(self) -> list[str]:
-        """The cost model's ranking with each prediction's parts and the assumptions they rest on."""
+    def modelled_rows(self) -> list[tuple[str, str, str, str, str]]:
+        """The cost model's table, fastest first, as shown: (rank, wrapper, its step, its assumed thread
+        starts, the step without them). Equal steps share a rank."""
         from ..measure import costmodel
 
-        lines = [
-            f"torch's DataParallel against DDP on {self.slots} x {self.gpu}, by the cost model (modelled, not "
-            f"measured; its DataParallel is torch.nn.DataParallel, strategy {MODEL_STRATEGY!r}):"
-        ]
-        modelled = self.modelled()
+        modelled, without = self.modelled(), self.without_thread_starts()
+        rows = []
         for rank, (strategy, p) in zip(
             tied_ranks(us(p.total_s) for p in modelled.values()), modelled.items()
         ):
-            lines.append(f"  {rank:<3} {strategy:<12} {us(p.total_s)} per step, its parts (modelled):")
-            on_lane: dict[tuple[str, str], float] = {}
-            for part in p.parts:  # one lane's parts run one after another: summed (the thread starts) ...
-                name = "thread starts" if part.name.startswith("start thread") else part.name
-                on_lane[name, part.lane] = on_lane.get((name, part.lane), 0.0) + part.seconds
-            parts: dict[str, float] = {}
-            for (name, _), sec in on_lane.items():  # ... lanes side by side: the longest
-                parts[name] = max(parts.get(name, 0.0), sec)
-            lines += [f"       {name:<16} {us(sec):>12}" for name, sec in parts.items()]
-        lines.append(
-            f"  assumed: {us(costmodel.PYTHON_THREAD_S)} to start and join each replica's thread "
-            f"(a round figure, not measured), {costmodel.EFFICIENCY:.0%} of the peak FLOP/s; "
-            "parts that overlap in the model's timeline add up to more than the total"
-        )
-        lines.append(f"  left out: {LEFT_OUT_NOTE.format(left_out=costmodel.LEFT_OUT)}")
-        if self.slots > 1:
-            lines.append(f"  without the thread starts: {self._ranked_without()} (modelled)")
-        return lines
+            starts = sum(part.name.startswith("start thread") for part in p.parts)
+            assumed = f"{starts} x {us(costmodel.PYTHON_THREAD_S)}" if starts else "none"
+            rows.append((rank, strategy, us(p.total_s), assumed, us(without[strategy])))
+        return rows
+
+    def modelled_lines(self) -> list[str]:
+        """The cost model's ranking as one table: each wrapper's step, its assumed thread starts, and the step
+        without them; then what the figures leave out."""
+        from ..measure import costmodel
+
+        lines = [
+            f"torch's DataParallel against DDP on {self.slots} x {self.gpu}, by the cost model "
+            "(modelled, not measured):",
+            f"  {'rank':<5} {'wrapper':<13} {'per step':>10}   {'assumed thread starts':>21}   {'without them':>12}",
+        ]
+        lines += [
+            f"  {r:<5} {s:<13} {step:>10}   {starts:>21}   {rest:>12}"
+            for r, s, step, starts, rest in self.modelled_rows()
+        ]
+        return lines + [
+            f"  assumed: {us(costmodel.PYTHON_THREAD_S)} to start and join each replica's thread (a round figure),",
+            f"  {costmodel.EFFICIENCY:.0%} of the peak FLOP/s; neither is measured",
+            f"  left out: {costmodel.LEFT_OUT} (µs each on a real GPU):",
+            "  at these sizes only its ranking means anything, not its absolute figures",
+            f"  its DataParallel is torch.nn.DataParallel, which copies as strategy {MODEL_STRATEGY!r} does",
+        ]
 
     def rows(self) -> list[tuple[str, int, float, float]]:
         """(strategy, bytes, bytes / model size, median µs) per strategy."""

@@ -255,16 +255,57 @@ class JoinOrder:
     order: tuple  # every node's grad_fn, in the order backward ran them
     joins: tuple[int, ...]  # positions (from 0) of the ReduceAddBackward nodes
     ops: tuple[int, ...]  # positions of the replicas' own nodes (after GatherBackward, no joins or leaves)
+    # what the stepper calls each node: "TBackward0 (replica 1)", "ReduceAddBackward", "original 2.bias"
+    labels: tuple[str, ...] = ()
 
-    def lines(self, name: str) -> list[str]:
-        """What chapter 12 prints: the sequence numbers, and the steps (from 1, as the stepper counts)."""
-        joins, ops = [self.order[i] for i in self.joins], [self.order[i] for i in self.ops]
-        return [
-            f"{name}: ReduceAddBackward nodes numbered {sorted(fn._sequence_nr() for fn in joins)}, "
-            f"replica nodes {sorted(fn._sequence_nr() for fn in ops)}",
-            f"  ReduceAddBackward ran at steps {[i + 1 for i in self.joins]} of {len(self.order)}; "
-            f"the replicas' last node at step {self.ops[-1] + 1}",
+    def number(self, i: int) -> str:
+        """The sequence number of the node at position ``i``; "max" for an AccumulateGrad (UINT64_MAX)."""
+        nr = self.order[i]._sequence_nr()
+        return "max" if nr >= 2**63 else str(nr)
+
+    @property
+    def early(self) -> tuple[int, ...]:
+        """Positions of the ReduceAddBackward nodes that ran before the replicas' last node."""
+        return tuple(i for i in self.joins if i < self.ops[-1])
+
+    def summary(self, name: str) -> str:
+        """One line: the steps (from 1, as the stepper counts) the ReduceAddBackward nodes ran at."""
+        steps = ", ".join(str(i + 1) for i in self.joins)
+        return (
+            f"{name}: ReduceAddBackward at steps {steps}; the replicas' last node at step {self.ops[-1] + 1}"
+        )
+
+
+def order_table(named: dict[str, JoinOrder]) -> list[str]:
+    """The orders side by side, one row per step: each node and its sequence number; "◀" marks a
+    ReduceAddBackward that ran before the replicas' last node. Then each order's summary line."""
+    width = max(len(text) for found in named.values() for text in (*found.labels, ""))
+    width = max(width, *(len(name) for name in named))
+    rows = ["step  " + "".join(f"{name:<{width}} {'number':>6}    " for name in named).rstrip()]
+    for i in range(max(len(found.order) for found in named.values())):
+        cells = [
+            f"{found.labels[i]:<{width}} {found.number(i):>6} {'◀' if i in found.early else ' '}  "
+            for found in named.values()
         ]
+        rows.append(f"{i + 1:>4}  " + "".join(cells).rstrip())
+    return [*rows, "◀: a ReduceAddBackward that ran before the replicas' last node"] + [
+        found.summary(name) for name, found in named.items()
+    ]
+
+
+def _replica_of(outs: list, stop: tuple[str, ...]) -> dict:
+    """Each node a replica's forward made -> that replica's index: the nodes below its output, down to
+    the nodes named in ``stop`` (the ReduceAddBackward nodes and leaves, made before the replicas ran)."""
+    owner: dict = {}
+    for i, out in enumerate(outs):
+        todo = [out.grad_fn]
+        while todo:
+            fn = todo.pop()
+            if fn is None or fn in owner or type(fn).__name__ in stop:
+                continue
+            owner[fn] = i
+            todo.extend(nxt for nxt, _ in fn.next_functions)
+    return owner
 
 
 def join_order(threaded: bool, slots: int = 2) -> JoinOrder:
@@ -294,13 +335,23 @@ def join_order(threaded: bool, slots: int = 2) -> JoinOrder:
     else:
         for i in range(len(replicas)):
             run(i)
+    owner = _replica_of(outs, ("ReduceAddBackward", "AccumulateGrad"))
+    names = {id(p): name for name, p in net.named_parameters()}
     order = backward_order(nn.functional.mse_loss(gather(outs, devs[0]), y))
-    names = [type(fn).__name__ for fn in order]
-    joins = tuple(i for i, n in enumerate(names) if n == "ReduceAddBackward")
-    after_gather = names.index("GatherBackward")
+    kinds = [type(fn).__name__ for fn in order]
+    labels = tuple(
+        f"original {names[id(fn.variable)]}"
+        if kind == "AccumulateGrad"
+        else f"{kind} (replica {owner[fn]})"
+        if fn in owner
+        else kind
+        for fn, kind in zip(order, kinds)
+    )
+    joins = tuple(i for i, n in enumerate(kinds) if n == "ReduceAddBackward")
+    after_gather = kinds.index("GatherBackward")
     ops = tuple(
         i
-        for i, n in enumerate(names)
+        for i, n in enumerate(kinds)
         if i > after_gather and n not in ("ReduceAddBackward", "AccumulateGrad")
     )
-    return JoinOrder(tuple(order), joins, ops)
+    return JoinOrder(tuple(order), joins, ops, labels)

@@ -38,7 +38,9 @@ def fitted_img(svg: str, alt: str) -> str:
 
     It shrinks no further than the width at which its node labels are still ``MIN_LABEL_PX`` tall (as
     ``graph.compare`` does for side-by-side pictures): a wider graph (8 replicas) scrolls sideways
-    from there instead of turning to dots. A two-slot graph fits a 1,000 px window without scrolling.
+    from there instead of turning to dots, and opens scrolled to its middle, where the title and the
+    output node are (a marker with CSS ``scroll-initial-target``; a browser without it opens at the
+    left edge, as before). A two-slot graph fits a 1,000 px window without scrolling.
     """
     from ..graph.compare import MIN_LABEL_PX
     from ..graph.dot import NODE
@@ -49,9 +51,15 @@ def fitted_img(svg: str, alt: str) -> str:
     floor = f"min-width:{round(natural * MIN_LABEL_PX / label_px)}px;" if natural else ""
     limit = f"max-width:{round(natural)}px;" if natural else "max-width:100%;"
     data = base64.b64encode(svg.encode()).decode()
+    # one grid cell holds the picture and, over its middle, the marker the scroll box opens at
+    middle = (
+        '<span style="grid-area:1/1;justify-self:center;width:1px;height:1px;'
+        'scroll-initial-target:nearest;scroll-snap-align:center"></span>'
+    )
     return (
-        f'<div style="max-width:100%;overflow-x:auto"><img alt="{escape(alt)}" '
-        f'style="width:100%;{limit}{floor}height:auto" src="data:image/svg+xml;base64,{data}"></div>'
+        f'<div style="max-width:100%;overflow-x:auto"><div style="display:grid"><img alt="{escape(alt)}" '
+        f'style="grid-area:1/1;width:100%;{limit}{floor}height:auto" src="data:image/svg+xml;base64,{data}">'
+        f"{middle}</div></div>"
     )
 
 
@@ -110,6 +118,7 @@ def cost_charts(costs, model_bytes: int, slots: int, reference_s: float | None) 
         "bytes",
         notes,
         (model_bytes * (slots - 1), extra) if extra else None,
+        empty="no copies: one slot runs the model itself" if slots == 1 else "",
     )
     from .cost import MIN_TIMED
 

@@ -104,7 +104,7 @@ def handoff_table(step) -> str:
 def cost_table(lab, modelled: bool = True) -> str:
     """The strategies ranked by bytes copied (counted), then by the cost model (modelled; left out with
     ``modelled=False``), with this machine's median time per step only beside the bytes."""
-    from .cost import MODEL_STRATEGY, tied_ranks, us
+    from .cost import MODEL_STRATEGY, tied_ranks
 
     order = lab.by_bytes()
     rows = [
@@ -135,13 +135,15 @@ def cost_table(lab, modelled: bool = True) -> str:
     )
     if not modelled:
         return scrolled(counted)
-    predicted = lab.modelled()
     modelled_table = _table(
-        ["rank", "strategy", f"per step, modelled ({lab.slots} × {escape(lab.gpu)})"],
         [
-            [rank, escape(s), us(p.total_s)]
-            for rank, (s, p) in zip(tied_ranks(us(p.total_s) for p in predicted.values()), predicted.items())
+            "rank",
+            "wrapper",
+            f"per step, modelled ({lab.slots} × {escape(lab.gpu)})",
+            "assumed thread starts",
+            "without them",
         ],
+        [[escape(cell) for cell in row] for row in lab.modelled_rows()],
         f"torch's DataParallel against DDP, ranked by the cost model: {lab.slots} × {escape(lab.gpu)}, "
         f"modelled; its DataParallel is torch.nn.DataParallel (strategy <code>{MODEL_STRATEGY}</code>)",
     )

@@ -186,7 +186,7 @@ def test_the_models_ranking_without_its_assumed_thread_starts():
     from unittest import mock
 
     from dpteach.measure import costmodel
-    from dpteach.widgets.cost import _workload
+    from dpteach.widgets.cost import _workload, us
 
     lab = CostLab(width=256, slots=4)
     with mock.patch.object(costmodel, "PYTHON_THREAD_S", 0.0):
@@ -200,8 +200,9 @@ def test_the_models_ranking_without_its_assumed_thread_starts():
     dp = lab.modelled()["DataParallel"]
     line = lab.assumption_line()
     assert f"{(dp.total_s - without['DataParallel']) / dp.total_s:.1%} of DataParallel's" in line
-    assert f"{lab.slots} thread starts" in line and "PYTHON_THREAD_S" in line and "(modelled)" in line
-    assert "without them, fastest first" in line
+    assert f"{lab.slots} thread starts" in line and "PYTHON_THREAD_S" in line and "not measured" in line
+    # the step without them is the table's last column (CostLab.modelled_rows), in the widget and in text
+    assert [row[-1] for row in lab.modelled_rows()] == [us(without[s]) for s in lab.modelled()]
     # with one slot there is nothing to start: the line says so instead of a ranking
     assert "neither wrapper replicates" in CostLab(width=16, slots=1).assumption_line()
 
@@ -317,3 +318,146 @@ def test_run_to_the_end_at_the_large_learning_rate_the_loss_goes_inf_then_nan():
     assert [c for c in cells if "diverges" in c.metadata.get("tags", [])]
     why = tagged(cells, "diverges-why")
     assert "`inf`" in why and "`nan`" in why and "exactly ±1" in why
+
+
+def test_the_order_table_shows_a_reduce_add_between_replica_nodes_with_a_thread_per_replica():
+    """Section 2b lists both orders node by node: the one-thread column is the stepper's order (2a); in the
+    threaded column a ReduceAddBackward, marked ◀, runs with replica nodes still to come."""
+    from dpteach.widgets.flow import order_table
+
+    threaded, single = join_order(True), join_order(False)
+    assert list(single.labels) == [s.label for s in GradientFlow("rewire", slots=2).steps[1:]]
+    assert single.early == ()  # one thread: every ReduceAddBackward after every replica node
+    if min(threaded.order[i]._sequence_nr() for i in threaded.joins) > max(
+        threaded.order[i]._sequence_nr() for i in threaded.ops
+    ):  # this thread's count is past the replicas' (as in the chapter): no ties, so the order is certain
+        assert len(threaded.early) == 3  # all but 0.weight's, whose last gradient comes from the last node
+    for i in threaded.early:
+        before = {threaded.labels[j] for j in threaded.ops if j < i}
+        after = {threaded.labels[j] for j in threaded.ops if j > i}
+        assert threaded.labels[i] == "ReduceAddBackward" and before and after  # in between replica nodes
+    assert all("(replica " in threaded.labels[i] for i in threaded.ops)  # each replica node says whose
+    rows = order_table({"a thread per replica": threaded, "one thread": single})
+    marked = [int(row.split()[0]) - 1 for row in rows[1:] if row[:4].strip().isdigit() and "◀" in row]
+    assert marked == list(threaded.early)  # ◀ marks exactly those rows, and only in the threaded column
+    assert len(rows[1 : 1 + len(single.order)]) == len(single.order)
+
+
+def test_what_section_2b_says_of_gpus_is_labelled_worked_out_not_measured():
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    main = tagged(cells, "join-order-why").split("<details>")[0]
+    gpu = [p for p in main.split("\n\n") if "GPU" in p and "parallel_apply" not in p]
+    assert gpu and all("worked out" in p and "not run here" in p for p in gpu), gpu
+
+
+def test_what_the_intro_says_repeats_does_repeat():
+    """The intro says the graphs, the losses, the byte counts and the stepper's order come out the same on
+    every run (and the times do not)."""
+    first, again = GradientFlow("rewire", slots=3), GradientFlow("rewire", slots=3)
+    assert [(s.label, s.received, s.handoffs) for s in first.steps] == [
+        (s.label, s.received, s.handoffs) for s in again.steps
+    ]
+    assert first.graph.dot == again.graph.dot
+    runs = [TrainingLab("broadcast", slots=2, lr=0.2, steps=5) for _ in range(2)]
+    for lab in runs:
+        lab.run()
+    assert runs[0].losses == runs[1].losses
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    intro = " ".join(tagged(cells, "lab-intro").split())
+    assert "same on every run" in intro and "times the cost explorer measures do not" in intro
+
+
+def test_answer_4_the_rankings_do_not_change_with_the_width():
+    """Answer 4: broadcast copies the model once per extra slot, clone and rewire once more, each adds the
+    same gather at every width; the model ranks DDP first at every width, with its thread starts and without."""
+    from dpteach.widgets.cost import WIDTHS
+
+    for width in WIDTHS[:3]:  # the widest takes seconds to step: its bytes grow the same way (test_widgets)
+        lab = CostLab(width=width, slots=4, max_repeats=1, budget_s=0.0)
+        lab.measure()
+        copies = {c.strategy: c.bytes_by_op for c in lab.costs}
+        assert copies["broadcast"] == {"broadcast": 3 * lab.model_bytes, "gather": 256 * 4}, width
+        assert copies["clone"] == copies["rewire"] == {"clone": 4 * lab.model_bytes, "gather": 256 * 4}, width
+    for width in WIDTHS:
+        for slots in range(2, 9):  # the cell's 4 slots, and every other setting of the explorer's slider
+            lab = CostLab(width=width, slots=slots)
+            ranked = (list(lab.modelled()), list(lab.without_thread_starts()))
+            assert ranked == (["DDP", "DataParallel"],) * 2, (width, slots)
+
+
+@pytest.fixture
+def fresh_checks():
+    from dpteach.course import checks
+
+    checks.reset()
+    yield checks
+    checks.reset()
+
+
+def test_exercise_2_check_passes_the_answer_and_names_each_mistake(fresh_checks):
+    checks, flow = fresh_checks, GradientFlow("rewire", slots=3)
+    assert checks.norm_of_sum(False, "2.bias", flow).ok
+    assert checks.norm_of_sum(False, "original 2.bias", flow).ok  # as the stepper labels it
+    assert checks.norm_of_sum(True, "2.bias", flow).problem == "norms do not add"
+    assert checks.norm_of_sum(False, "0.weight", flow).problem == "wrong parameter"
+    assert checks.norm_of_sum("False", "2.bias", flow).problem == "not an answer"
+    unset = checks.norm_of_sum(..., ..., flow)
+    assert not unset.ok and "Hint" not in unset.message  # an answer not given yet costs no hint
+
+
+def _sum(replicas):
+    return sum(r[0].weight.grad for r in replicas)
+
+
+def test_exercise_3_check_passes_the_answer_and_names_each_mistake(fresh_checks):
+    """The likely mistakes: a replica indexed as if it were a layer (AttributeError on a Sequential), a
+    non-leaf replica's .grad under "rewire" (None, with PyTorch's warning), the original's .grad under
+    "clone" (None, a leaf), a mean for the sum, one replica's gradient for the sum."""
+    checks = fresh_checks
+    clone, rewire = GradientFlow("clone", slots=2), GradientFlow("rewire", slots=2)
+
+    def check(compare):
+        return checks.clone_grads_add_up(compare, clone, rewire)
+
+    assert check(lambda c, r: (_sum(c.replicas), r.model[0].weight.grad)).ok
+    mistakes = {
+        "index the layer": lambda c, r: (sum(x.weight.grad for x in c.replicas), r.model[0].weight.grad),
+        "non-leaf grad": lambda c, r: (_sum(c.replicas), r.replicas[0][0].weight.grad),
+        "a grad is None": lambda c, r: (_sum(c.replicas), c.model[0].weight.grad),
+        "averaged": lambda c, r: (_sum(c.replicas) / 2, r.model[0].weight.grad),
+        "one replica": lambda c, r: (c.replicas[1][0].weight.grad, r.model[0].weight.grad),
+        "wrong tensor": lambda c, r: (sum(x[0].bias.grad for x in c.replicas), r.model[0].bias.grad),
+    }
+    for problem, compare in mistakes.items():
+        verdict = check(compare)
+        assert not verdict.ok and verdict.problem == problem, (problem, verdict)
+    # summing the "rewire" replicas' own .grad reads non-leaves too, and PyTorch's warning is why
+    assert check(lambda c, r: (_sum(r.replicas), r.model[0].weight.grad)).problem == "non-leaf grad"
+    unset = check(lambda c, r: (..., ...))
+    assert not unset.ok and "Hint" not in unset.message
+
+
+@pytest.mark.parametrize(
+    "tag, answer",
+    [
+        ("norm-of-sum", {"is_sum = ...": "is_sum = False", "equal_for = ...": 'equal_for = "2.bias"'}),
+        (
+            "clone-grads-add-up",
+            {
+                "summed = ...": "summed = sum(r[0].weight.grad for r in clone.replicas)",
+                "original = ...": "original = rewire.model[0].weight.grad",
+            },
+        ),
+    ],
+)
+def test_the_exercise_cells_accept_the_answer(fresh_checks, tag, answer):
+    """The chapter's stub cell, with the answer written in, runs and its check says Correct."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (source,) = [c.source for c in cells if c.cell_type == "code" and tag in c.metadata.get("tags", [])]
+    for stub, line in answer.items():
+        assert stub in source
+        source = source.replace(stub, line)
+    *body, last = source.rstrip().splitlines()
+    scope = {"GradientFlow": GradientFlow, "checks": fresh_checks}  # as earlier cells left them
+    exec("\n".join(body), scope)
+    assert eval(last, scope).ok

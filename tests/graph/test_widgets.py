@@ -433,6 +433,8 @@ def test_explorer_graph_scales_to_the_output_and_scrolls_only_past_readable_labe
     assert f"max-width:{round(natural)}px" in view.graph.value  # never enlarged past its own size
     assert abs(10 * 4 / 3 * floor / natural - MIN_LABEL_PX) < 0.05
     assert (floor <= 984) == (slots == 2)  # two slots fit a 1,000 px window; eight scroll sideways
+    # where it scrolls, it opens at its middle (title, output node): a marker centred over the picture
+    assert "scroll-initial-target:nearest" in view.graph.value and "justify-self:center" in view.graph.value
 
 
 def test_cost_explorer_answers_a_slider(ipywidgets):
@@ -611,19 +613,38 @@ def test_cost_times_are_shown_only_with_a_spread():
     assert "median of 1" not in lab.status() and "median of 1" not in "\n".join(lab.report())
 
 
-def test_cost_report_shows_the_models_parts_and_assumptions():
+def test_cost_report_shows_the_models_table_and_assumptions():
+    from dpteach.measure import costmodel
+    from dpteach.widgets.cost import us
+
     lab = CostLab(width=16, slots=2, budget_s=0.0)
     lab.measure()
     text = "\n".join(lab.report())
-    assert "thread starts" in text and "assumed: 100 µs to start and join" in text
+    assert (
+        "assumed thread starts" in text
+        and f"assumed: {us(costmodel.PYTHON_THREAD_S)} to start and join" in text
+    )
     assert "modelled, not measured" in text
     assert "strategy 'broadcast'" in text  # which of dpteach's strategies the model's DataParallel is
 
 
+def test_cost_report_lines_fit_a_notebook_output():
+    """Every line of the report fits REPORT_WIDTH characters: no wall of 200-character lines, at the widest
+    model on the most slots, and with the sentence that says too few steps fitted the budget."""
+    from dpteach.widgets.cost import REPORT_WIDTH
+
+    for lab in (CostLab(width=1024, slots=8, budget_s=0.0), CostLab(width=16, slots=1, budget_s=0.0)):
+        lab.measure()
+        long = [line for line in lab.report() if len(line) > REPORT_WIDTH]
+        assert not long, long
+
+
 def test_cost_model_figures_say_what_they_leave_out_in_one_unit():
-    """The modelled step of a small model is a few µs, less than what the model leaves out: every line that
-    shows it says so (costmodel.LEFT_OUT), and every time is in µs, without powers of ten."""
+    """The modelled step of a small model is a few µs, less than what the model leaves out: every text that
+    shows it says so (costmodel.LEFT_OUT), and every time is in µs, without powers of ten. The table's
+    columns are the model's totals, its assumed thread starts, and the totals without them."""
     from dpteach.measure import costmodel
+    from dpteach.widgets.cost import us
     from dpteach.widgets.tables import cost_table
 
     lab = CostLab(width=256, slots=4, budget_s=0.0)
@@ -634,10 +655,25 @@ def test_cost_model_figures_say_what_they_leave_out_in_one_unit():
     assert costmodel.LEFT_OUT in CostLab(width=16, slots=1).assumption_line()
     for text in (modelled, lab.assumption_line(), cost_table(lab)):
         assert " ms" not in text and not re.search(r"\de-\d", text), text
-    shown = re.findall(r"([0-9,.]+) µs per step", modelled)
-    assert [float(v.replace(",", "")) for v in shown] == pytest.approx(
-        [p.total_s * 1e6 for p in lab.modelled().values()], rel=5e-3
-    )
+    without = lab.without_thread_starts()
+    for strategy, p in lab.modelled().items():
+        rows = [w for w in map(str.split, lab.modelled_lines()) if w[0][:-1].isdigit() and w[1] == strategy]
+        (row,) = rows  # its table row: rank, wrapper, per step, assumed thread starts, without them
+        starts = sum(part.name.startswith("start thread") for part in p.parts)
+        assert " ".join(row[2:4]) == us(p.total_s) and " ".join(row[-2:]) == us(without[strategy])
+        assert (starts == 0) == ("none" in row), row  # DDP starts no thread; DataParallel one per replica
+        if starts:
+            assert f"{starts} x {us(costmodel.PYTHON_THREAD_S)}" in " ".join(row)
+
+
+def test_a_one_slot_bytes_chart_says_there_are_no_copies():
+    from dpteach.widgets.pictures import cost_charts
+
+    for slots in (1, 2):
+        lab = CostLab(width=16, slots=slots, budget_s=0.0)
+        lab.measure()
+        svg = decode_img(cost_charts(lab.costs, lab.model_bytes, lab.slots, lab.reference_s))
+        assert ('class="empty"' in svg and "no copies" in svg) == (slots == 1), slots
 
 
 @pytest.mark.parametrize(
