@@ -214,7 +214,7 @@ class Findings:
             hint, left = self._hint(kind, counts[kind])
             further |= left
             hints += [hint] if hint and hint not in hints else []
-        if further:
+        if further and counts.get("", 0) <= 1:  # said once, with the first failed check of the task
             hints.append("a (step n of m) hint goes one step further each time its problem comes back.")
         if (tries := counts.get("", 0)) >= ANSWER_AFTER:
             answer = f"`print(exercises.solution_source({self.task.key!r}))`"
