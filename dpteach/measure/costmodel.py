@@ -10,7 +10,8 @@ Assumptions, each one a simplification a real run will not honour exactly:
 
 * **Compute** runs at ``EFFICIENCY`` (one fraction, for every GPU and dtype) of the spec sheet's
   dense peak for the dtype. A replica given ``batch / n`` rows does ``1 / n`` of the FLOPs.
-* **Copies between GPUs** run at the profile's ``link_bw`` (one direction). A broadcast (replicate) or a reduce (the gradients' sum) is pipelined over a ring or
+* **Copies between GPUs** run at the profile's ``link_bw`` (one direction, all of the GPU's links at
+  once; ``GPU.with_links`` gives two GPUs joined by fewer links what those links carry). A broadcast (replicate) or a reduce (the gradients' sum) is pipelined over a ring or
   tree, as NCCL does it, so each takes ``bytes / link_bw`` whatever n. The scatter sends ``(n-1)/n``
   of the batch out of GPU 0 and the gather brings ``(n-1)/n`` of the output back, one after another.
 * **DataParallel** (``torch.nn.DataParallel`` and dpteach's, one process): on every step it
@@ -127,6 +128,21 @@ class GPU:
     # NCCL's latency model (data/gpus.json "latency"): per message, and per ring step on this link
     base_latency_s: float = 0.0
     step_latency_s: float = 0.0
+    # what one of the GPU's links carries, one direction, and how many it has (0: not counted)
+    link_bw_per_link: float = 0.0
+    links: int = 0
+
+    def with_links(self, links: int) -> GPU:
+        """This profile with ``links`` of its links between each pair of GPUs: ``link_bw`` is what they carry.
+
+        For a machine whose GPUs are not all joined by every link (``nvidia-smi topo -m``: NV1, NV2, ...),
+        as ``data/published.json`` reads its topology."""
+        if not self.link_bw_per_link or not 0 < links <= self.links:
+            raise ValueError(f"{self.name} counts {self.links} links in gpus.json; {links} asked for")
+        kind = self.link.split(",")[0]
+        return dataclasses.replace(
+            self, link_bw=links * self.link_bw_per_link, link=f"{kind}, {links} link{'s' * (links > 1)}"
+        )
 
     def rate(self, dtype: str, efficiency: float | None = None) -> float:
         """FLOP/s this model assumes for ``dtype``: ``efficiency`` (default ``EFFICIENCY``) of the peak."""
@@ -150,6 +166,8 @@ def _load_gpus(path: Path = GPUS_FILE) -> dict[str, GPU]:
             source=f"{g['datasheet']} (read: {sources})",
             base_latency_s=float(latency["base_s"]),
             step_latency_s=float(latency["step_s"]["NVLink" if g["link"].startswith("NVLink") else "PCIe"]),
+            link_bw_per_link=float(g.get("link_bw_per_link", 0.0)),
+            links=int(g.get("links", 0)),
         )
     return gpus
 
