@@ -10,7 +10,8 @@ Assumptions, each one a simplification a real run will not honour exactly:
 
 * **Compute** runs at ``EFFICIENCY`` (one fraction, for every GPU and dtype) of the spec sheet's
   dense peak for the dtype. A replica given ``batch / n`` rows does ``1 / n`` of the FLOPs.
-* **Copies between GPUs** run at the profile's ``link_bw`` (one direction). A broadcast (replicate) or a reduce (the gradients' sum) is pipelined over a ring or
+* **Copies between GPUs** run at the profile's ``link_bw`` (one direction, all of the GPU's links at
+  once; ``GPU.with_links`` gives two GPUs joined by fewer links what those links carry). A broadcast (replicate) or a reduce (the gradients' sum) is pipelined over a ring or
   tree, as NCCL does it, so each takes ``bytes / link_bw`` whatever n. The scatter sends ``(n-1)/n``
   of the batch out of GPU 0 and the gather brings ``(n-1)/n`` of the output back, one after another.
 * **DataParallel** (``torch.nn.DataParallel`` and dpteach's, one process): on every step it
@@ -46,8 +47,10 @@ Assumptions, each one a simplification a real run will not honour exactly:
 * Left out: optimizer steps, the loss, buffers, data loading, kernel launches, the latency of each
   message unless ``latency=True``, DataParallel's packing of the parameters before its broadcast, and DDP's autograd hooks,
   which copy each gradient into its bucket and back (``mark_variable_ready_dense`` and
-  ``copy_bucket_to_grad`` in ``reducer.cpp``, unless ``gradient_as_bucket_view=True``): the model's
-  overheads are lower bounds.
+  ``copy_bucket_to_grad`` in ``reducer.cpp``). ``gradient_as_bucket_view=True`` makes each ``.grad`` a view of
+  its bucket, which saves the copy in only while the view lasts, and ``zero_grad(set_to_none=True)``,
+  the default, drops it every step (torch 2.13's DDP docstring, under ``batched_grad_copy``): the
+  model's overheads are lower bounds.
 * ``EFFICIENCY`` and ``PYTHON_THREAD_S`` are assumed, not measured: ``predict`` takes either as a
   keyword, and ``dpteach.measure.sensitivity`` says which verdicts survive a range of both.
   :func:`measure_thread_start` times ``threading.Thread`` start and join on the learner's machine
@@ -91,6 +94,7 @@ __all__ = [
     "Prediction",
     "predict",
     "measure_thread_start",
+    "thread_effect",
     "through_gpu0",
     "profiles",
     "table",
@@ -127,6 +131,21 @@ class GPU:
     # NCCL's latency model (data/gpus.json "latency"): per message, and per ring step on this link
     base_latency_s: float = 0.0
     step_latency_s: float = 0.0
+    # what one of the GPU's links carries, one direction, and how many it has (0: not counted)
+    link_bw_per_link: float = 0.0
+    links: int = 0
+
+    def with_links(self, links: int) -> GPU:
+        """This profile with ``links`` of its links between each pair of GPUs: ``link_bw`` is what they carry.
+
+        For a machine whose GPUs are not all joined by every link (``nvidia-smi topo -m``: NV1, NV2, ...),
+        as ``data/published.json`` reads its topology."""
+        if not self.link_bw_per_link or not 0 < links <= self.links:
+            raise ValueError(f"{self.name} counts {self.links} links in gpus.json; {links} asked for")
+        kind = self.link.split(",")[0]
+        return dataclasses.replace(
+            self, link_bw=links * self.link_bw_per_link, link=f"{kind}, {links} link{'s' * (links > 1)}"
+        )
 
     def rate(self, dtype: str, efficiency: float | None = None) -> float:
         """FLOP/s this model assumes for ``dtype``: ``efficiency`` (default ``EFFICIENCY``) of the peak."""
@@ -150,6 +169,8 @@ def _load_gpus(path: Path = GPUS_FILE) -> dict[str, GPU]:
             source=f"{g['datasheet']} (read: {sources})",
             base_latency_s=float(latency["base_s"]),
             step_latency_s=float(latency["step_s"]["NVLink" if g["link"].startswith("NVLink") else "PCIe"]),
+            link_bw_per_link=float(g.get("link_bw_per_link", 0.0)),
+            links=int(g.get("links", 0)),
         )
     return gpus
 
@@ -510,6 +531,26 @@ def measure_thread_start(repeats: int = 200, warmup: int = 20) -> Timing:
     return Timing(samples)
 
 
+def thread_effect(work: Workload, thread_s: float, gpu: str = "A100-SXM", n: int = 4) -> str:
+    """What the learner's measured thread start (``thread_s``) does to DataParallel's modelled step on ``n``
+    GPUs of ``gpu``, beside the assumed ``PYTHON_THREAD_S``: its speed-up over one GPU, the share of its
+    step the thread starts take, and DDP's lead over it. DDP starts no thread per replica: its step stays."""
+    plain = predict(work, gpu, 1).total_s
+    ddp = predict(work, gpu, n, "DDP").total_s
+    lines = [
+        f"modelled, {n} {gpu}: what the thread start does to DataParallel's step",
+        f"  {'thread start':<20}{'DataParallel':>14}{'threads, share':>16}{'DDP against it':>20}",
+    ]
+    for label, seconds in (("assumed", PYTHON_THREAD_S), ("yours", thread_s)):
+        step = predict(work, gpu, n, "DataParallel", thread_s=seconds).total_s
+        lines.append(
+            f"  {label + f' {seconds * 1e6:.0f} µs':<20}{f'{plain / step:.2f}x one GPU':>14}"
+            f"{n * seconds / step:>16.0%}{f'DDP {step / ddp:.2f}x faster':>20}"
+        )
+    lines.append(f"  (DDP starts no thread per replica: its {plain / ddp:.2f}x over one GPU stays)")
+    return "\n".join(lines)
+
+
 def through_gpu0(work: Workload, n: int) -> str:
     """What GPU 0 sends and receives in one DataParallel step on ``n`` GPUs, against what every GPU sends
     and receives in DDP's ring all-reduce: bytes counted from ``work``, never timed.
@@ -539,8 +580,15 @@ def through_gpu0(work: Workload, n: int) -> str:
     ring = ring_seconds(p, n, 1.0)  # 2(n-1)/n of the gradients, sent and received by each GPU
     lines.append(f"  {'DDP, a process per GPU':<24}{'EACH GPU sends':>14}{'EACH receives':>16}")
     lines.append(f"  {'all-reduce gradients':<24}{cell(ring)}  {cell(ring)}  in buckets, during backward")
-    lines.append(f"replicate asks for {n - 1} copies ({(n - 1) * p:,} bytes), the sum for {n - 1} replicas'")
-    lines.append("gradients: NCCL's ring broadcast and reduce pass each byte through GPU 0 once")
+    lines.append(
+        f"DDP: a ring all-reduce of P bytes sends and receives 2(n - 1)/n x P on each GPU: "
+        f"2 x {n - 1}/{n} x {p:,} = {math.ceil(ring):,}"
+    )
+    lines.append(
+        f"DataParallel: replicate asks for {n - 1} copies ({(n - 1) * p:,} bytes) and the sum takes {n - 1} "
+        "replicas' gradients,\nbut NCCL passes both along a ring of the GPUs: GPU 0 sends the model once and "
+        "receives the sum once"
+    )
     return "\n".join(lines)
 
 
@@ -631,37 +679,48 @@ def _widest(pred: Prediction, name: str) -> float:
     return max(p.seconds for p in pred.parts if p.name == name)
 
 
-def draw_timeline(pred: Prediction, ax=None):
-    """The dependency timeline of ``pred``: one row per lane, bar widths from the model, not the clock."""
+def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
+    """The dependency timeline of ``pred``: one row per lane, bar widths from the model, not the clock.
+
+    ``span_s``: the seconds the time axis spans (default: ``pred``'s step), so that timelines drawn one
+    above the other share one scale; what is "too thin to see" is judged against it."""
     import matplotlib.pyplot as plt
 
+    span = pred.total_s if span_s is None else span_s
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 0.45 * len(_lanes(pred)) + 1.2))
     lanes = _lanes(pred)
     scale = 1e3
     buckets = [p for p in pred.parts if p.name == "all-reduce"]
-    labelled_at = None  # where the last bucket label starts: labels closer than 10% of the step would overlap
+    # where the last bucket label above and below the link's row starts: labels closer than 10% of the
+    # axis would overlap, so a label close to the last one above goes below, and one close to both is left out
+    above = below = None
     for part in pred.parts:
         colour = _COLOURS.get(part.name, "#bbbbbb")
         y = lanes.index(part.lane)
         ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7)
-        if part in buckets and (labelled_at is None or part.start - labelled_at >= 0.1 * pred.total_s):
-            # DDP's all-reduces, one per bucket, numbered in the order backward fills them
-            ax.text(
-                part.start * scale, y - 0.42, f"bucket {buckets.index(part) + 1}", fontsize=7, va="bottom"
-            )
-            labelled_at = part.start
+        if part in buckets:  # DDP's all-reduces, one per bucket, numbered in the order backward fills them
+            text = f"bucket {buckets.index(part) + 1}"
+            if above is None or part.start - above >= 0.1 * span:
+                ax.text(part.start * scale, y - 0.42, text, fontsize=7, va="bottom")
+                above = part.start
+            elif below is None or part.start - below >= 0.1 * span:
+                ax.text(part.start * scale, y + 0.42, text, fontsize=7, va="top")
+                below = part.start
     ax.set_yticks(range(len(lanes)), lanes)
-    ax.invert_yaxis()
+    if below is not None:  # room for a label under the last row
+        ax.set_ylim(len(lanes) - 0.1, -0.5)
+    else:
+        ax.invert_yaxis()
     ax.set_xlabel(f"ms (modelled; {left_out(pred)})", fontsize=8)
-    ax.set_xlim(0, pred.total_s * scale * 1.02)
+    ax.set_xlim(0, span * scale * 1.02)
     names = list(dict.fromkeys(p.name for p in pred.parts if not p.name.startswith("start thread")))
     handles = [plt.Rectangle((0, 0), 1, 1, color=_COLOURS.get(n, "#bbbbbb")) for n in names]
     # a kind of bar under 0.5% of the step is narrower than a pixel here: the legend says so
-    names = [f"{n} (too thin to see)" if _widest(pred, n) < THIN * pred.total_s else n for n in names]
+    names = [f"{n} (too thin to see)" if _widest(pred, n) < THIN * span else n for n in names]
     if any(p.lane == "python" for p in pred.parts):
         starts = [p.seconds for p in pred.parts if p.name.startswith("start thread")]
-        thin = starts and max(starts) < THIN * pred.total_s
+        thin = starts and max(starts) < THIN * span
         # the python row is an assumption, not a clock: the legend says how much of the step it makes
         source = "assumed" if max(starts) == PYTHON_THREAD_S else "given"
         share = f"{sum(starts) / pred.total_s:.0%} of the step, {max(starts) * 1e6:.0f} µs each, {source}"

@@ -8,18 +8,36 @@ One loader, two formats, one result type (:class:`Measurement`):
   machine, copied into ``data/ours/``: dpteach's DataParallel step per n, labelled as ours.
 
 ``compare(m)`` puts the model's prediction beside each measured point, with the ratio
-measured / modelled: above 1, the real step was slower than the model says.
+measured / modelled: above 1, the real step was slower than the model says. Measurements that share
+a ``pair`` (DataParallel and DDP on the same machine, model and batch) are also compared with each
+other: ``pair_table`` prints DataParallel's step over DDP's, measured and modelled.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from itertools import product
 from pathlib import Path
 
-from .costmodel import GPUS, Workload, predict
+from .costmodel import GPU, GPUS, Workload, large_workload, predict
+from .sensitivity import EFFICIENCIES, THREAD_S
 
-__all__ = ["Measurement", "Row", "load", "shipped", "compare", "unexplained", "table", "PUBLISHED", "OURS"]
+__all__ = [
+    "Measurement",
+    "Row",
+    "load",
+    "shipped",
+    "curves",
+    "pairs",
+    "compare",
+    "unexplained",
+    "table",
+    "pair_ratio",
+    "pair_table",
+    "PUBLISHED",
+    "OURS",
+]
 
 DATA = Path(__file__).with_name("data")
 PUBLISHED = DATA / "published.json"
@@ -43,6 +61,18 @@ class Measurement:
     ours: bool = False
     # DDP on one GPU, where the source gives it apart from the plain step at n = 1 (``points``)
     ddp_one_gpu_s: float | None = None
+    # per n, how many links join the slowest hop of the ring the model runs, read from the machine's
+    # topology (``nvidia-smi topo -m``); None: the profile's link_bw, all of its links
+    ring_links: tuple[tuple[int, int], ...] | None = None
+    # the name shared by a DataParallel and a DDP measurement of one set-up, compared with each other
+    pair: str | None = None
+    # what the source's figure is, in a few words (published.json "figure")
+    figure: str = ""
+
+    def profile_at(self, n: int) -> GPU:
+        """The GPU profile the model runs at ``n``: with the links of its ring's slowest hop, where read."""
+        gpu = GPUS[self.gpu]
+        return gpu.with_links(dict(self.ring_links)[n]) if self.ring_links and n > 1 else gpu
 
     @property
     def plain_at_one(self) -> bool:
@@ -57,6 +87,11 @@ class Measurement:
         """The workload of the whole step at ``n`` GPUs (weak scaling: ``batch`` rows per GPU)."""
         rows = self.batch * n if self.scaling == "weak" else self.batch
         return self.workload.scaled(rows)
+
+
+def _workload(shipped: dict | str) -> Workload:
+    """A dict is one row's counted workload; a name, a large model's from ``data/workloads.json``."""
+    return large_workload(shipped) if isinstance(shipped, str) else Workload(**shipped)
 
 
 def _published(data: dict, path: Path) -> list[Measurement]:
@@ -78,8 +113,11 @@ def _published(data: dict, path: Path) -> list[Measurement]:
                 batch=m["batch_per_gpu"] if m["scaling"] == "weak" else m["batch"],
                 scaling=m["scaling"],
                 points=tuple((p["n"], float(p["seconds"])) for p in m["points"]),
-                workload=Workload(**m["workload"]),
+                workload=_workload(m["workload"]),
                 ddp_one_gpu_s=m.get("ddp_one_gpu_seconds"),
+                ring_links=tuple((int(n), k) for n, k in m.get("ring_links", {}).items()) or None,
+                pair=m.get("pair"),
+                figure=m.get("figure", ""),
             )
         )
     return out
@@ -137,6 +175,20 @@ def shipped() -> list[Measurement]:
     return load(PUBLISHED) + ours
 
 
+def curves(measurements: list[Measurement]) -> list[Measurement]:
+    """The measurements that are curves over n, not one half of a DataParallel-and-DDP pair."""
+    return [m for m in measurements if m.pair is None]
+
+
+def pairs(measurements: list[Measurement]) -> dict[str, list[Measurement]]:
+    """Each pair's measurements (DataParallel first), by the pair's name."""
+    found: dict[str, list[Measurement]] = {}
+    for m in measurements:
+        if m.pair is not None:
+            found.setdefault(m.pair, []).append(m)
+    return {k: sorted(v, key=lambda m: m.strategy != "DataParallel") for k, v in found.items()}
+
+
 @dataclass(frozen=True)
 class Row:
     n: int
@@ -154,7 +206,8 @@ def compare(m: Measurement, latency: bool = False) -> list[Row]:
     if m.workload is None or m.gpu not in GPUS:
         return [Row(n, s, None) for n, s in m.points]
     return [
-        Row(n, s, predict(m.work_at(n), m.gpu, n, m.strategy, latency=latency).total_s) for n, s in m.points
+        Row(n, s, predict(m.work_at(n), m.profile_at(n), n, m.strategy, latency=latency).total_s)
+        for n, s in m.points
     ]
 
 
@@ -162,6 +215,8 @@ def overhead(m: Measurement, latency: bool = False) -> list[tuple[int, float, fl
     """DDP's per-step overhead at each n > 1: the step over the plain step at n = 1 (weak scaling: each
     GPU computes what the one GPU did), measured and modelled, in seconds, as ``(n, measured, modelled)``."""
     rows = {r.n: r for r in compare(m, latency)}
+    if 1 not in rows:  # no plain step measured: no overhead over it
+        return []
     return [
         (n, r.measured_s - rows[1].measured_s, r.modelled_s - rows[1].modelled_s)
         for n, r in rows.items()
@@ -173,10 +228,19 @@ def unexplained(measurements: list[Measurement]) -> list[float]:
     """DDP's per-step overhead the model misses, in seconds, sorted: measured minus modelled (no latency
     term) at every n > 1 of every shipped DDP run with weak scaling, as ``gap_table`` prints them."""
     gaps = []
-    for m in measurements:
-        if m.strategy == "DDP" and m.workload is not None and m.scaling == "weak" and m.gpu in GPUS:
-            gaps += [got - before for _, got, before in overhead(m)]
+    for m in _with_plain_step(measurements):
+        gaps += [got - before for _, got, before in overhead(m)]
     return sorted(gaps)
+
+
+def _with_plain_step(measurements: list[Measurement]) -> list[Measurement]:
+    """DDP curves with weak scaling and a point at n = 1: the ones whose overhead over one GPU is known."""
+    return [
+        m
+        for m in measurements
+        if m.strategy == "DDP" and m.workload is not None and m.scaling == "weak" and m.gpu in GPUS
+        and 1 in dict(m.points)
+    ]  # fmt: skip
 
 
 def gap_table(measurements: list[Measurement]) -> str:
@@ -185,9 +249,7 @@ def gap_table(measurements: list[Measurement]) -> str:
         "DDP's overhead over the plain step, ms: measured, modelled without and with NCCL's latency model"
     ]
     lines.append(f"  {'':<10}{'n':>3}{'measured':>10}{'modelled':>10}{'+latency':>10}   measured/modelled")
-    for m in measurements:
-        if m.strategy != "DDP" or m.workload is None or m.scaling != "weak":
-            continue
+    for m in _with_plain_step(measurements):
         name = m.model.split(",")[0].removeprefix("torchvision ")
         if m.ddp_one_gpu_s is not None:  # the source timed DDP on one GPU apart from the plain step
             extra = (m.ddp_one_gpu_s - dict(m.points)[1]) * 1e3
@@ -207,6 +269,8 @@ def table(m: Measurement) -> str:
     who = "ours" if m.ours else "published"
     per = f"{m.batch} per GPU" if m.scaling == "weak" else f"{m.batch} in all"
     lines = [f"{m.model}, {m.strategy}, batch {per} ({who})", f"  on {m.hardware}", f"  source: {m.citation}"]
+    if m.ring_links:
+        lines.append(f"  {_links(m)}")
     width = max(len(m.n_label(n)) for n, _ in m.points)
     lines.append(f"  {'n':>{width}}  {'measured ms':>12}  {'modelled ms':>12}  {'measured/modelled':>18}")
     for r in compare(m):
@@ -220,6 +284,80 @@ def table(m: Measurement) -> str:
             "over the plain step (the model adds nothing at n = 1)"
         )
     return "\n".join(lines)
+
+
+def _links(m: Measurement) -> str:
+    """What link the model gives each n of ``m``, in words: the links of its ring's slowest hop."""
+    ns = ", ".join(str(n) for n, _ in m.ring_links)
+    links = ", ".join(str(k) for _, k in m.ring_links)
+    bws = ", ".join(f"{m.profile_at(n).link_bw / 1e9:.0f}" for n, _ in m.ring_links)
+    return (
+        f"modelled at n = {ns}: one ring, at its slowest hop's {links} NVLinks ({bws} GB/s one way), "
+        "as the topology reads"
+    )
+
+
+def pair_ratio(pair: list[Measurement], **kwargs) -> tuple[float, float]:
+    """DataParallel's step over DDP's at the pair's n: measured, and modelled (``kwargs`` to ``predict``)."""
+    dp, ddp = pair
+    [(n, dp_s)], [(_, ddp_s)] = dp.points, ddp.points
+    modelled = [predict(m.work_at(n), m.profile_at(n), n, m.strategy, **kwargs).total_s for m in pair]
+    return dp_s / ddp_s, modelled[0] / modelled[1]
+
+
+def pair_table(pair: list[Measurement]) -> str:
+    """A DataParallel-and-DDP pair beside the model: each step measured and modelled, then DataParallel's
+    step over DDP's, measured, modelled, and modelled under the assumed constants' pairs
+    (``sensitivity.THREAD_S`` x ``sensitivity.EFFICIENCIES``, 9 of them)."""
+    dp, ddp = pair
+    per = f"{dp.batch} per GPU" if dp.scaling == "weak" else f"{dp.batch} in all"
+    [(n, _)] = dp.points
+    lines = [
+        f"{dp.model}, DataParallel and DDP, batch {per} (published)",
+        f"  on {dp.hardware}",
+        f"  source: {dp.citation}",
+        f"  {'':<14}{'measured s':>11}{'modelled s':>12}{'measured/modelled':>19}   per step on {n} GPUs",
+    ]
+    for m in pair:
+        [r] = compare(m)
+        lines.append(f"  {m.strategy:<14}{r.measured_s:>11.3f}{r.modelled_s:>12.3f}{r.ratio:>18.2f}x")
+    measured, modelled = pair_ratio(pair)
+    grid = [pair_ratio(pair, thread_s=t, efficiency=e)[1] for t, e in product(THREAD_S, EFFICIENCIES)]
+    lines.append(
+        f"  DataParallel's step / DDP's: measured {measured:.3f}, modelled {modelled:.3f} "
+        f"({min(grid):.3f} to {max(grid):.3f} under the {len(grid)} assumed pairs)"
+    )
+    lines.append(f"  ({dp.figure})")
+    return "\n".join(lines)
+
+
+def draw_pair(pair: list[Measurement], ax=None):
+    """A DataParallel-and-DDP pair: each strategy's measured step (solid) beside its modelled one (hatched),
+    measured / modelled above each pair of bars, and the two ratios of DataParallel's step to DDP's."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 3.4))
+    ticks, labels = [], []
+    for i, m in enumerate(pair):
+        [r] = compare(m)
+        colour = plt.get_cmap("tab10")(2 + i)
+        ax.bar(i - 0.2, r.measured_s * 1e3, 0.38, color=colour)
+        ax.bar(i + 0.2, r.modelled_s * 1e3, 0.38, color="white", edgecolor=colour, hatch="//")
+        ax.text(i, r.measured_s * 1e3 * 1.02, f"{r.ratio:.2f}x", ha="center", va="bottom", fontsize=7)
+        ticks += [i - 0.2, i + 0.2]
+        labels += [f"{m.strategy}\nmeasured", f"{m.strategy}\nmodelled"]
+    ax.set_xticks(ticks, labels, fontsize=7)
+    ax.set_ylabel("ms per step")
+    ax.set_ylim(0, max(r.measured_s for m in pair for r in compare(m)) * 1e3 * 1.15)
+    measured, modelled = pair_ratio(pair)
+    [(n, _)] = pair[0].points
+    ax.set_title(
+        f"{pair[0].model.split(' (')[0]} on {n} {pair[0].gpu}, published; above: measured/modelled\n"
+        f"DataParallel / DDP: {measured:.3f} measured, {modelled:.3f} modelled",
+        fontsize=8,
+    )
+    return ax
 
 
 def draw(measurements: list[Measurement], ax=None):
@@ -242,7 +380,8 @@ def draw(measurements: list[Measurement], ax=None):
                 label=f"measured ({tag}): {m.model.split(',')[0]}, {m.gpu}")  # fmt: skip
         modelled = [(r.n, r.modelled_s * 1e3) for r in rows if r.modelled_s is not None]
         if modelled:
-            ax.plot(*zip(*modelled), "-", color=colour, alpha=0.6, label=f"modelled, {m.gpu}")
+            links = ", NVLinks as read" if m.ring_links else ""
+            ax.plot(*zip(*modelled), "-", color=colour, alpha=0.6, label=f"modelled, {m.gpu}{links}")
         plain += [(r.n, r.measured_s * 1e3, colour) for r in rows if r.n == 1 and m.plain_at_one]
     for k, (n, ms, colour) in enumerate(plain):  # one legend entry for all of them
         ax.plot([n], [ms], "o", mfc="white", color=colour,

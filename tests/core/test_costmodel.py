@@ -198,3 +198,43 @@ def test_the_profiles_label_the_link_as_the_models_input_not_a_measurement():
     assert a100.startswith("A100-SXM") and "300 GB/s, NVLink 3" in a100 and "19.5 TFLOP/s" in a100
     assert t4.index("GB/s,") == a100.index("GB/s,")  # one column
     assert "links at their spec-sheet peak" in cm.table(WORK, ("T4",), (1, 2))
+
+
+def test_a_profile_with_fewer_links_between_two_gpus_carries_what_they_carry():
+    v100 = cm.GPUS["V100-SXM2"]
+    assert (v100.links, v100.link_bw_per_link, v100.link_bw) == (6, 25e9, 150e9)  # all six at once
+    one = v100.with_links(1)
+    assert one.link_bw == 25e9 and one.link == "NVLink 2, 1 link" and one.flops == v100.flops
+    assert v100.with_links(2).link == "NVLink 2, 2 links"
+    with pytest.raises(ValueError, match="counts 6 links"):
+        v100.with_links(7)
+    with pytest.raises(ValueError, match="counts 0 links"):
+        cm.GPUS["A100-SXM"].with_links(1)  # not counted: its link_bw is the only figure
+    # a ring on one link of 25 GB/s takes six times as long as on all six
+    assert cm.ring_seconds(1e9, 2, one.link_bw) == pytest.approx(6 * cm.ring_seconds(1e9, 2, v100.link_bw))
+
+
+def test_the_thread_effect_is_the_model_run_with_each_thread_start():
+    text = cm.thread_effect(WORK, 1e-3, "A100-SXM", 4)
+    plain = cm.predict(WORK, "A100-SXM", 1).total_s
+    ddp = cm.predict(WORK, "A100-SXM", 4, "DDP").total_s
+    rows = {line.split()[0]: line for line in text.splitlines()[2:4]}
+    assert set(rows) == {"assumed", "yours"} and "modelled, 4 A100-SXM" in text
+    for name, seconds in (("assumed", cm.PYTHON_THREAD_S), ("yours", 1e-3)):
+        dp = cm.predict(WORK, "A100-SXM", 4, "DataParallel", thread_s=seconds).total_s
+        assert f"{seconds * 1e6:.0f} µs" in rows[name] and f"{plain / dp:.2f}x one GPU" in rows[name]
+        assert f"{4 * seconds / dp:.0%}" in rows[name] and f"DDP {dp / ddp:.2f}x faster" in rows[name]
+    assert f"its {plain / ddp:.2f}x over one GPU stays" in text
+
+
+def test_timelines_drawn_on_one_span_share_the_axis_and_judge_thinness_by_it():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    dp, ddp = (cm.predict(WORK, "A100-SXM", 4, s) for s in cm.STRATEGIES)
+    assert dp.total_s > ddp.total_s
+    ax = cm.draw_timeline(ddp, span_s=dp.total_s)
+    assert ax.get_xlim()[1] == pytest.approx(dp.total_s * 1e3 * 1.02)
+    own = cm.draw_timeline(ddp)
+    assert own.get_xlim()[1] == pytest.approx(ddp.total_s * 1e3 * 1.02)

@@ -104,3 +104,20 @@ def test_folded_shows_a_going_deeper_block_in_a_notebook_and_the_text_elsewhere(
         "<details><summary>Going deeper: all 27 &lt;settings&gt;</summary><pre>a &amp; b\nrow 2</pre></details>"
     )
     assert str(box) == "all 27 <settings>\n\na & b\nrow 2"
+
+
+def test_the_summary_takes_ddp_overhead_as_a_third_axis_and_names_the_settings():
+    import dataclasses
+
+    small = dataclasses.replace(WORK, flops_fwd=1e9, flops_bwd=2e9)  # copies weigh: DDP leads by far
+    args = {"gpus": ("A100-SXM",), "ns": (2, 4)}
+    plain = sens.summary({"w": small}, **args)
+    assert "under 9 assumed pairs" in plain and "under every pair" in plain
+    assert plain.splitlines()[-1].split()[1:] == ["everywhere", "-", "-"]
+    charged = sens.summary({"w": small}, **args, ddp_overhead_s=(0.0, 10.0))
+    assert "under 18 assumed settings" in charged and "DDP charged {0.0 ms, 10000.0 ms} more" in charged
+    assert "under every setting" in charged
+    # 10 s more on every DDP step: the 15% lead now holds under the uncharged settings only
+    kinds = sens.verdicts(sens.sensitivity(small, ddp_overhead_s=(0.0, 10.0), **args))
+    assert kinds[sens.VERDICTS[1][0]]["some"] == ["A100-SXM n=2", "A100-SXM n=4"]
+    assert charged.splitlines()[-1].split()[1:] == ["-", "everywhere", "-"]

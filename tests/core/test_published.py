@@ -12,14 +12,84 @@ from dpteach.measure import costmodel, published
 FIXTURE = Path(__file__).parent / "fixtures" / "bench_fictional_gpus.json"
 
 
+RESNETS = ["ddp-benchmark-resnet50", "ddp-benchmark-resnet101"]
+PAIR = ["hf-gpt2-dataparallel", "hf-gpt2-ddp"]
+
+
 def test_the_published_file_loads_with_citations_and_workloads():
     shipped = published.shipped()
-    assert [m.id for m in shipped if not m.ours] == ["ddp-benchmark-resnet50", "ddp-benchmark-resnet101"]
+    assert [m.id for m in shipped if not m.ours] == RESNETS + PAIR
     for m in shipped:
         assert m.citation and m.hardware and m.gpu in costmodel.GPUS and m.workload is not None
+    assert [m.id for m in published.curves(shipped)] == RESNETS
+    for m in published.curves(shipped):
         assert [n for n, _ in m.points] == [1, 2, 4, 8]
     raw = json.loads(published.PUBLISHED.read_text())["measurements"][0]
     assert raw["points"][0] == {"n": 1, "seconds": 0.097}  # the README's '1 GPUs -- no ddp' p50
+
+
+# the README's nvidia-smi topo -m, GPU rows and columns (benchmarks/distributed/ddp/README.md)
+TOPOLOGY = """
+X   NV1 NV1 NV2 NV2 SYS SYS SYS
+NV1 X   NV2 NV1 SYS NV2 SYS SYS
+NV1 NV2 X   NV2 SYS SYS NV1 SYS
+NV2 NV1 NV2 X   SYS SYS SYS NV1
+NV2 SYS SYS SYS X   NV1 NV1 NV2
+SYS NV2 SYS SYS NV1 X   NV2 NV1
+SYS SYS NV1 SYS NV1 NV2 X   NV2
+SYS SYS SYS NV1 NV2 NV1 NV2 X
+"""
+
+
+def best_ring(n: int) -> int:
+    """The most NVLinks the slowest hop of any ring through GPUs 0 to n - 1 can have (0: a hop off NVLink)."""
+    from itertools import permutations
+
+    links = [
+        [int(c[2:]) if c.startswith("NV") else 0 for c in row.split()] for row in TOPOLOGY.split("\n") if row
+    ]
+    if n == 2:
+        return links[0][1]
+    return max(min(links[a][b] for a, b in zip((0, *rest), (*rest, 0))) for rest in permutations(range(1, n)))
+
+
+def test_each_ring_gets_the_links_the_readmes_topology_gives_it():
+    by_id = {m.id: m for m in published.shipped()}
+    for name in RESNETS:
+        m = by_id[name]
+        assert dict(m.ring_links) == {n: best_ring(n) for n in (2, 4, 8)} == {2: 1, 4: 1, 8: 2}
+        assert m.profile_at(2).link_bw == 25e9 and m.profile_at(8).link_bw == 50e9  # NVLink 2: 25 GB/s a link
+        assert m.profile_at(1).link_bw == costmodel.GPUS["V100-SXM2"].link_bw == 6 * 25e9  # all six links
+        assert "1, 1, 2 NVLinks (25, 25, 50 GB/s one way)" in published.table(m)
+        assert "V100s as inferred" in m.hardware
+
+
+def test_the_pair_is_the_guides_train_runtime_over_its_steps_beside_the_model():
+    raw = {m["id"]: m for m in json.loads(published.PUBLISHED.read_text())["measurements"]}
+    # the guide's printed train_runtime, over --max_steps 200
+    assert [raw[i]["train_runtime_s"] for i in PAIR] == [110.5948, 101.9003]
+    for i in PAIR:
+        assert raw[i]["points"] == [{"n": 2, "seconds": pytest.approx(raw[i]["train_runtime_s"] / 200)}]
+    [pair] = published.pairs(published.shipped()).values()
+    assert [m.strategy for m in pair] == ["DataParallel", "DDP"]
+    assert all(m.gpu == "TITAN RTX" and m.workload == costmodel.large_workload("gpt2-small") for m in pair)
+    assert costmodel.GPUS["TITAN RTX"].link_bw == 2 * 25e9  # NV2: two NVLink 2 links
+    assert pair[0].work_at(2).batch == 8  # 4 sequences per GPU
+    measured, modelled = published.pair_ratio(pair)
+    assert measured == pytest.approx(110.5948 / 101.9003)
+    text = published.pair_table(pair)
+    assert f"measured {measured:.3f}, modelled {modelled:.3f}" in text and "one run of each" in text
+    for m in pair:
+        [r] = published.compare(m)
+        assert f"{r.measured_s:>11.3f}{r.modelled_s:>12.3f}{r.ratio:>18.2f}x" in text
+    # the model's ratio under every assumed pair stays below the measured one
+    grid = [
+        published.pair_ratio(pair, thread_s=t, efficiency=e)[1]
+        for t in (0.0, 100e-6, 1e-3)
+        for e in (0.3, 0.5, 0.7)
+    ]
+    assert f"({min(grid):.3f} to {max(grid):.3f} under the 9 assumed pairs)" in text
+    assert 1 < min(grid) <= modelled <= max(grid) < measured
 
 
 def test_weak_scaling_gives_each_gpu_its_batch(monkeypatch):
@@ -82,7 +152,8 @@ def test_the_ddp_benchmark_keeps_ddp_on_one_gpu_apart_from_the_plain_step():
     assert "DDP on 1 GPU: 100.0 ms measured, +3.1% over the plain step" in published.table(
         by_id["ddp-benchmark-resnet50"]
     )
-    assert all("DGX" not in m.hardware and "#35198" in m.citation for m in by_id.values() if not m.ours)
+    resnets = [by_id[i] for i in RESNETS]
+    assert all("DGX" not in m.hardware and "#35198" in m.citation for m in resnets)
 
 
 def test_the_plain_step_at_one_gpu_is_labelled_no_ddp_in_the_table_and_the_figure():
@@ -93,7 +164,8 @@ def test_the_plain_step_at_one_gpu_is_labelled_no_ddp_in_the_table_and_the_figur
     m = by_id["ddp-benchmark-resnet50"]
     rows = published.table(m).splitlines()
     n_column = [line.split()[0] for line in rows if line.strip()[:1].isdigit()]
-    assert n_column[0] == "1" and "1 (no DDP)" in rows[4] and n_column[1:] == ["2", "4", "8"]
+    first = next(i for i, line in enumerate(rows) if "measured ms" in line) + 1
+    assert n_column[0] == "1" and "1 (no DDP)" in rows[first] and n_column[1:] == ["2", "4", "8"]
     ax = published.draw([m])
     assert "measured at 1 (no DDP): the plain step" in [line.get_label() for line in ax.get_lines()]
     assert [t.get_text() for t in ax.get_xticklabels()][0] == "1\n(no DDP)"
@@ -108,10 +180,11 @@ def test_unexplained_is_the_measured_minus_modelled_overhead_gap_table_prints():
     shipped = published.shipped()
     gaps = published.unexplained(shipped)
     ddp = [m for m in shipped if m.strategy == "DDP" and m.workload is not None and m.scaling == "weak"]
+    assert published.overhead(next(m for m in ddp if m.pair)) == []  # the pair has no plain step
     want = sorted(got - mod for m in ddp for _, got, mod in published.overhead(m))
     assert gaps == pytest.approx(want) and len(gaps) == 6  # ResNet-50 and -101 at n = 2, 4 and 8
     table = published.gap_table(shipped)
     for m in ddp:
         for _, got, mod in published.overhead(m):
             assert f"{got * 1e3:>10.1f}{mod * 1e3:>10.2f}" in table
-    assert 5e-3 < gaps[0] < gaps[-1] < 20e-3  # ms, not the model's fraction of a millisecond
+    assert 4e-3 < gaps[0] < gaps[-1] < 20e-3  # ms, not the model's fraction of a millisecond
