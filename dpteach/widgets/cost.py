@@ -107,8 +107,8 @@ class StrategyCost:
             within = f"the {budget_s:g} s budget" if budget_s is not None else "the time budget"
             more = f"{max(1, 4 * budget_s):g}" if budget_s is not None else "4"
             return (  # the two calls a learner makes: chapter 06's explorer, chapter 12's lab
-                f"only {n} step{'s' * (n != 1)} fitted {within} ({MIN_TIMED} give a spread): "
-                f"give it more time, widgets.cost_explorer(budget_s={more}) or CostLab(budget_s={more})"
+                f"{n} step{'s' * (n != 1)} in {within}; {MIN_TIMED} give a spread: "
+                f"budget_s={more} (cost_explorer, CostLab)"
             )
         q1, _, q3 = statistics.quantiles(self.seconds, n=4)
         return f"{us(self.median)} (median of {n}, middle half {us(q1)[:-3]}-{us(q3)})"
