@@ -28,6 +28,7 @@ __all__ = [
     "identical",
     "one_device",
     "on_ranks",
+    "constant_factor",
     "difference_line",
     "against_one_device",
     "step_times",
@@ -84,13 +85,33 @@ def on_ranks(results: Sequence[dict], what: str = "DDP") -> str:
     return f"{what} on {len(results)} ranks ({'/'.join(backends)}, {device}), {rows} rows"
 
 
+def constant_factor(a: Gradients, b: Gradients, atol: float = 1e-6) -> float | None:
+    """The ``c`` with ``a == c * b`` in every element of every named gradient, to ``atol``; else None.
+
+    ``c`` is read from the elements where ``b`` is largest (the median of ``a / b`` there), then
+    checked on all of them: a loss divided by the wrong count gives such a factor, exactly."""
+    _same_names_and_shapes(a, b)
+    flat_a = torch.cat([a[n].detach().cpu().flatten().double() for n in a])
+    flat_b = torch.cat([b[n].detach().cpu().flatten().double() for n in a])
+    large = flat_b.abs() >= 0.1 * flat_b.abs().max()
+    if not large.any() or flat_b.abs().max() == 0:
+        return None
+    c = (flat_a[large] / flat_b[large]).median().item()
+    return c if (flat_a - c * flat_b).abs().max().item() <= atol else None
+
+
 def difference_line(a_label: str, a: Gradients, b_label: str, b: Gradients) -> str:
     """One printed comparison: ``"<a> and <b>: identical, bit for bit"``, or else the largest
-    ``|a - b|`` and the gradient it is in."""
+    ``|a - b|`` and the gradient it is in; beyond rounding, also whether ``a`` is one constant
+    times ``b`` everywhere (a divisor off by that factor)."""
     if identical(a, b):
         return f"{a_label} and {b_label}: identical, bit for bit"
     name, value = largest_difference(a, b)
-    return f"largest |{a_label} - {b_label}|: {value:.1e} (in {name})"
+    line = f"largest |{a_label} - {b_label}|: {value:.1e} (in {name})"
+    c = constant_factor(a, b) if value > 1e-5 else None
+    if c is not None:
+        line += f"; everywhere {c:.4g} times {b_label}'s: off by a constant factor"
+    return line
 
 
 def against_one_device(results: Sequence[dict], reference: Gradients, rows: int, what: str = "DDP") -> str:
