@@ -187,35 +187,50 @@ def dataparallel_traffic(
 
 def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     """DataParallel's copies (``dataparallel_traffic``) and DDP's all-reduces (``tasks.traffic``) per step,
-    side by side: calls, bytes, their totals, and whether the model is copied each step.
+    term by term beside the formula each one follows, for N = ``world_size`` slots or ranks and a
+    model of P bytes (``dp["parameter_bytes"]``).
 
-    Every figure is counted but one: what a ring all-reduce of the bytes DDP hands it sends from all
-    ``world_size`` ranks together, 2(N-1)/N of them from each rank (nccl-tests' ``PERFORMANCE.md``),
-    labelled as such."""
-    dp_bytes, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
-    ring = 2 * (world_size - 1) * handed  # N ranks, each sending 2(N-1)/N times what it is handed
+    DataParallel's parameters go out by ``broadcast``, (N-1)P, and its gradients come back by
+    ``reduce_add``, (N-1)P more, counted only where they move (between GPUs; CPU slots sum in place);
+    its ``gather`` moves the batch's outputs, not the model. DDP hands its P bytes of gradients to
+    all-reduce; what a ring all-reduce of them sends from all N ranks together, 2(N-1)/N P from each
+    (nccl-tests' ``PERFORMANCE.md``), is the one figure computed rather than counted, labelled as such.
+    """
+    n, p = world_size, dp["parameter_bytes"]
+    counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
+    out, back = counted.get("broadcast", 0), counted.get("reduce_add", 0)
+    gpus = (n - 1) * p  # what reduce_add moves between GPUs: N-1 replicas' gradients to slot 0
     rows = [
-        ("per step", "DataParallel", "DDP"),
+        (f"per step (N = {n}, P = {p:,} bytes)", "DataParallel", "DDP"),
         (
             "calls",
-            ", ".join(f"{op} {n}" for op, n in dp["copies_per_step"].items()),
+            ", ".join(f"{op} {k}" for op, k in dp["copies_per_step"].items()),
             f"all_reduce {ddp['allreduce_calls_per_step']}",
         ),
-        ("bytes", ", ".join(f"{op} {n:,}" for op, n in dp_bytes.items()), f"all_reduce {handed:,}"),
+        ("parameters out: (N-1)P", f"broadcast {out:,}", "-"),
         (
-            "bytes, total",
-            f"{sum(dp_bytes.values()):,} copied",
-            f"{handed:,} handed to all_reduce on each rank",
+            "gradients back: (N-1)P",
+            f"reduce_add {back:,}" if back else f"reduce_add 0 here, {gpus:,} on GPUs",
+            f"all_reduce of {handed:,} on each rank",
         ),
-        ("a ring sends", "", f"{ring:,} from all {world_size} ranks (2(N-1)/N x {handed:,} each)"),
         (
-            "model copied",
+            "the model's bytes: 2(N-1)P",
+            f"{out:,} + {back or gpus:,} = {out + (back or gpus):,}" + ("" if back else " on GPUs"),
+            f"a ring sends {2 * (n - 1) * handed:,} from all {n} ranks",
+        ),
+        ("outputs gathered", f"gather {counted.get('gather', 0):,}", "-"),
+        (
+            "model copied each step",
             "yes" if dp["copies_per_step"].get("broadcast") else "no",
             "no" if ddp["same_parameters"] else "yes",
         ),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    if not back:
+        lines.append("reduce_add counts 0 on CPU slots: they sum in place, with nothing to move")
+    lines.append("a ring's bytes are computed, 2(N-1)/N x P from each rank (nccl-tests' PERFORMANCE.md)")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
