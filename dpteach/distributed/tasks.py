@@ -317,8 +317,10 @@ def bucket_order(
 def scratch_order(hidden: int = 256, depth: int = 3, global_batch: int = 64, steps: int = 2) -> dict:
     """``ddp_from_scratch``'s backward, recorded as ``bucket_order`` records DDP's: the same model,
     shard and events. Each parameter is a bucket of its own: ``("bucket", index, [parameter], bytes)``
-    as its hook calls ``all_reduce``, then ``("done", index)`` once that call has returned, which it
-    does only when the sum is back; the next backward node starts after that."""
+    as its hook calls ``all_reduce``, then ``("done", index)`` once that call has returned; the next
+    backward node starts after that. With gloo the call returns once the sum is back (``Work::wait``
+    blocks); with NCCL and ``async_op=False`` it returns once the all-reduce is queued on the current
+    CUDA stream (``ProcessGroupNCCL::collective``), where backward's next kernels queue behind it."""
     model = make_model(hidden, depth).to(rank_device())
     world_size = dist.get_world_size()
     for p in model.parameters():
@@ -329,7 +331,7 @@ def scratch_order(hidden: int = 256, depth: int = 3, global_batch: int = 64, ste
         note("grad", name)
         index = sum(e[0] == "bucket" for e in events)  # the buckets launched so far this step
         note("bucket", index, [name], p.grad.numel() * p.grad.element_size())
-        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # returns once every rank's sum is here
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # gloo: returns once every rank's sum is here
         note("done", index)
         p.grad.div_(world_size)
 
