@@ -34,6 +34,7 @@ __all__ = [
     "step_times",
     "dataparallel_traffic",
     "traffic_table",
+    "beside_published",
     "ddp_rounds",
     "Rounds",
 ]
@@ -230,6 +231,37 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     if not back:
         lines.append("reduce_add counts 0 on CPU slots: they sum in place, with nothing to move")
     lines.append("a ring's bytes are computed, 2(N-1)/N x P from each rank (nccl-tests' PERFORMANCE.md)")
+    return "\n".join(lines)
+
+
+def beside_published(m) -> str:
+    """A published measurement (``dpteach.measure.published.Measurement``) beside the cost model: first
+    how close the model came, then the rows (``published.compare``), then where it came from, in one
+    short footnote line; the source's full note stays in ``m.hardware`` and ``m.citation``."""
+    from ..measure import published
+
+    rows = published.compare(m)
+    ratios = [r.ratio for r in rows if r.ratio is not None]
+    per = f"{m.batch} per GPU" if m.scaling == "weak" else f"{m.batch} in all"
+    lines = [f"{m.model}, {m.strategy}, batch {per}, measured [1] beside the model:"]
+    if ratios:
+        worst = max(abs(x - 1) for x in ratios)
+        lines.append(f"  the model's step is within {worst:.0%} of every measured one")
+    width = max(len(m.n_label(r.n)) for r in rows)
+    lines.append(f"  {'n':>{width}}  {'measured ms':>12}  {'modelled ms':>12}  {'measured/modelled':>18}")
+    for r in rows:
+        model = "-" if r.modelled_s is None else f"{r.modelled_s * 1e3:12.1f}"
+        ratio = "-" if r.ratio is None else f"{r.ratio:17.2f}x"
+        lines.append(f"  {m.n_label(r.n):>{width}}  {r.measured_s * 1e3:12.1f}  {model:>12}  {ratio:>18}")
+    if m.ddp_one_gpu_s is not None:
+        plain = dict(m.points)[1]
+        lines.append(f"  DDP on 1 GPU: {m.ddp_one_gpu_s * 1e3:.1f} ms measured, {m.ddp_one_gpu_s / plain - 1:+.1%}"
+                     " over the plain step (the model adds nothing at n = 1)")  # fmt: skip
+    machine = m.hardware.split(" (")[0].split(";")[0]  # the machine in a few words; the rest is in m.hardware
+    gpu = f"{m.gpu} (inferred: not stated beside these figures)" if "inferred" in m.hardware else m.gpu
+    software = m.hardware.rsplit("; ", 1)[-1]
+    software = f"; {software}" if software.startswith("torch") else ""
+    lines.append(f"[1] {m.citation.split(' (')[0]}; {machine}{software}; modelled as {gpu}")
     return "\n".join(lines)
 
 
