@@ -28,11 +28,13 @@ __all__ = [
     "identical",
     "one_device",
     "on_ranks",
+    "constant_factor",
     "difference_line",
     "against_one_device",
     "step_times",
     "dataparallel_traffic",
     "traffic_table",
+    "beside_published",
     "ddp_rounds",
     "Rounds",
 ]
@@ -84,13 +86,33 @@ def on_ranks(results: Sequence[dict], what: str = "DDP") -> str:
     return f"{what} on {len(results)} ranks ({'/'.join(backends)}, {device}), {rows} rows"
 
 
+def constant_factor(a: Gradients, b: Gradients, atol: float = 1e-6) -> float | None:
+    """The ``c`` with ``a == c * b`` in every element of every named gradient, to ``atol``; else None.
+
+    ``c`` is read from the elements where ``b`` is largest (the median of ``a / b`` there), then
+    checked on all of them: a loss divided by the wrong count gives such a factor, exactly."""
+    _same_names_and_shapes(a, b)
+    flat_a = torch.cat([a[n].detach().cpu().flatten().double() for n in a])
+    flat_b = torch.cat([b[n].detach().cpu().flatten().double() for n in a])
+    large = flat_b.abs() >= 0.1 * flat_b.abs().max()
+    if not large.any() or flat_b.abs().max() == 0:
+        return None
+    c = (flat_a[large] / flat_b[large]).median().item()
+    return c if (flat_a - c * flat_b).abs().max().item() <= atol else None
+
+
 def difference_line(a_label: str, a: Gradients, b_label: str, b: Gradients) -> str:
     """One printed comparison: ``"<a> and <b>: identical, bit for bit"``, or else the largest
-    ``|a - b|`` and the gradient it is in."""
+    ``|a - b|`` and the gradient it is in; beyond rounding, also whether ``a`` is one constant
+    times ``b`` everywhere (a divisor off by that factor)."""
     if identical(a, b):
         return f"{a_label} and {b_label}: identical, bit for bit"
     name, value = largest_difference(a, b)
-    return f"largest |{a_label} - {b_label}|: {value:.1e} (in {name})"
+    line = f"largest |{a_label} - {b_label}|: {value:.1e} (in {name})"
+    c = constant_factor(a, b) if value > 1e-5 else None
+    if c is not None:
+        line += f"; everywhere {c:.4g} times {b_label}'s: off by a constant factor"
+    return line
 
 
 def against_one_device(results: Sequence[dict], reference: Gradients, rows: int, what: str = "DDP") -> str:
@@ -166,35 +188,81 @@ def dataparallel_traffic(
 
 def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     """DataParallel's copies (``dataparallel_traffic``) and DDP's all-reduces (``tasks.traffic``) per step,
-    side by side: calls, bytes, their totals, and whether the model is copied each step.
+    term by term beside the formula each one follows, for N = ``world_size`` slots or ranks and a
+    model of P bytes (``dp["parameter_bytes"]``).
 
-    Every figure is counted but one: what a ring all-reduce of the bytes DDP hands it sends from all
-    ``world_size`` ranks together, 2(N-1)/N of them from each rank (nccl-tests' ``PERFORMANCE.md``),
-    labelled as such."""
-    dp_bytes, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
-    ring = 2 * (world_size - 1) * handed  # N ranks, each sending 2(N-1)/N times what it is handed
+    DataParallel's parameters go out by ``broadcast``, (N-1)P, and its gradients come back by
+    ``reduce_add``, (N-1)P more, counted only where they move (between GPUs; CPU slots sum in place);
+    its ``gather`` moves the batch's outputs, not the model. DDP hands its P bytes of gradients to
+    all-reduce; what a ring all-reduce of them sends from all N ranks together, 2(N-1)/N P from each
+    (nccl-tests' ``PERFORMANCE.md``), is the one figure computed rather than counted, labelled as such.
+    """
+    n, p = world_size, dp["parameter_bytes"]
+    counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
+    out, back = counted.get("broadcast", 0), counted.get("reduce_add", 0)
+    gpus = (n - 1) * p  # what reduce_add moves between GPUs: N-1 replicas' gradients to slot 0
     rows = [
-        ("per step", "DataParallel", "DDP"),
+        (f"per step (N = {n}, P = {p:,} bytes)", "DataParallel", "DDP"),
         (
             "calls",
-            ", ".join(f"{op} {n}" for op, n in dp["copies_per_step"].items()),
+            ", ".join(f"{op} {k}" for op, k in dp["copies_per_step"].items()),
             f"all_reduce {ddp['allreduce_calls_per_step']}",
         ),
-        ("bytes", ", ".join(f"{op} {n:,}" for op, n in dp_bytes.items()), f"all_reduce {handed:,}"),
+        ("parameters out: (N-1)P", f"broadcast {out:,}", "-"),
         (
-            "bytes, total",
-            f"{sum(dp_bytes.values()):,} copied",
-            f"{handed:,} handed to all_reduce on each rank",
+            "gradients back: (N-1)P",
+            f"reduce_add {back:,}" if back else f"reduce_add 0 here, {gpus:,} on GPUs",
+            f"all_reduce of {handed:,} on each rank",
         ),
-        ("a ring sends", "", f"{ring:,} from all {world_size} ranks (2(N-1)/N x {handed:,} each)"),
         (
-            "model copied",
+            "the model's bytes: 2(N-1)P",
+            f"{out:,} + {back or gpus:,} = {out + (back or gpus):,}" + ("" if back else " on GPUs"),
+            f"a ring sends {2 * (n - 1) * handed:,} from all {n} ranks",
+        ),
+        ("outputs gathered", f"gather {counted.get('gather', 0):,}", "-"),
+        (
+            "model copied each step",
             "yes" if dp["copies_per_step"].get("broadcast") else "no",
             "no" if ddp["same_parameters"] else "yes",
         ),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    if not back:
+        lines.append("reduce_add counts 0 on CPU slots: they sum in place, with nothing to move")
+    lines.append("a ring's bytes are computed, 2(N-1)/N x P from each rank (nccl-tests' PERFORMANCE.md)")
+    return "\n".join(lines)
+
+
+def beside_published(m) -> str:
+    """A published measurement (``dpteach.measure.published.Measurement``) beside the cost model: first
+    how close the model came, then the rows (``published.compare``), then where it came from, in one
+    short footnote line; the source's full note stays in ``m.hardware`` and ``m.citation``."""
+    from ..measure import published
+
+    rows = published.compare(m)
+    ratios = [r.ratio for r in rows if r.ratio is not None]
+    per = f"{m.batch} per GPU" if m.scaling == "weak" else f"{m.batch} in all"
+    lines = [f"{m.model}, {m.strategy}, batch {per}, measured [1] beside the model:"]
+    if ratios:
+        worst = max(abs(x - 1) for x in ratios)
+        lines.append(f"  the model's step is within {worst:.0%} of every measured one")
+    width = max(len(m.n_label(r.n)) for r in rows)
+    lines.append(f"  {'n':>{width}}  {'measured ms':>12}  {'modelled ms':>12}  {'measured/modelled':>18}")
+    for r in rows:
+        model = "-" if r.modelled_s is None else f"{r.modelled_s * 1e3:12.1f}"
+        ratio = "-" if r.ratio is None else f"{r.ratio:17.2f}x"
+        lines.append(f"  {m.n_label(r.n):>{width}}  {r.measured_s * 1e3:12.1f}  {model:>12}  {ratio:>18}")
+    if m.ddp_one_gpu_s is not None:
+        plain = dict(m.points)[1]
+        lines.append(f"  DDP on 1 GPU: {m.ddp_one_gpu_s * 1e3:.1f} ms measured, {m.ddp_one_gpu_s / plain - 1:+.1%}"
+                     " over the plain step (the model adds nothing at n = 1)")  # fmt: skip
+    machine = m.hardware.split(" (")[0].split(";")[0]  # the machine in a few words; the rest is in m.hardware
+    gpu = f"{m.gpu} (inferred: not stated beside these figures)" if "inferred" in m.hardware else m.gpu
+    software = m.hardware.rsplit("; ", 1)[-1]
+    software = f"; {software}" if software.startswith("torch") else ""
+    lines.append(f"[1] {m.citation.split(' (')[0]}; {machine}{software}; modelled as {gpu}")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ same on every run. A bucket's all-reduce is launched at its event; every backwar
 after that event is computation the all-reduce could run beside. Whether it does depends on when
 backward waits for the result: DDP waits once, at a ``("wait",)`` event after the last node;
 ``ddp_from_scratch``'s blocking ``all_reduce`` returns at a ``("done", index)`` event before the next
-node starts. The last bucket is launched after the last gradient, so nothing is left for it to
+node starts (with gloo, once the sum is back; with NCCL, once the all-reduce is queued on the current
+CUDA stream, ahead of the next node's kernels). The last bucket is launched after the last gradient, so nothing is left for it to
 overlap: its all-reduce is the step's exposed wait. The nodes between a launch and the wait are the
 overlap DDP *allows*; whether the all-reduce was still running while they ran is a matter of the clock
 (``came_back``), which moves between runs: on one run a bucket can come back before the next node.
@@ -86,7 +87,7 @@ def event_lines(step: dict) -> list[str]:
         if e[0] == "bucket":
             lines.append(f"{i:3d}  bucket {e[1]} launched: {', '.join(e[2])} ({e[3]:,} bytes)")
         elif e[0] == "done":
-            lines.append(f"{i:3d}  bucket {e[1]}'s all_reduce returned: the sum is back")
+            lines.append(f"{i:3d}  bucket {e[1]}'s all_reduce returned")
         elif e[0] == "wait":
             lines.append(f"{i:3d}  backward waits for every bucket's all-reduce")
         elif e[0] == "grad":

@@ -75,7 +75,9 @@ def buckets(report: Mapping, title: str = ""):
     """Backward on one rank: when each gradient became ready (dots) and each bucket's all-reduce (bars).
 
     ``report`` is one rank's result of the ``"buckets"`` task. A bar that starts before the last dot
-    is communication overlapping computation: DDP's reason for buckets.
+    is communication overlapping computation: DDP's reason for buckets. A dotted line marks where
+    backward's last node had run: left of it is computation, right of it to the dashed line
+    (``loss.backward()`` returning) is DDP waiting for the all-reduces still in flight.
     """
     plt = _pyplot()
     rows = report["buckets"]
@@ -116,6 +118,18 @@ def buckets(report: Mapping, title: str = ""):
             fontsize=8,
             annotation_clip=False,
         )
+    if "nodes_done" in report:  # compute ends here; from here to the dashed line DDP waits for all-reduces
+        done = report["nodes_done"] * ms
+        ax.axvline(done, color="tab:green", linestyle=":", lw=2, label="backward's last node done")
+        ax.axvspan(
+            done,
+            end,
+            color="grey",
+            alpha=0.15,
+            lw=0,
+            zorder=0,
+            label="no node left: DDP waits for the all-reduces",
+        )
     ax.axvline(end, color="black", linestyle="--", label="loss.backward() returns")
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"bucket {b['index']}" for b in rows])
@@ -124,7 +138,7 @@ def buckets(report: Mapping, title: str = ""):
     ax.set_xlabel("milliseconds since backward began")
     ax.set_xlim(0, end * 1.05)
     ax.set_title(title or f"DDP buckets (bucket_cap_mb={report['bucket_cap_mb']}) on one rank")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=3, fontsize=8, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
 

@@ -98,10 +98,17 @@ def ddp_from_scratch(global_batch: int = 8, hidden: int = 16, depth: int = 1, se
     return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend(), loss=loss.item())
 
 
-def _timed_allreduce(log: list, t0: list):
-    """A comm hook: DDP's own all-reduce-and-average, noting when each bucket left and came back."""
+def _timed_allreduce(log: list, t0: list, marks: dict | None = None):
+    """A comm hook: DDP's own all-reduce-and-average, noting when each bucket left and came back, and
+    (into ``marks["nodes_done"]``) when backward's last node had run, where DDP starts to wait."""
 
     def hook(state, bucket):  # no annotations: DDP checks them, and ours would be strings (__future__)
+        if marks is not None and bucket.is_last():
+            # an engine callback runs once every node has run; queued here, at the last bucket, it runs
+            # just before DDP's finalize_backward, which waits for every bucket (as in bucket_order)
+            Variable._execution_engine.queue_callback(
+                lambda: marks.__setitem__("nodes_done", time.perf_counter() - t0[0])
+            )
         flat = bucket.buffer()  # the bucket's gradients, flattened into one tensor
         entry = dict(
             index=bucket.index(),
@@ -145,7 +152,8 @@ def buckets(
 
     Times are seconds since backward began, from the last of ``steps`` steps (DDP rebuilds its
     buckets after the first step, in the order the gradients actually became ready). ``ready``
-    says when each parameter's gradient was accumulated. On GPUs these are the times the CPU
+    says when each parameter's gradient was accumulated, ``nodes_done`` when backward's last node
+    had run (from there to ``backward``, DDP waits for the buckets' all-reduces). On GPUs these are the times the CPU
     *launched* the work, which runs later on the GPU's streams. Buckets are launched in order but
     may come back out of order: gloo runs each process group's collectives on a pool of worker
     threads (``ProcessGroupGloo::Options::threads``, 2 by default), each taking the next queued one.
@@ -154,8 +162,9 @@ def buckets(
     names = {id(p): name for name, p in ddp.module.named_parameters()}
     log: list = []
     ready: dict = {}
+    marks: dict = {}
     t0 = [0.0]
-    ddp.register_comm_hook(dist.group.WORLD, _timed_allreduce(log, t0))
+    ddp.register_comm_hook(dist.group.WORLD, _timed_allreduce(log, t0, marks))
     for name, p in ddp.module.named_parameters():
         p.register_post_accumulate_grad_hook(
             lambda p, name=name: ready.__setitem__(name, time.perf_counter() - t0[0])
@@ -172,7 +181,13 @@ def buckets(
     for entry in log:
         entry["params"] = [names[i] for i in entry["params"]]
     log.sort(key=lambda e: e["index"])
-    return dict(buckets=log, ready=ready, backward=backward, bucket_cap_mb=bucket_cap_mb)
+    return dict(
+        buckets=log,
+        ready=ready,
+        backward=backward,
+        nodes_done=marks["nodes_done"],
+        bucket_cap_mb=bucket_cap_mb,
+    )
 
 
 def _walk(fn, seen: set) -> list:
@@ -302,8 +317,10 @@ def bucket_order(
 def scratch_order(hidden: int = 256, depth: int = 3, global_batch: int = 64, steps: int = 2) -> dict:
     """``ddp_from_scratch``'s backward, recorded as ``bucket_order`` records DDP's: the same model,
     shard and events. Each parameter is a bucket of its own: ``("bucket", index, [parameter], bytes)``
-    as its hook calls ``all_reduce``, then ``("done", index)`` once that call has returned, which it
-    does only when the sum is back; the next backward node starts after that."""
+    as its hook calls ``all_reduce``, then ``("done", index)`` once that call has returned; the next
+    backward node starts after that. With gloo the call returns once the sum is back (``Work::wait``
+    blocks); with NCCL and ``async_op=False`` it returns once the all-reduce is queued on the current
+    CUDA stream (``ProcessGroupNCCL::collective``), where backward's next kernels queue behind it."""
     model = make_model(hidden, depth).to(rank_device())
     world_size = dist.get_world_size()
     for p in model.parameters():
@@ -314,7 +331,7 @@ def scratch_order(hidden: int = 256, depth: int = 3, global_batch: int = 64, ste
         note("grad", name)
         index = sum(e[0] == "bucket" for e in events)  # the buckets launched so far this step
         note("bucket", index, [name], p.grad.numel() * p.grad.element_size())
-        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # returns once every rank's sum is here
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # gloo: returns once every rank's sum is here
         note("done", index)
         p.grad.div_(world_size)
 

@@ -209,6 +209,28 @@ def test_bucket_order_is_the_same_on_every_run_and_overlaps_from_the_second_step
     assert all(b["bytes"] >= cap for b in rebuilt[:-1])  # a bucket closes once it holds its cap
 
 
+def test_the_bucket_clock_marks_where_backwards_last_node_had_run(ranks):
+    """``buckets`` notes when backward's last node had run (an engine callback queued at the last bucket,
+    before DDP's finalize_backward): after every gradient and every launch, before backward returns.
+    The figure draws it as a dotted line, with the wait from there to the dashed line shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from dpteach.distributed import plots
+
+    for report in ranks.run("buckets", echo=False):
+        done = report["nodes_done"]
+        assert max(report["ready"].values()) <= done <= report["backward"]
+        assert all(b["sent"] <= done for b in report["buckets"])  # every bucket left before the wait
+    fig = plots.buckets(report)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "backward's last node done" in labels and any(label.startswith("no node left") for label in labels)
+    xs = sorted(
+        line.get_xdata()[0] for line in fig.axes[0].get_lines() if line.get_linestyle() in (":", "--")
+    )
+    assert xs == pytest.approx([done * 1e3, report["backward"] * 1e3])
+
+
 def test_rounds_summary_gives_figures_and_no_verdict():
     from dpteach.distributed.compare import Rounds
 

@@ -38,6 +38,15 @@ MY_TASKS = textwrap.dedent(
         return {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
 
 
+    def gradients_over_b(global_batch=8, hidden=16, depth=1, seed=0, shards=None):
+        # the wrong attempt exercise 1's hint describes: the sum over B alone, the N forgotten
+        ddp = wrap(make_model(hidden, depth, seed))
+        x, y = local_shard(global_batch, seed, shards)
+        ((ddp(x) - y) ** 2).sum().div(global_batch).backward()
+        grads = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
+        return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend())
+
+
     def hi():
         return {VALUE}
     """
@@ -111,6 +120,21 @@ def test_exercise_1_the_sum_over_b_over_n_matches_one_device_with_uneven_shards(
     for name, g in reference.items():
         torch.testing.assert_close(mine[0][name], g)  # the fixed loss: one device's gradient
     assert max((mean_loss[n] - g).abs().max().item() for n, g in reference.items()) > 1e-4  # the mean: not
+
+
+def test_exercise_1_the_sum_over_b_alone_is_named_a_constant_factor_as_the_hint_says(in_a_notebook_folder):
+    """The hint quotes what the comparison prints for a loss divided by B alone: every gradient 1/N of
+    one device's, which ``difference_line`` names as a constant factor."""
+    from dpteach.distributed import compare
+
+    _, ranks = in_a_notebook_folder
+    results = ranks.run("my_tasks:gradients_over_b", global_batch=8, shards=[6, 2])
+    printed = compare.against_one_device(results, single_device_gradients(8), rows=8)
+    factor = f"everywhere {1 / ranks.world_size:.4g} times one device's: off by a constant factor"
+    assert all(factor in line for line in printed.splitlines()[1 : 1 + ranks.world_size]), printed
+    nb = nbformat.read(CHAPTER, as_version=4)
+    exercises = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
+    assert "`everywhere 0.5 times one device's`" in exercises.source  # the hint quotes it, for 2 ranks
 
 
 def test_exercise_2_a_function_in_the_file_runs_and_an_edit_is_read_again(in_a_notebook_folder):

@@ -113,3 +113,18 @@ def test_the_lines_say_where_the_numbers_came_from():
         "  largest |DDP, rank 1 - one device|: 2.5e-01 (in b)",
         "  largest |rank 0 - rank 1|: 5.0e-01 (in b)",
     ]
+
+
+def test_a_constant_factor_is_named_and_an_uneven_difference_is_not():
+    x = {"w": torch.tensor([1.0, -2.0]), "b": torch.tensor([0.5])}
+    half = {n: 0.5 * t for n, t in x.items()}
+    assert compare.constant_factor(half, x) == pytest.approx(0.5)
+    assert compare.difference_line("h", half, "x", x).endswith(
+        "everywhere 0.5 times x's: off by a constant factor"
+    )
+    uneven = {"w": x["w"] * 0.5, "b": x["b"] * 2.0}
+    assert compare.constant_factor(uneven, x) is None
+    assert "constant factor" not in compare.difference_line("u", uneven, "x", x)
+    # rounding is not a factor: below 1e-5 apart, nothing is read into the difference
+    near = {n: t * (1 + 1e-7) for n, t in x.items()}
+    assert "constant factor" not in compare.difference_line("n", near, "x", x)

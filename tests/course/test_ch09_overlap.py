@@ -106,18 +106,38 @@ def test_rebuild_lines_say_which_step_was_cut_again():
     ]
 
 
-def test_the_traffic_table_puts_counted_bytes_side_by_side():
+def test_the_traffic_table_shows_each_term_of_the_formula_apart():
+    """DataParallel's broadcast, reduce_add and gather on rows of their own, each beside the formula it
+    follows, so 2(N-1)P is seen as broadcast plus reduce_add, not as the 516 bytes copied on CPU slots
+    (which hold the gather's outputs and no reduce_add) next to a ring's 520."""
     from dpteach.distributed import compare
 
-    dp = dict(copies_per_step={"broadcast": 4, "gather": 2}, bytes_per_step={"broadcast": 260, "gather": 256})
+    dp = dict(
+        copies_per_step={"broadcast": 4, "gather": 2},
+        bytes_per_step={"broadcast": 260, "gather": 256},
+        parameter_bytes=260,
+    )
     ddp = dict(allreduce_calls_per_step=1, allreduce_bytes_per_step=260, same_parameters=True)
     rows = compare.traffic_table(dp, ddp, world_size=2).splitlines()
-    assert rows[0].split() == ["per", "step", "DataParallel", "DDP"]
-    assert rows[3].startswith("bytes, total") and "516 copied" in rows[3] and "260 handed" in rows[3]
-    assert "520 from all 2 ranks" in rows[4]  # 2(N-1) x 260 over the ranks, labelled as a ring's
-    assert rows[5].split() == ["model", "copied", "yes", "no"]
-    # on 4 ranks the ring sends 2 x 3 x 260 in all
-    assert "1,560 from all 4 ranks" in compare.traffic_table(dp, ddp, world_size=4)
+    assert rows[0].split()[:8] == ["per", "step", "(N", "=", "2,", "P", "=", "260"]
+    table = {r[:27].strip(): r[27:].split() for r in rows[:7]}
+    assert table["parameters out: (N-1)P"] == ["broadcast", "260", "-"]
+    # on CPU slots the reduce is absent: said so, with what it moves on GPUs
+    assert rows[3].startswith("gradients back: (N-1)P") and "reduce_add 0 here, 260 on GPUs" in rows[3]
+    assert "260 + 260 = 520 on GPUs" in rows[4] and "a ring sends 520 from all 2 ranks" in rows[4]
+    assert table["outputs gathered"] == ["gather", "256", "-"]  # the gather is outputs, on a row apart
+    assert "516" not in "\n".join(rows)  # no total that mixes outputs into the model's bytes
+    assert rows[6].split() == ["model", "copied", "each", "step", "yes", "no"]
+    assert "sum in place" in rows[7] and "computed" in rows[8]
+    # on 4 GPUs the reduce_add is counted, and both sides come to 2 x 3 x 260
+    gpus = dict(
+        copies_per_step={"broadcast": 12, "reduce_add": 6, "gather": 3},
+        bytes_per_step={"broadcast": 780, "reduce_add": 780, "gather": 192},
+        parameter_bytes=260,
+    )
+    four = compare.traffic_table(gpus, ddp, world_size=4)
+    assert "780 + 780 = 1,560" in four and "a ring sends 1,560 from all 4 ranks" in four
+    assert "on GPUs" not in four.splitlines()[4] and "sum in place" not in four
 
 
 def test_ddp_cuts_one_bucket_first_then_rebuilds_once_unless_it_finds_unused_parameters(ranks):
