@@ -60,8 +60,19 @@ def test_parallel_apply_autocast():
         outputs = parallel_apply((l1, l2), (i1, i2), None, CPU2)
         expected = (l1(i1), l2(i2))
     for out, exp in zip(outputs, expected):
-        assert out.dtype == torch.bfloat16  # autocast and its dtype reached each thread
+        assert out.dtype == torch.bfloat16  # autocast and its dtype reached each slot
         assert_close(out, exp)
+
+
+def test_parallel_apply_carries_autocast_into_its_threads():
+    """Two devices: each runs on a thread of its own, where autocast (thread-local) starts off."""
+    l1, l2 = nn.Linear(10, 5), nn.Linear(10, 5, device="meta")
+    i1, i2 = torch.randn(2, 10), torch.randn(2, 10, device="meta")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        on_cpu, _ = parallel_apply((l1, l2), (i1, i2), None, ["cpu", "meta"])
+        expected = l1(i1)
+    assert on_cpu.dtype == torch.bfloat16  # the cpu slot's thread ran under the caller's autocast
+    assert_close(on_cpu, expected)
 
 
 def test_parallel_apply_passes_exception():
