@@ -32,7 +32,7 @@ RED, GREEN, ORANGE, PURPLE, GREY = "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "
 MISSING = "#d84343"  # the edge clone() never made: red, lighter than a dead end, dark enough at 1000 px
 DEVICE_TINTS = ["#e3f0fb", "#fdf0e0", "#e8f5e9", "#f3e5f5", "#fffde7", "#e0f7fa", "#fbe9e7", "#ede7f6"]
 
-JOIN = "ReduceAddBackward / BroadcastBackward: joins the replicas to the original"  # as the nodes are named
+JOIN = "ReduceAdd(Backward) / BroadcastBackward: joins the replicas to the original"  # C++ names it ReduceAdd
 LEGEND = {  # entry -> (fill, border, border style, text)
     "output": (FILL["output"], "black", "solid", "output: backward() starts here"),
     "op": (FILL["op"], "black", "solid", "backward function (grad_fn)"),
