@@ -439,8 +439,12 @@ def sum_or_mean(factor: float | object, per_replica: Sequence[torch.Tensor], gra
     name = "ch03.sum_or_mean"
     if _unset(factor):
         return Verdict(False, "Set `factor` to a number, then run this cell again.")
+    try:
+        value = float(factor)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return Verdict(False, f"`factor` is {factor!r}: give it as a number, such as 2 or 0.25.")
     averaged = sum(g.to(grad.device) for g in per_replica) / len(per_replica)
-    if torch.allclose(averaged, float(factor) * grad):  # type: ignore[arg-type]
+    if torch.allclose(averaged, value * grad):
         return _correct(
             name,
             f"A mean divides by the {len(per_replica)} slots: like training with lr / {len(per_replica)}.",
@@ -471,7 +475,11 @@ def rewire_to_broadcast(
     wrong = []
     if removed_nodes != len(gone):
         wrong.append("`removed_nodes`: count the rows of the removed-nodes table")
-    if {added_node} != ops:
+
+    def bare(op: object) -> object:  # the pictures draw BroadcastBackward as "Broadcast"; either is right
+        return re.sub(r"Backward\d*$", "", op) if isinstance(op, str) else op
+
+    if {bare(added_node)} != {bare(op) for op in ops}:
         wrong.append("`added_node`: copy the op name of the one added node, as the table shows it")
     if edges_into_added != into:
         wrong.append("`edges_into_added`: count the added edges whose target is the added node")

@@ -83,6 +83,11 @@ def test_half_fix_names_what_to_add_and_remove():
     assert "remove ['2.weight']" in wrong.message and "add ['0.bias']" in wrong.message
 
 
+def test_sum_or_mean_says_a_word_is_not_a_number():
+    verdict = checks.sum_or_mean("half", [torch.ones(2)] * 2, torch.full((2,), 2.0))
+    assert not verdict.ok and "number" in verdict.message  # a verdict, not a ValueError from float()
+
+
 def test_sum_or_mean_accepts_one_over_the_slots_only():
     per_replica = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 0.0]), torch.tensor([2.0, 1.0])]
     grad = sum(per_replica)
@@ -97,6 +102,8 @@ def test_rewire_to_broadcast_reads_the_answer_from_the_graphs():
     model, x, y, _ = _clone_setup(devices)
     comparison = compare_strategies(model, x, devices, loss_fn=lambda out: nn.functional.mse_loss(out, y))
     assert checks.rewire_to_broadcast(4, "BroadcastBackward", 8, comparison).ok
+    assert checks.rewire_to_broadcast(4, "Broadcast", 8, comparison).ok  # the name as the pictures draw it
+    assert not checks.rewire_to_broadcast(4, "ReduceAdd", 8, comparison).ok
     wrong = checks.rewire_to_broadcast(4, "BroadcastBackward", 12, comparison)
     assert "`edges_into_added`" in wrong.message and "`removed_nodes`" not in wrong.message
 
