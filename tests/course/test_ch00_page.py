@@ -1,0 +1,43 @@
+"""Chapter 00: what the page says about replica 0, the clone bug and scatter's pieces holds.
+
+The code cells are found by their tags and run here on their own, in a namespace that holds what the
+chapter's earlier cells made, so each check can also be run on a case where it must fail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import torch
+
+import dpteach
+from dpteach.course import story
+
+CHAPTER = Path(__file__).resolve().parents[2] / "notebooks" / "00_start_here.ipynb"
+DEVICES = [torch.device("cpu")] * 2
+
+
+def _cells():
+    return nbformat.read(CHAPTER, as_version=4).cells
+
+
+def _markdown() -> str:
+    return "\n".join(c.source for c in _cells() if c.cell_type == "markdown")
+
+
+def test_replica_0_shares_the_models_storage_but_is_no_leaf():
+    model = story.make_model()
+    replica = dpteach.replicate(model, DEVICES)[0]  # the default strategy, as in the figure
+    weight = replica[0].weight
+    assert weight.data_ptr() == model[0].weight.data_ptr()  # "share the model's storage"
+    assert not weight.is_leaf and weight.grad_fn is not None  # an autograd output, with its edge back
+    assert f"`{type(weight.grad_fn).__name__}`" in _markdown()  # the page names the node it really has
+
+
+def test_clone_copies_slot_0_too_so_no_replica_has_an_edge():
+    model = story.make_model()
+    replicas = dpteach.replicate(model, DEVICES, strategy="clone")
+    for replica in replicas:  # "C++ cloned every slot, slot 0 included"
+        assert replica[0].weight.data_ptr() != model[0].weight.data_ptr()
+        assert replica[0].weight.grad_fn is None  # a fresh leaf: nothing leads back to the model
