@@ -6,10 +6,14 @@ chapter's earlier cells made, so each check can also be run on a case where it m
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import io
 from pathlib import Path
 
 import nbformat
 import torch
+import torch.nn.functional as F
 
 import dpteach
 from dpteach.course import story
@@ -20,6 +24,21 @@ DEVICES = [torch.device("cpu")] * 2
 
 def _cells():
     return nbformat.read(CHAPTER, as_version=4).cells
+
+
+def _tagged(tag: str) -> str:
+    (cell,) = [c for c in _cells() if tag in c.metadata.get("tags", [])]
+    return cell.source
+
+
+def run_cell(source: str, **names) -> str:
+    """Run ``source`` in a namespace holding the chapter's earlier names and ``names``; what it prints."""
+    x, y = story.make_data()
+    scope = {"torch": torch, "F": F, "dpteach": dpteach, "story": story, "devices": DEVICES, "x": x, "y": y}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(source, {**scope, **names})
+    return out.getvalue()
 
 
 def _markdown() -> str:
@@ -41,3 +60,22 @@ def test_clone_copies_slot_0_too_so_no_replica_has_an_edge():
     for replica in replicas:  # "C++ cloned every slot, slot 0 included"
         assert replica[0].weight.data_ptr() != model[0].weight.data_ptr()
         assert replica[0].weight.grad_fn is None  # a fresh leaf: nothing leads back to the model
+
+
+def test_the_clone_cell_shows_every_grad_of_the_model_empty():
+    printed = run_cell(_tagged("clone-bug"))
+    for name, _ in story.make_model().named_parameters():
+        assert f"'{name}': None" in printed  # all four: 0.weight, 0.bias, 2.weight, 2.bias
+
+
+def test_the_clone_cell_shows_gradients_under_the_default():
+    fixed = _tagged("clone-bug").replace('strategy="clone"', 'strategy="broadcast"')
+    assert fixed != _tagged("clone-bug")
+    assert "None" not in run_cell(fixed)  # the cell would tell the two apart
+
+
+def test_the_page_names_every_strategy_and_the_real_default():
+    text = _markdown()
+    assert all(f'`"{name}"`' in text for name in dpteach.STRATEGIES)  # clone, rewire, broadcast
+    default = inspect.signature(dpteach.DataParallel).parameters["strategy"].default
+    assert f'`"{default}"` (the default)' in text
