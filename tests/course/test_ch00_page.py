@@ -9,9 +9,13 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import math
+import sys
+import types
 from pathlib import Path
 
 import nbformat
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -20,6 +24,11 @@ from dpteach.course import story
 
 CHAPTER = Path(__file__).resolve().parents[2] / "notebooks" / "00_start_here.ipynb"
 DEVICES = [torch.device("cpu")] * 2
+
+
+class _Item:
+    def __init__(self, ok: bool, status: str):
+        self.ok, self.status = ok, status
 
 
 def _cells():
@@ -79,3 +88,26 @@ def test_the_page_names_every_strategy_and_the_real_default():
     assert all(f'`"{name}"`' in text for name in dpteach.STRATEGIES)  # clone, rewire, broadcast
     default = inspect.signature(dpteach.DataParallel).parameters["strategy"].default
     assert f'`"{default}"` (the default)' in text
+
+
+def _table(slots: int, rows: int = 10) -> str:
+    """One line of the scatter table, worked out from torch.chunk's rule: pieces of ceil(rows / slots)."""
+    size = math.ceil(rows / slots)
+    sizes = [str(min(size, rows - start)) for start in range(0, rows, size)]
+    per_slot = sizes + ["-"] * (slots - len(sizes))
+    return f"{slots} slot{'s' * (slots > 1)}: " + " ".join(f"{n:>2}" for n in per_slot)
+
+
+@pytest.mark.parametrize("widgets", [False, True], ids=["no slider", "slider"])
+def test_the_scatter_table_prints_with_or_without_the_slider(monkeypatch, widgets):
+    calls = []
+    fake = types.ModuleType("ipywidgets")  # records the slider instead of drawing it
+    fake.IntSlider = lambda **kw: kw
+    fake.fixed = lambda value: value
+    fake.interact = lambda f, **kw: calls.append(kw)
+    monkeypatch.setitem(sys.modules, "ipywidgets", fake)
+    report = {"ipywidgets": _Item(widgets, "OK"), "notebook": _Item(True, "OK" if widgets else "info")}
+    printed = run_cell(_tagged("scatter-table"), report=report).splitlines()
+    assert len(calls) == widgets  # the slider only in a live kernel with widgets
+    assert [_table(s) for s in (2, 4, 8)] == printed[-3:]  # the table, on GitHub and in the book too
+    assert printed[-1].endswith("2  2  2  2  2  -  -  -")  # 8 slots: five pieces, three idle slots
