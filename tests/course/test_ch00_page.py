@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import dpteach
-from dpteach.course import story
+from dpteach.course import env, story
 
 CHAPTER = Path(__file__).resolve().parents[2] / "notebooks" / "00_start_here.ipynb"
 DEVICES = [torch.device("cpu")] * 2
@@ -111,3 +111,9 @@ def test_the_scatter_table_prints_with_or_without_the_slider(monkeypatch, widget
     assert len(calls) == widgets  # the slider only in a live kernel with widgets
     assert [_table(s) for s in (2, 4, 8)] == printed[-3:]  # the table, on GitHub and in the book too
     assert printed[-1].endswith("2  2  2  2  2  -  -  -")  # 8 slots: five pieces, three idle slots
+
+
+def test_the_legend_explains_every_status_the_check_can_print():
+    text = _markdown()
+    for status in (env.OK, env.INFO, env.WARN, env.MISSING):
+        assert f"*{status}* " in text, status  # "*warning* means ...", and so on
