@@ -165,8 +165,8 @@ PER_SLOT = {"pieces": "piece", "replicas": "replica", "parallel_apply": "paralle
 
 
 def replica_label(i: int) -> str:
-    """What slot ``i``'s replica holds under the default strategy: slot 0 shares, later slots copy."""
-    return f"replica {i}\n" + ("the model's\nown weights" if i == 0 else "a copy")
+    """What slot ``i``'s replica holds under the default strategy: slot 0 shares storage, later slots copy."""
+    return f"replica {i}\n" + ("shares the\nmodel's\nstorage" if i == 0 else "a copy")
 
 
 def four_moves_lanes(slots: int = 2) -> list[tuple[str, str]]:
@@ -190,7 +190,7 @@ def four_moves_picture(slots: int = 2):
     """Chapter 00's picture of one DataParallel step: boxes are moves, ovals are data, up to the loss.
 
     One lane (a column) per slot holds that slot's piece, replica, forward and output, so the replicas
-    stand side by side. The replicas are the default strategy's: slot 0's shares the model's weights,
+    stand side by side. The replicas are the default strategy's: slot 0's shares the model's storage,
     every later slot's is a copy. The dashed arrows are the edges backward needs from each replica to
     the model: the default strategy makes them, C++'s clones (one per slot, slot 0 included) had none.
     A ``graphviz.Digraph`` when ``dot`` and the ``graphviz`` package are there, else the same edges as
@@ -220,7 +220,9 @@ def four_moves_picture(slots: int = 2):
     picture = graphviz.Digraph(graph_attr={"rankdir": "TB", "ranksep": "0.3", "nodesep": "0.15"})
     for i in range(slots):  # one lane per slot: its piece and replica side by side, its forward, its output
         with picture.subgraph(name=f"cluster_slot{i}") as lane:
-            lane.attr(label=f"slot {i}", style="rounded,filled", fillcolor="gray95", color="gray60")
+            # the label at the lane's foot: at its head, scatter's arrow and the dashed ones would cross it
+            lane.attr(label=f"slot {i}", labelloc="b", style="rounded,filled", fillcolor="gray95",
+                      color="gray60")  # fmt: skip
             lane.node(f"piece {i}", shape="ellipse", style="filled", fillcolor="white")
             lane.node(f"replica {i}", replica_label(i), shape="ellipse", style="filled", fillcolor="white")
             lane.node(f"parallel_apply {i}", f"parallel_apply:\nreplica {i} on piece {i}", shape="box",

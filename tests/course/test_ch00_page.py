@@ -1,0 +1,119 @@
+"""Chapter 00: what the page says about replica 0, the clone bug and scatter's pieces holds.
+
+The code cells are found by their tags and run here on their own, in a namespace that holds what the
+chapter's earlier cells made, so each check can also be run on a case where it must fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import math
+import sys
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dpteach
+from dpteach.course import env, story
+
+CHAPTER = Path(__file__).resolve().parents[2] / "notebooks" / "00_start_here.ipynb"
+DEVICES = [torch.device("cpu")] * 2
+
+
+class _Item:
+    def __init__(self, ok: bool, status: str):
+        self.ok, self.status = ok, status
+
+
+def _cells():
+    return nbformat.read(CHAPTER, as_version=4).cells
+
+
+def _tagged(tag: str) -> str:
+    (cell,) = [c for c in _cells() if tag in c.metadata.get("tags", [])]
+    return cell.source
+
+
+def run_cell(source: str, **names) -> str:
+    """Run ``source`` in a namespace holding the chapter's earlier names and ``names``; what it prints."""
+    x, y = story.make_data()
+    scope = {"torch": torch, "F": F, "dpteach": dpteach, "story": story, "devices": DEVICES, "x": x, "y": y}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(source, {**scope, **names})
+    return out.getvalue()
+
+
+def _markdown() -> str:
+    return "\n".join(c.source for c in _cells() if c.cell_type == "markdown")
+
+
+def test_replica_0_shares_the_models_storage_but_is_no_leaf():
+    model = story.make_model()
+    replica = dpteach.replicate(model, DEVICES)[0]  # the default strategy, as in the figure
+    weight = replica[0].weight
+    assert weight.data_ptr() == model[0].weight.data_ptr()  # "share the model's storage"
+    assert not weight.is_leaf and weight.grad_fn is not None  # an autograd output, with its edge back
+    assert f"`{type(weight.grad_fn).__name__}`" in _markdown()  # the page names the node it really has
+
+
+def test_clone_copies_slot_0_too_so_no_replica_has_an_edge():
+    model = story.make_model()
+    replicas = dpteach.replicate(model, DEVICES, strategy="clone")
+    for replica in replicas:  # "C++ cloned every slot, slot 0 included"
+        assert replica[0].weight.data_ptr() != model[0].weight.data_ptr()
+        assert replica[0].weight.grad_fn is None  # a fresh leaf: nothing leads back to the model
+
+
+def test_the_clone_cell_shows_every_grad_of_the_model_empty():
+    printed = run_cell(_tagged("clone-bug"))
+    for name, _ in story.make_model().named_parameters():
+        assert f"'{name}': None" in printed  # all four: 0.weight, 0.bias, 2.weight, 2.bias
+
+
+def test_the_clone_cell_shows_gradients_under_the_default():
+    fixed = _tagged("clone-bug").replace('strategy="clone"', 'strategy="broadcast"')
+    assert fixed != _tagged("clone-bug")
+    assert "None" not in run_cell(fixed)  # the cell would tell the two apart
+
+
+def test_the_page_names_every_strategy_and_the_real_default():
+    text = _markdown()
+    assert all(f'`"{name}"`' in text for name in dpteach.STRATEGIES)  # clone, rewire, broadcast
+    default = inspect.signature(dpteach.DataParallel).parameters["strategy"].default
+    assert f'`"{default}"` (the default)' in text
+
+
+def _table(slots: int, rows: int = 10) -> str:
+    """One line of the scatter table, worked out from torch.chunk's rule: pieces of ceil(rows / slots)."""
+    size = math.ceil(rows / slots)
+    sizes = [str(min(size, rows - start)) for start in range(0, rows, size)]
+    per_slot = sizes + ["-"] * (slots - len(sizes))
+    return f"{slots} slot{'s' * (slots > 1)}: " + " ".join(f"{n:>2}" for n in per_slot)
+
+
+@pytest.mark.parametrize("widgets", [False, True], ids=["no slider", "slider"])
+def test_the_scatter_table_prints_with_or_without_the_slider(monkeypatch, widgets):
+    calls = []
+    fake = types.ModuleType("ipywidgets")  # records the slider instead of drawing it
+    fake.IntSlider = lambda **kw: kw
+    fake.fixed = lambda value: value
+    fake.interact = lambda f, **kw: calls.append(kw)
+    monkeypatch.setitem(sys.modules, "ipywidgets", fake)
+    report = {"ipywidgets": _Item(widgets, "OK"), "notebook": _Item(True, "OK" if widgets else "info")}
+    printed = run_cell(_tagged("scatter-table"), report=report).splitlines()
+    assert len(calls) == widgets  # the slider only in a live kernel with widgets
+    assert [_table(s) for s in (2, 4, 8)] == printed[-3:]  # the table, on GitHub and in the book too
+    assert printed[-1].endswith("2  2  2  2  2  -  -  -")  # 8 slots: five pieces, three idle slots
+
+
+def test_the_legend_explains_every_status_the_check_can_print():
+    text = _markdown()
+    for status in (env.OK, env.INFO, env.WARN, env.MISSING):
+        assert f"*{status}* " in text, status  # "*warning* means ...", and so on
