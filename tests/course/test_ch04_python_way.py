@@ -249,6 +249,7 @@ def test_cpu_slots_hide_the_shared_members_trap(strategy):
     """The chapter's trap cell: on two CPU slots every .grad fills, on a second device the forward stops."""
     x, y = data()
     cpp_model = demos.cpp_style(story.make_model())
+    assert dpteach.replicate(cpp_model, CPU2, strategy=strategy)[1][0].members is cpp_model[0].members
     F.mse_loss(dpteach.DataParallel(cpp_model, CPU2, strategy=strategy)(x), y).backward()
     for got, want in zip([p.grad for p in cpp_model.parameters()], grads_one_device(story.make_model())):
         tol(got, want)  # right, but only because slot 1 read the original's own tensors
