@@ -682,8 +682,13 @@ def cpp_style_trains(strategy: Callable | object, devices=("cpu", "cpu")) -> Ver
                 f"{n}.grad differs from one device's by up to {(g - want[n]).abs().max():.2e}: point each "
                 "member at its own key's copy (weight at 'weight', bias at 'bias')."
             )
-    later = [t for r in replicas[1:] for m in r.modules() if isinstance(m, demos.CppStyleLinear)
-             for t in vars(m.members).values()]
+    later = [
+        t
+        for r in replicas[1:]
+        for m in r.modules()
+        if isinstance(m, demos.CppStyleLinear)
+        for t in vars(m.members).values()
+    ]
     if not all(type(t.grad_fn).__name__ == "BroadcastBackward" for t in later):
         return _correct(  # e.g. demos.option_one: the members kept the clones' tensors, history rebased
             name,
