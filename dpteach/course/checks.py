@@ -29,7 +29,7 @@ class Verdict:
 
     ok: bool
     message: str
-    problem: str = ""  # a failed check's finding as a short name ("non-leaf grad"), for tests: never shown
+    problem: str = ""  # the check's finding as a short name ("non-leaf grad"), for tests: never shown
 
     def __repr__(self) -> str:
         return self.message
@@ -41,9 +41,9 @@ def _unset(*values: object) -> bool:
     return any(v is ... for v in values)
 
 
-def _correct(exercise: str, message: str) -> Verdict:
+def _correct(exercise: str, message: str, finding: str = "") -> Verdict:
     _failures.pop(exercise, None)
-    return Verdict(True, "Correct! " + message)
+    return Verdict(True, "Correct! " + message, finding)
 
 
 def _not_yet(
@@ -60,7 +60,7 @@ def _not_yet(
 
 def _ladder(exercise: str, hints: Sequence[str], answer: str) -> Callable[[str], Verdict]:
     """``fail(change)`` for one exercise: each call climbs its hint ladder one rung (see ``_not_yet``)."""
-    return lambda change: _not_yet(exercise, change, hints, answer)
+    return lambda change, problem="": _not_yet(exercise, change, hints, answer, problem)
 
 
 def _whole_numbers(values: object) -> bool:
@@ -650,6 +650,14 @@ def cpp_style_trains(strategy: Callable | object, devices=("cpu", "cpu")) -> Ver
     except Exception as err:  # a learner's function: report it, with what to copy
         if missing := _missing_name(err, "run the cell that defines my_attempt and this check again"):
             return missing
+        if isinstance(err, TypeError) and "as parameter" in str(err):  # nn.Module.__setattr__'s refusal
+            return fail(
+                f"{err}. nn.Module.__setattr__ refuses a plain tensor under a name still in _parameters; "
+                "replicate.py's setattr gets through because _replicate_for_data_parallel empties the "
+                "replica's _parameters first. Here it would not help anyway: CppStyleLinear.forward reads "
+                "twin.members, so re-point those.",
+                "setattr over a parameter",
+            )
         return fail(
             f"my_attempt raised {type(err).__name__}: {err}. Copy the whole cell printed above (its two "
             "import lines and the def), run it, then change only the loop."
@@ -682,10 +690,27 @@ def cpp_style_trains(strategy: Callable | object, devices=("cpu", "cpu")) -> Ver
                 f"{n}.grad differs from one device's by up to {(g - want[n]).abs().max():.2e}: point each "
                 "member at its own key's copy (weight at 'weight', bias at 'bias')."
             )
+    later = [
+        t
+        for r in replicas[1:]
+        for m in r.modules()
+        if isinstance(m, demos.CppStyleLinear)
+        for t in vars(m.members).values()
+    ]
+    if not all(type(t.grad_fn).__name__ == "BroadcastBackward" for t in later):
+        return _correct(  # e.g. demos.option_one: the members kept the clones' tensors, history rebased
+            name,
+            "The C++-style network gets one device's gradients, and your members still hold the clones' "
+            "own tensors, rebased as Option One does: no member fields needed. The exercise's route, "
+            "re-pointing twin.members at the Broadcast copies, needs them: the special-case handler the "
+            "PR said replicate should not have.",
+            "not re-pointed",
+        )
     return _correct(
         name,
         "The C++-style network gets one device's gradients. You had to know its member fields: the "
         "special-case handler the PR said replicate should not have.",
+        "re-pointed",
     )
 
 

@@ -249,6 +249,7 @@ def test_cpu_slots_hide_the_shared_members_trap(strategy):
     """The chapter's trap cell: on two CPU slots every .grad fills, on a second device the forward stops."""
     x, y = data()
     cpp_model = demos.cpp_style(story.make_model())
+    assert dpteach.replicate(cpp_model, CPU2, strategy=strategy)[1][0].members is cpp_model[0].members
     F.mse_loss(dpteach.DataParallel(cpp_model, CPU2, strategy=strategy)(x), y).backward()
     for got, want in zip([p.grad for p in cpp_model.parameters()], grads_one_device(story.make_model())):
         tol(got, want)  # right, but only because slot 1 read the original's own tensors
@@ -430,6 +431,36 @@ def test_exercise_3_check_accepts_the_worked_answer():
 
     verdict = checks.cpp_style_trains(_my_attempt())
     assert verdict.ok and verdict.message.startswith("Correct!")
+    assert verdict.problem == "re-pointed"
+
+
+def test_exercise_3_check_tells_option_one_from_re_pointing():
+    """Option One trains the network too, but re-points nothing: its verdict must not claim member fields."""
+    from dpteach.course import checks
+
+    verdict = checks.cpp_style_trains(demos.option_one)
+    assert verdict.ok and verdict.problem == "not re-pointed"
+
+
+def test_exercise_3_check_explains_setattr_over_a_parameter():
+    """setattr of a Broadcast copy onto a clone's registered name: nn.Module.__setattr__ raises TypeError."""
+    from dpteach.course import checks
+    from dpteach.course.demos import _clones_and_copies, walk_pairs
+
+    def my_attempt(network, devices, detach=False):
+        replicas, copies, index = _clones_and_copies(network, devices, detach)
+        for j, replica in enumerate(replicas):
+            for original, twin in walk_pairs(network, replica):
+                for key, param in original._parameters.items():
+                    if param is not None:
+                        setattr(twin, key, copies[j][index[param]])
+        return replicas
+
+    with pytest.raises(TypeError, match="as parameter"):  # the refusal the check explains, in torch itself
+        my_attempt(demos.cpp_style(story.make_model()), CPU2)
+    checks.reset()
+    verdict = checks.cpp_style_trains(my_attempt)
+    assert not verdict.ok and verdict.problem == "setattr over a parameter"
 
 
 @pytest.mark.parametrize(

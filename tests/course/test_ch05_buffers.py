@@ -299,3 +299,34 @@ def test_each_replica_normalises_with_its_own_piece():
     out_one.pow(2).mean().backward()
     out_parallel.pow(2).mean().backward()
     assert not torch.allclose(one[1].weight.grad, parallel[1].weight.grad)  # so the gradients differ too
+
+
+def _cells():
+    import nbformat
+
+    return nbformat.read(ROOT / "notebooks" / "05_buffers_and_batchnorm.ipynb", as_version=4).cells
+
+
+def test_the_recipe_converts_every_batchnorm_to_syncbatchnorm():
+    """The summary's recipe: its first line, run as printed, turns each BatchNorm*d into a SyncBatchNorm."""
+    import re
+
+    (cell,) = [c for c in _cells() if "batchnorm-recipe" in c.metadata.get("tags", [])]
+    (line,) = [
+        ln for ln in re.findall(r"```python\n(.*?)```", cell.source, re.S)[0].splitlines() if "convert" in ln
+    ]
+    scope = {"nn": nn, "model": make_model()}
+    exec(line, scope)
+    assert isinstance(scope["model"][0], nn.SyncBatchNorm)  # converted in place of the BatchNorm1d ...
+    assert_close(scope["model"][0].running_var, torch.ones(4))  # ... keeping its statistics
+    assert "DistributedDataParallel" in cell.source  # SyncBatchNorm syncs only under DDP
+
+
+def test_exercise_2_restores_the_set_up_devices():
+    """Exercise 2 sets devices = ["cpu"] * 4; the line that restores it is the set-up cell's own."""
+    import re
+
+    setup = next(c.source for c in _cells() if c.cell_type == "code" and "devices = " in c.source)
+    restore = re.search(r"devices = (dpteach\.\w+\(\))", setup).group(0)
+    (exercises,) = [c.source for c in _cells() if c.source.startswith("## Exercises")]
+    assert 'devices = ["cpu"] * 4' in exercises and restore in exercises
