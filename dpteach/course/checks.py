@@ -876,7 +876,7 @@ def step_copies(
         ],
         lambda: f"{truth}: {formula}.",
     )
-    return CountVerdict(verdict.ok, verdict.message, slips)
+    return CountVerdict(verdict.ok, verdict.message, slips=slips)
 
 
 # ---------------------------------------------------------------- chapter 10 · the C++ original
