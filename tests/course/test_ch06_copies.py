@@ -117,15 +117,43 @@ def test_step_copies_names_the_slip():
             assert not verdict.ok and verdict.slips == slips, (strategy, guess, verdict.slips)
 
 
-def test_step_copies_gives_the_answer_only_from_the_third_try_and_leaves_the_model_alone():
+def test_step_copies_hints_at_the_slip_made_whatever_came_before():
+    """Each wrong count gets the hint for its own slip: the same slip the same hint on any try, another
+    slip another hint (a hint counter shared by all tries gave the gather slip the buffers hint)."""
+    model, x, slots = make_model(), torch.randn(32, 64), ["cpu"] * 4
+    P, T, n = 8, 11, 4
+    gather, buffers = (n - 1) * T, (n - 1) * P + n  # 33: the gather left out; 28: the buffers left out
+    checks.reset()
+    fresh = {guess: checks.step_copies(guess, model, x, slots) for guess in (gather, buffers)}
+    checks.reset()
+    tries = [checks.step_copies(guess, model, x, slots) for guess in (buffers, gather, buffers, gather)]
+    assert [v.slips for v in tries] == [("buffers",), ("gather",)] * 2
+    assert all(v.hints == fresh[g].hints for v, g in zip(tries, (buffers, gather) * 2))  # history-free
+    assert len(fresh[gather].hints) == 1 and fresh[gather].hints != fresh[buffers].hints
+    assert all(h in v.message for v in tries for h in v.hints)  # the hints found are the hints shown
+    checks.reset()
+    both = checks.step_copies(n * T, model, x, slots)  # 44: slot 0 copied and the gather forgotten
+    assert both.slips == ("slot 0", "gather") and len(set(both.hints)) == 2  # a hint for each slip
+    assert fresh[gather].hints[0] in both.hints
+
+
+def test_step_copies_offers_the_answer_from_the_third_try_and_shows_it_only_when_asked():
     checks.reset()
     model, x, slots = make_model(), torch.randn(32, 64), ["cpu"] * 4
+    tensors, n = 11, 4
+    truth = (n - 1) * tensors + n  # 37
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    messages = [checks.step_copies(40, model, x, slots).message for _ in range(3)]
-    assert "Hint 1 of 2" in messages[0] and "Hint 2 of 2" in messages[1] and "37" not in messages[1]
-    assert "The answer: 37: 3 model copies × 11 tensors + 4 gathered pieces" in messages[2]
+    tries = [checks.step_copies(40, model, x, slots) for _ in range(4)]  # 40: no usual slip gives it
+    assert [v.offers_answer for v in tries] == [False, False, True, True]
+    assert not any(v.ok or v.shows_answer or str(truth) in v.message for v in tries)  # never unasked
+    assert tries[0].slips == () and tries[0].hints != tries[1].hints  # no slip: the ladder climbs
+    shown = checks.step_copies(..., model, x, slots, show_answer=True)
+    assert shown.shows_answer and not shown.ok and f"{truth} copies" in shown.message
+    assert f"{n - 1} model copies × {tensors} tensors + {n} gathered pieces" in shown.message
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # BatchNorm's statistics too
     assert all(p.grad is None for p in model.parameters())  # the check stepped a copy
+    assert checks.step_copies(truth, model, x, slots).ok
+    assert not checks.step_copies(40, model, x, slots).offers_answer  # a right answer starts again
     assert "Write your prediction" in checks.step_copies(..., model, x, slots).message
     assert (
         not checks.step_copies("37", model, x, slots).ok and not checks.step_copies(True, model, x, slots).ok
