@@ -196,14 +196,22 @@ def test_every_exercise_has_its_own_cell_then_its_own_answer():
 
 
 def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
-    """Exercises 3-5 start from a cell that runs with its ``...`` left open; filled in as the answers
-    say, they print what the answers claim (derived here from the model and the tensors)."""
+    """Exercises 2-5 start from a cell that runs with its ``...`` left open and then prints what to
+    fill in; filled in as the answers say, they print what the answers claim (derived here from the
+    model and the tensors)."""
     stubs = [c.source for c in CELLS if "exercise-stub" in c.metadata.get("tags", [])]
-    three, four, five = stubs[1:]
+    two, three, four, five = stubs
     scope, _ = run("step-bytes", "coalesce-counts")
-    for stub in (three, four, five):
-        exec(stub, scope)  # as shipped: no error
+    for stub in stubs:  # as shipped: no error, and a prompt printed, not a bare Ellipsis or nothing
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(stub, scope)
+        assert out.getvalue().strip() and "Ellipsis" not in out.getvalue(), stub.splitlines()[0]
     filled = {
+        two: (
+            "predicted = ...",
+            "predicted = (len(devices) - 1) * sum(costs.state_nbytes(wide).values()) + 32 * 10 * 4",
+        ),
         three: ("shared = ...", "shared = replica[0].weight.data_ptr() == model[0].weight.data_ptr()"),
         four: ("onto_slot_1 = ...", "onto_slot_1 = sum(c.nbytes for c in t.copies if c.dst == meta)"),
         five: ("bucket = ...", "bucket = 4096"),
@@ -215,6 +223,8 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
         with contextlib.redirect_stdout(out):
             exec(stub.replace(blank, answer), scope)
         printed[stub] = out.getvalue()
+    predicted, copied = re.findall(r"\d[\d,]*", printed[two])
+    assert predicted == copied  # (N - 1)(P + B) and the gather, as Answer 2 adds them up
     assert re.search(r"broadcast .*True", printed[three]) and re.search(r"clone .*False", printed[three])
     assert printed[four].split()[0] == str(scope["P"] + scope["B"])  # (N - 1)(P + B) with N = 2
     tensors = scope["tensors"]
