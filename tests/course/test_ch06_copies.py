@@ -231,3 +231,24 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
     per_bucket = 4096 // tensors[0].nbytes
     buckets, sent = len(tensors) // per_bucket, sum(t.nbytes for t in tensors)
     assert printed[five].strip() == f"{buckets} sent, {2 * buckets} copies, {2 * sent:,} bytes"
+
+
+def test_rewire_records_the_one_node_per_parameter_the_chapter_names():
+    """Under the shares figure the chapter says what "rewire"'s replicate does beyond "clone"'s same
+    clones: one autograd node per parameter, whose outputs are the replicas' tensors."""
+    import dpteach
+
+    model = make_model()
+    params = list(model.parameters())
+    nodes = {}
+    for strategy in ("clone", "rewire"):
+        replicas = dpteach.replicate(model, ["cpu"] * 2, strategy=strategy)
+        held = [t for r in replicas for m in r.modules() for t in vars(m).values() if isinstance(t, torch.Tensor)]
+        held += [p for r in replicas for p in r.parameters()]
+        nodes[strategy] = {t.grad_fn for t in held if t.grad_fn is not None}
+    assert nodes["clone"] == set()  # fresh leaves: nothing recorded
+    assert len(nodes["rewire"]) == len(params)  # one node per parameter, each shared by both slots
+    assert {type(n).__name__ for n in nodes["rewire"]} == {"ReduceAddBackward"}
+    at = next(i for i, c in enumerate(CELLS) if "step-shares" in c.metadata.get("tags", []))
+    said = " ".join(CELLS[at + 1].source.split())
+    assert f"each of the {len(params)} parameters" in said and "ReduceAdd.apply" in said
