@@ -252,3 +252,18 @@ def test_rewire_records_the_one_node_per_parameter_the_chapter_names():
     at = next(i for i, c in enumerate(CELLS) if "step-shares" in c.metadata.get("tags", []))
     said = " ".join(CELLS[at + 1].source.split())
     assert f"each of the {len(params)} parameters" in said and "ReduceAdd.apply" in said
+
+
+def test_the_meta_pair_shows_the_table_and_the_summary_on_any_machine():
+    """The main path's stand-in for "between devices": replicate onto devices[0] and "meta" (N = 2)
+    prints 2N - 1 model copies for clone and rewire and N - 1 for broadcast, the forward column of
+    the table and the summary's counts, in fewer copies than tensors for broadcast (its buckets)."""
+    scope, printed = run("step-bytes", "meta-counts")
+    n, tensors = 2, len(list(scope["model"].parameters())) + len(list(scope["model"].buffers()))
+    rows = {line.split()[0]: line for line in printed.splitlines() if "·(P + B) in" in line}
+    for strategy in ("clone", "rewire"):
+        assert f"{2 * n - 1}·(P + B) in {(2 * n - 1) * tensors} copies" in rows[strategy]
+    copies = int(re.search(r"in\s+(\d+) copies", rows["broadcast"])[1])
+    assert f"{n - 1}·(P + B)" in rows["broadcast"] and copies < tensors and "'pack'" in rows["broadcast"]
+    summary = next(c.source for c in CELLS if c.source.startswith("## Summary"))
+    assert "2N − 1" in summary and '"meta"' in summary
