@@ -267,3 +267,23 @@ def test_the_meta_pair_shows_the_table_and_the_summary_on_any_machine():
     assert f"{n - 1}·(P + B)" in rows["broadcast"] and copies < tensors and "'pack'" in rows["broadcast"]
     summary = next(c.source for c in CELLS if c.source.startswith("## Summary"))
     assert "2N − 1" in summary and '"meta"' in summary
+
+
+def test_the_explorer_text_names_the_model_it_steps():
+    """The explorer's model is not the chapter's: the text gives its shape and, at the width the cell
+    opens with, its parameters, its (absent) buffers and its gather, as the lab counts them."""
+    from dpteach.widgets import CostLab
+    from dpteach.widgets.cost import wide_model
+
+    at = next(i for i, c in enumerate(CELLS) if c.source.startswith("## Try it yourself"))
+    text, code = " ".join(CELLS[at].source.split()), CELLS[at + 1].source
+    width = int(re.search(r"width=(\d+)", code)[1])
+    lab = CostLab(width=width, slots=2, strategies=("broadcast",), max_repeats=1)
+    lab.measure()
+    (cost,) = lab.costs
+    model = wide_model(width)
+    params = sum(p.numel() for p in model.parameters())
+    assert not list(model.buffers())
+    assert f"width {width}" in text and f"{params:,} parameters" in text and "no buffer bytes" in text
+    assert f"{cost.bytes_by_op['gather']:,} bytes" in text and "wider" not in text
+    assert cost.bytes_by_op["broadcast"] == 4 * params  # one model copy: parameters only, no buffers
