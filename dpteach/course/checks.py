@@ -774,12 +774,19 @@ def counter_survives(cls: type | object, devices=("cpu", "cpu"), forwards: int =
 
 @dataclass(frozen=True, repr=False)
 class CountVerdict(Verdict):
-    """A ``Verdict`` on a count that also names the slips a wrong count was matched to, in ``slips``:
-    ``"bytes"`` (bytes given for copies), ``"buffers"`` (the buffers left out), ``"slot 0"`` (slot 0
-    counted the wrong way), ``"gather"`` (the gathered pieces left out), ``"gather slot 0"`` (slot 0's
-    piece left out). Empty when the count is right or no slip explains it."""
+    """A ``Verdict`` on a count that also says what it found and what it gave away, for tests.
+
+    ``slips``: the slips a wrong count was matched to, ``"bytes"`` (bytes given for copies),
+    ``"buffers"`` (the buffers left out), ``"slot 0"`` (slot 0 counted the wrong way), ``"gather"``
+    (the gathered pieces left out), ``"gather slot 0"`` (slot 0's piece left out); empty when the
+    count is right or no slip explains it. ``hints``: the hints the message gave, one per slip.
+    ``offers_answer``: the message says how to see the worked count (from the third failed try on);
+    ``shows_answer``: it gives that count (only when asked, ``show_answer=True``)."""
 
     slips: tuple[str, ...] = ()
+    hints: tuple[str, ...] = ()
+    offers_answer: bool = False
+    shows_answer: bool = False
 
 
 def _count_slips(
@@ -799,12 +806,16 @@ def _count_slips(
     return found
 
 
+TRIES_BEFORE_ANSWER = 3  # failed tries of one count before the check says how to see the worked answer
+
+
 def step_copies(
     prediction: int | object,
     model: torch.nn.Module,
     x: torch.Tensor,
     devices: Sequence,
     strategy: str = "broadcast",
+    show_answer: bool = False,
 ) -> Verdict:
     """Predict-then-check: how many copies does one DataParallel step of ``model`` on ``x`` over
     ``devices`` make under ``strategy``? Counts them with ``costs.step_traffic`` (on a copy of the
@@ -812,7 +823,10 @@ def step_copies(
 
     With every slot on one device a wrong count is matched against the usual slips, one or two at a
     time (bytes for copies, the buffers or the gather left out, slot 0 counted wrong): the message
-    names each slip made, and ``CountVerdict.slips`` lists them.
+    names each slip made and gives the hint for that slip, whatever came before. A count no slip
+    explains gets the next rung of a two-hint ladder. Unlike the other checks, this one never
+    prints the worked count unasked: from the third failed try on it says where to find it, the
+    chapter's Answer block or ``show_answer=True``, which prints it (and costs no try).
     """
     import copy
     from collections import Counter
@@ -820,25 +834,29 @@ def step_copies(
     from ..measure import costs
 
     name = f"ch06.step_copies.{strategy}.{len(devices)}"
-    if _unset(prediction):
+    if _unset(prediction) and not show_answer:
         return Verdict(False, "Write your prediction as a whole number of copies, e.g. 30, then run again.")
-    if not _count(prediction):
+    if not _unset(prediction) and not _count(prediction):
         return Verdict(False, f"Give a whole number of copies, e.g. 30, not {prediction!r}.")
-    guess, slots = int(prediction), list(devices)  # type: ignore[call-overload]
+    slots = list(devices)
     t = costs.step_traffic(copy.deepcopy(model), x, slots, strategy)
     truth, n, ops = len(t.copies), len(slots), Counter(c.op for c in t.copies)
-    params, buffers = sum(1 for _ in model.parameters()), sum(1 for _ in model.buffers())
-    tensors, gathered = params + buffers, ops["gather"]
+    params, buffers = sum(1 for _ in model.parameters()), [b for b, _ in model.named_buffers()]
+    tensors, gathered = params + len(buffers), ops["gather"]
     model_copies = n - 1 if strategy == "broadcast" else n  # broadcast: slot 0 shares the model
     one_device = len({str(torch.device(d)) for d in slots}) == 1
     formula = f"{model_copies} model copies × {tensors} tensors + {gathered} gathered pieces"
     if not one_device:
         formula = ", ".join(f"{k} {op}" for op, k in ops.items())  # buckets, .to, scatter: by operation
+    if show_answer:
+        return CountVerdict(False, f"The answer: {truth} copies: {formula}.", shows_answer=True)
+    guess = int(prediction)  # type: ignore[call-overload]
     if guess == truth:
+        _failures.pop(name + ".unexplained", None)
         return _correct(name, f"{truth} copies: {formula}.")
     said = {
         "bytes": "that is the number of bytes the step copied; count the copies, one per tensor moved",
-        "buffers": f"a model copy copies its {buffers} buffers too, not only its {params} parameters",
+        "buffers": f"a model copy copies its {len(buffers)} buffers too, not only its {params} parameters",
         "slot 0": (
             f"under 'broadcast' slot 0's replica shares the model's storage: {n - 1} model copies, not {n}"
             if strategy == "broadcast"
@@ -848,6 +866,22 @@ def step_copies(
         "gather": "besides the model, what else does the step copy onto devices[0]?",
         "gather slot 0": "gather copies one piece of the output per slot, slot 0's piece included",
     }
+    hint_for = {  # one per slip: where in the chapter to see what the slip missed
+        "bytes": "The copies are len(t.copies), and t.bytes adds up their sizes; the chapter's first "
+        "counting cell prints both.",
+        "buffers": f"model.named_buffers() lists them: {', '.join(buffers)}. A model copy copies each, "
+        "one copy per tensor, as it copies the parameters.",
+        "slot 0": (
+            "The counting cell's 'broadcast' row gives the formula, (N - 1)·T copies; exercise 3 shows that "
+            "slot 0's replica has the model's own data_ptr."
+            if strategy == "broadcast"
+            else f"The counting cell's {strategy!r} row gives the formula, N·T copies: Cloneable::clone "
+            "copied every tensor, even for a slot on the model's own device."
+        ),
+        "gather": "Look at the 'gather' rows of the counting cell: how many copies per slot?",
+        "gather slot 0": "Slot 0's piece is on devices[0] already, yet gather copies it too: torch.cat "
+        "writes every piece into one new tensor.",
+    }
     slips: tuple[str, ...] = ()
     if one_device:
         slips = (
@@ -855,28 +889,36 @@ def step_copies(
             if guess == t.bytes
             else _count_slips(strategy, n, params, tensors, gathered).get(guess, ())
         )
-    too = "many" if guess > truth else "few"
-    change = (
-        "; and ".join(said[s] for s in slips) + ("" if said[slips[-1]].endswith("?") else ".")
-        if slips
-        else f"{guess} is too {too}, and no usual slip gives it. Count in three parts: the tensors of one "
-        "model copy, the model copies, then what else the step copies."
-    )
-    shared = (
-        "slot 0 shares the model: N - 1 model copies"
-        if strategy == "broadcast"
-        else ("every slot gets a clone, slot 0 included: N model copies")
-    )
-    verdict = _not_yet(
-        name,
-        change,
-        [
+    _failures[name] += 1
+    tries = _failures[name]
+    if slips:
+        change = "; and ".join(said[s] for s in slips) + ("" if said[slips[-1]].endswith("?") else ".")
+        hints = tuple(hint_for[s] for s in slips)
+    else:
+        too = "many" if guess > truth else "few"
+        change = (
+            f"{guess} is too {too}, and no usual slip gives it. Count in three parts: the tensors of one "
+            "model copy, the model copies, then what else the step copies."
+        )
+        shared = (
+            "slot 0 shares the model: N - 1 model copies"
+            if strategy == "broadcast"
+            else "every slot gets a clone, slot 0 included: N model copies"
+        )
+        ladder = (
             "One copy of the model is one copy per tensor: its parameters and its buffers.",
             f"Under {strategy!r} {shared}; then gather copies one output piece per slot onto devices[0].",
-        ],
-        lambda: f"{truth}: {formula}.",
-    )
-    return CountVerdict(verdict.ok, verdict.message, slips=slips)
+        )
+        _failures[name + ".unexplained"] += 1  # the ladder climbs with the counts no slip explains
+        hints = (ladder[min(_failures[name + ".unexplained"], len(ladder)) - 1],)
+    lines = [f"Not yet: {change}", *(f"Hint: {h}" for h in hints)]
+    offers = tries >= TRIES_BEFORE_ANSWER
+    if offers:
+        lines.append(
+            f"{tries} tries so far: the worked answer is in the Answer block under the exercise; or run "
+            "the check again with show_answer=True to see it here."
+        )
+    return CountVerdict(False, "\n".join(lines), slips=slips, hints=hints, offers_answer=offers)
 
 
 # ---------------------------------------------------------------- chapter 10 · the C++ original

@@ -117,15 +117,43 @@ def test_step_copies_names_the_slip():
             assert not verdict.ok and verdict.slips == slips, (strategy, guess, verdict.slips)
 
 
-def test_step_copies_gives_the_answer_only_from_the_third_try_and_leaves_the_model_alone():
+def test_step_copies_hints_at_the_slip_made_whatever_came_before():
+    """Each wrong count gets the hint for its own slip: the same slip the same hint on any try, another
+    slip another hint (a hint counter shared by all tries gave the gather slip the buffers hint)."""
+    model, x, slots = make_model(), torch.randn(32, 64), ["cpu"] * 4
+    P, T, n = 8, 11, 4
+    gather, buffers = (n - 1) * T, (n - 1) * P + n  # 33: the gather left out; 28: the buffers left out
+    checks.reset()
+    fresh = {guess: checks.step_copies(guess, model, x, slots) for guess in (gather, buffers)}
+    checks.reset()
+    tries = [checks.step_copies(guess, model, x, slots) for guess in (buffers, gather, buffers, gather)]
+    assert [v.slips for v in tries] == [("buffers",), ("gather",)] * 2
+    assert all(v.hints == fresh[g].hints for v, g in zip(tries, (buffers, gather) * 2))  # history-free
+    assert len(fresh[gather].hints) == 1 and fresh[gather].hints != fresh[buffers].hints
+    assert all(h in v.message for v in tries for h in v.hints)  # the hints found are the hints shown
+    checks.reset()
+    both = checks.step_copies(n * T, model, x, slots)  # 44: slot 0 copied and the gather forgotten
+    assert both.slips == ("slot 0", "gather") and len(set(both.hints)) == 2  # a hint for each slip
+    assert fresh[gather].hints[0] in both.hints
+
+
+def test_step_copies_offers_the_answer_from_the_third_try_and_shows_it_only_when_asked():
     checks.reset()
     model, x, slots = make_model(), torch.randn(32, 64), ["cpu"] * 4
+    tensors, n = 11, 4
+    truth = (n - 1) * tensors + n  # 37
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    messages = [checks.step_copies(40, model, x, slots).message for _ in range(3)]
-    assert "Hint 1 of 2" in messages[0] and "Hint 2 of 2" in messages[1] and "37" not in messages[1]
-    assert "The answer: 37: 3 model copies × 11 tensors + 4 gathered pieces" in messages[2]
+    tries = [checks.step_copies(40, model, x, slots) for _ in range(4)]  # 40: no usual slip gives it
+    assert [v.offers_answer for v in tries] == [False, False, True, True]
+    assert not any(v.ok or v.shows_answer or str(truth) in v.message for v in tries)  # never unasked
+    assert tries[0].slips == () and tries[0].hints != tries[1].hints  # no slip: the ladder climbs
+    shown = checks.step_copies(..., model, x, slots, show_answer=True)
+    assert shown.shows_answer and not shown.ok and f"{truth} copies" in shown.message
+    assert f"{n - 1} model copies × {tensors} tensors + {n} gathered pieces" in shown.message
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # BatchNorm's statistics too
     assert all(p.grad is None for p in model.parameters())  # the check stepped a copy
+    assert checks.step_copies(truth, model, x, slots).ok
+    assert not checks.step_copies(40, model, x, slots).offers_answer  # a right answer starts again
     assert "Write your prediction" in checks.step_copies(..., model, x, slots).message
     assert (
         not checks.step_copies("37", model, x, slots).ok and not checks.step_copies(True, model, x, slots).ok
@@ -168,14 +196,22 @@ def test_every_exercise_has_its_own_cell_then_its_own_answer():
 
 
 def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
-    """Exercises 3-5 start from a cell that runs with its ``...`` left open; filled in as the answers
-    say, they print what the answers claim (derived here from the model and the tensors)."""
+    """Exercises 2-5 start from a cell that runs with its ``...`` left open and then prints what to
+    fill in; filled in as the answers say, they print what the answers claim (derived here from the
+    model and the tensors)."""
     stubs = [c.source for c in CELLS if "exercise-stub" in c.metadata.get("tags", [])]
-    three, four, five = stubs[1:]
+    two, three, four, five = stubs
     scope, _ = run("step-bytes", "coalesce-counts")
-    for stub in (three, four, five):
-        exec(stub, scope)  # as shipped: no error
+    for stub in stubs:  # as shipped: no error, and a prompt printed, not a bare Ellipsis or nothing
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(stub, scope)
+        assert out.getvalue().strip() and "Ellipsis" not in out.getvalue(), stub.splitlines()[0]
     filled = {
+        two: (
+            "predicted = ...",
+            "predicted = (len(devices) - 1) * sum(costs.state_nbytes(wide).values()) + 32 * 10 * 4",
+        ),
         three: ("shared = ...", "shared = replica[0].weight.data_ptr() == model[0].weight.data_ptr()"),
         four: ("onto_slot_1 = ...", "onto_slot_1 = sum(c.nbytes for c in t.copies if c.dst == meta)"),
         five: ("bucket = ...", "bucket = 4096"),
@@ -187,9 +223,67 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
         with contextlib.redirect_stdout(out):
             exec(stub.replace(blank, answer), scope)
         printed[stub] = out.getvalue()
+    predicted, copied = re.findall(r"\d[\d,]*", printed[two])
+    assert predicted == copied  # (N - 1)(P + B) and the gather, as Answer 2 adds them up
     assert re.search(r"broadcast .*True", printed[three]) and re.search(r"clone .*False", printed[three])
     assert printed[four].split()[0] == str(scope["P"] + scope["B"])  # (N - 1)(P + B) with N = 2
     tensors = scope["tensors"]
     per_bucket = 4096 // tensors[0].nbytes
     buckets, sent = len(tensors) // per_bucket, sum(t.nbytes for t in tensors)
     assert printed[five].strip() == f"{buckets} sent, {2 * buckets} copies, {2 * sent:,} bytes"
+
+
+def test_rewire_records_the_one_node_per_parameter_the_chapter_names():
+    """Under the shares figure the chapter says what "rewire"'s replicate does beyond "clone"'s same
+    clones: one autograd node per parameter, whose outputs are the replicas' tensors."""
+    import dpteach
+
+    model = make_model()
+    params = list(model.parameters())
+    nodes = {}
+    for strategy in ("clone", "rewire"):
+        replicas = dpteach.replicate(model, ["cpu"] * 2, strategy=strategy)
+        held = [t for r in replicas for m in r.modules() for t in vars(m).values() if isinstance(t, torch.Tensor)]
+        held += [p for r in replicas for p in r.parameters()]
+        nodes[strategy] = {t.grad_fn for t in held if t.grad_fn is not None}
+    assert nodes["clone"] == set()  # fresh leaves: nothing recorded
+    assert len(nodes["rewire"]) == len(params)  # one node per parameter, each shared by both slots
+    assert {type(n).__name__ for n in nodes["rewire"]} == {"ReduceAddBackward"}
+    at = next(i for i, c in enumerate(CELLS) if "step-shares" in c.metadata.get("tags", []))
+    said = " ".join(CELLS[at + 1].source.split())
+    assert f"each of the {len(params)} parameters" in said and "ReduceAdd.apply" in said
+
+
+def test_the_meta_pair_shows_the_table_and_the_summary_on_any_machine():
+    """The main path's stand-in for "between devices": replicate onto devices[0] and "meta" (N = 2)
+    prints 2N - 1 model copies for clone and rewire and N - 1 for broadcast, the forward column of
+    the table and the summary's counts, in fewer copies than tensors for broadcast (its buckets)."""
+    scope, printed = run("step-bytes", "meta-counts")
+    n, tensors = 2, len(list(scope["model"].parameters())) + len(list(scope["model"].buffers()))
+    rows = {line.split()[0]: line for line in printed.splitlines() if "·(P + B) in" in line}
+    for strategy in ("clone", "rewire"):
+        assert f"{2 * n - 1}·(P + B) in {(2 * n - 1) * tensors} copies" in rows[strategy]
+    copies = int(re.search(r"in\s+(\d+) copies", rows["broadcast"])[1])
+    assert f"{n - 1}·(P + B)" in rows["broadcast"] and copies < tensors and "'pack'" in rows["broadcast"]
+    summary = next(c.source for c in CELLS if c.source.startswith("## Summary"))
+    assert "2N − 1" in summary and '"meta"' in summary
+
+
+def test_the_explorer_text_names_the_model_it_steps():
+    """The explorer's model is not the chapter's: the text gives its shape and, at the width the cell
+    opens with, its parameters, its (absent) buffers and its gather, as the lab counts them."""
+    from dpteach.widgets import CostLab
+    from dpteach.widgets.cost import wide_model
+
+    at = next(i for i, c in enumerate(CELLS) if c.source.startswith("## Try it yourself"))
+    text, code = " ".join(CELLS[at].source.split()), CELLS[at + 1].source
+    width = int(re.search(r"width=(\d+)", code)[1])
+    lab = CostLab(width=width, slots=2, strategies=("broadcast",), max_repeats=1)
+    lab.measure()
+    (cost,) = lab.costs
+    model = wide_model(width)
+    params = sum(p.numel() for p in model.parameters())
+    assert not list(model.buffers())
+    assert f"width {width}" in text and f"{params:,} parameters" in text and "no buffer bytes" in text
+    assert f"{cost.bytes_by_op['gather']:,} bytes" in text and "wider" not in text
+    assert cost.bytes_by_op["broadcast"] == 4 * params  # one model copy: parameters only, no buffers
