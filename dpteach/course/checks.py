@@ -3,7 +3,9 @@ chapter's own objects say, and answers with a ``Verdict``.
 
 A wrong answer gets a message that says what to change, then a hint that grows with each try: the
 first names the idea, the second points at the object to look at, and only from the third failed
-try on does the hint give the answer. A right answer resets the count. Checks never raise on a wrong
+try on does the hint give the answer (chapter 06's count check matches each wrong count to its
+slip instead, and from the third try says where the worked answer is). A right answer resets the
+count. Checks never raise on a wrong
 answer; an answer not given yet (``...``) gets one sentence on what to fill in, and costs no hint.
 
 One block per chapter below; a chapter shows ``checks.<name>(...)``, the last line of the cell

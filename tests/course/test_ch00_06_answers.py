@@ -2,7 +2,7 @@
 block: its own, after the exercise and before the next one, one named after it (``Answer 3``,
 chapter 06), or a numbered entry of one block that answers the chapter's exercises together
 (chapters 04 and 05). A check cell is no answer: it gives
-the answer only from the third failed try.
+the answer, or says where it is, only from the third failed try.
 
 The exercises are the numbered items (``1. `` or ``**1. ``) of the section from ``## Exercises`` to
 ``## Try it yourself``, outside ``<details>`` blocks; the Try-it tasks have their worked solutions in
