@@ -93,3 +93,21 @@ def test_the_loop_shown_is_clone_py_s_parameter_loop():
     assert "# BROKEN (#19540)" in printed and "nn.Parameter(clone_tensor(param, device)" in printed
     assert printed.rstrip().endswith("setattr(replica, key, copy)")  # the loop the page explains, no more
     assert "_buffers" not in printed and "_modules" not in printed
+
+
+def test_one_step_report_reads_in_one_line_without_tensors():
+    clone, rewire = (repr(story.one_step(s, DEVICES)) for s in ("clone", "rewire"))
+    assert "tensor(" not in clone + rewire and "\n" not in clone + rewire
+    assert "matches=False" in clone and "grad_is_none=['0.weight', '0.bias', '2.weight', '2.bias']" in clone
+    assert "replicas=2" in clone and "largest_difference=n/a" in clone  # no gradient to compare
+    assert "matches=True" in rewire and "grad_is_none=[]" in rewire
+    assert float(rewire.split("largest_difference=")[1].split(",")[0]) < 1e-5  # float rounding only
+
+
+def test_one_step_report_shows_the_largest_difference_of_a_wrong_gradient():
+    ref = {"w": torch.zeros(3), "b": torch.zeros(1)}
+    report = story.GradientReport("custom", {"w": torch.tensor([0.0, 2.0, 0.5]), "b": None}, ref, [])
+    assert repr(report) == (
+        "GradientReport(strategy='custom', matches=False, largest_difference=2.0e+00, "
+        "grad_is_none=['b'], replicas=0)"
+    )
