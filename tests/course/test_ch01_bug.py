@@ -93,6 +93,8 @@ def test_the_loop_shown_is_clone_py_s_parameter_loop():
     assert "# BROKEN (#19540)" in printed and "nn.Parameter(clone_tensor(param, device)" in printed
     assert printed.rstrip().endswith("setattr(replica, key, copy)")  # the loop the page explains, no more
     assert "_buffers" not in printed and "_modules" not in printed
+    assert "_is_replica" not in printed and "shallow_copy" not in printed  # set-up the page does not explain
+    assert "for key, param in module._parameters.items():" in printed
 
 
 def test_one_step_report_reads_in_one_line_without_tensors():
