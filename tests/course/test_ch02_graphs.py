@@ -22,7 +22,7 @@ from dpteach.graph.display import Drawing
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "notebooks" / "02_reading_autograd_graphs.ipynb"
-TAGS = ["walk", "walk-twice", "unreached", "copies", "before-after", "kept", "task1-intro"]
+TAGS = ["walk", "walk-twice", "unreached", "frozen", "copies", "before-after", "kept", "task1-intro"]
 DETAILS = re.compile(r"<details\b.*?</details>", re.S | re.I)
 
 
@@ -88,6 +88,24 @@ def test_unreached_lists_the_layer_the_loss_never_uses():
     lines = run_cells({"model": model, "batch": batch, "graph": graph}, "unreached").splitlines()
     assert lines[0] == "whole model: ()"
     assert lines[1].endswith("unreached: (original 2.weight, original 2.bias)")
+
+
+def _count(graph, kind: str) -> int:
+    return sum(line.lstrip(" │├└─") == kind for line in graph.text.splitlines())  # past the tree marks
+
+
+def test_the_frozen_weight_drops_out_of_the_count_and_takes_its_transpose_with_it():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
+    batch = torch.randn(8, 2)
+    whole = autograd_graph(model(batch).pow(2).mean(), module=model)
+    ns = {"model": model, "batch": batch}
+    assert run_cells(ns, "frozen").strip() == "unreached: ()"
+    frozen = ns["frozen"]
+    assert len(list(model.parameters())) == 4 and model[0].weight.requires_grad  # frozen for the cell only
+    assert whole.title.endswith("4 of 4 parameters") and frozen.title.endswith("3 of 3 parameters")
+    assert _count(whole, "TBackward0") == 2 and _count(frozen, "TBackward0") == 1  # 0.weight's is gone
+    assert "0.weight" in whole.text and "0.weight" not in frozen.text
 
 
 def test_the_copies_give_the_gradient_to_param_only_through_the_differentiable_one():
