@@ -6,6 +6,7 @@ cells made; where a check could pass by accident, it is also run on a case where
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import re
@@ -22,7 +23,17 @@ from dpteach.graph.display import Drawing
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "notebooks" / "02_reading_autograd_graphs.ipynb"
-TAGS = ["walk", "walk-twice", "unreached", "frozen", "copies", "before-after", "kept", "task1-intro"]
+TAGS = [
+    "walk",
+    "walk-twice",
+    "unreached",
+    "frozen",
+    "copies",
+    "leaves",
+    "before-after",
+    "kept",
+    "task1-intro",
+]
 DETAILS = re.compile(r"<details\b.*?</details>", re.S | re.I)
 
 
@@ -142,3 +153,28 @@ def test_task_1_intro_keeps_reduce_add_and_member_fields_in_a_fold():
     assert "ReduceAdd" not in main and "member field" not in main
     assert "another GPU" in main  # the plain reason every slot after slot 0 owns its memory
     assert "ReduceAdd" in folds and "chapter 03" in folds and "chapter 04" in folds
+
+
+def _assigned(source: str) -> set[str]:
+    """The names a cell's top-level statements assign (``a = ...``, ``first, second = ...``)."""
+    names = set()
+    for node in ast.parse(source).body:
+        for target in getattr(node, "targets", []):
+            names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_exercise_1_names_its_tensors_afresh_and_its_check_passes_the_answer():
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    at = cells.index(_cell("leaves"))
+    earlier = set().union(*(_assigned(c.source) for c in cells[:at] if c.cell_type == "code"))
+    ns = {}
+    run_cells(ns, "leaves")
+    names = set(ns["your_answer"])
+    assert names and not names & earlier, f"{names & earlier} already named a tensor earlier in the chapter"
+    from dpteach.course import checks
+
+    truth = {k: ns[k].is_leaf for k in names}
+    assert checks.leaves(truth, {k: ns[k] for k in names}).ok
+    answer = next(c.source for c in cells[at:] if "<summary>Answer</summary>" in c.source)
+    assert all(f"`{k}`" in answer or f"{k}: {truth[k]}" in answer for k in names)  # the answer uses them
