@@ -175,22 +175,72 @@ def replica_sum(prediction: bool | object, devices: Sequence) -> Verdict:
     )
 
 
+def _replica_mistake(model, copies: list[list[torch.Tensor]]) -> tuple[str, str] | None:
+    """Which wrong gradient ``model`` holds after the learner's first call, as (problem, what to change).
+
+    ``copies[k]`` holds parameter k's gradient in every replica, taken before the call. ``None`` when
+    the gradients are the sum (right) or match no mistake this check knows.
+    """
+    grads = [p.grad for p in model.parameters()]
+    if any(g is None for g in grads) or not copies:
+        return None
+
+    def each(target) -> bool:  # every parameter's .grad equals target(its replicas' gradients)
+        return all(
+            torch.allclose(g, target(c).to(g.device), rtol=1e-4, atol=1e-7) for g, c in zip(grads, copies)
+        )
+
+    if each(lambda c: sum(c)):
+        return None
+    if each(lambda c: sum(c) / len(c)):
+        return "mean", (
+            "you used the mean of the replicas' gradients, but each one is already its piece's share of the "
+            "batch's mean loss, so add them up."
+        )
+    one = next((i for i in range(len(copies[0])) if each(lambda c, i=i: c[i])), None)
+    if one is not None:
+        return "one replica", f"each parameter got only replica {one}'s gradient: add up every replica's."
+    return None
+
+
 def summed_by_hand(add: Callable | object, devices: Sequence, steps: int = 60) -> Verdict:
     """Exercise 3: train under ``"clone"`` for ``steps`` steps, calling ``add(model, replicas)`` after
-    each backward, and compare the losses with one device's."""
+    each backward, and compare the losses with one device's.
+
+    After the first call it looks at the gradients too, so a failure can name the mistake: the mean
+    instead of the sum, one replica's gradient only, or ``+=`` on a ``.grad`` that is still ``None``.
+    """
     from ..data_parallel import DataParallel, keep_replicas
     from . import story
 
     name = "ch01.summed_by_hand"
+    pair = "Pair each parameter of `model` with the same parameter in every replica: zip their .parameters()."
+    share = "The sum, not the mean: each replica's gradient is already its piece's share of the batch mean."
+    hints = {  # the hint that fits the mistake found comes first
+        "mean": [
+            "DistributedDataParallel averages because each process's loss is a mean over its own shard only; "
+            "here one loss is the mean over the whole gathered batch.",
+            pair,
+        ],
+        "grad None": ["`sum(...)` of tensors needs no starting value: `p.grad = sum(...)` assigns it.", pair],
+    }
+    answer = (
+        "for p, *copies in zip(model.parameters(), *(r.parameters() for r in replicas)): "
+        "p.grad = sum(c.grad.to(p.device) for c in copies)"
+    )
     if _unset(add) or not callable(add):
         return Verdict(False, "Define add_replica_grads(model, replicas) first, then run this cell again.")
     x, y = (t.to(devices[0]) for t in story.make_data())
     model = story.make_model().to(devices[0])
-    net, losses = DataParallel(model, devices, strategy="clone"), []
-    for _ in range(steps):
+    net, losses, mistake = DataParallel(model, devices, strategy="clone"), [], None
+    for step in range(steps):
         with keep_replicas(net) as replicas:
             loss = torch.nn.functional.mse_loss(net(x), y)
         loss.backward()
+        if step == 0:  # the replicas' gradients, before the learner's code can touch them
+            pairs = list(zip(*(r.parameters() for r in replicas)))
+            full = all(q.grad is not None for qs in pairs for q in qs)
+            copies = [[q.grad.detach().clone() for q in qs] for qs in pairs] if full else []
         try:
             add(model, replicas)
         except NotImplementedError:  # the stub as the chapter ships it: not an answer yet
@@ -198,7 +248,16 @@ def summed_by_hand(add: Callable | object, devices: Sequence, steps: int = 60) -
                 False, "Replace the raise in add_replica_grads with your lines, then run this cell again."
             )
         except Exception as err:  # the learner's code: say what it raised, never raise
+            # every replica's .grad is there (copies), so a None met in `p.grad += ...` is the original's
+            if copies and isinstance(err, (TypeError, AttributeError)) and "NoneType" in str(err):
+                change = (
+                    f"p.grad starts as None, so adding into it fails ({type(err).__name__}: {err}): "
+                    "assign with =, or start from zeros."
+                )
+                return _not_yet(name, change, hints["grad None"], answer, problem="grad None")
             return Verdict(False, f"Not yet: add_replica_grads raised {type(err).__name__}: {err}")
+        if step == 0:
+            mistake = _replica_mistake(model, copies)
         story.sgd_step(model, 0.2)
         losses.append(loss.item())
     reference = story.train(strategy=None, devices=devices, steps=steps).losses
@@ -207,23 +266,16 @@ def summed_by_hand(add: Callable | object, devices: Sequence, steps: int = 60) -
         return _correct(
             name, shown + ": the model learns as on one device. Chapter 03 makes backward do this sum."
         )
-    change = (
-        "the loss never moved: the original's .grad is still None after your function."
-        if losses[-1] == losses[0]
-        else "the model moves, but not as on one device: give each parameter the sum of all replicas' gradients."
-    )
-    return _not_yet(
-        name,
-        f"{change} ({shown})",
-        [
-            "Pair each parameter of `model` with the same parameter in every replica: zip their .parameters().",
-            "The sum, not the mean: each replica's gradient is already its piece's share of the batch mean.",
-        ],
-        lambda: (
-            "for p, *copies in zip(model.parameters(), *(r.parameters() for r in replicas)): "
-            "p.grad = sum(c.grad.to(p.device) for c in copies)"
-        ),
-    )
+    if losses[-1] == losses[0]:
+        problem = "never moved"
+        change = "the loss never moved: the original's .grad is still None after your function."
+    elif mistake:
+        problem, found = mistake
+        change = f"the model moves, but not as on one device: {found}"
+    else:
+        problem = "not the sum"
+        change = "the model moves, but not as on one device: give each parameter the sum of all replicas' gradients."
+    return _not_yet(name, f"{change} ({shown})", hints.get(problem, [pair, share]), answer, problem=problem)
 
 
 # ---------------------------------------------------------------- chapter 02 · reading autograd graphs

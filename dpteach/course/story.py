@@ -124,6 +124,16 @@ class GradientReport:
         verdict = "equal to" if self.matches else "DIFFERENT from"
         return f"gradients {verdict} one device's (largest difference {diff:.1e})"
 
+    def __repr__(self) -> str:
+        """One line a notebook can show: the verdict, not the tensors (``.grads`` and the others hold those)."""
+        present = [k for k in self.reference if self.grads.get(k) is not None]
+        diff = max(((self.grads[k] - self.reference[k]).abs().max().item() for k in present), default=None)
+        return (
+            f"GradientReport(strategy={self.strategy!r}, matches={self.matches}, "
+            f"largest_difference={'n/a' if diff is None else f'{diff:.1e}'}, "
+            f"grad_is_none={self.missing}, replicas={len(self.replica_grads)})"
+        )
+
 
 def one_step(strategy: Strategy, devices: Sequence | None = None, seed: int = 0) -> GradientReport:
     """Run one forward and backward under ``strategy`` and compare with one device.

@@ -93,3 +93,104 @@ def test_the_loop_shown_is_clone_py_s_parameter_loop():
     assert "# BROKEN (#19540)" in printed and "nn.Parameter(clone_tensor(param, device)" in printed
     assert printed.rstrip().endswith("setattr(replica, key, copy)")  # the loop the page explains, no more
     assert "_buffers" not in printed and "_modules" not in printed
+    assert "_is_replica" not in printed and "shallow_copy" not in printed  # set-up the page does not explain
+    assert "for key, param in module._parameters.items():" in printed
+
+
+def test_one_step_report_reads_in_one_line_without_tensors():
+    clone, rewire = (repr(story.one_step(s, DEVICES)) for s in ("clone", "rewire"))
+    assert "tensor(" not in clone + rewire and "\n" not in clone + rewire
+    assert "matches=False" in clone and "grad_is_none=['0.weight', '0.bias', '2.weight', '2.bias']" in clone
+    assert "replicas=2" in clone and "largest_difference=n/a" in clone  # no gradient to compare
+    assert "matches=True" in rewire and "grad_is_none=[]" in rewire
+    assert float(rewire.split("largest_difference=")[1].split(",")[0]) < 1e-5  # float rounding only
+
+
+def test_one_step_report_shows_the_largest_difference_of_a_wrong_gradient():
+    ref = {"w": torch.zeros(3), "b": torch.zeros(1)}
+    report = story.GradientReport("custom", {"w": torch.tensor([0.0, 2.0, 0.5]), "b": None}, ref, [])
+    assert repr(report) == (
+        "GradientReport(strategy='custom', matches=False, largest_difference=2.0e+00, "
+        "grad_is_none=['b'], replicas=0)"
+    )
+
+
+def _pairs(model, replicas):
+    return zip(model.parameters(), *(r.parameters() for r in replicas))
+
+
+def _summed(model, replicas):
+    for p, *copies in _pairs(model, replicas):
+        p.grad = sum(c.grad.to(p.device) for c in copies)
+
+
+def _mean(model, replicas):
+    for p, *copies in _pairs(model, replicas):
+        p.grad = sum(c.grad for c in copies) / len(copies)
+
+
+def _replica(i):
+    def only(model, replicas):
+        for p, *copies in _pairs(model, replicas):
+            p.grad = copies[i].grad.clone()
+
+    return only
+
+
+def _plus_equals(model, replicas):
+    for p, *copies in _pairs(model, replicas):
+        for c in copies:
+            p.grad += c.grad
+
+
+def _add_(model, replicas):
+    for p, *copies in _pairs(model, replicas):
+        for c in copies:
+            p.grad.add_(c.grad)
+
+
+def _from_zeros(model, replicas):
+    for p, *copies in _pairs(model, replicas):
+        p.grad = torch.zeros_like(p)
+        for c in copies:
+            p.grad += c.grad
+
+
+def _doubled(model, replicas):
+    for p, *copies in _pairs(model, replicas):
+        p.grad = 2 * sum(c.grad for c in copies)
+
+
+@pytest.mark.parametrize(
+    "add, problem",
+    [
+        (_mean, "mean"),
+        (_replica(0), "one replica"),
+        (_replica(1), "one replica"),
+        (_plus_equals, "grad None"),
+        (_add_, "grad None"),
+        (lambda model, replicas: None, "never moved"),
+        (_doubled, "not the sum"),  # wrong, but no mistake the check can name
+    ],
+    ids=["mean", "replica 0", "replica 1", "+=", "add_", "nothing", "doubled"],
+)
+def test_exercise_3_check_names_the_mistake_it_finds(add, problem):
+    from dpteach.course import checks
+
+    checks.reset()
+    verdict = checks.summed_by_hand(add, DEVICES, steps=3)
+    assert not verdict.ok and verdict.problem == problem
+
+
+def test_exercise_3_check_says_which_replica_was_kept():
+    from dpteach.course import checks
+
+    assert "replica 1's" in checks.summed_by_hand(_replica(1), DEVICES, steps=2).message
+    checks.reset()
+
+
+@pytest.mark.parametrize("add", [_summed, _from_zeros], ids=["sum", "sum from zeros"])
+def test_exercise_3_check_passes_the_sum_however_it_is_written(add):
+    from dpteach.course import checks
+
+    assert checks.summed_by_hand(add, DEVICES, steps=5).ok

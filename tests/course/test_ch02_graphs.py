@@ -6,6 +6,7 @@ cells made; where a check could pass by accident, it is also run on a case where
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import re
@@ -22,7 +23,17 @@ from dpteach.graph.display import Drawing
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "notebooks" / "02_reading_autograd_graphs.ipynb"
-TAGS = ["walk", "walk-twice", "unreached", "copies", "before-after", "kept", "task1-intro"]
+TAGS = [
+    "walk",
+    "walk-twice",
+    "unreached",
+    "frozen",
+    "copies",
+    "leaves",
+    "before-after",
+    "kept",
+    "task1-intro",
+]
 DETAILS = re.compile(r"<details\b.*?</details>", re.S | re.I)
 
 
@@ -90,6 +101,24 @@ def test_unreached_lists_the_layer_the_loss_never_uses():
     assert lines[1].endswith("unreached: (original 2.weight, original 2.bias)")
 
 
+def _count(graph, kind: str) -> int:
+    return sum(line.lstrip(" │├└─") == kind for line in graph.text.splitlines())  # past the tree marks
+
+
+def test_the_frozen_weight_drops_out_of_the_count_and_takes_its_transpose_with_it():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
+    batch = torch.randn(8, 2)
+    whole = autograd_graph(model(batch).pow(2).mean(), module=model)
+    ns = {"model": model, "batch": batch}
+    assert run_cells(ns, "frozen").strip() == "unreached: ()"
+    frozen = ns["frozen"]
+    assert len(list(model.parameters())) == 4 and model[0].weight.requires_grad  # frozen for the cell only
+    assert whole.title.endswith("4 of 4 parameters") and frozen.title.endswith("3 of 3 parameters")
+    assert _count(whole, "TBackward0") == 2 and _count(frozen, "TBackward0") == 1  # 0.weight's is gone
+    assert "0.weight" in whole.text and "0.weight" not in frozen.text
+
+
 def test_the_copies_give_the_gradient_to_param_only_through_the_differentiable_one():
     ns = {}
     lines = run_cells(ns, "copies", "kept").splitlines()
@@ -124,3 +153,28 @@ def test_task_1_intro_keeps_reduce_add_and_member_fields_in_a_fold():
     assert "ReduceAdd" not in main and "member field" not in main
     assert "another GPU" in main  # the plain reason every slot after slot 0 owns its memory
     assert "ReduceAdd" in folds and "chapter 03" in folds and "chapter 04" in folds
+
+
+def _assigned(source: str) -> set[str]:
+    """The names a cell's top-level statements assign (``a = ...``, ``first, second = ...``)."""
+    names = set()
+    for node in ast.parse(source).body:
+        for target in getattr(node, "targets", []):
+            names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_exercise_1_names_its_tensors_afresh_and_its_check_passes_the_answer():
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    at = cells.index(_cell("leaves"))
+    earlier = set().union(*(_assigned(c.source) for c in cells[:at] if c.cell_type == "code"))
+    ns = {}
+    run_cells(ns, "leaves")
+    names = set(ns["your_answer"])
+    assert names and not names & earlier, f"{names & earlier} already named a tensor earlier in the chapter"
+    from dpteach.course import checks
+
+    truth = {k: ns[k].is_leaf for k in names}
+    assert checks.leaves(truth, {k: ns[k] for k in names}).ok
+    answer = next(c.source for c in cells[at:] if "<summary>Answer</summary>" in c.source)
+    assert all(f"`{k}`" in answer or f"{k}: {truth[k]}" in answer for k in names)  # the answer uses them
