@@ -243,7 +243,9 @@ def test_rewire_records_the_one_node_per_parameter_the_chapter_names():
     nodes = {}
     for strategy in ("clone", "rewire"):
         replicas = dpteach.replicate(model, ["cpu"] * 2, strategy=strategy)
-        held = [t for r in replicas for m in r.modules() for t in vars(m).values() if isinstance(t, torch.Tensor)]
+        held = [
+            t for r in replicas for m in r.modules() for t in vars(m).values() if isinstance(t, torch.Tensor)
+        ]
         held += [p for r in replicas for p in r.parameters()]
         nodes[strategy] = {t.grad_fn for t in held if t.grad_fn is not None}
     assert nodes["clone"] == set()  # fresh leaves: nothing recorded

@@ -604,7 +604,9 @@ def test_cost_times_are_shown_only_with_a_spread():
     few = StrategyCost("rewire", {}, (0.001,))
     assert "µs" not in few.shown() and "1 step in" in few.shown()  # one step: no median, no spread
     assert "the 0.05 s budget" in few.shown(0.05) and "budget_s=1 (cost_explorer, CostLab)" in few.shown(0.05)
-    assert "the 1 s budget" in few.shown(1.0) and "budget_s=4 (cost_explorer, CostLab)" in few.shown(1.0)  # always more
+    assert "the 1 s budget" in few.shown(1.0) and "budget_s=4 (cost_explorer, CostLab)" in few.shown(
+        1.0
+    )  # always more
     assert "budget_s=4 (cost_explorer" in few.shown(1.0)  # the call chapter 06's learner makes
     enough = StrategyCost("rewire", {}, (0.001, 0.002, 0.003, 0.004, 0.005)[:MIN_TIMED])
     assert "median of 5, middle half" in enough.shown()
