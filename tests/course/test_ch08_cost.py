@@ -224,7 +224,9 @@ def test_the_markdown_names_the_verdicts_the_sensitivity_cell_prints():
     assert gpt2[lead]["every"] == [] and gpt2[lead]["some"] == ["T4 n=8", "H200-SXM n=8"]
     text = markdown()
     assert "DDP's modelled lead passes 15% only on 8 T4s or 8 H200s, under some settings" in text
-    assert "On GPT-2 that lead shows only on 8 T4s or 8 H200s, under some pairs" in text  # the main path
+    main = NB.cells[NB.cells.index(TAGGED["sensitivity"]) + 1].source.split("<details>")[0]
+    assert "On the MLP that lead survives every guess; on GPT-2 it mostly does not" in " ".join(main.split())
+    assert "it shows only on 8 T4s or 8 H200s, under some pairs" in " ".join(main.split())
     assert "On the MLP DDP leads by over 15% under every pair" in text
     assert "whether DataParallel beats one A100 or H200 on the MLP, whether DDP beats one T4 on it" in text
     # with DDP charged the published gap (the sensitivity cell's 27 settings)
@@ -246,6 +248,19 @@ def test_the_markdown_names_the_verdicts_the_sensitivity_cell_prints():
         costmodel_step(scope["work"], gpu, n) for gpu in sensitivity.GPUS for n in (2, 4, 8)
     )  # "Those gaps ... are several times this MLP's whole modelled step"
     assert 3 * slowest < scope["gaps"][0]
+    # where the stress test's 27 settings and its overheads come from: the gap table's extremes
+    ms = [f"{g * 1e3:.1f} ms" for g in (scope["gaps"][0], scope["gaps"][-1])]
+    assert (
+        f"the smallest gap ({ms[0]}, ResNet-50 on 4 GPUs) or the largest ({ms[1]}, ResNet-101 on 8)" in text
+    )
+    assert "each with each of the 9 pairs: 27 settings" in text
+    from dpteach.measure import published
+
+    curves = published.curves(published.shipped())
+    where = {got - mod: (m.id, n) for m in curves for n, got, mod in published.overhead(m)}
+    assert where[min(where)] == ("ddp-benchmark-resnet50", 4)
+    assert where[max(where)] == ("ddp-benchmark-resnet101", 8)
+    assert sorted(where) == scope["gaps"]
     assert "are several times this MLP's whole modelled step" in text
 
 
