@@ -471,3 +471,17 @@ def test_the_engine_and_reducer_asides_say_what_the_sources_say():
     assert quoted.replace("`", "``") in doc and quoted in text
     assert "unless `gradient_as_bucket_view=True`" not in text
     assert "zero_grad(set_to_none=True)" in TAGGED["thread-table"].source  # the chapter calls it
+
+
+def test_the_timing_prose_names_the_work_the_two_slot_step_does_and_rests_no_verdict_on_a_time():
+    """On CPU slots the 2-slot step's extra work is deterministic (the thread table records its gather
+    and its sum); how much of the gap each part takes is a timing, so the prose states none."""
+    prose = " ".join(NB.cells[NB.cells.index(TAGGED["my-timing"]) - 1].source.split("<details>")[0].split())
+    assert "one core runs the whole 2-slot step, one job after another" in prose
+    assert "the replicate, two half-batch forwards and backwards, the gather and the sum" in prose
+    assert "cost of replicating" not in prose and "shows the cost" not in prose
+    scope, _ = run("thread-table")
+    if not scope["on_gpu"]:
+        names = [name for row in scope["recorded"].table().splitlines() for name in row.split(", ")]
+        assert any("GatherBackward" in n for n in names) and any("BroadcastBackward" in n for n in names)
+    assert scope["x"].shape[0] % 2 == 0  # two slots: two half batches
