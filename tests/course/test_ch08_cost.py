@@ -485,3 +485,24 @@ def test_the_timing_prose_names_the_work_the_two_slot_step_does_and_rests_no_ver
         names = [name for row in scope["recorded"].table().splitlines() for name in row.split(", ")]
         assert any("GatherBackward" in n for n in names) and any("BroadcastBackward" in n for n in names)
     assert scope["x"].shape[0] % 2 == 0  # two slots: two half batches
+
+
+def test_the_over_n_figure_says_why_h200s_gain_less_than_a100s_from_the_models_parts():
+    from dpteach.measure import costmodel
+
+    scope, _ = run("cost-table")
+    work, gpus = scope["work"], costmodel.GPUS
+    up = {
+        g: costmodel.predict(work, g, 1).total_s / costmodel.predict(work, g, 8, "DDP").total_s for g in gpus
+    }
+    fast = gpus["H200-SXM"].flops["fp32"] / gpus["A100-SXM"].flops["fp32"]
+    link = gpus["H200-SXM"].link_bw / gpus["A100-SXM"].link_bw
+    pred = costmodel.predict(work, "H200-SXM", 8, "DDP")
+    [backward] = [p for p in pred.parts if p.name == "backward" and p.lane == "GPU 0"]
+    assert pred.total_s - backward.end > pred.total_s / 2  # "the all-reduce after backward fills most"
+    after = NB.cells[NB.cells.index(TAGGED["over-n"]) + 1]
+    assert after.cell_type == "markdown"
+    flat = " ".join(after.source.split())
+    assert flat.startswith("Modelled, DDP gains less on 8 H200s")
+    assert f"8 H200s ({up['H200-SXM']:.1f}×) than on 8 A100s ({up['A100-SXM']:.1f}×)" in flat
+    assert f"the H200 computes {fast:.1f} times as fast, its link only {link:.1f} times" in flat
