@@ -337,7 +337,9 @@ def test_the_memory_the_model_ignores_is_the_shipped_count():
     assert f"{attention / 1e9:.1f} GB of it attention weights" in text
     without = 16 * (saved - attention) / 1e9  # 16 sequences, even with a fused attention kernel
     assert f"16 sequences ask for over {int(without)} GB" in text and without > 16
-    assert "more than a T4's 16 GB" in text and "a T4 has 16 GB of GDDR6" in text  # with its source
+    # the model pretends the 16 sequences fit on one GPU; the text says they would not, with its source
+    assert "at n = 1 it pretends one GPU holds all 16 sequences, which would not fit in a T4's 16 GB" in text
+    assert "a T4 has 16 GB of GDDR6" in text
 
 
 def test_the_bytes_sentence_states_what_gpu0_and_every_gpu_send_and_receive():
