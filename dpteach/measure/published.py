@@ -316,7 +316,8 @@ def pair_table(pair: list[Measurement]) -> str:
         f"{dp.model}, DataParallel and DDP, batch {per} (published)",
         f"  on {dp.hardware}",
         f"  source: {dp.citation}",
-        f"  {'':<14}{'measured s':>11}{'modelled s':>12}{'measured/modelled':>19}   per step on {n} GPUs",
+        f"  seconds per step on {n} GPUs:",
+        f"  {'':<14}{'measured s':>11}{'modelled s':>12}{'measured/modelled':>19}",
     ]
     for m in pair:
         [r] = compare(m)

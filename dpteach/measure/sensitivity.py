@@ -211,47 +211,42 @@ def summary(
     ddp_overhead_s=DDP_OVERHEAD_S,
     **kwargs,
 ) -> str:
-    """One verdict (by default the 15% lead) for each named workload, a row each: the profiles and n where
-    it holds under every pair of assumed constants, under some pairs only, and under none. The short form
-    of :func:`table`, whose ranges show how far each ratio moves. ``ddp_overhead_s``: seconds added to
-    every DDP step, a third axis (the settings are then triples, not pairs)."""
-    grid = len(thread_s) * len(efficiencies) * len(ddp_overhead_s)
-    kind, unit = ("pairs", "pair") if len(ddp_overhead_s) == 1 else ("settings", "setting")
-    places = len(gpus) * len(ns)
+    """One verdict (by default the 15% lead) for each named workload, a row each and a column per profile
+    and n: "all" where it holds under every pair of assumed constants, "some" under some pairs only,
+    "none" under none. The short form of :func:`table`, whose ranges show how far each ratio moves.
+    ``ddp_overhead_s``: seconds added to every DDP step, a third axis (the settings are then triples,
+    pairs x overheads, not pairs)."""
+    pairs = len(thread_s) * len(efficiencies)
+    grid = pairs * len(ddp_overhead_s)
+    unit = "pair" if len(ddp_overhead_s) == 1 else "setting"
+    words = {"every": "all", "some": "some", "none": "none"}
     rows = []
     for name, work in named.items():
         spreads = sensitivity(work, gpus, ns, thread_s, efficiencies, ddp_overhead_s, **kwargs)
         kinds = verdicts(spreads)[verdict]
-        cells = [name]
-        for key in ("every", "some", "none"):
-            got = kinds[key]
-            if not got:
-                cells.append("-")
-            elif len(got) == places:
-                cells.append("everywhere")
-            elif key != "some" and len(got) > places - len(got):  # the larger group, by what it is not
-                cells.append(f"the other {len(got)}")
-            else:
-                cells.append(_grouped(got))
-        rows.append(cells)
-    head = ["", f"under every {unit}", "under some only", "under none"]
-    widths = [max(len(r[i]) for r in [head, *rows]) + 3 for i in range(3)]
-
-    def line(cells):
-        return "  " + "".join(c.ljust(w) for c, w in zip(cells, widths)) + cells[3]
-
+        where = {place: words[key] for key, places in kinds.items() for place in places}
+        rows.append([name] + [where[f"{g} n={n}"] for g in gpus for n in ns])
+    first = max(len(r[0]) for r in rows) + 2
+    width = max(len(gpu) for gpu in gpus) + 2  # a profile's name spans its n columns
+    cell = max(5, -(-width // len(ns)))
+    gpu_line = " " * first + "".join(g.ljust(cell * len(ns)) for g in gpus)
+    n_line = " " * first + "".join(f"n={n}".ljust(cell) for _ in gpus for n in ns)
+    if len(ddp_overhead_s) == 1:
+        under = f"under each of {grid} assumed pairs of PYTHON_THREAD_S and EFFICIENCY"
+    else:
+        charged = ", ".join(f"{o * 1e3:.1f} ms" for o in ddp_overhead_s)
+        under = (
+            f"under {grid} assumed settings: the {pairs} pairs of PYTHON_THREAD_S and EFFICIENCY, each with "
+            f"DDP charged {{{charged}}} more"
+        )
     return "\n".join(
         [
             f"modelled: where {verdict}",
-            f"({', '.join(gpus)} at n = {', '.join(map(str, ns))}; under {grid} assumed {kind} of "
-            "PYTHON_THREAD_S and EFFICIENCY"
-            + (
-                f", DDP charged {{{', '.join(f'{o * 1e3:.1f} ms' for o in ddp_overhead_s)}}} more)"
-                if len(ddp_overhead_s) > 1
-                else ")"
-            ),
+            f"({under})",
             "",
-            line(head),
-            *map(line, rows),
+            gpu_line.rstrip(),
+            n_line.rstrip(),
+            *("".join([r[0].ljust(first), *(c.ljust(cell) for c in r[1:])]).rstrip() for r in rows),
+            f"(all: under every {unit}; some: under some {unit}s only; none: under no {unit})",
         ]
     )

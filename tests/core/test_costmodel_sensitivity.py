@@ -112,12 +112,13 @@ def test_the_summary_takes_ddp_overhead_as_a_third_axis_and_names_the_settings()
     small = dataclasses.replace(WORK, flops_fwd=1e9, flops_bwd=2e9)  # copies weigh: DDP leads by far
     args = {"gpus": ("A100-SXM",), "ns": (2, 4)}
     plain = sens.summary({"w": small}, **args)
-    assert "under 9 assumed pairs" in plain and "under every pair" in plain
-    assert plain.splitlines()[-1].split()[1:] == ["everywhere", "-", "-"]
+    assert "under each of 9 assumed pairs" in plain and "all: under every pair" in plain
+    assert plain.splitlines()[3:5] == ["   A100-SXM", "   n=2  n=4"]  # a column per profile and n
+    assert plain.splitlines()[-2].split() == ["w", "all", "all"]
     charged = sens.summary({"w": small}, **args, ddp_overhead_s=(0.0, 10.0))
-    assert "under 18 assumed settings" in charged and "DDP charged {0.0 ms, 10000.0 ms} more" in charged
-    assert "under every setting" in charged
+    assert "under 18 assumed settings: the 9 pairs" in charged
+    assert "DDP charged {0.0 ms, 10000.0 ms} more" in charged and "all: under every setting" in charged
     # 10 s more on every DDP step: the 15% lead now holds under the uncharged settings only
     kinds = sens.verdicts(sens.sensitivity(small, ddp_overhead_s=(0.0, 10.0), **args))
     assert kinds[sens.VERDICTS[1][0]]["some"] == ["A100-SXM n=2", "A100-SXM n=4"]
-    assert charged.splitlines()[-1].split()[1:] == ["-", "everywhere", "-"]
+    assert charged.splitlines()[-2].split() == ["w", "some", "some"]

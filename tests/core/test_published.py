@@ -79,6 +79,9 @@ def test_the_pair_is_the_guides_train_runtime_over_its_steps_beside_the_model():
     assert measured == pytest.approx(110.5948 / 101.9003)
     text = published.pair_table(pair)
     assert f"measured {measured:.3f}, modelled {modelled:.3f}" in text and "one run of each" in text
+    [head] = [line for line in text.splitlines() if "measured/modelled" in line]
+    assert head.rstrip().endswith("measured/modelled")  # every column heads numbers under it
+    assert "  seconds per step on 2 GPUs:" in text.splitlines()
     for m in pair:
         [r] = published.compare(m)
         assert f"{r.measured_s:>11.3f}{r.modelled_s:>12.3f}{r.ratio:>18.2f}x" in text

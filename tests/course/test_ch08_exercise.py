@@ -87,3 +87,12 @@ def test_the_string_hint_only_when_the_device_case_held():
     compares_string = str(exercises.check_copy_once(lambda t, d: t.to(d) if t.device != d else t.clone()))
     assert "torch.device(device)" in compares_string
     assert "hands back the tensor itself" not in compares_string, compares_string
+
+
+def test_the_task_is_framed_in_python_first_and_its_cpp_history_is_folded():
+    [intro] = [c for c in NOTEBOOK.cells if c.cell_type == "markdown" and "Task 6" in c.source]
+    main, deeper = intro.source.split("<details>", 1)
+    flat = " ".join(main.split())
+    assert "`clone()`, then `.to(device)`, is copied twice onto another device" in flat
+    assert "Cloneable" not in main and "#20" not in main  # C++ and the PRs: chapter 10's, folded here
+    assert "Cloneable::clone(device)" in deeper and "PR #20995" in deeper and "PR #20910" in deeper
