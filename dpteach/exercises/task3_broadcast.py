@@ -13,7 +13,7 @@ from torch.autograd import Function
 
 from ..replicate import broadcast as broadcast_strategy
 from ._feedback import Findings, Result, Task
-from ._harness import require_function, run_cases, run_check, try_step
+from ._harness import NotYet, require_function, run_cases, run_check, try_step
 from ._paths import nodes_behind
 
 TASK = Task(  # the registry finds this record by the file's name
@@ -84,28 +84,30 @@ def _from_partner(t: torch.Tensor, partner: type[Function]) -> bool:
     return any(name.startswith(partner.__name__) for name in nodes_behind(t, depth=3))
 
 
-def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
-    """Broadcast alone: two inputs on three slots, then a backward with create_graph=True."""
-    findings.context = "Trying Broadcast on two inputs and three slots (its backward runs ReduceAddCoalesced)"
+def _broadcast_two(broadcast):
+    """Broadcast.apply of two inputs on three CPU slots: ``(a, b, outputs, what is wrong with their order)``."""
     slots = [torch.device("cpu")] * 3
     a = torch.arange(6.0).view(2, 3).requires_grad_()
     b = torch.tensor([1.0, -1.0, 2.0, 0.5], requires_grad=True)
     out = broadcast.apply(slots, a, b)
     out = (out,) if isinstance(out, torch.Tensor) else tuple(out)
     if len(out) != 6:
-        findings.stop(
-            "layout",
-            f"Broadcast.apply(devices, a, b) on 3 slots returned {len(out)} tensors; it must "
-            "return 6: slot 0's a and b, then slot 1's, then slot 2's",
-        )
+        said = f"Broadcast.apply(devices, a, b) on 3 slots returned {len(out)} tensors; it must return 6"
+        return a, b, out, said + ": slot 0's a and b, then slot 1's, then slot 2's"
     for j in range(3):
         for k, (t, want) in enumerate(((out[2 * j], a), (out[2 * j + 1], b))):
             if not (isinstance(t, torch.Tensor) and torch.equal(t.detach(), want.detach())):
-                findings.stop(
-                    "layout",
-                    f"output {2 * j + k} of Broadcast.apply(devices, a, b) should be slot {j}'s "
-                    f"copy of {'ab'[k]}, but it is not (outputs go slot by slot)",
-                )
+                said = f"output {2 * j + k} of Broadcast.apply(devices, a, b) should be slot {j}'s copy"
+                return a, b, out, said + f" of {'ab'[k]}, but it is not (outputs go slot by slot)"
+    return a, b, out, None
+
+
+def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
+    """Broadcast alone: two inputs on three slots, then a backward with create_graph=True."""
+    findings.context = "Trying Broadcast on two inputs and three slots (its backward runs ReduceAddCoalesced)"
+    a, b, out, wrong = _broadcast_two(broadcast)
+    if wrong:
+        findings.stop("layout", wrong)
     weights = [torch.full_like(t, float(i + 1), requires_grad=True) for i, t in enumerate(out)]
     ga, gb = torch.autograd.grad([(t * w).sum() for t, w in zip(out, weights)], [a, b], create_graph=True)
     summed = torch.allclose(ga.detach(), torch.full_like(a, 1 + 3 + 5))  # a's copies got gradients 1, 3 and 5
@@ -188,5 +190,16 @@ def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=N
 
 
 def try_answer(broadcast, reduce_add_coalesced=None) -> str:
-    """One DataParallel step of ``"broadcast"`` with the learner's pair (``try_it("broadcast_pair", B, R)``)."""
+    """One DataParallel step of ``"broadcast"`` with the learner's pair (``try_it("broadcast_pair", B, R)``).
+
+    Outputs out of order would fail deep in a replica ("The expanded size of the tensor ..."): the
+    check's probe of their order says what is wrong first, as :class:`NotYet`."""
+    try:
+        wrong = _broadcast_two(broadcast)[3]
+    except NotImplementedError:
+        raise  # an untouched stub: try_it says which task
+    except Exception:  # the step below raises it again, from the learner's own code
+        wrong = None
+    if wrong:
+        raise NotYet(f"{wrong}. {HINTS['layout'][0]}")
     return try_step(broadcast_with(broadcast))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
@@ -231,6 +232,24 @@ def test_the_modelled_traffic_is_what_two_distinct_devices_copy():
     devices = ["cuda:0", "cpu"]  # two distinct devices, on a machine with one GPU
     meters, P, x, y = hvp_traffic(devices)
     assert [moved(m) for m in meters] == modelled_traffic(2, P, x, y)  # the chapter's model, measured
+
+
+def hv_over_step(passes):
+    """Bytes of H v (all three passes) over a normal step's (forward and first backward), as "1.67x"."""
+    totals = [sum(p.values()) for p in passes]
+    return f"{sum(totals) / sum(totals[:2]):.2f}x"
+
+
+def test_the_take_home_states_the_models_ratio_and_the_one_device_count():
+    meters, P, x, y = hvp_traffic(["cpu"] * 2)
+    measured, modelled = hv_over_step([m.by_op() for m in meters]), hv_over_step(modelled_traffic(2, P, x, y))
+    assert measured == "2.00x" and modelled != measured  # one device hides the input's scatter
+    nb = nbformat.read(ROOT / "notebooks" / "07_double_backward.ipynb", as_version=4)
+    cells = [" ".join(c.source.split()) for c in nb.cells if "hvp-ratio" in c.metadata.get("tags", [])]
+    assert len(cells) == 2  # the take-home and the Summary
+    for text in cells:
+        assert f"{modelled} for this model on 2 GPUs" in text, text
+    assert f"measured {measured}" in cells[0]
 
 
 class _PenaltyInside(torch.nn.Module):

@@ -270,11 +270,11 @@ def test_rewire_forward_returns_too_few_outputs():
 # --------------------------------------------------------------------------------------------
 
 
-def pair(broadcast_backward=None, reduce_forward=None, reduce_backward=None):
+def pair(broadcast_backward=None, reduce_forward=None, reduce_backward=None, broadcast_forward=None):
     """The solution's two classes, as a learner's cell defines them (each names the other), with one method swapped."""
 
     class Broadcast(Function):
-        forward = staticmethod(S.MyBroadcast.forward)
+        forward = staticmethod(broadcast_forward or S.MyBroadcast.forward)
 
         @staticmethod
         def backward(ctx, *grads):
@@ -351,6 +351,32 @@ def test_backward_of_plain_differentiable_ops_is_asked_for_the_partner(side):
 def test_reduce_that_forgets_the_other_slots():
     result = exercises.check_broadcast_pair(*pair(reduce_forward=first_slot_only))
     assert_fails_with(result, "broadcast_sum", "sum")  # both sides of the pair
+
+
+def input_by_input(ctx, devices, *inputs):
+    ctx.input_device, ctx.num_inputs = inputs[0].device, len(inputs)
+    per_slot = comm.broadcast_coalesced(inputs, devices)
+    return tuple(slot[k] for k in range(len(inputs)) for slot in per_slot)  # input-major: not slot by slot
+
+
+def test_broadcast_outputs_input_by_input_are_out_of_order():
+    result = exercises.check_broadcast_pair(*pair(broadcast_forward=input_by_input))
+    assert_fails_with(result, "layout")
+
+
+def test_try_it_says_the_broadcast_outputs_are_out_of_order(capsys):
+    exercises.try_it("broadcast_pair", *pair(broadcast_forward=input_by_input))  # no replica's traceback
+    out = capsys.readouterr().out
+    assert out.startswith("Not yet: output 1 of Broadcast.apply(devices, a, b) should be slot 0's copy of b")
+    assert "outputs go slot by slot: every input's copy on slot 0" in out  # what to change
+    assert "Change that line, then run this cell again." in out
+
+
+def test_try_it_runs_a_step_with_the_broadcast_outputs_in_order(capsys):
+    exercises.try_it("broadcast_pair", *pair())
+    assert capsys.readouterr().out.startswith(
+        "Tried it: one DataParallel step on 2 CPU slots ran without an error"
+    )
 
 
 def test_broadcast_pair_of_the_library_passes():
