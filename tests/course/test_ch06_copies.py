@@ -7,6 +7,7 @@ are found by their tags; the set-up cell is the chapter's first ``hide-input`` c
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import re
@@ -269,6 +270,15 @@ def test_the_meta_pair_shows_the_table_and_the_summary_on_any_machine():
     assert f"{n - 1}·(P + B)" in rows["broadcast"] and copies < tensors and "'pack'" in rows["broadcast"]
     summary = next(c.source for c in CELLS if c.source.startswith("## Summary"))
     assert "2N − 1" in summary and '"meta"' in summary
+    # broadcast copy by copy: the parameters, the float buffers, then the int64 counter alone, unpacked
+    model = scope["model"]
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    floats = sum(b.numel() * b.element_size() for b in model.buffers() if b.is_floating_point())
+    ints = sum(b.numel() * b.element_size() for b in model.buffers() if not b.is_floating_point())
+    listed = next(line for line in printed.splitlines() if line.startswith("broadcast, copy by copy:"))
+    sent = [(op, n) for op, n in ast.literal_eval(listed.split(":", 1)[1]) if op != "pack"]
+    assert sent == [("broadcast", params), ("broadcast", floats), ("broadcast", ints)] and ints == 8
+    assert "num_batches_tracked" in " ".join(c.source for c in CELLS if "dtype" in c.source)
 
 
 def test_the_explorer_text_names_the_model_it_steps():
