@@ -30,7 +30,7 @@ def test_a_cell_that_hangs_once_runs_again_in_a_new_kernel(tmp_path, capsys):
         "if not flag.exists():\n    flag.touch()\n    time.sleep(60)  # the first kernel stops answering\n"
         "print('second run')",
     )
-    nb, _ = execute(path, timeout=5)
+    nb, _ = execute(path, timeout=3)
     assert flag.exists()
     assert "second run" in nb.cells[0].outputs[0]["text"]
     assert "running it again in a new kernel" in capsys.readouterr().err
@@ -40,7 +40,7 @@ def test_a_cell_that_hangs_once_runs_again_in_a_new_kernel(tmp_path, capsys):
 def test_a_cell_that_always_hangs_fails(tmp_path):
     path = _notebook(tmp_path, "import time\ntime.sleep(60)")
     with pytest.raises(CellTimeoutError):
-        execute(path, timeout=3)
+        execute(path, timeout=2)
 
 
 @pytest.mark.slow
@@ -52,6 +52,6 @@ def test_a_run_past_its_wall_clock_runs_again_even_when_no_cell_timeout_fires(tm
         "if not flag.exists():\n    flag.touch()\n    time.sleep(60)\n"
         "print('second run')",
     )
-    nb, _ = execute(path, timeout=120, whole=15)  # the per-cell limit alone would wait 120 s
+    nb, _ = execute(path, timeout=120, whole=8)  # the per-cell limit alone would wait 120 s
     assert "second run" in nb.cells[0].outputs[0]["text"]
-    assert "ran 15 s; running it again" in capsys.readouterr().err
+    assert "ran 8 s; running it again" in capsys.readouterr().err
