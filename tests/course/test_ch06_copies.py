@@ -236,8 +236,8 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
 
 
 def test_rewire_records_the_one_node_per_parameter_the_chapter_names():
-    """Under the shares figure the chapter says what "rewire"'s replicate does beyond "clone"'s same
-    clones: one autograd node per parameter, whose outputs are the replicas' tensors."""
+    """Under the shares figure, in a Going-deeper block, the chapter says what "rewire"'s replicate does
+    beyond "clone"'s same clones: one autograd node per parameter, whose outputs are the replicas' tensors."""
     import dpteach
 
     model = make_model()
