@@ -835,7 +835,8 @@ class CountVerdict(Verdict):
     (the gathered pieces left out), ``"gather slot 0"`` (slot 0's piece left out); empty when the
     count is right or no slip explains it. ``hints``: the hints the message gave, one per slip.
     ``offers_answer``: the message says how to see the worked count (from the third failed try on);
-    ``shows_answer``: it gives that count (only when asked, ``show_answer=True``)."""
+    ``shows_answer``: it gives that count (only when asked, ``show_answer=True``). ``model_copy_bytes``
+    names its own slips (see there) and shows the answer from the third failed try on."""
 
     slips: tuple[str, ...] = ()
     hints: tuple[str, ...] = ()
@@ -973,6 +974,112 @@ def step_copies(
             "the check again with show_answer=True to see it here."
         )
     return CountVerdict(False, "\n".join(lines), slips=slips, hints=hints, offers_answer=offers)
+
+
+MODEL_COPY_OPS = ("broadcast", "clone", "to")  # the operations that copy the model; gather copies the output
+
+
+def _byte_slips(
+    strategy: str, copies: int, size: int, params: int, counters: int, elements: int, gathered: int
+) -> dict[int, tuple[str, ...]]:
+    """Every byte count one or two of the usual slips give for ``copies`` model copies of ``size`` bytes
+    (``params`` of them parameters, ``counters`` integer buffers), with the slips: the fewest win a tie."""
+    per_copy = [(size, ()), (params, ("buffers",)), (elements, ("elements",))]
+    if counters:  # BatchNorm's num_batches_tracked: int64, 8 bytes each
+        per_copy += [(size - counters, ("counter",)), (size - counters // 2, ("counter as 4 bytes",))]
+    wrong = copies + 1 if strategy == "broadcast" else copies - 1  # slot 0 counted the other way
+    found: dict[int, tuple[str, ...]] = {}
+    for k, slot in ((copies, ()), (wrong, ("slot 0",))):
+        for nbytes, part in per_copy:
+            for extra, gather in ((0, ()), (gathered, ("gather",))):
+                slips, count = slot + part + gather, k * nbytes + extra
+                if slips and len(slips) <= 2 and (count not in found or len(slips) < len(found[count])):
+                    found[count] = slips
+    return found
+
+
+def model_copy_bytes(
+    predicted: int | object,
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    devices: Sequence,
+    strategy: str = "broadcast",
+) -> Verdict:
+    """Exercise 2: the bytes of the model copies alone in one DataParallel step of ``model`` on ``x`` over
+    ``devices`` under ``strategy``, ``(N - 1)·(P + B)`` for ``"broadcast"``; the gathered output is not a
+    model copy. Counts them with ``costs.step_traffic`` on a copy of the model (its gradients and
+    BatchNorm statistics stay as they were), as the rows ``MODEL_COPY_OPS`` of ``by_op()``.
+
+    A wrong count is matched against the usual slips, one or two at a time (``CountVerdict.slips``):
+    ``"gather"`` (the gathered output counted in), ``"counter"`` (num_batches_tracked left out),
+    ``"counter as 4 bytes"``, ``"buffers"`` (all buffers left out), ``"slot 0"`` (slot 0 counted the
+    other way: N instead of N - 1 under ``"broadcast"``), ``"elements"`` (elements, not bytes). The
+    message says what to change for each slip found; the hints climb the ladder, the answer from the
+    third failed try on.
+    """
+    import copy
+
+    from ..measure import costs
+
+    name = f"ch06.model_copy_bytes.{strategy}.{len(devices)}"
+    if _unset(predicted):
+        return Verdict(
+            False, "Set predicted to your number of bytes, e.g. 1000000, then run this cell again."
+        )
+    if not _count(predicted):
+        return Verdict(False, f"Give a whole number of bytes, e.g. 1000000, not {predicted!r}.")
+    ops = costs.step_traffic(copy.deepcopy(model), x, list(devices), strategy).by_op()
+    truth, gathered = sum(ops.get(op, 0) for op in MODEL_COPY_OPS), ops.get("gather", 0)
+    size = costs.state_nbytes(model)
+    P, B = size["parameters"], size["buffers"]
+    counters = [(n, b) for n, b in model.named_buffers() if not b.is_floating_point()]
+    counter_bytes = sum(b.nbytes for _, b in counters)
+    elements = sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+    copies = truth // (P + B)  # model copies: N - 1 under "broadcast"; N, and a .to per other device, else
+    formula = f"{copies} model {'copy' if copies == 1 else 'copies'} × (P + B) = {copies}·({P:,} + {B:,})"
+    on_top = f"The gathered output, {gathered:,} bytes, comes on top: it is a copy of the result, not of the model."
+    guess = int(predicted)  # type: ignore[call-overload]
+    if guess == truth:
+        return _correct(name, f"{truth:,} bytes: {formula}. {on_top}")
+    counter = counters[0][0].rsplit(".", 1)[-1] if counters else "num_batches_tracked"  # BatchNorm's
+    said = {
+        "gather": f"you counted the gathered output in ({gathered:,} bytes): it copies the result, not the "
+        "model, so leave it out",
+        "counter": f"{counter} is a buffer too, and every model copy copies it: add its {counter_bytes:,} bytes",
+        "counter as 4 bytes": f"{counter} is an int64 counter, 8 bytes, not 4",
+        "buffers": "a model copy copies the buffers too (BatchNorm's running_mean, running_var and "
+        f"{counter}), not only the parameters: add B",
+        "slot 0": (
+            "under 'broadcast' slot 0's replica shares the model's storage, so it copies nothing: N - 1 "
+            "model copies, not N"
+            if strategy == "broadcast"
+            else f"under {strategy!r} slot 0's replica is a clone too: count it"
+        ),
+        "elements": "you counted elements; count bytes: 4 per float32, 8 per int64",
+    }
+    slips = _byte_slips(strategy, copies, P + B, P, counter_bytes, elements, gathered).get(guess, ())
+    if slips:
+        change = "; and ".join(said[s] for s in slips) + "."
+    else:
+        change = (
+            f"{guess:,} is too {'many' if guess > truth else 'few'}, and no usual slip gives it. Work it out "
+            "in three parts: P, then B, then how many slots get a model copy."
+        )
+    hints = [
+        "A model copy copies every tensor a replica needs, parameters and buffers, each at its dtype's size; "
+        "gather's copy of the output is not one.",
+        "P: each Linear's weight and bias and the BatchNorm's weight and bias, 4 bytes an element; B: the "
+        f"BatchNorm's buffers (model.named_buffers()), {counter} int64. "
+        + (
+            "Under 'broadcast' every slot but slot 0 gets a copy."
+            if strategy == "broadcast"
+            else f"Under {strategy!r} every slot gets a clone."
+        ),
+    ]
+    fail = _ladder(name, hints, f"{truth:,} bytes: {formula}. {on_top}")
+    found = fail(change, " + ".join(slips))
+    offers = _failures[name] >= TRIES_BEFORE_ANSWER
+    return CountVerdict(False, found.message, found.problem, slips=slips, shows_answer=offers)
 
 
 # ---------------------------------------------------------------- chapter 10 · the C++ original
