@@ -135,10 +135,27 @@ def test_a_diverging_run_is_said_and_drawn():
     assert not math.isfinite(lab.losses[-1])  # lr 1.5 is too large for the course model: the loss overflows
     assert "diverged" in lab.status()  # the status says why, instead of "gradients differ" (NaN != NaN)
     svg = decode_img(loss_curve(lab.losses, lab.reference_losses, lab.strategy, lab.steps))
-    xml.dom.minidom.parseString(svg)  # no "nan" coordinates: still a valid picture
-    assert (
-        "nan" not in svg.lower().replace("or nan", "") and "drawn on the top edge" in svg
-    )  # clipped, and said so
+    xml.dom.minidom.parseString(svg)  # still a valid picture
+    points = " ".join(re.findall(r'points="([^"]*)"', svg)).replace(",", " ").split()
+    assert all(math.isfinite(float(v)) for v in points)  # no "nan" or "inf" coordinates
+    assert "drawn on its top edge" in svg  # clipped, and said so
+
+
+def test_the_off_axis_note_names_the_steps_each_line_leaves_at():
+    """The red note says, per line, the first step above the axis, then where it turns inf and nan."""
+    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=60)
+    lab.run()
+    svg = decode_img(loss_curve(lab.losses, lab.reference_losses, lab.strategy, lab.steps))
+    notes = re.findall(r'<text class="off-axis"[^>]*>([^<]*)</text>', svg)
+    inf = next(i for i, v in enumerate(lab.losses) if math.isinf(v))
+    nan = next(i for i, v in enumerate(lab.losses) if math.isnan(v))
+    assert notes[0] == "off the axis, drawn on its top edge:"
+    # both runs go inf and nan at the same steps (their gap is rounding), so they share one line
+    assert notes[1:] == [f"both lines: above 0.8 from step 2, inf from {inf}, nan from {nan}"]
+    split = line_chart(
+        [("a", [1, 5, math.inf], "red", False), ("b", [1, 1, 1], "blue", True)], 2, "t", "x", "y", y_cap=2
+    )
+    assert re.findall(r'class="off-axis"[^>]*>([^<]*)<', split)[1:] == ["a: above 2 from step 1, inf from 2"]
 
 
 def test_graph_of_the_current_step_shows_the_bug_and_the_fix():
