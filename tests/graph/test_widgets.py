@@ -141,6 +141,23 @@ def test_a_diverging_run_is_said_and_drawn():
     assert "drawn on its top edge" in svg  # clipped, and said so
 
 
+def test_the_status_never_says_agree_alone_while_the_loss_blows_up():
+    """At the slider's 0.631 both runs blow up together, so their gradients agree: the status says that
+    and, first, that the loss is above its start; a run that learns (0.2) never gets the warning."""
+    warning = "the loss is above its start: the learning rate is too large"
+    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=28)  # 28 steps: the loss is still finite
+    while not lab.done:
+        lab.step()
+        status = lab.status()
+        assert lab.losses[-1] > lab.losses[0] and warning in status, status
+        assert status.index(warning) < status.index("gradient norms"), status  # said before the agreement
+    assert "diverged" in (lab.configure(steps=40), lab.run(), lab.status())[-1]  # inf, then nan: said too
+    calm = TrainingLab("rewire", slots=2, lr=0.2, steps=60)
+    while not calm.done:
+        calm.step()
+        assert warning not in calm.status() and "agree" in calm.status(), calm.status()
+
+
 def test_the_off_axis_note_names_the_steps_each_line_leaves_at():
     """The red note says, per line, the first step above the axis, then where it turns inf and nan."""
     lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=60)
