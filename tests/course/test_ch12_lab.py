@@ -8,6 +8,7 @@ stepper's summary counts the steps it shows; the explorer's texts follow the str
 
 from __future__ import annotations
 
+import ast
 import math
 from pathlib import Path
 
@@ -461,3 +462,18 @@ def test_the_exercise_cells_accept_the_answer(fresh_checks, tag, answer):
     scope = {"GradientFlow": GradientFlow, "checks": fresh_checks}  # as earlier cells left them
     exec("\n".join(body), scope)
     assert eval(last, scope).ok
+
+
+def test_the_chapter_imports_each_name_once():
+    """A name imported in an earlier cell is still there in a later one: importing it again only adds noise."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    seen: dict[str, int] = {}
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "code" or "remove-cell" in cell.metadata.get("tags", []):
+            continue  # the Colab set-up cell is the same in every chapter
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    name = alias.asname or alias.name
+                    assert name not in seen, f"cell {i} imports {name} again (cell {seen[name]} did)"
+                    seen[name] = i
