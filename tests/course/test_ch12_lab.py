@@ -89,6 +89,15 @@ def test_join_sentence_names_where_each_strategys_node_comes_from():
     assert broadcast and all("PR #20910" not in t and "Broadcast" in t for t in broadcast)
 
 
+@pytest.mark.parametrize("strategy", ["clone", "rewire", "broadcast"])
+def test_every_stepper_sentence_is_short(strategy):
+    """The stepper's status line is one sentence a learner reads at a glance (the numbers are in its table):
+    at most 25 words at every step, with up to the 4 slots its slider offers."""
+    for slots in range(1, 5):
+        for step in GradientFlow(strategy, slots=slots).steps:
+            assert len(step.text.split()) <= 25, (slots, step.text)
+
+
 def test_grad_table_header_follows_the_numbers():
     lab = TrainingLab("rewire", slots=2, lr=0.2, steps=5)
     assert "norm agrees with one device's" in grad_table(lab) and "ReduceAddBackward" in grad_table(lab)
