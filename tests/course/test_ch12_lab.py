@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -437,10 +438,18 @@ def test_exercise_3_check_passes_the_answer_and_names_each_mistake(fresh_checks)
         "averaged": lambda c, r: (_sum(c.replicas) / 2, r.model[0].weight.grad),
         "one replica": lambda c, r: (c.replicas[1][0].weight.grad, r.model[0].weight.grad),
         "wrong tensor": lambda c, r: (sum(x[0].bias.grad for x in c.replicas), r.model[0].bias.grad),
+        "wrong original": lambda c, r: (_sum(c.replicas), -r.model[0].weight.grad),
+        "wrong sum": lambda c, r: (_sum(c.replicas) * 3, r.model[0].weight.grad),
+        "not two tensors": lambda c, r: (_sum(c.replicas).tolist(), r.model[0].weight.grad),
+        "raised": lambda c, r: (_sum(c.replicas), r.model[7].weight.grad),
     }
+    # what to change, in the message's first line: a verb a learner acts on, and where
+    change = re.compile(r"\b(read|add|take|set|change|index|pick|move)\b", re.I)
     for problem, compare in mistakes.items():
         verdict = check(compare)
         assert not verdict.ok and verdict.problem == problem, (problem, verdict)
+        first = verdict.message.splitlines()[0]
+        assert change.search(first.split(":", 1)[1]), (problem, first)
     # summing the "rewire" replicas' own .grad reads non-leaves too, and PyTorch's warning is why
     assert check(lambda c, r: (_sum(r.replicas), r.model[0].weight.grad)).problem == "non-leaf grad"
     unset = check(lambda c, r: (..., ...))
