@@ -1341,7 +1341,7 @@ def _grad_read(err: BaseException | None, answer: object, caught: list) -> tuple
             "a grad is None",
         )
     if err is not None:
-        return f"compare raised {type(err).__name__}: {err}", "raised"
+        return f"compare raised {type(err).__name__}: {err}. Change the line that raised it.", "raised"
     return None
 
 
@@ -1374,7 +1374,12 @@ def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
         return _not_yet(name, found[0], hints, answer_text, found[1])
     two = isinstance(answer, tuple) and len(answer) == 2
     if not (two and all(isinstance(a, torch.Tensor) for a in answer)):  # type: ignore[union-attr]
-        return Verdict(False, "compare returns two tensors: `return summed, original`.", "not two tensors")
+        return Verdict(
+            False,
+            "compare must return two tensors: set summed and original to tensors and keep "
+            "`return summed, original`.",
+            "not two tensors",
+        )
     reference = rewire.model[0].weight.grad
     summed, original = (a.to(reference.device) for a in answer)  # type: ignore[union-attr]
     grads = [r[0].weight.grad.to(reference.device) for r in clone.replicas]
@@ -1389,13 +1394,21 @@ def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
             "wrong tensor",
         )
     if not torch.allclose(original, reference):
-        change, problem = "original is not the gradient of rewire's original 0.weight.", "wrong original"
+        change, problem = (
+            "original is not the gradient of rewire's original 0.weight: read the .grad of 0.weight in "
+            "rewire.model, the original model (not a replica).",
+            "wrong original",
+        )
     elif torch.allclose(summed, truth / len(grads)):
         change, problem = "summed is the replicas' mean: add their gradients up, do not divide.", "averaged"
     elif any(torch.allclose(summed, g) for g in grads):
         change, problem = "summed is one replica's gradient: add up every replica's.", "one replica"
     elif not torch.allclose(summed, truth):
-        change, problem = "summed is not the sum of the replicas' 0.weight gradients.", "wrong sum"
+        change, problem = (
+            "summed is not the replicas' 0.weight gradients added up: take 0.weight's .grad from every "
+            "replica in clone.replicas and add them.",
+            "wrong sum",
+        )
     else:
         gap = (summed - original).abs().max().item()
         return _correct(

@@ -60,6 +60,31 @@ def _frame(
     return out
 
 
+def off_axis(series: Sequence[tuple[str, Sequence[float], str, bool]], top: float, names=()) -> list[str]:
+    """One line per series that leaves the axis: the first step above ``top``, then the first inf and nan.
+
+    Series that leave it at the same steps share a line ("both lines: ..."); a series that stays on the
+    axis is not named. ``names``: what to call each series (its label where not given).
+    """
+    tests = {
+        f"above {_fmt(top)}": lambda v: math.isfinite(v) and v > top,
+        "inf": math.isinf,
+        "nan": math.isnan,
+    }
+    said: dict[str, list[str]] = {}
+    for k, (label, values, _, _) in enumerate(series):
+        firsts = {
+            what: next((i for i, v in enumerate(values) if is_(v)), None) for what, is_ in tests.items()
+        }
+        # in the order they first happen: a diverging loss passes the axis' top, then float32's (inf), then nan
+        found = sorted((i, what) for what, i in firsts.items() if i is not None)
+        if found:
+            (at, first), *rest = found
+            text = ", ".join([f"{first} from step {at}", *(f"{what} from {i}" for i, what in rest)])
+            said.setdefault(text, []).append(names[k] if k < len(names) else label)
+    return [f"{'both lines' if len(who) == 2 else ' and '.join(who)}: {text}" for text, who in said.items()]
+
+
 def line_chart(
     series: Sequence[tuple[str, Sequence[float], str, bool]],
     x_max: int,
@@ -69,11 +94,13 @@ def line_chart(
     width: int = 470,
     height: int = 270,
     y_cap: float | None = None,
+    names: Sequence[str] = (),
 ) -> str:
     """Lines ``(label, values, colour, dashed)`` over x = 0, 1, 2, ...; a dot marks each line's last value.
 
     ``y_cap``: the y axis ends there; larger values, infinities and NaNs (a diverging run) are drawn on
-    the top edge, and the chart says so.
+    the top edge, and a red note under the legend says from which step each line is (``off_axis``),
+    calling the lines by ``names`` (short names, one per series; the labels where not given).
     """
     finite = [x for _, v, _, _ in series for x in v if math.isfinite(x)]
     top = max(finite, default=1.0)
@@ -109,11 +136,13 @@ def line_chart(
             f'<line x1="{lx}" x2="{lx + 22}" y1="{ly - 4}" y2="{ly - 4}" stroke="{colour}" stroke-width="2"{dash}/>'
         )
         out.append(f'<text x="{lx + 27}" y="{ly}" font-size="10" {FONT}>{escape(label)}</text>')
-    if clipped:
-        out.append(
-            f'<text x="{width - RIGHT - 210}" y="{TOP + 12 + 15 * len(series)}" font-size="10" fill="#b71c1c" '
-            f"{FONT}>values above {_fmt(ticks[-1])} (or NaN) drawn on the top edge</text>"
-        )
+    if clipped:  # right-aligned on the plot's right edge, under the legend: every line of it fits inside
+        said = off_axis(series, ticks[-1], names)
+        for k, text in enumerate(["off the axis, drawn on its top edge:", *said]):
+            out.append(
+                f'<text class="off-axis" x="{width - RIGHT - 6}" y="{TOP + 12 + 15 * (len(series) + k)}" '
+                f'text-anchor="end" font-size="10" fill="#b71c1c" {FONT}>{escape(text)}</text>'
+            )
     out.append("</svg>")
     return "\n".join(out)
 

@@ -81,17 +81,11 @@ class FlowStep:
         return [(self.node, h.to) for h in self.handoffs]
 
 
-# Where each strategy's summing node comes from (read in /work/shared/seed-pr-20910.txt and torch/nn/parallel/)
+# Where each strategy's summing node comes from (read in /work/shared/seed-pr-20910.txt and torch/nn/parallel/):
+# short, since the stepper's status line ends with it. A torch.autograd.Function F's node is named FBackward.
 JOIN_CREDIT = {
-    "rewire": (
-        "the edge back to the original, one node per parameter, as PR #20910 added to C++ DataParallel, "
-        "where the node is called ReduceAdd (dpteach's rewire strategy builds it in Python with a function "
-        "ReduceAdd, whose node torch names ReduceAddBackward)"
-    ),
-    "broadcast": (
-        "the edge back to the original through dpteach's port of torch's Broadcast function "
-        "(torch/nn/parallel/_functions.py, which replicate.py uses; its backward is ReduceAddCoalesced)"
-    ),
+    "rewire": "the edge PR #20910 added (C++ calls the node ReduceAdd)",
+    "broadcast": "the edge Broadcast makes, as in torch/nn/parallel/_functions.py",
 }
 
 
@@ -133,7 +127,7 @@ class GradientFlow:
                 "output",
                 (),
                 (Handoff(first, self._label(first), Grad((), 1.0)),),
-                f"backward() starts at the loss: d loss / d loss = 1 goes to {self._label(first)}.",
+                f"backward() starts at the loss: its gradient, 1, goes to {self._label(first)}.",
             )
         ]
         sources = self._sources(handles.fns)
@@ -183,28 +177,21 @@ class GradientFlow:
         return self._label(nid)
 
     def _sentence(self, nid: str, got: tuple[Grad, ...], handoffs: tuple[Handoff, ...]) -> str:
+        """One short sentence on what the node does; the shapes and norms are in the stepper's table."""
         n, label = self.graph.nodes[nid], self._label(nid)
         if n.kind == "original":
-            return (
-                f"AccumulateGrad writes the .grad of {label} ({got[0]}): the end of this path, "
-                "and the gradient the optimizer reads."
-            )
+            return f"AccumulateGrad writes the .grad of {label}, the gradient SGD reads: this path ends here."
         if n.kind == "replica":
-            return (
-                f"AccumulateGrad writes the .grad of {label} ({got[0]}): a dead end. The replica is thrown away "
-                "after the step, and the original's .grad stays None (#19540)."
-            )
+            return f"AccumulateGrad writes the .grad of {label}: a dead end, thrown away with the replica (#19540)."
         if n.kind == "leaf":
-            return f"AccumulateGrad writes the .grad of {label} ({got[0]})."
+            return f"AccumulateGrad writes the .grad of {label}."
         into = ", ".join(dict.fromkeys(h.label for h in handoffs))  # module order, as the graph and the table
         if n.kind == "join":
-            return (
-                f"{label} receives {len(got)} gradients, one per replica parameter, and sums them into "
-                f"{into}: {JOIN_CREDIT.get(self.strategy, 'the edge back to the original')}."
-            )
-        return (
-            f"{label} runs: it received {', '.join(map(str, got))} and hands {len(handoffs)} gradient(s) on."
-        )
+            each = "replica" if len(handoffs) == 1 else "replica parameter"
+            credit = JOIN_CREDIT.get(self.strategy, "the edge back to the original")
+            return f"{label} sums {len(got)} gradients, one per {each}, into {into}: {credit}."
+        plural = "s" * (len(got) != 1)
+        return f"{label} receives {len(got)} gradient{plural} and hands on {len(handoffs)}."
 
     def __len__(self) -> int:
         return len(self.steps)

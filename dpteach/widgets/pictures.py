@@ -88,7 +88,8 @@ def loss_curve(losses, reference, strategy: str, steps: int) -> str:
         "SGD step",
         "training loss (MSE)",
         y_cap=3 * max(reference[0], losses[0]) if reference and losses else None,
-    )  # a diverging run stays readable
+        names=("one device", "DataParallel"),  # the red note's names for the lines of a diverging run
+    )
     return img(svg, f"loss curve under strategy {strategy}")
 
 

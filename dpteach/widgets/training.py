@@ -228,7 +228,8 @@ class TrainingLab:
         return story.Run("", list(self.losses)).learned
 
     def status(self) -> str:
-        """One line: the step, both losses, and what happened to the original's gradient."""
+        """One line: the step, both losses, a warning while the loss is above its start (or not finite),
+        and what happened to the original's gradient."""
         k, loss, ref = self.step_count, self.losses[-1], self.reference_losses[-1]
         line = f"step {k} of {self.steps} · loss {_number(loss)} · one device {_number(ref)}"
         if not (math.isfinite(loss) and math.isfinite(ref)):
@@ -236,6 +237,10 @@ class TrainingLab:
         rows = self.grad_rows()
         if any(r.original is None for r in rows):
             return f"{line} · the original's .grad is None: SGD skips every parameter"
+        # SGD on the whole data set: a loss above its start means the steps overshoot (the gradients can
+        # still agree: one device blows up alike)
+        if loss > self.losses[0]:
+            line = f"{line} · the loss is above its start: the learning rate is too large"
         # what it compares is each parameter's gradient norm (GradRow.matches), not the weights
         if all(r.matches for r in rows):
             return f"{line} · the original's gradient norms agree with one device's"

@@ -8,7 +8,9 @@ stepper's summary counts the steps it shows; the explorer's texts follow the str
 
 from __future__ import annotations
 
+import ast
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -86,6 +88,15 @@ def test_join_sentence_names_where_each_strategys_node_comes_from():
     broadcast = [s.text for s in GradientFlow("broadcast", slots=2).steps if s.kind == "join"]
     assert rewire and all("PR #20910" in t and "Broadcast" not in t for t in rewire)
     assert broadcast and all("PR #20910" not in t and "Broadcast" in t for t in broadcast)
+
+
+@pytest.mark.parametrize("strategy", ["clone", "rewire", "broadcast"])
+def test_every_stepper_sentence_is_short(strategy):
+    """The stepper's status line is one sentence a learner reads at a glance (the numbers are in its table):
+    at most 25 words at every step, with up to the 4 slots its slider offers."""
+    for slots in range(1, 5):
+        for step in GradientFlow(strategy, slots=slots).steps:
+            assert len(step.text.split()) <= 25, (slots, step.text)
 
 
 def test_grad_table_header_follows_the_numbers():
@@ -427,10 +438,18 @@ def test_exercise_3_check_passes_the_answer_and_names_each_mistake(fresh_checks)
         "averaged": lambda c, r: (_sum(c.replicas) / 2, r.model[0].weight.grad),
         "one replica": lambda c, r: (c.replicas[1][0].weight.grad, r.model[0].weight.grad),
         "wrong tensor": lambda c, r: (sum(x[0].bias.grad for x in c.replicas), r.model[0].bias.grad),
+        "wrong original": lambda c, r: (_sum(c.replicas), -r.model[0].weight.grad),
+        "wrong sum": lambda c, r: (_sum(c.replicas) * 3, r.model[0].weight.grad),
+        "not two tensors": lambda c, r: (_sum(c.replicas).tolist(), r.model[0].weight.grad),
+        "raised": lambda c, r: (_sum(c.replicas), r.model[7].weight.grad),
     }
+    # what to change, in the message's first line: a verb a learner acts on, and where
+    change = re.compile(r"\b(read|add|take|set|change|index|pick|move)\b", re.I)
     for problem, compare in mistakes.items():
         verdict = check(compare)
         assert not verdict.ok and verdict.problem == problem, (problem, verdict)
+        first = verdict.message.splitlines()[0]
+        assert change.search(first.split(":", 1)[1]), (problem, first)
     # summing the "rewire" replicas' own .grad reads non-leaves too, and PyTorch's warning is why
     assert check(lambda c, r: (_sum(r.replicas), r.model[0].weight.grad)).problem == "non-leaf grad"
     unset = check(lambda c, r: (..., ...))
@@ -461,3 +480,18 @@ def test_the_exercise_cells_accept_the_answer(fresh_checks, tag, answer):
     scope = {"GradientFlow": GradientFlow, "checks": fresh_checks}  # as earlier cells left them
     exec("\n".join(body), scope)
     assert eval(last, scope).ok
+
+
+def test_the_chapter_imports_each_name_once():
+    """A name imported in an earlier cell is still there in a later one: importing it again only adds noise."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    seen: dict[str, int] = {}
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "code" or "remove-cell" in cell.metadata.get("tags", []):
+            continue  # the Colab set-up cell is the same in every chapter
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    name = alias.asname or alias.name
+                    assert name not in seen, f"cell {i} imports {name} again (cell {seen[name]} did)"
+                    seen[name] = i

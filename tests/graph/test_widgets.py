@@ -135,10 +135,44 @@ def test_a_diverging_run_is_said_and_drawn():
     assert not math.isfinite(lab.losses[-1])  # lr 1.5 is too large for the course model: the loss overflows
     assert "diverged" in lab.status()  # the status says why, instead of "gradients differ" (NaN != NaN)
     svg = decode_img(loss_curve(lab.losses, lab.reference_losses, lab.strategy, lab.steps))
-    xml.dom.minidom.parseString(svg)  # no "nan" coordinates: still a valid picture
-    assert (
-        "nan" not in svg.lower().replace("or nan", "") and "drawn on the top edge" in svg
-    )  # clipped, and said so
+    xml.dom.minidom.parseString(svg)  # still a valid picture
+    points = " ".join(re.findall(r'points="([^"]*)"', svg)).replace(",", " ").split()
+    assert all(math.isfinite(float(v)) for v in points)  # no "nan" or "inf" coordinates
+    assert "drawn on its top edge" in svg  # clipped, and said so
+
+
+def test_the_status_never_says_agree_alone_while_the_loss_blows_up():
+    """At the slider's 0.631 both runs blow up together, so their gradients agree: the status says that
+    and, first, that the loss is above its start; a run that learns (0.2) never gets the warning."""
+    warning = "the loss is above its start: the learning rate is too large"
+    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=28)  # 28 steps: the loss is still finite
+    while not lab.done:
+        lab.step()
+        status = lab.status()
+        assert lab.losses[-1] > lab.losses[0] and warning in status, status
+        assert status.index(warning) < status.index("gradient norms"), status  # said before the agreement
+    assert "diverged" in (lab.configure(steps=40), lab.run(), lab.status())[-1]  # inf, then nan: said too
+    calm = TrainingLab("rewire", slots=2, lr=0.2, steps=60)
+    while not calm.done:
+        calm.step()
+        assert warning not in calm.status() and "agree" in calm.status(), calm.status()
+
+
+def test_the_off_axis_note_names_the_steps_each_line_leaves_at():
+    """The red note says, per line, the first step above the axis, then where it turns inf and nan."""
+    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=60)
+    lab.run()
+    svg = decode_img(loss_curve(lab.losses, lab.reference_losses, lab.strategy, lab.steps))
+    notes = re.findall(r'<text class="off-axis"[^>]*>([^<]*)</text>', svg)
+    inf = next(i for i, v in enumerate(lab.losses) if math.isinf(v))
+    nan = next(i for i, v in enumerate(lab.losses) if math.isnan(v))
+    assert notes[0] == "off the axis, drawn on its top edge:"
+    # both runs go inf and nan at the same steps (their gap is rounding), so they share one line
+    assert notes[1:] == [f"both lines: above 0.8 from step 2, inf from {inf}, nan from {nan}"]
+    split = line_chart(
+        [("a", [1, 5, math.inf], "red", False), ("b", [1, 1, 1], "blue", True)], 2, "t", "x", "y", y_cap=2
+    )
+    assert re.findall(r'class="off-axis"[^>]*>([^<]*)<', split)[1:] == ["a: above 2 from step 1, inf from 2"]
 
 
 def test_graph_of_the_current_step_shows_the_bug_and_the_fix():
