@@ -1,7 +1,8 @@
 """Chapter 10's cells: the hello-world extension comes first and runs, exercise 3 is a loop the learner
 fills in (and that passes with the chapter's own answer), and the chapter names the library's four moves.
 
-Cells are found by their tags. The compiled runs are skipped without a C++ compiler.
+One optimizer step moves the C++ original's weights only after the fix. Cells are found by their tags;
+the compiled runs are skipped without a C++ compiler.
 """
 
 from __future__ import annotations
@@ -154,3 +155,18 @@ def test_the_four_moves_are_the_librarys_wherever_the_chapter_lists_them():
 def test_the_base_class_rename_is_stated_with_its_pr():
     main_path = " ".join(DETAILS.sub("", c.source) for c in cells() if c.cell_type == "markdown")
     assert "`autograd::Function`" in main_path and "PR #23269" in main_path and "`Node`" in main_path
+
+
+def test_the_optimizer_step_moves_the_weights_only_after_the_fix():
+    needs_a_compiler()
+    scope = _chapter_scope()
+    model, x, devices = scope["model"], scope["x"], scope["devices"]
+    scope.update(
+        torch=torch, before=cpp.clone_step(model, x, devices), after=cpp.rewire_step(model, x, devices)
+    )
+    before, after = scope["before"], scope["after"]
+    printed = run(tagged("optimizer-step")[1], scope).splitlines()
+    assert printed[0].endswith("changed the weight: False")  # clone(): no .grad, so SGD skips the weight
+    assert printed[1].endswith("changed the weight: True")  # the fix: the weight takes the step
+    assert torch.equal(before.params["weight"], model.weight)  # the C++ original's own tensor, unmoved
+    assert torch.allclose(after.params["weight"], model.weight - 0.1 * after.grads["weight"])  # one SGD step
