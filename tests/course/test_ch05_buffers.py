@@ -467,3 +467,21 @@ def test_exercises_2_to_4_call_their_checks():
     for tag, call in calls.items():
         (cell,) = [c for c in _cells() if tag in c.metadata.get("tags", [])]
         assert cell.source.rstrip().splitlines()[-1] == call, tag  # the last line shows the verdict
+
+
+def test_line_panels_name_the_reference_line_in_every_legend():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpteach.course import plots
+
+    panels = {"left": {"a": [1.0, 2.0]}, "right": {"a": [2.0, 3.0]}}
+    fig = plots.line_panels(panels, {"a": "-"}, xlabel="x", ylabel="y", hline=3, hline_label="mean, 3")
+    for ax in fig.axes:  # the figure says what its grey line is
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "mean, 3"]
+    plt.close(fig)
+    bare = plots.line_panels(panels, {"a": "-"}, xlabel="x", ylabel="y", hline=3)
+    assert [t.get_text() for t in bare.axes[0].get_legend().get_texts()] == ["a"]  # unnamed: no entry
+    plt.close(bare)
