@@ -823,6 +823,263 @@ def counter_survives(cls: type | object, devices=("cpu", "cpu"), forwards: int =
     )
 
 
+def _reading(value: object) -> float | None:
+    """A number read off a run: an int or float, or a tensor or list of them (their mean); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        t = torch.as_tensor(value, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return t.mean().item() if t.numel() else None
+
+
+# Exercise 2's sorted batch: 16 rows, the first 8 of mean 6, the last 8 of mean 0, each of std 1, so
+# slot 0's batch mean on n slots, a mean of 16 / n rows, has std 1 / sqrt(16 / n).
+SORTED_ROWS, SORTED_HALVES = 16, (6.0, 0.0)
+# A std measured over 200 batches scatters by about 5% (1 / sqrt(2 * 199)); on 20 generator seeds each
+# feature's value fell within -17% and +10% of 1 / sqrt(16 / n), their mean within 5%. 25% either way
+# is five of those 5%, so a right measurement passes on any run.
+SPREAD_TOLERANCE = 0.25
+
+
+def slot0_noise(follows: float | object, spread: Mapping[int, object] | object) -> Verdict:
+    """Exercise 2: on four slots, the mean the right panel's ``"broadcast"`` line heads for (``follows``),
+    and the standard deviation of slot 0's batch mean of ``sorted_batch()``, measured on two slots and
+    on four (``spread = {2: ..., 4: ...}``; a float, or the tensor of the four features' values)."""
+    name = "ch05.slot0_noise"
+    if _unset(follows, spread) or (isinstance(spread, Mapping) and _unset(*spread.values())):
+        return Verdict(False, "Fill in `follows` and both values of `spread`, then run this cell again.")
+    heads, read = _reading(follows), {}
+    if isinstance(spread, Mapping) and set(spread) == {2, 4}:
+        read = {n: _reading(v) for n, v in spread.items()}
+    if heads is None or not read or None in read.values():
+        return Verdict(
+            False,
+            "`follows` is a number (the mean the line heads for) and `spread` a dict {2: ..., 4: ...} of "
+            f"two numbers, not {follows!r} and {spread!r}.",
+            "not an answer",
+        )
+    want = {n: (SORTED_ROWS / n) ** -0.5 for n in (2, 4)}
+    fail = _ladder(
+        name,
+        [
+            "scatter cuts each batch in order, so slot 0 gets its first rows; and a mean of k rows "
+            "scatters 1/√k as much as one row does.",
+            "With 4 slots slot 0 gets rows 0 to 3 of sorted_batch(). Measure the spread for n = 2 and 4 with "
+            "torch.stack([sorted_batch().chunk(n)[0].mean(0) for _ in range(200)]).std(0).",
+        ],
+        f"follows = 6, spread = {{2: {want[2]:.2f}, 4: {want[4]:.2f}}} (within {SPREAD_TOLERANCE:.0%}): "
+        "1/√8 and 1/√4, √2 more noise with half the rows.",
+    )
+    first, second = SORTED_HALVES
+    if abs(heads - first) > 0.5:
+        if abs(heads - (first + second) / 2) <= 0.5:
+            change, problem = "that is the whole data's mean, where one device heads.", "whole data"
+        elif abs(heads - second) <= 0.5:
+            change, problem = "that is the second half's mean, and slot 0 gets the first rows.", "second half"
+        else:
+            change, problem = f"no rows of sorted_batch() have mean {heads:g}.", "wrong mean"
+        return fail(
+            f"follows = {heads:g}: {change} Rerun the figure on 4 slots and read where the dashes head.",
+            problem,
+        )
+
+    def near(value: float, target: float, tolerance: float = SPREAD_TOLERANCE) -> bool:
+        return abs(value - target) <= tolerance * target
+
+    s2, s4 = read[2], read[4]
+    if near(s2, want[4]) and near(s4, want[2]) and s2 > s4:
+        return fail(
+            f"spread[2] = {s2:.3f} is larger than spread[4] = {s4:.3f}: you swapped them; fewer rows per "
+            "slot give the wider spread.",
+            "swapped",
+        )
+    if all(near(read[n], want[n]) for n in (2, 4)):
+        return _correct(
+            name,
+            f"slot 0's 4 rows all come from the first half, so the line still heads for 6; its batch mean "
+            f"scatters {s4 / s2:.2f} times as much on 4 slots as on 2 (√2 = 1.41): half the rows.",
+            "right",
+        )
+    slips = (  # what a slip in the measurement gives instead, on 2 and on 4 slots
+        ("variance", {n: w**2 for n, w in want.items()}, "those are variances (.var()): take .std(0)."),
+        (
+            "alike rows",
+            {n: 2 * w for n, w in want.items()},
+            "that is alike_batch()'s (rows of std 2): use sorted_batch().",
+        ),
+        (
+            "whole batch",
+            dict.fromkeys(want, SORTED_ROWS**-0.5),
+            "that is the whole batch's mean: take .chunk(n)[0] first.",
+        ),
+        (
+            "rows",
+            dict.fromkeys(want, 1.0),
+            "that is single rows' spread: average slot 0's rows, .mean(0), first.",
+        ),
+    )
+    for kind, target, change in slips:
+        if all(near(read[n], target[n], 0.15) for n in (2, 4)):
+            return fail(f"spread = {{2: {s2:.3f}, 4: {s4:.3f}}}: {change}", kind)
+    off = next(n for n in (2, 4) if not near(read[n], want[n]))
+    lo, hi = ((1 - SPREAD_TOLERANCE) * want[off], (1 + SPREAD_TOLERANCE) * want[off])
+    return fail(
+        f"spread[{off}] = {read[off]:.3f}, outside {lo:.2f} to {hi:.2f}, where 200 batches' measurement "
+        f"lands: take the std over 200 batches (or more) of sorted_batch().chunk({off})[0].mean(0).",
+        "off",
+    )
+
+
+def plain_average(
+    converges_to: float | object, reaches_model: set[int] | object, model: torch.nn.Module, devices: Sequence
+) -> Verdict:
+    """Exercise 3: after ``model[0].momentum = None`` and 200 ``"broadcast"`` forwards of ``alike_batch()``,
+    where ``running_mean`` heads (``converges_to``), and the slots whose ``num_batches_tracked += 1``
+    lands in the model (``reaches_model``, a set of slot numbers: the check finds them with data_ptr)."""
+    from ..replicate import replicate
+
+    name = "ch05.plain_average"
+    if _unset(converges_to, reaches_model):
+        return Verdict(False, "Fill in `converges_to` and `reaches_model`, then run this cell again.")
+    heads = _reading(converges_to)
+    slots = set(reaches_model) if isinstance(reaches_model, (set, frozenset, list, tuple)) else None
+    if heads is None or slots is None or not all(_count(s) for s in slots):
+        return Verdict(
+            False,
+            "`converges_to` is a number and `reaches_model` a set of slot numbers, e.g. {0, 1}, not "
+            f"{converges_to!r} and {reaches_model!r}.",
+            "not an answer",
+        )
+    bn = model[0] if isinstance(model, torch.nn.Sequential) and len(model) else None
+    if not isinstance(bn, torch.nn.modules.batchnorm._BatchNorm):
+        return Verdict(False, "Pass the model you ran, model = make_model(), as `model`.", "not the model")
+    fail = _ladder(
+        name,
+        [
+            "With momentum None each update weighs a batch by 1 / num_batches_tracked: a plain average "
+            "of what the model saw. Only an update in place, into storage the model shares, reaches it.",
+            "Print model[0].running_mean; then compare each replica's num_batches_tracked.data_ptr() "
+            "with the model's, for the replicas dpteach.replicate(model, devices) makes.",
+        ],
+        "converges_to = 3 (the mean of slot 0's batch means; alike_batch() has mean 3) and "
+        "reaches_model = {0}: only slot 0's replica shares the model's num_batches_tracked.",
+    )
+    counted = int(bn.num_batches_tracked.item())
+    if bn.momentum is not None:  # the run, not the answer, is off: it costs no hint
+        return Verdict(
+            False,
+            f"Not yet: model[0].momentum is {bn.momentum}: on a fresh model = make_model(), set "
+            "model[0].momentum = None, then run the 200 forwards and this cell again.",
+            "momentum",
+        )
+    if counted == 0:
+        return Verdict(
+            False,
+            "Not yet: model[0].num_batches_tracked is 0: run 200 forwards of alike_batch() through "
+            'dpteach.DataParallel(model, devices) (strategy "broadcast", the default), then this cell again.',
+            "not run",
+        )
+    mean, var = bn.running_mean.mean().item(), bn.running_var.mean().item()
+    if abs(heads - mean) > 0.3:
+        if abs(heads - var) <= 0.5:
+            change, problem = "that is running_var's value: read running_mean.", "variance"
+        elif abs(heads) <= 0.1:
+            change, problem = 'only "rewire" and "clone" leave it at 0; under "broadcast" it moves.', "zero"
+        else:
+            change, problem = "the model's running_mean says otherwise.", "wrong mean"
+        return fail(
+            f"converges_to = {heads:g}, the model's running_mean is about {mean:.2f}: {change}", problem
+        )
+    copies = replicate(model, list(devices), strategy="broadcast")
+    truth = {
+        i
+        for i, r in enumerate(copies)
+        if r[0].num_batches_tracked.data_ptr() == bn.num_batches_tracked.data_ptr()
+    }
+    if slots != truth:
+        every = set(range(len(copies)))
+        if slots == every:
+            change, problem = (
+                f"then num_batches_tracked would be {counted * len(copies)}, one per replica call; it is "
+                f"{counted}: the other slots add 1 to their own copies.",
+                "every slot",
+            )
+        elif not slots:
+            change, problem = "under \"broadcast\" slot 0's replica shares the model's buffers.", "no slot"
+        else:
+            change, problem = "slot 0's replica is the one that shares the model's buffers.", "wrong slots"
+        return fail(f"reaches_model = {sorted(slots)}: {change}", problem)
+    return _correct(
+        name,
+        f"running_mean is the plain average of the {counted} batch means slot 0 saw, about {mean:.2f}; and "
+        f"num_batches_tracked is {counted}, one per step: only slot 0's `+= 1` is in place into the model's "
+        "own tensor, so the weights 1 / num_batches_tracked count steps, not replica calls.",
+        "right",
+    )
+
+
+def spectral_norm_survives(changes: Mapping[str, object] | object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 4: does the model's ``weight_u`` change after one training-mode ``DataParallel`` forward
+    of a ``spectral_norm``-wrapped ``nn.Linear``? ``changes = {"broadcast": ..., "clone": ...}``; the
+    check runs both and compares."""
+    from ..data_parallel import DataParallel
+
+    name = "ch05.spectral_norm_survives"
+    strategies = ("broadcast", "clone")
+    if _unset(changes) or (isinstance(changes, Mapping) and _unset(*changes.values())):
+        return Verdict(False, "Set both values of `changes` to True or False, then run this cell again.")
+    if not (isinstance(changes, Mapping) and all(isinstance(changes.get(s), bool) for s in strategies)):
+        return Verdict(
+            False,
+            f'`changes` is {{"broadcast": True or False, "clone": True or False}}, not {changes!r}.',
+            "not an answer",
+        )
+    truth = {}
+    with torch.random.fork_rng(devices=[]):  # the learner's random state stays as it was
+        torch.manual_seed(0)
+        for strategy in strategies:
+            layer = torch.nn.utils.spectral_norm(torch.nn.Linear(4, 3)).to(devices[0])
+            before = layer.weight_u.clone()
+            DataParallel(layer, list(devices), strategy=strategy)(torch.randn(8, 4).to(devices[0]))
+            truth[strategy] = not torch.equal(before, layer.weight_u)
+    wrong = [s for s in strategies if changes[s] != truth[s]]  # type: ignore[index]
+    if not wrong:
+        return _correct(
+            name,
+            "spectral_norm's power iteration writes weight_u in place (F.normalize(..., out=u)), so under "
+            "\"broadcast\" slot 0's update lands in the model's own buffer (PR #12671 made it so, for issue "
+            '#11476); "clone" copies every buffer for every slot, and the update is lost.',
+            "right",
+        )
+    said = {
+        "broadcast": "under \"broadcast\" slot 0's replica shares the model's weight_u, and the update is "
+        "in place, so it changes",
+        "clone": 'under "clone" every slot gets a copy of weight_u, slot 0 included, so the model\'s stays '
+        "as it was",
+    }
+    problem = "both" if len(wrong) == 2 else f"{wrong[0]} wrong"
+    return _ladder(
+        name,
+        [
+            "A buffer update survives DataParallel only when it is written in place into storage the "
+            "model shares: which slots share, under each strategy?",
+            "Keep before = layer.weight_u.clone(), run one training-mode forward under each strategy, "
+            "then torch.equal(before, layer.weight_u).",
+        ],
+        'changes = {"broadcast": True, "clone": False}.',
+    )(
+        "; and ".join(said[s] for s in wrong)
+        + ". Change "
+        + ", ".join(f'changes["{s}"]' for s in wrong)
+        + ".",
+        problem,
+    )
+
+
 # ---------------------------------------------------------------- chapter 06 · the cost of copies
 
 

@@ -51,13 +51,15 @@ def line_panels(
     xlabel: str,
     ylabel: str,
     hline: float | None = None,
+    hline_label: str | None = None,
     figsize: tuple[float, float] = (10, 3.6),
     **plot_kwargs,
 ):
     """One panel per title in ``panels`` (title -> series), side by side on one y axis, each drawn by ``lines``.
 
     A name keeps its colour in every panel (colours go to names in the order they first appear);
-    ``hline`` draws a thin grey reference line in each. Returns the matplotlib figure.
+    ``hline`` draws a thin grey reference line in each, named ``hline_label`` in the legends when given.
+    Returns the matplotlib figure.
     """
     import matplotlib.pyplot as plt
 
@@ -67,7 +69,7 @@ def line_panels(
     for ax, (title, series) in zip(axes[0], panels.items()):
         lines(ax, series, styles, colours, **plot_kwargs)
         if hline is not None:
-            ax.axhline(hline, color="grey", lw=0.8)
+            ax.axhline(hline, color="grey", lw=0.8, label=hline_label)
         ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
         ax.legend(fontsize=8)
     fig.tight_layout()

@@ -330,3 +330,158 @@ def test_exercise_2_restores_the_set_up_devices():
     restore = re.search(r"devices = (dpteach\.\w+\(\))", setup).group(0)
     (exercises,) = [c.source for c in _cells() if c.source.startswith("## Exercises")]
     assert 'devices = ["cpu"] * 4' in exercises and restore in exercises
+
+
+# --- exercises 2 to 4: their checks ----------------------------------------------------------
+
+
+def _spread(generator, n, batches=200):
+    """Exercise 2's measurement, as its hint writes it: the std of slot 0's batch mean on n slots."""
+    return torch.stack([sorted_batch(generator).chunk(n)[0].mean(0) for _ in range(batches)]).std(0)
+
+
+def test_exercise_2_check_accepts_a_right_measurement_on_any_seed():
+    from dpteach.course import checks
+
+    for seed in range(20):  # the learner's generator is wherever the chapter left it: any seed
+        generator = torch.Generator().manual_seed(seed)
+        spread = {n: _spread(generator, n) for n in (2, 4)}
+        assert checks.slot0_noise(6, spread).ok, (seed, spread)  # the four features' values
+        one = {n: s[seed % 4].item() for n, s in spread.items()}
+        assert checks.slot0_noise(5.8, one).ok, (seed, one)  # one feature's, and 6 read off the figure
+
+
+@pytest.mark.parametrize(
+    "follows, spread, problem",
+    [
+        (3, {2: 0.35, 4: 0.5}, "whole data"),
+        (0, {2: 0.35, 4: 0.5}, "second half"),
+        (6, {2: 0.5, 4: 0.35}, "swapped"),
+        (6, {2: 0.125, 4: 0.25}, "variance"),
+        (6, {2: 0.71, 4: 1.0}, "alike rows"),
+        (6, {2: 0.25, 4: 0.25}, "whole batch"),
+        (6, {2: 1.0, 4: 1.0}, "rows"),
+        (6, {2: 0.35, 4: 0.8}, "off"),
+        ("first half", {2: 0.35, 4: 0.5}, "not an answer"),
+        (6, [0.35, 0.5], "not an answer"),
+    ],
+)
+def test_exercise_2_check_names_the_slip(follows, spread, problem):
+    from dpteach.course import checks
+
+    checks.reset()
+    verdict = checks.slot0_noise(follows, spread)
+    assert not verdict.ok and verdict.problem == problem
+
+
+def test_exercise_2_check_gives_the_answer_only_from_the_third_try():
+    from dpteach.course import checks
+
+    checks.reset()
+    tries = [checks.slot0_noise(3, {2: 0.35, 4: 0.5}) for _ in range(3)]
+    labels = [t.message.splitlines()[-1].split(":")[0] for t in tries]
+    assert labels == ["Hint 1 of 2", "Hint 2 of 2", "The answer"]
+    assert "range(200)" not in tries[0].message  # the first hint names the idea, not the code
+    assert checks.slot0_noise(..., {2: 0.35, 4: 0.5}).problem == ""  # an unset answer costs no hint
+
+
+def _momentum_none_run(devices=("cpu", "cpu"), steps=200):
+    """Exercise 3 as its text says: a fresh model, momentum None, 200 "broadcast" forwards."""
+    generator = torch.Generator().manual_seed(0)
+    model = make_model()
+    model[0].momentum = None
+    net = dpteach.DataParallel(model, list(devices))
+    for _ in range(steps):
+        net(batch(generator))
+    return model
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+def test_exercise_3_check_accepts_the_worked_answer(slots):
+    from dpteach.course import checks
+
+    model = _momentum_none_run(["cpu"] * slots)
+    assert checks.plain_average(3, {0}, model, ["cpu"] * slots).ok
+    assert checks.plain_average(model[0].running_mean, [0], model, ["cpu"] * slots).ok  # the tensor read off
+
+
+@pytest.mark.parametrize(
+    "converges_to, reaches_model, problem",
+    [
+        (3, {0, 1}, "every slot"),  # one count per replica call
+        (3, set(), "no slot"),
+        (3, {1}, "wrong slots"),
+        (4, {0}, "variance"),
+        (0, {0}, "zero"),
+        (6, {0}, "wrong mean"),
+        ("three", {0}, "not an answer"),
+    ],
+)
+def test_exercise_3_check_names_the_slip(converges_to, reaches_model, problem):
+    from dpteach.course import checks
+
+    checks.reset()
+    verdict = checks.plain_average(converges_to, reaches_model, _momentum_none_run(), ["cpu"] * 2)
+    assert not verdict.ok and verdict.problem == problem
+
+
+def test_exercise_3_check_says_when_the_run_was_not_the_exercises():
+    from dpteach.course import checks
+
+    checks.reset()
+    with_momentum = make_model()
+    dpteach.DataParallel(with_momentum, ["cpu"] * 2)(batch(torch.Generator().manual_seed(0)))
+    assert checks.plain_average(3, {0}, with_momentum, ["cpu"] * 2).problem == "momentum"
+    fresh = make_model()
+    fresh[0].momentum = None
+    assert checks.plain_average(3, {0}, fresh, ["cpu"] * 2).problem == "not run"  # no forward yet
+    clone = make_model()
+    clone[0].momentum = None
+    dpteach.DataParallel(clone, ["cpu"] * 2, strategy="clone")(batch(torch.Generator().manual_seed(0)))
+    assert checks.plain_average(3, {0}, clone, ["cpu"] * 2).problem == "not run"  # nothing reached it
+
+
+def test_exercise_4_check_runs_spectral_norm_under_both_strategies():
+    from dpteach.course import checks
+
+    checks.reset()
+    assert checks.spectral_norm_survives({"broadcast": True, "clone": False}).ok
+    found = {
+        (b, c): checks.spectral_norm_survives({"broadcast": b, "clone": c}).problem
+        for b, c in [(False, True), (True, True), (False, False)]
+    }
+    assert found == {(False, True): "both", (True, True): "clone wrong", (False, False): "broadcast wrong"}
+    assert checks.spectral_norm_survives({"broadcast": "yes", "clone": False}).problem == "not an answer"
+    state = torch.random.get_rng_state()
+    checks.spectral_norm_survives({"broadcast": True, "clone": False})
+    assert torch.equal(state, torch.random.get_rng_state())  # the learner's random numbers are untouched
+
+
+def test_exercises_2_to_4_call_their_checks():
+    """Each check cell, found by its tag, calls its helper with the answer names the cell sets."""
+    calls = {
+        "ex2-check": "checks.slot0_noise(follows, spread)",
+        "ex3-check": "checks.plain_average(converges_to, reaches_model, model, devices)",
+        "ex4-check": "checks.spectral_norm_survives(changes, devices)",
+    }
+    for tag, call in calls.items():
+        (cell,) = [c for c in _cells() if tag in c.metadata.get("tags", [])]
+        assert cell.source.rstrip().splitlines()[-1] == call, tag  # the last line shows the verdict
+
+
+def test_line_panels_name_the_reference_line_in_every_legend():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpteach.course import plots
+
+    panels = {"left": {"a": [1.0, 2.0]}, "right": {"a": [2.0, 3.0]}}
+    fig = plots.line_panels(panels, {"a": "-"}, xlabel="x", ylabel="y", hline=3, hline_label="mean, 3")
+    for ax in fig.axes:  # the figure says what its grey line is
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "mean, 3"]
+    plt.close(fig)
+    bare = plots.line_panels(panels, {"a": "-"}, xlabel="x", ylabel="y", hline=3)
+    assert [t.get_text() for t in bare.axes[0].get_legend().get_texts()] == ["a"]  # unnamed: no entry
+    plt.close(bare)
