@@ -249,9 +249,30 @@ def test_the_markdown_names_the_verdicts_the_sensitivity_cell_prints():
     text = markdown()
     assert "DDP's modelled lead passes 15% only on 8 T4s or 8 H200s, under some settings" in text
     main = " ".join(TAGGED["verdict"].source.split("<details>")[0].split())
-    assert "On the MLP DDP's lead survives every guess; on GPT-2 compute decides" in main
+    assert "On the MLP DDP's lead survives every guess, even a thread start of 0" in main
+    assert "model copies and gradient sums alone keep it over 15% behind. On GPT-2 compute decides" in main
     table = verdict_table()
-    assert "| DDP ahead by over 15%, the course MLP | every GPU and n | — | yes, under all 9 |" in table
+    assert (
+        "| DDP ahead by over 15%, the course MLP | every GPU and n | — | yes, under all 9, even with no thread "
+        "cost |" in table
+    )
+    # with no thread cost at all, the 15% lead holds on the MLP everywhere ...
+    free = sensitivity.verdicts(sensitivity.sensitivity(scope["work"], thread_s=(0.0,)))[lead]
+    assert not free["some"] and not free["none"]
+    folded_scope, _, shown = folded_tables()
+    assert sensitivity.summary(folded_scope["both"], thread_s=(0.0,)) in str(shown)  # shown in the fold
+    # ... even with DataParallel's scatter and gather taken off too: the copies and the sums suffice
+    from dpteach.measure import costmodel
+
+    for gpu in sensitivity.GPUS:
+        for n in (2, 4, 8):
+            for e in sensitivity.EFFICIENCIES:
+                dp, ddp = (
+                    costmodel.predict(scope["work"], gpu, n, k, thread_s=0.0, efficiency=e)
+                    for k in costmodel.STRATEGIES
+                )
+                moved = sum(p.seconds for p in dp.parts if p.name in ("scatter", "gather", "scatter grad"))
+                assert dp.total_s - moved > 1.15 * ddp.total_s, (gpu, n, e)
     assert "| DDP ahead by over 15%, GPT-2 | 8 T4s or 8 H200s only | — | under some only |" in table
     assert "whether DataParallel beats one A100 or H200 on the MLP, whether DDP beats one T4 on it" in text
     # with DDP charged the published gap (the sensitivity cell's 27 settings)
