@@ -77,25 +77,25 @@ def test_each_wrong_answer_gets_its_sentence(answer, phrase):
     assert not result.passed and phrase in str(result), str(result)
 
 
-def test_to_then_clone_is_told_which_copy_to_drop():
-    """`.to(d).clone()` copies twice onto another device too, but the clone comes second: "do not
-    `clone()` first" would not say what to change, so its own steps say to drop the clone after `.to`."""
+def test_a_clone_before_or_after_to_is_told_what_to_drop():
+    """`.to(d).clone()` copies twice onto another device, as `.clone().to(d)` does, but its clone comes
+    second: the hint must say what to change in either order, not "do not `clone()` first"."""
     from dpteach.exercises import _feedback
 
-    _feedback.forget_failures()
-    answer = lambda t, d: t.detach().to(d).clone()  # noqa: E731
-    first, second = (str(exercises.check_copy_once(answer)) for _ in range(2))
-    _feedback.forget_failures()
-    assert (
-        "from cpu to meta: 2 copies (_to_copy, clone) where one does; `_to_copy` is the copy `.to` makes"
-        in first
-    )
-    assert "(step 1 of 2) one copy is enough" in first and "first" not in first.split("Hint:")[1]
-    assert "the `clone()` after it makes a second: drop the `clone()`" in second
-    assert "its `copy` argument" in second and "do not `clone()` first" not in second
-    clone_then_to = str(exercises.check_copy_once(lambda t, d: t.detach().clone().to(d)))
-    _feedback.forget_failures()
-    assert "clone()` after it" not in clone_then_to  # the other order keeps the "twice" steps
+    for answer, listed in (
+        (lambda t, d: t.detach().to(d).clone(), "_to_copy, clone"),
+        (lambda t, d: t.detach().clone().to(d), "clone, _to_copy"),
+    ):
+        _feedback.forget_failures()
+        first, second = (str(exercises.check_copy_once(answer)) for _ in range(2))
+        _feedback.forget_failures()
+        assert (
+            f"from cpu to meta: 2 copies ({listed}) where one does; `_to_copy` is the copy `.to` makes"
+            in first
+        )
+        assert "(step 1 of 2) one copy is enough" in first
+        assert "a `clone()` before or after it is a second copy: drop the `clone()`" in second
+        assert "its `copy` argument" in second and "first" not in second.split("Hint:")[1]
 
 
 def test_the_string_hint_only_when_the_device_case_held():
