@@ -27,7 +27,9 @@ TASK = Task(  # the registry finds this record by the file's name
 HINTS = {
     "twice": (
         "one copy is enough, onto any device: keep the one operation that puts the tensor on `device`.",
-        "`.to(device)` already copies when `device` is another device: do not `clone()` first.",
+        "`.to(device)` already copies onto another device, so a `clone()` before or after it is a second copy: "
+        "drop the `clone()`, and have `.to` copy on the tensor's own device too (`help(torch.Tensor.to)`: "
+        "its `copy` argument).",
     ),
     "shared": "on the tensor's own device `.to(device)` hands back the tensor itself (no copy): `clone()` there.",
     "device": "make the copy on `device`, whatever device the tensor starts on: `.to(device)` moves it.",
@@ -67,7 +69,9 @@ def _one(
     elif out.device != dst:
         found = "device", f"{where}: the copy is on {out.device}"
     elif len(counter.copies) > 1:
-        found = "twice", f"{where}: {len(counter.copies)} copies ({', '.join(counter.copies)}) where one does"
+        note = "; `_to_copy` is the copy `.to` makes" if "_to_copy" in counter.copies else ""
+        ops = ", ".join(counter.copies)
+        found = "twice", f"{where}: {len(counter.copies)} copies ({ops}) where one does{note}"
     elif not counter.copies or (dst.type != "meta" and out.data_ptr() == source.data_ptr()):
         kind = "string" if isinstance(given, str) and as_device_ok else "shared"
         found = kind, f"{where}: no copy was made, so the replica would share the original's memory"

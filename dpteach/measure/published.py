@@ -68,6 +68,9 @@ class Measurement:
     pair: str | None = None
     # what the source's figure is, in a few words (published.json "figure")
     figure: str = ""
+    # machine and source in a line, for tables (published.json "in_short"); ``hardware`` and ``citation``
+    # keep the whole provenance
+    in_short: str = ""
 
     def profile_at(self, n: int) -> GPU:
         """The GPU profile the model runs at ``n``: with the links of its ring's slowest hop, where read."""
@@ -97,7 +100,9 @@ def _workload(shipped: dict | str) -> Workload:
 def _published(data: dict, path: Path) -> list[Measurement]:
     out = []
     for m in data["measurements"]:
-        missing = [k for k in ("citation", "hardware", "gpu", "points", "workload") if not m.get(k)]
+        missing = [
+            k for k in ("citation", "hardware", "in_short", "gpu", "points", "workload") if not m.get(k)
+        ]
         if missing:
             raise ValueError(f"{path}: measurement {m.get('id', '?')} lacks {', '.join(missing)}")
         if m["gpu"] not in GPUS:
@@ -118,6 +123,7 @@ def _published(data: dict, path: Path) -> list[Measurement]:
                 ring_links=tuple((int(n), k) for n, k in m.get("ring_links", {}).items()) or None,
                 pair=m.get("pair"),
                 figure=m.get("figure", ""),
+                in_short=m["in_short"],
             )
         )
     return out
@@ -268,7 +274,7 @@ def table(m: Measurement) -> str:
     """A measurement and the model's prediction, per n, with measured / modelled."""
     who = "ours" if m.ours else "published"
     per = f"{m.batch} per GPU" if m.scaling == "weak" else f"{m.batch} in all"
-    lines = [f"{m.model}, {m.strategy}, batch {per} ({who})", f"  on {m.hardware}", f"  source: {m.citation}"]
+    lines = [f"{m.model}, {m.strategy}, batch {per} ({who})", *_provenance(m)]
     if m.ring_links:
         lines.append(f"  {_links(m)}")
     width = max(len(m.n_label(n)) for n, _ in m.points)
@@ -284,6 +290,13 @@ def table(m: Measurement) -> str:
             "over the plain step (the model adds nothing at n = 1)"
         )
     return "\n".join(lines)
+
+
+def _provenance(m: Measurement) -> list[str]:
+    """Where ``m`` ran and who says so: one short line where the data file gives one, else the whole of it."""
+    if m.in_short:
+        return [f"  on {m.in_short} (the full citation: {PUBLISHED.name}, {m.id})"]
+    return [f"  on {m.hardware}", f"  source: {m.citation}"]
 
 
 def _links(m: Measurement) -> str:
@@ -314,8 +327,7 @@ def pair_table(pair: list[Measurement]) -> str:
     [(n, _)] = dp.points
     lines = [
         f"{dp.model}, DataParallel and DDP, batch {per} (published)",
-        f"  on {dp.hardware}",
-        f"  source: {dp.citation}",
+        *_provenance(dp),
         f"  seconds per step on {n} GPUs:",
         f"  {'':<14}{'measured s':>11}{'modelled s':>12}{'measured/modelled':>19}",
     ]

@@ -12,6 +12,8 @@
 * ``label(env)``: where a run was measured, in words. Results measured on GPU machines are loaded by
   ``dpteach.measure.published``, beside the cost model.
 * ``draw(mine)``: step time and speed-up against n, the learner's own.
+* ``draw_rounds(times)`` and ``against_plain(times)``: every timed step as a dot, and each gap between
+  medians set against the spread, so no verdict rests on a gap the machine's noise could make.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ __all__ = [
     "table",
     "label",
     "draw",
+    "step_label",
+    "draw_rounds",
+    "against_plain",
 ]
 
 DATA = Path(__file__).with_name("data")  # GPU profiles and measurements, shipped in the wheel
@@ -231,3 +236,46 @@ def draw(mine: dict, title: str = ""):
     right.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig
+
+
+def step_label(key: str) -> str:
+    """A step's name from ``steps`` in words: ``"dpteach 2 (cuda:0-1)"`` -> ``"dpteach, 2 slots (cuda:0-1)"``."""
+    kind, _, rest = key.partition(" ")
+    n, _, where = rest.partition(" ")
+    return f"{kind}, {n} slot{'s' * (n != '1')} {where}".strip() if rest else "plain step"
+
+
+def draw_rounds(times: dict[str, Timing], ax=None):
+    """Every timed step of ``times`` (from ``timer.time_in_turns``) as a dot, one column per step's name,
+    and each median as a red line: the dots' spread is the machine's noise, which a gap must beat."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3))
+    for i, t in enumerate(times.values()):
+        ax.plot([i] * len(t.samples), [s * 1e3 for s in t.samples], "o", color="#2b83ba", alpha=0.4)
+        ax.plot([i - 0.25, i + 0.25], [t.median * 1e3] * 2, color="#d7191c", lw=2)
+    ax.set_xticks(range(len(times)), [step_label(k) for k in times], fontsize=8)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("ms per step")
+    rounds = len(next(iter(times.values())).samples)
+    ax.set_title(f"your steps, {rounds} rounds each (dots: every step; red: the median)", fontsize=9)
+    return ax.figure
+
+
+def against_plain(times: dict[str, Timing]) -> str:
+    """Each step's median minus the plain step's, and whether it beats the spread: a gap counts only when
+    the two middle halves (quartiles) do not overlap; otherwise it says nothing."""
+    plain = times["plain"]
+    (a, b) = plain.quartiles
+    lines = []
+    for name, t in times.items():
+        if name == "plain":
+            continue
+        (c, d) = t.quartiles
+        verdict = "larger than the spread" if b < c or d < a else "inside the spread: it says nothing"
+        lines.append(
+            f"{step_label(name)} - plain step: {(t.median - plain.median) * 1e3:+.1f} ms between medians; "
+            f"middle halves {a * 1e3:.0f}-{b * 1e3:.0f} and {c * 1e3:.0f}-{d * 1e3:.0f} ms: {verdict}"
+        )
+    return "\n".join(lines)

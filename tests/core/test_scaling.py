@@ -74,3 +74,32 @@ def test_the_table_has_a_row_per_slot_count_and_a_dash_where_torch_did_not_run()
     rows = scaling.table(s).splitlines()
     assert len(rows) == 2 + len(s["slots"]) and "40.00" in rows[1]  # header, plain step, one row per n
     assert rows[-1].split()[-3:] == ["16.00", "-", "2.50x"]  # 4 GPUs: dpteach's ms, no torch run, 40 / 16
+
+
+def test_draw_rounds_draws_every_step_and_against_plain_sets_each_gap_against_the_spread():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from dpteach.measure.timer import Timing
+
+    times = {
+        "plain": Timing([0.010, 0.011, 0.012, 0.013]),
+        "dpteach 1": Timing([0.0105, 0.0115, 0.0125, 0.0135]),  # overlaps the plain step's middle half
+        "dpteach 2": Timing([0.030, 0.031, 0.032, 0.033]),  # well clear of it
+    }
+    fig = scaling.draw_rounds(times)
+    [ax] = fig.axes
+    dots = [line for line in ax.get_lines() if line.get_linestyle() == "None"]
+    assert [len(line.get_xdata()) for line in dots] == [4, 4, 4]  # a dot for every timed step
+    medians = [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() != "None"]
+    assert medians == pytest.approx([t.median * 1e3 for t in times.values()])  # the red lines
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "plain step",
+        "dpteach, 1 slot",
+        "dpteach, 2 slots",
+    ]
+    one, two = scaling.against_plain(times).splitlines()
+    assert one.startswith("dpteach, 1 slot - plain step: +0.5 ms") and one.endswith("it says nothing")
+    assert two.startswith("dpteach, 2 slots - plain step: +20.0 ms") and two.endswith(
+        "larger than the spread"
+    )

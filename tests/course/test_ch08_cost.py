@@ -72,21 +72,25 @@ def test_the_thread_table_puts_every_cpu_backward_node_on_the_caller_thread():
     assert printed == again  # the same on every run
 
 
+def folded_tables() -> tuple[dict, str, object]:
+    """Run the cells up to the verdict's evidence: the scope, what they printed, the folded tables."""
+    scope, printed = run("cost-table", "large-model", "published", "sensitivity")
+    return scope, printed, eval(TAGGED["sensitivity"].source.splitlines()[-1], scope)  # the cell's value
+
+
 def test_the_cost_cells_print_the_same_twice_and_say_modelled():
-    tags = ("cost-table", "large-model", "published", "sensitivity")
-    _, first = run(*tags)
-    _, second = run(*tags)
-    assert first == second
-    assert "modelled ms per step" in first and "measured/modelled" in first
-    # the main path prints one short result: where DDP's modelled lead passes 15%, for both models
-    assert "modelled: where DDP's step is over 15% shorter than DataParallel's" in first
-    assert "modelled under 9 assumed pairs" not in first  # the full ranges are folded, not printed
-    scope, _ = run("cost-table", "large-model", "published", "sensitivity")
-    shown = eval(TAGGED["sensitivity"].source.splitlines()[-1], scope)  # the cell's value, folded
+    _, first, shown = folded_tables()
+    _, second, again = folded_tables()
+    assert first == second and str(shown) == str(again)
+    assert "modelled ms per step" in first
+    # the main path prints the cost tables; the evidence behind the verdict is folded, not printed
+    assert "measured/modelled" not in first and "measured/modelled" in str(shown)
+    assert "modelled: where DDP's step is over 15% shorter than DataParallel's" in str(shown)
+    assert "modelled under 9 assumed pairs" not in first
     assert str(shown).count("modelled under 9 assumed pairs") == 2  # the MLP's ranges and GPT-2's
     # the stress test, folded: two verdicts under 27 settings, not two more tables of ranges
     assert str(shown).count("under 27 assumed settings") == 2 and "modelled under 27" not in str(shown)
-    assert shown._repr_html_().startswith("<details><summary>Going deeper: the ranges behind it")
+    assert shown._repr_html_().startswith("<details><summary>Going deeper: every table behind the verdict")
     scope, _ = run("cost-table", "timeline")
     titles = [ax.get_title() for ax in scope["fig"].axes]
     assert all("modelled, A100-SXM" in t for t in titles) and len(titles) == 2
@@ -99,29 +103,47 @@ def test_the_cost_cells_print_the_same_twice_and_say_modelled():
     assert "thread start (74% of the step, 100 µs each, assumed)" in legend
 
 
-def test_the_markdown_names_the_misses_the_published_cell_prints():
+def verdict_table() -> str:
+    """The verdict's table, one space between tokens: the section's one table on the main path."""
+    main = TAGGED["verdict"].source.split("<details>")[0]
+    return " ".join(line for line in main.split("\n") if line.startswith("|"))
+
+
+def test_the_verdict_table_states_the_misses_the_folded_tables_print():
     from dpteach.measure import published
 
     shipped = [m for m in published.shipped() if not m.ours]
     rows = {m.id: published.compare(m) for m in shipped}
     r50, r101 = rows["ddp-benchmark-resnet50"], rows["ddp-benchmark-resnet101"]
     [dp], [ddp] = rows["hf-gpt2-dataparallel"], rows["hf-gpt2-ddp"]
-    text = markdown()
+    table, text = verdict_table(), markdown()
+    assert table.count("\n") == 0 and TAGGED["verdict"].source.split("<details>")[0].count("\n|") == 7
+    # a step's time: every plain step and the pair's two steps, measured over modelled
+    steps = [r50[0].ratio, r101[0].ratio, dp.ratio, ddp.ratio]
+    modelled = [r50[0].modelled_s, r101[0].modelled_s, dp.modelled_s, ddp.modelled_s]
+    measured = [r50[0].measured_s, r101[0].measured_s, dp.measured_s, ddp.measured_s]
     assert (
-        f"measured over modelled is {r50[0].ratio:.2f} and {r101[0].ratio:.2f} at n = 1 on the ResNets, "
-        f"{dp.ratio:.2f} and {ddp.ratio:.2f} on the TITAN RTX's whole Trainer steps" in text
+        f"| {min(modelled) * 1e3:.0f} to {max(modelled) * 1e3:.0f} ms | {min(measured) * 1e3:.0f} to "
+        f"{max(measured) * 1e3:.0f} ms: {min(steps):.2f} to {max(steps):.2f} × modelled |" in table
     )
-    # "Trust absolute times to about a quarter": every point, either way, within 25%, and some past 15%
+    # "trust it to a quarter": every point, either way, within 25%, and some past 15%
     misses = [max(r.ratio, 1 / r.ratio) - 1 for rs in rows.values() for r in rs]
-    assert max(misses) <= 0.25 < 0.15 + max(misses) and "Trust absolute times to about a quarter" in text
+    assert max(misses) <= 0.25 < 0.15 + max(misses) and "trust it to a quarter" in table
     curves = published.curves(shipped)
     one = [round(100 * (m.ddp_one_gpu_s / dict(m.points)[1] - 1)) for m in curves]
-    assert f"On one GPU DDP adds {one[0]}% (ResNet-50) and {one[1]}% (ResNet-101)" in text
-    # DDP's overhead over the plain step, n = 2 to 8: the share the model accounts for, without and with latency
+    assert f"on one GPU DDP adds {one[0]}% (ResNet-50) and {one[1]}% (ResNet-101)" in text
+    # DDP's overhead over the plain step, n = 2 to 8: measured, modelled, and the share the model accounts for
+    gaps = [(got, mod) for m in curves for _, got, mod in published.overhead(m)]
+    got, mod = [g for g, _ in gaps], [m for _, m in gaps]
+    assert (
+        f"| {min(mod) * 1e3:.1f} to {max(mod) * 1e3:.1f} ms | {min(got) * 1e3:.0f} to {max(got) * 1e3:.0f} ms |"
+        in table
+    )
     shares = [100 * mod / got for m in curves for _, got, mod in published.overhead(m)]
     with_latency = [100 * mod / got for m in curves for _, got, mod in published.overhead(m, latency=True)]
     span = f"{min(shares):.0f}% to {max(shares):.0f}%"
     span_latency = f"{min(with_latency):.0f}% to {max(with_latency):.0f}%"
+    assert f"| no: the model accounts for {span} of it |" in table
     assert f"the model accounts for {span} of it ({span_latency} with NCCL's latency" in text
     summary = text[text.index("## Summary") : text.index("## Exercises")]
     assert f"accounts for {span} of DDP's own overhead ({span_latency} with latency)" in summary
@@ -136,22 +158,28 @@ def test_the_markdown_names_the_misses_the_published_cell_prints():
         for e in (0.3, 0.5, 0.7)
     ]
     assert (
-        f"The model puts DataParallel's step {100 * (modelled - 1):.0f}% over DDP's, the guide's one run of "
-        f"each {100 * (measured - 1):.1f}%, above the model's range under all 9 pairs below" in text
+        f"| {100 * (modelled - 1):.0f}% longer | {100 * (measured - 1):.1f}% longer | "
+        "DDP ahead under all 9, by less than measured |" in table
     )
-    assert max(grid) < measured
+    assert 1 < min(grid) and max(grid) < measured
     miss = measured / modelled - 1
     assert f"On the TITAN RTX that ratio missed by {100 * miss:.0f}%" in text and 3 * miss < 0.15
 
 
-def test_the_overhead_cell_prints_before_and_after_beside_the_figure():
-    scope, printed = run("published", "overhead-gap")
-    assert "modelled without and with NCCL's latency model" in printed and "->" in printed
-    tags = [c.metadata.get("tags", []) for c in NB.cells]
-    at = next(i for i, t in enumerate(tags) if "overhead-gap" in t)
-    assert "published" in tags[at - 2] and "Where the model misses" in NB.cells[at - 1].source
-    _, again = run("published", "overhead-gap")
-    assert printed == again
+def test_the_section_shows_the_figure_then_folds_its_tables_then_gives_the_verdict():
+    from dpteach.measure import published
+
+    at = NB.cells.index(TAGGED["published"])
+    assert "checked" in NB.cells[at - 1].metadata.get("tags", [])  # the section's heading and sources
+    assert NB.cells[at + 1] is TAGGED["sensitivity"] and NB.cells[at + 2] is TAGGED["verdict"]
+    assert NB.cells[at - 1].source.startswith("## Checked against published runs")
+    _, printed, shown = folded_tables()
+    shipped = published.shipped()
+    assert published.gap_table(shipped) in str(shown)  # DDP's overhead, without and with latency
+    assert "modelled without and with NCCL's latency model" in str(shown) and "->" in str(shown)
+    # at most two Going-deeper blocks in the section's prose
+    prose = NB.cells[at - 1].source + TAGGED["verdict"].source
+    assert prose.count("<details>") == 2
 
 
 def test_the_learners_thread_start_is_labelled_theirs_and_its_effect_printed():
@@ -172,7 +200,8 @@ def markdown() -> str:
 def test_every_published_measurement_is_drawn_beside_its_prediction_with_its_ratio():
     from dpteach.measure import published
 
-    scope, printed = run("published")
+    scope, _, shown = folded_tables()
+    printed = str(shown)  # the tables, folded under the figure
     labels = [line.get_label() for line in scope["ax"].get_lines()]
     for m in published.curves(published.shipped()):
         rows = published.compare(m)
@@ -224,10 +253,32 @@ def test_the_markdown_names_the_verdicts_the_sensitivity_cell_prints():
     assert gpt2[lead]["every"] == [] and gpt2[lead]["some"] == ["T4 n=8", "H200-SXM n=8"]
     text = markdown()
     assert "DDP's modelled lead passes 15% only on 8 T4s or 8 H200s, under some settings" in text
-    main = NB.cells[NB.cells.index(TAGGED["sensitivity"]) + 1].source.split("<details>")[0]
-    assert "On the MLP that lead survives every guess; on GPT-2 it mostly does not" in " ".join(main.split())
-    assert "it shows only on 8 T4s or 8 H200s, under some pairs" in " ".join(main.split())
-    assert "On the MLP DDP leads by over 15% under every pair" in text
+    main = " ".join(TAGGED["verdict"].source.split("<details>")[0].split())
+    assert "On the MLP DDP's lead survives every guess, even a thread start of 0" in main
+    assert "model copies and gradient sums alone keep it over 15% behind. On GPT-2 compute decides" in main
+    table = verdict_table()
+    assert (
+        "| DDP ahead by over 15%, the course MLP | every GPU and n | — | yes, under all 9, even with no thread "
+        "cost |" in table
+    )
+    # with no thread cost at all, the 15% lead holds on the MLP everywhere ...
+    free = sensitivity.verdicts(sensitivity.sensitivity(scope["work"], thread_s=(0.0,)))[lead]
+    assert not free["some"] and not free["none"]
+    folded_scope, _, shown = folded_tables()
+    assert sensitivity.summary(folded_scope["both"], thread_s=(0.0,)) in str(shown)  # shown in the fold
+    # ... even with DataParallel's scatter and gather taken off too: the copies and the sums suffice
+    from dpteach.measure import costmodel
+
+    for gpu in sensitivity.GPUS:
+        for n in (2, 4, 8):
+            for e in sensitivity.EFFICIENCIES:
+                dp, ddp = (
+                    costmodel.predict(scope["work"], gpu, n, k, thread_s=0.0, efficiency=e)
+                    for k in costmodel.STRATEGIES
+                )
+                moved = sum(p.seconds for p in dp.parts if p.name in ("scatter", "gather", "scatter grad"))
+                assert dp.total_s - moved > 1.15 * ddp.total_s, (gpu, n, e)
+    assert "| DDP ahead by over 15%, GPT-2 | 8 T4s or 8 H200s only | — | under some only |" in table
     assert "whether DataParallel beats one A100 or H200 on the MLP, whether DDP beats one T4 on it" in text
     # with DDP charged the published gap (the sensitivity cell's 27 settings)
     scope, _ = run("cost-table", "large-model", "published", "sensitivity")
@@ -283,7 +334,7 @@ def test_the_bf16_answer_states_the_ranges_the_call_prints():
 
 
 def test_the_published_cell_labels_its_plain_step_no_ddp():
-    _, printed = run("published")
+    printed = str(folded_tables()[2])
     rows = [line for line in printed.splitlines() if line.strip().startswith("1 (no DDP)")]
     assert len(rows) == 2  # ResNet-50's and ResNet-101's n = 1 rows: the README's "no ddp" step
 
@@ -291,7 +342,7 @@ def test_the_published_cell_labels_its_plain_step_no_ddp():
 def test_the_published_pair_of_dataparallel_and_ddp_is_shipped_and_its_set_up_quoted_with_its_source():
     from dpteach.measure import published
 
-    section = TAGGED["left-out"].source
+    section = TAGGED["verdict"].source
     flat = " ".join(section.split())
     assert "docs/source/en/perf_train_gpu_many.md" in flat and "huggingface/transformers" in flat
     # the guide's train_runtime values, 110.5948 s, 101.9003 s and 131.4367 s, to one decimal
@@ -306,9 +357,10 @@ def test_the_published_pair_of_dataparallel_and_ddp_is_shipped_and_its_set_up_qu
     for source in ("docs/source/notes/cuda.rst", "torch/nn/parallel/data_parallel.py"):
         assert source in flat
     measured, modelled = published.pair_ratio(pair)
-    assert "The pair above puts DataParallel further behind DDP than the model does" in flat
+    assert "The pair puts DataParallel further behind DDP than the model does" in flat
     # one run of each cannot pin that gap on DataParallel's costs: the model misses most of DDP's own too
-    assert section.startswith("## What the model leaves out\n") and "weighs on" not in section
+    assert "<summary>Going deeper: what the model leaves out, and the sources</summary>" in section
+    assert "weighs on" not in section
     assert "the model also misses most of DDP's own overhead" in flat
     assert "output from each GPU is sent to GPU 0 to compute the loss" in flat  # the guide, quoted
     assert measured > modelled > 1
@@ -436,14 +488,13 @@ def test_the_opening_says_both_halves_are_checked_and_the_host_process_does_the_
 
 
 def test_the_timing_cell_names_its_steps_and_the_gpu_cells_say_what_a_gpu_shows():
-    import ast
     import types
 
-    tree = ast.parse(TAGGED["my-timing"].source)
-    [named] = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "named"]
-    scope: dict = {}
-    exec(compile(ast.Module([named], []), "<named>", "exec"), scope)
-    assert [scope["named"](k) for k in ("plain", "dpteach 1", "dpteach 2", "torch 2 (cuda:0-1)")] == [
+    from dpteach.measure import scaling
+
+    assert "scaling.draw_rounds(times)" in TAGGED["my-timing"].source  # the plotting lives in the library
+    assert len(TAGGED["my-timing"].source.splitlines()) <= 8
+    assert [scaling.step_label(k) for k in ("plain", "dpteach 1", "dpteach 2", "torch 2 (cuda:0-1)")] == [
         "plain step", "dpteach, 1 slot", "dpteach, 2 slots", "torch, 2 slots (cuda:0-1)",
     ]  # fmt: skip
     out = io.StringIO()

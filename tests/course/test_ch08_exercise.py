@@ -77,6 +77,27 @@ def test_each_wrong_answer_gets_its_sentence(answer, phrase):
     assert not result.passed and phrase in str(result), str(result)
 
 
+def test_a_clone_before_or_after_to_is_told_what_to_drop():
+    """`.to(d).clone()` copies twice onto another device, as `.clone().to(d)` does, but its clone comes
+    second: the hint must say what to change in either order, not "do not `clone()` first"."""
+    from dpteach.exercises import _feedback
+
+    for answer, listed in (
+        (lambda t, d: t.detach().to(d).clone(), "_to_copy, clone"),
+        (lambda t, d: t.detach().clone().to(d), "clone, _to_copy"),
+    ):
+        _feedback.forget_failures()
+        first, second = (str(exercises.check_copy_once(answer)) for _ in range(2))
+        _feedback.forget_failures()
+        assert (
+            f"from cpu to meta: 2 copies ({listed}) where one does; `_to_copy` is the copy `.to` makes"
+            in first
+        )
+        assert "(step 1 of 2) one copy is enough" in first
+        assert "a `clone()` before or after it is a second copy: drop the `clone()`" in second
+        assert "its `copy` argument" in second and "first" not in second.split("Hint:")[1]
+
+
 def test_the_string_hint_only_when_the_device_case_held():
     """`.to(d)` alone makes no copy on the tensor's own device, given a torch.device or a string: that is
     the "shared" mistake, not a string comparison, so the string hint must not be shown; the hint belongs
