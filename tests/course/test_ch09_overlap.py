@@ -9,10 +9,13 @@ no clock, so the counts must repeat on every run and every rank.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from dpteach.distributed import Ranks, order
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def step(events):
@@ -62,6 +65,12 @@ def test_one_tensor_is_said_in_the_singular():
     assert line.startswith("bucket 0 (1 tensor, 4 bytes)")
 
 
+def chapter_cells():
+    import nbformat
+
+    return nbformat.read(ROOT / "notebooks" / "09_beyond_one_process.ipynb", as_version=4).cells
+
+
 @pytest.fixture(scope="module")
 def ranks():
     with Ranks(2, "gloo", timeout=90) as group:
@@ -89,6 +98,11 @@ def test_ddp_runs_backward_while_buckets_are_in_flight_and_the_hook_version_does
     flying = order.in_flight(second)
     assert all(b["waited"] for b in flying) and sum(len(b["ran"]) for b in flying) > 0
     assert [len(b["ran"]) for b in flying] == [len(b["nodes"]) for b in order.overlap(second)]
+    # the chapter's verdict on DataParallel quotes these counts: bucket 0 left with K of backward's M nodes
+    why = next(c for c in chapter_cells() if "why-ddp" in c.metadata.get("tags", [])).source
+    quoted = re.search(r"bucket 0 left with (\d+) of backward's (\d+)\s+nodes still to run", why)
+    assert quoted, why
+    assert (int(quoted[1]), int(quoted[2])) == (len(order.overlap(second)[0]["nodes"]), len(nodes))
     # each bucket came back after its launch and by the wait, on every rank and run
     for run in ddp:
         for r in run:
