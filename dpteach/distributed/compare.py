@@ -187,39 +187,42 @@ def dataparallel_traffic(
 
 
 def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
-    """DataParallel's copies (``dataparallel_traffic``) and DDP's all-reduces (``tasks.traffic``) per step,
-    term by term beside the formula each one follows, for N = ``world_size`` slots or ranks and a
-    model of P bytes (``dp["parameter_bytes"]``).
+    """DataParallel's copies (``dataparallel_traffic``) and DDP's all-reduces (``tasks.traffic``) in one
+    step, per slot or rank, for N = ``world_size`` of them and a model of P bytes
+    (``dp["parameter_bytes"]``).
 
-    DataParallel's parameters go out by ``broadcast``, (N-1)P, and its gradients come back by
-    ``reduce_add``, (N-1)P more, counted only where they move (between GPUs; CPU slots sum in place);
-    its ``gather`` moves the batch's outputs, not the model. DDP hands its P bytes of gradients to
-    all-reduce; what a ring all-reduce of them sends from all N ranks together, 2(N-1)/N P from each
-    (nccl-tests' ``PERFORMANCE.md``), is the one figure computed rather than counted, labelled as such.
+    DataParallel's ``broadcast`` copies the model into each slot but slot 0, P bytes per slot, and on GPUs
+    its ``reduce_add`` takes P bytes of gradients from each of them onto slot 0 (CPU slots sum in place,
+    moving nothing); its ``gather`` moves the batch's outputs, not the model. Each DDP rank hands its P
+    bytes of gradients to all-reduce; what a ring all-reduce of them sends and receives on each rank,
+    2(N-1)/N x P (nccl-tests' ``PERFORMANCE.md``), is the one figure computed rather than counted,
+    labelled as such.
     """
     n, p = world_size, dp["parameter_bytes"]
     counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
-    out, back = counted.get("broadcast", 0), counted.get("reduce_add", 0)
-    gpus = (n - 1) * p  # what reduce_add moves between GPUs: N-1 replicas' gradients to slot 0
+    into, back = counted.get("broadcast", 0) // (n - 1), counted.get("reduce_add", 0) // (n - 1)
+    ring = 2 * (n - 1) * handed // n  # what a ring all-reduce of P bytes sends, and receives, per rank
     rows = [
-        (f"per step (N = {n}, P = {p:,} bytes)", "DataParallel", "DDP"),
+        (f"one step, in bytes: N = {n}, P = {p:,}", "DataParallel, per slot", "DDP, per rank"),
         (
             "calls",
-            ", ".join(f"{op} {k}" for op, k in dp["copies_per_step"].items()),
-            f"all_reduce {ddp['allreduce_calls_per_step']}",
+            ", ".join(f"{op} {k}" for op, k in dp["copies_per_step"].items()) + " (all slots)",
+            f"all_reduce {ddp['allreduce_calls_per_step']} on each rank",
         ),
-        ("parameters out: (N-1)P", f"broadcast {out:,}", "-"),
+        ("model copied in", f"{into:,} into each slot but slot 0", "none: each rank keeps its own"),
         (
-            "gradients back: (N-1)P",
-            f"reduce_add {back:,}" if back else f"reduce_add 0 here, {gpus:,} on GPUs",
-            f"all_reduce of {handed:,} on each rank",
+            "gradients to be summed",
+            f"{back:,} from each slot but slot 0"
+            if back
+            else f"none here; on GPUs {p:,} from each but slot 0",
+            f"{handed:,} handed to all_reduce",
         ),
+        ("a ring all-reduce of them", "-", f"sends {ring:,} and receives {ring:,}"),
         (
-            "the model's bytes: 2(N-1)P",
-            f"{out:,} + {back or gpus:,} = {out + (back or gpus):,}" + ("" if back else " on GPUs"),
-            f"a ring sends {2 * (n - 1) * handed:,} from all {n} ranks",
+            "outputs gathered",
+            f"{counted.get('gather', 0):,} in all, onto slot 0",
+            "none: each has its own loss",
         ),
-        ("outputs gathered", f"gather {counted.get('gather', 0):,}", "-"),
         (
             "model copied each step",
             "yes" if dp["copies_per_step"].get("broadcast") else "no",
@@ -229,8 +232,10 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     if not back:
-        lines.append("reduce_add counts 0 on CPU slots: they sum in place, with nothing to move")
-    lines.append("a ring's bytes are computed, 2(N-1)/N x P from each rank (nccl-tests' PERFORMANCE.md)")
+        lines.append("CPU slots sum the gradients in place, with nothing to move")
+    lines.append(
+        "a ring's bytes are computed, 2(N-1)/N x P on each rank (nccl-tests' PERFORMANCE.md); the rest is counted"
+    )
     return "\n".join(lines)
 
 

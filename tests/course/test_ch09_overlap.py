@@ -8,9 +8,14 @@ no clock, so the counts must repeat on every run and every rank.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from dpteach.distributed import Ranks, order
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def step(events):
@@ -60,6 +65,12 @@ def test_one_tensor_is_said_in_the_singular():
     assert line.startswith("bucket 0 (1 tensor, 4 bytes)")
 
 
+def chapter_cells():
+    import nbformat
+
+    return nbformat.read(ROOT / "notebooks" / "09_beyond_one_process.ipynb", as_version=4).cells
+
+
 @pytest.fixture(scope="module")
 def ranks():
     with Ranks(2, "gloo", timeout=90) as group:
@@ -87,6 +98,17 @@ def test_ddp_runs_backward_while_buckets_are_in_flight_and_the_hook_version_does
     flying = order.in_flight(second)
     assert all(b["waited"] for b in flying) and sum(len(b["ran"]) for b in flying) > 0
     assert [len(b["ran"]) for b in flying] == [len(b["nodes"]) for b in order.overlap(second)]
+    # the chapter's verdict on DataParallel quotes these counts: bucket 0 left with K of backward's M nodes
+    why = next(c for c in chapter_cells() if "why-ddp" in c.metadata.get("tags", [])).source
+    quoted = re.search(r"bucket\s+0\s+left\s+with\s+(\d+)\s+of\s+backward's\s+(\d+)\s+nodes\s+still", why)
+    assert quoted, why
+    assert (int(quoted[1]), int(quoted[2])) == (len(order.overlap(second)[0]["nodes"]), len(nodes))
+    # and the prose under the came-back lines names the wait's event number, the last event of step 2
+    came_back = next(c for c in chapter_cells() if "came-back" in c.metadata.get("tags", [])).source
+    waits = re.search(
+        r'"back\s+after\s+event\s+(\d+)",\s+backward.s\s+wait,\s+means\s+it\s+came\s+back', came_back
+    )
+    assert waits and int(waits[1]) == len(second["events"]) and second["events"][-1] == ("wait",), came_back
     # each bucket came back after its launch and by the wait, on every rank and run
     for run in ddp:
         for r in run:
@@ -106,10 +128,11 @@ def test_rebuild_lines_say_which_step_was_cut_again():
     ]
 
 
-def test_the_traffic_table_shows_each_term_of_the_formula_apart():
-    """DataParallel's broadcast, reduce_add and gather on rows of their own, each beside the formula it
-    follows, so 2(N-1)P is seen as broadcast plus reduce_add, not as the 516 bytes copied on CPU slots
-    (which hold the gather's outputs and no reduce_add) next to a ring's 520."""
+def test_the_traffic_table_counts_per_slot_and_per_rank():
+    """Each row is what one slot or one rank moves in a step, so a learner reads P against P: the model
+    into each slot but slot 0 and the gradients back from each (counted), beside what a ring all-reduce
+    sends and receives on each rank (computed, 2(N-1)/N x P); the gathered outputs on a row apart, never
+    mixed into the model's bytes (the 516 bytes copied on CPU slots)."""
     from dpteach.distributed import compare
 
     dp = dict(
@@ -119,25 +142,30 @@ def test_the_traffic_table_shows_each_term_of_the_formula_apart():
     )
     ddp = dict(allreduce_calls_per_step=1, allreduce_bytes_per_step=260, same_parameters=True)
     rows = compare.traffic_table(dp, ddp, world_size=2).splitlines()
-    assert rows[0].split()[:8] == ["per", "step", "(N", "=", "2,", "P", "=", "260"]
-    table = {r[:27].strip(): r[27:].split() for r in rows[:7]}
-    assert table["parameters out: (N-1)P"] == ["broadcast", "260", "-"]
-    # on CPU slots the reduce is absent: said so, with what it moves on GPUs
-    assert rows[3].startswith("gradients back: (N-1)P") and "reduce_add 0 here, 260 on GPUs" in rows[3]
-    assert "260 + 260 = 520 on GPUs" in rows[4] and "a ring sends 520 from all 2 ranks" in rows[4]
-    assert table["outputs gathered"] == ["gather", "256", "-"]  # the gather is outputs, on a row apart
-    assert "516" not in "\n".join(rows)  # no total that mixes outputs into the model's bytes
-    assert rows[6].split() == ["model", "copied", "each", "step", "yes", "no"]
-    assert "sum in place" in rows[7] and "computed" in rows[8]
-    # on 4 GPUs the reduce_add is counted, and both sides come to 2 x 3 x 260
+    assert rows[0].startswith("one step, in bytes: N = 2, P = 260")
+    assert "DataParallel, per slot" in rows[0] and "DDP, per rank" in rows[0]
+    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[1:7])}
+    assert table["model copied in"] == ["260 into each slot but slot 0", "none: each rank keeps its own"]
+    # on CPU slots the reduce moves nothing: said so, with what each slot sends on GPUs
+    assert table["gradients to be summed"] == [
+        "none here; on GPUs 260 from each but slot 0",
+        "260 handed to all_reduce",
+    ]
+    assert table["a ring all-reduce of them"] == ["-", "sends 260 and receives 260"]
+    assert table["outputs gathered"][0] == "256 in all, onto slot 0"
+    assert table["model copied each step"] == ["yes", "no"]
+    text = "\n".join(rows)
+    assert "516" not in text and "from all" not in text  # per rank, never a total over the ranks
+    assert "sum the gradients in place" in rows[7] and "computed" in rows[8]
+    # on 4 GPUs the reduce_add is counted per slot, and a ring sends 2 x 3/4 x 260 from each rank
     gpus = dict(
         copies_per_step={"broadcast": 12, "reduce_add": 6, "gather": 3},
         bytes_per_step={"broadcast": 780, "reduce_add": 780, "gather": 192},
         parameter_bytes=260,
     )
-    four = compare.traffic_table(gpus, ddp, world_size=4)
-    assert "780 + 780 = 1,560" in four and "a ring sends 1,560 from all 4 ranks" in four
-    assert "on GPUs" not in four.splitlines()[4] and "sum in place" not in four
+    four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
+    assert "260 from each slot but slot 0" in four[3] and "sends 390 and receives 390" in four[4]
+    assert "on GPUs" not in four[3] and "in place" not in "\n".join(four)
 
 
 def test_ddp_cuts_one_bucket_first_then_rebuilds_once_unless_it_finds_unused_parameters(ranks):

@@ -1,8 +1,8 @@
 """Chapter 09's step-time section rests on what repeats, the cost model and a published measurement.
 
 The timeline cell prints how much of DataParallel's modelled step is the assumed thread starts and what
-is left without them, and the prose after it says what the model leaves out and where chapter 08 quotes
-a published DataParallel-and-DDP pair; the published cell prints PyTorch's own DDP measurement beside the
+is left without them, and the prose after it says what the model leaves out, quoting no published
+timing (the one DataParallel-and-DDP pair, in chapter 08, is a single run each); the published cell prints PyTorch's own DDP measurement beside the
 model, how close first; the timing of this machine comes last, introduced as the learner's own figure,
 with what DDP's step adds said from what is counted, and nothing resting on it.
 """
@@ -69,12 +69,15 @@ def test_the_timeline_is_a_compute_bound_workload_on_one_axis_with_the_ratio_pri
     assert "assumed PYTHON_THREAD_S" in printed
     assert "PYTHON_THREAD_S" in nb[at + 1].source and "modelled" in nb[at + 1].source.lower()
     assert "too thin to see" in nb[at + 1].source  # the legend lists parts the reader cannot see
-    # the prose says what the model leaves out, beside the docstring's claim, on the main path
+    # the prose says what the model leaves out, on the main path, and rests no verdict on a published
+    # timing: the one DataParallel-and-DDP pair is a single run each, with no spread (chapter 08 holds it)
     beside = " ".join(re.sub(r"<details\b.*?</details>", " ", nb[at + 1].source, flags=re.S).split())
-    assert "interpreter lock" in beside and "GPU 0 alone" in beside and "significantly faster" in beside
-    # and points to chapter 08 for the published DataParallel-and-DDP pair, which chapter 08 holds
-    assert "chapter 08" in beside and all(f in beside for f in ("110.6 s", "101.9 s", "131.4 s"))
-    assert "TITAN RTX" in (CHAPTER.parent / "08_real_gpus.ipynb").read_text()
+    assert "interpreter lock" in beside and "GPU 0 alone" in beside
+    assert not any(f in beside for f in ("110.6 s", "101.9 s", "131.4 s", "significantly faster")), beside
+    assert (
+        "chapter 08" in nb[at + 1].source
+        and "TITAN RTX" in (CHAPTER.parent / "08_real_gpus.ipynb").read_text()
+    )
 
 
 def test_the_machines_timing_is_said_in_words_in_the_direction_it_went():
