@@ -37,7 +37,7 @@ def test_the_key_result_is_among_the_first_five_cells_after_what_the_learner_wil
     nb, at = key_result()
     assert at < 5 and nb[at].cell_type == "code", f"the key result is cell {at}"
     opening = " ".join(c.source for c in nb[:at] if c.cell_type == "markdown")
-    assert "By its end you can" in opening  # what the learner will be able to do comes first
+    assert re.search(r"you can:\n\n- ", opening)  # what the learner will be able to do comes first, as a list
     assert "## The key result" in opening  # and the result is announced as such
     assert "against_one_device" in nb[at].source  # printed with its provenance, by compare.py
 
