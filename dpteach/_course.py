@@ -49,6 +49,35 @@ def badges(notebook: str) -> str:
     )
 
 
+# Chapters from 05 on build on 00-04's words. Their first cell carries this collapsed recap under the badges,
+# so a learner who opens one chapter alone (from a link, on Colab) can look them up; the book keeps it.
+RECAP_FROM = 5
+RECAP = """<details><summary>Recap from chapters 00–04: slots, one DataParallel step, the three strategies</summary>
+
+- A **slot** is one entry in the list of devices, where one replica of the model runs; two slots on a CPU
+  stand in for two GPUs ([00](00_start_here.ipynb)).
+- A DataParallel step makes **four moves**: scatter the batch into one piece per slot, replicate the model
+  once per slot, run each replica on its piece (`parallel_apply`), gather the outputs on slot 0.
+- Backward follows **gradient edges** from each result to its inputs; `AccumulateGrad` is the node that
+  stores a leaf's `.grad` ([02](02_reading_autograd_graphs.ipynb)).
+- `replicate`'s **three strategies**:
+
+| strategy | a replica parameter's gradient | chapter |
+| --- | --- | --- |
+| `"clone"` | stops in the replica, so the model never learns: the 2019 C++ bug | [01](01_the_bug.ipynb) |
+| `"rewire"` | flows back to the model through a `ReduceAdd` node: PR #20910's fix | [03](03_rewiring_gradient_edges.ipynb) |
+| `"broadcast"`, the default | flows back through `Broadcast`'s backward: torch's `replicate.py` | [04](04_the_python_way.ipynb) |
+</details>"""
+
+
+def link_cell(notebook: str) -> str:
+    """The first cell of ``notebook``: its launch badges, then, from chapter ``RECAP_FROM`` on, the recap."""
+    name = notebook.rsplit("/", 1)[-1]
+    number = int(name[:2]) if name[:2].isdigit() else -1
+    chapter = notebook.count("/") == 1 and 0 <= number <= 12  # notebooks/NN_*.ipynb, not solutions/
+    return badges(notebook) + (f"\n\n{RECAP}" if chapter and number >= RECAP_FROM else "")
+
+
 # The first code cell of every chapter, verbatim (tests/course/test_notebooks.py checks it). It must work
 # before dpteach is installed, so it is self-contained. On Colab it streams pip's output into the
 # notebook (Colab hides a subprocess's own output) and, when pip fails, says so in one sentence.

@@ -214,7 +214,10 @@ def stage(stage_dir: Path = STAGE) -> tuple[list[Path], list[str]]:
             raise SystemExit(f"book: {rel} is not in docs/book/index.md: add it to a toctree and the list")
         nb = executed(path, timeout=900)[0]
         missing += missing_alt(nb, rel.as_posix())
-        nb.cells = [c for c in nb.cells if c.get("id") != _course.LINKS_CELL_ID]
+        for cell in nb.cells:  # the launch badges leave the page (the book has its own); a recap stays
+            if cell.get("id") == _course.LINKS_CELL_ID:
+                cell.source = cell.source.removeprefix(_course.badges(rel.as_posix())).strip()
+        nb.cells = [c for c in nb.cells if c.get("id") != _course.LINKS_CELL_ID or c.source]
         static_widgets(nb)
         (stage_dir / rel).parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, stage_dir / rel)

@@ -41,7 +41,7 @@ def sync_notebook(path: Path, root: Path) -> bool:
     tags = setup.metadata.setdefault("tags", [])
     if "remove-cell" not in tags:  # the book drops the set-up cell from the page
         tags.append("remove-cell")
-    links = course.badges(rel)
+    links = course.link_cell(rel)
     cell = next((c for c in nb.cells if c.get("id") == course.LINKS_CELL_ID), None)
     if cell is None:
         cell = nbformat.v4.new_markdown_cell(links)

@@ -70,7 +70,7 @@ def test_every_notebook_opens_with_its_own_launch_links(path):
     rel = path.relative_to(ROOT).as_posix()
     first = nb.cells[0]
     assert first.cell_type == "markdown" and first.id == LINKS_CELL_ID
-    assert first.source == _course.badges(rel)
+    assert first.source == _course.link_cell(rel)  # the badges; from chapter 05 on, the recap under them
     colab = f"https://colab.research.google.com/github/{REPOSITORY.removeprefix('https://github.com/')}/blob/{RELEASE}/{rel}"
     assert f"]({colab})" in first.source  # Colab opens exactly this file at the release tag
     assert f"/{RELEASE}?urlpath=lab/tree/{rel})" in first.source  # and so does Binder

@@ -3,8 +3,9 @@
 A tqdm bar is a widget: a saved notebook opened without a live kernel (GitHub, nbviewer, the book)
 shows it as "0%", so the chapters' loops run without one. Every chapter steps with plain SGD written
 out (``story.sgd_step``: ``p -= lr * p.grad``), never a ``torch.optim`` optimizer to train with. The
-one exception is chapter 01's cell tagged ``sgd-skips``, which shows that torch's optimizers skip a
-parameter whose ``.grad`` is None, without a warning: that is what the learner's own loop would do.
+exceptions are the cells tagged ``sgd-skips`` (chapter 01's, chapter 10's), which show that torch's
+optimizers skip a parameter whose ``.grad`` is None, without a warning: that is what the learner's own
+loop would do.
 """
 
 from __future__ import annotations
