@@ -1104,17 +1104,22 @@ class CountVerdict(Verdict):
 def _count_slips(
     strategy: str, n: int, params: int, tensors: int, gathered: int
 ) -> dict[int, tuple[str, ...]]:
-    """Every count one or two of the usual slips give, with the slips: the fewest slips win a tie."""
+    """Every count one or two of the usual slips give, with the slips: the fewest slips win a tie, then the
+    slips tried first (the gather taken for one copy is tried last)."""
     right_copies = n - 1 if strategy == "broadcast" else n  # broadcast: slot 0 shares the model
     wrong_copies = n if strategy == "broadcast" else n - 1
+    usual = ((gathered, ()), (0, ("gather",)), (gathered - 1, ("gather slot 0",)))
+    # on 3 slots or more: the gather taken for one copy, not one per slot (on 2, that is slot 0's left out)
+    once = ((1, ("gather once",)),) if 1 not in (gathered, gathered - 1) else ()
     found: dict[int, tuple[str, ...]] = {}
-    for copies, slot in ((right_copies, ()), (wrong_copies, ("slot 0",))):
-        for per_copy, buffers in ((tensors, ()), (params, ("buffers",))):
-            for pieces, gather in ((gathered, ()), (0, ("gather",)), (gathered - 1, ("gather slot 0",))):
-                slips = slot + buffers + gather
-                count = copies * per_copy + pieces
-                if slips and len(slips) <= 2 and (count not in found or len(slips) < len(found[count])):
-                    found[count] = slips
+    for gathers in (usual, once):
+        for copies, slot in ((right_copies, ()), (wrong_copies, ("slot 0",))):
+            for per_copy, buffers in ((tensors, ()), (params, ("buffers",))):
+                for pieces, gather in gathers:
+                    slips = slot + buffers + gather
+                    count = copies * per_copy + pieces
+                    if slips and len(slips) <= 2 and (count not in found or len(slips) < len(found[count])):
+                        found[count] = slips
     return found
 
 
@@ -1134,7 +1139,8 @@ def step_copies(
     model, so the model's gradients and BatchNorm statistics stay as they were) and compares.
 
     With every slot on one device a wrong count is matched against the usual slips, one or two at a
-    time (bytes for copies, the buffers or the gather left out, slot 0 counted wrong): the message
+    time (bytes for copies, the buffers or the gather left out, the gather counted as one copy instead
+    of one per slot, slot 0 counted wrong): the message
     names each slip made and gives the hint for that slip, whatever came before. A count no slip
     explains gets the next rung of a two-hint ladder. Unlike the other checks, this one never
     prints the worked count unasked: from the third failed try on it says where to find it, the
@@ -1177,6 +1183,8 @@ def step_copies(
         ),
         "gather": "besides the model, what else does the step copy onto devices[0]?",
         "gather slot 0": "gather copies one piece of the output per slot, slot 0's piece included",
+        "gather once": f"gather makes one copy per slot, not one for the whole output: {gathered} copies, "
+        "one per slot's piece",
     }
     hint_for = {  # one per slip: where in the chapter to see what the slip missed
         "bytes": "The copies are len(t.copies), and t.bytes adds up their sizes; the chapter's first "
@@ -1193,6 +1201,8 @@ def step_copies(
         "gather": "Look at the 'gather' rows of the counting cell: how many copies per slot?",
         "gather slot 0": "Slot 0's piece is on devices[0] already, yet gather copies it too: torch.cat "
         "writes every piece into one new tensor.",
+        "gather once": "Each replica computes its own rows of the output, so the output comes back in N "
+        "pieces, and gather copies each one onto devices[0].",
     }
     slips: tuple[str, ...] = ()
     if one_device:

@@ -108,6 +108,8 @@ def test_step_copies_names_the_slip():
         n * T + n: ("slot 0",),  # broadcast's slot 0 copied
         n * T: ("slot 0", "gather"),  # 44: slot 0 copied and the gather forgotten
         n * T + n - 1: ("slot 0", "gather slot 0"),  # 47
+        (n - 1) * T + 1: ("gather once",),  # 34: the gather counted as one copy, not one per slot
+        n * T + 1: ("slot 0", "gather once"),  # 45
         12: (),  # no slip gives it
     }
     clone = {(n - 1) * T + n: ("slot 0",), n * T: ("gather",), (n - 1) * T: ("slot 0", "gather")}
@@ -116,6 +118,21 @@ def test_step_copies_names_the_slip():
             checks.reset()
             verdict = checks.step_copies(guess, model, x, slots, strategy)
             assert not verdict.ok and verdict.slips == slips, (strategy, guess, verdict.slips)
+
+
+def test_step_copies_says_the_gather_is_one_copy_per_slot():
+    """34 on 4 slots (3·11 + 1) is the gather taken for one copy: the message says how many it makes."""
+    model, x, slots = make_model(), torch.randn(32, 64), ["cpu"] * 4
+    checks.reset()
+    verdict = checks.step_copies(3 * 11 + 1, model, x, slots)
+    assert verdict.slips == ("gather once",) and "no usual slip" not in verdict.message
+    assert (
+        "one per slot" in verdict.message and "4 copies" in verdict.message
+    )  # what to change, in the model's N
+    two = checks.step_copies(
+        11 + 1, model, x, ["cpu"] * 2
+    )  # on 2 slots 1 piece is N - 1: slot 0's piece left out
+    assert two.slips == ("gather slot 0",)
 
 
 def test_step_copies_hints_at_the_slip_made_whatever_came_before():
