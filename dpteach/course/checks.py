@@ -1089,7 +1089,8 @@ class CountVerdict(Verdict):
 
     ``slips``: the slips a wrong count was matched to, ``"bytes"`` (bytes given for copies),
     ``"buffers"`` (the buffers left out), ``"slot 0"`` (slot 0 counted the wrong way), ``"gather"``
-    (the gathered pieces left out), ``"gather slot 0"`` (slot 0's piece left out); empty when the
+    (the gathered pieces left out), ``"gather slot 0"`` (slot 0's piece left out), ``"gather once"``
+    (the gather taken for one copy, not one per slot); empty when the
     count is right or no slip explains it. ``hints``: the hints the message gave, one per slip.
     ``offers_answer``: the message says how to see the worked count (from the third failed try on);
     ``shows_answer``: it gives that count (only when asked, ``show_answer=True``). ``model_copy_bytes``
@@ -1104,17 +1105,22 @@ class CountVerdict(Verdict):
 def _count_slips(
     strategy: str, n: int, params: int, tensors: int, gathered: int
 ) -> dict[int, tuple[str, ...]]:
-    """Every count one or two of the usual slips give, with the slips: the fewest slips win a tie."""
+    """Every count one or two of the usual slips give, with the slips: the fewest slips win a tie, then the
+    slips tried first (the gather taken for one copy is tried last)."""
     right_copies = n - 1 if strategy == "broadcast" else n  # broadcast: slot 0 shares the model
     wrong_copies = n if strategy == "broadcast" else n - 1
+    usual = ((gathered, ()), (0, ("gather",)), (gathered - 1, ("gather slot 0",)))
+    # on 3 slots or more: the gather taken for one copy, not one per slot (on 2, that is slot 0's left out)
+    once = ((1, ("gather once",)),) if 1 not in (gathered, gathered - 1) else ()
     found: dict[int, tuple[str, ...]] = {}
-    for copies, slot in ((right_copies, ()), (wrong_copies, ("slot 0",))):
-        for per_copy, buffers in ((tensors, ()), (params, ("buffers",))):
-            for pieces, gather in ((gathered, ()), (0, ("gather",)), (gathered - 1, ("gather slot 0",))):
-                slips = slot + buffers + gather
-                count = copies * per_copy + pieces
-                if slips and len(slips) <= 2 and (count not in found or len(slips) < len(found[count])):
-                    found[count] = slips
+    for gathers in (usual, once):
+        for copies, slot in ((right_copies, ()), (wrong_copies, ("slot 0",))):
+            for per_copy, buffers in ((tensors, ()), (params, ("buffers",))):
+                for pieces, gather in gathers:
+                    slips = slot + buffers + gather
+                    count = copies * per_copy + pieces
+                    if slips and len(slips) <= 2 and (count not in found or len(slips) < len(found[count])):
+                        found[count] = slips
     return found
 
 
@@ -1134,7 +1140,8 @@ def step_copies(
     model, so the model's gradients and BatchNorm statistics stay as they were) and compares.
 
     With every slot on one device a wrong count is matched against the usual slips, one or two at a
-    time (bytes for copies, the buffers or the gather left out, slot 0 counted wrong): the message
+    time (bytes for copies, the buffers or the gather left out, the gather counted as one copy instead
+    of one per slot, slot 0 counted wrong): the message
     names each slip made and gives the hint for that slip, whatever came before. A count no slip
     explains gets the next rung of a two-hint ladder. Unlike the other checks, this one never
     prints the worked count unasked: from the third failed try on it says where to find it, the
@@ -1177,6 +1184,8 @@ def step_copies(
         ),
         "gather": "besides the model, what else does the step copy onto devices[0]?",
         "gather slot 0": "gather copies one piece of the output per slot, slot 0's piece included",
+        "gather once": f"gather makes one copy per slot, not one for the whole output: {gathered} copies, "
+        "one per slot's piece",
     }
     hint_for = {  # one per slip: where in the chapter to see what the slip missed
         "bytes": "The copies are len(t.copies), and t.bytes adds up their sizes; the chapter's first "
@@ -1193,6 +1202,8 @@ def step_copies(
         "gather": "Look at the 'gather' rows of the counting cell: how many copies per slot?",
         "gather slot 0": "Slot 0's piece is on devices[0] already, yet gather copies it too: torch.cat "
         "writes every piece into one new tensor.",
+        "gather once": "Each replica computes its own rows of the output, so the output comes back in N "
+        "pieces, and gather copies each one onto devices[0].",
     }
     slips: tuple[str, ...] = ()
     if one_device:
@@ -1337,6 +1348,236 @@ def model_copy_bytes(
     found = fail(change, " + ".join(slips))
     offers = _failures[name] >= TRIES_BEFORE_ANSWER
     return CountVerdict(False, found.message, found.problem, slips=slips, shows_answer=offers)
+
+
+def slot0_memory(
+    shared: Mapping[str, object] | object, lands_in: str | object, model: torch.nn.Module, device
+) -> Verdict:
+    """Exercise 3: ``shared`` maps each strategy to whether slot 0's replica uses the model's own memory
+    (``data_ptr``, where a tensor's data starts); ``lands_in`` says where slot 0's BatchNorm update of
+    ``running_mean`` goes under ``"broadcast"``: ``"model"`` or ``"replica"``. Replicates ``model`` onto
+    ``[device] * 2`` under each strategy named and compares.
+
+    Findings (``Verdict.problem``): ``"values"`` (a tensor given: ``==`` compared the values, not where
+    they are), ``"swapped"``, ``"broadcast"`` / ``"clone"`` (that strategy's answer wrong; any other
+    strategy by its name), ``"lands in"`` (the BatchNorm question). The hints climb the ladder, the
+    answer from the third failed try on.
+    """
+    import dpteach
+
+    name = "ch06.slot0_memory"
+    if _unset(shared, lands_in) or not isinstance(shared, Mapping) or _unset(*shared.values()):
+        return Verdict(
+            False, "Set shared[strategy] in the loop and lands_in below it, then run this cell again."
+        )
+    truth = {}
+    for strategy in shared:
+        replica = dpteach.replicate(model, [device] * 2, strategy=str(strategy))[0]
+        pairs = zip(model.modules(), replica.modules())  # a replica's tensors may be plain attributes
+        truth[strategy] = all(
+            getattr(mine, n).data_ptr() == t.data_ptr()
+            for ours, mine in pairs
+            for n, t in (*ours.named_parameters(recurse=False), *ours.named_buffers(recurse=False))
+        )
+    lands = "model" if truth.get("broadcast", True) else "replica"
+    ours_or_not = {True: "the model's own tensors", False: "memory of its own"}
+    owns = ", ".join(f"{k!r} {ours_or_not[v]}" for k, v in truth.items())
+    why = (
+        f"slot 0's replica uses: {owns} (the same data_ptr or another). lands_in = {lands!r}: BatchNorm "
+        "updates running_mean in place, so under 'broadcast' slot 0's forward writes the model's statistics, "
+        "from slot 0's rows only (chapter 05); a clone's updates are thrown away with the replica."
+    )
+    answer = f"shared = {truth}: {why}"
+    fail = _ladder(
+        name,
+        [
+            "Two tensors share memory when their data starts at the same address; equal values say nothing "
+            "about it, since a clone holds the same values in memory of its own.",
+            "Compare replica[0].weight.data_ptr() with model[0].weight.data_ptr() for each strategy; then "
+            "ask where running_mean's in-place update writes when the replica's buffer is the model's.",
+        ],
+        answer,
+    )
+    if any(isinstance(v, torch.Tensor) for v in shared.values()):
+        return fail(
+            "a value of shared is a tensor: == on two tensors compares their values, element by element. "
+            "Compare where their data starts: .data_ptr() == .data_ptr() gives True or False.",
+            "values",
+        )
+    given = {k: bool(v) for k, v in shared.items()}
+    wrong = [k for k in given if given[k] != truth[k]]
+    if len(wrong) > 1 and all(given[k] == (not truth[k]) for k in given):
+        return fail(
+            "every answer of shared is the other way round: which replica is a fresh copy?", "swapped"
+        )
+    if wrong:
+        k = wrong[0]
+        said = (
+            "under 'broadcast' slot 0's replica is the model itself, on its own device: the same data_ptr"
+            if truth[k]
+            else f"under {k!r} slot 0's replica is a copy, in memory of its own: another data_ptr"
+        )
+        return fail(f"shared[{k!r}] is {given[k]}, but {said}.", k)
+    if lands_in not in ("model", "replica"):
+        return Verdict(False, f'Set lands_in to "model" or "replica", not {lands_in!r}.')
+    if lands_in != lands:
+        return fail(
+            "the memory answers are right, but under 'broadcast' slot 0's running_mean is the model's own "
+            "tensor: an in-place update of it changes the model. Where does it land?",
+            "lands in",
+        )
+    return _correct(name, why[0].upper() + why[1:])
+
+
+def bytes_onto_slot_1(
+    onto_slot_1: int | object, model: torch.nn.Module, device, strategy: str = "broadcast"
+) -> Verdict:
+    """Exercise 4: the bytes that ``replicate(model, [device, "meta"], strategy)`` copies onto slot 1, the
+    ``"meta"`` device: under ``"broadcast"`` and ``"clone"`` alike ``P + B``, ``(N - 1)·(P + B)`` with
+    ``N = 2``. Records the copies with ``dpteach.comm.traffic()`` and compares.
+
+    Findings (``Verdict.problem``): ``"string"`` (0: ``c.dst == "meta"`` compares a device with a string),
+    ``"every copy"`` (all of ``t.bytes``), ``"slot 0"`` (the copies that stay on ``device``),
+    ``"copies"`` (a number of copies, not bytes), ``"buffers"`` (the parameters' bytes only).
+    """
+    import dpteach
+
+    from ..measure import costs
+
+    name = f"ch06.bytes_onto_slot_1.{strategy}"
+    if _unset(onto_slot_1):
+        return Verdict(False, "Set onto_slot_1 as its comment says, then run this cell again.")
+    if not _count(onto_slot_1):
+        return Verdict(False, f"Give a whole number of bytes, e.g. 1000, not {onto_slot_1!r}.")
+    meta = torch.device("meta")
+    with dpteach.comm.traffic() as t:
+        dpteach.replicate(model, [torch.device(device), meta], strategy=strategy)
+    onto = [c for c in t.copies if c.dst == meta]
+    truth = sum(c.nbytes for c in onto)
+    P, B = costs.state_nbytes(model).values()
+    guess = int(onto_slot_1)  # type: ignore[call-overload]
+    formula = f"{truth:,} bytes, P + B = {P:,} + {B:,}: (N - 1)·(P + B) with N = 2"
+    if guess == truth:
+        how = (
+            "every byte goes to slot 1" if strategy == "broadcast" else "slot 1's clone is carried by a 'to'"
+        )
+        return _correct(name, f"{formula}; under {strategy!r} {how}.")
+    stays = sum(c.nbytes for c in t.copies if c.dst != meta)
+    slips = {
+        0: (
+            "string",
+            'c.dst == "meta" is never true: a device is not a string. Compare with meta, the '
+            "torch.device the cell makes",
+        ),
+        t.bytes: ("every copy", "you added every copy; keep only those whose c.dst is meta, slot 1"),
+        stays: ("slot 0", "you added the copies that stay on devices[0]; keep those whose c.dst is meta"),
+        len(onto): ("copies", "that is how many copies land on slot 1; add up their bytes, c.nbytes"),
+        P: ("buffers", f"that is P alone; the buffers travel to slot 1 too: add B = {B:,}"),
+    }
+    problem, change = slips.get(guess, ("", ""))
+    if not problem:
+        change = (
+            f"{guess:,} is too {'many' if guess > truth else 'few'}: add c.nbytes over the copies whose "
+            "c.dst is meta, and nothing else"
+        )
+    fail = _ladder(
+        name,
+        [
+            "Each record in t.copies says where its bytes went, c.dst; slot 1 is the meta device.",
+            "sum(c.nbytes for c in t.copies if c.dst == meta), with meta = torch.device('meta'); compare it "
+            "with P + B from the chapter's first cell.",
+        ],
+        f"onto_slot_1 = sum(c.nbytes for c in t.copies if c.dst == meta) = {formula}.",
+    )
+    return fail(change + ".", problem)
+
+
+def bucket_copies(
+    predicted: Sequence[int] | object, tensors: Sequence[torch.Tensor], device, buffer_size: int
+) -> Verdict:
+    """Exercise 5: predict ``(sent, copies, bytes)`` for ``costs.copy_coalesced(tensors, device,
+    buffer_size)``: ``len(t.transfers)``, ``len(t.copies)`` and ``t.bytes`` of ``dpteach.comm.traffic()``.
+    Copies them and compares, part by part.
+
+    Findings (``Verdict.problem``, joined by ``" + "``): ``"per tensor"`` (a copy sent per tensor),
+    ``"split"`` (a tensor split across buckets: a bucket always holds whole tensors), ``"no pack"``
+    (the packs left out of the copies or of the bytes), ``"one-tensor pack"`` (a bucket of one tensor
+    packed too), ``"sent"``, ``"copies"``, ``"bytes"`` (that part wrong, no usual slip).
+    """
+    import math
+
+    import dpteach
+
+    from ..measure import costs
+
+    name = f"ch06.bucket_copies.{buffer_size}"
+    if _unset(predicted) or (isinstance(predicted, (list, tuple)) and _unset(*predicted)):
+        return Verdict(
+            False, "Write your prediction as (sent, copies, bytes), e.g. (10, 20, 30000), then run again."
+        )
+    if not (_whole_numbers(predicted) and len(predicted) == 3):  # type: ignore[arg-type]
+        return Verdict(False, f"Give three whole numbers, (sent, copies, bytes), not {predicted!r}.")
+    with dpteach.comm.traffic() as t:
+        costs.copy_coalesced(list(tensors), device, buffer_size=buffer_size)
+    truth = (len(t.transfers), len(t.copies), t.bytes)
+    sent_bytes, packed = sum(c.nbytes for c in t.transfers), t.by_op().get("pack", 0)
+    result = f"{truth[0]} sent, {truth[1]} copies, {truth[2]:,} bytes"
+    guess = tuple(int(v) for v in predicted)  # type: ignore[union-attr]
+    if guess == truth:
+        return _correct(name, result)
+    said, found = [], []
+    if guess[0] != truth[0]:
+        if guess[0] == len(tensors):
+            found.append("per tensor")
+            said.append("coalescing sends one copy per bucket, not one per tensor")
+        elif guess[0] == math.ceil(sent_bytes / buffer_size):
+            found.append("split")
+            said.append(
+                "a bucket holds whole tensors, never part of one (a tensor larger than the bucket gets one of its own): "
+                "count how many whole tensors fit"
+            )
+        else:
+            found.append("sent")
+            said.append(
+                f"{guess[0]} copies sent is too {'many' if guess[0] > truth[0] else 'few'}: one per bucket"
+            )
+    if guess[1] != truth[1] and guess[1] - guess[0] != truth[1] - truth[0]:  # not the sends alone: the packs
+        if packed and guess[1] == guess[0]:
+            found.append("no pack")
+            said.append(
+                "each bucket of more than one tensor is packed on the source first: a 'pack' copy each"
+            )
+        elif guess[1] == 2 * guess[0] and truth[1] < 2 * truth[0]:
+            found.append("one-tensor pack")
+            said.append("a bucket of one tensor needs no pack: it is sent as it is")
+        else:
+            found.append("copies")
+            said.append(
+                f"{guess[1]} copies is too {'many' if guess[1] > truth[1] else 'few'}: the sends and the packs"
+            )
+    if guess[2] != truth[2]:
+        if packed and guess[2] == sent_bytes:
+            found += [] if "no pack" in found else ["no pack"]
+            said.append("t.bytes counts the packed bytes too: every byte of a packed bucket twice")
+        elif guess[2] == 2 * sent_bytes and packed < sent_bytes:
+            found += [] if "one-tensor pack" in found else ["one-tensor pack"]
+            said.append("so a one-tensor bucket's bytes count once")
+        else:
+            found.append("bytes")
+            said.append(
+                f"{guess[2]:,} bytes is too {'many' if guess[2] > truth[2] else 'few'}: sent plus packed"
+            )
+    per = tensors[0].nbytes if tensors else 0
+    fail = _ladder(
+        name,
+        [
+            "A bucket is sent in one copy, and packed first when it holds more than one tensor.",
+            f"Each tensor is {per:,} bytes: how many whole tensors fit in {buffer_size:,}? That gives the "
+            "buckets; a pack per bucket of two tensors or more; t.bytes adds the packed bytes to the sent.",
+        ],
+        f"{result}: {truth[0]} buckets sent, {sent_bytes:,} bytes, and {packed:,} bytes packed.",
+    )
+    return fail("; ".join(said) + ".", " + ".join(found))
 
 
 # ---------------------------------------------------------------- chapter 10 · the C++ original

@@ -54,15 +54,18 @@ def gradient_stepper(strategy: str = "clone", slots: int = 2, seed: int = 0):
     return GradientStepper(GradientFlow(strategy, slots, seed))
 
 
-def cost_explorer(width: int = 64, slots: int = 2, budget_s: float = BUDGET_S, modelled: bool = True):
+def cost_explorer(
+    width: int = 64, slots: int = 2, budget_s: float = BUDGET_S, modelled: bool = True, timed: bool = True
+):
     """A cost explorer: model width and slots against the bytes one step copies and its time, per strategy.
 
     ``budget_s`` caps the time the lab spends on each strategy's five timed steps (1 s, ``cost.BUDGET_S``;
     raise it when the status line says fewer than five fitted); ``modelled=False`` leaves out
-    the cost model's DataParallel-vs-DDP table (chapter 08's model), for a page about counts only."""
+    the cost model's DataParallel-vs-DDP table (chapter 08's model), and ``timed=False`` this machine's
+    step times (``CostLab(timed=False)``), for a page about counts only (chapter 06)."""
     from .view_cost import CostExplorer
 
-    return CostExplorer(CostLab(width, slots, budget_s=budget_s), modelled=modelled)
+    return CostExplorer(CostLab(width, slots, budget_s=budget_s, timed=timed), modelled=modelled)
 
 
 def __getattr__(name: str):

@@ -11,7 +11,8 @@ with one intra-op thread per CPU slot. ``budget_s`` (1 s) caps each strategy's t
 five do not fit in it, fewer are timed and no time is shown, only a sentence saying so. 1 s leaves
 room for five steps of the widest model (width 1024) on eight slots of a slow CPU, a few tenths of
 a second each; a small model's five steps take milliseconds, so the widget still answers at once.
-The machine's load shows in the numbers.
+The machine's load shows in the numbers. ``timed=False`` takes the counted steps only: the lab, its
+status and its report then show bytes and nothing timed (chapter 06, whose lesson is the counts).
 
 Plain Python, no ipywidgets; ``view_cost.py`` only shows it.
 """
@@ -164,8 +165,10 @@ class CostLab:
         max_repeats: int = 5,
         seed: int = 0,
         gpu: str = GPU,
+        timed: bool = True,
     ):
         self.width, self.slots, self.strategies, self.gpu = width, slots, tuple(strategies), gpu
+        self.timed = timed  # False: count the bytes of one step per strategy, time nothing
         self.budget_s, self.max_repeats, self.seed = budget_s, max_repeats, seed
         self.costs: list[StrategyCost] = []
         self.reference_s: float | None = None
@@ -185,7 +188,8 @@ class CostLab:
         return width_numel(self.width) * 4
 
     def measure(self) -> list[StrategyCost]:
-        """One counted step per strategy, then timed steps within the budget; also times one device."""
+        """One counted step per strategy, then (unless ``timed=False``) timed steps within the budget and one
+        device's step timed beside them."""
         devices = slot_devices(self.slots)
         x, y = (t.to(devices[0]) for t in story.make_data(seed=self.seed))
         steps, meters = {}, {}
@@ -200,6 +204,10 @@ class CostLab:
             with comm.traffic() as meters[strategy]:  # every copy dpteach makes in this step, both passes
                 step()  # also the warm-up: the first step pays for allocations
             steps[strategy] = step
+        if not self.timed:  # the counts alone: no seconds, no one-device step
+            self.costs = [StrategyCost(s, meters[s].by_op(), ()) for s in self.strategies]
+            self.reference, self.reference_s = None, None
+            return self.costs
         model = wide_model(self.width, self.seed).to(devices[0])
 
         def plain():
@@ -276,6 +284,8 @@ class CostLab:
                 f"  {rank:<3} {c.strategy:<10} {c.bytes:>10,} bytes  {c.bytes / self.model_bytes:.1f}x the model"
                 f"  ({c.by_op()})"
             )
+        if not self.timed:
+            return lines + self.modelled_lines()
         lines.append("this machine's time per step, only beside them (noisy: it ranks nothing):")
         timed = [*self.costs, *([self.reference] if self.reference is not None else [])]
         lines += [f"  {c.strategy:<10} {c.shown(self.budget_s)}" for c in timed]
@@ -318,9 +328,12 @@ class CostLab:
             f"  its DataParallel is torch.nn.DataParallel, which copies as strategy {MODEL_STRATEGY!r} does",
         ]
 
-    def rows(self) -> list[tuple[str, int, float, float]]:
-        """(strategy, bytes, bytes / model size, median µs) per strategy."""
-        return [(c.strategy, c.bytes, c.bytes / self.model_bytes, c.median * 1e6) for c in self.costs]
+    def rows(self) -> list[tuple[str, int, float, float | None]]:
+        """(strategy, bytes, bytes / model size, median µs or None when untimed) per strategy."""
+        return [
+            (c.strategy, c.bytes, c.bytes / self.model_bytes, c.median * 1e6 if c.seconds else None)
+            for c in self.costs
+        ]
 
     def status(self) -> str:
         if not self.costs:
@@ -330,6 +343,9 @@ class CostLab:
         ranked = f"{order[0].strategy!r} {order[0].bytes:,}"
         for before, c in zip(order, order[1:]):  # equal counts say so: clone and rewire copy the same bytes
             ranked += f" {'=' if c.bytes == before.bytes else '<'} {c.strategy!r} {c.bytes:,}"
+        head = f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes) on {slots}"
+        if not self.timed:
+            return f"{head}: bytes per step, fewest first: {ranked} (counted, the same on every run; nothing timed)"
         timed = [*self.costs, *([self.reference] if self.reference is not None else [])]
         if all(len(c.seconds) < MIN_TIMED for c in timed):  # one sentence, not one per strategy
             times = min(timed, key=lambda c: len(c.seconds)).shown(self.budget_s)
@@ -337,10 +353,7 @@ class CostLab:
             times = ", ".join(f"{c.strategy!r} {c.shown(self.budget_s)}" for c in self.costs)
             if self.reference is not None:
                 times += f", one device {self.reference.shown(self.budget_s)}"
-        return (
-            f"width {self.width} ({width_numel(self.width):,} parameters, {self.model_bytes:,} bytes) on {slots}: "
-            f"bytes per step, fewest first: {ranked}; beside them, a step on this machine: {times}"
-        )
+        return f"{head}: bytes per step, fewest first: {ranked}; beside them, a step on this machine: {times}"
 
     def __repr__(self) -> str:
         return f"<CostLab {self.status()}>"

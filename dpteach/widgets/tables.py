@@ -103,7 +103,8 @@ def handoff_table(step) -> str:
 
 def cost_table(lab, modelled: bool = True) -> str:
     """The strategies ranked by bytes copied (counted), then by the cost model (modelled; left out with
-    ``modelled=False``), with this machine's median time per step only beside the bytes."""
+    ``modelled=False``), with this machine's median time per step only beside the bytes (no time column
+    for a lab made with ``timed=False``)."""
     from .cost import MODEL_STRATEGY, tied_ranks
 
     order = lab.by_bytes()
@@ -120,15 +121,18 @@ def cost_table(lab, modelled: bool = True) -> str:
     ]
     if lab.reference_s is not None:
         rows.append(["", "one device", "0", "", "0×", lab.reference.shown(lab.budget_s)])
+    head = [
+        "rank",
+        "strategy",
+        "bytes copied",
+        "by operation",
+        "× model size",
+        "time per step, this machine (noisy)",
+    ]
+    if not getattr(lab, "timed", True):  # counts only: no time column
+        head, rows = head[:-1], [row[:-1] for row in rows]
     counted = _table(
-        [
-            "rank",
-            "strategy",
-            "bytes copied",
-            "by operation",
-            "× model size",
-            "time per step, this machine (noisy)",
-        ],
+        head,
         rows,
         f"dpteach's strategies, ranked by bytes (counted, exact), one step, {lab.slots} slot{'s' * (lab.slots != 1)}; "
         f"model: {lab.model_bytes:,} bytes of parameters",

@@ -3,7 +3,7 @@
 Move the model width or the number of slots and the lab takes real steps under every strategy:
 bytes copied (counted by ``dpteach.comm.traffic()``) and the median time per step, then the cost
 model's ranking of DataParallel and DDP with, under it, how much of that ranking is an assumed
-constant. Only widgets and calls that ipywidgets 7.7 (Colab) and 8 share.
+constant. A lab made with ``timed=False`` shows the counts alone. Only widgets and calls that ipywidgets 7.7 (Colab) and 8 share.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ class CostExplorer(widgets.VBox):
             value=self.lab.slots, min=1, max=8, description="slots", continuous_update=False
         )
         self.again = widgets.Button(
-            description="↻ measure again", tooltip="the times move with the machine's load"
+            description="↻ measure again",
+            tooltip="the times move with the machine's load" if self.lab.timed else "the counts repeat",
         )
         self.status = widgets.HTML()
         self.status.add_class("dpteach-cost-status")

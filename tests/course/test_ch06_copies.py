@@ -108,6 +108,8 @@ def test_step_copies_names_the_slip():
         n * T + n: ("slot 0",),  # broadcast's slot 0 copied
         n * T: ("slot 0", "gather"),  # 44: slot 0 copied and the gather forgotten
         n * T + n - 1: ("slot 0", "gather slot 0"),  # 47
+        (n - 1) * T + 1: ("gather once",),  # 34: the gather counted as one copy, not one per slot
+        n * T + 1: ("slot 0", "gather once"),  # 45
         12: (),  # no slip gives it
     }
     clone = {(n - 1) * T + n: ("slot 0",), n * T: ("gather",), (n - 1) * T: ("slot 0", "gather")}
@@ -116,6 +118,21 @@ def test_step_copies_names_the_slip():
             checks.reset()
             verdict = checks.step_copies(guess, model, x, slots, strategy)
             assert not verdict.ok and verdict.slips == slips, (strategy, guess, verdict.slips)
+
+
+def test_step_copies_says_the_gather_is_one_copy_per_slot():
+    """34 on 4 slots (3·11 + 1) is the gather taken for one copy: the message says how many it makes."""
+    model, x, slots = make_model(), torch.randn(32, 64), ["cpu"] * 4
+    checks.reset()
+    verdict = checks.step_copies(3 * 11 + 1, model, x, slots)
+    assert verdict.slips == ("gather once",) and "no usual slip" not in verdict.message
+    assert (
+        "one per slot" in verdict.message and "4 copies" in verdict.message
+    )  # what to change, in the model's N
+    two = checks.step_copies(
+        11 + 1, model, x, ["cpu"] * 2
+    )  # on 2 slots 1 piece is N - 1: slot 0's piece left out
+    assert two.slips == ("gather slot 0",)
 
 
 def test_step_copies_hints_at_the_slip_made_whatever_came_before():
@@ -208,31 +225,40 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
         with contextlib.redirect_stdout(out):
             exec(stub, scope)
         assert out.getvalue().strip() and "Ellipsis" not in out.getvalue(), stub.splitlines()[0]
+    tensors = scope["tensors"]  # 1 KiB each: a 4 KiB bucket holds four, packed, then sent
+    per_bucket = 4096 // tensors[0].nbytes
+    buckets, sent = len(tensors) // per_bucket, sum(t.nbytes for t in tensors)
     filled = {
-        two: (
-            "predicted = ...",
-            "predicted = (len(devices) - 1) * sum(costs.state_nbytes(wide).values())",
-        ),
-        three: ("shared = ...", "shared = replica[0].weight.data_ptr() == model[0].weight.data_ptr()"),
-        four: ("onto_slot_1 = ...", "onto_slot_1 = sum(c.nbytes for c in t.copies if c.dst == meta)"),
-        five: ("bucket = ...", "bucket = 4096"),
+        two: [
+            ("predicted = ...", "predicted = (len(devices) - 1) * sum(costs.state_nbytes(wide).values())"),
+        ],
+        three: [
+            (
+                "shared[strategy] = ...",
+                "shared[strategy] = replica[0].weight.data_ptr() == model[0].weight.data_ptr()",
+            ),
+            ("lands_in = ...", 'lands_in = "model"'),
+        ],
+        four: [("onto_slot_1 = ...", "onto_slot_1 = sum(c.nbytes for c in t.copies if c.dst == meta)")],
+        five: [("predicted = ...", f"predicted = ({buckets}, {2 * buckets}, {2 * sent})")],
     }
     printed = {}
-    for stub, (blank, answer) in filled.items():
-        assert blank in stub
+    for stub, fills in filled.items():
+        done = stub
+        for blank, answer in fills:
+            assert blank in stub
+            done = done.replace(blank, answer)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            exec(stub.replace(blank, answer), scope)
+            exec(done, scope)
         printed[stub] = out.getvalue()
+    assert all("Correct!" in p for p in printed.values()), printed  # each completed cell's check passes
     assert "checks.model_copy_bytes(" in two and printed[two].startswith("Correct!")  # (N - 1)(P + B) alone
     wide = scope["wide"]
     assert f"{(len(scope['devices']) - 1) * sum(costs.state_nbytes(wide).values()):,} bytes" in printed[two]
-    assert re.search(r"broadcast .*True", printed[three]) and re.search(r"clone .*False", printed[three])
-    assert printed[four].split()[0] == str(scope["P"] + scope["B"])  # (N - 1)(P + B) with N = 2
-    tensors = scope["tensors"]
-    per_bucket = 4096 // tensors[0].nbytes
-    buckets, sent = len(tensors) // per_bucket, sum(t.nbytes for t in tensors)
-    assert printed[five].strip() == f"{buckets} sent, {2 * buckets} copies, {2 * sent:,} bytes"
+    assert "'broadcast' the model's own tensors, 'clone' memory of its own" in printed[three]
+    assert f"{scope['P'] + scope['B']:,} bytes" in printed[four]  # (N - 1)(P + B) with N = 2
+    assert f"{buckets} sent, {2 * buckets} copies, {2 * sent:,} bytes" in printed[five]
 
 
 def test_rewire_records_the_one_node_per_parameter_the_chapter_names():

@@ -501,6 +501,21 @@ def test_cost_explorer_takes_a_budget_and_can_leave_the_model_out(ipywidgets):
     assert "DDP" in cost_explorer(width=16, slots=2).table.value  # the default keeps chapter 12's table
 
 
+def test_cost_explorer_can_show_counts_only(ipywidgets):
+    """``timed=False`` (chapter 06): the same counted bytes, and no time anywhere, in status, table, charts."""
+    from dpteach.widgets import cost_explorer
+
+    view = cost_explorer(width=16, slots=2, modelled=False, timed=False)
+    timed = cost_explorer(width=16, slots=2, modelled=False)
+    assert not view.lab.timed and timed.lab.timed  # the default still times (chapter 12)
+    assert [r[:3] for r in view.lab.rows()] == [r[:3] for r in timed.lab.rows()]  # the same counts
+    assert all(r[3] is None for r in view.lab.rows()) and view.lab.reference is None
+    shown = view.status.value + view.table.value
+    assert "µs" not in shown and "time per step" not in shown and "nothing timed" in view.status.value
+    assert view.charts.value.count("data:image/svg+xml") == 1  # the bytes chart alone
+    assert "time per step" in timed.table.value
+
+
 # ---------------------------------------------------------------------------------------------
 # The same, under ipywidgets 7.7.1 (what Colab ships)
 # ---------------------------------------------------------------------------------------------
@@ -647,6 +662,21 @@ def test_cost_times_are_shown_only_with_a_spread():
     lab = CostLab(width=16, slots=2, budget_s=0.0)  # a budget for one round only
     lab.measure()
     assert "median of 1" not in lab.status() and "median of 1" not in "\n".join(lab.report())
+
+
+def test_an_untimed_lab_times_nothing(monkeypatch):
+    from dpteach.widgets import cost
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("an untimed lab called the timer")
+
+    monkeypatch.setattr(cost, "time_in_turns", no_timing)
+    lab = CostLab(width=16, slots=2, timed=False)
+    lab.measure()
+    assert [c.seconds for c in lab.costs] == [()] * len(lab.strategies) and lab.reference_s is None
+    assert "nothing timed" in lab.status() and "µs" not in lab.status()
+    report = "\n".join(lab.report())
+    assert "bytes copied per step" in report and "this machine's time" not in report
 
 
 def test_cost_report_shows_the_models_table_and_assumptions():
