@@ -57,7 +57,12 @@ def _not_yet(
     ladder = [*hints, answer if isinstance(answer, str) else answer()]
     step = min(tries, len(ladder))
     label = "The answer" if step == len(ladder) else f"Hint {step} of {len(ladder) - 1}"
-    return Verdict(False, f"Not yet: {change}\n{label}: {ladder[step - 1]}", problem)
+    more = (
+        ""
+        if step == len(ladder)
+        else "\n(Change your answer and run this check again: each wrong try brings the next step.)"
+    )
+    return Verdict(False, f"Not yet: {change}\n{label}: {ladder[step - 1]}{more}", problem)
 
 
 def _ladder(exercise: str, hints: Sequence[str], answer: str) -> Callable[[str], Verdict]:
