@@ -495,3 +495,22 @@ def test_the_chapter_imports_each_name_once():
                     name = alias.asname or alias.name
                     assert name not in seen, f"cell {i} imports {name} again (cell {seen[name]} did)"
                     seen[name] = i
+
+
+def test_the_recap_defines_the_strategies_and_the_course_model_the_chapter_uses():
+    """The opening recap has one table row per strategy the widgets offer, and its course model is the one
+    dpteach.course.story builds (the layers and the 256 points it names)."""
+    from dpteach.course import story
+    from dpteach.widgets.training import STRATEGIES
+
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    recap = tagged(cells, "recap")
+    assert recap.startswith("<details><summary>Recap") and "*slot*" in recap
+    rows = [line for line in recap.splitlines() if line.startswith('| `"')]
+    recap = " ".join(recap.split())  # prose wraps anywhere
+    assert [row.split("`")[1].strip('"') for row in rows] == list(STRATEGIES)
+    layers = [type(m).__name__ for m in story.make_model()]
+    first, _, last = story.make_model()
+    shown = f"Linear({first.in_features}, {first.out_features}) → Tanh → Linear({last.in_features}, 1)"
+    assert layers == ["Linear", "Tanh", "Linear"] and shown in recap
+    assert f"{len(story.make_data()[0])} points" in recap
