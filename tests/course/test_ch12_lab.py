@@ -514,3 +514,14 @@ def test_the_recap_defines_the_strategies_and_the_course_model_the_chapter_uses(
     shown = f"Linear({first.in_features}, {first.out_features}) → Tanh → Linear({last.in_features}, 1)"
     assert layers == ["Linear", "Tanh", "Linear"] and shown in recap
     assert f"{len(story.make_data()[0])} points" in recap
+
+
+def test_exercise_4_asks_before_any_cell_prints_its_answer():
+    """Exercise 4 asks whether the rankings change with the width: the cell that prints them at every width
+    (its route without widgets) comes after the question, and no earlier cell loops over the widths."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (asked,) = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("4. ")]
+    (route,) = [i for i, c in enumerate(cells) if "cost-widths" in c.metadata.get("tags", [])]
+    assert asked < route and "WIDTHS" in cells[route].source
+    assert not [i for i, c in enumerate(cells[:asked]) if c.cell_type == "code" and "WIDTHS" in c.source]
+    assert "<details><summary>Answer 4" in cells[route + 1].source  # the answer after the learner has run it
