@@ -525,3 +525,21 @@ def test_exercise_4_asks_before_any_cell_prints_its_answer():
     assert asked < route and "WIDTHS" in cells[route].source
     assert not [i for i, c in enumerate(cells[:asked]) if c.cell_type == "code" and "WIDTHS" in c.source]
     assert "<details><summary>Answer 4" in cells[route + 1].source  # the answer after the learner has run it
+
+
+def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_learner_to_read(ipywidgets):
+    """Section 1a reads the blown-up loss curve by its red note: both lines leave the axis together, and the
+    note says from which step they are off it, then inf, then nan."""
+    import base64
+
+    from dpteach import widgets
+
+    view = widgets.explorer(strategy="rewire", slots=2, lr=0.2, steps=60)
+    view.lr.value = 10**-0.2  # the slider's notch 0.631
+    view.run_button.click()
+    (svg,) = [base64.b64decode(b).decode() for b in re.findall(r"base64,([^\"]+)", view.curve.value)]
+    (note,) = re.findall(r'<text class="off-axis"[^>]*>(both lines: [^<]*)</text>', svg)
+    assert re.fullmatch(r"both lines: above \S+ from step \d+, inf from \d+, nan from \d+", note), note
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    why = " ".join(tagged(cells, "large-lr-why").split())
+    assert "red note" in why and "then `inf`, then `nan`" in why
