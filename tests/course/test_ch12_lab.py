@@ -543,3 +543,15 @@ def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     why = " ".join(tagged(cells, "large-lr-why").split())
     assert "red note" in why and "then `inf`, then `nan`" in why
+
+
+def test_exercise_1_without_widgets_shows_both_facts_the_question_states(capsys):
+    """Exercise 1's route without widgets prints what the question says the widgets show on 1 slot under
+    "clone": the explorer's model learns (its gradients agree with one device's), the stepper's walk still
+    ends in dead ends (no original parameter got a gradient)."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (source,) = [c.source for c in cells if "one-slot" in c.metadata.get("tags", [])]
+    exec(source, {"TrainingLab": TrainingLab, "GradientFlow": GradientFlow})
+    explorer, stepper = capsys.readouterr().out.splitlines()
+    assert "step 60 of 60" in explorer and "gradient norms agree with one device's" in explorer
+    assert "0 of 4 original parameters got a gradient" in stepper and "dead ends" in stepper
