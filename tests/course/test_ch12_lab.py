@@ -495,3 +495,63 @@ def test_the_chapter_imports_each_name_once():
                     name = alias.asname or alias.name
                     assert name not in seen, f"cell {i} imports {name} again (cell {seen[name]} did)"
                     seen[name] = i
+
+
+def test_the_recap_defines_the_strategies_and_the_course_model_the_chapter_uses():
+    """The opening recap has one table row per strategy the widgets offer, and its course model is the one
+    dpteach.course.story builds (the layers and the 256 points it names)."""
+    from dpteach.course import story
+    from dpteach.widgets.training import STRATEGIES
+
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    recap = tagged(cells, "recap")
+    assert recap.startswith("<details><summary>Recap") and "*slot*" in recap
+    rows = [line for line in recap.splitlines() if line.startswith('| `"')]
+    recap = " ".join(recap.split())  # prose wraps anywhere
+    assert [row.split("`")[1].strip('"') for row in rows] == list(STRATEGIES)
+    layers = [type(m).__name__ for m in story.make_model()]
+    first, _, last = story.make_model()
+    shown = f"Linear({first.in_features}, {first.out_features}) → Tanh → Linear({last.in_features}, 1)"
+    assert layers == ["Linear", "Tanh", "Linear"] and shown in recap
+    assert f"{len(story.make_data()[0])} points" in recap
+
+
+def test_exercise_4_asks_before_any_cell_prints_its_answer():
+    """Exercise 4 asks whether the rankings change with the width: the cell that prints them at every width
+    (its route without widgets) comes after the question, and no earlier cell loops over the widths."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (asked,) = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith("4. ")]
+    (route,) = [i for i, c in enumerate(cells) if "cost-widths" in c.metadata.get("tags", [])]
+    assert asked < route and "WIDTHS" in cells[route].source
+    assert not [i for i, c in enumerate(cells[:asked]) if c.cell_type == "code" and "WIDTHS" in c.source]
+    assert "<details><summary>Answer 4" in cells[route + 1].source  # the answer after the learner has run it
+
+
+def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_learner_to_read(ipywidgets):
+    """Section 1a reads the blown-up loss curve by its red note: both lines leave the axis together, and the
+    note says from which step they are off it, then inf, then nan."""
+    import base64
+
+    from dpteach import widgets
+
+    view = widgets.explorer(strategy="rewire", slots=2, lr=0.2, steps=60)
+    view.lr.value = 10**-0.2  # the slider's notch 0.631
+    view.run_button.click()
+    (svg,) = [base64.b64decode(b).decode() for b in re.findall(r"base64,([^\"]+)", view.curve.value)]
+    (note,) = re.findall(r'<text class="off-axis"[^>]*>(both lines: [^<]*)</text>', svg)
+    assert re.fullmatch(r"both lines: above \S+ from step \d+, inf from \d+, nan from \d+", note), note
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    why = " ".join(tagged(cells, "large-lr-why").split())
+    assert "red note" in why and "then `inf`, then `nan`" in why
+
+
+def test_exercise_1_without_widgets_shows_both_facts_the_question_states(capsys):
+    """Exercise 1's route without widgets prints what the question says the widgets show on 1 slot under
+    "clone": the explorer's model learns (its gradients agree with one device's), the stepper's walk still
+    ends in dead ends (no original parameter got a gradient)."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (source,) = [c.source for c in cells if "one-slot" in c.metadata.get("tags", [])]
+    exec(source, {"TrainingLab": TrainingLab, "GradientFlow": GradientFlow})
+    explorer, stepper = capsys.readouterr().out.splitlines()
+    assert "step 60 of 60" in explorer and "gradient norms agree with one device's" in explorer
+    assert "0 of 4 original parameters got a gradient" in stepper and "dead ends" in stepper
