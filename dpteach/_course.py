@@ -58,6 +58,8 @@ RECAP = """<details><summary>Recap from chapters 00–04: slots, one DataParalle
   stand in for two GPUs ([00](00_start_here.ipynb)).
 - A DataParallel step makes **four moves**: scatter the batch into one piece per slot, replicate the model
   once per slot, run each replica on its piece (`parallel_apply`), gather the outputs on slot 0.
+- The **course model** (chapter 01) is `Linear(2, 16) → Tanh → Linear(16, 1)`, fitted to 256 points of
+  $\\sin(x_0)\\cos(x_1)$.
 - Backward follows **gradient edges** from each result to its inputs; `AccumulateGrad` is the node that
   stores a leaf's `.grad` ([02](02_reading_autograd_graphs.ipynb)).
 - `replicate`'s **three strategies**:

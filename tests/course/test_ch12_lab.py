@@ -498,14 +498,14 @@ def test_the_chapter_imports_each_name_once():
 
 
 def test_the_recap_defines_the_strategies_and_the_course_model_the_chapter_uses():
-    """The opening recap has one table row per strategy the widgets offer, and its course model is the one
-    dpteach.course.story builds (the layers and the 256 points it names)."""
+    """The recap at the top (the first cell, from dpteach._course.RECAP) has one table row per strategy the
+    widgets offer, and its course model is the one dpteach.course.story builds (the layers and the points)."""
     from dpteach.course import story
     from dpteach.widgets.training import STRATEGIES
 
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    recap = tagged(cells, "recap")
-    assert recap.startswith("<details><summary>Recap") and "*slot*" in recap
+    recap = cells[0].source.partition("<details>")[2]
+    assert recap.startswith("<summary>Recap") and "**slot**" in recap
     rows = [line for line in recap.splitlines() if line.startswith('| `"')]
     recap = " ".join(recap.split())  # prose wraps anywhere
     assert [row.split("`")[1].strip('"') for row in rows] == list(STRATEGIES)
