@@ -1368,7 +1368,7 @@ def slot0_memory(
     strategy by its name), ``"lands in"`` (the BatchNorm question). The hints climb the ladder, the
     answer from the third failed try on.
     """
-    import dpteach
+    from ..replicate import replicate
 
     name = "ch06.slot0_memory"
     if _unset(shared, lands_in) or not isinstance(shared, Mapping) or _unset(*shared.values()):
@@ -1377,7 +1377,7 @@ def slot0_memory(
         )
     truth = {}
     for strategy in shared:
-        replica = dpteach.replicate(model, [device] * 2, strategy=str(strategy))[0]
+        replica = replicate(model, [device] * 2, strategy=str(strategy))[0]
         pairs = zip(model.modules(), replica.modules())  # a replica's tensors may be plain attributes
         truth[strategy] = all(
             getattr(mine, n).data_ptr() == t.data_ptr()
@@ -1445,9 +1445,9 @@ def bytes_onto_slot_1(
     ``"every copy"`` (all of ``t.bytes``), ``"slot 0"`` (the copies that stay on ``device``),
     ``"copies"`` (a number of copies, not bytes), ``"buffers"`` (the parameters' bytes only).
     """
-    import dpteach
-
+    from .. import comm
     from ..measure import costs
+    from ..replicate import replicate
 
     name = f"ch06.bytes_onto_slot_1.{strategy}"
     if _unset(onto_slot_1):
@@ -1455,8 +1455,8 @@ def bytes_onto_slot_1(
     if not _count(onto_slot_1):
         return Verdict(False, f"Give a whole number of bytes, e.g. 1000, not {onto_slot_1!r}.")
     meta = torch.device("meta")
-    with dpteach.comm.traffic() as t:
-        dpteach.replicate(model, [torch.device(device), meta], strategy=strategy)
+    with comm.traffic() as t:
+        replicate(model, [torch.device(device), meta], strategy=strategy)
     onto = [c for c in t.copies if c.dst == meta]
     truth = sum(c.nbytes for c in onto)
     P, B = costs.state_nbytes(model).values()
@@ -1511,8 +1511,7 @@ def bucket_copies(
     """
     import math
 
-    import dpteach
-
+    from .. import comm
     from ..measure import costs
 
     name = f"ch06.bucket_copies.{buffer_size}"
@@ -1522,7 +1521,7 @@ def bucket_copies(
         )
     if not (_whole_numbers(predicted) and len(predicted) == 3):  # type: ignore[arg-type]
         return Verdict(False, f"Give three whole numbers, (sent, copies, bytes), not {predicted!r}.")
-    with dpteach.comm.traffic() as t:
+    with comm.traffic() as t:
         costs.copy_coalesced(list(tensors), device, buffer_size=buffer_size)
     truth = (len(t.transfers), len(t.copies), t.bytes)
     sent_bytes, packed = sum(c.nbytes for c in t.transfers), t.by_op().get("pack", 0)
