@@ -106,7 +106,7 @@ def test_ddp_runs_backward_while_buckets_are_in_flight_and_the_hook_version_does
     # and the prose under the came-back lines names the wait's event number, the last event of step 2
     came_back = next(c for c in chapter_cells() if "came-back" in c.metadata.get("tags", [])).source
     waits = re.search(
-        r'"back\s+after\s+event\s+(\d+)",\s+backward.s\s+wait,\s+means\s+it\s+came\s+back', came_back
+        r'"back\s+after\s+event\s+(\d+)"\s+means\s+after\s+backward.s\s+wait\s+began', came_back, re.I
     )
     assert waits and int(waits[1]) == len(second["events"]) and second["events"][-1] == ("wait",), came_back
     # each bucket came back after its launch and by the wait, on every rank and run
