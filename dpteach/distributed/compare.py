@@ -235,6 +235,8 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
         "- outputs gathered: "
         + (f"the {dp['rows']} rows' outputs" if dp.get("rows") else "the batch's outputs")
         + ", in all, not per slot; each DDP rank keeps its own outputs and loss",
+        "- copy calls: DataParallel's copies as dpteach.comm.traffic() counts them, over all slots;"
+        " DDP's all_reduce calls on each rank, one per bucket",
     ]
     return "\n".join(lines)
 

@@ -155,10 +155,11 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     assert table["copy calls"] == ["broadcast 4, gather 2", "all_reduce 1"]
     assert max(len(r) for r in rows[:7]) <= 80  # narrow enough for a notebook's output
     notes = rows[7:]
-    assert all(n.startswith("- ") for n in notes) and len(notes) == 4  # one note per row but the calls
+    assert all(n.startswith("- ") for n in notes) and len(notes) == 5  # one note per row
     assert "every step" in notes[0] and "keeps its own model" in notes[0]
     assert "in place" in notes[1] and "computed" in notes[2]
     assert "the 64 rows' outputs" in notes[3] and "not per slot" in notes[3]
+    assert "one per bucket" in notes[4]
     text = "\n".join(rows)
     assert "516" not in text and "from all" not in text  # per rank, never a total over the ranks
     # on 4 GPUs the reduce_add is counted per slot, and a ring sends 2 x 3/4 x 260 from each rank
@@ -171,7 +172,7 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     assert re.split(r"\s{2,}", four[3]) == ["gradients sent", "260", "260 to all_reduce"]
     assert "sends 390, receives 390" in four[4]
     assert "on GPUs" not in four[3] and "in place" not in "\n".join(four)
-    assert "the batch's outputs" in four[-1]  # no row count given: none invented
+    assert "the batch's outputs" in four[-2]  # no row count given: none invented
 
 
 def test_dataparallel_traffic_names_the_rows_its_gather_moved():
