@@ -183,13 +183,14 @@ def dataparallel_traffic(
         copies_per_step={op: n // steps for op, n in copies.items()},
         bytes_per_step={op: n // steps for op, n in seen.by_op().items()},
         parameter_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        rows=global_batch,  # the rows whose outputs gather moves
     )
 
 
 def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     """DataParallel's copies (``dataparallel_traffic``) and DDP's all-reduces (``tasks.traffic``) in one
     step, per slot or rank, for N = ``world_size`` of them and a model of P bytes
-    (``dp["parameter_bytes"]``).
+    (``dp["parameter_bytes"]``); a note under the table explains each row.
 
     DataParallel's ``broadcast`` copies the model into each slot but slot 0, P bytes per slot, and on GPUs
     its ``reduce_add`` takes P bytes of gradients from each of them onto slot 0 (CPU slots sum in place,
@@ -203,39 +204,40 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     into, back = counted.get("broadcast", 0) // (n - 1), counted.get("reduce_add", 0) // (n - 1)
     ring = 2 * (n - 1) * handed // n  # what a ring all-reduce of P bytes sends, and receives, per rank
     rows = [
-        (f"one step, in bytes: N = {n}, P = {p:,}", "DataParallel, per slot", "DDP, per rank"),
+        ("", "DataParallel slot", "DDP rank"),
+        ("model copied in", f"{into:,}", "0"),
+        ("gradients sent", f"{back:,}" if back else f"0 (on GPUs {p:,})", f"{handed:,} to all_reduce"),
+        ("ring all-reduce", "-", f"sends {ring:,}, receives {ring:,}"),
+        ("outputs gathered", f"{counted.get('gather', 0):,} onto slot 0", "0"),
         (
-            "calls",
-            ", ".join(f"{op} {k}" for op, k in dp["copies_per_step"].items()) + " (all slots)",
-            f"all_reduce {ddp['allreduce_calls_per_step']} on each rank",
-        ),
-        ("model copied in", f"{into:,} into each slot but slot 0", "none: each rank keeps its own"),
-        (
-            "gradients to be summed",
-            f"{back:,} from each slot but slot 0"
-            if back
-            else f"none here; on GPUs {p:,} from each but slot 0",
-            f"{handed:,} handed to all_reduce",
-        ),
-        ("a ring all-reduce of them", "-", f"sends {ring:,} and receives {ring:,}"),
-        (
-            "outputs gathered",
-            f"{counted.get('gather', 0):,} in all, onto slot 0",
-            "none: each has its own loss",
-        ),
-        (
-            "model copied each step",
-            "yes" if dp["copies_per_step"].get("broadcast") else "no",
-            "no" if ddp["same_parameters"] else "yes",
+            "copy calls",
+            ", ".join(f"{op} {k}" for op, k in dp["copies_per_step"].items()),
+            f"all_reduce {ddp['allreduce_calls_per_step']}",
         ),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    if not back:
-        lines.append("CPU slots sum the gradients in place, with nothing to move")
-    lines.append(
-        "a ring's bytes are computed, 2(N-1)/N x P on each rank (nccl-tests' PERFORMANCE.md); the rest is counted"
-    )
+    lines = [f"one step, in bytes, per slot or rank: N = {n}, P = {p:,} (the model's parameters)"]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines += [
+        "- model copied in: "
+        + ("P into each slot but slot 0, every step" if into else "none")
+        + "; a DDP rank "
+        + ("keeps its own model" if ddp["same_parameters"] else "changed its parameters' storage"),
+        "- gradients sent: "
+        + (
+            "each slot but slot 0 sends P to slot 0 to be summed (reduce_add)"
+            if back
+            else "CPU slots sum the gradients in place, with nothing to move; on GPUs each slot but "
+            "slot 0 sends P"
+        ),
+        "- ring all-reduce: computed, 2(N-1)/N x P on each rank (nccl-tests' PERFORMANCE.md); "
+        "the rest is counted",
+        "- outputs gathered: "
+        + (f"the {dp['rows']} rows' outputs" if dp.get("rows") else "the batch's outputs")
+        + ", in all, not per slot; each DDP rank keeps its own outputs and loss",
+        "- copy calls: DataParallel's copies as dpteach.comm.traffic() counts them, over all slots;"
+        " DDP's all_reduce calls on each rank, one per bucket",
+    ]
     return "\n".join(lines)
 
 

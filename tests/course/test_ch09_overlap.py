@@ -106,7 +106,7 @@ def test_ddp_runs_backward_while_buckets_are_in_flight_and_the_hook_version_does
     # and the prose under the came-back lines names the wait's event number, the last event of step 2
     came_back = next(c for c in chapter_cells() if "came-back" in c.metadata.get("tags", [])).source
     waits = re.search(
-        r'"back\s+after\s+event\s+(\d+)",\s+backward.s\s+wait,\s+means\s+it\s+came\s+back', came_back
+        r'"back\s+after\s+event\s+(\d+)"\s+means\s+after\s+backward.s\s+wait\s+began', came_back, re.I
     )
     assert waits and int(waits[1]) == len(second["events"]) and second["events"][-1] == ("wait",), came_back
     # each bucket came back after its launch and by the wait, on every rank and run
@@ -132,31 +132,36 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     """Each row is what one slot or one rank moves in a step, so a learner reads P against P: the model
     into each slot but slot 0 and the gradients back from each (counted), beside what a ring all-reduce
     sends and receives on each rank (computed, 2(N-1)/N x P); the gathered outputs on a row apart, never
-    mixed into the model's bytes (the 516 bytes copied on CPU slots)."""
+    mixed into the model's bytes (the 516 bytes copied on CPU slots). A note under the table explains
+    each row, the gathered row with the number of rows whose outputs it moves."""
     from dpteach.distributed import compare
 
     dp = dict(
         copies_per_step={"broadcast": 4, "gather": 2},
         bytes_per_step={"broadcast": 260, "gather": 256},
         parameter_bytes=260,
+        rows=64,
     )
     ddp = dict(allreduce_calls_per_step=1, allreduce_bytes_per_step=260, same_parameters=True)
     rows = compare.traffic_table(dp, ddp, world_size=2).splitlines()
-    assert rows[0].startswith("one step, in bytes: N = 2, P = 260")
-    assert "DataParallel, per slot" in rows[0] and "DDP, per rank" in rows[0]
-    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[1:7])}
-    assert table["model copied in"] == ["260 into each slot but slot 0", "none: each rank keeps its own"]
+    assert rows[0].startswith("one step, in bytes, per slot or rank: N = 2, P = 260")
+    assert re.split(r"\s{2,}", rows[1].strip()) == ["DataParallel slot", "DDP rank"]
+    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[2:7])}
+    assert table["model copied in"] == ["260", "0"]
     # on CPU slots the reduce moves nothing: said so, with what each slot sends on GPUs
-    assert table["gradients to be summed"] == [
-        "none here; on GPUs 260 from each but slot 0",
-        "260 handed to all_reduce",
-    ]
-    assert table["a ring all-reduce of them"] == ["-", "sends 260 and receives 260"]
-    assert table["outputs gathered"][0] == "256 in all, onto slot 0"
-    assert table["model copied each step"] == ["yes", "no"]
+    assert table["gradients sent"] == ["0 (on GPUs 260)", "260 to all_reduce"]
+    assert table["ring all-reduce"] == ["-", "sends 260, receives 260"]
+    assert table["outputs gathered"] == ["256 onto slot 0", "0"]
+    assert table["copy calls"] == ["broadcast 4, gather 2", "all_reduce 1"]
+    assert max(len(r) for r in rows[:7]) <= 80  # narrow enough for a notebook's output
+    notes = rows[7:]
+    assert all(n.startswith("- ") for n in notes) and len(notes) == 5  # one note per row
+    assert "every step" in notes[0] and "keeps its own model" in notes[0]
+    assert "in place" in notes[1] and "computed" in notes[2]
+    assert "the 64 rows' outputs" in notes[3] and "not per slot" in notes[3]
+    assert "one per bucket" in notes[4]
     text = "\n".join(rows)
     assert "516" not in text and "from all" not in text  # per rank, never a total over the ranks
-    assert "sum the gradients in place" in rows[7] and "computed" in rows[8]
     # on 4 GPUs the reduce_add is counted per slot, and a ring sends 2 x 3/4 x 260 from each rank
     gpus = dict(
         copies_per_step={"broadcast": 12, "reduce_add": 6, "gather": 3},
@@ -164,8 +169,17 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
         parameter_bytes=260,
     )
     four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
-    assert "260 from each slot but slot 0" in four[3] and "sends 390 and receives 390" in four[4]
+    assert re.split(r"\s{2,}", four[3]) == ["gradients sent", "260", "260 to all_reduce"]
+    assert "sends 390, receives 390" in four[4]
     assert "on GPUs" not in four[3] and "in place" not in "\n".join(four)
+    assert "the batch's outputs" in four[-2]  # no row count given: none invented
+
+
+def test_dataparallel_traffic_names_the_rows_its_gather_moved():
+    from dpteach.distributed import compare
+
+    counted = compare.dataparallel_traffic(steps=1, global_batch=64)
+    assert counted["rows"] == 64 and counted["bytes_per_step"]["gather"] == 64 * 4  # one float per row
 
 
 def test_ddp_cuts_one_bucket_first_then_rebuilds_once_unless_it_finds_unused_parameters(ranks):
@@ -211,7 +225,7 @@ def test_the_chapter_shows_the_rebuild_and_checks_the_one_device_losses():
     # the one-device losses are checked against what rank 0 printed under torchrun's main()
     losses = next(c for c in cells if c.cell_type == "code" and "one device, step" in c.source)
     assert "ranks.last_outputs" in losses.source and "assert" in losses.source
-    # the exact condition of the one-bucket first step is on the main path
+    # the exact condition of the one-bucket first step is in the chapter (a Going-deeper block)
     prose = " ".join(c.source for c in cells if c.cell_type == "markdown")
     assert "find_unused_parameters=False" in prose and "static_graph=True" in prose
     assert "bucket_cap_mb_list" in prose
