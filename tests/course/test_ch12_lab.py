@@ -579,3 +579,16 @@ def test_the_order_table_is_the_same_whatever_this_thread_has_counted():
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     (code,) = [c.source for c in cells if "join-order" in c.metadata.get("tags", [])]
     assert "steps_before=0" in code  # the chapter prints the fresh counter's order too
+
+
+def test_on_one_device_the_counts_leave_out_backwards_sum_and_the_report_says_so():
+    """Section 3's counts are for slots on one device: rewire's backward sum adds in place, so no
+    reduce_add is recorded, and the report says the figure is one device's."""
+    from dpteach.widgets.cost import ONE_DEVICE
+
+    if len(set(slot_devices(2))) != 1:
+        pytest.skip("on distinct devices backward's sum is a counted copy")
+    lab = CostLab(width=16, slots=2, max_repeats=1, budget_s=0.0)
+    lab.measure()
+    assert all("reduce_add" not in c.bytes_by_op and "scatter" not in c.bytes_by_op for c in lab.costs)
+    assert ONE_DEVICE in lab.report()
