@@ -46,7 +46,9 @@ MODEL_STRATEGY = "broadcast"
 REPORT_WIDTH = 100
 # slots on one device: backward's sums add in place (rewire.py records a reduce_add only across devices) and
 # the scatter's pieces are views of the batch, so neither copies; on distinct GPUs both would add bytes
-ONE_DEVICE = "  (slots on one device: backward's sums and the scatter copy nothing here; on GPUs they would)"
+ONE_DEVICE = (
+    "  (slots on one device: backward's sums and the scatter copy nothing; on distinct GPUs they copy)"
+)
 
 
 def us(seconds: float) -> str:

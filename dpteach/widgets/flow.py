@@ -18,7 +18,7 @@ Slots that share a device (the stepper's CPU slots) run their forwards one after
 caller's thread, after ``replicate`` made the ``ReduceAddBackward`` nodes there, so every replica node
 outnumbers them and every ``ReduceAddBackward`` runs after all of the replicas' nodes. torch's
 ``parallel_apply`` runs each replica's forward in a new thread, whose count starts from 0: once the
-caller's count is past the replicas' (after a training loop's first step), the ``ReduceAddBackward`` nodes
+caller's count is past the replicas' (in a training loop, after some steps), the ``ReduceAddBackward`` nodes
 are the higher, and each runs as soon as it is ready; on a fresh count they tie with the replicas' nodes and
 the order changes (``join_order`` prints these; chapter 12, section 2b).
 
