@@ -44,6 +44,11 @@ NOT_MEASURED = "not measured yet: call measure() to take the steps"
 MODEL_STRATEGY = "broadcast"
 # characters per line of CostLab.report(): a notebook output's width, so it reads without scrolling sideways
 REPORT_WIDTH = 100
+# slots on one device: backward's sums add in place (rewire.py records a reduce_add only across devices) and
+# the scatter's pieces are views of the batch, so neither copies; on distinct GPUs both would add bytes
+ONE_DEVICE = (
+    "  (slots on one device: backward's sums and the scatter copy nothing; on distinct GPUs they copy)"
+)
 
 
 def us(seconds: float) -> str:
@@ -284,6 +289,8 @@ class CostLab:
                 f"  {rank:<3} {c.strategy:<10} {c.bytes:>10,} bytes  {c.bytes / self.model_bytes:.1f}x the model"
                 f"  ({c.by_op()})"
             )
+        if len(set(slot_devices(self.slots))) == 1:
+            lines.append(ONE_DEVICE)
         if not self.timed:
             return lines + self.modelled_lines()
         lines.append("this machine's time per step, only beside them (noisy: it ranks nothing):")

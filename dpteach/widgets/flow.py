@@ -17,9 +17,10 @@ enough: among the ready nodes the engine runs the highest sequence number first
 Slots that share a device (the stepper's CPU slots) run their forwards one after the other on the
 caller's thread, after ``replicate`` made the ``ReduceAddBackward`` nodes there, so every replica node
 outnumbers them and every ``ReduceAddBackward`` runs after all of the replicas' nodes. torch's
-``parallel_apply`` runs each replica's forward in a new thread, whose count starts from 0: then the
-``ReduceAddBackward`` nodes are the higher, and each runs as soon as it is ready (``join_order`` prints both;
-chapter 12, section 2b).
+``parallel_apply`` runs each replica's forward in a new thread, whose count starts from 0: once the
+caller's count is past the replicas' (in a training loop, after some steps), the ``ReduceAddBackward`` nodes
+are the higher, and each runs as soon as it is ready; on a fresh count they tie with the replicas' nodes and
+the order changes (``join_order`` prints these; chapter 12, section 2b).
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
 """
@@ -295,14 +296,37 @@ def _replica_of(outs: list, stop: tuple[str, ...]) -> dict:
     return owner
 
 
-def join_order(threaded: bool, slots: int = 2) -> JoinOrder:
+def join_order(threaded: bool, slots: int = 2, steps_before: int = 1) -> JoinOrder:
     """The stepper's ``"rewire"`` step (same model, same loss), with the replicas' forwards run each in
-    a new thread of its own (``threaded=True``), as torch's ``parallel_apply`` runs them, one GPU each,
-    or one after the other on this thread, as dpteach runs slots that share a device.
+    a new thread of its own (``threaded=True``), as dpteach's threaded slots run them, or one after the
+    other on the calling thread, as dpteach runs slots that share a device.
+
+    The step runs on a new thread of its own, whose sequence-number counter starts at 0, after
+    ``steps_before`` such steps there, as a training loop's earlier steps: so its numbers are the same in
+    every kernel, whatever the kernel's own thread has counted. With ``steps_before=0`` the
+    ``ReduceAddBackward`` nodes (made by ``replicate`` on the calling thread, before the replicas run)
+    count from 0 too, and tie with the threaded replicas' nodes.
 
     ``_sequence_nr()`` is a private method of PyTorch's nodes: fine for looking, not for code that must
-    keep working. The ``ReduceAddBackward`` nodes are made by ``replicate``, on this thread, before the replicas run.
+    keep working.
     """
+    found: list = []
+
+    def steps() -> None:
+        for _ in range(steps_before):
+            _join_order(threaded, slots)  # a step before: only the counter it leaves behind matters
+        found.append(_join_order(threaded, slots))
+
+    caller = threading.Thread(target=steps)
+    caller.start()
+    caller.join()
+    if not found:
+        raise RuntimeError("join_order's step failed on its thread: its error is printed above")
+    return found[0]
+
+
+def _join_order(threaded: bool, slots: int) -> JoinOrder:
+    """One ``"rewire"`` step and its backward, on the thread that calls this (see ``join_order``)."""
     devs = slot_devices(slots)
     x, y = (t.to(devs[0]) for t in story.make_data(seed=0))
     net = story.make_model(0).to(devs[0])

@@ -339,10 +339,11 @@ def test_the_order_table_shows_a_reduce_add_between_replica_nodes_with_a_thread_
     threaded, single = join_order(True), join_order(False)
     assert list(single.labels) == [s.label for s in GradientFlow("rewire", slots=2).steps[1:]]
     assert single.early == ()  # one thread: every ReduceAddBackward after every replica node
-    if min(threaded.order[i]._sequence_nr() for i in threaded.joins) > max(
+    # join_order's thread took a step before, so its count is past the replicas': no ties, the order is certain
+    assert min(threaded.order[i]._sequence_nr() for i in threaded.joins) > max(
         threaded.order[i]._sequence_nr() for i in threaded.ops
-    ):  # this thread's count is past the replicas' (as in the chapter): no ties, so the order is certain
-        assert len(threaded.early) == 3  # all but 0.weight's, whose last gradient comes from the last node
+    )
+    assert len(threaded.early) == 3  # all but 0.weight's, whose last gradient comes from the last node
     for i in threaded.early:
         before = {threaded.labels[j] for j in threaded.ops if j < i}
         after = {threaded.labels[j] for j in threaded.ops if j > i}
@@ -555,3 +556,39 @@ def test_exercise_1_without_widgets_shows_both_facts_the_question_states(capsys)
     explorer, stepper = capsys.readouterr().out.splitlines()
     assert "step 60 of 60" in explorer and "gradient norms agree with one device's" in explorer
     assert "0 of 4 original parameters got a gradient" in stepper and "dead ends" in stepper
+
+
+def test_the_order_table_is_the_same_whatever_this_thread_has_counted():
+    """join_order runs its step on a thread of its own after one step there, so section 2b's numbers do
+    not depend on how many nodes the kernel's thread made before; on a fresh counter the threaded
+    ReduceAddBackward nodes count from 0 and tie with the replicas' nodes, and the order changes."""
+    from dpteach.widgets.flow import order_table
+
+    if slot_devices(2)[0].type != "cpu":
+        pytest.skip("on GPUs each device's nodes run on a thread of their own: the chapter's CPU order")
+    first = order_table({"t": join_order(True), "o": join_order(False)})
+    x = torch.ones(2, requires_grad=True)
+    for _ in range(50):  # this thread's counter moves on by 50
+        x = x * 1.0
+    assert order_table({"t": join_order(True), "o": join_order(False)}) == first
+    warm, fresh = join_order(True), join_order(True, steps_before=0)
+    numbers = {found: [found.order[i]._sequence_nr() for i in found.joins] for found in (warm, fresh)}
+    assert min(numbers[warm]) > max(warm.order[i]._sequence_nr() for i in warm.ops)  # they outrank
+    assert sorted(numbers[fresh]) == [0, 1, 2, 3]  # the same numbers as the replicas' own nodes
+    assert fresh.joins != warm.joins  # so they run elsewhere in the order
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (code,) = [c.source for c in cells if "join-order" in c.metadata.get("tags", [])]
+    assert "steps_before=0" in code  # the chapter prints the fresh counter's order too
+
+
+def test_on_one_device_the_counts_leave_out_backwards_sum_and_the_report_says_so():
+    """Section 3's counts are for slots on one device: rewire's backward sum adds in place, so no
+    reduce_add is recorded, and the report says the figure is one device's."""
+    from dpteach.widgets.cost import ONE_DEVICE
+
+    if len(set(slot_devices(2))) != 1:
+        pytest.skip("on distinct devices backward's sum is a counted copy")
+    lab = CostLab(width=16, slots=2, max_repeats=1, budget_s=0.0)
+    lab.measure()
+    assert all("reduce_add" not in c.bytes_by_op and "scatter" not in c.bytes_by_op for c in lab.costs)
+    assert ONE_DEVICE in lab.report()
