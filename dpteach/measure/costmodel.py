@@ -531,18 +531,21 @@ def measure_thread_start(repeats: int = 200, warmup: int = 20) -> Timing:
     return Timing(samples)
 
 
-def thread_effect(work: Workload, thread_s: float, gpu: str = "A100-SXM", n: int = 4) -> str:
+def thread_effect(
+    work: Workload, thread_s: float, gpu: str = "A100-SXM", n: int = 4, *, latency: bool = False
+) -> str:
     """What the learner's measured thread start (``thread_s``) does to DataParallel's modelled step on ``n``
     GPUs of ``gpu``, beside the assumed ``PYTHON_THREAD_S``: its speed-up over one GPU, the share of its
-    step the thread starts take, and DDP's lead over it. DDP starts no thread per replica: its step stays."""
+    step the thread starts take, and DDP's lead over it. DDP starts no thread per replica: its step stays.
+    ``latency``: each message's latency, by NCCL's model, for every step in it."""
     plain = predict(work, gpu, 1).total_s
-    ddp = predict(work, gpu, n, "DDP").total_s
+    ddp = predict(work, gpu, n, "DDP", latency=latency).total_s
     lines = [
         f"modelled, {n} {gpu}: what the thread start does to DataParallel's step",
         f"  {'thread start':<20}{'DataParallel':>14}{'threads, share':>16}{'DDP against it':>20}",
     ]
     for label, seconds in (("assumed", PYTHON_THREAD_S), ("yours", thread_s)):
-        step = predict(work, gpu, n, "DataParallel", thread_s=seconds).total_s
+        step = predict(work, gpu, n, "DataParallel", thread_s=seconds, latency=latency).total_s
         lines.append(
             f"  {label + f' {seconds * 1e6:.0f} µs':<20}{f'{plain / step:.2f}x one GPU':>14}"
             f"{n * seconds / step:>16.0%}{f'DDP {step / ddp:.2f}x faster':>20}"
@@ -732,20 +735,26 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
 
 
 def draw_over_n(
-    work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"), ns=(1, 2, 4, 8), title: str = ""
+    work: Workload,
+    gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"),
+    ns=(1, 2, 4, 8),
+    title: str = "",
+    *,
+    latency: bool = False,
 ):
     """Modelled speed-up over the plain step against n, DataParallel and DDP, one panel per GPU profile;
-    ``title`` (the workload, say) above the panels."""
+    ``title`` (the workload, say) above the panels; ``latency``: each message's latency, by NCCL's model."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(gpus), figsize=(3.4 * len(gpus), 3.0), sharey=True)
     for ax, name in zip(axes, gpus):
         plain = predict(work, name, 1).total_s
         for strategy, style in zip(STRATEGIES, ("s-", "o-")):
-            ax.plot(ns, [plain / predict(work, name, n, strategy).total_s for n in ns], style, label=strategy)
+            steps = [predict(work, name, n, strategy, latency=latency).total_s for n in ns]
+            ax.plot(ns, [plain / t for t in steps], style, label=strategy)
         ax.plot(ns, ns, color="#bbbbbb", lw=1, label="n times faster")
         ax.set_title(f"modelled, {name} ({GPUS[name].link})", fontsize=9)
-        ax.set_xlabel(f"GPUs (n)\nmodelled; {LEFT_OUT}", fontsize=7)
+        ax.set_xlabel(f"GPUs (n)\nmodelled; {LEFT_OUT_WITH_LATENCY if latency else LEFT_OUT}", fontsize=7)
         ax.set_xticks(list(ns))
     axes[0].set_ylabel("plain step / modelled step")
     axes[0].legend(fontsize=8)

@@ -91,6 +91,8 @@ def test_the_cost_cells_print_the_same_twice_and_say_modelled():
     # the stress test, folded: two verdicts under 27 settings, not two more tables of ranges
     assert str(shown).count("under 27 assumed settings") == 2 and "modelled under 27" not in str(shown)
     assert shown._repr_html_().startswith("<details><summary>Going deeper: every table behind the verdict")
+    from dpteach.measure import costmodel
+
     scope, _ = run("cost-table", "timeline")
     titles = [ax.get_title() for ax in scope["fig"].axes]
     assert all("modelled, A100-SXM" in t for t in titles) and len(titles) == 2
@@ -100,7 +102,8 @@ def test_the_cost_cells_print_the_same_twice_and_say_modelled():
     # the python row is labelled as the assumption it is, with the share the markdown states
     top = scope["fig"].axes[0]
     legend = [t.get_text() for t in top.get_legend().get_texts()]
-    assert "thread start (74% of the step, 100 µs each, assumed)" in legend
+    share = 4 * costmodel.PYTHON_THREAD_S / scope["dp"].total_s  # the model with latency, as the cell draws
+    assert f"thread start ({share:.0%} of the step, 100 µs each, assumed)" in legend and scope["dp"].latency
 
 
 def verdict_table() -> str:
@@ -113,7 +116,7 @@ def test_the_verdict_table_states_the_misses_the_folded_tables_print():
     from dpteach.measure import published
 
     shipped = [m for m in published.shipped() if not m.ours]
-    rows = {m.id: published.compare(m) for m in shipped}
+    rows = {m.id: published.compare(m, latency=True) for m in shipped}  # the chapter's model: with latency
     r50, r101 = rows["ddp-benchmark-resnet50"], rows["ddp-benchmark-resnet101"]
     [dp], [ddp] = rows["hf-gpt2-dataparallel"], rows["hf-gpt2-ddp"]
     table, text = verdict_table(), markdown()
@@ -133,27 +136,27 @@ def test_the_verdict_table_states_the_misses_the_folded_tables_print():
     one = [round(100 * (m.ddp_one_gpu_s / dict(m.points)[1] - 1)) for m in curves]
     assert f"on one GPU DDP adds {one[0]}% (ResNet-50) and {one[1]}% (ResNet-101)" in text
     # DDP's overhead over the plain step, n = 2 to 8: measured, modelled, and the share the model accounts for
-    gaps = [(got, mod) for m in curves for _, got, mod in published.overhead(m)]
+    gaps = [(got, mod) for m in curves for _, got, mod in published.overhead(m, latency=True)]
     got, mod = [g for g, _ in gaps], [m for _, m in gaps]
     assert (
         f"| {min(mod) * 1e3:.1f} to {max(mod) * 1e3:.1f} ms | {min(got) * 1e3:.0f} to {max(got) * 1e3:.0f} ms |"
         in table
     )
-    shares = [100 * mod / got for m in curves for _, got, mod in published.overhead(m)]
-    with_latency = [100 * mod / got for m in curves for _, got, mod in published.overhead(m, latency=True)]
+    without = [100 * mod / got for m in curves for _, got, mod in published.overhead(m)]
+    shares = [100 * mod / got for m in curves for _, got, mod in published.overhead(m, latency=True)]
     span = f"{min(shares):.0f}% to {max(shares):.0f}%"
-    span_latency = f"{min(with_latency):.0f}% to {max(with_latency):.0f}%"
+    span_without = f"{min(without):.0f}% to {max(without):.0f}%"
     assert f"| no: the model accounts for {span} of it |" in table
-    assert f"the model accounts for {span} of it ({span_latency} with NCCL's latency" in text
+    assert f"the model accounts for {span} of it ({span_without} without NCCL's latency" in text
     summary = text[text.index("## Summary") : text.index("## Exercises")]
-    assert f"accounts for {span} of DDP's own overhead ({span_latency} with latency)" in summary
+    assert f"accounts for {span} of DDP's own overhead" in summary
     assert "within about a quarter of the published steps" in summary
     assert max(shares) < 50  # "it shows why DataParallel falls behind, not how fast DDP runs"
     # DataParallel against DDP: the one published pair, beside the model and its 9 pairs of constants
     [pair] = published.pairs(shipped).values()
-    measured, modelled = published.pair_ratio(pair)
+    measured, modelled = published.pair_ratio(pair, latency=True)
     grid = [
-        published.pair_ratio(pair, thread_s=s, efficiency=e)[1]
+        published.pair_ratio(pair, thread_s=s, efficiency=e, latency=True)[1]
         for s in (0, 1e-4, 1e-3)
         for e in (0.3, 0.5, 0.7)
     ]
@@ -189,7 +192,9 @@ def test_the_learners_thread_start_is_labelled_theirs_and_its_effect_printed():
     assert "your thread start + join: median" in printed and "middle half" in printed
     mine = scope["mine"].median
     assert f"yours {mine * 1e6:.0f} µs" in printed and "assumed 100 µs" in printed
-    assert costmodel.thread_effect(scope["work"], mine) in printed  # computed from the learner's median
+    assert (
+        costmodel.thread_effect(scope["work"], mine, latency=True) in printed
+    )  # computed from the learner's median
     assert "modelled, 4 A100-SXM" in printed
 
 
@@ -204,7 +209,7 @@ def test_every_published_measurement_is_drawn_beside_its_prediction_with_its_rat
     printed = str(shown)  # the tables, folded under the figure
     labels = [line.get_label() for line in scope["ax"].get_lines()]
     for m in published.curves(published.shipped()):
-        rows = published.compare(m)
+        rows = published.compare(m, latency=True)  # the chapter's model: with NCCL's latency
         assert all(r.modelled_s is not None for r in rows), m.id  # the model predicts every point
         name = m.model.split(",")[0]
         assert f"measured (published): {name}, {m.gpu}" in labels  # the measured points ...
@@ -214,9 +219,14 @@ def test_every_published_measurement_is_drawn_beside_its_prediction_with_its_rat
             assert f"{r.measured_s * 1e3:12.1f}  {r.modelled_s * 1e3:12.1f}  {r.ratio:17.2f}x" in printed
     [pair] = published.pairs(published.shipped()).values()
     bars = [b.get_height() for b in scope["right"].patches]
-    want = [h for m in pair for r in published.compare(m) for h in (r.measured_s * 1e3, r.modelled_s * 1e3)]
+    want = [
+        h
+        for m in pair
+        for r in published.compare(m, latency=True)
+        for h in (r.measured_s * 1e3, r.modelled_s * 1e3)
+    ]
     assert bars == pytest.approx(want)  # measured beside modelled, DataParallel then DDP
-    assert published.pair_table(pair) in printed
+    assert published.pair_table(pair, latency=True) in printed
 
 
 def test_the_markdown_states_the_large_models_counts_and_the_thread_share():
@@ -229,7 +239,7 @@ def test_the_markdown_states_the_large_models_counts_and_the_thread_share():
     assert f"{one.param_bytes / 1e6:.0f} MB of fp32 gradients" in text
     assert f"{(one.flops_fwd + one.flops_bwd) / 1e12:.2f} TFLOP per sequence of 1,024 tokens" in text
     assert scope["gpt2"].batch == 16 and "16 sequences" in TAGGED["large-model"].source  # as its title says
-    dp = costmodel.predict(scope["work"], "A100-SXM", 4, "DataParallel")
+    dp = costmodel.predict(scope["work"], "A100-SXM", 4, "DataParallel", latency=True)
     share = 4 * costmodel.PYTHON_THREAD_S / dp.total_s
     assert f"on 4 A100s here ({share:.0%})" in text
 
@@ -238,7 +248,7 @@ def test_the_markdown_names_the_verdicts_the_sensitivity_cell_prints():
     from dpteach.measure import sensitivity
 
     scope, _ = run("cost-table", "large-model")
-    mlp, gpt2 = (sensitivity.verdicts(sensitivity.sensitivity(w)) for w in (scope["work"], scope["gpt2"]))
+    mlp, gpt2 = (sensitivity.verdicts(sensitivity.sensitivity(w, latency=True)) for w in (scope["work"], scope["gpt2"]))
     shorter, lead, ddp_up, dp_up = (sentence for sentence, _, _ in sensitivity.VERDICTS)
     everywhere = {"some": [], "none": []}
     # "never longer than DataParallel's, for either model, on any profile and n"
@@ -262,10 +272,10 @@ def test_the_markdown_names_the_verdicts_the_sensitivity_cell_prints():
         "cost |" in table
     )
     # with no thread cost at all, the 15% lead holds on the MLP everywhere ...
-    free = sensitivity.verdicts(sensitivity.sensitivity(scope["work"], thread_s=(0.0,)))[lead]
+    free = sensitivity.verdicts(sensitivity.sensitivity(scope["work"], thread_s=(0.0,), latency=True))[lead]
     assert not free["some"] and not free["none"]
     folded_scope, _, shown = folded_tables()
-    assert sensitivity.summary(folded_scope["both"], thread_s=(0.0,)) in str(shown)  # shown in the fold
+    assert sensitivity.summary(folded_scope["both"], thread_s=(0.0,), latency=True) in str(shown)  # shown in the fold
     # ... even with DataParallel's scatter and gather taken off too: the copies and the sums suffice
     from dpteach.measure import costmodel
 
@@ -284,7 +294,7 @@ def test_the_markdown_names_the_verdicts_the_sensitivity_cell_prints():
     scope, _ = run("cost-table", "large-model", "published", "sensitivity")
     gaps = (0.0, scope["gaps"][0], scope["gaps"][-1])
     mlp, gpt2 = (
-        sensitivity.verdicts(sensitivity.sensitivity(w, ddp_overhead_s=gaps))
+        sensitivity.verdicts(sensitivity.sensitivity(w, ddp_overhead_s=gaps, latency=True))
         for w in (scope["work"], scope["gpt2"])
     )
     # "on the MLP each DDP verdict then holds under some settings only"
@@ -326,11 +336,19 @@ def test_the_bf16_answer_states_the_ranges_the_call_prints():
     from dpteach.measure import sensitivity
 
     scope, _ = run("cost-table", "large-model")
-    a100, h200 = sensitivity.sensitivity(scope["gpt2"], ("A100-SXM", "H200-SXM"), (8,), dtype="bf16")
+    call = 'sensitivity.table(gpt2, ("A100-SXM", "H200-SXM"), (8,), dtype="bf16", latency=True)'
+    assert call in markdown()  # the exercise names the call (gpus.json has no bf16 peak for the T4)
+    a100, h200 = sensitivity.sensitivity(
+        scope["gpt2"], ("A100-SXM", "H200-SXM"), (8,), dtype="bf16", latency=True
+    )
+    fp32 = sensitivity.verdicts(sensitivity.sensitivity(scope["gpt2"], latency=True))[
+        sensitivity.VERDICTS[1][0]
+    ]
     text = markdown()
     for s in (h200, a100):
         assert f"{min(s.dp_over_ddp):.2f}× to {max(s.dp_over_ddp):.2f}×" in text
-    assert min(h200.dp_over_ddp) > 1.15 and min(a100.dp_over_ddp) < 1.15 < max(a100.dp_over_ddp)
+    assert min(h200.dp_over_ddp) > 1.15 and min(a100.dp_over_ddp) > 1.15  # "Yes, on both"
+    assert "H200-SXM n=8" in fp32["some"] and "A100-SXM n=8" in fp32["none"]  # "In fp32 ..."
 
 
 def test_the_published_cell_labels_its_plain_step_no_ddp():
@@ -370,13 +388,27 @@ def test_exercise_one_states_the_modelled_all_reduce_and_backward_it_asks_to_com
     from dpteach.measure import costmodel
 
     scope, _ = run("cost-table")
-    pred = costmodel.predict(scope["work"], "T4", 8, "DDP")
-    [backward] = [p for p in pred.parts if p.name == "backward" and p.lane == "GPU 0"]
-    reduces = [p.seconds for p in pred.parts if p.name == "all-reduce"]
     text = markdown()
-    assert f"about {reduces[0] * 1e3:.2f} ms against {backward.seconds * 1e3:.2f} ms of backward" in text
-    assert f"(which ends at {backward.end * 1e3:.2f} ms)" in text
-    assert len(set(round(r, 9) for r in reduces)) == 1  # "each modelled all-reduce": the two are equal
+    work, parts = scope["work"], {}
+    for gpu in ("T4", "H200-SXM"):
+        pred = costmodel.predict(work, gpu, 8, "DDP", latency=True)
+        plain = costmodel.predict(work, gpu, 1).total_s
+        assert plain / pred.total_s < 1  # "neither" beats one GPU
+        [backward] = [p for p in pred.parts if p.name == "backward" and p.lane == "GPU 0"]
+        reduces = [p.seconds for p in pred.parts if p.name == "all-reduce"]
+        assert len(reduces) == 2 and len(set(round(r, 9) for r in reduces)) == 1  # two buckets, equal
+        latency = costmodel.GPUS[gpu].base_latency_s + 2 * 7 * costmodel.GPUS[gpu].step_latency_s
+        parts[gpu] = (plain / pred.total_s, reduces[0], backward, latency / reduces[0])
+    (t4_up, t4_reduce, t4_bwd, t4_lat), (h_up, h_reduce, h_bwd, h_lat) = parts["T4"], parts["H200-SXM"]
+    assert f"DDP on 8 T4s is modelled at {t4_up:.1f}× one T4, on 8 H200s at {h_up:.1f}× one H200" in text
+    assert (
+        f"about {t4_reduce * 1e3:.2f} ms, mostly bytes over PCIe, against {t4_bwd.seconds * 1e3:.2f} ms"
+        in text
+    )
+    assert f"(which ends at {t4_bwd.end * 1e3:.2f} ms)" in text and t4_lat < 0.5 < h_lat  # bytes; latency
+    assert (
+        f"takes {h_reduce * 1e3:.2f} ms, mostly NCCL's latency, against {h_bwd.seconds * 1e3:.3f} ms" in text
+    )
 
 
 def test_the_memory_the_model_ignores_is_the_shipped_count():
@@ -540,22 +572,32 @@ def test_the_timing_prose_names_the_work_the_two_slot_step_does_and_rests_no_ver
     assert scope["x"].shape[0] % 2 == 0  # two slots: two half batches
 
 
-def test_the_over_n_figure_says_why_h200s_gain_less_than_a100s_from_the_models_parts():
+def test_the_over_n_figure_says_what_latency_does_to_the_mlps_speed_ups():
     from dpteach.measure import costmodel
 
     scope, _ = run("cost-table")
     work, gpus = scope["work"], costmodel.GPUS
-    up = {
-        g: costmodel.predict(work, g, 1).total_s / costmodel.predict(work, g, 8, "DDP").total_s for g in gpus
-    }
-    fast = gpus["H200-SXM"].flops["fp32"] / gpus["A100-SXM"].flops["fp32"]
-    link = gpus["H200-SXM"].link_bw / gpus["A100-SXM"].link_bw
-    pred = costmodel.predict(work, "H200-SXM", 8, "DDP")
-    [backward] = [p for p in pred.parts if p.name == "backward" and p.lane == "GPU 0"]
-    assert pred.total_s - backward.end > pred.total_s / 2  # "the all-reduce after backward fills most"
+
+    def up(gpu, n, strategy="DDP"):
+        return (
+            costmodel.predict(work, gpu, 1).total_s
+            / costmodel.predict(work, gpu, n, strategy, latency=True).total_s
+        )
+
     after = NB.cells[NB.cells.index(TAGGED["over-n"]) + 1]
-    assert after.cell_type == "markdown"
+    assert after.cell_type == "markdown" and "latency=True" in TAGGED["over-n"].source
     flat = " ".join(after.source.split())
-    assert flat.startswith("Modelled, DDP gains less on 8 H200s")
-    assert f"8 H200s ({up['H200-SXM']:.1f}×) than on 8 A100s ({up['A100-SXM']:.1f}×)" in flat
-    assert f"the H200 computes {fast:.1f} times as fast, its link only {link:.1f} times" in flat
+    assert f"{up('A100-SXM', 8):.1f}× on 8 A100s" in flat
+    assert f"slower than one H200 ({up('H200-SXM', 4):.1f}×, {up('H200-SXM', 8):.1f}×)" in flat
+    assert up("H200-SXM", 4) < 1 and up("H200-SXM", 8) < 1
+    pred = costmodel.predict(work, "H200-SXM", 8, "DDP", latency=True)
+    [backward] = [p for p in pred.parts if p.name == "backward" and p.lane == "GPU 0"]
+    [reduce, _] = [p.seconds for p in pred.parts if p.name == "all-reduce"]
+    latency = gpus["H200-SXM"].base_latency_s + 2 * 7 * gpus["H200-SXM"].step_latency_s
+    assert f"a backward takes {backward.seconds * 1e6:.0f} µs" in flat
+    assert (
+        f"pays {latency * 1e6:.0f} µs of NCCL's latency besides {(reduce - latency) * 1e6:.0f} µs of bytes"
+        in flat
+    )
+    # "DataParallel is slower still, on every GPU and n"
+    assert all(up(g, n, "DataParallel") < up(g, n) for g in ("T4", "A100-SXM", "H200-SXM") for n in (2, 4, 8))
