@@ -17,7 +17,7 @@ Assumptions, each one a simplification a real run will not honour exactly:
 * **DataParallel** (``torch.nn.DataParallel`` and dpteach's, one process): on every step it
   scatters the batch, replicates the model (a broadcast of the parameters), starts one Python
   thread per replica (``PYTHON_THREAD_S`` each, one after another, since the starts take the GIL),
-  runs the replicas' forwards, gathers the outputs onto GPU 0, runs the backwards (one autograd
+  runs the replicas' forwards, joins the threads, gathers the outputs onto GPU 0, runs the backwards (one autograd
   thread per GPU, so in parallel), and only when every replica's gradients exist, reduces them onto
   GPU 0: ``reduce_add_coalesced`` cuts each replica's gradients into chunks of 10 MiB
   (``torch._utils._take_tensors``, in parameter order) and flattens each chunk into one buffer: a read
@@ -51,11 +51,17 @@ Assumptions, each one a simplification a real run will not honour exactly:
   its bucket, which saves the copy in only while the view lasts, and ``zero_grad(set_to_none=True)``,
   the default, drops it every step (torch 2.13's DDP docstring, under ``batched_grad_copy``): the
   model's overheads are lower bounds.
+* **Threads:** ``torch.nn.parallel.parallel_apply`` calls ``start()`` on every thread, then ``join()``
+  on every thread. ``Thread.start`` returns once the new thread runs (it waits on the thread's
+  ``_started`` event), so the starts are serial: replica k's forward begins ``(k + 1) * thread_s``
+  after the replicate. The joins overlap the replicas' work: each waits for its replica's forward,
+  and the last returns as the last forward ends, so the model charges no join (a join of a finished
+  thread costs microseconds).
 * ``EFFICIENCY`` and ``PYTHON_THREAD_S`` are assumed, not measured: ``predict`` takes either as a
   keyword, and ``dpteach.measure.sensitivity`` says which verdicts survive a range of both.
-  :func:`measure_thread_start` times ``threading.Thread`` start and join on the learner's machine
-  (what ``torch.nn.parallel.parallel_apply`` does per replica): its median, passed as ``thread_s``,
-  replaces the assumed figure with theirs.
+  :func:`measure_thread_start` times ``threading.Thread.start`` on the learner's machine (the serial
+  part of what ``torch.nn.parallel.parallel_apply`` does per replica): its median, passed as
+  ``thread_s``, replaces the assumed figure with theirs.
 
 So with infinite link and memory bandwidth, DDP takes compute / n and DataParallel compute / n plus
 ``n * PYTHON_THREAD_S``: what is left of DataParallel's serial work when bytes cost nothing; with
@@ -108,7 +114,8 @@ GPUS_FILE = Path(__file__).with_name("data") / "gpus.json"
 # figure, not fitted to any measurement (data/published.json shows where it misses).
 EFFICIENCY = 0.5
 # What starting one Python thread per replica costs DataParallel, per replica: an assumed round
-# figure for threading.Thread start and join, not measured here.
+# figure for threading.Thread.start on a busy host, not measured here. An idle thread's start is set
+# mostly by the OS scheduler waking the new thread, so measured medians range from tens of µs to ms.
 PYTHON_THREAD_S = 100e-6
 STRATEGIES = ("DataParallel", "DDP")
 # torch.nn.parallel.comm's bucket for broadcast_coalesced and reduce_add_coalesced (buffer_size)
@@ -516,18 +523,21 @@ def predict(
 
 
 def measure_thread_start(repeats: int = 200, warmup: int = 20) -> Timing:
-    """Seconds to start and join one Python thread on this machine, ``repeats`` times (after ``warmup``
-    untimed ones): what ``torch.nn.parallel.parallel_apply`` does for each replica, with a target that
-    does nothing. A timing, so it differs between runs: show its median with its spread, and pass the
+    """Seconds to start one Python thread on this machine, ``repeats`` times (after ``warmup`` untimed
+    ones): the serial part of what ``torch.nn.parallel.parallel_apply`` does for each replica, with a
+    target that does nothing. ``Thread.start`` returns once the new thread runs, so the time is mostly
+    the OS scheduler's; the join, which overlaps the replicas' work in ``parallel_apply``, is left out
+    of the clock. A timing, so it differs between runs: show its median with its spread, and pass the
     median to ``predict(..., thread_s=...)`` as the learner's figure, not the assumed one."""
     samples = []
     for i in range(warmup + repeats):
         begin = time.perf_counter()
         thread = threading.Thread(target=lambda: None)
         thread.start()
-        thread.join()
+        end = time.perf_counter()
+        thread.join()  # not timed: in parallel_apply the joins wait on the replicas' work
         if i >= warmup:
-            samples.append(time.perf_counter() - begin)
+            samples.append(end - begin)
     return Timing(samples)
 
 
