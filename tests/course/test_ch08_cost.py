@@ -156,7 +156,7 @@ def test_the_verdict_table_states_the_misses_the_folded_tables_print():
     assert f"| not at all: the model accounts for {span} of it |" in table
     assert f"the model accounts for {span} of it ({span_without} without NCCL's latency" in text
     summary = text[text.index("## Summary") : text.index("## Exercises")]
-    assert f"accounts for {span} of DDP's own overhead" in summary
+    assert f"accounts for {span} of what DDP's step adds over the plain step" in summary
     assert "within about a quarter of the published steps" in summary
     assert max(shares) < 50  # "it shows why DataParallel falls behind, not how fast DDP runs"
     # DataParallel against DDP: the one published pair, beside the model and its 9 pairs of constants
@@ -274,7 +274,7 @@ def test_the_verdict_gives_one_answer_per_model_and_agrees_with_its_tables():
     assert "On 8 T4s or 8 H200s DDP does not beat one GPU under any pair" in main
     # "the ResNets' was 4.6 ms or more, over three times this MLP's slowest modelled DDP step"
     gaps = published.unexplained(published.shipped(), latency=True)
-    assert gaps == scope["gaps"] and f"the ResNets' was {gaps[0] * 1e3:.1f} ms or more" in main
+    assert gaps == scope["gaps"] and f"for the ResNets it missed {gaps[0] * 1e3:.1f} ms or more" in main
     assert 3 * max(costmodel_step(scope["work"], g, n) for g in sensitivity.GPUS for n in (2, 4, 8)) < gaps[0]
     # GPT-2: DDP shorter under all 9 everywhere, by over 15% on 8 T4s or 8 H200s only, and both near n x
     assert not gpt2[shorter]["some"] + gpt2[shorter]["none"]
@@ -363,7 +363,7 @@ def test_the_published_pair_of_dataparallel_and_ddp_is_shipped_and_its_set_up_qu
     # one run of each cannot pin that gap on DataParallel's costs: the model misses most of DDP's own too
     assert "<summary>Going deeper: what the model leaves out, and the sources</summary>" in section
     assert "weighs on" not in section
-    assert "the model also misses most of DDP's own overhead" in flat
+    assert "the model also misses most of what DDP's step adds" in flat
     assert "output from each GPU is sent to GPU 0 to compute the loss" in flat  # the guide, quoted
     assert measured > modelled > 1
 
