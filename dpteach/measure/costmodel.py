@@ -763,14 +763,19 @@ def draw_over_n(
             steps = [predict(work, name, n, strategy, latency=latency).total_s for n in ns]
             ax.plot(ns, [plain / t for t in steps], style, label=strategy)
         ax.plot(ns, ns, color="#bbbbbb", lw=1, label="n times faster")
+        ax.axhline(1, color="#bbbbbb", lw=1, ls="--", label="one GPU: below it, slower")
         ax.set_title(f"modelled, {name} ({GPUS[name].link})", fontsize=9)
-        ax.set_xlabel(f"GPUs (n)\nmodelled; {LEFT_OUT_WITH_LATENCY if latency else LEFT_OUT}", fontsize=7)
+        ax.set_xlabel("GPUs (n)", fontsize=8)
         ax.set_xticks(list(ns))
     axes[0].set_ylabel("plain step / modelled step")
     axes[0].legend(fontsize=8)
+    # what the model leaves out, once for the figure: per panel the captions would overlap
+    fig.text(
+        0.5, 0.01, f"modelled; {LEFT_OUT_WITH_LATENCY if latency else LEFT_OUT}", ha="center", fontsize=7
+    )
     if title:
         fig.suptitle(f"{title} (modelled)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
 

@@ -161,6 +161,13 @@ def test_timeline_says_modelled_and_names_the_profile():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["GPU 0", "GPU 1", "link", "python"]
     fig = cm.draw_over_n(WORK)
     assert all("modelled" in a.get_title() for a in fig.axes)
+    # what the model leaves out is said once, under the panels, not in three overlapping labels
+    assert [t.get_text() for t in fig.texts] == [f"modelled; {cm.LEFT_OUT}"]
+    with_latency = cm.draw_over_n(WORK, latency=True)
+    assert [t.get_text() for t in with_latency.texts] == [f"modelled; {cm.LEFT_OUT_WITH_LATENCY}"]
+    # the one-GPU line: below it the modelled step is slower than the plain one
+    assert all(any(line.get_ydata()[0] == 1 and "one GPU" in line.get_label() for line in a.get_lines())
+               for a in fig.axes)  # fmt: skip
 
 
 def test_timeline_labels_each_bucket_and_names_the_bars_too_thin_to_see():

@@ -196,7 +196,7 @@ def test_the_learners_thread_start_is_labelled_theirs_and_its_effect_printed():
     from dpteach.measure import costmodel
 
     scope, printed = run("my-thread-start")
-    assert "your thread start + join: median" in printed and "middle half" in printed
+    assert "your thread start: median" in printed and "middle half" in printed
     mine = scope["mine"].median
     assert f"yours {mine * 1e6:.0f} µs" in printed and "assumed 100 µs" in printed
     assert (
