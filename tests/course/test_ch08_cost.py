@@ -585,3 +585,24 @@ def test_the_over_n_figure_says_what_latency_does_to_the_mlps_speed_ups():
     )
     # "DataParallel is slower still, on every GPU and n"
     assert all(up(g, n, "DataParallel") < up(g, n) for g in ("T4", "A100-SXM", "H200-SXM") for n in (2, 4, 8))
+
+
+def test_exercise_two_states_the_speed_ups_its_call_prints():
+    from dpteach.measure import costmodel
+
+    scope, _ = run("cost-table")
+    work = scope["work"]
+    small = work.scaled(work.batch // 10)
+    call = 'print(costmodel.table(work.scaled(work.batch // 10), ("A100-SXM",), latency=True))'
+    text = markdown()
+    assert call in text
+
+    def up(w, n, strategy):
+        return (
+            costmodel.predict(w, "A100-SXM", 1).total_s
+            / costmodel.predict(w, "A100-SXM", n, strategy, latency=True).total_s
+        )
+
+    before, after = up(work, 4, "DataParallel"), up(small, 4, "DataParallel")
+    assert f"falls from {before:.1f}× to {after:.2f}×" in text and after < before
+    assert f"speed-up drops to {up(small, 2, 'DDP'):.1f}× on 2 A100s" in text and up(small, 2, "DDP") < 1
