@@ -1,4 +1,4 @@
-"""Task 6 (taught in 06, tried in 08): one copy, not two (PR #20995): the learner writes ``copy_once``.
+"""Task 6 (taught in 06, tried in 11): one copy, not two (PR #20995): the learner writes ``copy_once``.
 
 The check counts the aten operations that copy data (``dpteach.measure.costs.CountCopies``, a
 ``TorchDispatchMode``, sees them; chapter 06 uses it too) for a copy onto its own device and onto
@@ -17,11 +17,11 @@ TASK = Task(  # the registry finds this record by the file's name
     6,
     "one_copy",
     "one copy, not two",
-    "08",
+    "11",
     names=("copy_once",),
     check="check_copy_once",
     imports="import torch\n\nfrom dpteach import exercises",
-    taught="06",  # chapter 06 counts the clone-then-.to copies; chapter 08 holds the stub
+    taught="06",  # chapter 06 counts the clone-then-.to copies; chapter 11 holds the stub
 )
 
 HINTS = {

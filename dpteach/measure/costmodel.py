@@ -17,7 +17,7 @@ Assumptions, each one a simplification a real run will not honour exactly:
 * **DataParallel** (``torch.nn.DataParallel`` and dpteach's, one process): on every step it
   scatters the batch, replicates the model (a broadcast of the parameters), starts one Python
   thread per replica (``PYTHON_THREAD_S`` each, one after another, since the starts take the GIL),
-  runs the replicas' forwards, gathers the outputs onto GPU 0, runs the backwards (one autograd
+  runs the replicas' forwards, joins the threads, gathers the outputs onto GPU 0, runs the backwards (one autograd
   thread per GPU, so in parallel), and only when every replica's gradients exist, reduces them onto
   GPU 0: ``reduce_add_coalesced`` cuts each replica's gradients into chunks of 10 MiB
   (``torch._utils._take_tensors``, in parameter order) and flattens each chunk into one buffer: a read
@@ -51,11 +51,17 @@ Assumptions, each one a simplification a real run will not honour exactly:
   its bucket, which saves the copy in only while the view lasts, and ``zero_grad(set_to_none=True)``,
   the default, drops it every step (torch 2.13's DDP docstring, under ``batched_grad_copy``): the
   model's overheads are lower bounds.
+* **Threads:** ``torch.nn.parallel.parallel_apply`` calls ``start()`` on every thread, then ``join()``
+  on every thread. ``Thread.start`` returns once the new thread runs (it waits on the thread's
+  ``_started`` event), so the starts are serial: replica k's forward begins ``(k + 1) * thread_s``
+  after the replicate. The joins overlap the replicas' work: each waits for its replica's forward,
+  and the last returns as the last forward ends, so the model charges no join (a join of a finished
+  thread costs microseconds).
 * ``EFFICIENCY`` and ``PYTHON_THREAD_S`` are assumed, not measured: ``predict`` takes either as a
   keyword, and ``dpteach.measure.sensitivity`` says which verdicts survive a range of both.
-  :func:`measure_thread_start` times ``threading.Thread`` start and join on the learner's machine
-  (what ``torch.nn.parallel.parallel_apply`` does per replica): its median, passed as ``thread_s``,
-  replaces the assumed figure with theirs.
+  :func:`measure_thread_start` times ``threading.Thread.start`` on the learner's machine (the serial
+  part of what ``torch.nn.parallel.parallel_apply`` does per replica): its median, passed as
+  ``thread_s``, replaces the assumed figure with theirs.
 
 So with infinite link and memory bandwidth, DDP takes compute / n and DataParallel compute / n plus
 ``n * PYTHON_THREAD_S``: what is left of DataParallel's serial work when bytes cost nothing; with
@@ -108,7 +114,8 @@ GPUS_FILE = Path(__file__).with_name("data") / "gpus.json"
 # figure, not fitted to any measurement (data/published.json shows where it misses).
 EFFICIENCY = 0.5
 # What starting one Python thread per replica costs DataParallel, per replica: an assumed round
-# figure for threading.Thread start and join, not measured here.
+# figure for threading.Thread.start on a busy host, not measured here. An idle thread's start is set
+# mostly by the OS scheduler waking the new thread, so measured medians range from tens of µs to ms.
 PYTHON_THREAD_S = 100e-6
 STRATEGIES = ("DataParallel", "DDP")
 # torch.nn.parallel.comm's bucket for broadcast_coalesced and reduce_add_coalesced (buffer_size)
@@ -516,33 +523,39 @@ def predict(
 
 
 def measure_thread_start(repeats: int = 200, warmup: int = 20) -> Timing:
-    """Seconds to start and join one Python thread on this machine, ``repeats`` times (after ``warmup``
-    untimed ones): what ``torch.nn.parallel.parallel_apply`` does for each replica, with a target that
-    does nothing. A timing, so it differs between runs: show its median with its spread, and pass the
+    """Seconds to start one Python thread on this machine, ``repeats`` times (after ``warmup`` untimed
+    ones): the serial part of what ``torch.nn.parallel.parallel_apply`` does for each replica, with a
+    target that does nothing. ``Thread.start`` returns once the new thread runs, so the time is mostly
+    the OS scheduler's; the join, which overlaps the replicas' work in ``parallel_apply``, is left out
+    of the clock. A timing, so it differs between runs: show its median with its spread, and pass the
     median to ``predict(..., thread_s=...)`` as the learner's figure, not the assumed one."""
     samples = []
     for i in range(warmup + repeats):
         begin = time.perf_counter()
         thread = threading.Thread(target=lambda: None)
         thread.start()
-        thread.join()
+        end = time.perf_counter()
+        thread.join()  # not timed: in parallel_apply the joins wait on the replicas' work
         if i >= warmup:
-            samples.append(time.perf_counter() - begin)
+            samples.append(end - begin)
     return Timing(samples)
 
 
-def thread_effect(work: Workload, thread_s: float, gpu: str = "A100-SXM", n: int = 4) -> str:
+def thread_effect(
+    work: Workload, thread_s: float, gpu: str = "A100-SXM", n: int = 4, *, latency: bool = False
+) -> str:
     """What the learner's measured thread start (``thread_s``) does to DataParallel's modelled step on ``n``
     GPUs of ``gpu``, beside the assumed ``PYTHON_THREAD_S``: its speed-up over one GPU, the share of its
-    step the thread starts take, and DDP's lead over it. DDP starts no thread per replica: its step stays."""
+    step the thread starts take, and DDP's lead over it. DDP starts no thread per replica: its step stays.
+    ``latency``: each message's latency, by NCCL's model, for every step in it."""
     plain = predict(work, gpu, 1).total_s
-    ddp = predict(work, gpu, n, "DDP").total_s
+    ddp = predict(work, gpu, n, "DDP", latency=latency).total_s
     lines = [
         f"modelled, {n} {gpu}: what the thread start does to DataParallel's step",
         f"  {'thread start':<20}{'DataParallel':>14}{'threads, share':>16}{'DDP against it':>20}",
     ]
     for label, seconds in (("assumed", PYTHON_THREAD_S), ("yours", thread_s)):
-        step = predict(work, gpu, n, "DataParallel", thread_s=seconds).total_s
+        step = predict(work, gpu, n, "DataParallel", thread_s=seconds, latency=latency).total_s
         lines.append(
             f"  {label + f' {seconds * 1e6:.0f} µs':<20}{f'{plain / step:.2f}x one GPU':>14}"
             f"{n * seconds / step:>16.0%}{f'DDP {step / ddp:.2f}x faster':>20}"
@@ -732,26 +745,37 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
 
 
 def draw_over_n(
-    work: Workload, gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"), ns=(1, 2, 4, 8), title: str = ""
+    work: Workload,
+    gpus: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM"),
+    ns=(1, 2, 4, 8),
+    title: str = "",
+    *,
+    latency: bool = False,
 ):
     """Modelled speed-up over the plain step against n, DataParallel and DDP, one panel per GPU profile;
-    ``title`` (the workload, say) above the panels."""
+    ``title`` (the workload, say) above the panels; ``latency``: each message's latency, by NCCL's model."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(gpus), figsize=(3.4 * len(gpus), 3.0), sharey=True)
     for ax, name in zip(axes, gpus):
         plain = predict(work, name, 1).total_s
         for strategy, style in zip(STRATEGIES, ("s-", "o-")):
-            ax.plot(ns, [plain / predict(work, name, n, strategy).total_s for n in ns], style, label=strategy)
+            steps = [predict(work, name, n, strategy, latency=latency).total_s for n in ns]
+            ax.plot(ns, [plain / t for t in steps], style, label=strategy)
         ax.plot(ns, ns, color="#bbbbbb", lw=1, label="n times faster")
+        ax.axhline(1, color="#bbbbbb", lw=1, ls="--", label="one GPU: below it, slower")
         ax.set_title(f"modelled, {name} ({GPUS[name].link})", fontsize=9)
-        ax.set_xlabel(f"GPUs (n)\nmodelled; {LEFT_OUT}", fontsize=7)
+        ax.set_xlabel("GPUs (n)", fontsize=8)
         ax.set_xticks(list(ns))
     axes[0].set_ylabel("plain step / modelled step")
     axes[0].legend(fontsize=8)
+    # what the model leaves out, once for the figure: per panel the captions would overlap
+    fig.text(
+        0.5, 0.01, f"modelled; {LEFT_OUT_WITH_LATENCY if latency else LEFT_OUT}", ha="center", fontsize=7
+    )
     if title:
         fig.suptitle(f"{title} (modelled)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
 

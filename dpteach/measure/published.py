@@ -230,12 +230,13 @@ def overhead(m: Measurement, latency: bool = False) -> list[tuple[int, float, fl
     ]
 
 
-def unexplained(measurements: list[Measurement]) -> list[float]:
-    """DDP's per-step overhead the model misses, in seconds, sorted: measured minus modelled (no latency
-    term) at every n > 1 of every shipped DDP run with weak scaling, as ``gap_table`` prints them."""
+def unexplained(measurements: list[Measurement], latency: bool = False) -> list[float]:
+    """DDP's per-step overhead the model misses, in seconds, sorted: measured minus modelled (with NCCL's
+    latency per message if ``latency``) at every n > 1 of every shipped DDP run with weak scaling, as
+    ``gap_table`` prints them."""
     gaps = []
     for m in _with_plain_step(measurements):
-        gaps += [got - before for _, got, before in overhead(m)]
+        gaps += [got - before for _, got, before in overhead(m, latency)]
     return sorted(gaps)
 
 
@@ -270,8 +271,9 @@ def gap_table(measurements: list[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def table(m: Measurement) -> str:
-    """A measurement and the model's prediction, per n, with measured / modelled."""
+def table(m: Measurement, latency: bool = False) -> str:
+    """A measurement and the model's prediction, per n, with measured / modelled; ``latency``: the model
+    with NCCL's latency per message."""
     who = "ours" if m.ours else "published"
     per = f"{m.batch} per GPU" if m.scaling == "weak" else f"{m.batch} in all"
     lines = [f"{m.model}, {m.strategy}, batch {per} ({who})", *_provenance(m)]
@@ -279,7 +281,7 @@ def table(m: Measurement) -> str:
         lines.append(f"  {_links(m)}")
     width = max(len(m.n_label(n)) for n, _ in m.points)
     lines.append(f"  {'n':>{width}}  {'measured ms':>12}  {'modelled ms':>12}  {'measured/modelled':>18}")
-    for r in compare(m):
+    for r in compare(m, latency):
         model = "-" if r.modelled_s is None else f"{r.modelled_s * 1e3:12.1f}"
         ratio = "-" if r.ratio is None else f"{r.ratio:17.2f}x"
         lines.append(f"  {m.n_label(r.n):>{width}}  {r.measured_s * 1e3:12.1f}  {model:>12}  {ratio:>18}")
@@ -318,10 +320,10 @@ def pair_ratio(pair: list[Measurement], **kwargs) -> tuple[float, float]:
     return dp_s / ddp_s, modelled[0] / modelled[1]
 
 
-def pair_table(pair: list[Measurement]) -> str:
+def pair_table(pair: list[Measurement], latency: bool = False) -> str:
     """A DataParallel-and-DDP pair beside the model: each step measured and modelled, then DataParallel's
     step over DDP's, measured, modelled, and modelled under the assumed constants' pairs
-    (``sensitivity.THREAD_S`` x ``sensitivity.EFFICIENCIES``, 9 of them)."""
+    (``sensitivity.THREAD_S`` x ``sensitivity.EFFICIENCIES``, 9 of them); ``latency``: NCCL's latency in."""
     dp, ddp = pair
     per = f"{dp.batch} per GPU" if dp.scaling == "weak" else f"{dp.batch} in all"
     [(n, _)] = dp.points
@@ -332,10 +334,13 @@ def pair_table(pair: list[Measurement]) -> str:
         f"  {'':<14}{'measured s':>11}{'modelled s':>12}{'measured/modelled':>19}",
     ]
     for m in pair:
-        [r] = compare(m)
+        [r] = compare(m, latency)
         lines.append(f"  {m.strategy:<14}{r.measured_s:>11.3f}{r.modelled_s:>12.3f}{r.ratio:>18.2f}x")
-    measured, modelled = pair_ratio(pair)
-    grid = [pair_ratio(pair, thread_s=t, efficiency=e)[1] for t, e in product(THREAD_S, EFFICIENCIES)]
+    measured, modelled = pair_ratio(pair, latency=latency)
+    grid = [
+        pair_ratio(pair, thread_s=t, efficiency=e, latency=latency)[1]
+        for t, e in product(THREAD_S, EFFICIENCIES)
+    ]
     lines.append(
         f"  DataParallel's step / DDP's: measured {measured:.3f}, modelled {modelled:.3f} "
         f"({min(grid):.3f} to {max(grid):.3f} under the {len(grid)} assumed pairs)"
@@ -344,16 +349,17 @@ def pair_table(pair: list[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def draw_pair(pair: list[Measurement], ax=None):
+def draw_pair(pair: list[Measurement], ax=None, latency: bool = False):
     """A DataParallel-and-DDP pair: each strategy's measured step (solid) beside its modelled one (hatched),
-    measured / modelled above each pair of bars, and the two ratios of DataParallel's step to DDP's."""
+    measured / modelled above each pair of bars, and the two ratios of DataParallel's step to DDP's;
+    ``latency``: the model with NCCL's latency per message."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(4, 3.4))
     ticks, labels = [], []
     for i, m in enumerate(pair):
-        [r] = compare(m)
+        [r] = compare(m, latency)
         colour = plt.get_cmap("tab10")(2 + i)
         ax.bar(i - 0.2, r.measured_s * 1e3, 0.38, color=colour)
         ax.bar(i + 0.2, r.modelled_s * 1e3, 0.38, color="white", edgecolor=colour, hatch="//")
@@ -362,8 +368,8 @@ def draw_pair(pair: list[Measurement], ax=None):
         labels += [f"{m.strategy}\nmeasured", f"{m.strategy}\nmodelled"]
     ax.set_xticks(ticks, labels, fontsize=7)
     ax.set_ylabel("ms per step")
-    ax.set_ylim(0, max(r.measured_s for m in pair for r in compare(m)) * 1e3 * 1.15)
-    measured, modelled = pair_ratio(pair)
+    ax.set_ylim(0, max(r.measured_s for m in pair for r in compare(m, latency)) * 1e3 * 1.15)
+    measured, modelled = pair_ratio(pair, latency=latency)
     [(n, _)] = pair[0].points
     ax.set_title(
         f"{pair[0].model.split(' (')[0]} on {n} {pair[0].gpu}, published; above: measured/modelled\n"
@@ -373,8 +379,9 @@ def draw_pair(pair: list[Measurement], ax=None):
     return ax
 
 
-def draw(measurements: list[Measurement], ax=None):
-    """Measured (points) and modelled (line) step time against n, one colour per measurement.
+def draw(measurements: list[Measurement], ax=None, latency: bool = False):
+    """Measured (points) and modelled (line) step time against n, one colour per measurement; ``latency``:
+    the model with NCCL's latency per message.
 
     A point at n = 1 that is the plain step (no DDP) is drawn hollow, and its tick and legend say so.
     """
@@ -385,7 +392,7 @@ def draw(measurements: list[Measurement], ax=None):
     plain, ticks = [], {}
     for i, m in enumerate(measurements):
         colour = plt.get_cmap("tab10")(i % 10)
-        rows = compare(m)
+        rows = compare(m, latency)
         tag = "ours" if m.ours else "published"
         ticks.update({r.n: m.n_label(r.n) for r in rows})
         shown = [r for r in rows if not (r.n == 1 and m.plain_at_one)]

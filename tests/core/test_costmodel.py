@@ -56,6 +56,23 @@ def test_data_parallel_on_two_gpus_by_hand():
     assert pred.total_s == pytest.approx(expected)
 
 
+def test_thread_starts_are_serial_and_the_joins_overlap_the_forwards_by_hand():
+    # parallel_apply: start() on each thread in turn (each returns once its thread runs), then join()
+    # on each; the joins wait on the forwards, so nothing is charged after the last forward ends
+    thread = 0.25
+    pred = cm.predict(WORK, ROUND, 2, "DataParallel", thread_s=thread)
+    after_replicate = 0.004 + 0.1  # scatter 4 MB, then replicate 100 MB, at 1 GB/s
+    starts = [p for p in pred.parts if p.name.startswith("start thread")]
+    assert [(p.start, p.seconds) for p in starts] == pytest.approx(
+        [(after_replicate, 0.25), (after_replicate + 0.25, 0.25)]
+    )
+    forwards = [p for p in pred.parts if p.name == "forward"]
+    assert [p.start for p in forwards] == pytest.approx([after_replicate + 0.25, after_replicate + 0.5])
+    [gather] = [p for p in pred.parts if p.name == "gather"]
+    assert gather.start == pytest.approx(after_replicate + 0.5 + 0.5)  # the last forward's end: no join
+    assert not [p for p in pred.parts if "join" in p.name]
+
+
 def test_ddp_buckets_overlap_backward_by_hand():
     # 100 MB in 40 MB buckets: 40, 40, 20 MB, ready at 40%, 80%, 100% of backward on 4 GPUs
     pred = cm.predict(WORK, ROUND, 4, "DDP", bucket_bytes=40_000_000)
@@ -144,6 +161,13 @@ def test_timeline_says_modelled_and_names_the_profile():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["GPU 0", "GPU 1", "link", "python"]
     fig = cm.draw_over_n(WORK)
     assert all("modelled" in a.get_title() for a in fig.axes)
+    # what the model leaves out is said once, under the panels, not in three overlapping labels
+    assert [t.get_text() for t in fig.texts] == [f"modelled; {cm.LEFT_OUT}"]
+    with_latency = cm.draw_over_n(WORK, latency=True)
+    assert [t.get_text() for t in with_latency.texts] == [f"modelled; {cm.LEFT_OUT_WITH_LATENCY}"]
+    # the one-GPU line: below it the modelled step is slower than the plain one
+    assert all(any(line.get_ydata()[0] == 1 and "one GPU" in line.get_label() for line in a.get_lines())
+               for a in fig.axes)  # fmt: skip
 
 
 def test_timeline_labels_each_bucket_and_names_the_bars_too_thin_to_see():

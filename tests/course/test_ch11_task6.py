@@ -1,14 +1,13 @@
-"""Chapter 08's Task 6 (PR #20995, one copy instead of two) runs on CPU, and its check names each mistake.
+"""Task 6 (PR #20995, one copy instead of two) runs on CPU in chapter 11, and its check names each mistake.
 
 ``tests/exercises/test_exercises.py`` checks the stub and the worked answer like every task's; here, the
-chapter's counting cell (a ``"meta"`` slot standing in for a second GPU) and the two wrong answers a
-learner most likely writes.
+double copy the task fixes (counted as chapter 08 once printed it, with a ``"meta"`` slot standing in for a
+second GPU), where the task lives, and the wrong answers a learner most likely writes.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
+from collections import Counter
 from pathlib import Path
 
 import nbformat
@@ -20,40 +19,42 @@ import dpteach
 from dpteach import exercises
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK = nbformat.read(ROOT / "notebooks" / "08_real_gpus.ipynb", as_version=4)
-CELLS = {tag: c for c in NOTEBOOK.cells for tag in c.metadata.get("tags", [])}
+NOTEBOOK = nbformat.read(ROOT / "notebooks" / "11_exercises.ipynb", as_version=4)
 
 
-def run_count_cell(model, slot0):
-    """Chapter 08's counting cell, run with ``model`` and slot 0 on ``slot0``; what it printed."""
-    scope = {"torch": torch, "dpteach": dpteach, "model": model, "devices": [torch.device(slot0)]}
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(CELLS["count-copies"].source, "<cell>", "exec"), scope)
-    return out.getvalue()
+def copies(model, slots):
+    """The copies replicate(model, slots, strategy="clone") makes, counted by op and destination."""
+    with dpteach.comm.traffic() as t:
+        dpteach.replicate(model, slots, strategy="clone")
+    return Counter((c.op, str(c.dst)) for c in t.copies)
 
 
-def test_the_count_shows_two_copies_per_tensor_for_the_meta_slot():
-    printed = run_count_cell(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)), "cpu")
-    assert "7 tensors" in printed  # Linear's 2 parameters, BatchNorm's 2 parameters and 3 buffers
-    assert 'slot 0 (cpu): 7 "clone" onto cpu\n' in printed  # slot 0: one clone each
-    assert 'slot 1 (meta): 7 "clone" onto cpu, 7 "to" onto meta ' in printed  # slot 1: clone, then .to
+def test_clone_then_to_copies_each_tensor_twice_onto_a_meta_slot():
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))  # 4 parameters and 3 buffers: 7 tensors
+    slot0 = copies(model, [torch.device("cpu")])
+    assert slot0 == Counter({("clone", "cpu"): 7})  # slot 0: one clone each
+    assert copies(model, [torch.device("cpu"), "meta"]) - slot0 == Counter(
+        {("clone", "cpu"): 7, ("to", "meta"): 7}
+    )
 
 
-def test_the_count_follows_the_model_off_the_cpu():
-    """On a GPU machine the chapter's model is on cuda:0 = devices[0]: the cell must replicate from there,
-    not from a hard-coded "cpu" (which failed replicate's first-slot check on every GPU). A model on
-    "meta" with slot 0 on "meta" stands in for it here."""
-    printed = run_count_cell(nn.Linear(4, 3).to("meta"), "meta")
-    assert 'slot 0 (meta): 2 "clone" onto meta\n' in printed
-    assert 'slot 1 (meta): 2 "clone" onto meta ' in printed  # the same device: a clone, no .to
+def test_on_its_own_device_a_slot_gets_one_clone():
+    """A model on "meta" with slot 0 on "meta" stands in for a model on cuda:0: no .to, one clone."""
+    model = nn.Linear(4, 3).to("meta")
+    slot0 = copies(model, [torch.device("meta")])
+    assert slot0 == Counter({("clone", "meta"): 2})
+    assert copies(model, [torch.device("meta"), "meta"]) - slot0 == Counter({("clone", "meta"): 2})
 
 
-def test_the_chapter_holds_task_6():
-    roles = {c.metadata.get("dpteach", {}).get("role"): c.source for c in NOTEBOOK.cells}
+def test_chapter_11_holds_task_6_and_chapter_08_points_there():
+    roles = {c.metadata.get("dpteach", {}).get("role"): c.source for c in NOTEBOOK.cells
+             if c.metadata.get("dpteach", {}).get("exercise") == "one_copy"}  # fmt: skip
     assert roles["stub"] == exercises.stub_source("one_copy")
     assert roles["check"] == exercises.check_source("one_copy") == "exercises.check_copy_once(copy_once)"
-    assert exercises.TASKS["one_copy"].chapter == "08"
+    assert exercises.TASKS["one_copy"].chapter == "11"
+    ch08 = nbformat.read(ROOT / "notebooks" / "08_real_gpus.ipynb", as_version=4)
+    assert not [c for c in ch08.cells if "one_copy" in c.source or "copy_once" in c.source]
+    assert any("Task 6 in `11_exercises.ipynb`" in c.source for c in ch08.cells if c.cell_type == "markdown")
 
 
 @pytest.mark.parametrize(
@@ -108,12 +109,3 @@ def test_the_string_hint_only_when_the_device_case_held():
     compares_string = str(exercises.check_copy_once(lambda t, d: t.to(d) if t.device != d else t.clone()))
     assert "torch.device(device)" in compares_string
     assert "hands back the tensor itself" not in compares_string, compares_string
-
-
-def test_the_task_is_framed_in_python_first_and_its_cpp_history_is_folded():
-    [intro] = [c for c in NOTEBOOK.cells if c.cell_type == "markdown" and "Task 6" in c.source]
-    main, deeper = intro.source.split("<details>", 1)
-    flat = " ".join(main.split())
-    assert "`clone()`, then `.to(device)`, is copied twice onto another device" in flat
-    assert "Cloneable" not in main and "#20" not in main  # C++ and the PRs: chapter 10's, folded here
-    assert "Cloneable::clone(device)" in deeper and "PR #20995" in deeper and "PR #20910" in deeper
