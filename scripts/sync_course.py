@@ -84,6 +84,11 @@ def sync_readme(root: Path) -> bool:
         r"dpteach @ git\+https://[\w./-]+@v[\w.]+", f"dpteach @ git+{course.REPOSITORY}@{course.RELEASE}", new
     )
     new = re.sub(
+        r"git clone https://[\w./-]+ && cd [\w.-]+",
+        f"git clone {course.REPOSITORY} && cd " + course.REPOSITORY.rstrip("/").rsplit("/", 1)[-1],
+        new,
+    )  # the README's first step
+    new = re.sub(
         r"^\| \[(\d\d [^\]]+)\]\((notebooks/[\w/.-]+\.ipynb)\) \| (.*?) \|(?: \[!\[Open In Colab.*\|)?$",
         row,
         new,

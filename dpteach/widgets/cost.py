@@ -328,7 +328,7 @@ class CostLab:
             for r, s, step, starts, rest in self.modelled_rows()
         ]
         return lines + [
-            f"  assumed: {us(costmodel.PYTHON_THREAD_S)} to start and join each replica's thread (a round figure),",
+            f"  assumed: {us(costmodel.PYTHON_THREAD_S)} to start each replica's thread (a round figure),",
             f"  {costmodel.EFFICIENCY:.0%} of the peak FLOP/s; neither is measured",
             f"  left out: {costmodel.LEFT_OUT} (µs each on a real GPU):",
             "  at these sizes only its ranking means anything, not its absolute figures",
