@@ -687,8 +687,7 @@ def test_cost_report_shows_the_models_table_and_assumptions():
     lab.measure()
     text = "\n".join(lab.report())
     assert (
-        "assumed thread starts" in text
-        and f"assumed: {us(costmodel.PYTHON_THREAD_S)} to start each" in text
+        "assumed thread starts" in text and f"assumed: {us(costmodel.PYTHON_THREAD_S)} to start each" in text
     )
     assert "modelled, not measured" in text
     assert "strategy 'broadcast'" in text  # which of dpteach's strategies the model's DataParallel is
