@@ -117,3 +117,25 @@ def test_the_legend_explains_every_status_the_check_can_print():
     text = _markdown()
     for status in (env.OK, env.INFO, env.WARN, env.MISSING):
         assert f"*{status}* " in text, status  # "*warning* means ...", and so on
+
+
+# The rows the page's text after the four moves states: replica 0's weight under each strategy.
+REPLICA_0 = {
+    "broadcast": ("BroadcastBackward", "False", "True"),  # no leaf, shares the model's storage
+    "clone": ("None", "True", "False"),  # a leaf of its own: no edge back
+    "rewire": ("ReduceAddBackward", "False", "False"),  # PR #20910's edge onto the clone
+}
+
+
+def test_the_replica_0_table_shows_each_strategys_edge_leaf_and_storage():
+    rows = [line.split() for line in run_cell(_tagged("replica-0-table")).splitlines()[1:]]
+    assert {row[0]: tuple(row[1:]) for row in rows} == REPLICA_0
+    text = _markdown()
+    assert "`BroadcastBackward`" in text and "`ReduceAddBackward`" in text  # the text reads the table
+
+
+def test_the_replica_0_table_tells_the_strategies_apart():
+    swapped = _tagged("replica-0-table").replace('"rewire")', '"clone")')
+    assert swapped != _tagged("replica-0-table")
+    rows = [line.split() for line in run_cell(swapped).splitlines()[1:]]
+    assert rows[-1][1:] == list(REPLICA_0["clone"]) != list(REPLICA_0["rewire"])
