@@ -145,9 +145,10 @@ def test_the_table_labels_its_speed_ups_and_prints_a_small_one_with_two_decimals
     small = cm.table(work.scaled(25), ("A100-SXM",), latency=True)
     assert "in brackets: the speed-up, that GPU's plain step (n=1) over this step" in small
     dp = next(line for line in small.splitlines() if "DataParallel" in line)
-    up = cm.predict(work.scaled(25), "A100-SXM", 1).total_s / cm.predict(
-        work.scaled(25), "A100-SXM", 4, "DataParallel", latency=True
-    ).total_s
+    up = (
+        cm.predict(work.scaled(25), "A100-SXM", 1).total_s
+        / cm.predict(work.scaled(25), "A100-SXM", 4, "DataParallel", latency=True).total_s
+    )
     assert up < 0.095 and f"({up:.2f}x)" in dp and "(0.0x)" not in small
 
 
