@@ -264,7 +264,7 @@ def test_the_verdict_gives_one_answer_per_model_and_agrees_with_its_tables():
     # the MLP: DDP ahead by over 15% under all 9 pairs, thread start 0 among them
     assert not mlp[lead]["some"] + mlp[lead]["none"] and 0.0 in sensitivity.THREAD_S
     assert (
-        "**The course MLP: DDP beats DataParallel.** Under all 9 pairs, even with threads that cost" in main
+        "**This chapter's MLP: DDP beats DataParallel.** Under all 9 pairs, even with threads that cost" in main
     )
     # ... even with threads that cost nothing: the copies, sums and messages suffice
     free = sensitivity.verdicts(sensitivity.sensitivity(scope["work"], thread_s=(0.0,), latency=True))[lead]
