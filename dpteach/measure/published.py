@@ -362,7 +362,9 @@ def measured(measurements: list[Measurement]) -> str:
         n = max(points)
         if m.scaling == "weak" and 1 in points and n > 1:  # each GPU takes the batch one GPU took
             up = n * points[1] / points[n]
-            lines.append(f"  {n} GPUs take {n} times the samples per step: {up:.1f}x the samples per second of one")
+            lines.append(
+                f"  {n} GPUs take {n} times the samples per step: {up:.1f}x the samples per second of one"
+            )
     for dp, ddp in pairs(measurements).values():
         [(n, dp_s)], [(_, ddp_s)] = dp.points, ddp.points
         lines.append(
