@@ -73,6 +73,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import threading
 import time
 from dataclasses import dataclass
@@ -200,7 +201,18 @@ class Workload:
     grad_bytes: tuple[int, ...] = ()
 
     def scaled(self, batch: int) -> Workload:
-        """The same model on ``batch`` rows: FLOPs and the batch's bytes in proportion, parameters the same."""
+        """The same model on ``batch`` rows: FLOPs and the batch's bytes in proportion, parameters the same.
+
+        ``batch`` is a number of rows (a positive whole number), not a factor: a tenth of the batch is
+        ``work.scaled(work.batch // 10)``.
+        """
+        if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch < 1:
+            raise ValueError(
+                f"Workload.scaled takes the new batch as a number of rows, a positive whole number such as "
+                f"{self.batch // 10 or 1}; it got {batch!r}. For a fraction of the batch pass "
+                f"work.scaled(work.batch // 10), not a factor such as 0.1."
+            )
+        batch = int(batch)
         k = batch / self.batch
         return dataclasses.replace(
             self,
@@ -652,17 +664,19 @@ def table(
     lines = [
         f"modelled ms per step (EFFICIENCY = {EFFICIENCY:.0%} of peak, {thread}, links at their "
         f"spec-sheet peak{extra})",
+        "in brackets: the speed-up, that GPU's plain step (n=1) over this step",
         "",
     ]
-    lines.append(f"{'GPU':<10}{'strategy':<14}" + "".join(f"{'n=' + str(n):>16}" for n in ns))
+    lines.append(f"{'GPU':<10}{'strategy':<14}" + "".join(f"{'n=' + str(n):>17}" for n in ns))
     for name in gpus:
         plain = predict(work, name, 1).total_s
         for strategy in STRATEGIES:
             cells = []
             for n in ns:
                 t = predict(work, name, n, strategy, thread_s=thread_s, latency=latency).total_s
-                cells.append(f"{t * 1e3:9.3f} ({plain / t:3.1f}x)")
-            lines.append(f"{name:<10}{strategy:<14}" + "".join(f"{c:>16}" for c in cells))
+                up = plain / t  # two decimals below 0.1x, so a small speed-up does not print as 0.0x
+                cells.append(f"{t * 1e3:9.3f} ({up:.2f}x)" if up < 0.095 else f"{t * 1e3:9.3f} ({up:3.1f}x)")
+            lines.append(f"{name:<10}{strategy:<14}" + "".join(f"{c:>17}" for c in cells))
     return "\n".join(lines)
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "table",
     "pair_ratio",
     "pair_table",
+    "measured",
     "PUBLISHED",
     "OURS",
 ]
@@ -346,6 +347,30 @@ def pair_table(pair: list[Measurement], latency: bool = False) -> str:
         f"({min(grid):.3f} to {max(grid):.3f} under the {len(grid)} assumed pairs)"
     )
     lines.append(f"  ({dp.figure})")
+    return "\n".join(lines)
+
+
+def measured(measurements: list[Measurement]) -> str:
+    """What the measurements show, no model in it: each DDP curve's step per n and, with weak scaling,
+    the samples per second at the widest n over one GPU's; each pair's DataParallel step over DDP's."""
+    lines = []
+    for m in curves(measurements):
+        points = dict(m.points)
+        steps = ", ".join(f"{points[n] * 1e3:.0f} ms at n = {m.n_label(n)}" for n in points)
+        name = m.model.split(",")[0].removeprefix("torchvision ")
+        lines.append(f"{name}, {m.strategy}, batch {m.batch} per GPU: {steps}")
+        n = max(points)
+        if m.scaling == "weak" and 1 in points and n > 1:  # each GPU takes the batch one GPU took
+            up = n * points[1] / points[n]
+            lines.append(
+                f"  {n} GPUs take {n} times the samples per step: {up:.1f}x the samples per second of one"
+            )
+    for dp, ddp in pairs(measurements).values():
+        [(n, dp_s)], [(_, ddp_s)] = dp.points, ddp.points
+        lines.append(
+            f"{dp.model.split(' (')[0]} on {n} {dp.gpu}: DataParallel {dp_s:.3f} s per step, DDP {ddp_s:.3f} s: "
+            f"DataParallel's step {100 * (dp_s / ddp_s - 1):.1f}% longer (one run of each)"
+        )
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from dpteach.measure import bench
 from dpteach.measure import costmodel as cm
 
 # A made-up profile with round numbers, so every expected value below is worked out by hand.
@@ -129,6 +130,26 @@ def test_workload_counts_a_linear_layer():
     assert (work.input_bytes, work.output_bytes, work.batch) == (16 * 8 * 4, 16 * 4 * 4, 16)
     assert layer.weight.grad is before  # put back as it was
     assert work.scaled(32).flops_fwd == 2 * work.flops_fwd and work.scaled(32).param_bytes == work.param_bytes
+
+
+@pytest.mark.parametrize("wrong", [0.1, 0, -16, 32.0, True, "32"])
+def test_scaled_refuses_what_is_not_a_whole_number_of_rows_and_says_what_it_takes(wrong):
+    work = cm.workload(nn.Linear(8, 4), torch.randn(16, 8))
+    with pytest.raises(ValueError, match=r"number of rows, a positive whole number") as raised:
+        work.scaled(wrong)
+    assert "work.scaled(work.batch // 10)" in str(raised.value)  # what to write instead of a factor
+
+
+def test_the_table_labels_its_speed_ups_and_prints_a_small_one_with_two_decimals():
+    work = cm.workload(bench.mlp(1024, "cpu"), torch.zeros(16, 1024)).scaled(256)
+    small = cm.table(work.scaled(25), ("A100-SXM",), latency=True)
+    assert "in brackets: the speed-up, that GPU's plain step (n=1) over this step" in small
+    dp = next(line for line in small.splitlines() if "DataParallel" in line)
+    up = (
+        cm.predict(work.scaled(25), "A100-SXM", 1).total_s
+        / cm.predict(work.scaled(25), "A100-SXM", 4, "DataParallel", latency=True).total_s
+    )
+    assert up < 0.095 and f"({up:.2f}x)" in dp and "(0.0x)" not in small
 
 
 def test_profiles_are_loaded_with_their_sources():

@@ -194,3 +194,15 @@ def test_unexplained_is_the_measured_minus_modelled_overhead_gap_table_prints():
         for _, got, mod in published.overhead(m):
             assert f"{got * 1e3:>10.1f}{mod * 1e3:>10.2f}" in table
     assert 4e-3 < gaps[0] < gaps[-1] < 20e-3  # ms, not the model's fraction of a millisecond
+
+
+def test_measured_prints_the_published_points_and_no_model():
+    shipped = [m for m in published.shipped() if not m.ours]
+    text = published.measured(shipped)
+    r50 = dict(next(m for m in shipped if m.id == "ddp-benchmark-resnet50").points)
+    assert f"resnet50, DDP, batch 32 per GPU: {r50[1] * 1e3:.0f} ms at n = 1 (no DDP), " in text
+    assert f"{8 * r50[1] / r50[8]:.1f}x the samples per second of one" in text  # weak scaling: 8 batches
+    [(dp, ddp)] = published.pairs(shipped).values()
+    ratio = dp.points[0][1] / ddp.points[0][1]
+    assert f"DataParallel's step {100 * (ratio - 1):.1f}% longer (one run of each)" in text
+    assert "modelled" not in text and "8.5% longer" in text  # the guide's 110.6 s against 101.9 s
