@@ -231,7 +231,10 @@ def test_the_markdown_states_the_large_models_counts_and_the_thread_share():
     text = markdown()
     assert f"{round(sum(one.grad_bytes) / 4e6)} M parameters" in text
     assert f"{one.param_bytes / 1e6:.0f} MB of fp32 gradients" in text
-    assert f"{(one.flops_fwd + one.flops_bwd) / 1e12:.2f} TFLOP per sequence of 1,024 tokens" in text
+    assert (
+        f"{(one.flops_fwd + one.flops_bwd) / 1e12:.2f} TFLOP (forward and backward) per sequence of 1,024 tokens"
+        in text
+    )
     assert scope["gpt2"].batch == 16 and "16 sequences" in TAGGED["large-model"].source  # as its title says
     dp = costmodel.predict(scope["work"], "A100-SXM", 4, "DataParallel", latency=True)
     share = 4 * costmodel.PYTHON_THREAD_S / dp.total_s
