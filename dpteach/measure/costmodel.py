@@ -621,6 +621,7 @@ def profiles(names: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM")) -> str:
     """The GPU profiles the model reads, one line each: peaks from spec sheets (``data/gpus.json``, each
     number with the page it was read from). The link column is an input of the model, not a measurement:
     the spec sheet's one-direction peak, which the model gives every copy and every ring step."""
+    names = (names,) if isinstance(names, str) else tuple(names)  # one profile by name
     lines = [
         f"{'GPU':<10}{'fp32 peak':>15}{'memory':>13}  {'link (modelled: spec-sheet peak, one way)'}",
     ]
@@ -660,6 +661,7 @@ def table(
         if thread_s is not None
         else f"thread start {PYTHON_THREAD_S * 1e6:.0f} µs, assumed"
     )
+    gpus = (gpus,) if isinstance(gpus, str) else tuple(gpus)  # one profile by name: "A100-SXM"
     extra = ", NCCL's latency per message" if latency else ""
     lines = [
         f"modelled ms per step (EFFICIENCY = {EFFICIENCY:.0%} of peak, {thread}, links at their "
@@ -770,7 +772,9 @@ def draw_over_n(
     ``title`` (the workload, say) above the panels; ``latency``: each message's latency, by NCCL's model."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(gpus), figsize=(3.4 * len(gpus), 3.0), sharey=True)
+    gpus = (gpus,) if isinstance(gpus, str) else tuple(gpus)  # one profile by name: "A100-SXM"
+    fig, axes = plt.subplots(1, len(gpus), figsize=(3.4 * len(gpus), 3.0), sharey=True, squeeze=False)
+    axes = axes[0]
     for ax, name in zip(axes, gpus):
         plain = predict(work, name, 1).total_s
         for strategy, style in zip(STRATEGIES, ("s-", "o-")):

@@ -283,3 +283,10 @@ def test_timelines_drawn_on_one_span_share_the_axis_and_judge_thinness_by_it():
     assert ax.get_xlim()[1] == pytest.approx(dp.total_s * 1e3 * 1.02)
     own = cm.draw_timeline(ddp)
     assert own.get_xlim()[1] == pytest.approx(ddp.total_s * 1e3 * 1.02)
+
+
+def test_one_gpu_profile_may_be_named_by_a_plain_string():
+    """A learner who writes cm.table(work, "A100-SXM") gets that profile, not one per letter."""
+    work = cm.workload(nn.Linear(8, 8), torch.zeros(4, 8))
+    assert cm.table(work, "A100-SXM") == cm.table(work, ("A100-SXM",))
+    assert cm.profiles("T4") == cm.profiles(("T4",))
