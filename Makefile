@@ -26,11 +26,8 @@ LAB_ARGS ?=
 lab: $(LAB_STAMP)
 	$(VENV)/bin/jupyter lab --config=scripts/lab/jupyter_lab_config.py $(LAB_ARGS) notebooks/00_start_here.ipynb
 
-# Test files run in parallel on pytest-xdist workers, one more than the cores this process may use (at most
-# 4), each file on one worker. Many tests wait on a kernel, a compiler, a browser or child processes; the
-# extra worker keeps the cores busy meanwhile.
-CORES := $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count())")
-PYTEST_WORKERS ?= -n $(shell echo $$(( $(CORES) + 1 > 4 ? 4 : $(CORES) + 1 ))) --dist loadgroup
+# Test files run in parallel, one pytest-xdist worker per core (at most 4), each file on one worker.
+PYTEST_WORKERS ?= -n auto --maxprocesses=4 --dist loadgroup
 
 test: $(TEST_STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
