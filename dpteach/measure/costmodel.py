@@ -617,11 +617,16 @@ def through_gpu0(work: Workload, n: int) -> str:
     return "\n".join(lines)
 
 
+def _profile_names(names) -> tuple[str, ...]:
+    """GPU profile names as a tuple; one name alone (``"A100-SXM"``) is one profile, not its letters."""
+    return (names,) if isinstance(names, str) else tuple(names)
+
+
 def profiles(names: tuple[str, ...] = ("T4", "A100-SXM", "H200-SXM")) -> str:
     """The GPU profiles the model reads, one line each: peaks from spec sheets (``data/gpus.json``, each
     number with the page it was read from). The link column is an input of the model, not a measurement:
     the spec sheet's one-direction peak, which the model gives every copy and every ring step."""
-    names = (names,) if isinstance(names, str) else tuple(names)  # one profile by name
+    names = _profile_names(names)
     lines = [
         f"{'GPU':<10}{'fp32 peak':>15}{'memory':>13}  {'link (modelled: spec-sheet peak, one way)'}",
     ]
@@ -661,7 +666,7 @@ def table(
         if thread_s is not None
         else f"thread start {PYTHON_THREAD_S * 1e6:.0f} µs, assumed"
     )
-    gpus = (gpus,) if isinstance(gpus, str) else tuple(gpus)  # one profile by name: "A100-SXM"
+    gpus = _profile_names(gpus)
     extra = ", NCCL's latency per message" if latency else ""
     lines = [
         f"modelled ms per step (EFFICIENCY = {EFFICIENCY:.0%} of peak, {thread}, links at their "
@@ -772,7 +777,7 @@ def draw_over_n(
     ``title`` (the workload, say) above the panels; ``latency``: each message's latency, by NCCL's model."""
     import matplotlib.pyplot as plt
 
-    gpus = (gpus,) if isinstance(gpus, str) else tuple(gpus)  # one profile by name: "A100-SXM"
+    gpus = _profile_names(gpus)
     fig, axes = plt.subplots(1, len(gpus), figsize=(3.4 * len(gpus), 3.0), sharey=True, squeeze=False)
     axes = axes[0]
     for ax, name in zip(axes, gpus):
