@@ -35,7 +35,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.append(str(ROOT))  # an installed dpteach wins; a bare checkout still works
-from executed import executed  # noqa: E402  (the suite's one executed copy of each chapter)
+from executed import executed_all  # noqa: E402  (the suite's one executed copy of each chapter)
 
 from dpteach import _course  # noqa: E402
 
@@ -212,7 +212,10 @@ def stage(stage_dir: Path = STAGE) -> tuple[list[Path], list[str]]:
         rel = path.relative_to(ROOT)
         if rel.with_suffix("").as_posix() not in index:
             raise SystemExit(f"book: {rel} is not in docs/book/index.md: add it to a toctree and the list")
-        nb = executed(path, timeout=900)[0]
+    runs = executed_all(chapters, timeout=900)
+    for path in chapters:
+        rel = path.relative_to(ROOT)
+        nb = runs[path.resolve()]
         missing += missing_alt(nb, rel.as_posix())
         for cell in nb.cells:  # the launch badges leave the page (the book has its own); a recap stays
             if cell.get("id") == _course.LINKS_CELL_ID:

@@ -20,10 +20,10 @@ WHEELS=(
   nbclient==0.11.0 nbformat==5.11.1 jupyter_client==8.10.0 jupyter_core==5.9.1 traitlets==5.16.1
   fastjsonschema==2.22.3 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0
   rpds-py==2026.9.1 platformdirs==4.14.9 pyzmq==27.3.0 tornado==6.6.1
-  ipykernel==7.4.0 comm==0.2.3 debugpy==1.8.22 ipython==9.18.1 ipython-pygments-lexers==1.1.1
+  ipykernel==6.31.0 comm==0.2.3 debugpy==1.8.22 ipython==9.18.1 ipython-pygments-lexers==1.1.1
   jedi==0.20.1 parso==0.8.7 matplotlib-inline==0.2.2 pexpect==4.9.0 ptyprocess==0.7.0
   prompt_toolkit==3.0.53 wcwidth==0.9.4 stack_data==0.6.3 executing==2.3.0 asttokens==3.0.2
-  pure_eval==0.2.4 nest-asyncio2==1.7.4
+  pure_eval==0.2.4 nest-asyncio==1.6.0
   graphviz==0.21 ipywidgets==8.1.9 widgetsnbextension==4.0.16 jupyterlab_widgets==3.0.17
 )
 mkdir -p "$DIR"

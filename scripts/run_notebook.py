@@ -33,7 +33,8 @@ def execute(
     (``attempts=2``): in clean-clone runs a kernel (ipykernel 7.4, jupyter_client 8.10) sometimes sat
     idle while the client waited for a reply that never came, the intermittent hang reported in
     microsoft/vscode-jupyter#17410, and once it did so where nbclient's per-cell timeout did not fire.
-    A chapter that really hangs passes a limit twice and fails with ``CellTimeoutError``.
+    A chapter that really hangs passes a limit twice and fails with ``CellTimeoutError``. The extras now
+    pin ipykernel below 7 for that hang (pyproject.toml says why); the second attempt stays for any other.
 
     With ``memory=True`` a thread samples the kernel's whole process tree while it runs
     (scripts/peak_memory.py says how) and the peaks go to ``nb.metadata["dpteach_memory"]``.

@@ -114,6 +114,38 @@ def executed(path: Path, timeout: int = 240) -> tuple[nbformat.NotebookNode, flo
     return copy.deepcopy(nb), seconds, cached
 
 
+def executed_all(paths, timeout: int = 240) -> dict[Path, nbformat.NotebookNode]:
+    """``executed(path)[0]`` for every path, run in the order that keeps this worker busy.
+
+    A caller that needs every chapter (the book) would otherwise walk them in the order the chapters'
+    own tests do, and wait on each chapter another worker is running. Here it walks them from the last,
+    skips a chapter whose lock another worker holds and comes back to it, and waits only when every
+    chapter left is held elsewhere.
+    """
+    left = [Path(p).resolve() for p in reversed(list(paths))]
+    while left:
+        for path in list(left):
+            if path in _memo or _try_lock_free(path):
+                executed(path, timeout)
+                left.remove(path)
+                break
+        else:  # every chapter left is running on another worker: wait for the first of them
+            executed(left.pop(0), timeout)
+    return {Path(p).resolve(): executed(p, timeout)[0] for p in paths}
+
+
+def _try_lock_free(path: Path) -> bool:
+    """Whether no other worker holds ``path``'s lock at this moment (taken and released at once)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{path.stem}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return True
+
+
 @contextlib.contextmanager
 def _only_one_worker(path: Path):
     """Hold ``path``'s lock file while inside: a second pytest-xdist worker waits here."""
@@ -147,7 +179,10 @@ def _execute_or_read_unlocked(path: Path, timeout: int):
     old = _kernel_env(path)
     cpp_cache = os.environ.get("DPTEACH_CPP_CACHE") if path.stem in FRESH_CPP_CACHE else None
     try:
-        nb, seconds = execute(path, timeout=timeout, memory=path.stem in MEMORY_SAMPLED)
+        # a chapter runs in under 30 s here, 60 s under the suite's load: a kernel that hangs is
+        # given up on (and the chapter run again, once) after 180 s, not after timeout + 60 s
+        limit = min(timeout, 120)
+        nb, seconds = execute(path, timeout=limit, whole=180, memory=path.stem in MEMORY_SAMPLED)
     except Exception as err:  # noqa: BLE001 - CellExecutionError and kernel failures alike: remembered, not stored
         return err
     finally:

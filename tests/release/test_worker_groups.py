@@ -52,3 +52,22 @@ def test_each_file_runs_on_one_worker(tmp_path):
     assert set(workers) == {"test_a.py", "test_b.py"}, run.stdout[-2000:]
     split = {file: sorted(w) for file, w in workers.items() if len(w) > 1}
     assert not split, f"files split over workers (is pytest >= 9.2 installed?): {split}"
+
+
+def test_the_book_runs_the_chapters_no_other_worker_holds(tmp_path, monkeypatch):
+    """tests/executed.py's ``executed_all`` skips a chapter whose lock another worker holds, and waits
+    for it only once nothing else is left: the book's worker runs chapters instead of waiting."""
+    import fcntl
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import executed as module
+
+    monkeypatch.setattr(module, "CACHE", tmp_path)
+    monkeypatch.setattr(module, "_memo", {})
+    paths = [tmp_path / f"{name}.ipynb" for name in ("a", "b", "c")]
+    ran = []
+    monkeypatch.setattr(module, "executed", lambda p, timeout=0: (ran.append(Path(p).stem), ({}, 0, 0))[1])
+    with open(tmp_path / "c.lock", "w") as held:  # as if another worker were running chapter c
+        fcntl.flock(held, fcntl.LOCK_EX)
+        module.executed_all(paths)
+    assert ran[:3] == ["b", "a", "c"]  # from the last, c skipped while held, then waited for
