@@ -656,8 +656,8 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
         )
     if module.scale.grad is None:
         return fail(
-            "the original's scale.grad is None: the replicas' forward still read the clone's own leaf. In "
-            "load_replica_params, point the member too: self.members = SimpleNamespace(scale=tensors['scale'])."
+            "the original's scale.grad is None: the replicas' forward still read the clone's own leaf, because "
+            "load_replica_params left self.members on it. Re-point what forward reads, too."
         )
     if not torch.allclose(module.scale.grad, reference.scale.grad, rtol=1e-4, atol=1e-6):
         diff = (module.scale.grad - reference.scale.grad).abs().max()
