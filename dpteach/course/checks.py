@@ -656,8 +656,8 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
         )
     if module.scale.grad is None:
         return fail(
-            "the original's scale.grad is None: the replicas' forward still read the clone's own leaf. In "
-            "load_replica_params, point the member too: self.members = SimpleNamespace(scale=tensors['scale'])."
+            "the original's scale.grad is None: the replicas' forward still read the clone's own leaf, because "
+            "load_replica_params left self.members on it. Re-point what forward reads, too."
         )
     if not torch.allclose(module.scale.grad, reference.scale.grad, rtol=1e-4, atol=1e-6):
         diff = (module.scale.grad - reference.scale.grad).abs().max()
@@ -1919,3 +1919,241 @@ def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
             "added was an edge from each replica's parameter to the original, so backward delivers the sum.",
         )
     return _not_yet(name, change, hints, answer_text, problem)
+
+
+# ---------------------------------------------------------------- chapter 00 · start here, exercise 2
+
+# What each move's backward does, as chapter 00's exercise 2 lists them (the letters of its cell).
+BACKWARD_OF_MOVES = {
+    "a": "cuts the gradient into one piece per slot",
+    "b": "runs each replica's backward on its own slot",
+    "c": "adds the replicas' parameter gradients into the model's .grad",
+    "d": "joins the pieces' gradients into x.grad",
+}
+_MOVE_BACKWARDS = {"gather": "a", "parallel_apply": "b", "replicate": "c", "scatter": "d"}
+
+
+def backward_moves(
+    does: Mapping[str, object] | object, left_out: str | object, devices=("cpu", "cpu")
+) -> Verdict:
+    """Exercise 2: ``does`` maps each move to the letter of what its backward does (``BACKWARD_OF_MOVES``);
+    ``left_out`` names the move whose backward C++'s clones had no edge for.
+
+    The right answer is confirmed on one step of the course's model with ``x`` requiring grad: under
+    ``"broadcast"`` the model's ``.grad`` and ``x.grad`` fill (replicate's and scatter's backward ran),
+    under ``"clone"`` the model's ``.grad`` stays ``None`` while ``x.grad`` still fills. Findings
+    (``Verdict.problem``): ``"letters"`` (not one of a to d), ``"gather and scatter"`` /
+    ``"replicate and parallel_apply"`` (a pair swapped), ``"moves"`` (any other wrong letter),
+    ``"left out"`` (the wrong move named).
+    """
+    from ..data_parallel import DataParallel
+    from . import story
+
+    name = "ch00.backward_moves"
+    moves = tuple(_MOVE_BACKWARDS)
+    if _unset(does, left_out) or not isinstance(does, Mapping) or _unset(*does.values()):
+        return Verdict(
+            False, "Give every move in `does` a letter, a to d, and set `left_out`, then run again."
+        )
+    given = {m: str(does.get(m, "")).strip().lower() for m in moves}
+    odd = [m for m in moves if given[m] not in BACKWARD_OF_MOVES]
+    if odd:
+        return Verdict(False, f"Give each move one letter, a, b, c or d: check {', '.join(odd)}.")
+    answer = (
+        "does = {'gather': 'a', 'parallel_apply': 'b', 'replicate': 'c', 'scatter': 'd'}, left_out = "
+        "'replicate': backward starts at the loss, so gather's backward runs first and cuts the gradient per "
+        "slot; each replica's backward runs on its slot; replicate's backward adds the replicas' gradients into "
+        "the model; scatter's joins the pieces into x.grad. C++'s clones had no edge for replicate's backward."
+    )
+    fail = _ladder(
+        name,
+        [
+            "Backward runs the four moves in reverse, and each backward undoes its move: what undoes a join, "
+            "a copy, a cut?",
+            "torch.cat's backward (gather) cuts its gradient back into pieces; a copy's backward (replicate) adds "
+            "the copies' gradients up; a cut's backward (scatter) joins the pieces again.",
+        ],
+        answer,
+    )
+    wrong = [m for m in moves if given[m] != _MOVE_BACKWARDS[m]]
+    for one, other in (("gather", "scatter"), ("replicate", "parallel_apply")):
+        if (
+            set(wrong) >= {one, other}
+            and given[one] == _MOVE_BACKWARDS[other]
+            and given[other] == _MOVE_BACKWARDS[one]
+        ):
+            why = (
+                "gather joined the outputs, so its backward cuts the gradient per slot; scatter cut x, so its "
+                "backward joins the pieces' gradients"
+                if one == "gather"
+                else "replicate copied the parameters, so its backward adds the copies' gradients into the model; "
+                "parallel_apply ran the replicas, so its backward runs each replica's backward"
+            )
+            return fail(f"you swapped {one} and {other}: {why}. Swap their letters.", f"{one} and {other}")
+    if wrong:
+        m = wrong[0]
+        return fail(
+            f"{m}'s backward does not {BACKWARD_OF_MOVES[given[m]]}: ask what {m} did forward, and undo it.",
+            "moves",
+        )
+    if str(left_out).strip() != "replicate":
+        return fail(
+            f"under 'clone' the {left_out!s} step's backward ran (each replica's own .grad filled, chapter 01). "
+            "The missing part was the edge from each replica's parameters back to the model: which move made "
+            "the copies?",
+            "left out",
+        )
+    x, y = (t.clone() for t in story.make_data())
+    x = x.to(devices[0]).requires_grad_()
+    found = {}
+    for strategy in ("broadcast", "clone"):
+        model = story.make_model().to(devices[0])
+        x.grad = None
+        loss = torch.nn.functional.mse_loss(
+            DataParallel(model, list(devices), strategy=strategy)(x), y.to(x.device)
+        )
+        loss.backward()
+        found[strategy] = (model[0].weight.grad is not None, x.grad is not None)
+    return _correct(
+        name,
+        f"One step with x requiring grad: under 'broadcast' the model's .grad is set: {found['broadcast'][0]}, "
+        f"x.grad is set: {found['broadcast'][1]}; under 'clone': {found['clone'][0]} and {found['clone'][1]}. "
+        "Every backward ran but replicate's.",
+    )
+
+
+# ---------------------------------------------------------------- chapter 04 · the Python way, exercises 1 and 4
+
+
+def shallow_copy_line(line: str | object) -> Verdict:
+    """Exercise 1: ``line``, one line of ``nn.Module._replicate_for_data_parallel`` (as torch has it here),
+    the one that makes ``replicas[1][0].members is model[0].members``.
+
+    Read from the live source, so the check follows the installed torch. Findings (``Verdict.problem``):
+    ``"not a line"``, ``"new"`` (the line that makes the empty object), ``"parameters"`` (the line that
+    empties the registry), ``"buffers or modules"`` (a line that copies one of the registry's dicts),
+    ``"flag"`` (``_is_replica``).
+    """
+    import inspect
+
+    from torch import nn
+
+    name = "ch04.shallow_copy_line"
+    if _unset(line) or not isinstance(line, str) or not line.strip():
+        return Verdict(False, "Set `line` to one line of the source, as a string, then run this cell again.")
+    source = inspect.getsource(nn.Module._replicate_for_data_parallel)
+    lines = [" ".join(s.split()) for s in source.splitlines() if s.strip() and not s.strip().startswith("#")]
+    given = " ".join(line.split())
+    truth = next(s for s in lines if "__dict__" in s)
+    answer = (
+        f"`{truth}`. It copies the dict that holds every plain attribute, not what the dict holds: the "
+        "replica's `members` is the original's SimpleNamespace, so slot 1 computes with the original's tensors."
+    )
+    fail = _ladder(
+        name,
+        [
+            "A shallow copy copies a container, not what it holds. Which line copies a container in which "
+            "`members` sits?",
+            "`members` is a plain attribute, neither a parameter, a buffer nor a submodule: Python keeps plain "
+            "attributes in the object's __dict__.",
+        ],
+        answer,
+    )
+    if given not in lines:
+        return fail(
+            "that is not a line of _replicate_for_data_parallel: print it with "
+            "inspect.getsource(nn.Module._replicate_for_data_parallel) and copy one line.",
+            "not a line",
+        )
+    if given == truth:
+        return _correct(name, answer)
+    said = [
+        ("__new__", "new", "that line makes an empty object of the module's class: it shares nothing yet"),
+        (
+            "_parameters",
+            "parameters",
+            "that line empties the replica's registry, which holds parameters only; `members` is not in it",
+        ),
+        (
+            "_buffers",
+            "buffers or modules",
+            "that line gives the replica its own dict of buffers; `members` is no buffer",
+        ),
+        (
+            "_modules",
+            "buffers or modules",
+            "that line gives the replica its own dict of submodules; `members` is no submodule",
+        ),
+        ("_is_replica", "flag", "that line only marks the replica as one"),
+    ]
+    for key, problem, why in said:
+        if key in given:
+            return fail(f"{why}. Which line hands the replica the original's plain attributes?", problem)
+    return fail("that line does not put `members` into the replica. Try another.", "not that line")
+
+
+def tied_weights(tensors_per_slot: int | object, same_copy: bool | object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 4: for ``nn.Sequential(a, b)`` with ``b.weight = a.weight`` (two ``nn.Linear(3, 3)``),
+    ``tensors_per_slot``: how many tensors ``replicate`` broadcasts to each slot; ``same_copy``: whether
+    ``replicas[1][0].weight is replicas[1][1].weight``. Both are read from a live ``dpteach.replicate``.
+
+    Findings (``Verdict.problem``): ``"tie counted twice"`` (4), ``"biases"`` (1 or 2: the biases left out),
+    ``"all slots"`` (the count for every slot together), ``"count"`` (another count), ``"untied"``.
+    """
+    from torch import nn
+
+    from ..replicate import replicate
+
+    name = "ch04.tied_weights"
+    if _unset(tensors_per_slot, same_copy):
+        return Verdict(False, "Set `tensors_per_slot` and `same_copy`, then run this cell again.")
+    if not _count(tensors_per_slot):
+        return Verdict(False, f"Give `tensors_per_slot` as a whole number, not {tensors_per_slot!r}.")
+    if not isinstance(same_copy, bool):
+        return Verdict(False, f"Set `same_copy` to True or False (no quotes), not {same_copy!r}.")
+    a, b = nn.Linear(3, 3), nn.Linear(3, 3)
+    b.weight = a.weight
+    model = nn.Sequential(a, b).to(devices[0])
+    params = list(model.parameters())  # what replicate.py broadcasts: a tied tensor once
+    replicas = replicate(model, list(devices))
+    tied = replicas[1][0].weight is replicas[1][1].weight
+    count, n = len(params), len(devices)
+    answer = (
+        f"tensors_per_slot = {count} (a.weight, shared with b, then a.bias and b.bias), same_copy = {tied}. "
+        "replicate.py broadcasts list(network.parameters()), which yields a tied tensor once, and keeps "
+        "param_indices, a dict from each parameter to its index, so every module holding that parameter gets "
+        "the copy at the same index: one tensor per replica, tied as in the model."
+    )
+    fail = _ladder(
+        name,
+        [
+            "A tie is one tensor held by two modules. How often does model.parameters() yield it?",
+            "replicate.py broadcasts list(network.parameters()) and hands each module the copy found at its "
+            "parameter's index in that list (param_indices).",
+        ],
+        answer,
+    )
+    guess = int(tensors_per_slot)  # type: ignore[call-overload]
+    if guess != count:
+        slips = {
+            count + 1: (
+                "tie counted twice",
+                "a.weight and b.weight are one tensor, and parameters() yields it once",
+            ),
+            count - 1: ("biases", "the biases are parameters too: a.bias and b.bias are broadcast as well"),
+            count - 2: ("biases", "the biases are parameters too: a.bias and b.bias are broadcast as well"),
+            count * n: ("all slots", f"that counts all {n} slots together: give the count for one slot"),
+            (count + 1) * n: (
+                "all slots",
+                f"that counts all {n} slots, and the tied weight twice: one slot, one weight",
+            ),
+        }
+        problem, why = slips.get(guess, ("count", f"{guess} is too {'many' if guess > count else 'few'}"))
+        return fail(f"{why}. Change `tensors_per_slot`.", problem)
+    if same_copy != tied:
+        return fail(
+            f"the count is right, but replicas[1][0].weight is replicas[1][1].weight is {tied}: both modules "
+            "look up the same parameter, so they get the same copy. Change `same_copy`.",
+            "untied",
+        )
+    return _correct(name, answer)

@@ -1,0 +1,144 @@
+"""The exercise checks of chapters 00 and 04 that have no cell of their own elsewhere:
+``checks.backward_moves`` (00, exercise 2), ``checks.shallow_copy_line`` and ``checks.tied_weights``
+(04, exercises 1 and 4). What is asserted is the slip found (``Verdict.problem``), that the hints climb
+one rung per wrong try with the answer last, and that each chapter's check cell calls its check; the
+truths come from torch's source and a live ``replicate``, never from a copied run.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import nbformat
+import pytest
+from torch import nn
+
+from dpteach.course import checks
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+RIGHT_MOVES = {"gather": "a", "parallel_apply": "b", "replicate": "c", "scatter": "d"}
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    checks.reset()
+    yield
+    checks.reset()
+
+
+def _tagged(chapter: str, tag: str) -> str:
+    cells = nbformat.read(NOTEBOOKS / chapter, as_version=4).cells
+    (cell,) = [c for c in cells if tag in c.metadata.get("tags", [])]
+    return cell.source
+
+
+# ---------------------------------------------------------------- chapter 00, exercise 2
+
+
+def test_backward_moves_accepts_the_worked_answer_and_shows_the_run():
+    verdict = checks.backward_moves(RIGHT_MOVES, "replicate")
+    assert verdict.ok and "under 'clone': False and True" in verdict.message  # model .grad None, x.grad set
+
+
+@pytest.mark.parametrize(
+    "swap, problem",
+    [
+        ({"gather": "d", "scatter": "a"}, "gather and scatter"),
+        ({"replicate": "b", "parallel_apply": "c"}, "replicate and parallel_apply"),
+        ({"gather": "c", "replicate": "a"}, "moves"),
+    ],
+)
+def test_backward_moves_names_the_swap(swap, problem):
+    verdict = checks.backward_moves({**RIGHT_MOVES, **swap}, "replicate")
+    assert not verdict.ok and verdict.problem == problem and "Hint 1 of 2" in verdict.message
+
+
+def test_backward_moves_names_the_wrong_move_left_out_and_climbs_to_the_answer():
+    tries = [checks.backward_moves(RIGHT_MOVES, "parallel_apply") for _ in range(3)]
+    assert [t.problem for t in tries] == ["left out"] * 3
+    assert "Hint 1 of 2" in tries[0].message and "Hint 2 of 2" in tries[1].message
+    assert "The answer:" in tries[2].message and "left_out = 'replicate'" in tries[2].message
+
+
+def test_backward_moves_asks_for_letters_and_costs_no_hint():
+    assert "Give every move" in checks.backward_moves({m: ... for m in RIGHT_MOVES}, ...).message
+    assert "one letter" in checks.backward_moves({**RIGHT_MOVES, "gather": "z"}, "replicate").message
+    assert (
+        "Hint 1 of 2"
+        in checks.backward_moves({**RIGHT_MOVES, "gather": "d", "scatter": "a"}, "replicate").message
+    )
+
+
+def test_chapter_00_exercise_2_has_its_check_cell():
+    source = _tagged("00_start_here.ipynb", "ex2-check")
+    assert "checks.backward_moves(does, left_out)" in source and "left_out = ..." in source
+    assert all(f'"{m}": ...' in source for m in RIGHT_MOVES)
+
+
+# ---------------------------------------------------------------- chapter 04, exercise 1
+
+
+def _source_lines():
+    source = inspect.getsource(nn.Module._replicate_for_data_parallel)
+    return [s.strip() for s in source.splitlines() if s.strip() and not s.strip().startswith("#")]
+
+
+def test_shallow_copy_line_accepts_the_dict_copy_from_torchs_own_source():
+    (line,) = [s for s in _source_lines() if "__dict__" in s]
+    assert checks.shallow_copy_line("   " + line).ok  # indentation as copied from the print
+
+
+@pytest.mark.parametrize(
+    "key, problem",
+    [
+        ("__new__", "new"),
+        ("_parameters", "parameters"),
+        ("_modules", "buffers or modules"),
+        ("_is_replica", "flag"),
+    ],
+)
+def test_shallow_copy_line_says_what_each_other_line_does(key, problem):
+    (line,) = [s for s in _source_lines() if key in s]
+    verdict = checks.shallow_copy_line(line)
+    assert not verdict.ok and verdict.problem == problem
+
+
+def test_shallow_copy_line_refuses_a_line_not_in_the_source():
+    verdict = checks.shallow_copy_line("replica.members = self.members")
+    assert not verdict.ok and verdict.problem == "not a line" and "inspect.getsource" in verdict.message
+    assert checks.shallow_copy_line(...).message.startswith("Set `line`")
+
+
+# ---------------------------------------------------------------- chapter 04, exercise 4
+
+
+def test_tied_weights_accepts_three_tensors_one_shared_copy():
+    verdict = checks.tied_weights(3, True)
+    assert verdict.ok and "param_indices" in verdict.message
+
+
+@pytest.mark.parametrize(
+    "count, problem",
+    [(4, "tie counted twice"), (2, "biases"), (6, "all slots"), (8, "all slots"), (5, "count")],
+)
+def test_tied_weights_names_the_counting_slip(count, problem):
+    verdict = checks.tied_weights(count, True)
+    assert not verdict.ok and verdict.problem == problem
+
+
+def test_tied_weights_says_the_copies_are_one_tensor():
+    verdict = checks.tied_weights(3, False)
+    assert not verdict.ok and verdict.problem == "untied"
+    assert "True or False" in checks.tied_weights(3, "yes").message
+
+
+@pytest.mark.parametrize(
+    "tag, call",
+    [
+        ("ex1-check", "checks.shallow_copy_line(line)"),
+        ("ex4-check", "checks.tied_weights(tensors_per_slot, same_copy"),
+    ],
+)
+def test_chapter_04_exercise_cells_call_their_checks(tag, call):
+    assert call in _tagged("04_the_python_way.ipynb", tag)
