@@ -124,7 +124,7 @@ def test_the_cpu_figure_is_explained_by_what_is_counted():
     after = " ".join(re.sub(r"<details\b.*?</details>", " ", nb[at + 1].source, flags=re.S).split())
     # backward on the caller's thread and the slots' forwards in turn: DataParallel on a CPU uses one core
     assert "thread that called `backward()`" in after and "chapter 08's table" in after
-    assert "forwards in turn" in after and "uses one core" in after
+    assert "forwards in turn" in after and "DataParallel on CPU slots uses one core" in after
     # a process per rank, and one process's intra-op threads: on a CPU, DDP stands in for a GPU per process
     assert "process with its own thread" in after and "intra-op threads" in after
     assert "stands in for one GPU per process" in after and "says nothing about GPUs" in after
