@@ -37,6 +37,9 @@ __all__ = [
     "beside_published",
     "ddp_rounds",
     "Rounds",
+    "cpu_rounds",
+    "CpuRounds",
+    "CPU_KINDS",
 ]
 
 Gradients = Mapping[str, torch.Tensor]  # parameter name -> gradient, as model.named_parameters() names them
@@ -348,3 +351,87 @@ def ddp_rounds(
             single.append(one[hidden])
             ddp.append(many[hidden])
     return Rounds(tuple(single), tuple(ddp), ranks=ranks.world_size)
+
+
+# The four ways of running one step on this machine's CPU that cpu_rounds times, in this order in
+# every round; the first is the one the others are measured against.
+CPU_KINDS = (
+    "one process, 1 thread",
+    "DataParallel, 2 CPU slots",
+    "DDP, 2 ranks",
+    "one process, 2 threads",
+)
+# how step_times runs the kinds that run in this process: how, devices, intra-op threads
+_IN_THIS_PROCESS = {
+    CPU_KINDS[0]: ("single", ["cpu"], 1),
+    CPU_KINDS[1]: ("dataparallel", ["cpu", "cpu"], 1),  # the slots take turns on the calling thread
+    CPU_KINDS[3]: ("single", ["cpu"], 2),
+}
+
+
+@dataclass(frozen=True)
+class CpuRounds:
+    """Per-round median step seconds of each of :data:`CPU_KINDS`, timed in turns, and their ratios.
+
+    ``seconds`` maps a kind to one median per round. The statistic is per round, both sides timed in
+    the same round: the first kind's step over the other's (above 1, the other's step took less time),
+    summed up by its median and its range. Figures only, no verdict: the rounds move with the load.
+    """
+
+    seconds: Mapping[str, tuple[float, ...]]
+    hidden: int
+    depth: int
+    global_batch: int
+
+    @property
+    def baseline(self) -> str:
+        return next(iter(self.seconds))
+
+    def ratios(self, kind: str) -> tuple[float, ...]:
+        """The baseline's step over ``kind``'s, round by round."""
+        return tuple(b / k for b, k in zip(self.seconds[self.baseline], self.seconds[kind]))
+
+    def lines(self) -> list[str]:
+        """A line per kind: its median step in ms over the rounds and its range, then, beside the
+        baseline, the median per-round ratio and its range."""
+        out = []
+        for kind, secs in self.seconds.items():
+            ms = sorted(s * 1e3 for s in secs)
+            line = f"{kind:<26} {statistics.median(ms):7.1f} ms ({ms[0]:.1f} to {ms[-1]:.1f})"
+            if kind != self.baseline:
+                r = sorted(self.ratios(kind))
+                line += (
+                    f"   {self.baseline} / this: {statistics.median(r):.2f}x ({r[0]:.2f}x to {r[-1]:.2f}x)"
+                )
+            out.append(line)
+        n = len(next(iter(self.seconds.values())))
+        head = f"median step over {n} rounds (and range), MLP {self.depth} x {self.hidden}, batch {self.global_batch}:"
+        return [head] + ["  " + line for line in out]
+
+
+def cpu_rounds(
+    ranks, hidden: int = 512, depth: int = 3, global_batch: int = 4096, rounds: int = 5, repeats: int = 3
+) -> CpuRounds:
+    """Time :data:`CPU_KINDS` in turns, ``rounds`` times, after a thrown-away round of one step each.
+
+    In each round every kind takes ``repeats`` steps (forward, loss, backward, SGD step; after one
+    warm-up step) of the same model on the same ``global_batch`` rows: one process with one intra-op
+    thread; dpteach's DataParallel on two CPU slots, one thread (its slots take turns on the calling
+    thread); DDP on ``ranks``, one intra-op thread per rank, each rank its shard, a step the slowest
+    rank's (``tasks.step_times``); one process with two intra-op threads. Each kind's median step is
+    one round's figure.
+    """
+
+    def timed(kind: str, n: int) -> float:
+        if kind == "DDP, 2 ranks":
+            return ranks.run("step_times", (hidden,), depth, global_batch, n, warmup=1)[0][hidden]
+        how, devices, threads = _IN_THIS_PROCESS[kind]
+        return step_times(how, (hidden,), depth, global_batch, n, 1, devices, threads=threads)[hidden]
+
+    seconds: dict[str, list[float]] = {kind: [] for kind in CPU_KINDS}
+    for kind in CPU_KINDS:  # a thrown-away round: the first steps pay for memory and threads starting
+        timed(kind, 1)
+    for _ in range(rounds):
+        for kind in CPU_KINDS:
+            seconds[kind].append(timed(kind, repeats))
+    return CpuRounds({k: tuple(v) for k, v in seconds.items()}, hidden, depth, global_batch)

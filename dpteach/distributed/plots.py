@@ -1,5 +1,5 @@
-"""Chapter 09's pictures: step time against model size, DDP's buckets on a backward timeline, and
-the modelled steps outside their compute.
+"""Chapter 09's pictures: step time against model size, this machine's rounds of four ways to run a
+step on its CPU, DDP's buckets on a backward timeline, and the modelled steps outside their compute.
 
 Each function returns the matplotlib ``Figure`` and draws its own legend into it.
 """
@@ -67,6 +67,45 @@ def step_times(
     ax.set_title(title or "Step time: median over repeats (lower is faster)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(title="how the step runs")
+    fig.tight_layout()
+    return fig
+
+
+def cpu_rounds(result, title: str = ""):
+    """Every round of ``compare.cpu_rounds`` as a dot per way of running the step, the median marked.
+
+    The y value is the per-round ratio: the first kind's step (one process, one thread) over this
+    kind's, both timed in the same round, so above the dashed line at 1 this kind's step took less
+    time in that round. A short bar marks each kind's median, its value written beside it; the dots'
+    spread is how far the rounds moved on this machine, and says nothing of why.
+    """
+    import statistics
+
+    plt = _pyplot()
+    kinds = [k for k in result.seconds if k != result.baseline]
+    fig, ax = plt.subplots(figsize=(7.2, 4.0))
+    for x, kind in enumerate(kinds):
+        ratios = result.ratios(kind)
+        # the rounds spread a little sideways, in the order they ran, so equal ones do not hide each other
+        xs = [x + 0.2 * (i / max(1, len(ratios) - 1) - 0.5) for i in range(len(ratios))]
+        ax.plot(xs, ratios, "o", color="tab:blue", alpha=0.7, label="one round" if x == 0 else None)
+        median = statistics.median(ratios)
+        ax.plot([x - 0.22, x + 0.22], [median] * 2, color="black", lw=2.5, label="median" if x == 0 else None)
+        ax.annotate(f" {median:.2f}x", (x + 0.22, median), va="center", fontsize=9)
+    ax.axhline(1.0, color="grey", linestyle="--", lw=1, label=f"{result.baseline} (= 1)")
+    ax.set_xticks(range(len(kinds)), kinds, fontsize=9)
+    ax.set_xlim(-0.5, len(kinds) - 0.3)
+    ax.set_ylim(0, max(1.2, 1.1 * max(max(result.ratios(k)) for k in kinds)))
+    ax.set_ylabel(f"{result.baseline}'s step\n/ this step, per round", fontsize=9)
+    n = len(result.seconds[result.baseline])
+    ax.set_title(
+        title
+        or f"This machine's CPU, {n} rounds: MLP {result.depth} x {result.hidden}, batch {result.global_batch}\n"
+        f"({result.baseline}'s step over each's; above 1: that step took less time)",
+        fontsize=9,
+    )
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
     fig.tight_layout()
     return fig
 

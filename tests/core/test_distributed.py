@@ -324,3 +324,27 @@ def test_train_puts_gloo_on_loopback_only_when_every_rank_is_on_this_machine(mon
     monkeypatch.setenv(GLOO_IFNAME, "eth7")
     train._prepare_environment()
     assert os.environ[GLOO_IFNAME] == "eth7"  # the user's value wins
+
+
+def test_cpu_rounds_times_the_four_ways_in_turns_and_draws_every_round(ranks):
+    """``cpu_rounds`` returns, for every way of running the step, one median per round (no clock is
+    checked: only the shape, and that the ratios are the baseline's seconds over each's); the figure draws
+    a dot per round per way beside the baseline, and a median bar for each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from dpteach.distributed import compare, plots
+
+    result = compare.cpu_rounds(ranks, hidden=8, depth=2, global_batch=8, rounds=2, repeats=1)
+    assert tuple(result.seconds) == compare.CPU_KINDS and result.baseline == compare.CPU_KINDS[0]
+    assert all(len(s) == 2 and all(t > 0 for t in s) for s in result.seconds.values())
+    base = result.seconds[result.baseline]
+    assert result.ratios("DDP, 2 ranks") == tuple(b / d for b, d in zip(base, result.seconds["DDP, 2 ranks"]))
+    lines = result.lines()
+    assert lines[0].startswith("median step over 2 rounds") and len(lines) == 1 + len(compare.CPU_KINDS)
+    assert all(" / this: " in line for line in lines[2:]) and " / this: " not in lines[1]
+    fig = plots.cpu_rounds(result)
+    ax = fig.axes[0]
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert [len(d.get_ydata()) for d in dots] == [2, 2, 2]  # three ways beside the baseline, 2 rounds each
+    assert [t.get_text() for t in ax.get_xticklabels()] == list(compare.CPU_KINDS[1:])

@@ -1,10 +1,12 @@
-"""Chapter 09's step-time section rests on what repeats, the cost model and a published measurement.
+"""Chapter 09's step-time section reads straight: DDP's counted win, the learner's CPU figure, the model.
 
-The timeline cell prints how much of DataParallel's modelled step is the assumed thread starts and what
-is left without them, and the prose after it says what the model leaves out, quoting no published
-timing (the one DataParallel-and-DDP pair, in chapter 08, is a single run each); the published cell prints PyTorch's own DDP measurement beside the
-model, how close first; the timing of this machine comes last, introduced as the learner's own figure,
-with what DDP's step adds said from what is counted, and nothing resting on it.
+The section opens with what DDP's win consists of, counted (no model copy per step, buckets sent while
+backward runs). Then this machine's figure: four ways to run one step on its CPU, timed in turns, every
+round drawn, medians printed with their range; the prose after it explains the figure from what is
+counted (which thread ran backward, a process per rank), states no timing and sets up no winner, and says
+what the figure cannot say (GPUs). Last, the modelled GPU picture: the timeline cell prints how much of
+DataParallel's modelled step is the assumed thread starts and what is left without them, and the prose
+after it says what the model leaves out, quoting no published timing (chapter 08 holds them all).
 """
 
 from __future__ import annotations
@@ -93,45 +95,77 @@ def test_the_machines_timing_is_said_in_words_in_the_direction_it_went():
     ms = re.search(r"one process ([0-9.]+) ms, DDP on 2 ranks ([0-9.]+) ms", mixed.in_words())
     assert mixed.in_words().startswith("DDP on 2 ranks took 1.50x") and float(ms[2]) / float(ms[1]) == 1.5
     assert "median of 5 per-round ratios" in mixed.in_words()
+
+
+def test_the_cpu_figure_prints_per_round_medians_with_their_range():
+    """The per-round ratio is the statistic: the baseline's step over each way's, in the same round;
+    the printed line gives its median and both ends, and each way's median step with its range."""
+    from dpteach.distributed.compare import CPU_KINDS, CpuRounds
+
+    seconds = {k: (0.1, 0.1, 0.1) for k in CPU_KINDS}
+    seconds["DDP, 2 ranks"] = (0.05, 0.08, 0.1)  # ratios 2.0, 1.25, 1.0
+    lines = CpuRounds(seconds, hidden=512, depth=3, global_batch=4096).lines()
+    assert lines[0] == "median step over 3 rounds (and range), MLP 3 x 512, batch 4096:"
+    ddp = next(line for line in lines if "DDP, 2 ranks" in line)
+    assert "80.0 ms (50.0 to 100.0)" in ddp and "one process, 1 thread / this: 1.25x (1.00x to 2.00x)" in ddp
     nb, at = tagged("ddp-speed")
-    assert "in_words()" in nb[at].source
-    # what DDP's step adds on this machine is said before the figure, from what is counted, not a timing:
-    # the all-reduce over loopback on gloo's threads, sharing the cores with both ranks
-    before = " ".join(nb[at - 1].source.split())
-    assert "loopback" in before and "gloo's own threads" in before and "machine's cores" in before
-    # and the cell prints the bytes each rank all-reduces, for the model it times
-    assert "hidden=512, depth=3" in nb[at].source and "make_model(512, 3).parameters()" in nb[at].source
-    assert "os.cpu_count()" in nb[at].source
+    # the chapter's size, every round drawn, the lines printed; on GPU ranks it starts CPU ranks of its own
+    assert (
+        "hidden=512, depth=3, global_batch=4096" in nb[at].source
+        and "plots.cpu_rounds(speed)" in nb[at].source
+    )
+    assert "speed.lines()" in nb[at].source and 'Ranks(2, "gloo")' in nb[at].source
+    # and the counted evidence: the thread that ran every backward node of a DataParallel step on CPU slots
+    assert "threads.backward_threads(" in nb[at].source and "os.cpu_count()" in nb[at].source
+
+
+def test_the_cpu_figure_is_explained_by_what_is_counted():
+    nb, at = tagged("ddp-speed")
+    after = " ".join(re.sub(r"<details\b.*?</details>", " ", nb[at + 1].source, flags=re.S).split())
+    # backward on the caller's thread and the slots' forwards in turn: DataParallel on a CPU uses one core
+    assert "thread that called `backward()`" in after and "chapter 08's table" in after
+    assert "forwards in turn" in after and "DataParallel on CPU slots uses one core" in after
+    # a process per rank, and one process's intra-op threads: on a CPU, DDP stands in for a GPU per process
+    assert "process with its own thread" in after and "intra-op threads" in after
+    assert "stands in for one GPU per process" in after and "says nothing about GPUs" in after
+    # the method sits in the section's one Going-deeper block, after the model's prose
+    method = nb[at + 3].source
+    assert "<details>" in method and "compare.cpu_rounds" in method and "scripts/ddp_speedup.py" in method
+
+
+def test_chapter_09_repeats_no_published_measurement():
+    """Chapter 08 holds the published measurements; chapter 09 sends the reader there."""
+    tags = [t for c in cells() for t in c.metadata.get("tags", [])]
+    assert "ddp-published" not in tags
+    nb, at = tagged("ddp-timeline")
+    assert "Chapter 08 holds the published measurements" in nb[at + 1].source
 
 
 def test_a_published_measurement_stands_beside_the_model_takeaway_first():
     from dpteach.distributed import compare
     from dpteach.measure import published
 
-    nb, at = tagged("ddp-published")
-    first, close, *rows, footnote = run_cell(nb[at].source, {"compare": compare}).strip().splitlines()
-    assert first.endswith("measured [1] beside the model:") and "measured/modelled" in rows[0]
-    # the takeaway is the first figure printed, and it is what the prose says: within a few percent
-    worst = re.fullmatch(r"  the model's step is within (\d+)% of every measured one", close)
     resnet50 = next(m for m in published.shipped() if m.id == "ddp-benchmark-resnet50")
+    first, close, *rows, footnote = compare.beside_published(resnet50).strip().splitlines()
+    assert first.endswith("measured [1] beside the model:") and "measured/modelled" in rows[0]
+    # the takeaway is the first figure printed: the model within a few percent of every measured step
+    worst = re.fullmatch(r"  the model's step is within (\d+)% of every measured one", close)
     ratios = [r.ratio for r in published.compare(resnet50)]
     assert worst and int(worst[1]) == round(100 * max(abs(x - 1) for x in ratios)) < 10, close
     # the provenance is one short footnote, the inferred GPU named as inferred
     assert footnote.startswith("[1] PyTorch, benchmarks/distributed/ddp/README.md") and len(footnote) < 200
     assert "inferred" in footnote
-    prose = " ".join(nb[at - 1].source.split())
-    assert nb[at - 1].cell_type == "markdown" and "within a few percent" in prose
-    # the V100s are said to be inferred, and the DataParallel comparison is sent to chapter 08
-    assert "V100s inferred" in prose and "chapter 08" in prose
 
 
 def test_this_machines_timing_is_the_learners_own_figure_and_sets_up_no_winner():
     nb, at = tagged("ddp-speed")
-    before = nb[at - 1]
-    main = re.sub(r"<details\b.*?</details>", " ", before.source, flags=re.S)
-    assert before.cell_type == "markdown" and "nothing in this chapter rests on it" in " ".join(main.split())
-    for expectation in ("faster", "slower", "wins", "two cores at once", "can use two cores", "speed-up"):
-        assert expectation not in main.lower(), expectation
-    # it comes after the model and the published measurement, last in its section
+    before, after = nb[at - 1], nb[at + 1]
+    assert "step-time" in before.metadata.get("tags", []) and "why-ddp" in before.metadata.get("tags", [])
+    assert after.cell_type == "markdown" and after.source.startswith("Your own figure, with its spread")
+    for cell in (before, after):
+        main = re.sub(r"<details\b.*?</details>", " ", cell.source, flags=re.S).lower()
+        for verdict in ("faster", "slower", "wins", "speed-up", "speedup"):
+            assert verdict not in main, verdict
+    # the section reads: the counted win, this machine's figure, then the model
     tags = [t for c in nb for t in c.metadata.get("tags", [])]
-    assert tags.index("ddp-timeline") < tags.index("ddp-published") < tags.index("ddp-speed")
+    assert tags.index("step-time") < tags.index("ddp-speed") < tags.index("ddp-timeline")
