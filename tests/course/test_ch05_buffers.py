@@ -497,6 +497,7 @@ def test_the_replicate_py_lines_the_chapter_prints_are_torchs_own():
     markers = re.findall(r'^    \("(.+?)", \d, \d\),', cell.source, re.M)
     source = Path(inspect.getsourcefile(torch.nn.parallel.replicate)).read_text()
     assert len(markers) == 6 and all(m in source for m in markers), markers
-    assert "detach=True" in source.split(markers[0], 1)[1].splitlines()[1]  # buffers needing no grad: detached
+    after_first = source.split(markers[0], 1)[1].splitlines()
+    assert "detach=True" in after_first[1]  # the buffers that need no grad are copied detached
     (prose,) = [c.source for c in _cells() if c.id == "c09-after"]
     assert "outputs[0] = tensors.vec()" in prose  # slot 0's copies are the inputs (torch/csrc/cuda/comm.cpp)
