@@ -1584,6 +1584,403 @@ def bucket_copies(
     return fail("; ".join(said) + ".", " + ".join(found))
 
 
+# ---------------------------------------------------------------- chapter 07 · double backward
+
+
+def _hvp(net, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, v) -> list[torch.Tensor]:
+    """H v for the MSE loss of ``net`` on ``(x, y)``, H the Hessian in ``model``'s parameters: the chapter's
+    ``hessian_vector_product``."""
+    import torch.nn.functional as F
+
+    params = list(model.parameters())
+    grads = torch.autograd.grad(F.mse_loss(net(x), y), params, create_graph=True)
+    return list(torch.autograd.grad(sum((g * u).sum() for g, u in zip(grads, v)), params))
+
+
+def _same(given: object, want: Sequence[torch.Tensor]) -> bool:
+    """``given`` is a list of tensors of ``want``'s shapes and equal to them, to float rounding."""
+    if not isinstance(given, (list, tuple)) or len(given) != len(want):
+        return False
+    return all(
+        isinstance(g, torch.Tensor) and g.shape == w.shape and torch.allclose(g, w, rtol=1e-4, atol=1e-6)
+        for g, w in zip(given, want)
+    )
+
+
+def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, model: torch.nn.Module, x, y) -> Verdict:
+    """Exercise 1: ``hv1``, ``hv2`` and ``hv_sum`` are H v1, H v2 and H(v1 + v2), taken through DataParallel
+    on ``model``; the check takes them on one device, on a copy of ``model``, and compares.
+
+    Findings (``Verdict.problem``): ``"joined lists"`` (``v1 + v2`` on two lists joins them, so zip stops at
+    v1: the sum gives H v1), ``"joined results"`` (``hv1 + hv2``, the lists joined, given as ``hv_sum``),
+    ``"swapped"``, ``"hv1"`` / ``"hv2"`` / ``"hv_sum"`` (that one wrong), ``"not an answer"``.
+    """
+    import copy
+
+    name = "ch07.hvp_linear"
+    if _unset(hv1, hv2, hv_sum):
+        return Verdict(False, "Set hv1, hv2 and hv_sum, then run this cell again.")
+    reference = copy.deepcopy(model)
+    v_sum = [a + b for a, b in zip(v1, v2)]
+    want = {
+        k: [t.detach() for t in _hvp(reference, reference, x, y, v)]
+        for k, v in (("hv1", v1), ("hv2", v2), ("hv_sum", v_sum))
+    }
+    given = {"hv1": hv1, "hv2": hv2, "hv_sum": hv_sum}
+    n = len(want["hv1"])
+    fail = _ladder(
+        name,
+        [
+            "H v is a matrix times a vector, so it is linear in v: H(v1 + v2) is H v1 + H v2. Each of hv1, "
+            "hv2 and hv_sum is one tensor per parameter.",
+            "hv1 = hessian_vector_product(net, model, x, y, v1), the same for v2, and for the sum "
+            "[a + b for a, b in zip(v1, v2)]: one tensor per parameter, not the two lists joined.",
+        ],
+        "hv_sum = hessian_vector_product(net, model, x, y, [a + b for a, b in zip(v1, v2)]); then "
+        "torch.testing.assert_close(hv_sum[k], hv1[k] + hv2[k]) holds for every parameter k.",
+    )
+    if not all(
+        isinstance(g, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in g) for g in given.values()
+    ):
+        return Verdict(
+            False,
+            f"Not yet: hv1, hv2 and hv_sum are each what hessian_vector_product returns, {n} tensors, one per "
+            "parameter.",
+            "not an answer",
+        )
+    if isinstance(hv_sum, (list, tuple)) and len(hv_sum) == 2 * n:
+        return fail(
+            f"hv_sum holds {len(hv_sum)} tensors, two per parameter: `hv1 + hv2` on two lists joins them. "
+            "Take H(v1 + v2) itself, with hessian_vector_product.",
+            "joined results",
+        )
+    if _same(hv_sum, want["hv1"]) and not _same(hv_sum, want["hv_sum"]):
+        return fail(
+            "hv_sum is H v1: `v1 + v2` on two lists joins them into one list of "
+            f"{2 * n}, and zip(grads, v) stops after the {n} parameters, at the end of v1. Add the vectors "
+            "tensor by tensor: [a + b for a, b in zip(v1, v2)].",
+            "joined lists",
+        )
+    if _same(hv1, want["hv2"]) and _same(hv2, want["hv1"]):
+        return fail("hv1 is H v2 and hv2 is H v1: swap them.", "swapped")
+    for k in ("hv1", "hv2", "hv_sum"):
+        if not _same(given[k], want[k]):
+            return fail(
+                f"{k} is not what one device gives for the same model, x and y: take it with the chapter's "
+                "hessian_vector_product on the DataParallel model, with the same vectors.",
+                k,
+            )
+    gap = max((s - a - b).abs().max().item() for s, a, b in zip(want["hv_sum"], want["hv1"], want["hv2"]))
+    return _correct(
+        name,
+        f"H(v1 + v2) = H v1 + H v2, to float rounding (largest gap {gap:.1e}), through DataParallel as on one "
+        "device: H v is a matrix times a vector, and the second backward is linear in v.",
+        "right",
+    )
+
+
+_OUTCOMES = ("raises", "None", "zeros", "gradients")
+
+
+def clone_grad(outcome: object, with_unused: object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 2: what ``torch.autograd.grad(loss, list(model.parameters()))`` gives for a ``loss`` made under
+    ``strategy="clone"`` (``outcome``), and what it gives with ``allow_unused=True`` (``with_unused``): each
+    one of ``"raises"``, ``"None"``, ``"zeros"``, ``"gradients"``. The check runs both on the course model.
+    """
+    import torch.nn.functional as F
+
+    from ..data_parallel import DataParallel
+    from . import story
+
+    name = "ch07.clone_grad"
+    if _unset(outcome, with_unused):
+        return Verdict(False, "Set outcome and with_unused, then run this cell again.")
+    if outcome not in _OUTCOMES or with_unused not in _OUTCOMES:
+        return Verdict(
+            False,
+            f"Each answer is one of {', '.join(map(repr, _OUTCOMES))}, not {outcome!r} and {with_unused!r}.",
+        )
+    x, y = (t.to(devices[0]) for t in story.make_data())
+    model = story.make_model().to(devices[0])
+    loss = F.mse_loss(DataParallel(model, list(devices), strategy="clone")(x), y)
+    try:
+        torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)
+        truth = "gradients"
+    except RuntimeError:
+        truth = "raises"
+    found = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+    unused = "None" if all(g is None for g in found) else "gradients"
+    fail = _ladder(
+        name,
+        [
+            "A gradient reaches only the tensors the loss's graph leads to (chapter 03's dead ends); autograd "
+            "makes no zeros for a tensor no path reaches.",
+            'Under "clone", is model[0].weight in the graph behind loss at all? Run the line, then again with '
+            "allow_unused=True, and look at what comes back.",
+        ],
+        f'outcome = "{truth}", with_unused = "{unused}": the replicas computed with fresh leaves, so no path '
+        "leads from loss to the model's parameters (RuntimeError: The differentiated Tensor at index 0 "
+        "appears to not have been used in the graph); allow_unused=True returns None for each, chapter 01's .grad is None.",
+    )
+    said = {
+        "None": "None is what allow_unused=True gives; without it, autograd.grad refuses a tensor the graph "
+        "does not reach",
+        "zeros": "autograd makes no zeros for a tensor no path reaches: it refuses, or gives None",
+        "gradients": 'under "clone" the replicas compute with fresh leaves: no path leads from loss to the '
+        "model's parameters",
+        "raises": "with allow_unused=True, autograd.grad accepts a tensor the graph does not reach",
+    }
+    if outcome != truth:
+        return fail(f'outcome = "{outcome}": {said[outcome]}.', "outcome")
+    if with_unused != unused:
+        return fail(f'with_unused = "{with_unused}": {said[with_unused]}.', "with_unused")
+    return _correct(
+        name,
+        "autograd.grad raises: the replicas computed with fresh leaves, so no path leads from loss to the model's "
+        "parameters; with allow_unused=True it returns None for each, chapter 01's .grad is None.",
+        "right",
+    )
+
+
+def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 3: ``cls(net)`` wraps ``net`` and its ``forward(x)`` returns ``(output, terms)``, the per-row
+    input-gradient penalty terms; the loss is ``F.mse_loss(output, y) + terms.mean()``, one mean after the
+    gather. Compares loss and gradients under ``"broadcast"`` with one device, on ``devices`` and on three
+    slots (256 rows: pieces of 86, 86 and 84, so a mean per replica shows).
+
+    Findings: ``"no grad"`` (the scattered piece used as it is), ``"one per replica"`` (``terms`` averaged
+    inside forward), ``"differs"``, ``"raised"``, ``"not an answer"``.
+    """
+    import warnings
+
+    import torch.nn.functional as F
+
+    from ..data_parallel import DataParallel
+    from . import story
+
+    name = "ch07.penalty_inside"
+    if _unset(cls):
+        return Verdict(False, "Define class PenaltyInside first (exercise 3), then run this cell again.")
+    fail = _ladder(
+        name,
+        [
+            "One device averages the penalty over all rows, once; under DataParallel that mean must come after "
+            "the gather, so forward returns one penalty term per row beside its output.",
+            "In forward: x = x.detach().requires_grad_(); out = self.net(x); (grad_x,) = "
+            "torch.autograd.grad(out.sum(), x, create_graph=True); return out, (grad_x.norm(dim=1) - 1) ** 2.",
+        ],
+        "class PenaltyInside(nn.Module) holding self.net, whose forward takes the piece as x.detach()."
+        "requires_grad_() and returns (out, (grad_x.norm(dim=1) - 1) ** 2). Yes, it matches one device under "
+        '"broadcast" (and "rewire": its first gradient goes to the input, never through ReduceAdd).',
+    )
+    x, y = (t.to(devices[0]) for t in story.make_data())
+    runs = {}
+    for label, slots in (("one device", None), ("these slots", list(devices)), ("3 slots", [devices[0]] * 3)):
+        model = story.make_model().to(devices[0])
+        try:
+            module = cls(model)  # type: ignore[operator]
+            net = module if slots is None else DataParallel(module, slots, strategy="broadcast")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # gather's warning on 0-d outputs: the finding says it
+                out, terms = net(x)
+            loss = F.mse_loss(out, y) + terms.mean()
+            loss.backward()
+        except Exception as err:  # the learner's class: report it, never raise
+            missing = _missing_name(err, "run the cell that defines PenaltyInside and this check again")
+            if missing:
+                return missing
+            if isinstance(err, NotImplementedError):  # the stub as given: no try yet, no hint spent
+                return Verdict(
+                    False, "Write PenaltyInside.forward (replace its raise), then run this cell again."
+                )
+            if "does not require grad" in str(err):
+                return fail(
+                    "RuntimeError: the piece of x that forward gets does not require grad, so there is no "
+                    "input gradient to take. Take it as x = x.detach().requires_grad_().",
+                    "no grad",
+                )
+            return Verdict(
+                False,
+                f"Not yet: on {label}, PenaltyInside raised {type(err).__name__}: {err}. Its forward returns "
+                "(output, per-row penalty terms).",
+                "raised",
+            )
+        if terms.numel() != x.shape[0]:
+            return fail(
+                f"on {label} terms holds {terms.numel()} numbers, not one per row ({x.shape[0]}): forward "
+                "averaged them. Return the per-row terms; the one mean comes after the gather.",
+                "one per replica",
+            )
+        runs[label] = (loss.detach(), [p.grad for p in model.parameters()])
+    expected, grads = runs.pop("one device")
+    for label, (loss, found) in runs.items():
+        if not (torch.allclose(loss, expected, rtol=1e-4, atol=1e-6) and _same(found, grads)):
+            return fail(
+                f"on {label} the loss or the gradients differ from one device's: is the penalty averaged once, "
+                "over the whole batch's rows, after the gather?",
+                "differs",
+            )
+    return _correct(
+        name,
+        f"the loss ({expected.item():.5f}) and every gradient match one device's on {len(devices)} slots and "
+        "on 3: each replica takes its own rows' input gradients, and one mean after the gather is the whole "
+        "batch's. Averaging inside forward would weigh pieces of unequal rows alike (86, 86, 84 on 3 slots).",
+        "right",
+    )
+
+
+def _node(name: object) -> str:
+    """A node's name reduced for comparing, so that the drawing's ``Mm`` and ``type(fn).__name__``'s
+    ``MmBackward0`` compare equal: no trailing ``0``, then no trailing ``Backward`` (so
+    ``MseLossBackwardBackward0`` keeps one ``Backward``, and stays apart from ``MseLossBackward0``)."""
+    text = str(name).strip()
+    text = text[:-1] if text.endswith("0") else text
+    return text[: -len("Backward")] if text.endswith("Backward") else text
+
+
+def _drawn(name: str) -> str:
+    """A node's name as the compact drawing writes it: ``MmBackward0`` is ``Mm``, but a backward's own
+    backward keeps its name (``MseLossBackwardBackward0``)."""
+    if name.endswith("BackwardBackward0"):
+        return name
+    return name.removesuffix("0").removesuffix("Backward")
+
+
+def recorded_node(name: object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 4: the node ``ReduceAddCoalesced``'s backward records, the ``grad_fn`` of each gradient of
+    ``(out * u).sum()`` taken with ``create_graph=True`` (``u`` requiring grad). The check takes it too."""
+    from ..functions import ReduceAddCoalesced
+
+    exercise = "ch07.recorded_node"
+    if _unset(name):
+        return Verdict(False, "Set recorded to the node's name, then run this cell again.")
+    kw = {"dtype": torch.double, "device": devices[0]}
+    tensors = [torch.randn(3, **kw, requires_grad=True) for _ in devices]
+    (out,) = ReduceAddCoalesced.apply(torch.device(devices[0]), 1, *tensors)
+    u = torch.randn(3, **kw, requires_grad=True)  # a gradient that needs grad, so the backward records
+    truth = {
+        type(g.grad_fn).__name__ for g in torch.autograd.grad((out * u).sum(), tensors, create_graph=True)
+    }
+    (want,) = truth
+    fail = _ladder(
+        exercise,
+        [
+            "A gradient can be differentiated again only if autograd recorded a node while computing it, and "
+            "that node is its grad_fn.",
+            "(out,) = ReduceAddCoalesced.apply(devices[0], 1, *tensors); take torch.autograd.grad((out * u)"
+            ".sum(), tensors, create_graph=True) with u a tensor that requires grad, and print "
+            "type(g.grad_fn).__name__ for each result.",
+        ],
+        f'recorded = "{want}": ReduceAddCoalesced.backward calls Broadcast.apply, a recorded node whose own '
+        "backward is ReduceAddCoalesced again.",
+    )
+    if name is None or str(name) == "None" or str(name) == "NoneType":
+        return fail(
+            "the gradient has no grad_fn: it needed no grad, so nothing was recorded. Weight out by a u that "
+            "requires grad (a gradient of a gradient needs one).",
+            "nothing recorded",
+        )
+    if _node(name) == _node(want):
+        return _correct(
+            exercise,
+            f"{want}: ReduceAddCoalesced.backward calls Broadcast.apply, a node with its own backward "
+            "(ReduceAddCoalesced again), so each gradient of the gradient is again made of differentiable nodes, "
+            "and gradgradcheck can differentiate it twice.",
+            "right",
+        )
+    if _node(name) == "ReduceAddCoalesced":
+        return fail(
+            "ReduceAddCoalescedBackward is out's grad_fn, the node the forward recorded; the question is the "
+            "gradients', g.grad_fn for each g the backward returned.",
+            "forward node",
+        )
+    return fail(f"{name!r} is not the gradients' grad_fn: print type(g.grad_fn).__name__.", "other")
+
+
+def _reachable(fn) -> list:
+    """Every node the walk from ``fn`` passes, ``fn`` included (each once)."""
+    seen, stack = [], [fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.append(node)
+        stack.extend(nxt for nxt, _ in node.next_functions)
+    return seen
+
+
+def penalty_walk(recorded: object, reenters: object, loss: torch.Tensor, grad: torch.Tensor) -> Verdict:
+    """Exercise 5: in the penalty's graph, the kinds of node the first backward recorded (``recorded``, a set
+    of names as the drawing writes them, ``"Mm"`` or ``"MmBackward0"``) and the forward node where the walk
+    re-enters the forward graph (``reenters``). ``loss`` is the first backward's loss (``small_loss``),
+    ``grad`` the gradient it gave (``small_grads[0]``): the recorded nodes are behind ``grad`` and not behind
+    ``loss``."""
+    name = "ch07.penalty_walk"
+    if _unset(recorded, reenters):
+        return Verdict(False, "Set recorded and reenters, then run this cell again.")
+    if not isinstance(recorded, (set, frozenset, list, tuple)) or not isinstance(reenters, str):
+        return Verdict(
+            False,
+            'recorded is a set of node names, e.g. {"Mm", "T"}, and reenters one name, e.g. "Gather": not '
+            f"{recorded!r} and {reenters!r}.",
+            "not an answer",
+        )
+    forward = _reachable(loss.grad_fn)
+    walk = _reachable(grad.grad_fn)  # the box, then the forward nodes the penalty's walk passes
+    box = [fn for fn in walk if fn not in forward]
+    drawn = sorted({_drawn(type(fn).__name__) for fn in box})
+    truth = {_node(n) for n in drawn}
+    entries = sorted(
+        {_drawn(type(nxt).__name__) for fn in box for nxt, _ in fn.next_functions if nxt in forward}
+    )
+    entry = {_node(n) for n in entries}
+    forward_names = {_node(type(fn).__name__) for fn in walk if fn in forward}
+    given = {_node(n) for n in recorded}
+    answer = (
+        f"recorded = {set(drawn)} (the yellow box), reenters = {entries[0]!r}: "
+        "MseLossBackwardBackward0 has an edge into Gather, because the loss's gradient depends on the output."
+    )
+    fail = _ladder(
+        name,
+        [
+            "Follow the arrows from the penalty's output; the yellow box is what the first backward recorded.",
+            "Below the yellow box the walk is back in the forward graph: Gather, each replica, Broadcast. "
+            "Which recorded node has an edge out of the box, and into which node?",
+        ],
+        answer,
+    )
+    penalty = given & {"Pow", "Sum"}
+    if penalty:
+        return fail(
+            f"{', '.join(sorted(penalty))}: the penalty, which your code made after the first backward, above "
+            "the box.",
+            "penalty",
+        )
+    stray = (given - truth) & forward_names
+    if stray:
+        return fail(
+            f"{', '.join(sorted(stray))}: in the forward graph (grey), not recorded by the backward.",
+            "forward",
+        )
+    if given - truth:
+        return fail(f"no node in the box is named {', '.join(sorted(given - truth))}.", "unknown")
+    if truth - given:
+        return fail(
+            f"the box holds {len(truth)} kinds of node, you named {len(given)}: name every kind once.",
+            "missing",
+        )
+    if _node(reenters) not in entry:
+        where = "in the yellow box" if _node(reenters) in truth else "not where the walk first leaves the box"
+        return fail(f"reenters = {reenters!r}: that node is {where}.", "reenters")
+    return _correct(
+        name,
+        f"the first backward recorded {', '.join(drawn)}; the walk leaves the box at "
+        f"MseLossBackwardBackward0 and re-enters the forward graph at {entries[0]}, then passes each "
+        "replica, Broadcast and the original weight.",
+        "right",
+    )
+
+
 # ---------------------------------------------------------------- chapter 10 · the C++ original
 
 

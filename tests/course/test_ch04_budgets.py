@@ -74,12 +74,28 @@ def test_the_chapter_says_what_the_learner_will_be_able_to_do(name):
     assert "By the end of this chapter you can" in opening or "By its end you can" in opening
 
 
+def exercise_section(name):
+    """The cells from the ``## Exercises`` heading to the ``## Try it yourself`` one (or the end)."""
+    chapter = cells(name)
+    start = next(
+        i for i, c in enumerate(chapter) if c.cell_type == "markdown" and c.source.startswith("## Exercises")
+    )
+    end = next((i for i, c in enumerate(chapter) if c.source.startswith("## Try it yourself")), len(chapter))
+    return chapter[start:end]
+
+
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_every_exercise_list_has_hints_and_a_worked_answer(name):
-    (exercises,) = [
-        c.source for c in cells(name) if c.cell_type == "markdown" and c.source.startswith("## Exercises")
-    ]
-    assert "<summary>Hints" in exercises and "<summary>Answer</summary>" in exercises, name
+    """Hints: a "Hints" block, or a check cell per exercise, whose wrong tries bring the hints (chapter 07).
+    Worked answers: one "Answer" block for the list, or an "Answer N" block for every exercise N."""
+    section = exercise_section(name)
+    text = "\n".join(c.source for c in section if c.cell_type == "markdown")
+    numbers = re.findall(r"^(\d+)\. ", DETAILS.sub("", text), re.M)
+    checks = [c for c in section if c.cell_type == "code" and re.search(r"^checks\.\w+\(", c.source, re.M)]
+    assert numbers, name
+    assert "<summary>Hints" in text or len(checks) >= len(numbers), name
+    each = all(f"<summary>Answer {n}</summary>" in text for n in numbers)
+    assert "<summary>Answer</summary>" in text or each, name
 
 
 @pytest.mark.parametrize("name", CHAPTERS)

@@ -486,3 +486,18 @@ def test_line_panels_name_the_reference_line_in_every_legend():
     bare = plots.line_panels(panels, {"a": "-"}, xlabel="x", ylabel="y", hline=3)
     assert [t.get_text() for t in bare.axes[0].get_legend().get_texts()] == ["a"]  # unnamed: no entry
     plt.close(bare)
+
+
+def test_the_replicate_py_lines_the_chapter_prints_are_torchs_own():
+    """The cell after "Which slots share storage" prints lines of the installed torch's replicate.py,
+    found by their text: each one is there, and each prints (no "this torch has no line")."""
+    import inspect
+
+    (cell,) = [c for c in _cells() if c.id == "c09-source"]
+    markers = re.findall(r'^    \("(.+?)", \d, \d\),', cell.source, re.M)
+    source = Path(inspect.getsourcefile(torch.nn.parallel.replicate)).read_text()
+    assert len(markers) == 6 and all(m in source for m in markers), markers
+    after_first = source.split(markers[0], 1)[1].splitlines()
+    assert "detach=True" in after_first[1]  # the buffers that need no grad are copied detached
+    (prose,) = [c.source for c in _cells() if c.id == "c09-after"]
+    assert "outputs[0] = tensors.vec()" in prose  # slot 0's copies are the inputs (torch/csrc/cuda/comm.cpp)

@@ -1,0 +1,237 @@
+"""Chapter 07's exercise checks: ``checks.hvp_linear`` (Exercise 1: H(v1 + v2) = H v1 + H v2 through
+DataParallel), ``checks.clone_grad`` (2: autograd.grad under "clone"), ``checks.penalty_inside`` (3: the
+input-gradient penalty inside forward), ``checks.recorded_node`` (4: the node ReduceAddCoalesced's backward
+records) and ``checks.penalty_walk`` (5: the penalty graph's recorded nodes and where the walk re-enters
+the forward graph). Each accepts the chapter's worked answer, names the usual slip (``Verdict.problem``),
+and gives the answer only from the third failed try; an unset answer costs no hint. Then the chapter: each
+check cell ends on its check, and each exercise has its Answer block.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dpteach
+from dpteach.course import checks, story
+
+ROOT = Path(__file__).resolve().parents[2]
+SLOTS = ["cpu"] * 2
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    checks.reset()
+    yield
+    checks.reset()
+
+
+def hessian_vector_product(net, model, x, y, v):  # the chapter's
+    params = list(model.parameters())
+    grads = torch.autograd.grad(F.mse_loss(net(x), y), params, create_graph=True)
+    return torch.autograd.grad(sum((g * u).sum() for g, u in zip(grads, v)), params)
+
+
+def three_tries(check, *args):
+    """The messages of three failed tries of one wrong answer, from a fresh count."""
+    checks.reset()
+    return [check(*args).message for _ in range(3)]
+
+
+def gives_answer_only_at_the_third(messages):
+    return [m.split("\n")[1].split(":")[0] for m in messages] == ["Hint 1 of 2", "Hint 2 of 2", "The answer"]
+
+
+# ---------------------------------------------------------------- Exercise 1: linearity of H v
+
+
+@pytest.fixture
+def hvp():
+    x, y = story.make_data()
+    model = story.make_model()
+    net = dpteach.DataParallel(model, SLOTS)
+    g = torch.Generator().manual_seed(1)
+    v1 = [torch.randn(p.shape, generator=g) for p in model.parameters()]
+    v2 = [torch.randn(p.shape, generator=g) for p in model.parameters()]
+    hv = lambda v: hessian_vector_product(net, model, x, y, v)  # noqa: E731
+    return hv, v1, v2, (v1, v2, model, x, y)
+
+
+def test_exercise_1_accepts_the_worked_answer(hvp):
+    hv, v1, v2, rest = hvp
+    verdict = checks.hvp_linear(hv(v1), hv(v2), hv([a + b for a, b in zip(v1, v2)]), *rest)
+    assert verdict.ok and "H(v1 + v2) = H v1 + H v2" in verdict.message
+
+
+def test_exercise_1_names_the_slips(hvp):
+    hv, v1, v2, rest = hvp
+    right_sum = hv([a + b for a, b in zip(v1, v2)])
+    found = {
+        "joined lists": checks.hvp_linear(hv(v1), hv(v2), hv(v1 + v2), *rest),  # v1 + v2 on lists: H v1
+        "joined results": checks.hvp_linear(hv(v1), hv(v2), list(hv(v1)) + list(hv(v2)), *rest),
+        "swapped": checks.hvp_linear(hv(v2), hv(v1), right_sum, *rest),
+        "hv2": checks.hvp_linear(hv(v1), hv(v1), right_sum, *rest),
+        "not an answer": checks.hvp_linear(1.0, hv(v2), right_sum, *rest),
+    }
+    assert {k: v.problem for k, v in found.items()} == {k: k for k in found}
+    assert "[a + b for a, b in zip(v1, v2)]" in found["joined lists"].message  # says what to change
+
+
+def test_exercise_1_unset_costs_no_hint_and_the_answer_comes_third(hvp):
+    hv, v1, v2, rest = hvp
+    assert not checks.hvp_linear(..., ..., ..., *rest).problem
+    assert gives_answer_only_at_the_third(three_tries(checks.hvp_linear, hv(v1), hv(v2), hv(v1 + v2), *rest))
+
+
+# ---------------------------------------------------------------- Exercise 2: autograd.grad under "clone"
+
+
+def test_exercise_2_accepts_the_worked_answer_and_names_the_slips():
+    assert checks.clone_grad("raises", "None", SLOTS).ok
+    assert checks.clone_grad("None", "None", SLOTS).problem == "outcome"  # allow_unused's answer
+    assert checks.clone_grad("zeros", "None", SLOTS).problem == "outcome"  # autograd makes no zeros
+    assert checks.clone_grad("raises", "zeros", SLOTS).problem == "with_unused"
+    assert not checks.clone_grad("an error", "None", SLOTS).ok  # not one of the four: no hint spent
+    assert gives_answer_only_at_the_third(three_tries(checks.clone_grad, "gradients", "None", SLOTS))
+
+
+# ---------------------------------------------------------------- Exercise 3: the penalty inside forward
+
+
+class PenaltyInside(torch.nn.Module):
+    """Answer 3's module; ``detach=False`` uses the scattered piece as it is, ``mean=True`` averages in forward."""
+
+    def __init__(self, net, detach=True, mean=False):
+        super().__init__()
+        self.net, self.detach, self.mean = net, detach, mean
+
+    def forward(self, x):
+        if self.detach:
+            x = x.detach().requires_grad_()
+        out = self.net(x)
+        (grad_x,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        terms = (grad_x.norm(dim=1) - 1) ** 2
+        return out, terms.mean() if self.mean else terms
+
+
+@pytest.mark.parametrize("slots", [SLOTS, ["cpu"] * 4])
+def test_exercise_3_accepts_the_worked_answer(slots):
+    assert checks.penalty_inside(PenaltyInside, slots).ok
+
+
+def test_exercise_3_names_the_slips():
+    assert checks.penalty_inside(lambda net: PenaltyInside(net, detach=False)).problem == "no grad"
+    assert checks.penalty_inside(lambda net: PenaltyInside(net, mean=True)).problem == "one per replica"
+
+    class Stub(PenaltyInside):
+        def forward(self, x):
+            raise NotImplementedError("exercise 3")
+
+    stub = checks.penalty_inside(Stub)
+    assert not stub.ok and not stub.problem and "Write PenaltyInside.forward" in stub.message  # no hint spent
+
+
+def test_exercise_3_a_mean_per_replica_differs_only_where_pieces_are_unequal():
+    """Why the check also runs 3 slots: 256 rows split 128, 128 on 2 slots, 86, 86, 84 on 3."""
+    x, y = story.make_data()
+    out, terms = PenaltyInside(story.make_model())(x)  # one device: every row's term, one mean
+    rows = (F.mse_loss(out, y) + terms.mean()).item()
+    losses = {}
+    for n in (2, 3):
+        with pytest.warns(UserWarning):  # gather's warning on 0-d outputs
+            out, means = dpteach.DataParallel(PenaltyInside(story.make_model(), mean=True), ["cpu"] * n)(x)
+        losses[n] = (F.mse_loss(out, y) + means.mean()).item()
+    assert losses[2] == pytest.approx(rows, rel=1e-5) and losses[3] != pytest.approx(rows, rel=1e-6)
+
+
+# ---------------------------------------------------------------- Exercise 4: the recorded node
+
+
+def test_exercise_4_accepts_the_worked_answer_and_names_the_slips():
+    assert checks.recorded_node("BroadcastBackward", SLOTS).ok
+    assert checks.recorded_node("Broadcast", SLOTS).ok  # as the compact drawing writes it
+    assert checks.recorded_node("ReduceAddCoalescedBackward", SLOTS).problem == "forward node"  # out's
+    assert checks.recorded_node(None, SLOTS).problem == "nothing recorded"  # u needed no grad
+    assert gives_answer_only_at_the_third(three_tries(checks.recorded_node, "AddBackward0", SLOTS))
+
+
+# ---------------------------------------------------------------- Exercise 5: the penalty's walk
+
+
+@pytest.fixture
+def penalty_graph():
+    """The chapter's first cell: one weight on two slots, its loss and its gradient with create_graph."""
+    torch.manual_seed(0)
+    small = torch.nn.Linear(2, 1, bias=False)
+    replicas = dpteach.replicate(small, SLOTS)
+    pieces = dpteach.scatter(torch.randn(4, 2), SLOTS)
+    out = dpteach.gather(dpteach.parallel_apply(replicas, [(p,) for p in pieces], devices=SLOTS), "cpu")
+    loss = F.mse_loss(out, torch.randn(4, 1))
+    (grad,) = torch.autograd.grad(loss, [small.weight], create_graph=True)
+    return loss, grad
+
+
+BOX = {"ReduceAddCoalesced", "T", "Mm", "Scatter", "MseLossBackwardBackward0"}  # Answer 5
+
+
+def test_exercise_5_accepts_the_worked_answer_in_either_spelling(penalty_graph):
+    assert checks.penalty_walk(BOX, "Gather", *penalty_graph).ok
+    full = {
+        "ReduceAddCoalescedBackward",
+        "TBackward0",
+        "MmBackward0",
+        "ScatterBackward",
+        "MseLossBackwardBackward0",
+    }
+    assert checks.penalty_walk(full, "GatherBackward", *penalty_graph).ok
+
+
+@pytest.mark.parametrize(
+    "recorded, reenters, problem",
+    [
+        (BOX | {"Pow", "Sum"}, "Gather", "penalty"),  # the penalty is not the first backward's
+        (BOX | {"Gather"}, "Gather", "forward"),  # a grey node
+        (BOX - {"Scatter"}, "Gather", "missing"),
+        (
+            BOX - {"MseLossBackwardBackward0"} | {"MseLossBackward0"},
+            "Gather",
+            "unknown",
+        ),  # the forward's name
+        (BOX, "Broadcast", "reenters"),  # reached last, not first
+        (BOX, "Scatter", "reenters"),  # in the box
+        ("Mm, T", "Gather", "not an answer"),
+    ],
+)
+def test_exercise_5_names_the_slip(penalty_graph, recorded, reenters, problem):
+    assert checks.penalty_walk(recorded, reenters, *penalty_graph).problem == problem
+
+
+# ---------------------------------------------------------------- the chapter's cells
+
+
+def _cells():
+    return nbformat.read(ROOT / "notebooks" / "07_double_backward.ipynb", as_version=4).cells
+
+
+CALLS = {
+    "ex1-check": "checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, model, x, y)",
+    "ex2-check": "checks.clone_grad(outcome, with_unused, devices)",
+    "ex3-check": "checks.penalty_inside(PenaltyInside, devices)",
+    "ex4-check": "checks.recorded_node(recorded, devices)",
+    "ex5-check": "checks.penalty_walk(recorded, reenters, small_loss, small_grads[0])",
+}
+
+
+def test_each_exercise_has_a_check_cell_then_its_answer():
+    cells = _cells()
+    for n, (tag, call) in enumerate(CALLS.items(), start=1):
+        (i,) = [i for i, c in enumerate(cells) if tag in c.metadata.get("tags", [])]
+        assert cells[i].source.rstrip().splitlines()[-1] == call, tag  # the last line shows the verdict
+        assert re.match(rf"<details><summary>Answer {n}</summary>", cells[i + 1].source), tag
+        before = cells[i - 1].source if n == 1 else cells[i - 1].source.split("</details>")[-1]
+        assert re.search(rf"^{n}\. ", before, re.M), tag  # the question sits just above its check
