@@ -91,6 +91,7 @@ __all__ = [
     "EFFICIENCY",
     "PYTHON_THREAD_S",
     "STRATEGIES",
+    "STRATEGY_COLOURS",
     "GPU",
     "GPUS",
     "Workload",
@@ -119,6 +120,10 @@ EFFICIENCY = 0.5
 # mostly by the OS scheduler waking the new thread, so measured medians range from tens of µs to ms.
 PYTHON_THREAD_S = 100e-6
 STRATEGIES = ("DataParallel", "DDP")
+# One colour per strategy in every figure of a step (timelines, speed-up curves, published runs, the
+# reader's own timings), so DataParallel and DDP read the same in each; the plain step is grey.
+# ColorBrewer's PuOr pair: told apart in the common colour blindnesses.
+STRATEGY_COLOURS = {"DataParallel": "#e66101", "DDP": "#5e3c99", "plain": "#777777"}
 # torch.nn.parallel.comm's bucket for broadcast_coalesced and reduce_add_coalesced (buffer_size)
 COMM_BUCKET_BYTES = 10 * 2**20
 # what every figure of the model says it leaves out
@@ -761,7 +766,16 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
         names = names + [f"thread start (too thin to see; {share})" if thin else f"thread start ({share})"]
         handles = handles + [plt.Rectangle((0, 0), 1, 1, color="#bbbbbb")]
     ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    ax.set_title(f"{pred.strategy} on {pred.n} GPUs: {pred.total_s * 1e3:.2f} ms, {label(pred)}", fontsize=9)
+    # the strategy's colour on the frame and the title, as in the chapter's other figures
+    strategy = STRATEGY_COLOURS[pred.strategy] if pred.n > 1 else STRATEGY_COLOURS["plain"]
+    for spine in ax.spines.values():
+        spine.set_edgecolor(strategy)
+        spine.set_linewidth(1.5)
+    ax.set_title(
+        f"{pred.strategy} on {pred.n} GPUs: {pred.total_s * 1e3:.2f} ms, {label(pred)}",
+        fontsize=9,
+        color=strategy,
+    )
     return ax
 
 
@@ -784,7 +798,7 @@ def draw_over_n(
         plain = predict(work, name, 1).total_s
         for strategy, style in zip(STRATEGIES, ("s-", "o-")):
             steps = [predict(work, name, n, strategy, latency=latency).total_s for n in ns]
-            ax.plot(ns, [plain / t for t in steps], style, label=strategy)
+            ax.plot(ns, [plain / t for t in steps], style, color=STRATEGY_COLOURS[strategy], label=strategy)
         ax.plot(ns, ns, color="#bbbbbb", lw=1, label="n times faster")
         ax.axhline(1, color="#bbbbbb", lw=1, ls="--", label="one GPU: below it, slower")
         ax.set_title(f"modelled, {name} ({GPUS[name].link})", fontsize=9)
