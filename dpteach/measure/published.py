@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from itertools import product
 from pathlib import Path
 
 from .costmodel import GPU, GPUS, STRATEGY_COLOURS, Workload, large_workload, predict
-from .sensitivity import EFFICIENCIES, THREAD_S
 
 __all__ = [
     "Measurement",
@@ -324,8 +322,7 @@ def pair_ratio(pair: list[Measurement], **kwargs) -> tuple[float, float]:
 
 def pair_table(pair: list[Measurement], latency: bool = False) -> str:
     """A DataParallel-and-DDP pair beside the model: each step measured and modelled, then DataParallel's
-    step over DDP's, measured, modelled, and modelled under the assumed constants' pairs
-    (``sensitivity.THREAD_S`` x ``sensitivity.EFFICIENCIES``, 9 of them); ``latency``: NCCL's latency in."""
+    step over DDP's, measured and modelled; ``latency``: NCCL's latency in."""
     dp, ddp = pair
     per = f"{dp.batch} per GPU" if dp.scaling == "weak" else f"{dp.batch} in all"
     [(n, _)] = dp.points
@@ -339,14 +336,7 @@ def pair_table(pair: list[Measurement], latency: bool = False) -> str:
         [r] = compare(m, latency)
         lines.append(f"  {m.strategy:<14}{r.measured_s:>11.3f}{r.modelled_s:>12.3f}{r.ratio:>18.2f}x")
     measured, modelled = pair_ratio(pair, latency=latency)
-    grid = [
-        pair_ratio(pair, thread_s=t, efficiency=e, latency=latency)[1]
-        for t, e in product(THREAD_S, EFFICIENCIES)
-    ]
-    lines.append(
-        f"  DataParallel's step / DDP's: measured {measured:.3f}, modelled {modelled:.3f} "
-        f"({min(grid):.3f} to {max(grid):.3f} under the {len(grid)} assumed pairs)"
-    )
+    lines.append(f"  DataParallel's step / DDP's: measured {measured:.3f}, modelled {modelled:.3f}")
     lines.append(f"  ({dp.figure})")
     return "\n".join(lines)
 

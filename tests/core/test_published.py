@@ -85,13 +85,13 @@ def test_the_pair_is_the_guides_train_runtime_over_its_steps_beside_the_model():
     for m in pair:
         [r] = published.compare(m)
         assert f"{r.measured_s:>11.3f}{r.modelled_s:>12.3f}{r.ratio:>18.2f}x" in text
-    # the model's ratio under every assumed pair stays below the measured one
+    # the model's ratio, under any thread start and efficiency tried, stays below the measured one
     grid = [
         published.pair_ratio(pair, thread_s=t, efficiency=e)[1]
         for t in (0.0, 100e-6, 1e-3)
         for e in (0.3, 0.5, 0.7)
     ]
-    assert f"({min(grid):.3f} to {max(grid):.3f} under the 9 assumed pairs)" in text
+    assert "assumed pairs" not in text
     assert 1 < min(grid) <= modelled <= max(grid) < measured
 
 
