@@ -1981,6 +1981,282 @@ def penalty_walk(recorded: object, reenters: object, loss: torch.Tensor, grad: t
     )
 
 
+# ---------------------------------------------------------------- chapter 08 · real GPUs
+
+
+def copied_per_step(
+    predicted: int | object, model: torch.nn.Module, x: torch.Tensor, slots: Sequence
+) -> Verdict:
+    """Exercise 1: every byte one DataParallel step of ``model`` on ``x`` copies over ``slots``, as the
+    chapter's first cell prints them (``costs.step_traffic(...).by_op()``, summed). Counted on a copy of
+    the model, so its gradients stay as they were.
+
+    Findings (``Verdict.problem``): ``"slot 0"`` (a model copy counted for slot 0, whose replica is the
+    model itself), ``"no gather"`` (the gathered output left out), ``"two slots"`` (the two-slot step's
+    bytes, not scaled to these slots), ``"gradients"`` (the gradients' sum counted as a copy: on one
+    device it is an addition, not a copy), ``"elements"`` (elements, not bytes). The hints climb the ladder, the
+    answer from the third failed try on.
+    """
+    import copy
+
+    from ..measure import costs
+
+    n = len(slots)
+    name = f"ch08.copied_per_step.{n}"
+    if _unset(predicted):
+        return Verdict(
+            False, "Set predicted to your number of bytes, e.g. 1000000, then run this cell again."
+        )
+    if not _count(predicted):
+        return Verdict(False, f"Give a whole number of bytes, e.g. 1000000, not {predicted!r}.")
+    ops = costs.step_traffic(copy.deepcopy(model), x, list(slots)).by_op()
+    truth = sum(ops.values())
+    P = costs.state_nbytes(model)["parameters"]
+    gathered = ops.get("gather", 0)
+    parts = " + ".join(f"{op} {b:,}" for op, b in ops.items())
+    answer = (
+        f"{truth:,} bytes ({parts}): replicate copies the model to each of the {n - 1} slots after slot 0, "
+        f"{n - 1} × {P:,} bytes, and gather copies the whole output onto slot 0 once, {gathered:,} bytes, "
+        "whatever the number of slots."
+    )
+    guess = int(predicted)  # type: ignore[call-overload]
+    if guess == truth:
+        return _correct(name, answer)
+    two = (
+        sum(costs.step_traffic(copy.deepcopy(model), x, [slots[0]] * 2).by_op().values()) if n != 2 else None
+    )
+    slips = {
+        truth + P: (
+            "slot 0",
+            "slot 0's replica is the model itself (it shares the model's storage), so "
+            f"replicate copies the model {n - 1} times, not {n}",
+        ),
+        truth - gathered: (
+            "no gather",
+            f"the gather copies the outputs onto slot 0 too: add its {gathered:,} bytes",
+        ),
+        truth // 4: ("elements", "you counted elements; count bytes: 4 per float32"),
+    }
+    if "reduce_add" not in ops and "reduce" not in ops:  # one device: the sum adds in place, no copy
+        slips.setdefault(
+            truth + (n - 1) * P,
+            (
+                "gradients",
+                "the gradients' sum adds the replicas' gradients "
+                "into the model's on this device: an addition, not a copy, so traffic() records none",
+            ),
+        )
+    if two is not None:
+        slips.setdefault(
+            two,
+            (
+                "two slots",
+                f"that is the two-slot step the chapter printed; on {n} slots "
+                "replicate copies the model once per slot after slot 0",
+            ),
+        )
+    fail = _ladder(
+        name,
+        [
+            "Read the two step lines the chapter printed: which move grows with the slots, and which copies "
+            "the same bytes whatever their number?",
+            f"The model is {P:,} bytes of parameters (the line under the steps). Replicate gives every slot "
+            "but slot 0 a copy; gather copies the whole output onto slot 0 once.",
+        ],
+        answer,
+    )
+    if guess in slips:
+        problem, change = slips[guess]
+        return fail(change + ".", problem)
+    return fail(
+        f"{guess:,} is too {'many' if guess > truth else 'few'}, and no usual slip gives it: add replicate's "
+        "bytes and gather's.",
+        "other",
+    )
+
+
+def _parts_after_backward(work, strategy: str, gpu: str = "A100-SXM", n: int = 4) -> list[str]:
+    """The names of the parts of the modelled step that start once every GPU's backward is done, in order;
+    DDP's all-reduces named ``"bucket k"`` as the timeline labels them."""
+    from ..measure import costmodel
+
+    parts = costmodel.predict(work, gpu, n, strategy, latency=True).parts
+    done = max(p.end for p in parts if p.name == "backward")
+    buckets = [p for p in parts if p.name == "all-reduce"]
+    names = [
+        f"bucket {buckets.index(p) + 1}" if p in buckets else p.name for p in parts if p.start >= done - 1e-12
+    ]
+    return list(dict.fromkeys(names))
+
+
+def wait_for_backward(answer: Mapping[str, object] | object, work) -> Verdict:
+    """Exercise 2: for each strategy, the set of parts of its step (as the timeline names them) that must
+    wait until every GPU's backward is done. Read from the modelled timeline of ``work`` on 4 A100s;
+    the order is the code's (DataParallel sums the replicas' gradients once they all exist; DDP's last
+    bucket holds the first layer's gradients, which backward makes last), whatever the bar lengths.
+
+    Findings: ``"gather"`` (a forward-side move named), ``"flatten"`` (the flatten left out),
+    ``"reduce"`` (the sum left out), ``"first bucket"`` (a bucket named that starts during backward),
+    ``"last bucket"`` (the last bucket left out), ``"names"`` (a name the timeline does not use).
+    """
+    name = "ch08.wait_for_backward"
+    if _unset(answer) or not isinstance(answer, Mapping) or _unset(*answer.values()):
+        return Verdict(
+            False,
+            'Set answer = {"DataParallel": {...}, "DDP": {...}}, each a set of names from the timeline '
+            '(such as "gather" or "bucket 1"), then run this cell again.',
+        )
+    from ..measure import costmodel
+
+    truth = {s: set(_parts_after_backward(work, s)) for s in ("DataParallel", "DDP")}
+    # the names a timeline shows: its parts, DDP's all-reduces as "bucket k", no thread starts
+    known = {
+        s: {
+            p.name
+            for p in costmodel.predict(work, "A100-SXM", 4, s, latency=True).parts
+            if p.lane != "python"
+        }
+        for s in ("DataParallel", "DDP")
+    }
+    known["DDP"] = (known["DDP"] - {"all-reduce"}) | {
+        f"bucket {k + 1}" for k in range(len(costmodel.buckets(work)))
+    }
+    said = (
+        f"DataParallel: {sorted(truth['DataParallel'])}, DDP: {sorted(truth['DDP'])}. DataParallel flattens and "
+        "sums the replicas' gradients onto GPU 0 only once every backward has made them; DDP all-reduces each "
+        "bucket as soon as backward has filled it, so only the last bucket, which holds the first layer's "
+        "gradients, waits for backward to end."
+    )
+    fail = _ladder(
+        name,
+        [
+            "A part waits for backward when it needs a gradient that backward makes last: the first layer's.",
+            "In DataParallel nothing touches the gradients until every replica's backward is done; in DDP "
+            "backward fills the buckets from the last layer to the first.",
+        ],
+        said,
+    )
+    given = {s: {str(v) for v in answer.get(s, ())} for s in ("DataParallel", "DDP")}  # type: ignore[union-attr]
+    for s in given:
+        unknown = given[s] - known[s]
+        if unknown:
+            return fail(
+                f"the {s} timeline has no part named {sorted(unknown)}; its parts: {sorted(known[s])}.",
+                "names",
+            )
+    dp, ddp = given["DataParallel"], given["DDP"]
+    early = dp - truth["DataParallel"]
+    if early:
+        return fail(
+            f"{sorted(early)} run{'s' if len(early) == 1 else ''} before backward: the loss needs the gathered "
+            "outputs, and the gather's backward sends their gradients out before the replicas' backwards.",
+            "gather",
+        )
+    if "flatten" in truth["DataParallel"] and "flatten" not in dp:
+        return fail(
+            "the flatten packs each replica's gradients into one buffer, so it needs them all.", "flatten"
+        )
+    if "reduce" not in dp:
+        return fail(
+            "the sum onto GPU 0 (reduce) adds every replica's gradients: it waits for all of them.", "reduce"
+        )
+    if ddp - truth["DDP"]:
+        return fail(
+            f"{sorted(ddp - truth['DDP'])} hold{'s' if len(ddp - truth['DDP']) == 1 else ''} later layers' "
+            "gradients, which backward makes first: the all-reduce starts while backward still runs.",
+            "first bucket",
+        )
+    if truth["DDP"] - ddp:
+        return fail(
+            f"{sorted(truth['DDP'] - ddp)} holds the first layer's gradients, which backward makes last: it "
+            "cannot start before backward ends.",
+            "last bucket",
+        )
+    return _correct(name, said)
+
+
+def _fill(sizes: Sequence[int], first_cap: int, cap: int) -> list[int]:
+    """Bucket bytes as DDP fills them: tensors in backward order, a bucket closing on the tensor that
+    takes it to its cap (``costmodel.buckets``'s rule, which torch's ``_compute_bucket_assignment_by_size``
+    follows)."""
+    buckets, filled, limit = [], 0, first_cap
+    for nbytes in sizes:
+        filled += nbytes
+        if filled >= limit:
+            buckets.append(filled)
+            filled, limit = 0, cap
+    return buckets + ([filled] if filled else [])
+
+
+def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
+    """Exercise 3: how many buckets DDP fills with ``model``'s gradients after its first step, at its
+    defaults (a first bucket of 1 MiB, then 25 MiB: ``dist._DEFAULT_FIRST_BUCKET_BYTES`` and
+    ``bucket_cap_mb``), gradients in backward order (the last layer's first).
+
+    Findings: ``"no first bucket"`` (every bucket taken as 25 MiB), ``"one bucket"``, ``"per layer"`` /
+    ``"per tensor"`` (a bucket per module or per tensor), ``"split"`` (tensors split to fill each bucket
+    to its cap exactly: a bucket holds whole tensors).
+    """
+    import math
+
+    name = "ch08.bucket_count"
+    if _unset(predicted):
+        return Verdict(False, "Set predicted to your number of buckets, e.g. 5, then run this cell again.")
+    if not _count(predicted):
+        return Verdict(False, f"Give a whole number of buckets, e.g. 5, not {predicted!r}.")
+    params = [p for p in model.parameters() if p.requires_grad]
+    sizes = [p.numel() * p.element_size() for p in reversed(params)]
+    first, cap = 2**20, 25 * 2**20
+    truth = _fill(sizes, first, cap)
+    total = sum(sizes)
+    mb = ", ".join(f"{b / 1e6:.1f} MB" for b in truth)
+    answer = (
+        f"{len(truth)} buckets ({mb}): backward makes the last layer's gradients first; bucket 1 closes on "
+        f"the tensor that takes it past 1 MiB, every later one on the tensor that takes it past 25 MiB, and the "
+        "last holds what is left."
+    )
+    guess = int(predicted)  # type: ignore[call-overload]
+    if guess == len(truth):
+        return _correct(name, answer)
+    layers = len([m for m in model.modules() if any(True for _ in m.parameters(recurse=False))])
+    slips = {}
+    for count, problem, change in (
+        (
+            len(_fill(sizes, cap, cap)),
+            "no first bucket",
+            "DDP's first bucket is capped at 1 MiB, not 25 MiB, "
+            "so the last layer's gradients go out in a bucket of their own",
+        ),
+        (1, "one bucket", f"{total / 1e6:.1f} MB of gradients is more than one bucket's 25 MiB"),
+        (
+            1 + math.ceil(max(total - first, 0) / cap),
+            "split",
+            "a bucket holds whole tensors and closes on the "
+            "tensor that takes it past its cap, so it can hold more than the cap",
+        ),
+        (layers, "per layer", "a bucket holds many layers' gradients, up to its cap"),
+        (len(sizes), "per tensor", "a bucket holds many tensors, up to its cap"),
+    ):
+        if count != len(truth):
+            slips.setdefault(count, (problem, change))
+    fail = _ladder(
+        name,
+        [
+            "Buckets fill in the order backward makes the gradients: the last layer's first.",
+            f"The last layer's weight and bias make {sizes[0] + sizes[1]:,} bytes of gradients; the first "
+            "bucket closes past 1 MiB = 1,048,576 bytes, each later one past 25 MiB = 26,214,400 bytes.",
+        ],
+        answer,
+    )
+    if guess in slips:
+        problem, change = slips[guess]
+        return fail(change + ".", problem)
+    return fail(
+        f"{guess} is too {'many' if guess > len(truth) else 'few'}: fill the buckets tensor by tensor.",
+        "other",
+    )
+
+
 # ---------------------------------------------------------------- chapter 10 · the C++ original
 
 

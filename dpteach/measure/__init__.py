@@ -7,8 +7,7 @@
 * ``bench``: ``python -m dpteach.measure.bench``, the benchmark (JSON and a plot);
 * ``costmodel``: the modelled step time of DataParallel and DDP on n GPUs of a named profile;
 * ``threads``: which thread runs each backward node of a DataParallel step, by role;
-* ``published``: measured step times, published ones and ours, beside the cost model's prediction;
-* ``sensitivity``: which of the cost model's verdicts survive every value of its assumed constants.
+* ``published``: measured step times, published ones and ours, beside the cost model's prediction.
 
 Import the module you need (``from dpteach.measure import timer``); this file imports a module only
 when it is asked for by attribute (``dpteach.measure.timer``).
@@ -25,7 +24,6 @@ _MODULES = (
     "costmodel",
     "threads",
     "published",
-    "sensitivity",
 )
 
 

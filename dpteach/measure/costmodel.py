@@ -58,10 +58,7 @@ Assumptions, each one a simplification a real run will not honour exactly:
   and the last returns as the last forward ends, so the model charges no join (a join of a finished
   thread costs microseconds).
 * ``EFFICIENCY`` and ``PYTHON_THREAD_S`` are assumed, not measured: ``predict`` takes either as a
-  keyword, and ``dpteach.measure.sensitivity`` says which verdicts survive a range of both.
-  :func:`measure_thread_start` times ``threading.Thread.start`` on the learner's machine (the serial
-  part of what ``torch.nn.parallel.parallel_apply`` does per replica): its median, passed as
-  ``thread_s``, replaces the assumed figure with theirs.
+  keyword (``efficiency=``, ``thread_s=``), so a reader can see what another value does to a step.
 
 So with infinite link and memory bandwidth, DDP takes compute / n and DataParallel compute / n plus
 ``n * PYTHON_THREAD_S``: what is left of DataParallel's serial work when bytes cost nothing; with
@@ -74,8 +71,6 @@ import dataclasses
 import json
 import math
 import numbers
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -85,12 +80,12 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..data_parallel import mean_square
-from .timer import Timing
 
 __all__ = [
     "EFFICIENCY",
     "PYTHON_THREAD_S",
     "STRATEGIES",
+    "STRATEGY_COLOURS",
     "GPU",
     "GPUS",
     "Workload",
@@ -100,8 +95,6 @@ __all__ = [
     "Part",
     "Prediction",
     "predict",
-    "measure_thread_start",
-    "thread_effect",
     "through_gpu0",
     "profiles",
     "table",
@@ -119,6 +112,10 @@ EFFICIENCY = 0.5
 # mostly by the OS scheduler waking the new thread, so measured medians range from tens of µs to ms.
 PYTHON_THREAD_S = 100e-6
 STRATEGIES = ("DataParallel", "DDP")
+# One colour per strategy in every figure of a step (timelines, speed-up curves, published runs, the
+# reader's own timings), so DataParallel and DDP read the same in each; the plain step is grey.
+# ColorBrewer's PuOr pair: told apart in the common colour blindnesses.
+STRATEGY_COLOURS = {"DataParallel": "#e66101", "DDP": "#5e3c99", "plain": "#777777"}
 # torch.nn.parallel.comm's bucket for broadcast_coalesced and reduce_add_coalesced (buffer_size)
 COMM_BUCKET_BYTES = 10 * 2**20
 # what every figure of the model says it leaves out
@@ -514,8 +511,7 @@ def predict(
     DDP's buckets: ``first_bucket_bytes`` (1 MiB, DDP's default when ``bucket_cap_mb`` is unset) for
     the first, ``bucket_bytes`` for the rest; pass ``first_bucket_bytes=bucket_bytes`` for what DDP
     does with ``bucket_cap_mb`` given. ``efficiency`` and ``thread_s`` replace the assumed
-    ``EFFICIENCY`` and ``PYTHON_THREAD_S`` for this prediction (``measure_thread_start().median``: the
-    learner's own). ``latency=True`` adds each message's latency, by NCCL's model (module docstring).
+    ``EFFICIENCY`` and ``PYTHON_THREAD_S`` for this prediction. ``latency=True`` adds each message's latency, by NCCL's model (module docstring).
     """
     profile = _gpu(gpu)
     if strategy not in STRATEGIES:
@@ -532,48 +528,6 @@ def predict(
         parts = _ddp(work, profile, n, bucket_bytes, first_bucket_bytes, rate, latency)
     parts = tuple(p for p in parts if p.seconds > 0 or p.lane != "link")
     return Prediction(strategy, profile, n, parts, max(p.end for p in parts), latency)
-
-
-def measure_thread_start(repeats: int = 200, warmup: int = 20) -> Timing:
-    """Seconds to start one Python thread on this machine, ``repeats`` times (after ``warmup`` untimed
-    ones): the serial part of what ``torch.nn.parallel.parallel_apply`` does for each replica, with a
-    target that does nothing. ``Thread.start`` returns once the new thread runs, so the time is mostly
-    the OS scheduler's; the join, which overlaps the replicas' work in ``parallel_apply``, is left out
-    of the clock. A timing, so it differs between runs: show its median with its spread, and pass the
-    median to ``predict(..., thread_s=...)`` as the learner's figure, not the assumed one."""
-    samples = []
-    for i in range(warmup + repeats):
-        begin = time.perf_counter()
-        thread = threading.Thread(target=lambda: None)
-        thread.start()
-        end = time.perf_counter()
-        thread.join()  # not timed: in parallel_apply the joins wait on the replicas' work
-        if i >= warmup:
-            samples.append(end - begin)
-    return Timing(samples)
-
-
-def thread_effect(
-    work: Workload, thread_s: float, gpu: str = "A100-SXM", n: int = 4, *, latency: bool = False
-) -> str:
-    """What the learner's measured thread start (``thread_s``) does to DataParallel's modelled step on ``n``
-    GPUs of ``gpu``, beside the assumed ``PYTHON_THREAD_S``: its speed-up over one GPU, the share of its
-    step the thread starts take, and DDP's lead over it. DDP starts no thread per replica: its step stays.
-    ``latency``: each message's latency, by NCCL's model, for every step in it."""
-    plain = predict(work, gpu, 1).total_s
-    ddp = predict(work, gpu, n, "DDP", latency=latency).total_s
-    lines = [
-        f"modelled, {n} {gpu}: what the thread start does to DataParallel's step",
-        f"  {'thread start':<20}{'DataParallel':>14}{'threads, share':>16}{'DDP against it':>20}",
-    ]
-    for label, seconds in (("assumed", PYTHON_THREAD_S), ("yours", thread_s)):
-        step = predict(work, gpu, n, "DataParallel", thread_s=seconds, latency=latency).total_s
-        lines.append(
-            f"  {label + f' {seconds * 1e6:.0f} µs':<20}{f'{plain / step:.2f}x one GPU':>14}"
-            f"{n * seconds / step:>16.0%}{f'DDP {step / ddp:.2f}x faster':>20}"
-        )
-    lines.append(f"  (DDP starts no thread per replica: its {plain / ddp:.2f}x over one GPU stays)")
-    return "\n".join(lines)
 
 
 def through_gpu0(work: Workload, n: int) -> str:
@@ -658,11 +612,10 @@ def table(
 ) -> str:
     """Modelled ms per step for each GPU profile, strategy and n, with the speed-up over n = 1.
 
-    ``thread_s``: the learner's measured thread start (``measure_thread_start().median``), which the
-    header then names as theirs; ``latency``: each message's latency, by NCCL's model.
+    ``thread_s``: a thread start measured by the reader, which the header then names as theirs; ``latency``: each message's latency, by NCCL's model.
     """
     thread = (
-        f"thread start {thread_s * 1e6:.0f} µs, YOURS, measured here"
+        f"thread start {thread_s * 1e6:.0f} µs, given"
         if thread_s is not None
         else f"thread start {PYTHON_THREAD_S * 1e6:.0f} µs, assumed"
     )
@@ -761,7 +714,16 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
         names = names + [f"thread start (too thin to see; {share})" if thin else f"thread start ({share})"]
         handles = handles + [plt.Rectangle((0, 0), 1, 1, color="#bbbbbb")]
     ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    ax.set_title(f"{pred.strategy} on {pred.n} GPUs: {pred.total_s * 1e3:.2f} ms, {label(pred)}", fontsize=9)
+    # the strategy's colour on the frame and the title, as in the chapter's other figures
+    strategy = STRATEGY_COLOURS[pred.strategy] if pred.n > 1 else STRATEGY_COLOURS["plain"]
+    for spine in ax.spines.values():
+        spine.set_edgecolor(strategy)
+        spine.set_linewidth(1.5)
+    ax.set_title(
+        f"{pred.strategy} on {pred.n} GPUs: {pred.total_s * 1e3:.2f} ms, {label(pred)}",
+        fontsize=9,
+        color=strategy,
+    )
     return ax
 
 
@@ -784,7 +746,7 @@ def draw_over_n(
         plain = predict(work, name, 1).total_s
         for strategy, style in zip(STRATEGIES, ("s-", "o-")):
             steps = [predict(work, name, n, strategy, latency=latency).total_s for n in ns]
-            ax.plot(ns, [plain / t for t in steps], style, label=strategy)
+            ax.plot(ns, [plain / t for t in steps], style, color=STRATEGY_COLOURS[strategy], label=strategy)
         ax.plot(ns, ns, color="#bbbbbb", lw=1, label="n times faster")
         ax.axhline(1, color="#bbbbbb", lw=1, ls="--", label="one GPU: below it, slower")
         ax.set_title(f"modelled, {name} ({GPUS[name].link})", fontsize=9)

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from itertools import product
 from pathlib import Path
 
-from .costmodel import GPU, GPUS, Workload, large_workload, predict
-from .sensitivity import EFFICIENCIES, THREAD_S
+from .costmodel import GPU, GPUS, STRATEGY_COLOURS, Workload, large_workload, predict
 
 __all__ = [
     "Measurement",
@@ -35,6 +33,7 @@ __all__ = [
     "table",
     "pair_ratio",
     "pair_table",
+    "ratios",
     "measured",
     "PUBLISHED",
     "OURS",
@@ -323,8 +322,7 @@ def pair_ratio(pair: list[Measurement], **kwargs) -> tuple[float, float]:
 
 def pair_table(pair: list[Measurement], latency: bool = False) -> str:
     """A DataParallel-and-DDP pair beside the model: each step measured and modelled, then DataParallel's
-    step over DDP's, measured, modelled, and modelled under the assumed constants' pairs
-    (``sensitivity.THREAD_S`` x ``sensitivity.EFFICIENCIES``, 9 of them); ``latency``: NCCL's latency in."""
+    step over DDP's, measured and modelled; ``latency``: NCCL's latency in."""
     dp, ddp = pair
     per = f"{dp.batch} per GPU" if dp.scaling == "weak" else f"{dp.batch} in all"
     [(n, _)] = dp.points
@@ -338,15 +336,38 @@ def pair_table(pair: list[Measurement], latency: bool = False) -> str:
         [r] = compare(m, latency)
         lines.append(f"  {m.strategy:<14}{r.measured_s:>11.3f}{r.modelled_s:>12.3f}{r.ratio:>18.2f}x")
     measured, modelled = pair_ratio(pair, latency=latency)
-    grid = [
-        pair_ratio(pair, thread_s=t, efficiency=e, latency=latency)[1]
-        for t, e in product(THREAD_S, EFFICIENCIES)
-    ]
-    lines.append(
-        f"  DataParallel's step / DDP's: measured {measured:.3f}, modelled {modelled:.3f} "
-        f"({min(grid):.3f} to {max(grid):.3f} under the {len(grid)} assumed pairs)"
-    )
+    lines.append(f"  DataParallel's step / DDP's: measured {measured:.3f}, modelled {modelled:.3f}")
     lines.append(f"  ({dp.figure})")
+    return "\n".join(lines)
+
+
+def ratios(measurements: list[Measurement], latency: bool = False) -> str:
+    """One short table of every measured step beside the model: measured ms, modelled ms, measured /
+    modelled; for a DDP curve with a plain step, what DDP adds over it, measured and modelled; for each
+    pair, DataParallel's step over DDP's. Where a row comes from: ``table``, ``pair_table``."""
+    tag = ", NCCL's latency per message in" if latency else ""
+    lines = [
+        f"each measured step beside the model (modelled{tag}); ms per step",
+        f"  {'run':<37}{'n':>11}{'measured':>10}{'modelled':>10}{'measured/modelled':>19}"
+        f"{'DDP adds to the plain step: measured, modelled':>48}",
+    ]
+    for m in measurements:
+        rows = compare(m, latency)
+        added = {n: (got, mod) for n, got, mod in overhead(m, latency)} if m.plain_at_one else {}
+        name = f"{m.model.split(',')[0].split(' (')[0].removeprefix('torchvision ')}, {m.strategy}, {m.gpu}"
+        for i, r in enumerate(rows):
+            model = "-" if r.modelled_s is None else f"{r.modelled_s * 1e3:.1f}"
+            ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
+            extra = f"{added[r.n][0] * 1e3:+.1f}, {added[r.n][1] * 1e3:+.2f}" if r.n in added else ""
+            lines.append(
+                f"  {name if i == 0 else '':<37}{m.n_label(r.n):>11}{r.measured_s * 1e3:>10.1f}{model:>10}"
+                f"{ratio:>19}{extra:>48}".rstrip()
+            )
+    for pair in pairs(measurements).values():
+        measured, modelled = pair_ratio(pair, latency=latency)
+        lines.append(
+            f"  DataParallel's step / DDP's, {pair[0].gpu}: measured {measured:.3f}, modelled {modelled:.3f}"
+        )
     return "\n".join(lines)
 
 
@@ -385,7 +406,7 @@ def draw_pair(pair: list[Measurement], ax=None, latency: bool = False):
     ticks, labels = [], []
     for i, m in enumerate(pair):
         [r] = compare(m, latency)
-        colour = plt.get_cmap("tab10")(2 + i)
+        colour = STRATEGY_COLOURS[m.strategy]  # as in the chapter's other figures
         ax.bar(i - 0.2, r.measured_s * 1e3, 0.38, color=colour)
         ax.bar(i + 0.2, r.modelled_s * 1e3, 0.38, color="white", edgecolor=colour, hatch="//")
         ax.text(i, r.measured_s * 1e3 * 1.02, f"{r.ratio:.2f}x", ha="center", va="bottom", fontsize=7)
@@ -405,7 +426,8 @@ def draw_pair(pair: list[Measurement], ax=None, latency: bool = False):
 
 
 def draw(measurements: list[Measurement], ax=None, latency: bool = False):
-    """Measured (points) and modelled (line) step time against n, one colour per measurement; ``latency``:
+    """Measured (points) and modelled (line) step time against n, one colour per strategy and one marker
+    and line style per measurement; ``latency``:
     the model with NCCL's latency per message.
 
     A point at n = 1 that is the plain step (no DDP) is drawn hollow, and its tick and legend say so.
@@ -415,21 +437,23 @@ def draw(measurements: list[Measurement], ax=None, latency: bool = False):
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 3.4))
     plain, ticks = [], {}
+    markers = "o^sD"  # one colour per strategy (costmodel.STRATEGY_COLOURS); one marker per run
     for i, m in enumerate(measurements):
-        colour = plt.get_cmap("tab10")(i % 10)
+        colour, marker = STRATEGY_COLOURS.get(m.strategy, "#777777"), markers[i % len(markers)]
         rows = compare(m, latency)
         tag = "ours" if m.ours else "published"
         ticks.update({r.n: m.n_label(r.n) for r in rows})
         shown = [r for r in rows if not (r.n == 1 and m.plain_at_one)]
-        ax.plot([r.n for r in shown], [r.measured_s * 1e3 for r in shown], "o", color=colour,
-                label=f"measured ({tag}): {m.model.split(',')[0]}, {m.gpu}")  # fmt: skip
+        ax.plot([r.n for r in shown], [r.measured_s * 1e3 for r in shown], marker, color=colour, ls="none",
+                label=f"measured ({tag}): {m.model.split(',')[0]}, {m.strategy}, {m.gpu}")  # fmt: skip
         modelled = [(r.n, r.modelled_s * 1e3) for r in rows if r.modelled_s is not None]
         if modelled:
             links = ", NVLinks as read" if m.ring_links else ""
-            ax.plot(*zip(*modelled), "-", color=colour, alpha=0.6, label=f"modelled, {m.gpu}{links}")
-        plain += [(r.n, r.measured_s * 1e3, colour) for r in rows if r.n == 1 and m.plain_at_one]
-    for k, (n, ms, colour) in enumerate(plain):  # one legend entry for all of them
-        ax.plot([n], [ms], "o", mfc="white", color=colour,
+            ax.plot(*zip(*modelled), ["-", "--", ":", "-."][i % 4], color=colour, alpha=0.6,
+                    label=f"modelled, {m.gpu}{links}")  # fmt: skip
+        plain += [(r.n, r.measured_s * 1e3, marker) for r in rows if r.n == 1 and m.plain_at_one]
+    for k, (n, ms, marker) in enumerate(plain):  # one legend entry for all of them
+        ax.plot([n], [ms], marker, mfc="white", color=STRATEGY_COLOURS["plain"],
                 label="measured at 1 (no DDP): the plain step" if k == 0 else "_nolegend_")  # fmt: skip
     ax.set_xticks(sorted(ticks), [ticks[n].replace(" (", "\n(") for n in sorted(ticks)])
     ax.set_xlabel("GPUs (n)")

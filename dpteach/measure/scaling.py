@@ -247,19 +247,24 @@ def step_label(key: str) -> str:
 
 def draw_rounds(times: dict[str, Timing], ax=None):
     """Every timed step of ``times`` (from ``timer.time_in_turns``) as a dot, one column per step's name,
-    and each median as a red line: the dots' spread is the machine's noise, which a gap must beat."""
+    and each median as a black line: the dots' spread is the machine's noise, which a gap must beat.
+    The dots take their strategy's colour (``costmodel.STRATEGY_COLOURS``): the plain step grey, every
+    DataParallel step, dpteach's or torch's, DataParallel's colour."""
     import matplotlib.pyplot as plt
+
+    from .costmodel import STRATEGY_COLOURS
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3))
-    for i, t in enumerate(times.values()):
-        ax.plot([i] * len(t.samples), [s * 1e3 for s in t.samples], "o", color="#2b83ba", alpha=0.4)
-        ax.plot([i - 0.25, i + 0.25], [t.median * 1e3] * 2, color="#d7191c", lw=2)
+    for i, (name, t) in enumerate(times.items()):
+        colour = STRATEGY_COLOURS["plain" if name == "plain" else "DataParallel"]
+        ax.plot([i] * len(t.samples), [s * 1e3 for s in t.samples], "o", color=colour, alpha=0.45)
+        ax.plot([i - 0.25, i + 0.25], [t.median * 1e3] * 2, color="black", lw=2)
     ax.set_xticks(range(len(times)), [step_label(k) for k in times], fontsize=8)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("ms per step")
     rounds = len(next(iter(times.values())).samples)
-    ax.set_title(f"your steps, {rounds} rounds each (dots: every step; red: the median)", fontsize=9)
+    ax.set_title(f"your steps, {rounds} rounds each (dots: every step; black: the median)", fontsize=9)
     return ax.figure
 
 

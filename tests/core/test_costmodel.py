@@ -259,19 +259,6 @@ def test_a_profile_with_fewer_links_between_two_gpus_carries_what_they_carry():
     assert cm.ring_seconds(1e9, 2, one.link_bw) == pytest.approx(6 * cm.ring_seconds(1e9, 2, v100.link_bw))
 
 
-def test_the_thread_effect_is_the_model_run_with_each_thread_start():
-    text = cm.thread_effect(WORK, 1e-3, "A100-SXM", 4)
-    plain = cm.predict(WORK, "A100-SXM", 1).total_s
-    ddp = cm.predict(WORK, "A100-SXM", 4, "DDP").total_s
-    rows = {line.split()[0]: line for line in text.splitlines()[2:4]}
-    assert set(rows) == {"assumed", "yours"} and "modelled, 4 A100-SXM" in text
-    for name, seconds in (("assumed", cm.PYTHON_THREAD_S), ("yours", 1e-3)):
-        dp = cm.predict(WORK, "A100-SXM", 4, "DataParallel", thread_s=seconds).total_s
-        assert f"{seconds * 1e6:.0f} µs" in rows[name] and f"{plain / dp:.2f}x one GPU" in rows[name]
-        assert f"{4 * seconds / dp:.0%}" in rows[name] and f"DDP {dp / ddp:.2f}x faster" in rows[name]
-    assert f"its {plain / ddp:.2f}x over one GPU stays" in text
-
-
 def test_timelines_drawn_on_one_span_share_the_axis_and_judge_thinness_by_it():
     pytest.importorskip("matplotlib")
     import matplotlib

@@ -92,7 +92,7 @@ def test_draw_rounds_draws_every_step_and_against_plain_prints_medians_and_middl
     dots = [line for line in ax.get_lines() if line.get_linestyle() == "None"]
     assert [len(line.get_xdata()) for line in dots] == [4, 4, 4]  # a dot for every timed step
     medians = [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() != "None"]
-    assert medians == pytest.approx([t.median * 1e3 for t in times.values()])  # the red lines
+    assert medians == pytest.approx([t.median * 1e3 for t in times.values()])  # the median lines
     assert [t.get_text() for t in ax.get_xticklabels()] == [
         "plain step",
         "dpteach, 1 slot",

@@ -1,0 +1,169 @@
+"""Chapter 08's exercise checks: ``checks.copied_per_step`` (Exercise 1: every byte one DataParallel step
+copies on n slots), ``checks.wait_for_backward`` (Exercise 2: the parts of each step that wait for every
+backward) and ``checks.bucket_count`` (Exercise 3: DDP's buckets after its first step). A right answer is
+accepted; each wrong one is matched to its slip (``Verdict.problem``) and the message says what to
+change; the hints climb and give the answer from the third failed try. Truths are derived from the model,
+the cost model and torch's own bucket assignment, never copied from a run.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dpteach.course import checks
+from dpteach.measure import bench, costmodel, costs
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    checks.reset()
+    yield
+    checks.reset()
+
+
+@pytest.fixture(scope="module")
+def chapter():
+    """The chapter's model, batch and counted workload (its set-up cell, on CPU)."""
+    torch.manual_seed(0)
+    model = bench.mlp(1024, "cpu")
+    x = torch.randn(256, 1024)
+    return model, x, costmodel.workload(model, x[:16]).scaled(len(x))
+
+
+# ---------------------------------------------------------------- Exercise 1: the bytes of one step
+
+
+def test_exercise_1_accepts_every_byte_of_the_step_on_any_number_of_slots(chapter):
+    model, x, _ = chapter
+    P = costs.state_nbytes(model)["parameters"]
+    output = 256 * 1024 * 4  # the gathered output, whole, whatever the slots
+    for n in (2, 3, 4):
+        truth = (n - 1) * P + output
+        assert truth == sum(costs.step_traffic(model, x, ["cpu"] * n).by_op().values())
+        verdict = checks.copied_per_step(truth, model, x, ["cpu"] * n)
+        assert verdict.ok and f"{truth:,} bytes" in verdict.message
+    assert checks.copied_per_step(float(3 * P + output), model, x, ["cpu"] * 4).ok  # 26238976.0 counts
+    model.zero_grad(set_to_none=True)
+    assert all(p.grad is None for p in model.parameters())  # the check counted on a copy
+
+
+@pytest.mark.parametrize(
+    "slip, wrong",
+    [
+        ("slot 0", lambda P, G: 4 * P + G),
+        ("no gather", lambda P, G: 3 * P),
+        ("two slots", lambda P, G: P + G),
+        ("gradients", lambda P, G: 6 * P + G),
+        ("elements", lambda P, G: (3 * P + G) // 4),
+    ],
+)
+def test_exercise_1_names_each_slip_and_says_what_to_change(chapter, slip, wrong):
+    model, x, _ = chapter
+    P, G = costs.state_nbytes(model)["parameters"], 256 * 1024 * 4
+    verdict = checks.copied_per_step(wrong(P, G), model, x, ["cpu"] * 4)
+    assert not verdict.ok and verdict.problem == slip
+    assert verdict.message.startswith("Not yet: ") and "Hint 1 of 2" in verdict.message
+
+
+def test_exercise_1_hints_climb_to_the_answer_and_refuse_non_counts(chapter):
+    model, x, _ = chapter
+    slots = ["cpu"] * 4
+    labels = [checks.copied_per_step(12_345, model, x, slots).message for _ in range(3)]
+    assert "Hint 1 of 2" in labels[0] and "Hint 2 of 2" in labels[1] and "The answer: 26,238,976" in labels[2]
+    assert "Set predicted" in checks.copied_per_step(..., model, x, slots).message
+    assert "whole number" in checks.copied_per_step(1.5, model, x, slots).message
+
+
+# ---------------------------------------------------------------- Exercise 2: what waits for backward
+
+
+RIGHT = {"DataParallel": {"flatten", "reduce"}, "DDP": {"bucket 2"}}
+
+
+def test_exercise_2_accepts_the_parts_that_start_once_every_backward_is_done(chapter):
+    work = chapter[2]
+    for strategy, names in RIGHT.items():
+        pred = costmodel.predict(work, "A100-SXM", 4, strategy, latency=True)
+        done = max(p.end for p in pred.parts if p.name == "backward")
+        reduces = [p for p in pred.parts if p.name == "all-reduce"]
+        after = {p.name for p in pred.parts if p.start >= done - 1e-12 and p.name != "all-reduce"}
+        after |= {f"bucket {k + 1}" for k, p in enumerate(reduces) if p.start >= done - 1e-12}
+        assert after == names  # what the timeline shows is what the check accepts
+    verdict = checks.wait_for_backward(RIGHT, work)
+    assert verdict.ok and "only the last bucket" in verdict.message
+    assert checks.wait_for_backward({"DataParallel": ["reduce", "flatten"], "DDP": ("bucket 2",)}, work).ok
+
+
+@pytest.mark.parametrize(
+    "problem, answer",
+    [
+        ("gather", {"DataParallel": {"gather", "flatten", "reduce"}, "DDP": {"bucket 2"}}),
+        ("gather", {"DataParallel": {"scatter grad", "flatten", "reduce"}, "DDP": {"bucket 2"}}),
+        ("flatten", {"DataParallel": {"reduce"}, "DDP": {"bucket 2"}}),
+        ("reduce", {"DataParallel": {"flatten"}, "DDP": {"bucket 2"}}),
+        ("first bucket", {"DataParallel": {"flatten", "reduce"}, "DDP": {"bucket 1", "bucket 2"}}),
+        ("last bucket", {"DataParallel": {"flatten", "reduce"}, "DDP": set()}),
+        ("names", {"DataParallel": {"sum"}, "DDP": {"bucket 2"}}),
+        ("names", {"DataParallel": {"flatten", "reduce"}, "DDP": {"bucket 3"}}),
+    ],
+)
+def test_exercise_2_names_each_mistake(chapter, problem, answer):
+    verdict = checks.wait_for_backward(answer, chapter[2])
+    assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
+
+
+def test_exercise_2_waits_for_both_answers_before_checking(chapter):
+    verdict = checks.wait_for_backward({"DataParallel": ..., "DDP": ...}, chapter[2])
+    assert not verdict.ok and "Set answer" in verdict.message and not verdict.problem
+
+
+# ---------------------------------------------------------------- Exercise 3: DDP's buckets
+
+
+def deep(layers: int = 12) -> nn.Module:
+    return nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(layers)])
+
+
+def torch_buckets(model: nn.Module) -> list[int]:
+    """Bucket bytes as torch assigns them: its own ``_compute_bucket_assignment_by_size`` over the
+    parameters in backward order, with DDP's default caps (1 MiB first, 25 MiB after)."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("torch built without torch.distributed")
+    params = list(model.parameters())[::-1]
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 2**20]
+    indices, _ = dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))
+    return [sum(params[i].nbytes for i in b) for b in indices]
+
+
+@pytest.mark.parametrize("layers", [2, 8, 12])
+def test_the_bucket_rule_is_torchs(layers):
+    model = deep(layers)
+    ours = costmodel.buckets(costmodel.workload(model, torch.randn(2, 1024)))
+    assert sorted(ours) == sorted(torch_buckets(model))
+    assert checks.bucket_count(len(ours), model).ok
+
+
+def test_exercise_3_accepts_three_buckets_for_twelve_layers():
+    verdict = checks.bucket_count(3, deep())
+    assert verdict.ok and "4.2 MB, 29.4 MB, 16.8 MB" in verdict.message
+
+
+@pytest.mark.parametrize(
+    "problem, wrong", [("no first bucket", 2), ("one bucket", 1), ("per layer", 12), ("per tensor", 24)]
+)
+def test_exercise_3_names_each_slip(problem, wrong):
+    verdict = checks.bucket_count(wrong, deep())
+    assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
+
+
+def test_exercise_3_hints_climb_to_the_answer():
+    messages = [checks.bucket_count(7, deep()).message for _ in range(3)]
+    assert (
+        "Hint 1 of 2" in messages[0]
+        and "Hint 2 of 2" in messages[1]
+        and "The answer: 3 buckets" in messages[2]
+    )
+    assert "Set predicted" in checks.bucket_count(..., deep()).message
