@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,7 +94,6 @@ __all__ = [
     "Part",
     "Prediction",
     "predict",
-    "through_gpu0",
     "profiles",
     "table",
     "draw_timeline",
@@ -528,47 +526,6 @@ def predict(
         parts = _ddp(work, profile, n, bucket_bytes, first_bucket_bytes, rate, latency)
     parts = tuple(p for p in parts if p.seconds > 0 or p.lane != "link")
     return Prediction(strategy, profile, n, parts, max(p.end for p in parts), latency)
-
-
-def through_gpu0(work: Workload, n: int) -> str:
-    """What GPU 0 sends and receives in one DataParallel step on ``n`` GPUs, against what every GPU sends
-    and receives in DDP's ring all-reduce: bytes counted from ``work``, never timed.
-
-    DataParallel's replicate asks for ``n - 1`` copies of the model and its gradient sum takes ``n - 1``
-    replicas' gradients, but NCCL runs both as a ring (``src/device/broadcast.h``, ``reduce.h``): the
-    root sends the model once and receives the summed gradients once, which is what the model charges.
-    A ring all-reduce sends and receives ``2(n-1)/n`` of the gradients on every GPU.
-    """
-    p, share = work.param_bytes, (n - 1) / n
-    out, back = work.input_bytes * share, work.output_bytes * share
-    rows = [  # (work, GPU 0 sends, GPU 0 receives, when)
-        ("scatter the batch", out, None, "before the forwards"),
-        ("replicate the model", p, None, "before the forwards"),
-        (f"start {n} threads", None, None, "one after another"),
-        ("gather the outputs", None, back, "after the forwards"),
-        ("scatter their gradient", back, None, "before the backwards"),
-        ("sum the gradients", None, p, "after every backward"),
-    ]
-
-    def cell(nbytes: float | None) -> str:
-        return f"{'':>14}" if nbytes is None else f"{math.ceil(nbytes):>14,}"
-
-    lines = [f"one step on {n} GPUs, {p:,} bytes of parameters: counted, the same on every run", ""]
-    lines.append(f"  {'DataParallel, in turn':<24}{'GPU 0 sends':>14}{'GPU 0 receives':>16}  when")
-    lines += [f"  {what:<24}{cell(sent)}  {cell(got)}  {when}" for what, sent, got, when in rows]
-    ring = ring_seconds(p, n, 1.0)  # 2(n-1)/n of the gradients, sent and received by each GPU
-    lines.append(f"  {'DDP, a process per GPU':<24}{'EACH GPU sends':>14}{'EACH receives':>16}")
-    lines.append(f"  {'all-reduce gradients':<24}{cell(ring)}  {cell(ring)}  in buckets, during backward")
-    lines.append(
-        f"DDP: a ring all-reduce of P bytes sends and receives 2(n - 1)/n x P on each GPU: "
-        f"2 x {n - 1}/{n} x {p:,} = {math.ceil(ring):,}"
-    )
-    lines.append(
-        f"DataParallel: replicate asks for {n - 1} copies ({(n - 1) * p:,} bytes) and the sum takes {n - 1} "
-        "replicas' gradients,\nbut NCCL passes both along a ring of the GPUs: GPU 0 sends the model once and "
-        "receives the sum once"
-    )
-    return "\n".join(lines)
 
 
 def _profile_names(names) -> tuple[str, ...]:

@@ -108,32 +108,6 @@ def test_a_given_thread_start_is_fed_to_the_model_and_named_given():
     assert "thread start 100 µs, assumed" in cm.table(WORK, ("A100-SXM",), (1, 2))
 
 
-def test_through_gpu0_counts_bytes_by_hand():
-    """GPU 0 sends the model once and receives the summed gradients once (NCCL's ring); DDP's ring sends
-    and receives 2(n-1)/n of them on every GPU. Each figure sits in the column that says which way."""
-    text = cm.through_gpu0(WORK, 4)
-    assert "100,000,000 bytes of parameters" in text
-    lines = text.splitlines()
-    head = next(line for line in lines if "GPU 0 sends" in line)
-    sends, receives = head.index("GPU 0 sends") + len("GPU 0 sends"), head.index("receives") + len("receives")
-
-    def at(row: str, end: int) -> str:
-        line = next(line for line in lines if line.strip().startswith(row))
-        return line[:end].split()[-1] if line[:end].strip() != row else ""
-
-    assert at("replicate the model", sends) == "100,000,000"  # P out of GPU 0, not (n-1)P
-    assert at("sum the gradients", receives) == "100,000,000"  # P into GPU 0
-    assert at("sum the gradients", sends) == ""  # nothing in the sends column
-    assert at("scatter the batch", sends) == "6,000,000"  # 3/4 of the 8 MB batch, sent
-    assert at("gather the outputs", receives) == "3,000,000"  # 3/4 of the 4 MB output, received
-    assert "300,000,000 bytes" in text  # what replicate asks for: n - 1 copies
-    ddp = next(line for line in lines if line.strip().startswith("all-reduce gradients"))
-    assert ddp.split()[2:4] == ["150,000,000", "150,000,000"]  # 2(n-1)/n P sent, and received
-    # the formula behind it, in one line, with the numbers put in
-    assert "2(n - 1)/n x P on each GPU: 2 x 3/4 x 100,000,000 = 150,000,000" in text
-    assert "GPU 0 sends the model once and receives the sum once" in text
-
-
 def test_the_overhead_rows_are_the_step_over_the_plain_step():
     [m] = [m for m in published.shipped() if m.id == "ddp-benchmark-resnet50"]
     rows = published.compare(m)
