@@ -2714,9 +2714,13 @@ def shallow_copy_line(line: str | object) -> Verdict:
     name = "ch04.shallow_copy_line"
     if _unset(line) or not isinstance(line, str) or not line.strip():
         return Verdict(False, "Set `line` to one line of the source, as a string, then run this cell again.")
+
+    def code(text: str) -> str:  # one line, spaces collapsed, a trailing comment ("# type: ignore") dropped
+        return " ".join(re.sub(r"\s#.*$", "", text).split())
+
     source = inspect.getsource(nn.Module._replicate_for_data_parallel)
-    lines = [" ".join(s.split()) for s in source.splitlines() if s.strip() and not s.strip().startswith("#")]
-    given = " ".join(line.split())
+    lines = [code(s) for s in source.splitlines() if s.strip() and not s.strip().startswith("#")]
+    given = code(line)
     truth = next(s for s in lines if "__dict__" in s)
     answer = (
         f"`{truth}`. It copies the dict that holds every plain attribute, not what the dict holds: the "

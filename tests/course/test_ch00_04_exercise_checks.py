@@ -104,6 +104,12 @@ def test_shallow_copy_line_says_what_each_other_line_does(key, problem):
     assert not verdict.ok and verdict.problem == problem
 
 
+def test_shallow_copy_line_reads_a_line_with_or_without_its_trailing_comment():
+    (line,) = [s for s in _source_lines() if "_is_replica" in s]
+    bare = line.split("#")[0]  # the placeholder's own example leaves "# type: ignore[...]" off
+    assert checks.shallow_copy_line(bare).problem == "flag" == checks.shallow_copy_line(line).problem
+
+
 def test_shallow_copy_line_refuses_a_line_not_in_the_source():
     verdict = checks.shallow_copy_line("replica.members = self.members")
     assert not verdict.ok and verdict.problem == "not a line" and "inspect.getsource" in verdict.message
