@@ -1897,18 +1897,6 @@ def recorded_node(name: object, devices=("cpu", "cpu")) -> Verdict:
     return fail(f"{name!r} is not the gradients' grad_fn: print type(g.grad_fn).__name__.", "other")
 
 
-def _reachable(fn) -> list:
-    """Every node the walk from ``fn`` passes, ``fn`` included (each once)."""
-    seen, stack = [], [fn]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.append(node)
-        stack.extend(nxt for nxt, _ in node.next_functions)
-    return seen
-
-
 def penalty_walk(recorded: object, reenters: object, loss: torch.Tensor, grad: torch.Tensor) -> Verdict:
     """Exercise 5: in the penalty's graph, the kinds of node the first backward recorded (``recorded``, a set
     of names as the drawing writes them, ``"Mm"`` or ``"MmBackward0"``) and the forward node where the walk
@@ -1925,8 +1913,10 @@ def penalty_walk(recorded: object, reenters: object, loss: torch.Tensor, grad: t
             f"{recorded!r} and {reenters!r}.",
             "not an answer",
         )
-    forward = _reachable(loss.grad_fn)
-    walk = _reachable(grad.grad_fn)  # the box, then the forward nodes the penalty's walk passes
+    from ..graph.walk import grad_fns
+
+    forward = grad_fns([loss.grad_fn])
+    walk = grad_fns([grad.grad_fn])  # the box, then the forward nodes the penalty's walk passes
     box = [fn for fn in walk if fn not in forward]
     drawn = sorted({_drawn(type(fn).__name__) for fn in box})
     truth = {_node(n) for n in drawn}
@@ -2175,19 +2165,6 @@ def wait_for_backward(answer: Mapping[str, object] | object, work) -> Verdict:
     return _correct(name, said)
 
 
-def _fill(sizes: Sequence[int], first_cap: int, cap: int) -> list[int]:
-    """Bucket bytes as DDP fills them: tensors in backward order, a bucket closing on the tensor that
-    takes it to its cap (``costmodel.buckets``'s rule, which torch's ``_compute_bucket_assignment_by_size``
-    follows)."""
-    buckets, filled, limit = [], 0, first_cap
-    for nbytes in sizes:
-        filled += nbytes
-        if filled >= limit:
-            buckets.append(filled)
-            filled, limit = 0, cap
-    return buckets + ([filled] if filled else [])
-
-
 def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
     """Exercise 3: how many buckets DDP fills with ``model``'s gradients after its first step, at its
     defaults (a first bucket of 1 MiB, then 25 MiB: ``dist._DEFAULT_FIRST_BUCKET_BYTES`` and
@@ -2199,6 +2176,8 @@ def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
     """
     import math
 
+    from ..measure import costmodel
+
     name = "ch08.bucket_count"
     if _unset(predicted):
         return Verdict(False, "Set predicted to your number of buckets, e.g. 5, then run this cell again.")
@@ -2207,7 +2186,7 @@ def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
     params = [p for p in model.parameters() if p.requires_grad]
     sizes = [p.numel() * p.element_size() for p in reversed(params)]
     first, cap = 2**20, 25 * 2**20
-    truth = _fill(sizes, first, cap)
+    truth = costmodel.fill_buckets(sizes, cap, first)
     total = sum(sizes)
     mb = ", ".join(f"{b / 1e6:.1f} MB" for b in truth)
     answer = (
@@ -2222,7 +2201,7 @@ def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
     slips = {}
     for count, problem, change in (
         (
-            len(_fill(sizes, cap, cap)),
+            len(costmodel.fill_buckets(sizes, cap, cap)),
             "no first bucket",
             "DDP's first bucket is capped at 1 MiB, not 25 MiB, "
             "so the last layer's gradients go out in a bucket of their own",

@@ -378,8 +378,16 @@ def _buckets(work: Workload, bucket_bytes: int, first_bucket_bytes: int | None =
     sizes = list(work.grad_bytes) or [bucket_bytes] * (work.param_bytes // bucket_bytes) + (
         [work.param_bytes % bucket_bytes] if work.param_bytes % bucket_bytes else []
     )
-    cap = bucket_bytes if first_bucket_bytes is None else first_bucket_bytes
-    buckets, filled = [], 0
+    return fill_buckets(
+        sizes, bucket_bytes, bucket_bytes if first_bucket_bytes is None else first_bucket_bytes
+    )
+
+
+def fill_buckets(sizes, bucket_bytes: int, first_bucket_bytes: int) -> list[int]:
+    """Bytes per bucket for gradient ``sizes`` in backward order: a bucket closes on the tensor that takes
+    it to its cap (``first_bucket_bytes`` for the first, ``bucket_bytes`` after), as the Reducer's
+    ``_compute_bucket_assignment_by_size`` assigns whole tensors."""
+    buckets, filled, cap = [], 0, first_bucket_bytes
     for nbytes in sizes:
         filled += nbytes
         if filled >= cap:
