@@ -126,7 +126,8 @@ def _rows(views: list[View]) -> tuple[list[tuple], list[tuple[str, str, str]], b
     node_keys, edge_keys = [k for k in LEGEND if k in nodes], [k for k in EDGE_LEGEND if k in edges]
     slot = next((s for s in (missing_from_one_slot(v)[1] for v in views) if s is not None), None)
     joins = " / ".join(sorted({n.op for v in views for n in v.nodes if n.kind == "join" and n.op}))
-    text = {k: LEGEND[k][3] for k in node_keys} | ({"join": f"{joins}: {JOIN.split(': ')[1]}"} if joins else {})
+    text = {k: LEGEND[k][3] for k in node_keys}
+    text["join"] = f"{joins}: {JOIN.split(': ')[1]}" if joins else JOIN
     rows = [(*LEGEND[k][:3], 3 if LEGEND[k][1] in (GREEN, PURPLE) else 1, text[k]) for k in node_keys]
     edge_rows = []
     for key in edge_keys:
