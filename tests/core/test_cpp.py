@@ -321,6 +321,9 @@ def test_build_in_background_starts_one_child_only_when_there_is_something_to_bu
         def poll(self):
             return None  # still compiling
 
+        def wait(self):  # what the reaping thread calls
+            return 0
+
     monkeypatch.setattr(_build.subprocess, "Popen", Child)
     monkeypatch.setattr(_build, "_background", [])
     assert not cpp.build_in_background()  # the ext fixture's binary is cached: nothing to do
