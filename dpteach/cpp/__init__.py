@@ -5,6 +5,7 @@ a Python model (``nn.Linear``, or ``nn.Sequential`` of ``Linear`` and ``ReLU``) 
 builds the same model in C++ with the same weights, and runs one data parallel step there
 (``loss = mean(output ** 2)``), so every number compares exactly with the Python strategies::
 
+    dpteach.cpp.build_in_background()       # optional: start the compile in a second process now
     ext, reason = dpteach.cpp.load()        # (module, None), or (None, one sentence on why not)
     step = dpteach.cpp.clone_step(model, x, ["cpu", "cpu"])
     step.grads["weight"]                    # None: issue #19540, in the language it happened in
@@ -28,6 +29,7 @@ from ._build import (
     SOURCE,
     build,
     build_directory,
+    build_in_background,
     compiler,
     extension_name,
     is_cached,
@@ -37,6 +39,7 @@ from ._build import (
 
 __all__ = [
     "load",
+    "build_in_background",
     "available",
     "Step",
     "single_step",

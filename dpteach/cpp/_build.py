@@ -258,15 +258,22 @@ def _import(path: Path) -> ModuleType:
 
 
 @contextlib.contextmanager
-def _exclusive(directory: Path):
-    """One compiler per build directory across processes; the OS drops the lock if we die."""
+def _exclusive(directory: Path, on_wait=None):
+    """One compiler per build directory across processes; the OS drops the lock if we die.
+
+    ``on_wait()`` is called once when another process holds the lock, before this one waits for it."""
     try:
         import fcntl
     except ImportError:  # Windows: torch's own baton file is all there is
         yield
         return
     with open(directory / "dpteach.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another process is compiling (build_in_background, another kernel)
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             # torch's baton may still be held by a load_inline outside this lock (chapter 10,
             # exercise 3, in another kernel): only a dead owner's is removed
@@ -332,7 +339,14 @@ def build(*, progress: bool = True, verbose: bool = False) -> ModuleType:
         directory = build_directory()
         directory.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with _exclusive(directory):  # if another process is compiling, this waits for it
+    waited = []
+
+    def waiting():
+        waited.append(True)
+        if progress:
+            print(f"waiting for another process that is compiling {SOURCE.name} (build_in_background)…")
+
+    with _exclusive(directory, waiting):  # if another process is compiling, this waits for it
         binary = _binary()
         cold = binary is None
         if binary is not None:
@@ -365,5 +379,40 @@ def build(*, progress: bool = True, verbose: bool = False) -> ModuleType:
                 )
     if progress:
         seconds = time.perf_counter() - start
-        print(f"{'compiled' if cold else 'loaded from the cache'} in {seconds:.1f} s ({directory})")
+        how = (
+            "compiled"
+            if cold
+            else "compiled by the other process, loaded"
+            if waited
+            else "loaded from the cache"
+        )
+        print(f"{how} in {seconds:.1f} s ({directory})")
     return module
+
+
+_background: list[subprocess.Popen] = []  # build_in_background's processes, kept so their exits are collected
+
+
+def build_in_background() -> bool:
+    """Start compiling ``dp_original.cpp`` in a second process and return at once; True when it started.
+
+    :func:`build` (``load()``) then waits for that process on the OS lock and imports what it built,
+    so the compile runs while the notebook does something else: chapter 10 compiles its hello
+    extension meanwhile, on a second core. Nothing starts when the module is cached, when no
+    compiler or ninja is found (``load()`` then says why), or while an earlier one still runs. If
+    that process fails, ``load()`` compiles again itself and reports the compiler's error."""
+    if any(process.poll() is None for process in _background):
+        return False
+    _background.clear()
+    if is_cached() or compiler() is None or put_ninja_on_path() is None:
+        return False
+    here = str(Path(__file__).resolve().parents[2])  # the folder holding dpteach: the child imports this copy
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    child = "from dpteach.cpp import _build; _build.build(progress=False)"
+    process = subprocess.Popen(
+        [sys.executable, "-c", child], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    # reap it the moment it exits: a child left unreaped delayed the kernel's shutdown by about 2.5 s
+    threading.Thread(target=process.wait, daemon=True).start()
+    _background.append(process)
+    return True

@@ -207,15 +207,12 @@ class Findings:
         counts.update({kind: counts.get(kind, 0) + 1 for kind, _ in shown})
         if "usage" not in self._first:  # a wrong call is not a try at the task
             counts[""] = counts.get("", 0) + 1
-        messages, hints, further = [], [], False
+        messages, hints = [], []
         for kind, text in shown:
             times, unit = self._seen[kind]
             messages.append(text + (f" (the same problem in {times - 1} more {unit})" if times > 1 else ""))
-            hint, left = self._hint(kind, counts[kind])
-            further |= left
+            hint, _ = self._hint(kind, counts[kind])  # the step number is in the hint's own text
             hints += [hint] if hint and hint not in hints else []
-        if further and counts.get("", 0) <= 1:  # said once, with the first failed check of the task
-            hints.append("a (step n of m) hint goes one step further each time its problem comes back.")
         if (tries := counts.get("", 0)) >= ANSWER_AFTER:
             answer = f"`print(exercises.solution_source({self.task.key!r}))`"
             hints.append(f"{tries} failed checks of this task so far: {answer} shows a worked answer.")

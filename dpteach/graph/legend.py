@@ -32,7 +32,7 @@ RED, GREEN, ORANGE, PURPLE, GREY = "#c62828", "#2e7d32", "#ef6c00", "#6a1b9a", "
 MISSING = "#d84343"  # the edge clone() never made: red, lighter than a dead end, dark enough at 1000 px
 DEVICE_TINTS = ["#e3f0fb", "#fdf0e0", "#e8f5e9", "#f3e5f5", "#fffde7", "#e0f7fa", "#fbe9e7", "#ede7f6"]
 
-JOIN = "ReduceAdd(Backward) / BroadcastBackward: joins the replicas to the original"  # C++ names it ReduceAdd
+JOIN = "ReduceAdd(Backward) / BroadcastBackward: joins the replicas to the original"  # a legend names its own
 LEGEND = {  # entry -> (fill, border, border style, text)
     "output": (FILL["output"], "black", "solid", "output: backward() starts here"),
     "op": (FILL["op"], "black", "solid", "backward function (grad_fn)"),
@@ -125,10 +125,14 @@ def _rows(views: list[View]) -> tuple[list[tuple], list[tuple[str, str, str]], b
         boxes = boxes or any(n.kind == "replica" for n in view.nodes)
     node_keys, edge_keys = [k for k in LEGEND if k in nodes], [k for k in EDGE_LEGEND if k in edges]
     slot = next((s for s in (missing_from_one_slot(v)[1] for v in views) if s is not None), None)
-    rows = [(*LEGEND[k][:3], 3 if LEGEND[k][1] in (GREEN, PURPLE) else 1, LEGEND[k][3]) for k in node_keys]
+    joins = " / ".join(sorted({n.op for v in views for n in v.nodes if n.kind == "join" and n.op}))
+    text = {k: LEGEND[k][3] for k in node_keys}
+    text["join"] = f"{joins}: {JOIN.split(': ')[1]}" if joins else JOIN
+    rows = [(*LEGEND[k][:3], 3 if LEGEND[k][1] in (GREEN, PURPLE) else 1, text[k]) for k in node_keys]
     edge_rows = []
     for key in edge_keys:
         colour, glyph, text = EDGE_LEGEND[key]
+        text = f"gradient edge into / out of {joins}" if key == "join" and joins else text
         if key == "missing" and slot is not None:
             text += f"; drawn for replica {slot} only, every replica is the same"
         edge_rows.append((colour, glyph, text))

@@ -288,3 +288,47 @@ def test_a_step_runs_with_another_extension(ext):
     calls: list[str] = []
     step = cpp.rewire_step(nn.Linear(3, 2), torch.randn(6, 3), DEVICES, extension=Spy())
     assert calls == ["rewire_step"] and step.grads["weight"] is not None
+
+
+def test_a_build_waits_for_the_process_that_compiles_and_says_so(ext, tmp_path, monkeypatch, capsys):
+    """build() finds the OS lock held (build_in_background's process, compiling), waits, then imports its binary."""
+    import fcntl
+    import threading
+
+    cached = _build.build_directory()  # the ext fixture's folder, binary and all
+    monkeypatch.setenv("DPTEACH_CPP_CACHE", str(tmp_path))
+    directory = _build.build_directory()
+    shutil.copytree(cached, directory)  # as the other process leaves it once it has compiled
+    with open(directory / "dpteach.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the other process, mid-compile
+        threading.Timer(1.0, fcntl.flock, (held, fcntl.LOCK_UN)).start()  # ... finishes after a second
+        module = _build.build(progress=True)
+    printed = capsys.readouterr().out
+    assert "waiting for another process that is compiling dp_original.cpp" in printed  # never silent
+    assert "compiled by the other process, loaded in" in printed  # not "compiled": this one did not
+    assert module.rewire_step is not None
+
+
+def test_build_in_background_starts_one_child_only_when_there_is_something_to_build(
+    ext, tmp_path, monkeypatch
+):
+    started = []
+
+    class Child:
+        def __init__(self, args, **kwargs):
+            started.append((args, kwargs["env"]["PYTHONPATH"]))
+
+        def poll(self):
+            return None  # still compiling
+
+        def wait(self):  # what the reaping thread calls
+            return 0
+
+    monkeypatch.setattr(_build.subprocess, "Popen", Child)
+    monkeypatch.setattr(_build, "_background", [])
+    assert not cpp.build_in_background()  # the ext fixture's binary is cached: nothing to do
+    monkeypatch.setenv("DPTEACH_CPP_CACHE", str(tmp_path))  # an empty cache
+    assert cpp.build_in_background() and not cpp.build_in_background()  # one child, not two at once
+    ((args, path),) = started
+    assert args[0] == sys.executable and "_build.build(progress=False)" in args[-1]
+    assert path.split(os.pathsep)[0] == str(_build.Path(_build.__file__).resolve().parents[2])  # this dpteach
