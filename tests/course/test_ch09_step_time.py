@@ -119,6 +119,17 @@ def test_the_step_time_section_sends_the_cpu_timing_to_chapter_08():
     assert "ddp-timeline" in nb[at + 1].metadata.get("tags", [])
 
 
+def test_the_model_says_it_prices_bytes_not_replicates_python():
+    """The model charges the broadcast's and the scatter/gather's bytes, not the per-step Python of
+    torch's replicate.py (``_replicate_for_data_parallel`` and its setattr loops); and the MLP's lead is
+    mostly the assumed thread starts, which the printed line without them shows."""
+    nb, at = tagged("ddp-timeline")
+    beside = " ".join(re.sub(r"<details\b.*?</details>", " ", nb[at + 1].source, flags=re.S).split())
+    assert "prices only the bytes" in beside and "_replicate_for_data_parallel" in beside
+    assert "mostly the assumed thread starts" in beside
+    assert "from copies and sums alone" in nb[at].source
+
+
 def test_chapter_09_repeats_no_published_measurement():
     """Chapter 08 holds the published measurements; chapter 09 sends the reader there."""
     tags = [t for c in cells() for t in c.metadata.get("tags", [])]
