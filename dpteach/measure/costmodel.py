@@ -639,6 +639,14 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
     import matplotlib.pyplot as plt
 
     span = pred.total_s if span_s is None else span_s
+    # thread starts charged nothing (``predict(..., thread_s=0.0)``) leave no row: the x-label says so
+    uncharged = (
+        pred.n > 1
+        and pred.strategy == "DataParallel"
+        and not any(p.seconds for p in pred.parts if p.lane == "python")
+    )
+    if uncharged:
+        pred = dataclasses.replace(pred, parts=tuple(p for p in pred.parts if p.lane != "python"))
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 0.45 * len(_lanes(pred)) + 1.2))
     lanes = _lanes(pred)
@@ -664,7 +672,9 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
         ax.set_ylim(len(lanes) - 0.1, -0.5)
     else:
         ax.invert_yaxis()
-    ax.set_xlabel(f"ms (modelled; {left_out(pred)})", fontsize=8)
+    ax.set_xlabel(
+        f"ms (modelled; {left_out(pred)}{'; thread starts not charged' if uncharged else ''})", fontsize=8
+    )
     ax.set_xlim(0, span * scale * 1.02)
     names = list(dict.fromkeys(p.name for p in pred.parts if not p.name.startswith("start thread")))
     handles = [plt.Rectangle((0, 0), 1, 1, color=_COLOURS.get(n, "#bbbbbb")) for n in names]
@@ -699,9 +709,11 @@ def draw_over_n(
     title: str = "",
     *,
     latency: bool = False,
+    thread_s: float | None = None,
 ):
     """Modelled speed-up over the plain step against n, DataParallel and DDP, one panel per GPU profile;
-    ``title`` (the workload, say) above the panels; ``latency``: each message's latency, by NCCL's model."""
+    ``title`` (the workload, say) above the panels; ``latency``: each message's latency, by NCCL's model;
+    ``thread_s``: DataParallel's thread start, as ``predict`` takes it (``0.0``: not charged)."""
     import matplotlib.pyplot as plt
 
     gpus = _profile_names(gpus)
@@ -710,7 +722,7 @@ def draw_over_n(
     for ax, name in zip(axes, gpus):
         plain = predict(work, name, 1).total_s
         for strategy, style in zip(STRATEGIES, ("s-", "o-")):
-            steps = [predict(work, name, n, strategy, latency=latency).total_s for n in ns]
+            steps = [predict(work, name, n, strategy, latency=latency, thread_s=thread_s).total_s for n in ns]
             ax.plot(ns, [plain / t for t in steps], style, color=STRATEGY_COLOURS[strategy], label=strategy)
         ax.plot(ns, ns, color="#bbbbbb", lw=1, label="n times faster")
         ax.axhline(1, color="#bbbbbb", lw=1, ls="--", label="one GPU: below it, slower")
@@ -720,8 +732,13 @@ def draw_over_n(
     axes[0].set_ylabel("plain step / modelled step")
     axes[0].legend(fontsize=8)
     # what the model leaves out, once for the figure: per panel the captions would overlap
+    starts = "; thread starts not charged" if thread_s == 0 else ""
     fig.text(
-        0.5, 0.01, f"modelled; {LEFT_OUT_WITH_LATENCY if latency else LEFT_OUT}", ha="center", fontsize=7
+        0.5,
+        0.01,
+        f"modelled; {LEFT_OUT_WITH_LATENCY if latency else LEFT_OUT}{starts}",
+        ha="center",
+        fontsize=7,
     )
     if title:
         fig.suptitle(f"{title} (modelled)", fontsize=10)

@@ -459,6 +459,7 @@ def draw(measurements: list[Measurement], ax=None, latency: bool = False):
     ax.set_xlabel("GPUs (n)")
     ax.set_ylabel("ms per step")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7, loc="lower right")
+    # beside the axes, not on them: inside, five entries would cover the lower half of the panel
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.set_title("measured beside modelled (lines: the cost model)", fontsize=9)
     return ax

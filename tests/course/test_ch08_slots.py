@@ -82,10 +82,13 @@ def test_against_torch_on_two_gpus_prints_both_medians_and_no_verdict():
     cells = nbformat.read(root / "notebooks" / "08_real_gpus.ipynb", as_version=4).cells
     [cell] = [c for c in cells if "against-torch" in c.metadata.get("tags", [])]
     fake_nn = types.SimpleNamespace(DataParallel=lambda model: types.SimpleNamespace(device_ids=[0, 1]))
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(device_count=lambda: 0))
+    fake_scaling = types.SimpleNamespace(table=lambda result: "")
     result = {"slots": [1, 2], "dpteach_s": [0.010, 0.030], "torch_dp_s": [0.010, 0.010]}
+    scope = {"on_gpu": True, "torch": fake_torch, "scaling": fake_scaling, "nn": fake_nn, "model": None}
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(cell.source, {"nn": fake_nn, "model": None, "result": result})
+        exec(cell.source, {**scope, "result": result})
     printed = out.getvalue()
     assert "-> 2 GPUs: dpteach 30.00 ms, torch.nn.DataParallel 10.00 ms (medians)" in printed
     assert not any(word in printed for word in ("slower", "faster", "about the same"))
