@@ -1974,6 +1974,15 @@ def penalty_walk(recorded: object, reenters: object, loss: torch.Tensor, grad: t
 # ---------------------------------------------------------------- chapter 08 · real GPUs
 
 
+def _slip_or(fail, guess, slips: dict, otherwise: str) -> Verdict:
+    """The last step of a numeric check: a known slip's change (``slips[guess]`` is ``(problem, change)``),
+    else ``otherwise``, found as ``"other"``."""
+    if guess in slips:
+        problem, change = slips[guess]
+        return fail(change + ".", problem)
+    return fail(otherwise, "other")
+
+
 def copied_per_step(
     predicted: int | object, model: torch.nn.Module, x: torch.Tensor, slots: Sequence
 ) -> Verdict:
@@ -2055,13 +2064,12 @@ def copied_per_step(
         ],
         answer,
     )
-    if guess in slips:
-        problem, change = slips[guess]
-        return fail(change + ".", problem)
-    return fail(
+    return _slip_or(
+        fail,
+        guess,
+        slips,
         f"{guess:,} is too {'many' if guess > truth else 'few'}, and no usual slip gives it: add replicate's "
         "bytes and gather's.",
-        "other",
     )
 
 
@@ -2227,12 +2235,11 @@ def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
         ],
         answer,
     )
-    if guess in slips:
-        problem, change = slips[guess]
-        return fail(change + ".", problem)
-    return fail(
+    return _slip_or(
+        fail,
+        guess,
+        slips,
         f"{guess} is too {'many' if guess > len(truth) else 'few'}: fill the buckets tensor by tensor.",
-        "other",
     )
 
 
