@@ -60,6 +60,18 @@ def test_came_back_is_printed_beside_each_launch():
     assert order.came_back_line(s) == "bucket 0 left at event 2, back after event 2"
 
 
+def test_the_wait_table_sets_the_wait_points_side_by_side():
+    asynchronous = step([("node", "A"), ("bucket", 0, ["x"], 4), ("node", "B"), ("node", "C"), ("wait",)])
+    blocking = step([("node", "A"), ("bucket", 0, ["x"], 4), ("done", 0), ("node", "B"), ("node", "C")])
+    lines = order.wait_table({"DDP": asynchronous, "ours": blocking})
+    assert re.split(r"\s{2,}", lines[0].strip()) == ["DDP", "ours"]
+    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in lines[1:])}
+    assert table["buckets"] == ["1", "1"]
+    assert table["nodes left at the first launch"] == ["2", "2"]  # both launch early ...
+    assert table["backward waits for a sum"] == ["once, after its last node", "before its next node"]
+    assert table["nodes run between a launch and its wait"] == ["2 of 3", "0 of 3"]  # ... only one runs on
+
+
 def test_one_tensor_is_said_in_the_singular():
     (line,) = order.overlap_lines(step([("bucket", 0, ["x"], 4)]))
     assert line.startswith("bucket 0 (1 tensor, 4 bytes)")
@@ -103,13 +115,20 @@ def test_ddp_runs_backward_while_buckets_are_in_flight_and_the_hook_version_does
     quoted = re.search(r"bucket\s+0\s+left\s+with\s+(\d+)\s+of\s+backward's\s+(\d+)\s+nodes\s+still", why)
     assert quoted, why
     assert (int(quoted[1]), int(quoted[2])) == (len(order.overlap(second)[0]["nodes"]), len(nodes))
-    # and the prose under the came-back lines names the wait's event number, the last event of step 2
-    came_back = next(c for c in chapter_cells() if "came-back" in c.metadata.get("tags", [])).source
-    waits = re.search(
-        r'"back\s+after\s+event\s+(\d+)"\s+means\s+after\s+backward.s\s+wait\s+began', came_back, re.I
-    )
-    assert waits and int(waits[1]) == len(second["events"]) and second["events"][-1] == ("wait",), came_back
-    # each bucket came back after its launch and by the wait, on every rank and run
+    # every bucket but the last is launched with backward nodes still to run, the last after the last node
+    assert [bool(b["nodes"]) for b in order.overlap(second)] == [True] * (len(flying) - 1) + [False]
+    # the chapter prints these counts as its one table of wait points, from the same data
+    table = next(c for c in chapter_cells() if "blocking-order" in c.metadata.get("tags", [])).source
+    assert "order.wait_table(" in table and "came_back" not in table  # counted, no clock
+    lines = order.wait_table({"DDP": second, "ours": scratch})[1:]
+    printed = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", line) for line in lines)}
+    assert printed["buckets"] == ["3", "8"]  # ours: one per parameter
+    assert printed["nodes left at the last launch"] == ["0", "0"]
+    assert printed["nodes run between a launch and its wait"] == [
+        f"{order.in_flight_count(second)} of 12",
+        "0 of 12",
+    ]
+    # the clock's figure, off the printed path: each bucket came back after its launch and by the wait
     for run in ddp:
         for r in run:
             s = r["steps"][1]
