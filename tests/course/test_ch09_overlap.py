@@ -151,8 +151,8 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     """Each row is what one slot or one rank moves in a step, so a learner reads P against P: the model
     into each slot but slot 0 and the gradients back from each (counted), beside what a ring all-reduce
     sends and receives on each rank (computed, 2(N-1)/N x P); the gathered outputs on a row apart, never
-    mixed into the model's bytes (the 516 bytes copied on CPU slots). A note under the table explains
-    each row, the gathered row with the number of rows whose outputs it moves."""
+    mixed into the model's bytes (the 516 bytes copied on CPU slots), with the number of rows whose
+    outputs it moves. One footnote line marks the computed row; the cells say the rest."""
     from dpteach.distributed import compare
 
     dp = dict(
@@ -169,16 +169,12 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     assert table["model copied in"] == ["260", "0"]
     # on CPU slots the reduce moves nothing: said so, with what each slot sends on GPUs
     assert table["gradients sent"] == ["0 (on GPUs 260)", "260 to all_reduce"]
-    assert table["ring all-reduce"] == ["-", "sends 260, receives 260"]
-    assert table["outputs gathered"] == ["256 onto slot 0", "0"]
-    assert table["copy calls"] == ["broadcast 4, gather 2", "all_reduce 1"]
-    assert max(len(r) for r in rows[:7]) <= 80  # narrow enough for a notebook's output
-    notes = rows[7:]
-    assert all(n.startswith("- ") for n in notes) and len(notes) == 5  # one note per row
-    assert "every step" in notes[0] and "keeps its own model" in notes[0]
-    assert "in place" in notes[1] and "computed" in notes[2]
-    assert "the 64 rows' outputs" in notes[3] and "not per slot" in notes[3]
-    assert "one per bucket" in notes[4]
+    assert max(len(r) for r in rows) <= 80  # narrow enough for a notebook's output
+    # one footnote, for the one computed row; what the old notes said is in the cells themselves
+    assert rows[7:] == ["* computed: 2(N-1)/N x P (nccl-tests' PERFORMANCE.md); the rest is counted"]
+    assert table["ring all-reduce *"] == ["-", "sends 260, receives 260"]
+    assert table["outputs onto slot 0"] == ["256 (all 64 rows)", "0"]  # the whole batch, not per slot
+    assert table["copy calls"] == ["broadcast 4, gather 2 in all", "all_reduce 1 (one per bucket)"]
     text = "\n".join(rows)
     assert "516" not in text and "from all" not in text  # per rank, never a total over the ranks
     # on 4 GPUs the reduce_add is counted per slot, and a ring sends 2 x 3/4 x 260 from each rank
@@ -190,8 +186,8 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
     assert re.split(r"\s{2,}", four[3]) == ["gradients sent", "260", "260 to all_reduce"]
     assert "sends 390, receives 390" in four[4]
-    assert "on GPUs" not in four[3] and "in place" not in "\n".join(four)
-    assert "the batch's outputs" in four[-2]  # no row count given: none invented
+    assert "on GPUs" not in four[3]
+    assert "192 (the whole batch)" in four[5]  # no row count given: none invented
 
 
 def test_dataparallel_traffic_names_the_rows_its_gather_moved():
