@@ -193,54 +193,37 @@ def dataparallel_traffic(
 def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     """DataParallel's copies (``dataparallel_traffic``) and DDP's all-reduces (``tasks.traffic``) in one
     step, per slot or rank, for N = ``world_size`` of them and a model of P bytes
-    (``dp["parameter_bytes"]``); a note under the table explains each row.
+    (``dp["parameter_bytes"]``); one footnote marks the one computed row.
 
     DataParallel's ``broadcast`` copies the model into each slot but slot 0, P bytes per slot, and on GPUs
     its ``reduce_add`` takes P bytes of gradients from each of them onto slot 0 (CPU slots sum in place,
-    moving nothing); its ``gather`` moves the batch's outputs, not the model. Each DDP rank hands its P
-    bytes of gradients to all-reduce; what a ring all-reduce of them sends and receives on each rank,
-    2(N-1)/N x P (nccl-tests' ``PERFORMANCE.md``), is the one figure computed rather than counted,
-    labelled as such.
+    moving nothing, hence "0 (on GPUs P)"); its ``gather`` moves the whole batch's outputs onto slot 0,
+    not the model, and its copy calls are counted over all slots. Each DDP rank hands its P bytes of
+    gradients to all-reduce, one call per bucket; what a ring all-reduce of them sends and receives on
+    each rank, 2(N-1)/N x P (nccl-tests' ``PERFORMANCE.md``), is the one figure computed rather than
+    counted.
     """
     n, p = world_size, dp["parameter_bytes"]
     counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
     into, back = counted.get("broadcast", 0) // (n - 1), counted.get("reduce_add", 0) // (n - 1)
     ring = 2 * (n - 1) * handed // n  # what a ring all-reduce of P bytes sends, and receives, per rank
+    batch = f"all {dp['rows']} rows" if dp.get("rows") else "the whole batch"
     rows = [
         ("", "DataParallel slot", "DDP rank"),
         ("model copied in", f"{into:,}", "0"),
         ("gradients sent", f"{back:,}" if back else f"0 (on GPUs {p:,})", f"{handed:,} to all_reduce"),
-        ("ring all-reduce", "-", f"sends {ring:,}, receives {ring:,}"),
-        ("outputs gathered", f"{counted.get('gather', 0):,} onto slot 0", "0"),
+        ("ring all-reduce *", "-", f"sends {ring:,}, receives {ring:,}"),
+        ("outputs onto slot 0", f"{counted.get('gather', 0):,} ({batch})", "0"),
         (
             "copy calls",
-            ", ".join(f"{op} {k}" for op, k in dp["copies_per_step"].items()),
-            f"all_reduce {ddp['allreduce_calls_per_step']}",
+            ", ".join(f"{op} {k}" for op, k in dp["copies_per_step"].items()) + " in all",
+            f"all_reduce {ddp['allreduce_calls_per_step']} (one per bucket)",
         ),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [f"one step, in bytes, per slot or rank: N = {n}, P = {p:,} (the model's parameters)"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    lines += [
-        "- model copied in: "
-        + ("P into each slot but slot 0, every step" if into else "none")
-        + "; a DDP rank "
-        + ("keeps its own model" if ddp["same_parameters"] else "changed its parameters' storage"),
-        "- gradients sent: "
-        + (
-            "each slot but slot 0 sends P to slot 0 to be summed (reduce_add)"
-            if back
-            else "CPU slots sum the gradients in place, with nothing to move; on GPUs each slot but "
-            "slot 0 sends P"
-        ),
-        "- ring all-reduce: computed, 2(N-1)/N x P on each rank (nccl-tests' PERFORMANCE.md); "
-        "the rest is counted",
-        "- outputs gathered: "
-        + (f"the {dp['rows']} rows' outputs" if dp.get("rows") else "the batch's outputs")
-        + ", in all, not per slot; each DDP rank keeps its own outputs and loss",
-        "- copy calls: DataParallel's copies as dpteach.comm.traffic() counts them, over all slots;"
-        " DDP's all_reduce calls on each rank, one per bucket",
-    ]
+    lines.append("* computed: 2(N-1)/N x P (nccl-tests' PERFORMANCE.md); the rest is counted")
     return "\n".join(lines)
 
 

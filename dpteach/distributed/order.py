@@ -22,6 +22,7 @@ __all__ = [
     "event_lines",
     "overlap_lines",
     "in_flight_lines",
+    "wait_table",
     "came_back_line",
     "grad_order",
     "bucket_params",
@@ -127,6 +128,40 @@ def in_flight_lines(step: dict) -> list[str]:
         f" of {nodes}"
     )
     return lines
+
+
+def wait_table(steps: dict[str, dict]) -> list[str]:
+    """Backward's wait points side by side, one column per named step (say DDP's and
+    ``ddp_from_scratch``'s, over the same backward): its buckets, the backward nodes still to run at
+    its first and at its last launch, where backward waits for the sums, and how many nodes ran between
+    a launch and backward's wait for that bucket (the overlap the wait allows: ``in_flight_count``). Counted from events, so it repeats."""
+    rows = [("", list(steps))]
+    rows.append(("buckets", [str(len(buckets(s))) for s in steps.values()]))
+    for which, at in (("first", 0), ("last", -1)):
+        left = [str(len(overlap(s)[at]["nodes"])) if buckets(s) else "-" for s in steps.values()]
+        rows.append((f"nodes left at the {which} launch", left))
+    rows.append(
+        (
+            "backward waits for a sum",
+            [
+                "once, after its last node"
+                if all(b["waited"] for b in in_flight(s))
+                else "before its next node"
+                for s in steps.values()
+            ],
+        )
+    )
+    rows.append(
+        (
+            "nodes run between a launch and its wait",
+            [f"{in_flight_count(s)} of {sum(e[0] == 'node' for e in s['events'])}" for s in steps.values()],
+        )
+    )
+    label = max(len(r[0]) for r in rows)
+    widths = [max(len(r[1][i]) for r in rows) for i in range(len(steps))]
+    return [
+        "  ".join([r[0].ljust(label)] + [c.ljust(w) for c, w in zip(r[1], widths)]).rstrip() for r in rows
+    ]
 
 
 def came_back_line(step: dict) -> str:

@@ -8,9 +8,10 @@ torchrun starts the processes and gives each ``RANK``, ``WORLD_SIZE``, ``LOCAL_R
 NCCL when every rank on this node has a GPU of its own, gloo otherwise.
 
 The run is ``story.train`` (chapter 01's one-device reference) spread over the ranks: the same
-model, the same 256 points, full-batch SGD with the same learning rate. Each rank keeps an equal
-shard of the points and DDP all-reduces the gradients, so every rank takes the same step, the
-replicas never drift apart (checked at the end), and the losses printed are the one-device losses.
+model, the same 256 points, full-batch SGD with the same learning rate. DDP all-reduces the
+gradients, so every rank takes the same step and the replicas never drift apart (checked at the
+end); each rank keeps an equal shard of the points, so that step is one device's and the losses
+printed are the one-device losses.
 
 Buffers: DDP also broadcasts rank 0's buffers (BatchNorm's running statistics, chapter 05) when it
 is built and, by default, at the start of every forward. In torch 2.13 the flag for the

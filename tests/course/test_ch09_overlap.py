@@ -60,6 +60,18 @@ def test_came_back_is_printed_beside_each_launch():
     assert order.came_back_line(s) == "bucket 0 left at event 2, back after event 2"
 
 
+def test_the_wait_table_sets_the_wait_points_side_by_side():
+    asynchronous = step([("node", "A"), ("bucket", 0, ["x"], 4), ("node", "B"), ("node", "C"), ("wait",)])
+    blocking = step([("node", "A"), ("bucket", 0, ["x"], 4), ("done", 0), ("node", "B"), ("node", "C")])
+    lines = order.wait_table({"DDP": asynchronous, "ours": blocking})
+    assert re.split(r"\s{2,}", lines[0].strip()) == ["DDP", "ours"]
+    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in lines[1:])}
+    assert table["buckets"] == ["1", "1"]
+    assert table["nodes left at the first launch"] == ["2", "2"]  # both launch early ...
+    assert table["backward waits for a sum"] == ["once, after its last node", "before its next node"]
+    assert table["nodes run between a launch and its wait"] == ["2 of 3", "0 of 3"]  # ... only one runs on
+
+
 def test_one_tensor_is_said_in_the_singular():
     (line,) = order.overlap_lines(step([("bucket", 0, ["x"], 4)]))
     assert line.startswith("bucket 0 (1 tensor, 4 bytes)")
@@ -103,13 +115,20 @@ def test_ddp_runs_backward_while_buckets_are_in_flight_and_the_hook_version_does
     quoted = re.search(r"bucket\s+0\s+left\s+with\s+(\d+)\s+of\s+backward's\s+(\d+)\s+nodes\s+still", why)
     assert quoted, why
     assert (int(quoted[1]), int(quoted[2])) == (len(order.overlap(second)[0]["nodes"]), len(nodes))
-    # and the prose under the came-back lines names the wait's event number, the last event of step 2
-    came_back = next(c for c in chapter_cells() if "came-back" in c.metadata.get("tags", [])).source
-    waits = re.search(
-        r'"back\s+after\s+event\s+(\d+)"\s+means\s+after\s+backward.s\s+wait\s+began', came_back, re.I
-    )
-    assert waits and int(waits[1]) == len(second["events"]) and second["events"][-1] == ("wait",), came_back
-    # each bucket came back after its launch and by the wait, on every rank and run
+    # every bucket but the last is launched with backward nodes still to run, the last after the last node
+    assert [bool(b["nodes"]) for b in order.overlap(second)] == [True] * (len(flying) - 1) + [False]
+    # the chapter prints these counts as its one table of wait points, from the same data
+    table = next(c for c in chapter_cells() if "blocking-order" in c.metadata.get("tags", [])).source
+    assert "order.wait_table(" in table and "came_back" not in table  # counted, no clock
+    lines = order.wait_table({"DDP": second, "ours": scratch})[1:]
+    printed = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", line) for line in lines)}
+    assert printed["buckets"] == ["3", "8"]  # ours: one per parameter
+    assert printed["nodes left at the last launch"] == ["0", "0"]
+    assert printed["nodes run between a launch and its wait"] == [
+        f"{order.in_flight_count(second)} of 12",
+        "0 of 12",
+    ]
+    # the clock's figure, off the printed path: each bucket came back after its launch and by the wait
     for run in ddp:
         for r in run:
             s = r["steps"][1]
@@ -132,8 +151,8 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     """Each row is what one slot or one rank moves in a step, so a learner reads P against P: the model
     into each slot but slot 0 and the gradients back from each (counted), beside what a ring all-reduce
     sends and receives on each rank (computed, 2(N-1)/N x P); the gathered outputs on a row apart, never
-    mixed into the model's bytes (the 516 bytes copied on CPU slots). A note under the table explains
-    each row, the gathered row with the number of rows whose outputs it moves."""
+    mixed into the model's bytes (the 516 bytes copied on CPU slots), with the number of rows whose
+    outputs it moves. One footnote line marks the computed row; the cells say the rest."""
     from dpteach.distributed import compare
 
     dp = dict(
@@ -150,16 +169,12 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     assert table["model copied in"] == ["260", "0"]
     # on CPU slots the reduce moves nothing: said so, with what each slot sends on GPUs
     assert table["gradients sent"] == ["0 (on GPUs 260)", "260 to all_reduce"]
-    assert table["ring all-reduce"] == ["-", "sends 260, receives 260"]
-    assert table["outputs gathered"] == ["256 onto slot 0", "0"]
-    assert table["copy calls"] == ["broadcast 4, gather 2", "all_reduce 1"]
-    assert max(len(r) for r in rows[:7]) <= 80  # narrow enough for a notebook's output
-    notes = rows[7:]
-    assert all(n.startswith("- ") for n in notes) and len(notes) == 5  # one note per row
-    assert "every step" in notes[0] and "keeps its own model" in notes[0]
-    assert "in place" in notes[1] and "computed" in notes[2]
-    assert "the 64 rows' outputs" in notes[3] and "not per slot" in notes[3]
-    assert "one per bucket" in notes[4]
+    assert max(len(r) for r in rows) <= 80  # narrow enough for a notebook's output
+    # one footnote, for the one computed row; what the old notes said is in the cells themselves
+    assert rows[7:] == ["* computed: 2(N-1)/N x P (nccl-tests' PERFORMANCE.md); the rest is counted"]
+    assert table["ring all-reduce *"] == ["-", "sends 260, receives 260"]
+    assert table["outputs onto slot 0"] == ["256 (all 64 rows)", "0"]  # the whole batch, not per slot
+    assert table["copy calls"] == ["broadcast 4, gather 2 in all", "all_reduce 1 (one per bucket)"]
     text = "\n".join(rows)
     assert "516" not in text and "from all" not in text  # per rank, never a total over the ranks
     # on 4 GPUs the reduce_add is counted per slot, and a ring sends 2 x 3/4 x 260 from each rank
@@ -171,8 +186,8 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
     assert re.split(r"\s{2,}", four[3]) == ["gradients sent", "260", "260 to all_reduce"]
     assert "sends 390, receives 390" in four[4]
-    assert "on GPUs" not in four[3] and "in place" not in "\n".join(four)
-    assert "the batch's outputs" in four[-2]  # no row count given: none invented
+    assert "on GPUs" not in four[3]
+    assert "192 (the whole batch)" in four[5]  # no row count given: none invented
 
 
 def test_dataparallel_traffic_names_the_rows_its_gather_moved():

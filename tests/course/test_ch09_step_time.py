@@ -17,8 +17,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
-from dpteach.distributed import make_data, make_model
+from dpteach.distributed import make_data, make_model, plots
 from dpteach.measure import costmodel
 
 CHAPTER = Path(__file__).resolve().parents[2] / "notebooks" / "09_beyond_one_process.ipynb"
@@ -48,7 +49,9 @@ def test_the_timeline_is_a_compute_bound_workload_on_one_axis_with_the_ratio_pri
     import matplotlib.pyplot as plt
 
     nb, at = tagged("ddp-timeline")
-    printed = run_cell(nb[at].source, scope := {"make_model": make_model, "make_data": make_data})
+    # the names the chapter's key-result cell imported before it
+    scope = {"torch": torch, "plots": plots, "make_model": make_model, "make_data": make_data}
+    printed = run_cell(nb[at].source, scope)
     fig = scope["fig"]
     top, bottom = fig.axes[0], fig.axes[1]
     assert top.get_xlim() == bottom.get_xlim()  # one shared x-axis: the bars compare by length
