@@ -110,9 +110,18 @@ def test_step_copies_names_the_slip():
         n * T + n - 1: ("slot 0", "gather slot 0"),  # 47
         (n - 1) * T + 1: ("gather once",),  # 34: the gather counted as one copy, not one per slot
         n * T + 1: ("slot 0", "gather once"),  # 45
+        n - 1: ("per model", "gather"),  # 3: model copies counted, not their tensors
+        n - 1 + n: ("per model",),  # 7: one copy per model copy, and the gather
+        (n - 1) * (T - 5) + n: ("batchnorm",),  # 22: the BatchNorm's 5 tensors (or the 6 layers) counted out
         12: (),  # no slip gives it
     }
-    clone = {(n - 1) * T + n: ("slot 0",), n * T: ("gather",), (n - 1) * T: ("slot 0", "gather")}
+    clone = {
+        (n - 1) * T + n: ("slot 0",),
+        n * T: ("gather",),
+        (n - 1) * T: ("slot 0", "gather"),
+        n + n: ("per model",),  # 8
+        n * (T - 5) + n: ("batchnorm",),  # 28
+    }
     for strategy, said in (("broadcast", broadcast), ("clone", clone)):
         for guess, slips in said.items():
             checks.reset()
@@ -133,6 +142,21 @@ def test_step_copies_says_the_gather_is_one_copy_per_slot():
         11 + 1, model, x, ["cpu"] * 2
     )  # on 2 slots 1 piece is N - 1: slot 0's piece left out
     assert two.slips == ("gather slot 0",)
+
+
+def test_step_copies_says_what_to_change_in_whole_sentences():
+    """Every failure of the count check is whole sentences, one per slip, each saying what to change: the
+    model copies counted instead of their tensors (3), the BatchNorm counted out (22), two slips at once."""
+    model, x, slots = make_model(), torch.randn(32, 64), ["cpu"] * 4
+    for guess in (3, 22, 44, 28, 33, 12):
+        checks.reset()
+        change = checks.step_copies(guess, model, x, slots).message.splitlines()[0]
+        assert change.startswith("Not yet: ") and change.endswith(".") and "?" not in change, change
+        assert "no usual slip" not in change or guess == 12
+        assert re.search(r"\b(count|add|Add|Count)\b", change), change  # says what to change
+    checks.reset()
+    assert "11" in checks.step_copies(3, model, x, slots).message  # the tensors per model copy, named
+    assert "BatchNorm" in checks.step_copies(22, model, x, slots).message
 
 
 def test_step_copies_hints_at_the_slip_made_whatever_came_before():
