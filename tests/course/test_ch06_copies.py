@@ -285,27 +285,33 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
     assert f"{buckets} sent, {2 * buckets} copies, {2 * sent:,} bytes" in printed[five]
 
 
-def test_rewire_records_the_one_node_per_parameter_the_chapter_names():
-    """Under the shares figure, in a Going-deeper block, the chapter says what "rewire"'s replicate does
-    beyond "clone"'s same clones: one autograd node per parameter, whose outputs are the replicas' tensors."""
-    import dpteach
+def test_the_copy_figure_and_its_text_agree():
+    """The timing figure runs on one device too, where ``.to`` copies nothing: the text beside it says, in
+    the main path, that both functions always copy, and the figure's title says which case it times."""
+    at = next(i for i, c in enumerate(CELLS) if "copy-timings" in c.metadata.get("tags", []))
+    before = " ".join(DETAILS.sub(" ", CELLS[at - 1].source).split())
+    assert "Both always copy" in before and "own device" in before
+    assert "as onto another device" in CELLS[at].source and "both always copy" in CELLS[at].source
+    tensor = torch.ones(4)
+    with costs.CountCopies() as counted:
+        costs.to_device(tensor, tensor.device)
+    assert counted.copies  # a real copy even onto the tensor's own device, as the text says
 
-    model = make_model()
-    params = list(model.parameters())
-    nodes = {}
-    for strategy in ("clone", "rewire"):
-        replicas = dpteach.replicate(model, ["cpu"] * 2, strategy=strategy)
-        held = [
-            t for r in replicas for m in r.modules() for t in vars(m).values() if isinstance(t, torch.Tensor)
-        ]
-        held += [p for r in replicas for p in r.parameters()]
-        nodes[strategy] = {t.grad_fn for t in held if t.grad_fn is not None}
-    assert nodes["clone"] == set()  # fresh leaves: nothing recorded
-    assert len(nodes["rewire"]) == len(params)  # one node per parameter, each shared by both slots
-    assert {type(n).__name__ for n in nodes["rewire"]} == {"ReduceAddBackward"}
-    at = next(i for i, c in enumerate(CELLS) if "step-shares" in c.metadata.get("tags", []))
-    said = " ".join(CELLS[at + 1].source.split())
-    assert f"each of the {len(params)} parameters" in said and "ReduceAdd.apply" in said
+
+def test_the_main_path_names_no_pull_request_and_says_why_the_copies_matter():
+    """History (PR and issue numbers) sits in the Going-deeper blocks; the main path says once why the
+    copies matter in practice, DataParallel's per step against DDP's once, and links chapter 08."""
+    main = [DETAILS.sub(" ", c.source) for c in CELLS if c.cell_type == "markdown"]
+    found = [n for m in main for n in re.findall(r"#\d{4,}", m)]
+    assert not found, found
+    text = " ".join(" ".join(main).split())
+    assert "on every step, while DistributedDataParallel copies the parameters once" in text
+    assert "(08_real_gpus.ipynb)" in text
+
+
+def test_2n_minus_1_is_stated_where_it_is_counted():
+    at = next(i for i, c in enumerate(CELLS) if "meta-counts" in c.metadata.get("tags", []))
+    assert "2N − 1" in DETAILS.sub(" ", CELLS[at - 1].source)
 
 
 def test_the_meta_pair_shows_the_table_and_the_summary_on_any_machine():
