@@ -1095,7 +1095,8 @@ class CountVerdict(Verdict):
     ``slips``: the slips a wrong count was matched to, ``"bytes"`` (bytes given for copies),
     ``"buffers"`` (the buffers left out), ``"slot 0"`` (slot 0 counted the wrong way), ``"gather"``
     (the gathered pieces left out), ``"gather slot 0"`` (slot 0's piece left out), ``"gather once"``
-    (the gather taken for one copy, not one per slot); empty when the
+    (the gather taken for one copy, not one per slot), ``"per model"`` (one copy per model copy, not one
+    per tensor), ``"batchnorm"`` (the BatchNorm's tensors left out, or the layers counted); empty when the
     count is right or no slip explains it. ``hints``: the hints the message gave, one per slip.
     ``offers_answer``: the message says how to see the worked count (from the third failed try on);
     ``shows_answer``: it gives that count (only when asked, ``show_answer=True``). ``model_copy_bytes``
@@ -1108,10 +1109,16 @@ class CountVerdict(Verdict):
 
 
 def _count_slips(
-    strategy: str, n: int, params: int, tensors: int, gathered: int
+    strategy: str,
+    n: int,
+    params: int,
+    tensors: int,
+    gathered: int,
+    per_copy: Sequence[tuple[int, tuple[str, ...]]] = (),
 ) -> dict[int, tuple[str, ...]]:
     """Every count one or two of the usual slips give, with the slips: the fewest slips win a tie, then the
-    slips tried first (the gather taken for one copy is tried last)."""
+    slips tried first (the gather taken for one copy is tried last). ``per_copy``: more wrong counts of
+    copies per model copy, each with its slip (one per model copy, ``("per model",)``, say)."""
     right_copies = n - 1 if strategy == "broadcast" else n  # broadcast: slot 0 shares the model
     wrong_copies = n if strategy == "broadcast" else n - 1
     usual = ((gathered, ()), (0, ("gather",)), (gathered - 1, ("gather slot 0",)))
@@ -1120,13 +1127,24 @@ def _count_slips(
     found: dict[int, tuple[str, ...]] = {}
     for gathers in (usual, once):
         for copies, slot in ((right_copies, ()), (wrong_copies, ("slot 0",))):
-            for per_copy, buffers in ((tensors, ()), (params, ("buffers",))):
+            for each, buffers in ((tensors, ()), (params, ("buffers",)), *per_copy):
                 for pieces, gather in gathers:
                     slips = slot + buffers + gather
-                    count = copies * per_copy + pieces
+                    count = copies * each + pieces
                     if slips and len(slips) <= 2 and (count not in found or len(slips) < len(found[count])):
                         found[count] = slips
     return found
+
+
+def _in(name: str, model: torch.nn.Module, modules: Sequence[torch.nn.Module]) -> bool:
+    """Whether the parameter or buffer ``name`` of ``model`` belongs to one of ``modules``."""
+    owner = name.rpartition(".")[0]
+    return any(model.get_submodule(owner) is m for m in modules)
+
+
+def _sentence(clause: str, i: int) -> str:
+    """The ``i``-th clause of a message, as a sentence: the first follows "Not yet: ", the rest begin anew."""
+    return clause[0].upper() + clause[1:] if i else clause
 
 
 TRIES_BEFORE_ANSWER = 3  # failed tries of one count before the check says how to see the worked answer
@@ -1146,7 +1164,8 @@ def step_copies(
 
     With every slot on one device a wrong count is matched against the usual slips, one or two at a
     time (bytes for copies, the buffers or the gather left out, the gather counted as one copy instead
-    of one per slot, slot 0 counted wrong): the message
+    of one per slot, slot 0 counted wrong, a model copy counted as one copy or without its BatchNorm):
+    the message
     names each slip made and gives the hint for that slip, whatever came before. A count no slip
     explains gets the next rung of a two-hint ladder. Unlike the other checks, this one never
     prints the worked count unasked: from the third failed try on it says where to find it, the
@@ -1168,6 +1187,12 @@ def step_copies(
     params, buffers = sum(1 for _ in model.parameters()), [b for b, _ in model.named_buffers()]
     tensors, gathered = params + len(buffers), ops["gather"]
     model_copies = n - 1 if strategy == "broadcast" else n  # broadcast: slot 0 shares the model
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    named = (*model.named_parameters(), *model.named_buffers())
+    in_norms = [k for k, _ in named if _in(k, model, norms)]
+    layers = len(list(model.children()))
+    # two more ways to miscount one model copy: one copy per model, or the BatchNorm's tensors left out
+    per_copy = [(1, ("per model",))] + ([(tensors - len(in_norms), ("batchnorm",))] if in_norms else [])
     one_device = len({str(torch.device(d)) for d in slots}) == 1
     formula = f"{model_copies} model copies × {tensors} tensors + {gathered} gathered pieces"
     if not one_device:
@@ -1180,14 +1205,24 @@ def step_copies(
         return _correct(name, f"{truth} copies: {formula}.")
     said = {
         "bytes": "that is the number of bytes the step copied; count the copies, one per tensor moved",
-        "buffers": f"a model copy copies its {len(buffers)} buffers too, not only its {params} parameters",
+        "buffers": f"a model copy copies its {len(buffers)} buffers too, not only its {params} parameters: "
+        f"count {tensors} copies per model copy",
         "slot 0": (
             f"under 'broadcast' slot 0's replica shares the model's storage: {n - 1} model copies, not {n}"
             if strategy == "broadcast"
             else f"under {strategy!r} slot 0's replica is a copy too, as Cloneable::clone made it: "
             f"{n} model copies, not {n - 1}"
         ),
-        "gather": "besides the model, what else does the step copy onto devices[0]?",
+        "gather": "add the gather's copies: besides the model, the step copies the output back onto devices[0]",
+        "per model": f"you counted one copy per model copy, but a model copy is one copy per tensor, {tensors} "
+        "here: count each model copy as that many copies",
+        "batchnorm": f"you counted {tensors - len(in_norms)} copies per model copy, which leaves out the "
+        f"BatchNorm's {len(in_norms)} tensors (its weight, bias and buffers): count {tensors}, one per tensor"
+        + (
+            f". If you counted the {layers} layers: a model copy makes one copy per tensor, not per layer"
+            if layers == tensors - len(in_norms)
+            else ""
+        ),
         "gather slot 0": "gather copies one piece of the output per slot, slot 0's piece included",
         "gather once": f"gather makes one copy per slot, not one for the whole output: {gathered} copies, "
         "one per slot's piece",
@@ -1205,6 +1240,10 @@ def step_copies(
             "copied every tensor, even for a slot on the model's own device."
         ),
         "gather": "Look at the 'gather' rows of the counting cell: how many copies per slot?",
+        "per model": f"The counting cell prints T, the tensors of one model copy; its {strategy!r} row gives "
+        f"{'(N - 1)·T' if strategy == 'broadcast' else 'N·T'} copies: T copies per model copy.",
+        "batchnorm": "model.named_parameters() and model.named_buffers() list every tensor a model copy "
+        f"copies; the BatchNorm's are {', '.join(in_norms)}.",
         "gather slot 0": "Slot 0's piece is on devices[0] already, yet gather copies it too: torch.cat "
         "writes every piece into one new tensor.",
         "gather once": "Each replica computes its own rows of the output, so the output comes back in N "
@@ -1215,12 +1254,12 @@ def step_copies(
         slips = (
             ("bytes",)
             if guess == t.bytes
-            else _count_slips(strategy, n, params, tensors, gathered).get(guess, ())
+            else _count_slips(strategy, n, params, tensors, gathered, per_copy).get(guess, ())
         )
     _failures[name] += 1
     tries = _failures[name]
     if slips:
-        change = "; and ".join(said[s] for s in slips) + ("" if said[slips[-1]].endswith("?") else ".")
+        change = ". ".join(_sentence(said[s], i) for i, s in enumerate(slips)) + "."
         hints = tuple(hint_for[s] for s in slips)
     else:
         too = "many" if guess > truth else "few"
@@ -1319,7 +1358,7 @@ def model_copy_bytes(
         "gather": f"you counted the gathered output in ({gathered:,} bytes): it copies the result, not the "
         "model, so leave it out",
         "counter": f"{counter} is a buffer too, and every model copy copies it: add its {counter_bytes:,} bytes",
-        "counter as 4 bytes": f"{counter} is an int64 counter, 8 bytes, not 4",
+        "counter as 4 bytes": f"{counter} is an int64 counter: count 8 bytes for it, not 4",
         "buffers": "a model copy copies the buffers too (BatchNorm's running_mean, running_var and "
         f"{counter}), not only the parameters: add B",
         "slot 0": (
@@ -1332,7 +1371,7 @@ def model_copy_bytes(
     }
     slips = _byte_slips(strategy, copies, P + B, P, counter_bytes, elements, gathered).get(guess, ())
     if slips:
-        change = "; and ".join(said[s] for s in slips) + "."
+        change = ". ".join(_sentence(said[s], i) for i, s in enumerate(slips)) + "."
     else:
         change = (
             f"{guess:,} is too {'many' if guess > truth else 'few'}, and no usual slip gives it. Work it out "
@@ -1413,7 +1452,9 @@ def slot0_memory(
     wrong = [k for k in given if given[k] != truth[k]]
     if len(wrong) > 1 and all(given[k] == (not truth[k]) for k in given):
         return fail(
-            "every answer of shared is the other way round: which replica is a fresh copy?", "swapped"
+            "every answer of shared is the other way round: a fresh copy has memory of its own, so compare "
+            "the data_ptr of each strategy's replica again and write what it gives",
+            "swapped",
         )
     if wrong:
         k = wrong[0]
@@ -1427,8 +1468,8 @@ def slot0_memory(
         return Verdict(False, f'Set lands_in to "model" or "replica", not {lands_in!r}.')
     if lands_in != lands:
         return fail(
-            "the memory answers are right, but under 'broadcast' slot 0's running_mean is the model's own "
-            "tensor: an in-place update of it changes the model. Where does it land?",
+            "the memory answers are right. Under 'broadcast' slot 0's running_mean is the model's own tensor, "
+            "so an in-place update of it changes that tensor: set lands_in to where the tensor lives.",
             "lands in",
         )
     return _correct(name, why[0].upper() + why[1:])
@@ -1529,48 +1570,64 @@ def bucket_copies(
     guess = tuple(int(v) for v in predicted)  # type: ignore[union-attr]
     if guess == truth:
         return _correct(name, result)
+    # each part that differs gets one clause that says what to change; the parts already right are named
     said, found = [], []
     if guess[0] != truth[0]:
         if guess[0] == len(tensors):
             found.append("per tensor")
-            said.append("coalescing sends one copy per bucket, not one per tensor")
+            said.append(
+                "count one send per bucket, not one per tensor: coalescing sends a bucket in one copy"
+            )
         elif guess[0] == math.ceil(sent_bytes / buffer_size):
             found.append("split")
             said.append(
-                "a bucket holds whole tensors, never part of one (a tensor larger than the bucket gets one of its own): "
-                "count how many whole tensors fit"
+                "count whole tensors per bucket: a bucket never holds part of a tensor (one larger than the "
+                f"bucket gets a bucket of its own), so ask how many whole tensors fit in {buffer_size:,} bytes"
             )
         else:
             found.append("sent")
             said.append(
-                f"{guess[0]} copies sent is too {'many' if guess[0] > truth[0] else 'few'}: one per bucket"
+                f"{guess[0]} copies sent is too {'many' if guess[0] > truth[0] else 'few'}: count one send per bucket"
             )
     if guess[1] != truth[1] and guess[1] - guess[0] != truth[1] - truth[0]:  # not the sends alone: the packs
         if packed and guess[1] == guess[0]:
             found.append("no pack")
             said.append(
-                "each bucket of more than one tensor is packed on the source first: a 'pack' copy each"
+                "add a 'pack' copy for each bucket of two tensors or more: it is packed on the source before "
+                "it is sent"
             )
         elif guess[1] == 2 * guess[0] and truth[1] < 2 * truth[0]:
             found.append("one-tensor pack")
-            said.append("a bucket of one tensor needs no pack: it is sent as it is")
+            said.append("leave out the pack of a bucket that holds one tensor: it is sent as it is, unpacked")
         else:
             found.append("copies")
             said.append(
-                f"{guess[1]} copies is too {'many' if guess[1] > truth[1] else 'few'}: the sends and the packs"
+                f"{guess[1]} copies in all is too {'many' if guess[1] > truth[1] else 'few'}: count the sends, "
+                "plus one pack per bucket of two tensors or more"
             )
     if guess[2] != truth[2]:
         if packed and guess[2] == sent_bytes:
             found += [] if "no pack" in found else ["no pack"]
-            said.append("t.bytes counts the packed bytes too: every byte of a packed bucket twice")
+            said.append(
+                "add the packed bytes to the bytes sent: t.bytes counts every byte of a packed bucket twice, "
+                "once packed and once sent"
+            )
         elif guess[2] == 2 * sent_bytes and packed < sent_bytes:
             found += [] if "one-tensor pack" in found else ["one-tensor pack"]
-            said.append("so a one-tensor bucket's bytes count once")
+            said.append(
+                "count the bytes of a bucket that holds one tensor once, not twice: it is sent unpacked, so "
+                "only the buckets of two tensors or more add their bytes a second time"
+            )
         else:
             found.append("bytes")
             said.append(
-                f"{guess[2]:,} bytes is too {'many' if guess[2] > truth[2] else 'few'}: sent plus packed"
+                f"{guess[2]:,} bytes is too {'many' if guess[2] > truth[2] else 'few'}: add the bytes sent and "
+                "the bytes packed"
             )
+    right = [part for part, g, w in zip(("sent", "copies", "bytes"), guess, truth) if g == w]
+    counts = f"{' and '.join(right)} {'count is' if len(right) == 1 else 'counts are'}"
+    sentences = ([f"your {counts} right"] if right else []) + said
+    change = ". ".join(_sentence(x, i) for i, x in enumerate(sentences)) + "."
     per = tensors[0].nbytes if tensors else 0
     fail = _ladder(
         name,
@@ -1581,7 +1638,7 @@ def bucket_copies(
         ],
         f"{result}: {truth[0]} buckets sent, {sent_bytes:,} bytes, and {packed:,} bytes packed.",
     )
-    return fail("; ".join(said) + ".", " + ".join(found))
+    return fail(change, " + ".join(found))
 
 
 # ---------------------------------------------------------------- chapter 07 · double backward

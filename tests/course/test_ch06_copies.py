@@ -110,9 +110,18 @@ def test_step_copies_names_the_slip():
         n * T + n - 1: ("slot 0", "gather slot 0"),  # 47
         (n - 1) * T + 1: ("gather once",),  # 34: the gather counted as one copy, not one per slot
         n * T + 1: ("slot 0", "gather once"),  # 45
+        n - 1: ("per model", "gather"),  # 3: model copies counted, not their tensors
+        n - 1 + n: ("per model",),  # 7: one copy per model copy, and the gather
+        (n - 1) * (T - 5) + n: ("batchnorm",),  # 22: the BatchNorm's 5 tensors (or the 6 layers) counted out
         12: (),  # no slip gives it
     }
-    clone = {(n - 1) * T + n: ("slot 0",), n * T: ("gather",), (n - 1) * T: ("slot 0", "gather")}
+    clone = {
+        (n - 1) * T + n: ("slot 0",),
+        n * T: ("gather",),
+        (n - 1) * T: ("slot 0", "gather"),
+        n + n: ("per model",),  # 8
+        n * (T - 5) + n: ("batchnorm",),  # 28
+    }
     for strategy, said in (("broadcast", broadcast), ("clone", clone)):
         for guess, slips in said.items():
             checks.reset()
@@ -133,6 +142,21 @@ def test_step_copies_says_the_gather_is_one_copy_per_slot():
         11 + 1, model, x, ["cpu"] * 2
     )  # on 2 slots 1 piece is N - 1: slot 0's piece left out
     assert two.slips == ("gather slot 0",)
+
+
+def test_step_copies_says_what_to_change_in_whole_sentences():
+    """Every failure of the count check is whole sentences, one per slip, each saying what to change: the
+    model copies counted instead of their tensors (3), the BatchNorm counted out (22), two slips at once."""
+    model, x, slots = make_model(), torch.randn(32, 64), ["cpu"] * 4
+    for guess in (3, 22, 44, 28, 33, 12):
+        checks.reset()
+        change = checks.step_copies(guess, model, x, slots).message.splitlines()[0]
+        assert change.startswith("Not yet: ") and change.endswith(".") and "?" not in change, change
+        assert "no usual slip" not in change or guess == 12
+        assert re.search(r"\b(count|add|Add|Count)\b", change), change  # says what to change
+    checks.reset()
+    assert "11" in checks.step_copies(3, model, x, slots).message  # the tensors per model copy, named
+    assert "BatchNorm" in checks.step_copies(22, model, x, slots).message
 
 
 def test_step_copies_hints_at_the_slip_made_whatever_came_before():
@@ -261,27 +285,33 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
     assert f"{buckets} sent, {2 * buckets} copies, {2 * sent:,} bytes" in printed[five]
 
 
-def test_rewire_records_the_one_node_per_parameter_the_chapter_names():
-    """Under the shares figure, in a Going-deeper block, the chapter says what "rewire"'s replicate does
-    beyond "clone"'s same clones: one autograd node per parameter, whose outputs are the replicas' tensors."""
-    import dpteach
+def test_the_copy_figure_and_its_text_agree():
+    """The timing figure runs on one device too, where ``.to`` copies nothing: the text beside it says, in
+    the main path, that both functions always copy, and the figure's title says which case it times."""
+    at = next(i for i, c in enumerate(CELLS) if "copy-timings" in c.metadata.get("tags", []))
+    before = " ".join(DETAILS.sub(" ", CELLS[at - 1].source).split())
+    assert "Both always copy" in before and "own device" in before
+    assert "as onto another device" in CELLS[at].source and "both always copy" in CELLS[at].source
+    tensor = torch.ones(4)
+    with costs.CountCopies() as counted:
+        costs.to_device(tensor, tensor.device)
+    assert counted.copies  # a real copy even onto the tensor's own device, as the text says
 
-    model = make_model()
-    params = list(model.parameters())
-    nodes = {}
-    for strategy in ("clone", "rewire"):
-        replicas = dpteach.replicate(model, ["cpu"] * 2, strategy=strategy)
-        held = [
-            t for r in replicas for m in r.modules() for t in vars(m).values() if isinstance(t, torch.Tensor)
-        ]
-        held += [p for r in replicas for p in r.parameters()]
-        nodes[strategy] = {t.grad_fn for t in held if t.grad_fn is not None}
-    assert nodes["clone"] == set()  # fresh leaves: nothing recorded
-    assert len(nodes["rewire"]) == len(params)  # one node per parameter, each shared by both slots
-    assert {type(n).__name__ for n in nodes["rewire"]} == {"ReduceAddBackward"}
-    at = next(i for i, c in enumerate(CELLS) if "step-shares" in c.metadata.get("tags", []))
-    said = " ".join(CELLS[at + 1].source.split())
-    assert f"each of the {len(params)} parameters" in said and "ReduceAdd.apply" in said
+
+def test_the_main_path_names_no_pull_request_and_says_why_the_copies_matter():
+    """History (PR and issue numbers) sits in the Going-deeper blocks; the main path says once why the
+    copies matter in practice, DataParallel's per step against DDP's once, and links chapter 08."""
+    main = [DETAILS.sub(" ", c.source) for c in CELLS if c.cell_type == "markdown"]
+    found = [n for m in main for n in re.findall(r"#\d{4,}", m)]
+    assert not found, found
+    text = " ".join(" ".join(main).split())
+    assert "on every step, while DistributedDataParallel copies the parameters once" in text
+    assert "(08_real_gpus.ipynb)" in text
+
+
+def test_2n_minus_1_is_stated_where_it_is_counted():
+    at = next(i for i, c in enumerate(CELLS) if "meta-counts" in c.metadata.get("tags", []))
+    assert "2N − 1" in DETAILS.sub(" ", CELLS[at - 1].source)
 
 
 def test_the_meta_pair_shows_the_table_and_the_summary_on_any_machine():

@@ -227,6 +227,35 @@ def test_bucket_copies_names_the_mistake(bucket, guess, problem):
     assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
 
 
+@pytest.mark.parametrize(
+    "bucket, guess",
+    [
+        (3072, (342, 683, 2 * 1024 * 1024)),  # only the bytes wrong: the last bucket's bytes counted twice
+        (3072, (342, 684, 2 * 1024 * 1024)),
+        (4096, (256, 512, 1024 * 1024)),  # only the bytes wrong: the packs left out
+        (4096, (1024, 1024, 1024 * 1024)),
+        (1000, (1049, 1049, 1024 * 1024)),
+        (4096, (7, 8, 9)),
+    ],
+)
+def test_bucket_copies_says_what_to_change_in_whole_sentences(bucket, guess):
+    """Each part that differs gets a sentence of its own that says what to change (count, add, leave
+    out), and the parts already right are named: no clause that only continues another."""
+    import re
+
+    change = checks.bucket_copies(guess, tensors(), CPU, bucket).message.splitlines()[0]
+    body = change.removeprefix("Not yet: ")
+    sentences = re.split(r"(?<=\.) (?=[A-Z0-9])", body)
+    assert change.startswith("Not yet: ") and body.endswith("."), change
+    assert not re.match(r"(so|and|but|then)\b", body), change  # a fragment continues a sentence not shown
+    assert all(re.search(r"\b(count|add|leave|right)\b", s, re.I) for s in sentences), sentences
+
+
+def test_bucket_copies_names_the_parts_already_right():
+    change = checks.bucket_copies((342, 683, 2 * 1024 * 1024), tensors(), CPU, 3072).message.splitlines()[0]
+    assert change.startswith("Not yet: your sent and copies counts are right. Count the bytes"), change
+
+
 def test_bucket_copies_asks_for_three_whole_numbers():
     assert "Write your prediction" in checks.bucket_copies(..., tensors(), CPU, 4096).message
     assert "three whole numbers" in checks.bucket_copies((1, 2), tensors(), CPU, 4096).message

@@ -1,9 +1,10 @@
-"""Chapter 06's step profile: where one step's time goes, each move's share, strategies taken in turns.
+"""The step profile (``dpteach.measure.profile``: each move's share, strategies taken in turns) and how
+chapter 06 times.
 
 The seconds are never asserted (they are the learner's own figure); what is asserted is how they are
 taken and drawn: the strategies' steps alternate, a share is taken within its own step, the spread
-is the middle half of the steps, and the chapter shows the chart as the learner's timing. Cells are
-found by their tags.
+is the middle half of the steps. Chapter 06 no longer draws the shares (a timing taught no lesson
+that repeats); the profile stays library API (docs/library.md). Cells are found by their tags.
 """
 
 from __future__ import annotations
@@ -106,16 +107,6 @@ def test_plot_shares_draws_a_bar_per_move_and_strategy_with_its_whisker_in_plain
     assert "middle half" in ax.get_ylabel() and not [s for s in shown if cbook.is_math_text(s)]
     assert not [s for s in shown if re.search(r"\d\s*(ms|µs|s)\b", s)]  # no time anywhere in the figure
     assert profile.plot_shares(profiles["clone"]).get_legend().get_texts()[0].get_text().startswith("clone")
-
-
-def test_the_chapter_shows_the_shares_as_the_learners_own_timing():
-    at = tagged("step-shares")
-    cell = CELLS[at]
-    assert "profile_in_turns(" in cell.source and "plot_shares(" in cell.source and "this run" in cell.source
-    assert cell.metadata["mystnb"]["image"]["alt"].strip()
-    after = " ".join(CELLS[at + 1].source.split())
-    assert CELLS[at + 1].cell_type == "markdown"
-    assert "your machine's timing" in after and "spread" in after and "overlap" in after
 
 
 def test_the_coalescing_lesson_rests_on_the_counts():
