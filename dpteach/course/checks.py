@@ -115,6 +115,11 @@ def reset() -> None:
 # ---------------------------------------------------------------- chapter 00 · start here
 
 
+def _word(value: object) -> str:
+    """A name as a learner may type it: " Replicate", "'gather'" and "GATHER" read as the same word."""
+    return str(value).strip().strip("'\"`").strip().lower()
+
+
 def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict:
     """Exercise 3: the piece sizes ``dpteach.scatter`` gives for ``rows`` rows over ``slots`` slots."""
     from ..scatter_gather import scatter
@@ -2614,10 +2619,17 @@ def backward_moves(
         return Verdict(
             False, "Give every move in `does` a letter, a to d, and set `left_out`, then run again."
         )
-    given = {m: str(does.get(m, "")).strip().lower() for m in moves}
+    keys = {_word(k): v for k, v in does.items()}  # "Gather" or " gather" is the same move
+    given = {m: _word(keys.get(m, "")) for m in moves}
     odd = [m for m in moves if given[m] not in BACKWARD_OF_MOVES]
     if odd:
         return Verdict(False, f"Give each move one letter, a, b, c or d: check {', '.join(odd)}.")
+    said = _word(left_out)
+    if said not in moves:
+        return Verdict(
+            False,
+            f"Set `left_out` to one of the four moves, {', '.join(map(repr, moves))}, not {left_out!r}.",
+        )
     answer = (
         "does = {'gather': 'a', 'parallel_apply': 'b', 'replicate': 'c', 'scatter': 'd'}, left_out = "
         "'replicate': backward starts at the loss, so gather's backward runs first and cuts the gradient per "
@@ -2655,11 +2667,16 @@ def backward_moves(
             f"{m}'s backward does not {BACKWARD_OF_MOVES[given[m]]}: ask what {m} did forward, and undo it.",
             "moves",
         )
-    if str(left_out).strip() != "replicate":
+    if said != "replicate":
+        ran = {
+            "gather": "the loss's gradient reached every replica, so gather's backward ran",
+            "parallel_apply": "each replica's own parameters got a .grad (chapter 01), so every replica's "
+            "backward ran",
+            "scatter": "with x requiring grad, x.grad fills under 'clone' too (this check runs it), so scatter's backward ran",
+        }
         return fail(
-            f"under 'clone' the {left_out!s} step's backward ran (each replica's own .grad filled, chapter 01). "
-            "The missing part was the edge from each replica's parameters back to the model: which move made "
-            "the copies?",
+            f"under 'clone' {ran[said]}. The missing part was the edge from each replica's parameters back to "
+            "the model: which move made the copies?",
             "left out",
         )
     x, y = (t.clone() for t in story.make_data())
@@ -2678,6 +2695,74 @@ def backward_moves(
         f"One step with x requiring grad: under 'broadcast' the model's .grad is set: {found['broadcast'][0]}, "
         f"x.grad is set: {found['broadcast'][1]}; under 'clone': {found['clone'][0]} and {found['clone'][1]}. "
         "Every backward ran but replicate's.",
+    )
+
+
+# ---------------------------------------------------------------- chapter 00 · start here, exercise 4
+
+
+def _lane(node: str) -> int:
+    """The slot whose lane holds a node of the four-moves picture: ``piece 1`` is slot 1's; x, the model,
+    scatter, replicate, gather and the loss sit with slot 0, on the device that holds the model."""
+    last = node.rsplit(" ", 1)[-1]
+    return int(last) if last.isdigit() else 0
+
+
+def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verdict:
+    """Exercise 4: ``moves``, the moves whose arrows in ``story.four_moves_picture()`` carry data from one
+    slot's device to another's when every slot is a GPU of its own.
+
+    The truth is read from the picture's own edges (``story.four_moves_lanes``): an arrow crosses when
+    its ends sit in different lanes. Findings (``Verdict.problem``): ``"not moves"`` (a name that is no
+    move), ``"parallel_apply"`` (named, but its arrows stay in their lanes), ``"missed"`` (a move left out).
+    """
+    from .story import FOUR_MOVES, four_moves_lanes
+
+    name = "ch00.moves_between_devices"
+    if _unset(moves) or isinstance(moves, str) or not isinstance(moves, (set, list, tuple, frozenset)):
+        return Verdict(
+            False, 'Set `moves` to a set of move names, e.g. {"scatter"}, then run this cell again.'
+        )
+    given = {_word(m) for m in moves}
+    odd = sorted(given - set(FOUR_MOVES))
+    if odd:
+        return Verdict(False, f"Name moves only, {', '.join(map(repr, FOUR_MOVES))}: not {', '.join(odd)}.")
+    crossing = [(a, b) for a, b in four_moves_lanes(slots) if _lane(a) != _lane(b)]
+    truth = {a if a in FOUR_MOVES else b for a, b in crossing}  # the move at one end of each arrow
+    arrows = "; ".join(f"{a} → {b}" for a, b in crossing)
+    answer = (
+        f"moves = {{{', '.join(map(repr, sorted(truth)))}}}: the arrows {arrows} leave one lane for another. "
+        "scatter sends "
+        "piece 1 to slot 1, replicate copies the weights there (slot 0's replica shares the model's "
+        "storage), gather brings output 1 back for the loss; parallel_apply stays in each lane."
+    )
+    fail = _ladder(
+        name,
+        [
+            "On two GPUs slot 1's lane is GPU 1 and everything else, x, the model and the loss included, is on "
+            "GPU 0: an arrow into or out of slot 1's lane carries tensors across.",
+            "Follow slot 1's lane: where do its piece and its replica come from, and where does its output go?",
+        ],
+        answer,
+    )
+    if "parallel_apply" in given:
+        return fail(
+            "parallel_apply runs replica 1 on piece 1, both already in slot 1's lane: its arrows never leave "
+            "the lane. Take it out.",
+            "parallel_apply",
+        )
+    if given != truth:
+        why = {
+            "scatter": "piece 1 must reach slot 1 before replica 1 can run on it: follow scatter's arrow",
+            "replicate": "replica 1 is a copy in slot 1's lane, made from the model on slot 0",
+            "gather": "output 1 is made in slot 1's lane, and the loss is computed on slot 0",
+        }
+        missed = sorted(truth - given)
+        return fail(f"add {', '.join(missed)}: {'; '.join(why[m] for m in missed)}.", "missed")
+    return _correct(
+        name,
+        f"{len(crossing)} arrows cross, one per move but parallel_apply, and with N slots each crosses N − 1 "
+        "times. Chapter 06 counts the bytes of replicate's copies and of the gather.",
     )
 
 
