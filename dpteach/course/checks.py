@@ -538,15 +538,15 @@ def rewire_to_broadcast(
     into = sum(e.dst in new for e in comparison.diff("rewire", "broadcast").added)
     wrong = []
     if removed_nodes != len(gone):
-        wrong.append("`removed_nodes`: count the rows of the removed-nodes table")
+        wrong.append("`removed_nodes`: count the table's `node removed` rows")
 
     def bare(op: object) -> object:  # the pictures draw BroadcastBackward as "Broadcast"; either is right
         return re.sub(r"Backward\d*$", "", op) if isinstance(op, str) else op
 
     if {bare(added_node)} != {bare(op) for op in ops}:
-        wrong.append("`added_node`: copy the op name of the one added node, as the table shows it")
+        wrong.append("`added_node`: copy the op name, in parentheses, of the table's `node added` row")
     if edges_into_added != into:
-        wrong.append("`edges_into_added`: count the added edges whose target is the added node")
+        wrong.append("`edges_into_added`: count the sources in the table's `edges added` rows")
     if not wrong:
         return _correct(
             name,
