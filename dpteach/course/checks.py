@@ -675,107 +675,72 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     )
 
 
-def cpp_style_trains(strategy: Callable | object, devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 3: ``strategy``, a changed copy of ``demos.failed_attempt``, must give the C++-style
-    network one device's gradients, with every slot after the first computing with its own copies."""
-    import torch.nn.functional as F
+def broadcast_layout(index: int | object, shared: object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 3: for ``outputs = Broadcast.apply(devices, *model.parameters())`` on the course's model,
+    ``index``: where slot 1's copy of ``2.weight`` sits in ``outputs``; ``shared``: the indices whose
+    tensors share storage with the model. Both are read from a live ``dpteach.functions.Broadcast``.
 
-    from ..data_parallel import DataParallel
-    from ..replicate import replicate
-    from . import demos, story
+    Findings (``Verdict.problem``): ``"tensor-major"``, ``"slot 0"``, ``"from 1"`` (the index counted
+    from 1), ``"index"`` (another index), ``"no sharing"``, ``"all share"``, ``"shared"`` (another set).
+    """
+    from ..functions import Broadcast
+    from . import story
 
-    name = "ch04.cpp_style_trains"
-    if _unset(strategy):
-        return Verdict(
-            False,
-            "Define my_attempt(network, devices, detach=False), your changed copy of demos.failed_attempt, "
-            "then run this cell again.",
-        )
-    hints = [
-        "The failed attempt changed _parameters; what does CppStyleLinear.forward read?",
-        "After the loop sets twin._parameters[key], twin.members still holds the clone's leaves: re-point it.",
-    ]
-
+    name = "ch04.broadcast_layout"
+    if _unset(index, shared):
+        return Verdict(False, "Set `index` and `shared`, then run this cell again.")
+    if not _count(index):
+        return Verdict(False, f"Give `index` as a whole number, not {index!r}.")
+    if not isinstance(shared, (set, frozenset, list, tuple)) or not all(_count(i) for i in shared):
+        return Verdict(False, f"Give `shared` as a set of whole numbers, e.g. {{0}}, not {shared!r}.")
+    model = story.make_model().to(devices[0])
+    params, slots = list(model.parameters()), len(devices)
+    outputs = Broadcast.apply(list(devices), *params)
+    weight = params[2]  # 2.weight, the third tensor of model.parameters()
+    copies = [i for i, out in enumerate(outputs) if torch.equal(out.detach().cpu(), weight.detach().cpu())]
+    truth = copies[1]  # the second copy of 2.weight: slot 1's
+    sharing = {i for i, out in enumerate(outputs) if any(out.data_ptr() == p.data_ptr() for p in params)}
+    n = len(params)
+    answer = (
+        f"index = {truth}, shared = {sharing}. Broadcast's outputs are device-major: slot 0's {n} copies, then "
+        f"slot 1's, so slot 1's copy of tensor 2 is at {n} + 2 = {truth}. Slot 0's copies are views of the "
+        "model's own tensors; every later slot gets new ones, even on the same device. replicate.py cuts this "
+        "list into one per slot, tensor_copies[i : i + len(tensors)], and reads param_copies[j][param_idx]."
+    )
     fail = _ladder(
         name,
-        hints,
-        "after the loop over keys, add: if isinstance(twin, demos.CppStyleLinear): twin.members = "
-        "SimpleNamespace(weight=twin._parameters['weight'], bias=twin._parameters['bias']) "
-        "(from types import SimpleNamespace).",
+        [
+            "The first Broadcast cell printed the layout: every tensor's copy for slot 0, then every tensor's for "
+            "slot 1.",
+            f"The model has {n} tensors, so slot 1's copies start at index {n}; only copies on the model's own "
+            "device, slot 0's, share its storage.",
+        ],
+        answer,
     )
-
-    x, y = story.make_data()
-    reference = story.make_model()
-    F.mse_loss(reference(x), y).backward()
-    model = demos.cpp_style(story.make_model())
-    try:
-        replicas = replicate(model, list(devices), strategy=strategy)
-        F.mse_loss(DataParallel(model, list(devices), strategy=strategy)(x), y).backward()
-    except Exception as err:  # a learner's function: report it, with what to copy
-        if missing := _missing_name(err, "run the cell that defines my_attempt and this check again"):
-            return missing
-        if isinstance(err, TypeError) and "as parameter" in str(err):  # nn.Module.__setattr__'s refusal
-            return fail(
-                f"{err}. nn.Module.__setattr__ refuses a plain tensor under a name still in _parameters; "
-                "replicate.py's setattr gets through because _replicate_for_data_parallel empties the "
-                "replica's _parameters first. Here it would not help anyway: CppStyleLinear.forward reads "
-                "twin.members, so re-point those.",
-                "setattr over a parameter",
+    guess, said = int(index), {int(i) for i in shared}  # type: ignore[call-overload]
+    if guess != truth:
+        slips = {
+            2 * slots + 1: (
+                "tensor-major",
+                "that counts each tensor's copies together; Broadcast is device-major",
+            ),
+            2: ("slot 0", "that is slot 0's copy of 2.weight; slot 1's come after all of slot 0's"),
+            truth + 1: ("from 1", "Python counts from 0: outputs[0] is slot 0's 0.weight"),
+        }
+        problem, why = slips.get(guess, ("index", f"outputs[{guess}] is not slot 1's 2.weight"))
+        return fail(f"{why}. Change `index`.", problem)
+    if said != sharing:
+        if not said:
+            problem, why = (
+                "no sharing",
+                "slot 0's copies sit on the model's device and are views of its tensors",
             )
-        return fail(
-            f"my_attempt raised {type(err).__name__}: {err}. Copy the whole cell printed above (its two "
-            "import lines and the def), run it, then change only the loop."
-        )
-    originals = {id(p) for p in model.parameters()}
-    for j, replica in enumerate(replicas[1:], start=1):
-        for layer in replica.modules():
-            members = getattr(layer, "members", None)
-            held = vars(members) if hasattr(members, "__dict__") else {}
-            if any(id(t) in originals for t in held.values()):
-                return fail(
-                    f"slot {j}'s members are the model's own tensors: right on CPU slots, a device mismatch "
-                    "on a second GPU. Keep the clone and Broadcast steps, and point each member at its "
-                    "slot's copy."
-                )
-    grads = {n: p.grad for n, p in model.named_parameters()}
-    want = dict(zip(grads, (q.grad for q in reference.parameters())))
-    # None, or Broadcast's zeros for a copy no forward read (its node still reaches every input)
-    missing = sorted(n for n, g in grads.items() if g is None or (not g.any() and want[n].any()))
-    if len(missing) == len(grads):
-        return fail(
-            "nothing reached the model: forward still reads the clones' leaves in twin.members. Re-point "
-            "twin.members at the copies you put in twin._parameters."
-        )
-    if missing:
-        return fail(f"{missing} got no gradient: re-point every member, weight and bias, of every layer.")
-    for n, g in grads.items():
-        if not torch.allclose(g, want[n], rtol=1e-4, atol=1e-6):
-            return fail(
-                f"{n}.grad differs from one device's by up to {(g - want[n]).abs().max():.2e}: point each "
-                "member at its own key's copy (weight at 'weight', bias at 'bias')."
-            )
-    later = [
-        t
-        for r in replicas[1:]
-        for m in r.modules()
-        if isinstance(m, demos.CppStyleLinear)
-        for t in vars(m.members).values()
-    ]
-    if not all(type(t.grad_fn).__name__ == "BroadcastBackward" for t in later):
-        return _correct(  # e.g. demos.option_one: the members kept the clones' tensors, history rebased
-            name,
-            "The C++-style network gets one device's gradients, and your members still hold the clones' "
-            "own tensors, rebased as Option One does: no member fields needed. The exercise's route, "
-            "re-pointing twin.members at the Broadcast copies, needs them: the special-case handler the "
-            "PR said replicate should not have.",
-            "not re-pointed",
-        )
-    return _correct(
-        name,
-        "The C++-style network gets one device's gradients. You had to know its member fields: the "
-        "special-case handler the PR said replicate should not have.",
-        "re-pointed",
-    )
+        elif said >= set(range(len(outputs))):
+            problem, why = "all share", "slot 1 gets new tensors of its own, even on the same device"
+        else:
+            problem, why = "shared", "every copy of slot 0 shares the model's storage, and no later slot's"
+        return fail(f"the index is right, but {why}. Change `shared`.", problem)
+    return _correct(name, answer)
 
 
 # ---------------------------------------------------------------- chapter 05 · buffers and BatchNorm
