@@ -115,6 +115,11 @@ def reset() -> None:
 # ---------------------------------------------------------------- chapter 00 · start here
 
 
+def _word(value: object) -> str:
+    """A name as a learner may type it: " Replicate", "'gather'" and "GATHER" read as the same word."""
+    return str(value).strip().strip("'\"`").strip().lower()
+
+
 def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict:
     """Exercise 3: the piece sizes ``dpteach.scatter`` gives for ``rows`` rows over ``slots`` slots."""
     from ..scatter_gather import scatter
@@ -533,15 +538,15 @@ def rewire_to_broadcast(
     into = sum(e.dst in new for e in comparison.diff("rewire", "broadcast").added)
     wrong = []
     if removed_nodes != len(gone):
-        wrong.append("`removed_nodes`: count the rows of the removed-nodes table")
+        wrong.append("`removed_nodes`: count the table's `node removed` rows")
 
     def bare(op: object) -> object:  # the pictures draw BroadcastBackward as "Broadcast"; either is right
         return re.sub(r"Backward\d*$", "", op) if isinstance(op, str) else op
 
     if {bare(added_node)} != {bare(op) for op in ops}:
-        wrong.append("`added_node`: copy the op name of the one added node, as the table shows it")
+        wrong.append("`added_node`: copy the op name, in parentheses, of the table's `node added` row")
     if edges_into_added != into:
-        wrong.append("`edges_into_added`: count the added edges whose target is the added node")
+        wrong.append("`edges_into_added`: count the sources in the table's `edges added` rows")
     if not wrong:
         return _correct(
             name,
@@ -670,107 +675,72 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     )
 
 
-def cpp_style_trains(strategy: Callable | object, devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 3: ``strategy``, a changed copy of ``demos.failed_attempt``, must give the C++-style
-    network one device's gradients, with every slot after the first computing with its own copies."""
-    import torch.nn.functional as F
+def broadcast_layout(index: int | object, shared: object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 3: for ``outputs = Broadcast.apply(devices, *model.parameters())`` on the course's model,
+    ``index``: where slot 1's copy of ``2.weight`` sits in ``outputs``; ``shared``: the indices whose
+    tensors share storage with the model. Both are read from a live ``dpteach.functions.Broadcast``.
 
-    from ..data_parallel import DataParallel
-    from ..replicate import replicate
-    from . import demos, story
+    Findings (``Verdict.problem``): ``"tensor-major"``, ``"slot 0"``, ``"from 1"`` (the index counted
+    from 1), ``"index"`` (another index), ``"no sharing"``, ``"all share"``, ``"shared"`` (another set).
+    """
+    from ..functions import Broadcast
+    from . import story
 
-    name = "ch04.cpp_style_trains"
-    if _unset(strategy):
-        return Verdict(
-            False,
-            "Define my_attempt(network, devices, detach=False), your changed copy of demos.failed_attempt, "
-            "then run this cell again.",
-        )
-    hints = [
-        "The failed attempt changed _parameters; what does CppStyleLinear.forward read?",
-        "After the loop sets twin._parameters[key], twin.members still holds the clone's leaves: re-point it.",
-    ]
-
+    name = "ch04.broadcast_layout"
+    if _unset(index, shared):
+        return Verdict(False, "Set `index` and `shared`, then run this cell again.")
+    if not _count(index):
+        return Verdict(False, f"Give `index` as a whole number, not {index!r}.")
+    if not isinstance(shared, (set, frozenset, list, tuple)) or not all(_count(i) for i in shared):
+        return Verdict(False, f"Give `shared` as a set of whole numbers, e.g. {{0}}, not {shared!r}.")
+    model = story.make_model().to(devices[0])
+    params, slots = list(model.parameters()), len(devices)
+    outputs = Broadcast.apply(list(devices), *params)
+    weight = params[2]  # 2.weight, the third tensor of model.parameters()
+    copies = [i for i, out in enumerate(outputs) if torch.equal(out.detach().cpu(), weight.detach().cpu())]
+    truth = copies[1]  # the second copy of 2.weight: slot 1's
+    sharing = {i for i, out in enumerate(outputs) if any(out.data_ptr() == p.data_ptr() for p in params)}
+    n = len(params)
+    answer = (
+        f"index = {truth}, shared = {sharing}. Broadcast's outputs are device-major: slot 0's {n} copies, then "
+        f"slot 1's, so slot 1's copy of tensor 2 is at {n} + 2 = {truth}. Slot 0's copies are views of the "
+        "model's own tensors; every later slot gets new ones, even on the same device. replicate.py cuts this "
+        "list into one per slot, tensor_copies[i : i + len(tensors)], and reads param_copies[j][param_idx]."
+    )
     fail = _ladder(
         name,
-        hints,
-        "after the loop over keys, add: if isinstance(twin, demos.CppStyleLinear): twin.members = "
-        "SimpleNamespace(weight=twin._parameters['weight'], bias=twin._parameters['bias']) "
-        "(from types import SimpleNamespace).",
+        [
+            "The first Broadcast cell printed the layout: every tensor's copy for slot 0, then every tensor's for "
+            "slot 1.",
+            f"The model has {n} tensors, so slot 1's copies start at index {n}; only copies on the model's own "
+            "device, slot 0's, share its storage.",
+        ],
+        answer,
     )
-
-    x, y = story.make_data()
-    reference = story.make_model()
-    F.mse_loss(reference(x), y).backward()
-    model = demos.cpp_style(story.make_model())
-    try:
-        replicas = replicate(model, list(devices), strategy=strategy)
-        F.mse_loss(DataParallel(model, list(devices), strategy=strategy)(x), y).backward()
-    except Exception as err:  # a learner's function: report it, with what to copy
-        if missing := _missing_name(err, "run the cell that defines my_attempt and this check again"):
-            return missing
-        if isinstance(err, TypeError) and "as parameter" in str(err):  # nn.Module.__setattr__'s refusal
-            return fail(
-                f"{err}. nn.Module.__setattr__ refuses a plain tensor under a name still in _parameters; "
-                "replicate.py's setattr gets through because _replicate_for_data_parallel empties the "
-                "replica's _parameters first. Here it would not help anyway: CppStyleLinear.forward reads "
-                "twin.members, so re-point those.",
-                "setattr over a parameter",
+    guess, said = int(index), {int(i) for i in shared}  # type: ignore[call-overload]
+    if guess != truth:
+        slips = {
+            2 * slots + 1: (
+                "tensor-major",
+                "that counts each tensor's copies together; Broadcast is device-major",
+            ),
+            2: ("slot 0", "that is slot 0's copy of 2.weight; slot 1's come after all of slot 0's"),
+            truth + 1: ("from 1", "Python counts from 0: outputs[0] is slot 0's 0.weight"),
+        }
+        problem, why = slips.get(guess, ("index", f"outputs[{guess}] is not slot 1's 2.weight"))
+        return fail(f"{why}. Change `index`.", problem)
+    if said != sharing:
+        if not said:
+            problem, why = (
+                "no sharing",
+                "slot 0's copies sit on the model's device and are views of its tensors",
             )
-        return fail(
-            f"my_attempt raised {type(err).__name__}: {err}. Copy the whole cell printed above (its two "
-            "import lines and the def), run it, then change only the loop."
-        )
-    originals = {id(p) for p in model.parameters()}
-    for j, replica in enumerate(replicas[1:], start=1):
-        for layer in replica.modules():
-            members = getattr(layer, "members", None)
-            held = vars(members) if hasattr(members, "__dict__") else {}
-            if any(id(t) in originals for t in held.values()):
-                return fail(
-                    f"slot {j}'s members are the model's own tensors: right on CPU slots, a device mismatch "
-                    "on a second GPU. Keep the clone and Broadcast steps, and point each member at its "
-                    "slot's copy."
-                )
-    grads = {n: p.grad for n, p in model.named_parameters()}
-    want = dict(zip(grads, (q.grad for q in reference.parameters())))
-    # None, or Broadcast's zeros for a copy no forward read (its node still reaches every input)
-    missing = sorted(n for n, g in grads.items() if g is None or (not g.any() and want[n].any()))
-    if len(missing) == len(grads):
-        return fail(
-            "nothing reached the model: forward still reads the clones' leaves in twin.members. Re-point "
-            "twin.members at the copies you put in twin._parameters."
-        )
-    if missing:
-        return fail(f"{missing} got no gradient: re-point every member, weight and bias, of every layer.")
-    for n, g in grads.items():
-        if not torch.allclose(g, want[n], rtol=1e-4, atol=1e-6):
-            return fail(
-                f"{n}.grad differs from one device's by up to {(g - want[n]).abs().max():.2e}: point each "
-                "member at its own key's copy (weight at 'weight', bias at 'bias')."
-            )
-    later = [
-        t
-        for r in replicas[1:]
-        for m in r.modules()
-        if isinstance(m, demos.CppStyleLinear)
-        for t in vars(m.members).values()
-    ]
-    if not all(type(t.grad_fn).__name__ == "BroadcastBackward" for t in later):
-        return _correct(  # e.g. demos.option_one: the members kept the clones' tensors, history rebased
-            name,
-            "The C++-style network gets one device's gradients, and your members still hold the clones' "
-            "own tensors, rebased as Option One does: no member fields needed. The exercise's route, "
-            "re-pointing twin.members at the Broadcast copies, needs them: the special-case handler the "
-            "PR said replicate should not have.",
-            "not re-pointed",
-        )
-    return _correct(
-        name,
-        "The C++-style network gets one device's gradients. You had to know its member fields: the "
-        "special-case handler the PR said replicate should not have.",
-        "re-pointed",
-    )
+        elif said >= set(range(len(outputs))):
+            problem, why = "all share", "slot 1 gets new tensors of its own, even on the same device"
+        else:
+            problem, why = "shared", "every copy of slot 0 shares the model's storage, and no later slot's"
+        return fail(f"the index is right, but {why}. Change `shared`.", problem)
+    return _correct(name, answer)
 
 
 # ---------------------------------------------------------------- chapter 05 · buffers and BatchNorm
@@ -2671,10 +2641,17 @@ def backward_moves(
         return Verdict(
             False, "Give every move in `does` a letter, a to d, and set `left_out`, then run again."
         )
-    given = {m: str(does.get(m, "")).strip().lower() for m in moves}
+    keys = {_word(k): v for k, v in does.items()}  # "Gather" or " gather" is the same move
+    given = {m: _word(keys.get(m, "")) for m in moves}
     odd = [m for m in moves if given[m] not in BACKWARD_OF_MOVES]
     if odd:
         return Verdict(False, f"Give each move one letter, a, b, c or d: check {', '.join(odd)}.")
+    said = _word(left_out)
+    if said not in moves:
+        return Verdict(
+            False,
+            f"Set `left_out` to one of the four moves, {', '.join(map(repr, moves))}, not {left_out!r}.",
+        )
     answer = (
         "does = {'gather': 'a', 'parallel_apply': 'b', 'replicate': 'c', 'scatter': 'd'}, left_out = "
         "'replicate': backward starts at the loss, so gather's backward runs first and cuts the gradient per "
@@ -2712,11 +2689,16 @@ def backward_moves(
             f"{m}'s backward does not {BACKWARD_OF_MOVES[given[m]]}: ask what {m} did forward, and undo it.",
             "moves",
         )
-    if str(left_out).strip() != "replicate":
+    if said != "replicate":
+        ran = {
+            "gather": "the loss's gradient reached every replica, so gather's backward ran",
+            "parallel_apply": "each replica's own parameters got a .grad (chapter 01), so every replica's "
+            "backward ran",
+            "scatter": "with x requiring grad, x.grad fills under 'clone' too (this check runs it), so scatter's backward ran",
+        }
         return fail(
-            f"under 'clone' the {left_out!s} step's backward ran (each replica's own .grad filled, chapter 01). "
-            "The missing part was the edge from each replica's parameters back to the model: which move made "
-            "the copies?",
+            f"under 'clone' {ran[said]}. The missing part was the edge from each replica's parameters back to "
+            "the model: which move made the copies?",
             "left out",
         )
     x, y = (t.clone() for t in story.make_data())
@@ -2735,6 +2717,74 @@ def backward_moves(
         f"One step with x requiring grad: under 'broadcast' the model's .grad is set: {found['broadcast'][0]}, "
         f"x.grad is set: {found['broadcast'][1]}; under 'clone': {found['clone'][0]} and {found['clone'][1]}. "
         "Every backward ran but replicate's.",
+    )
+
+
+# ---------------------------------------------------------------- chapter 00 · start here, exercise 4
+
+
+def _lane(node: str) -> int:
+    """The slot whose lane holds a node of the four-moves picture: ``piece 1`` is slot 1's; x, the model,
+    scatter, replicate, gather and the loss sit with slot 0, on the device that holds the model."""
+    last = node.rsplit(" ", 1)[-1]
+    return int(last) if last.isdigit() else 0
+
+
+def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verdict:
+    """Exercise 4: ``moves``, the moves whose arrows in ``story.four_moves_picture()`` carry data from one
+    slot's device to another's when every slot is a GPU of its own.
+
+    The truth is read from the picture's own edges (``story.four_moves_lanes``): an arrow crosses when
+    its ends sit in different lanes. Findings (``Verdict.problem``): ``"not moves"`` (a name that is no
+    move), ``"parallel_apply"`` (named, but its arrows stay in their lanes), ``"missed"`` (a move left out).
+    """
+    from .story import FOUR_MOVES, four_moves_lanes
+
+    name = "ch00.moves_between_devices"
+    if _unset(moves) or isinstance(moves, str) or not isinstance(moves, (set, list, tuple, frozenset)):
+        return Verdict(
+            False, 'Set `moves` to a set of move names, e.g. {"scatter"}, then run this cell again.'
+        )
+    given = {_word(m) for m in moves}
+    odd = sorted(given - set(FOUR_MOVES))
+    if odd:
+        return Verdict(False, f"Name moves only, {', '.join(map(repr, FOUR_MOVES))}: not {', '.join(odd)}.")
+    crossing = [(a, b) for a, b in four_moves_lanes(slots) if _lane(a) != _lane(b)]
+    truth = {a if a in FOUR_MOVES else b for a, b in crossing}  # the move at one end of each arrow
+    arrows = "; ".join(f"{a} → {b}" for a, b in crossing)
+    answer = (
+        f"moves = {{{', '.join(map(repr, sorted(truth)))}}}: the arrows {arrows} leave one lane for another. "
+        "scatter sends "
+        "piece 1 to slot 1, replicate copies the weights there (slot 0's replica shares the model's "
+        "storage), gather brings output 1 back for the loss; parallel_apply stays in each lane."
+    )
+    fail = _ladder(
+        name,
+        [
+            "On two GPUs slot 1's lane is GPU 1 and everything else, x, the model and the loss included, is on "
+            "GPU 0: an arrow into or out of slot 1's lane carries tensors across.",
+            "Follow slot 1's lane: where do its piece and its replica come from, and where does its output go?",
+        ],
+        answer,
+    )
+    if "parallel_apply" in given:
+        return fail(
+            "parallel_apply runs replica 1 on piece 1, both already in slot 1's lane: its arrows never leave "
+            "the lane. Take it out.",
+            "parallel_apply",
+        )
+    if given != truth:
+        why = {
+            "scatter": "piece 1 must reach slot 1 before replica 1 can run on it: follow scatter's arrow",
+            "replicate": "replica 1 is a copy in slot 1's lane, made from the model on slot 0",
+            "gather": "output 1 is made in slot 1's lane, and the loss is computed on slot 0",
+        }
+        missed = sorted(truth - given)
+        return fail(f"add {', '.join(missed)}: {'; '.join(why[m] for m in missed)}.", "missed")
+    return _correct(
+        name,
+        f"{len(crossing)} arrows cross, one per move but parallel_apply, and with N slots each crosses N − 1 "
+        "times. Chapter 06 counts the bytes of replicate's copies and of the gather.",
     )
 
 

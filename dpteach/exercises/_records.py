@@ -88,14 +88,19 @@ class NotWrittenYet(NotImplementedError):
 def try_it(key: str, *answer) -> None:
     """Run exercise ``key`` once with the learner's ``answer`` (its module's ``try_answer``), raising what
     it raises: a stub's own ``NotImplementedError`` ("Task ...") as ``NotWrittenYet``, others as they are;
-    a mistake ``try_step`` finds before backward (:class:`NotYet`) is printed, with what to change."""
+    a mistake found before backward (:class:`NotYet`) or a wrong count of backward's values is printed."""
     try:
         said = module_of(key).try_answer(*answer)
     except NotImplementedError as error:
         if type(error) is not NotImplementedError or not str(error).startswith("Task "):
             raise
         raise NotWrittenYet(str(error)) from None
-    except NotYet as problem:  # a mistake found before backward could run: say it, no traceback
+    except (NotYet, RuntimeError) as problem:  # found before backward, or torch's count of backward's values
+        n = re.search(r"(\w+)Backward returned an incorrect number of grad\D+(\d+)\D+(\d+)", f"{problem}")
+        if isinstance(problem, RuntimeError) and not n:
+            raise
+        if n:  # torch counts the values but does not say what each is for
+            problem = f"{n[1]}.backward must return {n[2]} values, one per argument of apply, not {n[3]}"
         print(f"Not yet: {problem}\nChange that line, then run this cell again.")
         return
     print(f"Tried it: {said}. Now run the check below.")

@@ -1,6 +1,6 @@
 """The exercise checks of chapters 00 and 04 that have no cell of their own elsewhere:
-``checks.backward_moves`` (00, exercise 2), ``checks.shallow_copy_line`` and ``checks.tied_weights``
-(04, exercises 1 and 4). What is asserted is the slip found (``Verdict.problem``), that the hints climb
+``checks.backward_moves`` and ``checks.moves_between_devices`` (00, exercises 2 and 4),
+``checks.shallow_copy_line`` and ``checks.tied_weights`` (04, exercises 1 and 4). What is asserted is the slip found (``Verdict.problem``), that the hints climb
 one rung per wrong try with the answer last, and that each chapter's check cell calls its check; the
 truths come from torch's source and a live ``replicate``, never from a copied run.
 """
@@ -70,10 +70,75 @@ def test_backward_moves_asks_for_letters_and_costs_no_hint():
     )
 
 
+def test_backward_moves_reads_a_move_in_any_case():
+    capitalised = {m.capitalize(): letter.upper() for m, letter in RIGHT_MOVES.items()}
+    assert checks.backward_moves(capitalised, "Replicate").ok  # "Replicate", as a learner may type it
+    assert checks.backward_moves(RIGHT_MOVES, " 'REPLICATE' ").ok
+
+
+def test_backward_moves_names_the_four_moves_when_left_out_is_none_of_them():
+    verdict = checks.backward_moves(RIGHT_MOVES, "replicas")
+    assert not verdict.ok and "one of the four moves" in verdict.message and "'replicate'" in verdict.message
+    assert "Hint" not in verdict.message  # a typo costs no hint
+
+
+def test_backward_moves_says_why_each_wrong_move_did_run():
+    for move, says in [("Scatter", "x.grad fills"), ("gather", "reached every replica")]:
+        checks.reset()
+        verdict = checks.backward_moves(RIGHT_MOVES, move)
+        assert verdict.problem == "left out" and says in verdict.message.split("Hint")[0], verdict.message
+
+
 def test_chapter_00_exercise_2_has_its_check_cell():
     source = _tagged("00_start_here.ipynb", "ex2-check")
     assert "checks.backward_moves(does, left_out)" in source and "left_out = ..." in source
     assert all(f'"{m}": ...' in source for m in RIGHT_MOVES)
+
+
+# ---------------------------------------------------------------- chapter 00, exercise 4
+
+CROSSING = {"scatter", "replicate", "gather"}
+
+
+def test_moves_between_devices_accepts_the_three_moves_in_any_case_and_order():
+    assert checks.moves_between_devices(CROSSING).ok
+    assert checks.moves_between_devices(["Gather", "SCATTER", " replicate"]).ok
+    assert checks.moves_between_devices(CROSSING, slots=3).ok  # more lanes, the same moves cross
+
+
+def test_moves_between_devices_reads_the_truth_from_the_pictures_edges():
+    from dpteach.course import story
+
+    crossing = [
+        (a, b) for a, b in story.four_moves_lanes(2) if a.endswith(" 1") != b.endswith(" 1")
+    ]  # one end in lane 1
+    assert {a if a in story.FOUR_MOVES else b for a, b in crossing} == CROSSING
+
+
+@pytest.mark.parametrize(
+    "moves, problem, says",
+    [
+        (CROSSING | {"parallel_apply"}, "parallel_apply", "never leave"),
+        ({"scatter", "replicate"}, "missed", "add gather"),
+        ({"gather"}, "missed", "add replicate, scatter"),
+    ],
+)
+def test_moves_between_devices_says_what_to_change(moves, problem, says):
+    verdict = checks.moves_between_devices(moves)
+    assert not verdict.ok and verdict.problem == problem and says in verdict.message
+    assert "Hint 1 of 2" in verdict.message
+
+
+def test_moves_between_devices_asks_for_move_names_and_costs_no_hint():
+    assert checks.moves_between_devices(...).message.startswith("Set `moves`")
+    assert checks.moves_between_devices("scatter").message.startswith("Set `moves`")  # a set, not one string
+    verdict = checks.moves_between_devices({"scatter", "broadcast"})
+    assert not verdict.ok and "not broadcast" in verdict.message and "Hint" not in verdict.message
+
+
+def test_chapter_00_exercise_4_has_its_check_cell():
+    source = _tagged("00_start_here.ipynb", "ex4-check")
+    assert "checks.moves_between_devices(moves)" in source and "moves = ..." in source
 
 
 # ---------------------------------------------------------------- chapter 04, exercise 1

@@ -12,7 +12,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import dpteach
-from dpteach.course import demos, story
+from dpteach.course import checks, demos, story
 from dpteach.functions import Broadcast
 from dpteach.replicate import STRATEGIES
 
@@ -403,83 +403,38 @@ def test_exercise_2_check_cell_is_found_by_its_tag():
 # --- exercise 3's check ----------------------------------------------------------------------
 
 
-def _my_attempt(*, members=("weight", "bias")):
-    """The worked answer of exercise 3 (``members=()`` is the failed attempt unchanged)."""
-    from types import SimpleNamespace
-
-    from dpteach.course.demos import _clones_and_copies, walk_pairs
-
-    def my_attempt(network, devices, detach=False):
-        replicas, copies, index = _clones_and_copies(network, devices, detach)
-        for j, replica in enumerate(replicas):
-            for original, twin in walk_pairs(network, replica):
-                for key, param in original._parameters.items():
-                    if param is not None:
-                        twin._parameters[key] = copies[j][index[param]]
-                if isinstance(twin, demos.CppStyleLinear) and members:
-                    old = vars(twin.members)
-                    twin.members = SimpleNamespace(
-                        **{k: twin._parameters[k] if k in members else old[k] for k in ("weight", "bias")}
-                    )
-        return replicas
-
-    return my_attempt
-
-
-def test_exercise_3_check_accepts_the_worked_answer():
-    from dpteach.course import checks
-
-    verdict = checks.cpp_style_trains(_my_attempt())
-    assert verdict.ok and verdict.message.startswith("Correct!")
-    assert verdict.problem == "re-pointed"
-
-
-def test_exercise_3_check_tells_option_one_from_re_pointing():
-    """Option One trains the network too, but re-points nothing: its verdict must not claim member fields."""
-    from dpteach.course import checks
-
-    verdict = checks.cpp_style_trains(demos.option_one)
-    assert verdict.ok and verdict.problem == "not re-pointed"
-
-
-def test_exercise_3_check_explains_setattr_over_a_parameter():
-    """setattr of a Broadcast copy onto a clone's registered name: nn.Module.__setattr__ raises TypeError."""
-    from dpteach.course import checks
-    from dpteach.course.demos import _clones_and_copies, walk_pairs
-
-    def my_attempt(network, devices, detach=False):
-        replicas, copies, index = _clones_and_copies(network, devices, detach)
-        for j, replica in enumerate(replicas):
-            for original, twin in walk_pairs(network, replica):
-                for key, param in original._parameters.items():
-                    if param is not None:
-                        setattr(twin, key, copies[j][index[param]])
-        return replicas
-
-    with pytest.raises(TypeError, match="as parameter"):  # the refusal the check explains, in torch itself
-        my_attempt(demos.cpp_style(story.make_model()), CPU2)
+def test_exercise_3_check_accepts_the_device_major_index_and_slot_0s_views():
+    model = story.make_model()
+    outputs = Broadcast.apply(CPU2, *model.parameters())
+    assert outputs[6].data_ptr() != model[2].weight.data_ptr() and torch.equal(outputs[6], model[2].weight)
+    assert [out._base is p for out, p in zip(outputs[:4], model.parameters())] == [True] * 4  # views
     checks.reset()
-    verdict = checks.cpp_style_trains(my_attempt)
-    assert not verdict.ok and verdict.problem == "setattr over a parameter"
+    assert checks.broadcast_layout(6, {0, 1, 2, 3}).ok
+    assert checks.broadcast_layout(6, [0, 1, 2, 3], ["cpu"] * 3).ok  # slot 1 starts at 4 whatever the slots
 
 
 @pytest.mark.parametrize(
-    "strategy, says",
+    "index, shared, problem",
     [
-        (demos.failed_attempt, "nothing reached the model"),
-        ("broadcast", "the model's own tensors"),  # right on CPU slots, a device mismatch on GPUs
-        (_my_attempt(members=("weight",)), "['0.bias', '2.bias'] got no gradient"),
-        (lambda network, devices, detach=False: 1 / 0, "my_attempt raised ZeroDivisionError"),
+        (5, {0, 1, 2, 3}, "tensor-major"),
+        (2, {0, 1, 2, 3}, "slot 0"),
+        (7, {0, 1, 2, 3}, "from 1"),
+        (3, {0, 1, 2, 3}, "index"),
+        (6, set(), "no sharing"),
+        (6, set(range(8)), "all share"),
+        (6, {0}, "shared"),
     ],
 )
-def test_exercise_3_check_says_what_to_change(strategy, says):
-    from dpteach.course import checks
-
+def test_exercise_3_check_names_the_slip(index, shared, problem):
     checks.reset()
-    verdict = checks.cpp_style_trains(strategy)
-    assert not verdict.ok and says in verdict.message.split("Hint")[0], verdict.message
-    assert "Hint 1 of 2" in verdict.message
-    assert checks.cpp_style_trains(...).message.startswith("Define my_attempt")
+    verdict = checks.broadcast_layout(index, shared)
+    assert not verdict.ok and verdict.problem == problem and "Hint 1 of 2" in verdict.message
+
+
+def test_exercise_3_check_asks_for_numbers_and_costs_no_hint():
+    assert checks.broadcast_layout(..., ...).message.startswith("Set `index`")
+    assert "whole number" in checks.broadcast_layout("6", {0}).message
+    assert "set of whole numbers" in checks.broadcast_layout(6, 3).message
 
 
 def _scale_without_import():
@@ -503,25 +458,8 @@ def test_a_missing_import_is_named_and_costs_no_hint():
     assert not verdict.ok and "NameError: SimpleNamespace is not defined — import it" in verdict.message
     assert "from types import SimpleNamespace" in verdict.message  # the line that imports it
     assert "Hint" not in verdict.message and "__init__ takes no argument" not in verdict.message
-    verdict = checks.cpp_style_trains(lambda network, devices, detach=False: undefined_name)  # noqa: F821
-    assert "NameError: undefined_name is not defined — import it or define it" in verdict.message
-    assert "Hint" not in verdict.message
-
-
-def test_exercise_3_printed_source_runs_when_copied():
-    """The cell that prints failed_attempt prints code that runs as it stands (imports, full def)."""
-    import contextlib
-    import io
-
-    (cell,) = [c for c in _chapter().cells if "failed-attempt-source" in c.metadata.get("tags", [])]
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(cell.source, {"inspect": __import__("inspect"), "demos": demos})
-    scope = {"nn": nn}
-    exec(printed.getvalue(), scope)  # NameError here if an import or the def line were missing
-    assert grads_parallel(story.make_model(), CPU2, scope["failed_attempt"])[0] is not None
 
 
 def test_exercise_3_check_cell_is_found_by_its_tag():
     (cell,) = [c for c in _chapter().cells if "ex3-check" in c.metadata.get("tags", [])]
-    assert 'checks.cpp_style_trains(globals().get("my_attempt", ...))' in cell.source
+    assert "checks.broadcast_layout(index, shared, devices)" in cell.source

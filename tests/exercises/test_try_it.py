@@ -48,6 +48,36 @@ def test_a_learners_own_error_is_raised_as_it_was():
     assert not isinstance(caught.value, NotWrittenYet)
 
 
+def test_a_backward_with_too_few_values_is_told_how_many_to_return(capsys):
+    class OneValue(Function):  # returns the sum only, not (sum, None, None) for apply(original, c0, c1)
+        @staticmethod
+        def forward(ctx, original, *copies):
+            return tuple(c.detach() for c in copies)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            return sum(grads)
+
+    exercises.try_it("rewire", OneValue)  # torch raises "returned an incorrect number of gradients": not here
+    out = capsys.readouterr().out
+    assert out.startswith("Not yet: OneValue.backward must return 3 values, one per argument of apply, not 1")
+    assert "Change that line, then run this cell again." in out
+
+
+def test_another_runtime_error_is_raised_as_it_was():
+    class WrongShape(Function):
+        @staticmethod
+        def forward(ctx, original, *copies):
+            return tuple(c.detach() for c in copies)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            return (grads[0].view(-1)[:1],) + (None,) * len(grads)  # a gradient of the wrong shape
+
+    with pytest.raises(RuntimeError, match="shape|size"):
+        exercises.try_it("rewire", WrongShape)
+
+
 def test_a_learners_own_not_implemented_error_keeps_its_traceback():
     def replicate_by_clone(network, devices, detach=False):
         raise NotImplementedError("later")
