@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from html import escape
 
-from ._ipywidgets import guarded, require
+from ._ipywidgets import Still, guarded, require, still_view
 from .cost import WIDTHS, CostLab, width_numel
 from .pictures import cost_charts
 from .tables import cost_table
@@ -19,7 +19,8 @@ from .tables import cost_table
 widgets = require()
 
 
-class CostExplorer(widgets.VBox):
+@still_view
+class CostExplorer(Still, widgets.VBox):
     """Model size and slots against bytes moved and time, per strategy."""
 
     def __init__(self, lab: CostLab | None = None, modelled: bool = True, **settings):
