@@ -69,7 +69,7 @@ class CostExplorer(Still, widgets.VBox):
         self.lab.configure(width=self.width.value, slots=self.slots.value)
         self.lab.measure()
         lab = self.lab
-        self.status.value = f"<b>{lab.status()}</b>"
+        self.status.value = f"<b>{escape(lab.headline())}</b>"  # one line: the table under it has the figures
         self.charts.value = cost_charts(lab.costs, lab.model_bytes, lab.slots, lab.reference_s)
         self.table.value = cost_table(lab, modelled=self.modelled)
         self.assumed.value = (
