@@ -56,6 +56,9 @@ class Grad:
         shape = "scalar" if not self.shape else "×".join(map(str, self.shape))
         return f"{shape}, ‖g‖ = {self.norm:.4g}"
 
+    def __repr__(self) -> str:  # a printed tuple of gradients reads as the stepper's table does
+        return f"{self} from {self.source}" if self.source else str(self)
+
 
 @dataclass(frozen=True)
 class Handoff:
@@ -64,6 +67,11 @@ class Handoff:
     to: str  # the receiving node's id in the graph
     label: str  # what a learner reads for it
     grad: Grad | None  # None: autograd handed on no gradient (undefined) along this edge
+
+    def __str__(self) -> str:
+        return f"to {self.label}: {self.grad if self.grad is not None else 'no gradient'}"
+
+    __repr__ = __str__  # a printed tuple of handoffs reads as the stepper's table does
 
 
 @dataclass(frozen=True)
