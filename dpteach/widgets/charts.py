@@ -37,7 +37,13 @@ def _fmt(v: float) -> str:
 
 
 def _frame(
-    width: int, height: int, title: str, xlabel: str, ylabel: str, ticks: Sequence[float]
+    width: int,
+    height: int,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    ticks: Sequence[float],
+    labels: Sequence[str] = (),
 ) -> list[str]:
     h = height - TOP - BOTTOM
     y0 = TOP + h
@@ -50,11 +56,12 @@ def _frame(
         f'<text transform="translate(12 {TOP + h / 2}) rotate(-90)" text-anchor="middle" font-size="11" '
         f"{FONT}>{escape(ylabel)}</text>",
     ]
-    for t in ticks:
+    for k, t in enumerate(ticks):  # ``labels``: what each tick says, where not its value
         y = y0 - h * t / ticks[-1]
+        text = labels[k] if k < len(labels) else _fmt(t)
         out.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e0e0e0"/>')
         out.append(
-            f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10" {FONT}>{_fmt(t)}</text>'
+            f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10" {FONT}>{text}</text>'
         )
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{y0}" stroke="#616161"/>')
     return out
@@ -95,25 +102,56 @@ def line_chart(
     height: int = 270,
     y_cap: float | None = None,
     names: Sequence[str] = (),
+    log: bool = False,
+    mark: tuple[int, str] | None = None,
 ) -> str:
     """Lines ``(label, values, colour, dashed)`` over x = 0, 1, 2, ...; a dot marks each line's last value.
 
     ``y_cap``: the y axis ends there; larger values, infinities and NaNs (a diverging run) are drawn on
     the top edge, and a red note under the legend says from which step each line is (``off_axis``),
     calling the lines by ``names`` (short names, one per series; the labels where not given).
+    ``log``: a log axis, one grid line per power of ten, from the smallest positive value to the largest
+    finite one (``y_cap`` is then ignored; infinities and NaNs still go on the top edge).
+    ``mark``: ``(step, label)``, a dashed vertical line at that step, its label beside it.
     """
     finite = [x for _, v, _, _ in series for x in v if math.isfinite(x)]
     top = max(finite, default=1.0)
-    clipped = len(finite) < sum(len(v) for _, v, _, _ in series) or (y_cap is not None and top > y_cap)
-    ticks = nice_ticks(min(top, y_cap) if y_cap is not None else top)
+    if log:
+        positive = [x for x in finite if x > 0] or [1.0]
+        lo = math.floor(math.log10(min(positive)))
+        hi = max(lo + 1, math.ceil(math.log10(max(positive))))
+        every = max(1, math.ceil((hi - lo) / 6))  # at most about seven labelled powers of ten
+        hi = lo + every * math.ceil((hi - lo) / every)
+        ticks = [float(e - lo) for e in range(lo, hi + 1, every)]
+        labels = [f"1e{e}" if abs(e) > 2 else _fmt(10.0**e) for e in range(lo, hi + 1, every)]
+        clipped = len(finite) < sum(len(v) for _, v, _, _ in series)
+    else:
+        clipped = len(finite) < sum(len(v) for _, v, _, _ in series) or (y_cap is not None and top > y_cap)
+        ticks, labels = nice_ticks(min(top, y_cap) if y_cap is not None else top), []
     w, h = width - LEFT - RIGHT, height - TOP - BOTTOM
     x_max = max(x_max, 1, *(len(v) - 1 for _, v, _, _ in series))
 
     def xy(i: int, v: float) -> tuple[float, float]:
-        v = min(v, ticks[-1]) if math.isfinite(v) else ticks[-1]
-        return LEFT + w * i / x_max, TOP + h - h * v / ticks[-1]
+        if not math.isfinite(v):  # inf and nan on the top edge
+            up = ticks[-1]
+        elif log:  # the power of ten above the axis' bottom; 0 (or less) on the bottom edge
+            up = min(max(math.log10(v) - lo, 0.0), ticks[-1]) if v > 0 else 0.0
+        else:
+            up = min(v, ticks[-1])
+        return LEFT + w * i / x_max, TOP + h - h * up / ticks[-1]
 
-    out = _frame(width, height, title, xlabel, ylabel, ticks)
+    out = _frame(width, height, title, xlabel, ylabel, ticks, labels)
+    if mark is not None:  # under the lines, so they stay on top
+        x = LEFT + w * mark[0] / x_max
+        anchor, dx = ("end", -4) if mark[0] > x_max / 2 else ("start", 4)
+        out.append(
+            f'<line class="mark" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + h}" stroke="#6a1b9a" '
+            f'stroke-dasharray="3 3"/>'
+        )
+        out.append(
+            f'<text class="mark" x="{x + dx:.1f}" y="{TOP + h - 8}" text-anchor="{anchor}" font-size="10" '
+            f'fill="#6a1b9a" {FONT}>{escape(mark[1])}</text>'
+        )
     for t in nice_ticks(x_max, 6):
         if t <= x_max:
             x = LEFT + w * t / x_max
@@ -137,7 +175,7 @@ def line_chart(
         )
         out.append(f'<text x="{lx + 27}" y="{ly}" font-size="10" {FONT}>{escape(label)}</text>')
     if clipped:  # right-aligned on the plot's right edge, under the legend: every line of it fits inside
-        said = off_axis(series, ticks[-1], names)
+        said = off_axis(series, 10 ** (lo + ticks[-1]) if log else ticks[-1], names)
         for k, text in enumerate(["off the axis, drawn on its top edge:", *said]):
             out.append(
                 f'<text class="off-axis" x="{width - RIGHT - 6}" y="{TOP + 12 + 15 * (len(series) + k)}" '

@@ -362,5 +362,24 @@ class CostLab:
                 times += f", one device {self.reference.shown(self.budget_s)}"
         return f"{head}: bytes per step, fewest first: {ranked}; beside them, a step on this machine: {times}"
 
+    def headline(self) -> str:
+        """The cost explorer's status, one line: the setting and which strategy copies the fewest bytes;
+        every figure is in the table under it (``status()`` says them all in text)."""
+        if not self.costs:
+            return NOT_MEASURED
+        order = self.by_bytes()
+        fewest = " and ".join(repr(c.strategy) for c in order if c.bytes == order[0].bytes)
+        slots = f"{self.slots} slot{'s' * (self.slots != 1)}"
+        line = (
+            f"width {self.width} ({width_numel(self.width):,} parameters) on {slots}: {fewest} copies the fewest "
+            "bytes (counted); the table has each figure"
+        )
+        timed = [*self.costs, *([self.reference] if self.reference is not None else [])]
+        if not self.timed:
+            return line + "; nothing timed"
+        if all(len(c.seconds) < MIN_TIMED for c in timed):  # how to get times: said once
+            line += f"; {min(timed, key=lambda c: len(c.seconds)).shown(self.budget_s)}"
+        return line
+
     def __repr__(self) -> str:
         return f"<CostLab {self.status()}>"

@@ -56,6 +56,9 @@ class Grad:
         shape = "scalar" if not self.shape else "×".join(map(str, self.shape))
         return f"{shape}, ‖g‖ = {self.norm:.4g}"
 
+    def __repr__(self) -> str:  # a printed tuple of gradients reads as the stepper's table does
+        return f"{self} from {self.source}" if self.source else str(self)
+
 
 @dataclass(frozen=True)
 class Handoff:
@@ -64,6 +67,11 @@ class Handoff:
     to: str  # the receiving node's id in the graph
     label: str  # what a learner reads for it
     grad: Grad | None  # None: autograd handed on no gradient (undefined) along this edge
+
+    def __str__(self) -> str:
+        return f"to {self.label}: {self.grad if self.grad is not None else 'no gradient'}"
+
+    __repr__ = __str__  # a printed tuple of handoffs reads as the stepper's table does
 
 
 @dataclass(frozen=True)
@@ -259,26 +267,31 @@ class JoinOrder:
     def summary(self, name: str) -> str:
         """One line: the steps (from 1, as the stepper counts) the ReduceAddBackward nodes ran at."""
         steps = ", ".join(str(i + 1) for i in self.joins)
-        return (
-            f"{name}: ReduceAddBackward at steps {steps}; the replicas' last node at step {self.ops[-1] + 1}"
-        )
+        return f"{name}: ReduceAddBackward at steps {steps}; the replicas' last node ran at step {self.ops[-1] + 1}"
 
 
 def order_table(named: dict[str, JoinOrder]) -> list[str]:
-    """The orders side by side, one row per step: each node and its sequence number; "◀" marks a
-    ReduceAddBackward that ran before the replicas' last node. Then each order's summary line."""
-    width = max(len(text) for found in named.values() for text in (*found.labels, ""))
+    """The orders side by side, one row per step: each node and its sequence number. A legend first,
+    so the marks are read before the rows; each order's one-line summary last."""
+    width = max(len(text) for found in named.values() for text in (*found.labels, "node"))
     width = max(width, *(len(name) for name in named))
-    rows = ["step  " + "".join(f"{name:<{width}} {'number':>6}    " for name in named).rstrip()]
+    legend = [
+        "the nodes in the order backward ran them; nr: each node's sequence number (among the nodes",
+        "whose gradients have all arrived, the highest runs first)",
+        "  max: an AccumulateGrad's number, UINT64_MAX: it runs as soon as its gradient arrives",
+        "  ◀  : a ReduceAddBackward that ran while replica nodes were still to run",
+        "",
+    ]
+    names = "      " + "".join(f"{name:<{width + 10}}" for name in named).rstrip()
+    head = "step  " + "".join(f"{'node':<{width}} {'nr':>4}     " for _ in named).rstrip()
+    rows = []
     for i in range(max(len(found.order) for found in named.values())):
         cells = [
-            f"{found.labels[i]:<{width}} {found.number(i):>6} {'◀' if i in found.early else ' '}  "
+            f"{found.labels[i]:<{width}} {found.number(i):>4} {'◀' if i in found.early else ' '}   "
             for found in named.values()
         ]
         rows.append(f"{i + 1:>4}  " + "".join(cells).rstrip())
-    return [*rows, "◀: a ReduceAddBackward that ran before the replicas' last node"] + [
-        found.summary(name) for name, found in named.items()
-    ]
+    return [*legend, names, head, *rows, ""] + [found.summary(name) for name, found in named.items()]
 
 
 def _replica_of(outs: list, stop: tuple[str, ...]) -> dict:

@@ -8,6 +8,7 @@ is missing the graph shows as text, with one sentence on what to install.
 from __future__ import annotations
 
 import base64
+import math
 import re
 from functools import lru_cache
 from html import escape
@@ -76,19 +77,39 @@ def note(text: str) -> str:
     return f'<div style="color:#b71c1c">{escape(text)}</div>'
 
 
+APART = 0.01  # the loss chart marks the first step where the two runs' losses differ by more than this
+
+
+def drift_step(losses, reference, apart: float = APART) -> int | None:
+    """The first step where the two losses differ by more than ``apart`` of one device's; None if none."""
+    for i, (a, b) in enumerate(zip(losses, reference)):
+        if math.isfinite(a) and math.isfinite(b) and abs(a - b) > apart * abs(b):
+            return i
+    return None
+
+
 def loss_curve(losses, reference, strategy: str, steps: int) -> str:
-    """The DataParallel run's loss against the one-device reference, step by step."""
+    """The DataParallel run's loss against the one-device reference, step by step.
+
+    A run whose loss passes 3 times its first (a learning rate too large) is drawn on a log axis, so
+    both lines stay in sight as they blow up, and a dashed line marks the step from which the two
+    differ by more than 1%: on a log axis a gap of tens of percent is a hair's breadth."""
+    cap = 3 * max(reference[0], losses[0]) if reference and losses else None
+    diverged = cap is not None and any(not v <= cap for v in (*losses, *reference))
+    apart = drift_step(losses, reference) if diverged else None
     svg = line_chart(
         [
             ("one device (the reference)", reference, BLUE, False),
             (f"DataParallel, strategy={strategy!r}", losses, ORANGE, True),
         ],
         steps,
-        "the original model's loss against one device's",
+        "the original model's loss against one device's" + (" (log scale)" if diverged else ""),
         "SGD step",
         "training loss (MSE)",
-        y_cap=3 * max(reference[0], losses[0]) if reference and losses else None,
+        y_cap=cap,
         names=("one device", "DataParallel"),  # the red note's names for the lines of a diverging run
+        log=diverged,
+        mark=(apart, f"from step {apart} the runs differ by over {APART:.0%}") if apart is not None else None,
     )
     return img(svg, f"loss curve under strategy {strategy}")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from html import escape
 
-from ._ipywidgets import guarded, require
+from ._ipywidgets import Still, guarded, require, still_view
 from .cost import WIDTHS, CostLab, width_numel
 from .pictures import cost_charts
 from .tables import cost_table
@@ -19,7 +19,8 @@ from .tables import cost_table
 widgets = require()
 
 
-class CostExplorer(widgets.VBox):
+@still_view
+class CostExplorer(Still, widgets.VBox):
     """Model size and slots against bytes moved and time, per strategy."""
 
     def __init__(self, lab: CostLab | None = None, modelled: bool = True, **settings):
@@ -68,7 +69,7 @@ class CostExplorer(widgets.VBox):
         self.lab.configure(width=self.width.value, slots=self.slots.value)
         self.lab.measure()
         lab = self.lab
-        self.status.value = f"<b>{lab.status()}</b>"
+        self.status.value = f"<b>{escape(lab.headline())}</b>"  # one line: the table under it has the figures
         self.charts.value = cost_charts(lab.costs, lab.model_bytes, lab.slots, lab.reference_s)
         self.table.value = cost_table(lab, modelled=self.modelled)
         self.assumed.value = (

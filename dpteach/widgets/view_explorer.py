@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from ._ipywidgets import guarded, require
+from ._ipywidgets import Still, guarded, require, still_view
 from .pictures import graph_html, loss_curve
 from .tables import grad_table
 from .training import STRATEGIES, TrainingLab
@@ -19,7 +19,8 @@ widgets = require()
 WIDE = {"description_width": "initial"}
 
 
-class DataParallelExplorer(widgets.VBox):
+@still_view
+class DataParallelExplorer(Still, widgets.VBox):
     """Train the course model under a strategy, step by step, beside one device."""
 
     def __init__(self, lab: TrainingLab | None = None, **settings):

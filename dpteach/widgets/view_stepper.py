@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from ._ipywidgets import guarded, require
+from ._ipywidgets import Still, guarded, require, still_view
 from .flow import GradientFlow
 from .pictures import graph_html
 from .tables import handoff_table, lines
@@ -18,7 +18,8 @@ from .training import STRATEGIES
 widgets = require()
 
 
-class GradientStepper(widgets.VBox):
+@still_view
+class GradientStepper(Still, widgets.VBox):
     """Walk one backward pass node by node over its drawn autograd graph."""
 
     def __init__(self, flow: GradientFlow | None = None, **settings):

@@ -159,16 +159,31 @@ def test_the_status_never_says_agree_alone_while_the_loss_blows_up():
 
 
 def test_the_off_axis_note_names_the_steps_each_line_leaves_at():
-    """The red note says, per line, the first step above the axis, then where it turns inf and nan."""
+    """A diverging run is drawn on a log axis, so its lines stay in sight until inf; the red note says
+    where each turns inf and nan, and a dashed line marks the step from which the runs differ by 1%."""
+    from dpteach.widgets.pictures import drift_step
+
     lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=60)
     lab.run()
     svg = decode_img(loss_curve(lab.losses, lab.reference_losses, lab.strategy, lab.steps))
     notes = re.findall(r'<text class="off-axis"[^>]*>([^<]*)</text>', svg)
     inf = next(i for i, v in enumerate(lab.losses) if math.isinf(v))
     nan = next(i for i, v in enumerate(lab.losses) if math.isnan(v))
-    assert notes[0] == "off the axis, drawn on its top edge:"
+    assert "(log scale)" in svg and notes[0] == "off the axis, drawn on its top edge:"
     # both runs go inf and nan at the same steps (their gap is rounding), so they share one line
-    assert notes[1:] == [f"both lines: above 0.8 from step 2, inf from {inf}, nan from {nan}"]
+    assert notes[1:] == [f"both lines: inf from step {inf}, nan from {nan}"]
+    # on the log axis the finite losses are drawn below the top edge, each higher point a larger loss
+    lines = [[float(p.split(",")[1]) for p in pts.split()] for pts in re.findall(r'points="([^"]*)"', svg)]
+    top = min(min(ys) for ys in lines)
+    assert all(y > top for ys in lines for y in ys[: inf - 1])
+    apart = drift_step(lab.losses, lab.reference_losses)
+    assert 0 < apart < inf and abs(lab.losses[apart - 1] / lab.reference_losses[apart - 1] - 1) <= 0.01
+    (mark,) = re.findall(r'<text class="mark"[^>]*>([^<]*)</text>', svg)
+    assert mark == f"from step {apart} the runs differ by over 1%"
+    calm = TrainingLab("rewire", slots=2, lr=0.2, steps=60)
+    calm.run()  # a run that learns keeps its linear axis and has no mark
+    svg = decode_img(loss_curve(calm.losses, calm.reference_losses, calm.strategy, calm.steps))
+    assert "log scale" not in svg and 'class="mark"' not in svg
     split = line_chart(
         [("a", [1, 5, math.inf], "red", False), ("b", [1, 1, 1], "blue", True)], 2, "t", "x", "y", y_cap=2
     )
@@ -757,3 +772,19 @@ def test_times_print_in_microseconds_with_three_figures(seconds, text):
     from dpteach.widgets.cost import us
 
     assert us(seconds) == text
+
+
+@pytest.mark.parametrize("make", ["explorer", "gradient_stepper", "cost_explorer"])
+def test_each_widget_carries_a_still_for_front_ends_without_widgets(ipywidgets, make):
+    """A saved copy read without a kernel (nbviewer, a headless run, an untrusted notebook) shows the
+    bundle's text/html, the widget as first shown, not the bare repr; a widget manager draws the widget."""
+    from dpteach import widgets
+    from dpteach.widgets._ipywidgets import WIDGET_VIEW
+
+    view = getattr(widgets, make)(**({"budget_s": 0.0} if make == "cost_explorer" else {}))
+    bundle = view._repr_mimebundle_()
+    assert WIDGET_VIEW in bundle  # the live widget, as before
+    still = bundle["text/html"]
+    assert "<img " in still and view.status.value in still  # its pictures and its status line
+    assert "A still of the widget" in still and "children=" not in bundle["text/plain"]
+    assert bundle["text/plain"].startswith(type(view).__name__ + ": ") and "<" not in bundle["text/plain"]
