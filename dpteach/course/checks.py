@@ -2010,6 +2010,24 @@ def _slip_or(fail, guess, slips: dict, otherwise: str) -> Verdict:
     return fail(otherwise, "other")
 
 
+_THRESHOLD = (
+    "the cap is not a maximum: a bucket closes on the tensor that takes it past its cap, so that "
+    "tensor joins it and a bucket can end up holding more than its cap"
+)
+
+
+def _under_cap(sizes, bucket_bytes: int, first_bucket_bytes: int) -> list[int]:
+    """The buckets a learner gets by reading the cap as a maximum: each closes before the tensor that
+    would take it past its cap (a tensor over the cap alone still gets a bucket). Not DDP's rule."""
+    buckets, filled, limit = [], 0, first_bucket_bytes
+    for nbytes in sizes:
+        if filled and filled + nbytes > limit:
+            buckets.append(filled)
+            filled, limit = 0, bucket_bytes
+        filled += nbytes
+    return buckets + ([filled] if filled else [])
+
+
 def copied_per_step(
     predicted: int | object, model: torch.nn.Module, x: torch.Tensor, slots: Sequence
 ) -> Verdict:
@@ -2205,7 +2223,8 @@ def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
     defaults (a first bucket of 1 MiB, then 25 MiB: ``dist._DEFAULT_FIRST_BUCKET_BYTES`` and
     ``bucket_cap_mb``), gradients in backward order (the last layer's first).
 
-    Findings: ``"no first bucket"`` (every bucket taken as 25 MiB), ``"one bucket"``, ``"per layer"`` /
+    Findings: ``"no first bucket"`` (every bucket taken as 25 MiB), ``"one bucket"``, ``"cap as a
+    maximum"`` (a bucket closed before the tensor that would take it past its cap), ``"per layer"`` /
     ``"per tensor"`` (a bucket per module or per tensor), ``"split"`` (tensors split to fill each bucket
     to its cap exactly: a bucket holds whole tensors).
     """
@@ -2242,6 +2261,10 @@ def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
             "so the last layer's gradients go out in a bucket of their own",
         ),
         (1, "one bucket", f"{total / 1e6:.1f} MB of gradients is more than one bucket's 25 MiB"),
+        *(
+            (len(_under_cap(sizes, big, small)), "cap as a maximum", _THRESHOLD)
+            for big, small in ((cap, first), (25_000_000, 1_000_000))  # read in MiB, or in MB
+        ),
         (
             1 + math.ceil(max(total - first, 0) / cap),
             "split",

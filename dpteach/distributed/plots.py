@@ -71,8 +71,12 @@ def step_times(
     return fig
 
 
-def cpu_rounds(result, title: str = ""):
+def cpu_rounds(result, title: str = "", load=None):
     """Every round of ``compare.cpu_rounds`` as a dot per way of running the step, the median marked.
+
+    ``load``: ``(cores, before, after)``, the cores this process may use and the one-minute load average
+    before and after the rounds (``os.getloadavg()[0]``), written under the title: on a busy machine
+    other programs hold the cores that the ranks and threads need.
 
     The y value is the per-round ratio: the first kind's step (one process, one thread) over this
     kind's, both timed in the same round, so above the dashed line at 1 this kind's step took less
@@ -101,7 +105,12 @@ def cpu_rounds(result, title: str = ""):
     ax.set_title(
         title
         or f"This machine's CPU, {n} rounds: MLP {result.depth} x {result.hidden}, batch {result.global_batch}\n"
-        f"({result.baseline}'s step over each's; above 1: that step took less time)",
+        f"({result.baseline}'s step over each's; above 1: that step took less time)"
+        + (
+            f"\n{load[0]} cores; load average {load[1]:.1f} before the rounds, {load[2]:.1f} after"
+            if load
+            else ""
+        ),
         fontsize=9,
     )
     ax.grid(True, axis="y", alpha=0.3)

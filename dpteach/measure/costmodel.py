@@ -98,6 +98,7 @@ __all__ = [
     "table",
     "draw_timeline",
     "draw_over_n",
+    "breakdown",
 ]
 
 GPUS_FILE = Path(__file__).with_name("data") / "gpus.json"
@@ -724,13 +725,18 @@ def draw_over_n(
         for strategy, style in zip(STRATEGIES, ("s-", "o-")):
             steps = [predict(work, name, n, strategy, latency=latency, thread_s=thread_s).total_s for n in ns]
             ax.plot(ns, [plain / t for t in steps], style, color=STRATEGY_COLOURS[strategy], label=strategy)
-        ax.plot(ns, ns, color="#bbbbbb", lw=1, label="n times faster")
+            ax.annotate(f"{plain / steps[-1]:.2f}", (ns[-1], plain / steps[-1]), xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=7,
+                        color=STRATEGY_COLOURS[strategy])  # fmt: skip
+        # no "n times faster" line: at n = 8 it would stretch the axis to 8 and flatten both curves
         ax.axhline(1, color="#bbbbbb", lw=1, ls="--", label="one GPU: below it, slower")
         ax.set_title(f"modelled, {name} ({GPUS[name].link})", fontsize=9)
         ax.set_xlabel("GPUs (n)", fontsize=8)
         ax.set_xticks(list(ns))
-    axes[0].set_ylabel("plain step / modelled step")
-    axes[0].legend(fontsize=8)
+    axes[0].set_ylabel("plain step / modelled step\n(at best n, off the scale)", fontsize=8)
+    axes[0].set_ylim(0, 1.2 * max(max(line.get_ydata()) for ax in axes for line in ax.get_lines()))
+    axes[0].set_xlim(0.5, ns[-1] + 1.2)  # room for the values written at the widest n
+    axes[0].legend(fontsize=8, loc="upper right")
     # what the model leaves out, once for the figure: per panel the captions would overlap
     starts = "; thread starts not charged" if thread_s == 0 else ""
     fig.text(
@@ -744,6 +750,29 @@ def draw_over_n(
         fig.suptitle(f"{title} (modelled)", fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
+
+
+def breakdown(
+    work: Workload,
+    gpus: tuple[str, ...] = ("A100-SXM", "H200-SXM"),
+    n: int = 4,
+    *,
+    latency: bool = False,
+) -> str:
+    """Why DDP's modelled step speeds up on one profile and not another: per profile, the plain step on
+    one GPU, then on ``n`` GPUs each one's compute (forward and backward), the all-reduces on the link
+    and the DDP step, in µs; ``latency``: NCCL's latency per message in."""
+    lines = [f"modelled DDP step, µs: one GPU's whole step; on {n} GPUs, compute, all-reduces, step"]
+    for name in _profile_names(gpus):
+        plain = predict(work, name, 1).total_s
+        ddp = predict(work, name, n, "DDP", latency=latency)
+        compute = ddp.seconds("forward") / n + ddp.seconds("backward") / n  # one GPU's share
+        lines.append(
+            f"  {name:<10} one GPU {plain * 1e6:5.0f}   on {n}: compute {compute * 1e6:4.0f}, "
+            f"all-reduces {ddp.seconds('all-reduce') * 1e6:4.0f}, step {ddp.total_s * 1e6:4.0f} "
+            f"({plain / ddp.total_s:.2f}x)"
+        )
+    return "\n".join(lines)
 
 
 def ring_seconds(nbytes: float, n: int, link_bw: float) -> float:

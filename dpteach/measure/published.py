@@ -35,6 +35,7 @@ __all__ = [
     "pair_table",
     "ratios",
     "measured",
+    "figure",
     "PUBLISHED",
     "OURS",
 ]
@@ -342,27 +343,29 @@ def pair_table(pair: list[Measurement], latency: bool = False) -> str:
 
 
 def ratios(measurements: list[Measurement], latency: bool = False) -> str:
-    """One short table of every measured step beside the model: measured ms, modelled ms, measured /
-    modelled; for a DDP curve with a plain step, what DDP adds over it, measured and modelled; for each
-    pair, DataParallel's step over DDP's. Where a row comes from: ``table``, ``pair_table``."""
+    """One compact table (under 80 characters wide) of every measured step beside the model: measured
+    ms, modelled ms, measured / modelled; for a DDP curve with a plain step, what DDP adds over it,
+    measured and modelled; for each pair, DataParallel's step over DDP's. Rows are grouped by GPU.
+    Where a row comes from: ``table``, ``pair_table``."""
     tag = ", NCCL's latency per message in" if latency else ""
     lines = [
-        f"each measured step beside the model (modelled{tag}); ms per step",
-        f"  {'run':<37}{'n':>11}{'measured':>10}{'modelled':>10}{'measured/modelled':>19}"
-        f"{'DDP adds to the plain step: measured, modelled':>48}",
+        f"ms per step, measured beside modelled{tag}",
+        f"  {'':<25}{'':>10}{'':>9}{'':>9}{'':>7}{'added by DDP':>18}",
+        f"  {'run':<25}{'n':>10}{'measured':>9}{'modelled':>9}{'ratio':>7}{'measured':>9}{'modelled':>9}",
     ]
-    for m in measurements:
-        rows = compare(m, latency)
-        added = {n: (got, mod) for n, got, mod in overhead(m, latency)} if m.plain_at_one else {}
-        name = f"{m.model.split(',')[0].split(' (')[0].removeprefix('torchvision ')}, {m.strategy}, {m.gpu}"
-        for i, r in enumerate(rows):
-            model = "-" if r.modelled_s is None else f"{r.modelled_s * 1e3:.1f}"
-            ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
-            extra = f"{added[r.n][0] * 1e3:+.1f}, {added[r.n][1] * 1e3:+.2f}" if r.n in added else ""
-            lines.append(
-                f"  {name if i == 0 else '':<37}{m.n_label(r.n):>11}{r.measured_s * 1e3:>10.1f}{model:>10}"
-                f"{ratio:>19}{extra:>48}".rstrip()
-            )
+    for gpu in dict.fromkeys(m.gpu for m in measurements):  # in the order they ship
+        lines.append(f"  on {gpu}:")
+        for m in (m for m in measurements if m.gpu == gpu):
+            added = {n: (got, mod) for n, got, mod in overhead(m, latency)} if m.plain_at_one else {}
+            name = f"{m.model.split(',')[0].split(' (')[0].removeprefix('torchvision ')}, {m.strategy}"
+            for i, r in enumerate(compare(m, latency)):
+                model = "-" if r.modelled_s is None else f"{r.modelled_s * 1e3:.1f}"
+                ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
+                extra = f"{added[r.n][0] * 1e3:+9.1f}{added[r.n][1] * 1e3:+9.2f}" if r.n in added else ""
+                lines.append(
+                    f"  {name if i == 0 else '':<25}{m.n_label(r.n):>10}{r.measured_s * 1e3:>9.1f}"
+                    f"{model:>9}{ratio:>7}{extra}".rstrip()
+                )
     for pair in pairs(measurements).values():
         measured, modelled = pair_ratio(pair, latency=latency)
         lines.append(
@@ -463,3 +466,52 @@ def draw(measurements: list[Measurement], ax=None, latency: bool = False):
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     ax.set_title("measured beside modelled (lines: the cost model)", fontsize=9)
     return ax
+
+
+def figure(measurements: list[Measurement], latency: bool = False):
+    """Every measurement in one figure: a panel per DDP curve (measured points, the modelled line, each
+    point's measured / modelled under it, the y axis fitted to the points so that what DDP adds shows),
+    then a panel per DataParallel-and-DDP pair (``draw_pair``); one legend, under the panels."""
+    import matplotlib.pyplot as plt
+
+    runs, duos = curves(measurements), list(pairs(measurements).values())
+    fig, axes = plt.subplots(1, len(runs) + len(duos), figsize=(3.6 * (len(runs) + len(duos)), 3.3),
+                             squeeze=False, gridspec_kw={"width_ratios": [1.2] * len(runs) + [1] * len(duos)})  # fmt: skip
+    axes = list(axes[0])
+    for ax, m in zip(axes, runs):
+        draw([m], ax=ax, latency=latency)
+        ax.get_legend().remove()  # one legend for the figure, below
+        ax.set_ylim(auto=True)
+        ax.relim()
+        ax.autoscale(axis="y")
+        low, high = ax.get_ylim()
+        ax.set_ylim(low - 0.15 * (high - low), high + 0.1 * (high - low))  # room for the ratios
+        for r in compare(m, latency):
+            if r.ratio is not None:
+                ax.annotate(f"{r.ratio:.2f}x", (r.n, r.measured_s * 1e3), xytext=(0, -11),
+                            textcoords="offset points", ha="center", fontsize=7)  # fmt: skip
+        added = overhead(m, latency) if m.plain_at_one else []
+        if added:  # what DDP adds over the plain step at the smallest n > 1: where the model misses
+            n, got, mod = added[0]
+            ax.set_title(f"{m.model.split(',')[0].removeprefix('torchvision ')} on {m.gpu}, DDP\n"
+                         f"DDP adds at n = {n}: {got * 1e3:.1f} ms measured, {mod * 1e3:.2f} modelled", fontsize=8)  # fmt: skip
+        else:
+            ax.set_title(f"{m.model.split(',')[0]} on {m.gpu}, {m.strategy}", fontsize=8)
+    for ax, pair in zip(axes[len(runs) :], duos):
+        draw_pair(pair, ax=ax, latency=latency)
+        # narrower than draw_pair's own: a tick per strategy, the solid bar measured, the hatched modelled
+        ax.set_xticks(range(len(pair)), [f"{m.strategy}\nmeasured, modelled" for m in pair], fontsize=7)
+        measured, modelled = pair_ratio(pair, latency=latency)
+        [(n, _)] = pair[0].points
+        ax.set_title(f"{pair[0].model.split(' (')[0]} on {n} {pair[0].gpu}; DataParallel / DDP:\n"
+                     f"{measured:.3f} measured, {modelled:.3f} modelled", fontsize=8)  # fmt: skip
+    handles, labels = {}, {}
+    for ax in axes[: len(runs)]:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            key = label.split(":")[0].split(",")[0]  # "measured (published)", "modelled", the plain step
+            handles.setdefault(key, h)
+            labels.setdefault(key, "modelled (the cost model)" if key == "modelled" else key)
+    fig.legend(list(handles.values()), list(labels.values()), loc="lower center", ncol=len(handles),
+               fontsize=8, frameon=False)  # fmt: skip
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig

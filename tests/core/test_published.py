@@ -216,13 +216,25 @@ def test_ratios_prints_every_measured_step_with_its_ratio_and_what_ddp_adds():
     assert "NCCL's latency per message in" in text
     for m in shipped:
         for r in published.compare(m, latency=True):
-            assert f"{r.measured_s * 1e3:>10.1f}{r.modelled_s * 1e3:>10.1f}{f'{r.ratio:.2f}x':>19}" in text
+            assert f"{r.measured_s * 1e3:>9.1f}{r.modelled_s * 1e3:>9.1f}{f'{r.ratio:.2f}x':>7}" in text
         for _, got, mod in published.overhead(m, latency=True):
-            assert f"{got * 1e3:+.1f}, {mod * 1e3:+.2f}" in text
+            assert f"{got * 1e3:+9.1f}{mod * 1e3:+9.2f}" in text
     [pair] = published.pairs(shipped).values()
     measured, modelled = published.pair_ratio(pair, latency=True)
     assert f"measured {measured:.3f}, modelled {modelled:.3f}" in text
-    assert len(text.splitlines()) == 2 + sum(len(m.points) for m in shipped) + 1  # short: a row a point
+    gpus = len({m.gpu for m in shipped})  # a heading line per GPU
+    assert len(text.splitlines()) == 3 + gpus + sum(len(m.points) for m in shipped) + 1  # a row a point
+    assert max(len(line) for line in text.splitlines()) <= 80  # readable in a notebook's output
+
+
+def test_one_figure_draws_every_run_beside_the_model_with_one_legend_below():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    shipped = published.shipped()
+    fig = published.figure(shipped, latency=True)
+    assert len(fig.axes) == len(published.curves(shipped)) + len(published.pairs(shipped))
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
 
 
 def test_each_strategy_has_one_colour_in_the_published_figures():
