@@ -8,8 +8,8 @@
   slots before and after each timed call; without it the clock would measure kernel launches.
   ``Phases`` (the step profile) records CUDA events around each phase instead, and waits for the
   GPUs only when ``seconds()`` reads them.
-* **The garbage collector** is off only in ``time_in_rounds`` (and ``profile.profile_in_turns``),
-  as in ``timeit``; ``time_in_turns`` leaves it as it is.
+* **The garbage collector** is off only in ``time_in_rounds``, as in ``timeit``; ``time_in_turns``
+  leaves it as it is.
 * **One intra-op thread per CPU slot**: while it times, the timer sets ``torch.set_num_threads(1)``
   (and restores the old value after). A CPU slot stands for one device, while PyTorch's default gives
   every large operation (a copy of more than 32768 elements, a matmul) a team of threads, one per core;
