@@ -10,7 +10,7 @@
 #   make colab-stack  the library tests and the chapters in a Colab-like environment (ipywidgets 7.7.1)
 #   make dist         the sdist and wheel in dist/, checked with twine
 #   make wheel-check  build the wheel from a clean copy and install it into a fresh venv with torch
-#   make memory       peak memory of chapters 09 and 10, the two heaviest on Binder's 2 GB
+#   make memory       peak memory of chapters 08, 09 and 10, the heaviest on Binder's 2 GB
 #   make sync         rewrite what is derived from dpteach/_course.py (badges, set-up cells)
 
 PYTHON ?= python3
@@ -59,7 +59,7 @@ wheel-check: $(TEST_STAMP)
 	scripts/check_wheel.sh
 
 memory: $(TEST_STAMP)
-	$(VENV)/bin/python scripts/peak_memory.py notebooks/09_beyond_one_process.ipynb notebooks/10_the_cpp_original.ipynb
+	$(VENV)/bin/python scripts/peak_memory.py notebooks/08_real_gpus.ipynb notebooks/09_beyond_one_process.ipynb notebooks/10_the_cpp_original.ipynb
 
 sync: $(LAB_STAMP)
 	$(VENV)/bin/python scripts/sync_course.py

@@ -39,7 +39,7 @@ from run_notebook import execute  # noqa: E402
 
 # The chapters that start processes (DDP ranks; the compiler and ninja) have their memory sampled as they
 # run, for test_binder.py. Chapter 10 compiles into an empty C++ cache, as on a fresh Binder.
-MEMORY_SAMPLED = ("09_beyond_one_process", "10_the_cpp_original")
+MEMORY_SAMPLED = ("08_real_gpus", "09_beyond_one_process", "10_the_cpp_original")
 FRESH_CPP_CACHE = ("10_the_cpp_original",)
 
 _memo: dict[Path, tuple[nbformat.NotebookNode, float, bool] | BaseException] = {}
