@@ -120,6 +120,43 @@ def _word(value: object) -> str:
     return str(value).strip().strip("'\"`").strip().lower()
 
 
+def slots_match(same: bool | object, slots: int = 3) -> Verdict:
+    """Exercise 1: ``same``, whether one step of ``dpteach.DataParallel`` on ``slots`` CPU slots gives one
+    device's gradients. The truth is a live step of the course's model against one device."""
+    from ..data_parallel import DataParallel
+    from ..scatter_gather import scatter
+    from . import story
+
+    name = "ch00.slots_match"
+    if _unset(same) or not isinstance(same, bool):
+        return Verdict(False, "Set `same` to True or False, then run this cell again.")
+    x, y = story.make_data()
+    reference, model = story.make_model(), story.make_model()  # seed 0: the same weights twice
+    torch.nn.functional.mse_loss(reference(x), y).backward()
+    torch.nn.functional.mse_loss(DataParallel(model, ["cpu"] * slots)(x), y).backward()
+    worst = max(
+        (p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters())
+    )
+    sizes = ", ".join(str(len(p)) for p in scatter(x, ["cpu"] * slots))
+    if same:
+        return _correct(
+            name,
+            f"On {slots} slots the {len(x)} rows become pieces of {sizes}, and the gradients are one device's "
+            f"(largest difference {worst:.1e}, float rounding): gather joins the outputs before the one mean loss.",
+        )
+    return _not_yet(
+        name,
+        f"you said the gradients differ on {slots} slots. Think again about what the loss is computed from.",
+        [
+            f"The loss is one mean over all {len(x)} rows of the gathered output: does it depend on which slot "
+            "computed which row?",
+            'Add a cell with devices = ["cpu"] * 3 after the cell that sets devices, and run the one-step check.',
+        ],
+        f"same = True: on {slots} slots the largest difference is {worst:.1e}, float rounding. Gather puts the "
+        "outputs back together before the loss, so the loss is the same function of the same parameters.",
+    )
+
+
 def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict:
     """Exercise 3: the piece sizes ``dpteach.scatter`` gives for ``rows`` rows over ``slots`` slots."""
     from ..scatter_gather import scatter
@@ -138,11 +175,18 @@ def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict
             name, f"{len(truth)} pieces; {idle} slot(s) get nothing." if idle else "Every slot works."
         )
     guess = list(prediction)  # type: ignore[call-overload]
-    change = (
-        f"your pieces hold {sum(guess)} rows; they must hold all {rows}."
-        if sum(guess) != rows
-        else f"the sizes add up to {rows}, but torch.chunk cuts them otherwise. Change the list."
-    )
+    if sum(guess) != rows:
+        change = f"your pieces hold {sum(guess)} rows; they must hold all {rows}."
+    elif len(guess) != len(truth):
+        change = (
+            f"the sizes add up to {rows}, but torch.chunk cuts {rows} rows over {slots} slots into "
+            f"{len(truth)} pieces, not {len(guess)}. Change the list."
+        )
+    else:
+        change = (
+            f"{len(truth)} pieces is right, but torch.chunk gives every piece but the last one size. "
+            "Change the sizes."
+        )
     return _not_yet(
         name,
         change,
@@ -2643,44 +2687,31 @@ BACKWARD_OF_MOVES = {
 _MOVE_BACKWARDS = {"gather": "a", "parallel_apply": "b", "replicate": "c", "scatter": "d"}
 
 
-def backward_moves(
-    does: Mapping[str, object] | object, left_out: str | object, devices=("cpu", "cpu")
-) -> Verdict:
-    """Exercise 2: ``does`` maps each move to the letter of what its backward does (``BACKWARD_OF_MOVES``);
-    ``left_out`` names the move whose backward C++'s clones had no edge for.
+def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 2: ``does`` maps each move to the letter of what its backward does (``BACKWARD_OF_MOVES``).
 
     The right answer is confirmed on one step of the course's model with ``x`` requiring grad: under
     ``"broadcast"`` the model's ``.grad`` and ``x.grad`` fill (replicate's and scatter's backward ran),
     under ``"clone"`` the model's ``.grad`` stays ``None`` while ``x.grad`` still fills. Findings
     (``Verdict.problem``): ``"letters"`` (not one of a to d), ``"gather and scatter"`` /
-    ``"replicate and parallel_apply"`` (a pair swapped), ``"moves"`` (any other wrong letter),
-    ``"left out"`` (the wrong move named).
+    ``"replicate and parallel_apply"`` (a pair swapped), ``"moves"`` (any other wrong letter).
     """
     from ..data_parallel import DataParallel
     from . import story
 
     name = "ch00.backward_moves"
     moves = tuple(_MOVE_BACKWARDS)
-    if _unset(does, left_out) or not isinstance(does, Mapping) or _unset(*does.values()):
-        return Verdict(
-            False, "Give every move in `does` a letter, a to d, and set `left_out`, then run again."
-        )
+    if _unset(does) or not isinstance(does, Mapping) or _unset(*does.values()):
+        return Verdict(False, "Give every move in `does` a letter, a to d, then run again.")
     keys = {_word(k): v for k, v in does.items()}  # "Gather" or " gather" is the same move
     given = {m: _word(keys.get(m, "")) for m in moves}
     odd = [m for m in moves if given[m] not in BACKWARD_OF_MOVES]
     if odd:
         return Verdict(False, f"Give each move one letter, a, b, c or d: check {', '.join(odd)}.")
-    said = _word(left_out)
-    if said not in moves:
-        return Verdict(
-            False,
-            f"Set `left_out` to one of the four moves, {', '.join(map(repr, moves))}, not {left_out!r}.",
-        )
     answer = (
-        "does = {'gather': 'a', 'parallel_apply': 'b', 'replicate': 'c', 'scatter': 'd'}, left_out = "
-        "'replicate': backward starts at the loss, so gather's backward runs first and cuts the gradient per "
-        "slot; each replica's backward runs on its slot; replicate's backward adds the replicas' gradients into "
-        "the model; scatter's joins the pieces into x.grad. C++'s clones had no edge for replicate's backward."
+        "does = {'gather': 'a', 'parallel_apply': 'b', 'replicate': 'c', 'scatter': 'd'}: backward starts at "
+        "the loss, so gather's backward runs first and cuts the gradient per slot; each replica's backward runs on its slot; replicate's backward adds the replicas' gradients into "
+        "the model; scatter's joins the pieces into x.grad."
     )
     fail = _ladder(
         name,
@@ -2710,20 +2741,9 @@ def backward_moves(
     if wrong:
         m = wrong[0]
         return fail(
-            f"{m}'s backward does not {BACKWARD_OF_MOVES[given[m]]}: ask what {m} did forward, and undo it.",
+            f"{m}'s backward is not the one that {BACKWARD_OF_MOVES[given[m]]}: ask what {m} did forward, "
+            "and undo it.",
             "moves",
-        )
-    if said != "replicate":
-        ran = {
-            "gather": "the loss's gradient reached every replica, so gather's backward ran",
-            "parallel_apply": "each replica's own parameters got a .grad (chapter 01), so every replica's "
-            "backward ran",
-            "scatter": "with x requiring grad, x.grad fills under 'clone' too (this check runs it), so scatter's backward ran",
-        }
-        return fail(
-            f"under 'clone' {ran[said]}. The missing part was the edge from each replica's parameters back to "
-            "the model: which move made the copies?",
-            "left out",
         )
     x, y = (t.clone() for t in story.make_data())
     x = x.to(devices[0]).requires_grad_()
@@ -2736,11 +2756,13 @@ def backward_moves(
         )
         loss.backward()
         found[strategy] = (model[0].weight.grad is not None, x.grad is not None)
+    fills = {True: "fills", False: "stays None"}
+    (b_model, b_x), (c_model, c_x) = found["broadcast"], found["clone"]
     return _correct(
         name,
-        f"One step with x requiring grad: under 'broadcast' the model's .grad is set: {found['broadcast'][0]}, "
-        f"x.grad is set: {found['broadcast'][1]}; under 'clone': {found['clone'][0]} and {found['clone'][1]}. "
-        "Every backward ran but replicate's.",
+        f"This check ran one step with x requiring grad. Under 'broadcast' the model's .grad {fills[b_model]} "
+        f"and x.grad {fills[b_x]}; under 'clone' the model's .grad {fills[c_model]} while x.grad "
+        f"{fills[c_x]}: every backward ran but replicate's.",
     )
 
 
@@ -2779,8 +2801,8 @@ def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verd
     answer = (
         f"moves = {{{', '.join(map(repr, sorted(truth)))}}}: the arrows {arrows} leave one lane for another. "
         "scatter sends "
-        "piece 1 to slot 1, replicate copies the weights there (slot 0's replica shares the model's "
-        "storage), gather brings output 1 back for the loss; parallel_apply stays in each lane."
+        "piece 1 to slot 1, replicate copies the weights there (under the default, slot 0's replica "
+        "shares the model's storage), gather brings output 1 back for the loss; parallel_apply stays in each lane."
     )
     fail = _ladder(
         name,

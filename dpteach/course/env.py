@@ -71,18 +71,31 @@ class Report:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
+        """The notebook's form: a row for each item that is not OK, then the OK ones named in one line
+        (the plain text, for a terminal, keeps every row)."""
         colour = {OK: "#1a7f37", MISSING: "#cf222e", WARN: "#9a6700", INFO: "#0969da"}
+        shown = [i for i in self.items if i.status != OK]
         rows = "".join(
             f"<tr><td style='color:{colour.get(i.status, '#000')};font-weight:bold'>{html.escape(i.status)}</td>"
             f"<td>{html.escape(i.name)}</td><td>{html.escape(i.found)}</td>"
             f"<td>{html.escape(i.fix)}</td></tr>"
-            for i in self.items
+            for i in shown
+        )
+        table = (
+            f"<table><tr><th>status</th><th>item</th><th>found</th><th>how to fix</th></tr>{rows}</table>"
+            if shown
+            else ""
+        )
+        fine = [i.name for i in self.items if i.status == OK]
+        oks = (
+            f"<p><b>OK</b> ({len(fine)} of {len(self.items)}): {html.escape(', '.join(fine))}.</p>"
+            if fine
+            else ""
         )
         verdict = "All set." if self.ok else "Some parts are missing; each row says how to fix it."
         return (
             f"<p><b>dpteach environment check</b> (running on: {html.escape(self.place)})</p>"
-            "<table><tr><th>status</th><th>item</th><th>found</th><th>how to fix</th></tr>"
-            f"{rows}</table><p>{verdict}</p>"
+            f"{table}{oks}<p>{verdict}</p>"
         )
 
 

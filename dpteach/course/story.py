@@ -175,8 +175,9 @@ PER_SLOT = {"pieces": "piece", "replicas": "replica", "parallel_apply": "paralle
 
 
 def replica_label(i: int) -> str:
-    """What slot ``i``'s replica holds under the default strategy: slot 0 shares storage, later slots copy."""
-    return f"replica {i}\n" + ("shares the\nmodel's\nstorage" if i == 0 else "a copy")
+    """What slot ``i``'s replica holds: under the default, "broadcast", slot 0 shares the model's storage
+    (under "clone" and "rewire" it is a copy too, chapter 00's table shows it); later slots copy."""
+    return f"replica {i}\n" + ("broadcast:\nshares the\nmodel's\nstorage" if i == 0 else "a copy")
 
 
 def four_moves_lanes(slots: int = 2) -> list[tuple[str, str]]:
@@ -200,8 +201,8 @@ def four_moves_picture(slots: int = 2):
     """Chapter 00's picture of one DataParallel step: boxes are moves, ovals are data, up to the loss.
 
     One lane (a column) per slot holds that slot's piece, replica, forward and output, so the replicas
-    stand side by side. The replicas are the default strategy's: slot 0's shares the model's storage,
-    every later slot's is a copy. The dashed arrows are the edges backward needs from each replica to
+    stand side by side. The replicas' labels are the default strategy's: slot 0's shares the model's
+    storage under "broadcast" only, every later slot's is a copy. The dashed arrows are the edges backward needs from each replica to
     the model: the default strategy makes them, C++'s clones (one per slot, slot 0 included) had none.
     A ``graphviz.Digraph`` when ``dot`` and the ``graphviz`` package are there, else the same edges as
     text. Drawn top to bottom with the legend beside it, so that it fits a notebook column (about

@@ -1,5 +1,6 @@
 """The exercise checks of chapters 00 and 04 that have no cell of their own elsewhere:
-``checks.backward_moves`` and ``checks.moves_between_devices`` (00, exercises 2 and 4),
+``checks.slots_match``, ``checks.backward_moves`` and ``checks.moves_between_devices`` (00, exercises 1, 2
+and 4),
 ``checks.shallow_copy_line`` and ``checks.tied_weights`` (04, exercises 1 and 4). What is asserted is the slip found (``Verdict.problem``), that the hints climb
 one rung per wrong try with the answer last, and that each chapter's check cell calls its check; the
 truths come from torch's source and a live ``replicate``, never from a copied run.
@@ -33,12 +34,38 @@ def _tagged(chapter: str, tag: str) -> str:
     return cell.source
 
 
+# ---------------------------------------------------------------- chapter 00, exercise 1
+
+
+def test_slots_match_accepts_true_and_shows_the_pieces_and_the_difference():
+    verdict = checks.slots_match(True)
+    assert (
+        verdict.ok and "pieces of 86, 86, 84" in verdict.message and "largest difference" in verdict.message
+    )
+
+
+def test_slots_match_climbs_to_the_answer_on_false():
+    tries = [checks.slots_match(False) for _ in range(3)]
+    assert not any(t.ok for t in tries)
+    assert "Hint 1 of 2" in tries[0].message and "Hint 2 of 2" in tries[1].message
+    assert "The answer: same = True" in tries[2].message
+    assert (
+        "True or False" in checks.slots_match(...).message and "Hint" not in checks.slots_match("yes").message
+    )
+
+
+def test_chapter_00_exercise_1_has_its_check_cell():
+    source = _tagged("00_start_here.ipynb", "ex1-check")
+    assert "checks.slots_match(same)" in source and "same = ..." in source
+
+
 # ---------------------------------------------------------------- chapter 00, exercise 2
 
 
 def test_backward_moves_accepts_the_worked_answer_and_shows_the_run():
-    verdict = checks.backward_moves(RIGHT_MOVES, "replicate")
-    assert verdict.ok and "under 'clone': False and True" in verdict.message  # model .grad None, x.grad set
+    verdict = checks.backward_moves(RIGHT_MOVES)
+    assert verdict.ok  # under 'clone' the model's .grad stays None, x.grad fills: said as a sentence
+    assert "under 'clone' the model's .grad stays None while x.grad fills" in verdict.message
 
 
 @pytest.mark.parametrize(
@@ -50,48 +77,32 @@ def test_backward_moves_accepts_the_worked_answer_and_shows_the_run():
     ],
 )
 def test_backward_moves_names_the_swap(swap, problem):
-    verdict = checks.backward_moves({**RIGHT_MOVES, **swap}, "replicate")
+    verdict = checks.backward_moves({**RIGHT_MOVES, **swap})
     assert not verdict.ok and verdict.problem == problem and "Hint 1 of 2" in verdict.message
 
 
-def test_backward_moves_names_the_wrong_move_left_out_and_climbs_to_the_answer():
-    tries = [checks.backward_moves(RIGHT_MOVES, "parallel_apply") for _ in range(3)]
-    assert [t.problem for t in tries] == ["left out"] * 3
+def test_backward_moves_climbs_to_the_answer_and_reads_as_a_sentence():
+    tries = [checks.backward_moves({**RIGHT_MOVES, "gather": "c", "replicate": "a"}) for _ in range(3)]
+    assert [t.problem for t in tries] == ["moves"] * 3
+    assert "gather's backward is not the one that adds" in tries[0].message  # not "does not adds"
     assert "Hint 1 of 2" in tries[0].message and "Hint 2 of 2" in tries[1].message
-    assert "The answer:" in tries[2].message and "left_out = 'replicate'" in tries[2].message
+    assert "The answer:" in tries[2].message and "'replicate': 'c'" in tries[2].message
 
 
 def test_backward_moves_asks_for_letters_and_costs_no_hint():
-    assert "Give every move" in checks.backward_moves({m: ... for m in RIGHT_MOVES}, ...).message
-    assert "one letter" in checks.backward_moves({**RIGHT_MOVES, "gather": "z"}, "replicate").message
-    assert (
-        "Hint 1 of 2"
-        in checks.backward_moves({**RIGHT_MOVES, "gather": "d", "scatter": "a"}, "replicate").message
-    )
+    assert "Give every move" in checks.backward_moves({m: ... for m in RIGHT_MOVES}).message
+    assert "one letter" in checks.backward_moves({**RIGHT_MOVES, "gather": "z"}).message
+    assert "Hint 1 of 2" in checks.backward_moves({**RIGHT_MOVES, "gather": "d", "scatter": "a"}).message
 
 
 def test_backward_moves_reads_a_move_in_any_case():
     capitalised = {m.capitalize(): letter.upper() for m, letter in RIGHT_MOVES.items()}
-    assert checks.backward_moves(capitalised, "Replicate").ok  # "Replicate", as a learner may type it
-    assert checks.backward_moves(RIGHT_MOVES, " 'REPLICATE' ").ok
-
-
-def test_backward_moves_names_the_four_moves_when_left_out_is_none_of_them():
-    verdict = checks.backward_moves(RIGHT_MOVES, "replicas")
-    assert not verdict.ok and "one of the four moves" in verdict.message and "'replicate'" in verdict.message
-    assert "Hint" not in verdict.message  # a typo costs no hint
-
-
-def test_backward_moves_says_why_each_wrong_move_did_run():
-    for move, says in [("Scatter", "x.grad fills"), ("gather", "reached every replica")]:
-        checks.reset()
-        verdict = checks.backward_moves(RIGHT_MOVES, move)
-        assert verdict.problem == "left out" and says in verdict.message.split("Hint")[0], verdict.message
+    assert checks.backward_moves(capitalised).ok  # "Replicate", as a learner may type it
 
 
 def test_chapter_00_exercise_2_has_its_check_cell():
     source = _tagged("00_start_here.ipynb", "ex2-check")
-    assert "checks.backward_moves(does, left_out)" in source and "left_out = ..." in source
+    assert "checks.backward_moves(does)" in source and "left_out" not in source
     assert all(f'"{m}": ...' in source for m in RIGHT_MOVES)
 
 
@@ -213,3 +224,13 @@ def test_tied_weights_says_the_copies_are_one_tensor():
 )
 def test_chapter_04_exercise_cells_call_their_checks(tag, call):
     assert call in _tagged("04_the_python_way.ipynb", tag)
+
+
+# ---------------------------------------------------------------- chapter 00, exercise 3
+
+
+def test_pieces_says_how_many_pieces_torch_chunk_makes():
+    verdict = checks.pieces([3, 3, 3, 3, 2, 2], rows=16, slots=6)  # six pieces, sizes wrong
+    assert not verdict.ok and "6 pieces is right" in verdict.message
+    verdict = checks.pieces([4, 4, 4, 4], rows=16, slots=6)  # four pieces: torch.chunk makes six
+    assert "into 6 pieces, not 4" in verdict.message

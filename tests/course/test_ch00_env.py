@@ -47,15 +47,29 @@ def test_report_lists_every_item_once(local):
     assert all(i.status in ("OK", "missing", "warning", "info") for i in report.items)  # four statuses only
 
 
-def test_text_and_html_show_every_item(local):
+def test_text_shows_every_item_and_html_a_row_for_each_that_is_not_ok(local):
     report = env.check()
     text, page = str(report), report._repr_html_()
+    oks = page.split("<b>OK</b>", 1)[1] if "<b>OK</b>" in page else ""
     for item in report.items:
         assert (
             item.name in text and item.status in text
         )  # the plain-text form (python -m dpteach) has each line
-        assert f"<td>{item.name}</td>" in page  # the notebook table has each row
+        if item.status == env.OK:
+            assert f"<td>{item.name}</td>" not in page and item.name in oks  # named in one line, no row
+        else:
+            assert f"<td>{item.name}</td>" in page  # a row that says what was found and how to fix it
     assert repr(report) == text  # a bare `report` in a terminal prints the same table
+
+
+def test_html_of_a_report_with_everything_ok_is_one_line_and_all_set():
+    report = env.Report("local", [env.Item("torch", env.OK, "2.13"), env.Item("dot", env.OK, "graphviz")])
+    page = report._repr_html_()
+    assert "<table>" not in page and "All set." in page and "torch, dot" in page
+    broken = env.Report(
+        "local", [env.Item("torch", env.OK, "2.13"), env.Item("dot", env.MISSING, "-", "fix")]
+    )
+    assert "<td>dot</td>" in broken._repr_html_() and "<td>torch</td>" not in broken._repr_html_()
 
 
 def test_place_is_local_colab_or_binder(local, monkeypatch):
