@@ -2493,6 +2493,45 @@ def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdi
 # ---------------------------------------------------------------- chapter 12 · the lab
 
 
+def one_slot(learned: bool | object, is_model: bool | object, model: torch.nn.Module, replica) -> Verdict:
+    """Exercise 1: after one ``DataParallel`` step on one device under ``"clone"``, did the gradient reach
+    ``model`` (``learned``), and is ``replica``, what ``replicate`` returns for that one device, the model
+    itself (``is_model``)?"""
+    name = "ch12.one_slot"
+    if _unset(learned, is_model):
+        return Verdict(False, "Set `learned` and `is_model` to True or False, then run the cell again.")
+    if not (isinstance(learned, bool) and isinstance(is_model, bool)):
+        return Verdict(False, "`learned` and `is_model` are each True or False (no quotes).", "not an answer")
+    grads = [p.grad for p in model.parameters()]
+    reached = all(g is not None for g in grads)
+    hints = [
+        "With one device, DataParallel.forward skips scatter and replicate and calls the module itself.",
+        "Read model[0].weight.grad after the backward; test `replica is model`.",
+    ]
+    answer = f"learned = {reached}, is_model = {replica is model}."
+    if learned != reached:
+        seen = (
+            f"after the backward, model[0].weight.grad is a tensor of norm {grads[0].norm():.3g}: the "
+            "gradient reached the model"
+            if reached
+            else "after the backward, model[0].weight.grad is None: the gradient never reached the model"
+        )
+        return _not_yet(name, f"{seen}. Change `learned`.", hints, answer, "learned")
+    if is_model != (replica is model):
+        seen = (
+            "`replica is model` is False: replicate made a new module, whose parameters are clones, "
+            "leaves of their own"
+            if replica is not model
+            else "`replica is model` is True: replicate handed back the model itself"
+        )
+        return _not_yet(name, f"{seen}. Change `is_model`.", hints, answer, "is_model")
+    return _correct(
+        name,
+        "With one device DataParallel.forward calls the module itself, so the gradient lands in the model. "
+        "replicate still clones it, and the clone's leaves are the stepper's dead ends.",
+    )
+
+
 def _join_norms(flow) -> dict[str, tuple[float, float]]:
     """Each ReduceAddBackward of a ``"rewire"`` ``GradientFlow``: the parameter it sums into -> (the sum of
     the norms it received, the norm of the gradient it hands on)."""
@@ -2551,7 +2590,7 @@ def norm_of_sum(is_sum: bool | object, equal_for: str | object, flow) -> Verdict
         )
     return _correct(
         name,
-        f"{equal_for} is one number per replica, all of one sign: only gradients that point the same way "
+        f"{equal_for} is one number per replica, and here all of one sign: only gradients that point the same way "
         "add up norm for norm.",
     )
 

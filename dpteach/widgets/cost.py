@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -144,10 +145,17 @@ def _workload(width: int, seed: int):
 
 
 # What the modelled figures leave out, said wherever they are shown: at the explorer's sizes a step's
-# counted work takes a few µs, less than one kernel launch, so only the ranking means anything.
+# counted work takes a few µs, less than one kernel launch, so only the ranking means anything. The two
+# packing copies are the ones costmodel's docstring lists as left out: torch's broadcast_coalesced flattens
+# the parameters into one buffer per chunk before it broadcasts them (torch/csrc/cuda/comm.cpp), and DDP's
+# hooks copy each gradient into its bucket and back (reducer.cpp).
+LEFT_OUT = (
+    "message latency, kernel launches and two packing copies: DataParallel's of the parameters before "
+    "its broadcast, DDP's of each gradient into its bucket and back"
+)
 LEFT_OUT_NOTE = (
-    "the model counts FLOPs and bytes only ({left_out}, which a real GPU step also pays, µs each): "
-    "at these sizes only its ranking means anything, not its absolute figures"
+    "the model counts FLOPs and bytes only (it leaves out {left_out}, which a real GPU step also pays, "
+    "µs each): at these sizes only its ranking means anything, not its absolute figures"
 )
 
 _PLAIN = object()  # the one-device step's key: never a strategy's name
@@ -265,16 +273,16 @@ class CostLab:
         if not starts:
             return (
                 "with 1 slot neither wrapper replicates: the model's two steps are the plain step; "
-                f"{LEFT_OUT_NOTE.format(left_out=costmodel.LEFT_OUT)}"
+                f"{LEFT_OUT_NOTE.format(left_out=LEFT_OUT)}"
             )
         return (
             f"{starts / dp.total_s:.1%} of DataParallel's {us(dp.total_s)} is {self.slots} thread starts "
             f"at an assumed {us(costmodel.PYTHON_THREAD_S)} each (costmodel.PYTHON_THREAD_S, not "
-            f"measured); {LEFT_OUT_NOTE.format(left_out=costmodel.LEFT_OUT)}"
+            f"measured); {LEFT_OUT_NOTE.format(left_out=LEFT_OUT)}"
         )
 
     def report(self) -> list[str]:
-        """The bytes ranking, this machine's times under it, then the cost model's table: lines of at most
+        """The bytes ranking, this machine's times under it, then the cost model's one line: lines of at most
         ``REPORT_WIDTH`` characters, so a notebook cell's output reads without scrolling sideways."""
         if not self.costs:
             return [NOT_MEASURED]
@@ -291,12 +299,26 @@ class CostLab:
             )
         if len(set(slot_devices(self.slots))) == 1:
             lines.append(ONE_DEVICE)
-        if not self.timed:
-            return lines + self.modelled_lines()
-        lines.append("this machine's time per step, only beside them (noisy: it ranks nothing):")
-        timed = [*self.costs, *([self.reference] if self.reference is not None else [])]
-        lines += [f"  {c.strategy:<10} {c.shown(self.budget_s)}" for c in timed]
-        return lines + self.modelled_lines()
+        if self.timed:
+            lines.append("this machine's time per step, only beside them (noisy: it ranks nothing):")
+            timed = [*self.costs, *([self.reference] if self.reference is not None else [])]
+            lines += [f"  {c.strategy:<10} {c.shown(self.budget_s)}" for c in timed]
+        return lines + [
+            self.modelled_line()
+        ]  # the model's table, assumptions and omissions: modelled_lines()
+
+    def modelled_line(self) -> str:
+        """The cost model's ranking of torch's DataParallel against DDP as one labelled line ("modelled,
+        <profile>"), with how much of DataParallel's step is its assumed thread starts; at most
+        ``REPORT_WIDTH`` characters. What the model assumes and leaves out: ``modelled_lines()``."""
+        modelled = self.modelled()
+        dp = modelled["DataParallel"]
+        head = f"modelled, {self.slots} x {self.gpu}"
+        starts = _thread_starts(dp)
+        if not starts:
+            return f"{head}: neither wrapper replicates, both are the plain step, {us(dp.total_s)}"
+        ranked = " < ".join(f"{s} {us(p.total_s)}" for s, p in modelled.items())
+        return f"{head}: {ranked} ({us(starts)}: assumed thread starts)"
 
     def modelled_rows(self) -> list[tuple[str, str, str, str, str]]:
         """The cost model's table, fastest first, as shown: (rank, wrapper, its step, its assumed thread
@@ -327,11 +349,18 @@ class CostLab:
             f"  {r:<5} {s:<13} {step:>10}   {starts:>21}   {rest:>12}"
             for r, s, step, starts, rest in self.modelled_rows()
         ]
+        flops = self.modelled()["DataParallel"].gpu.flops  # predict's default dtype is fp32
         return lines + [
             f"  assumed: {us(costmodel.PYTHON_THREAD_S)} to start each replica's thread (a round figure),",
-            f"  {costmodel.EFFICIENCY:.0%} of the peak FLOP/s; neither is measured",
-            f"  left out: {costmodel.LEFT_OUT} (µs each on a real GPU):",
-            "  at these sizes only its ranking means anything, not its absolute figures",
+            f"  {costmodel.EFFICIENCY:.0%} of the {self.gpu}'s FP32 peak, {flops['fp32'] / 1e12:g} TFLOP/s "
+            f"(not TF32's {flops['tf32'] / 1e12:g}); neither is measured",
+            *textwrap.wrap(
+                f"left out (µs each on a real GPU): {LEFT_OUT}: at these sizes only its ranking means "
+                "anything, not its absolute figures",
+                REPORT_WIDTH,
+                initial_indent="  ",
+                subsequent_indent="  ",
+            ),
             f"  its DataParallel is torch.nn.DataParallel, which copies as strategy {MODEL_STRATEGY!r} does",
         ]
 

@@ -2,8 +2,8 @@
 
 Move the model width or the number of slots and the lab takes real steps under every strategy:
 bytes copied (counted by ``dpteach.comm.traffic()``) and the median time per step, then the cost
-model's ranking of DataParallel and DDP with, under it, how much of that ranking is an assumed
-constant. A lab made with ``timed=False`` shows the counts alone. Only widgets and calls that ipywidgets 7.7 (Colab) and 8 share.
+model's ranking of DataParallel and DDP as one labelled line (``CostLab.modelled_line``): how much of
+it is an assumed constant, with what the model assumes and leaves out on hover. A lab made with ``timed=False`` shows the counts alone. Only widgets and calls that ipywidgets 7.7 (Colab) and 8 share.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class CostExplorer(Still, widgets.VBox):
         self.status.add_class("dpteach-cost-status")
         self.charts = widgets.HTML()
         self.table = widgets.HTML()
-        self.assumed = widgets.HTML()  # what the model's ranking rests on: its assumed thread starts
+        self.assumed = widgets.HTML()  # the model's one line: its ranking and its assumed thread starts
         for w in (self.width, self.slots):
             w.observe(guarded(self, self._measure), names="value")
         self.again.on_click(guarded(self, self._measure))
@@ -71,8 +71,11 @@ class CostExplorer(Still, widgets.VBox):
         lab = self.lab
         self.status.value = f"<b>{escape(lab.headline())}</b>"  # one line: the table under it has the figures
         self.charts.value = cost_charts(lab.costs, lab.model_bytes, lab.slots, lab.reference_s)
-        self.table.value = cost_table(lab, modelled=self.modelled)
+        self.table.value = cost_table(lab, modelled=False)  # the counted bytes: the ranking the page teaches
+        # the cost model in one labelled line under the bytes; what it assumes and leaves out on hover
         self.assumed.value = (
-            f"<small>modelled: {escape(lab.assumption_line())}</small>" if self.modelled else ""
+            f'<small title="{escape(lab.assumption_line())}">{escape(lab.modelled_line())}</small>'
+            if self.modelled
+            else ""
         )
         self.last_update_s = time.perf_counter() - start

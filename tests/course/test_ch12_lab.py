@@ -222,9 +222,11 @@ def test_the_cost_explorer_shows_what_the_models_ranking_rests_on(ipywidgets):
     from dpteach import widgets
 
     view = widgets.cost_explorer(width=16, slots=2)
-    assert "PYTHON_THREAD_S" in view.assumed.value and "modelled" in view.assumed.value
+    # one labelled line under the bytes; what the model assumes and leaves out on hover (its title)
+    assert "modelled, 2 x A100-SXM" in view.assumed.value and "assumed thread starts" in view.assumed.value
+    assert "PYTHON_THREAD_S" in view.assumed.value and "DDP" not in view.table.value
     view.slots.value = 3
-    assert "3 thread starts" in view.assumed.value
+    assert "3 thread starts" in view.assumed.value and "modelled, 3 x" in view.assumed.value
 
 
 def test_most_of_the_models_gap_is_the_assumed_thread_starts_at_every_setting_of_the_explorer():
@@ -277,7 +279,8 @@ def test_changing_strategy_slots_or_lr_restarts_the_run():
 
 
 def test_exercise_2_the_norm_handed_on_is_the_sum_only_for_2_bias():
-    """Answer 2 points to 2.bias: one number per replica, all of one sign, so the norms add up."""
+    """Answer 2 points to 2.bias: one number per replica, here (this seed and data) all of one sign, so the
+    norms add up."""
     joins = {s.handoffs[0].label: s for s in GradientFlow("rewire", slots=3).steps if s.kind == "join"}
     for name, step in joins.items():
         total = sum(g.norm for g in step.received)
@@ -301,8 +304,8 @@ def test_the_explorers_hand_count_is_what_the_flop_counter_counts():
 
 
 def test_run_to_the_end_at_the_large_learning_rate_the_loss_goes_inf_then_nan():
-    """Section 1 says that at 0.631, run for the widget's 60 steps, the loss passes float32's largest number
-    (inf), then, every Tanh output being exactly ±1 (slope 0), a gradient turns nan, and SGD spreads it to
+    """Section 1 says that at 0.631, run for the widget's 60 steps, the sum mse_loss takes before dividing by
+    256 passes float32's largest number (inf), though no squared error and not their mean does; then, every Tanh output being exactly ±1 (slope 0), a gradient turns nan, and SGD spreads it to
     every weight; the cell tagged ``diverges`` prints those steps."""
     lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=60)
     first: dict[str, int] = {}
@@ -318,6 +321,12 @@ def test_run_to_the_end_at_the_large_learning_rate_the_loss_goes_inf_then_nan():
             assert (
                 into_tanh.isinf().any()
             )  # ... and the gradient it multiplies by that 0 is inf: 0 * inf = nan
+        if math.isinf(lab.losses[-1]) and "loss inf" not in first:
+            with torch.no_grad():
+                errors = (lab.model(lab.x) - lab.y).double() ** 2
+            big = torch.finfo(torch.float32).max
+            # no squared error and not their mean: the sum mean() takes before dividing (CPU: sum, then div_)
+            assert errors.max() < big and errors.mean() < big / 50 and errors.sum() > big
         for name, now in (("loss inf", math.isinf(lab.losses[-1])), ("loss nan", math.isnan(lab.losses[-1]))):
             if now:
                 first.setdefault(name, lab.step_count)
@@ -329,6 +338,8 @@ def test_run_to_the_end_at_the_large_learning_rate_the_loss_goes_inf_then_nan():
     assert [c for c in cells if "diverges" in c.metadata.get("tags", [])]
     why = tagged(cells, "diverges-why")
     assert "`inf`" in why and "`nan`" in why and "exactly ±1" in why
+    assert "taken before dividing by 256, passes float32's maximum" in " ".join(why.split())
+    assert "the loss passes float32" not in why
 
 
 def test_the_order_table_shows_a_reduce_add_between_replica_nodes_with_a_thread_per_replica():
@@ -465,6 +476,13 @@ def test_exercise_3_check_passes_the_answer_and_names_each_mistake(fresh_checks)
 @pytest.mark.parametrize(
     "tag, answer",
     [
+        (
+            "one-slot",
+            {
+                "learned = ...": "learned = model[0].weight.grad is not None",
+                "is_model = ...": "is_model = replica is model",
+            },
+        ),
         ("norm-of-sum", {"is_sum = ...": "is_sum = False", "equal_for = ...": 'equal_for = "2.bias"'}),
         (
             "clone-grads-add-up",
@@ -483,7 +501,8 @@ def test_the_exercise_cells_accept_the_answer(fresh_checks, tag, answer):
         assert stub in source
         source = source.replace(stub, line)
     *body, last = source.rstrip().splitlines()
-    scope = {"GradientFlow": GradientFlow, "checks": fresh_checks}  # as earlier cells left them
+    # as earlier cells left them (exercise 1's cell imports checks itself)
+    scope = {"GradientFlow": GradientFlow, "checks": fresh_checks, "devices": slot_devices(2), "torch": torch}
     exec("\n".join(body), scope)
     assert eval(last, scope).ok
 
@@ -553,16 +572,33 @@ def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_
     assert mark.startswith("from step ") and "differ by over 1%" in mark
 
 
-def test_exercise_1_without_widgets_shows_both_facts_the_question_states(capsys):
-    """Exercise 1's route without widgets prints what the question says the widgets show on 1 slot under
-    "clone": the explorer's model learns (its gradients agree with one device's), the stepper's walk still
-    ends in dead ends (no original parameter got a gradient)."""
-    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    (source,) = [c.source for c in cells if "one-slot" in c.metadata.get("tags", [])]
-    exec(source, {"TrainingLab": TrainingLab, "GradientFlow": GradientFlow})
-    explorer, stepper = capsys.readouterr().out.splitlines()
-    assert "step 60 of 60" in explorer and "gradient norms agree with one device's" in explorer
-    assert "0 of 4 original parameters got a gradient" in stepper and "dead ends" in stepper
+def test_exercise_1_check_passes_the_answer_and_says_which_answer_to_change(fresh_checks):
+    """Exercise 1's learner takes the step and reads both facts: the one-device DataParallel step's gradient
+    reaches the model (DataParallel.forward calls the module itself) and replicate still makes a clone. Each
+    wrong answer's message names the evidence and the variable to change."""
+    from dpteach import DataParallel, replicate
+    from dpteach.course import story
+
+    checks = fresh_checks
+    device = slot_devices(1)[0]
+    model = story.make_model().to(device)
+    x, y = (t.to(device) for t in story.make_data())
+    torch.nn.functional.mse_loss(DataParallel(model, [device], strategy="clone")(x), y).backward()
+    (replica,) = replicate(model, [device], strategy="clone")
+    assert replica is not model and all(p.grad is not None for p in model.parameters())
+    assert checks.one_slot(True, False, model, replica).ok
+    for (learned, is_model), problem, change in [
+        ((False, False), "learned", "Change `learned`."),
+        ((True, True), "is_model", "Change `is_model`."),
+    ]:
+        verdict = checks.one_slot(learned, is_model, model, replica)
+        assert not verdict.ok and verdict.problem == problem and change in verdict.message.splitlines()[0]
+    assert checks.one_slot("True", False, model, replica).problem == "not an answer"
+    unset = checks.one_slot(..., ..., model, replica)
+    assert not unset.ok and "Hint" not in unset.message  # an answer not given yet costs no hint
+    # a model whose gradient never arrived: the message says so
+    untouched = story.make_model().to(device)
+    assert "is None" in checks.one_slot(True, False, untouched, replica).message
 
 
 def test_the_order_table_is_the_same_whatever_this_thread_has_counted():
@@ -598,3 +634,33 @@ def test_on_one_device_the_counts_leave_out_backwards_sum_and_the_report_says_so
     lab.measure()
     assert all("reduce_add" not in c.bytes_by_op and "scatter" not in c.bytes_by_op for c in lab.costs)
     assert ONE_DEVICE in lab.report()
+
+
+def test_the_cost_model_is_one_labelled_line_under_the_bytes_and_says_what_it_leaves_out():
+    """Section 3 ranks by counted bytes; the cost model is one line labelled "modelled, <profile>" under them
+    (report, exercise 4's cell), and its table, in modelled_lines(), names FP32's peak and both packing
+    copies it leaves out, as answer 4 does, with the all-reduce's bytes per GPU for a ring."""
+    from dpteach.widgets.cost import LEFT_OUT
+
+    lab = CostLab(width=256, slots=4, max_repeats=1, budget_s=0.0)
+    lab.measure()
+    report = lab.report()
+    assert report[-1] == lab.modelled_line() and report[-1].startswith("modelled, 4 x A100-SXM: DDP")
+    assert not [line for line in report[:-1] if "DDP" in line]  # the model's table is not in the report
+    table = " ".join(" ".join(lab.modelled_lines()).split())
+    assert "FP32 peak" in table and "not TF32's" in table and LEFT_OUT in table
+    assert (
+        "DataParallel's of the parameters before its broadcast" in LEFT_OUT and "into its bucket" in LEFT_OUT
+    )
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (route,) = [c.source for c in cells if "cost-widths" in c.metadata.get("tags", [])]
+    assert "modelled_line()" in route
+    (answer,) = [
+        " ".join(c.source.split()) for c in cells if c.source.startswith("<details><summary>Answer 4")
+    ]
+    assert "packing of the parameters" in answer and "into its bucket" in answer
+    assert "Per GPU" in answer and "as a ring" in answer and "may choose a tree" in answer
+    gate = tagged(cells, "join-order-why")
+    main, deeper = " ".join(gate.split("<details>")[0].split()), " ".join(gate.split("<details>")[1].split())
+    assert "neither torch's Python nor its C++ DataParallel has" in main  # said above the table
+    assert "replica 0 on the calling thread" in deeper and "`get_num_threads()` is 1" in deeper

@@ -513,7 +513,8 @@ def test_cost_explorer_takes_a_budget_and_can_leave_the_model_out(ipywidgets):
     view = cost_explorer(width=16, slots=2, budget_s=0.2, modelled=False)
     assert view.lab.budget_s == 0.2  # the budget reaches the lab that times the steps
     assert "DDP" not in view.table.value and view.assumed.value == ""  # counts only, no DP-vs-DDP model
-    assert "DDP" in cost_explorer(width=16, slots=2).table.value  # the default keeps chapter 12's table
+    default = cost_explorer(width=16, slots=2)  # chapter 12's: the model as one labelled line under the bytes
+    assert "DDP" not in default.table.value and "modelled, 2 x A100-SXM: DDP" in default.assumed.value
 
 
 def test_cost_explorer_can_show_counts_only(ipywidgets):
@@ -694,17 +695,23 @@ def test_an_untimed_lab_times_nothing(monkeypatch):
     assert "bytes copied per step" in report and "this machine's time" not in report
 
 
-def test_cost_report_shows_the_models_table_and_assumptions():
+def test_cost_report_shows_the_models_line_and_its_table_its_assumptions():
+    """The report ends in the model's one labelled line; modelled_lines() holds its table and assumptions."""
     from dpteach.measure import costmodel
     from dpteach.widgets.cost import us
 
     lab = CostLab(width=16, slots=2, budget_s=0.0)
     lab.measure()
-    text = "\n".join(lab.report())
+    assert lab.report()[-1] == lab.modelled_line()
+    line = lab.modelled_line()
+    assert line.startswith("modelled, 2 x A100-SXM: ") and line.endswith(
+        f"({us(2 * costmodel.PYTHON_THREAD_S)}: assumed thread starts)"
+    )
+    text = "\n".join(lab.modelled_lines())
     assert (
         "assumed thread starts" in text and f"assumed: {us(costmodel.PYTHON_THREAD_S)} to start each" in text
     )
-    assert "modelled, not measured" in text
+    assert "modelled, not measured" in text and "FP32 peak" in text
     assert "strategy 'broadcast'" in text  # which of dpteach's strategies the model's DataParallel is
 
 
@@ -715,25 +722,30 @@ def test_cost_report_lines_fit_a_notebook_output():
 
     for lab in (CostLab(width=1024, slots=8, budget_s=0.0), CostLab(width=16, slots=1, budget_s=0.0)):
         lab.measure()
-        long = [line for line in lab.report() if len(line) > REPORT_WIDTH]
+        long = [line for line in [*lab.report(), *lab.modelled_lines()] if len(line) > REPORT_WIDTH]
         assert not long, long
+    from dpteach.widgets.cost import WIDTHS
+
+    for width in WIDTHS:  # the model's line, at every setting of the explorer: no measuring needed
+        for slots in range(1, 9):
+            assert len(CostLab(width=width, slots=slots).modelled_line()) <= REPORT_WIDTH, (width, slots)
 
 
 def test_cost_model_figures_say_what_they_leave_out_in_one_unit():
     """The modelled step of a small model is a few µs, less than what the model leaves out: every text that
-    shows it says so (costmodel.LEFT_OUT), and every time is in µs, without powers of ten. The table's
+    shows it says so (cost.LEFT_OUT: costmodel's omissions, with both packing copies), and every time is in µs, without powers of ten. The table's
     columns are the model's totals, its assumed thread starts, and the totals without them."""
     from dpteach.measure import costmodel
-    from dpteach.widgets.cost import us
+    from dpteach.widgets.cost import LEFT_OUT, us
     from dpteach.widgets.tables import cost_table
 
     lab = CostLab(width=256, slots=4, budget_s=0.0)
     lab.measure()
-    modelled = "\n".join(lab.modelled_lines())
-    assert costmodel.LEFT_OUT in modelled and costmodel.LEFT_OUT in lab.assumption_line()
+    modelled = " ".join(" ".join(lab.modelled_lines()).split())  # wrapped lines, read as one text
+    assert LEFT_OUT in modelled and LEFT_OUT in lab.assumption_line()
     assert "only its ranking means anything" in modelled
-    assert costmodel.LEFT_OUT in CostLab(width=16, slots=1).assumption_line()
-    for text in (modelled, lab.assumption_line(), cost_table(lab)):
+    assert LEFT_OUT in CostLab(width=16, slots=1).assumption_line()
+    for text in (modelled, lab.assumption_line(), lab.modelled_line(), cost_table(lab)):
         assert " ms" not in text and not re.search(r"\de-\d", text), text
     without = lab.without_thread_starts()
     for strategy, p in lab.modelled().items():
