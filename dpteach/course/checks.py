@@ -858,7 +858,7 @@ def slot0_noise(follows: float | object, spread: Mapping[int, object] | object) 
         else:
             change, problem = f"no rows of sorted_batch() have mean {heads:g}.", "wrong mean"
         return fail(
-            f"follows = {heads:g}: {change} Rerun the figure on 4 slots and read where the dashes head.",
+            f"follows = {heads:g}: {change} Read where the cell's line on four slots heads.",
             problem,
         )
 
@@ -1030,12 +1030,25 @@ def spectral_norm_survives(changes: Mapping[str, object] | object, devices=("cpu
             '#11476); "clone" copies every buffer for every slot, and the update is lost.',
             "right",
         )
+    # Two yes-or-no answers: naming the wrong one gives it away, so the message says more with each try,
+    # as the hints do: first only that the run disagrees, then which value, then why.
+    tries = _failures[name] + 1
     said = {
         "broadcast": "under \"broadcast\" slot 0's replica shares the model's weight_u, and the update is "
         "in place, so it changes",
         "clone": 'under "clone" every slot gets a copy of weight_u, slot 0 included, so the model\'s stays '
         "as it was",
     }
+    which = " and ".join(f'changes["{s}"]' for s in wrong)
+    if tries == 1:
+        change = (
+            "the check's run disagrees with your answer for at least one strategy: decide, with the hint "
+            "below, which slots share weight_u's storage under each, and change that value."
+        )
+    elif tries == 2:
+        change = f"{which} {'is' if len(wrong) == 1 else 'are'} not what the check's run found: change it."
+    else:
+        change = "; and ".join(said[s] for s in wrong) + f". Change {which}."
     problem = "both" if len(wrong) == 2 else f"{wrong[0]} wrong"
     return _ladder(
         name,
@@ -1046,13 +1059,7 @@ def spectral_norm_survives(changes: Mapping[str, object] | object, devices=("cpu
             "then torch.equal(before, layer.weight_u).",
         ],
         'changes = {"broadcast": True, "clone": False}.',
-    )(
-        "; and ".join(said[s] for s in wrong)
-        + ". Change "
-        + ", ".join(f'changes["{s}"]' for s in wrong)
-        + ".",
-        problem,
-    )
+    )(change, problem)
 
 
 # ---------------------------------------------------------------- chapter 06 · the cost of copies
