@@ -902,7 +902,7 @@ def slot0_noise(follows: float | object, spread: Mapping[int, object] | object) 
         else:
             change, problem = f"no rows of sorted_batch() have mean {heads:g}.", "wrong mean"
         return fail(
-            f"follows = {heads:g}: {change} Rerun the figure on 4 slots and read where the dashes head.",
+            f"follows = {heads:g}: {change} Read where the cell's line on four slots heads.",
             problem,
         )
 
@@ -1074,12 +1074,25 @@ def spectral_norm_survives(changes: Mapping[str, object] | object, devices=("cpu
             '#11476); "clone" copies every buffer for every slot, and the update is lost.',
             "right",
         )
+    # Two yes-or-no answers: naming the wrong one gives it away, so the message says more with each try,
+    # as the hints do: first only that the run disagrees, then which value, then why.
+    tries = _failures[name] + 1
     said = {
         "broadcast": "under \"broadcast\" slot 0's replica shares the model's weight_u, and the update is "
         "in place, so it changes",
         "clone": 'under "clone" every slot gets a copy of weight_u, slot 0 included, so the model\'s stays '
         "as it was",
     }
+    which = " and ".join(f'changes["{s}"]' for s in wrong)
+    if tries == 1:
+        change = (
+            "the check's run disagrees with your answer for at least one strategy: decide, with the hint "
+            "below, which slots share weight_u's storage under each, and change that value."
+        )
+    elif tries == 2:
+        change = f"{which} {'is' if len(wrong) == 1 else 'are'} not what the check's run found: change it."
+    else:
+        change = "; and ".join(said[s] for s in wrong) + f". Change {which}."
     problem = "both" if len(wrong) == 2 else f"{wrong[0]} wrong"
     return _ladder(
         name,
@@ -1090,13 +1103,7 @@ def spectral_norm_survives(changes: Mapping[str, object] | object, devices=("cpu
             "then torch.equal(before, layer.weight_u).",
         ],
         'changes = {"broadcast": True, "clone": False}.',
-    )(
-        "; and ".join(said[s] for s in wrong)
-        + ". Change "
-        + ", ".join(f'changes["{s}"]' for s in wrong)
-        + ".",
-        problem,
-    )
+    )(change, problem)
 
 
 # ---------------------------------------------------------------- chapter 06 · the cost of copies
@@ -1684,7 +1691,8 @@ def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, model: torch.nn
 
     Findings (``Verdict.problem``): ``"joined lists"`` (``v1 + v2`` on two lists joins them, so zip stops at
     v1: the sum gives H v1), ``"joined results"`` (``hv1 + hv2``, the lists joined, given as ``hv_sum``),
-    ``"swapped"``, ``"hv1"`` / ``"hv2"`` / ``"hv_sum"`` (that one wrong), ``"not an answer"``.
+    ``"swapped"``, ``"hv1"`` / ``"hv2"`` / ``"hv_sum"`` (that one wrong), ``"hand-summed"`` (``hv_sum`` is
+    ``hv1 + hv2`` added tensor by tensor, which assumes the linearity to be checked), ``"not an answer"``.
     """
     import copy
 
@@ -1741,6 +1749,18 @@ def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, model: torch.nn
                 "hessian_vector_product on the DataParallel model, with the same vectors.",
                 k,
             )
+
+    # H(v1 + v2) taken by its own second backward rounds differently from hv1 + hv2 in some element of
+    # every weight; equal to the last bit in every tensor, it was added by hand (unless the reference's is too).
+    def added(total, a, b) -> bool:
+        return all(torch.equal(s, p + q) for s, p, q in zip(total, a, b))
+
+    if added(hv_sum, hv1, hv2) and not added(want["hv_sum"], want["hv1"], want["hv2"]):
+        return fail(
+            "hv_sum is hv1 + hv2 added tensor by tensor: that assumes the linearity the exercise checks. "
+            "Take H(v1 + v2) itself, with hessian_vector_product on the summed vectors.",
+            "hand-summed",
+        )
     gap = max((s - a - b).abs().max().item() for s, a, b in zip(want["hv_sum"], want["hv1"], want["hv2"]))
     return _correct(
         name,
@@ -1750,67 +1770,98 @@ def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, model: torch.nn
     )
 
 
-_OUTCOMES = ("raises", "None", "zeros", "gradients")
+# Exercise 2's four calls, on a loss made under "rewire" from an input x_in that requires grad.
+_REWIRE_CALLS = {
+    "a": ("torch.autograd.grad(loss, params)", lambda loss, params, x_in: torch.autograd.grad(loss, params)),
+    "b": (
+        "torch.autograd.grad(loss, params, create_graph=True)",
+        lambda loss, params, x_in: torch.autograd.grad(loss, params, create_graph=True),
+    ),
+    "c": (
+        "torch.autograd.grad(loss, x_in, create_graph=True)",
+        lambda loss, params, x_in: torch.autograd.grad(loss, x_in, create_graph=True),
+    ),
+    "d": ("loss.backward(create_graph=True)", lambda loss, params, x_in: loss.backward(create_graph=True)),
+}
+_REWIRE_WHY = {  # why each call does or does not meet ReduceAdd's check
+    "a": "a first-order backward hands ReduceAdd gradients that need no grad, and the check lets them through",
+    "b": "with create_graph=True the backward records, so the gradients reaching ReduceAdd on the way to "
+    "the parameters require grad, and the check refuses them",
+    "c": "autograd runs only the nodes on the paths to x_in, and ReduceAdd is on none of them: the penalty on "
+    'the input worked under "rewire"',
+    "d": "backward runs every node down to the parameters, ReduceAdd included, and create_graph=True makes "
+    "their gradients require grad",
+}
 
 
-def clone_grad(outcome: object, with_unused: object, devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 2: what ``torch.autograd.grad(loss, list(model.parameters()))`` gives for a ``loss`` made under
-    ``strategy="clone"`` (``outcome``), and what it gives with ``allow_unused=True`` (``with_unused``): each
-    one of ``"raises"``, ``"None"``, ``"zeros"``, ``"gradients"``. The check runs both on the course model.
+def rewire_refuses(raises: object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 2: which of the four calls of ``_REWIRE_CALLS`` raise at ``ReduceAdd``'s check under
+    ``"rewire"`` (``raises``, a set of letters). The check runs each on a fresh loss of the course model.
+
+    Findings: ``"a"`` ... ``"d"`` (the first letter answered wrong), ``"not an answer"``.
     """
     import torch.nn.functional as F
 
     from ..data_parallel import DataParallel
     from . import story
 
-    name = "ch07.clone_grad"
-    if _unset(outcome, with_unused):
-        return Verdict(False, "Set outcome and with_unused, then run this cell again.")
-    if outcome not in _OUTCOMES or with_unused not in _OUTCOMES:
+    name = "ch07.rewire_refuses"
+    if _unset(raises):
+        return Verdict(
+            False, 'Set raises to the letters of the calls that raise, e.g. {"a"}, then run this cell again.'
+        )
+    letters = set(raises) if isinstance(raises, (set, frozenset, list, tuple, str)) else None
+    if letters is None or not letters <= set(_REWIRE_CALLS):
         return Verdict(
             False,
-            f"Each answer is one of {', '.join(map(repr, _OUTCOMES))}, not {outcome!r} and {with_unused!r}.",
+            f'raises is a set of the letters "a" to "d", e.g. {{"a", "c"}}, not {raises!r}.',
+            "not an answer",
         )
     x, y = (t.to(devices[0]) for t in story.make_data())
-    model = story.make_model().to(devices[0])
-    loss = F.mse_loss(DataParallel(model, list(devices), strategy="clone")(x), y)
-    try:
-        torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)
-        truth = "gradients"
-    except RuntimeError:
-        truth = "raises"
-    found = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
-    unused = "None" if all(g is None for g in found) else "gradients"
-    fail = _ladder(
+    truth = set()
+    for letter, (_, call) in _REWIRE_CALLS.items():
+        model = story.make_model().to(devices[0])
+        x_in = x.clone().requires_grad_()
+        loss = F.mse_loss(DataParallel(model, list(devices), strategy="rewire")(x_in), y)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # backward(create_graph=True)'s warning on reference cycles
+                call(loss, list(model.parameters()), x_in)
+        except RuntimeError as err:
+            if "ReduceAdd" in str(err):
+                truth.add(letter)
+    if letters == truth:
+        return _correct(
+            name,
+            f"{', '.join(sorted(truth))} raise: ReduceAdd's check refuses gradients that require grad, and only a "
+            "backward that records (create_graph=True) and passes ReduceAdd, on its way to the parameters, hands "
+            "it those. c records too, but differentiates by the input, so it never runs ReduceAdd.",
+            "right",
+        )
+    wrong = sorted(letters ^ truth)
+    # The message says more with each try, as the hints do: naming a wrong letter gives it away.
+    tries = _failures[name] + 1
+    if tries == 1:
+        change = (
+            "your set disagrees with what the four calls do: rethink, with the hint below, which of them meet "
+            "ReduceAdd's check."
+        )
+    elif tries == 2:
+        they = "it" if len(wrong) == 1 else "they"
+        change = f"change your answer for {', '.join(wrong)}: {they} went the other way."
+    else:
+        change = "; ".join(f"{k} {'raises' if k in truth else 'runs'}: {_REWIRE_WHY[k]}" for k in wrong) + "."
+    return _ladder(
         name,
         [
-            "A gradient reaches only the tensors the loss's graph leads to (chapter 03's dead ends); autograd "
-            "makes no zeros for a tensor no path reaches.",
-            'Under "clone", is model[0].weight in the graph behind loss at all? Run the line, then again with '
-            "allow_unused=True, and look at what comes back.",
+            "ReduceAdd's check looks at the gradients coming in: it refuses them when they require grad, and only "
+            "a backward that records makes such gradients.",
+            "A backward runs only the nodes on the paths to what it differentiates by. Which calls record, and "
+            "which of those go past ReduceAdd to the parameters? Try each on a fresh loss.",
         ],
-        f'outcome = "{truth}", with_unused = "{unused}": the replicas computed with fresh leaves, so no path '
-        "leads from loss to the model's parameters (RuntimeError: The differentiated Tensor at index 0 "
-        "appears to not have been used in the graph); allow_unused=True returns None for each, chapter 01's .grad is None.",
-    )
-    said = {
-        "None": "None is what allow_unused=True gives; without it, autograd.grad refuses a tensor the graph "
-        "does not reach",
-        "zeros": "autograd makes no zeros for a tensor no path reaches: it refuses, or gives None",
-        "gradients": 'under "clone" the replicas compute with fresh leaves: no path leads from loss to the '
-        "model's parameters",
-        "raises": "with allow_unused=True, autograd.grad accepts a tensor the graph does not reach",
-    }
-    if outcome != truth:
-        return fail(f'outcome = "{outcome}": {said[outcome]}.', "outcome")
-    if with_unused != unused:
-        return fail(f'with_unused = "{with_unused}": {said[with_unused]}.', "with_unused")
-    return _correct(
-        name,
-        "autograd.grad raises: the replicas computed with fresh leaves, so no path leads from loss to the model's "
-        "parameters; with allow_unused=True it returns None for each, chapter 01's .grad is None.",
-        "right",
-    )
+        f"raises = {set(sorted(truth))}: b and d record (create_graph=True) and pass ReduceAdd on the way to "
+        "the parameters; a records nothing; c differentiates by x_in, and ReduceAdd is on no path to it.",
+    )(change, wrong[0])
 
 
 def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
@@ -1819,8 +1870,9 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     gather. Compares loss and gradients under ``"broadcast"`` with one device, on ``devices`` and on three
     slots (256 rows: pieces of 86, 86 and 84, so a mean per replica shows).
 
-    Findings: ``"no grad"`` (the scattered piece used as it is), ``"one per replica"`` (``terms`` averaged
-    inside forward), ``"differs"``, ``"raised"``, ``"not an answer"``.
+    Findings: ``"no grad"`` (the scattered piece used as it is), ``"no create_graph"`` (the input gradient
+    taken without ``create_graph=True``), ``"one per replica"`` (``terms`` averaged inside forward),
+    ``"differs"``, ``"raised"``, ``"not an answer"``.
     """
     import warnings
 
@@ -1844,6 +1896,11 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
         "requires_grad_() and returns (out, (grad_x.norm(dim=1) - 1) ** 2). Yes, it matches one device under "
         '"broadcast" (and "rewire": its first gradient goes to the input, never through ReduceAdd).',
     )
+    no_graph = (
+        "the penalty terms have no history, so the loss's backward cannot reach the parameters through them "
+        "(and torch.autograd.grad freed out's graph). Take grad_x with torch.autograd.grad(..., "
+        "create_graph=True): the penalty's gradient is a second backward through that first one."
+    )
     x, y = (t.to(devices[0]) for t in story.make_data())
     runs = {}
     for label, slots in (("one device", None), ("these slots", list(devices)), ("3 slots", [devices[0]] * 3)):
@@ -1854,6 +1911,8 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # gather's warning on 0-d outputs: the finding says it
                 out, terms = net(x)
+            if isinstance(terms, torch.Tensor) and not terms.requires_grad:
+                return fail(no_graph, "no create_graph")
             loss = F.mse_loss(out, y) + terms.mean()
             loss.backward()
         except Exception as err:  # the learner's class: report it, never raise
@@ -1864,6 +1923,8 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
                 return Verdict(
                     False, "Write PenaltyInside.forward (replace its raise), then run this cell again."
                 )
+            if "backward through the graph a second time" in str(err):  # grad freed out's graph
+                return fail(no_graph, "no create_graph")
             if "does not require grad" in str(err):
                 return fail(
                     "RuntimeError: the piece of x that forward gets does not require grad, so there is no "

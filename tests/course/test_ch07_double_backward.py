@@ -174,14 +174,32 @@ def test_hessian_vector_product_traffic(devices):
     }  # ReduceAddCoalesced's backward broadcasts again
 
 
-def test_clone_gives_no_gradient_to_the_model():
+@pytest.mark.parametrize("strategy, refused", [("rewire", {"b", "d"}), ("broadcast", set())])
+def test_reduce_add_refuses_only_a_recording_backward_that_passes_it(strategy, refused):
+    """Exercise 2: of four calls, only those that record (create_graph=True) and run ReduceAdd, on the way
+    to the parameters, raise; the input's gradient never runs it. Under "broadcast" all four run."""
+    import warnings
+
     x, y = story.make_data()
-    model = story.make_model()
-    loss = F.mse_loss(dpteach.DataParallel(model, ["cpu"] * 2, strategy="clone")(x), y)
-    with pytest.raises(RuntimeError, match="not have been used in the graph"):
-        torch.autograd.grad(
-            loss, list(model.parameters())
-        )  # exercise 2: the model is not in the graph at all
+    calls = {
+        "a": lambda loss, params, x_in: torch.autograd.grad(loss, params),
+        "b": lambda loss, params, x_in: torch.autograd.grad(loss, params, create_graph=True),
+        "c": lambda loss, params, x_in: torch.autograd.grad(loss, x_in, create_graph=True),
+        "d": lambda loss, params, x_in: loss.backward(create_graph=True),
+    }
+    raised = set()
+    for letter, call in calls.items():
+        model = story.make_model()
+        x_in = x.clone().requires_grad_()
+        loss = F.mse_loss(dpteach.DataParallel(model, ["cpu"] * 2, strategy=strategy)(x_in), y)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # backward(create_graph=True)'s reference-cycle warning
+                call(loss, list(model.parameters()), x_in)
+        except RuntimeError as err:
+            assert "ReduceAdd can only be used during the backward pass" in str(err)
+            raised.add(letter)
+    assert raised == refused
 
 
 def hvp_traffic(devices):

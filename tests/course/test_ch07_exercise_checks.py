@@ -1,5 +1,5 @@
 """Chapter 07's exercise checks: ``checks.hvp_linear`` (Exercise 1: H(v1 + v2) = H v1 + H v2 through
-DataParallel), ``checks.clone_grad`` (2: autograd.grad under "clone"), ``checks.penalty_inside`` (3: the
+DataParallel), ``checks.rewire_refuses`` (2: the calls that meet ReduceAdd's check), ``checks.penalty_inside`` (3: the
 input-gradient penalty inside forward), ``checks.recorded_node`` (4: the node ReduceAddCoalesced's backward
 records) and ``checks.penalty_walk`` (5: the penalty graph's recorded nodes and where the walk re-enters
 the forward graph). Each accepts the chapter's worked answer, names the usual slip (``Verdict.problem``),
@@ -82,22 +82,48 @@ def test_exercise_1_names_the_slips(hvp):
     assert "[a + b for a, b in zip(v1, v2)]" in found["joined lists"].message  # says what to change
 
 
+def test_exercise_1_refuses_hv_sum_added_by_hand(hvp):
+    """hv1 + hv2 added tensor by tensor assumes the linearity the exercise checks: the check asks for H(v1 + v2)."""
+    hv, v1, v2, rest = hvp
+    hv1, hv2 = hv(v1), hv(v2)
+    verdict = checks.hvp_linear(hv1, hv2, [a + b for a, b in zip(hv1, hv2)], *rest)
+    assert (
+        verdict.problem == "hand-summed" and "hessian_vector_product on the summed vectors" in verdict.message
+    )
+    assert gives_answer_only_at_the_third(
+        three_tries(checks.hvp_linear, hv1, hv2, [a + b for a, b in zip(hv1, hv2)], *rest)
+    )
+
+
 def test_exercise_1_unset_costs_no_hint_and_the_answer_comes_third(hvp):
     hv, v1, v2, rest = hvp
     assert not checks.hvp_linear(..., ..., ..., *rest).problem
     assert gives_answer_only_at_the_third(three_tries(checks.hvp_linear, hv(v1), hv(v2), hv(v1 + v2), *rest))
 
 
-# ---------------------------------------------------------------- Exercise 2: autograd.grad under "clone"
+# ---------------------------------------------------------------- Exercise 2: the calls ReduceAdd refuses
 
 
 def test_exercise_2_accepts_the_worked_answer_and_names_the_slips():
-    assert checks.clone_grad("raises", "None", SLOTS).ok
-    assert checks.clone_grad("None", "None", SLOTS).problem == "outcome"  # allow_unused's answer
-    assert checks.clone_grad("zeros", "None", SLOTS).problem == "outcome"  # autograd makes no zeros
-    assert checks.clone_grad("raises", "zeros", SLOTS).problem == "with_unused"
-    assert not checks.clone_grad("an error", "None", SLOTS).ok  # not one of the four: no hint spent
-    assert gives_answer_only_at_the_third(three_tries(checks.clone_grad, "gradients", "None", SLOTS))
+    assert checks.rewire_refuses({"b", "d"}, SLOTS).ok
+    assert checks.rewire_refuses(["d", "b"], SLOTS).ok  # any collection of letters
+    assert (
+        checks.rewire_refuses({"b", "c", "d"}, SLOTS).problem == "c"
+    )  # the input's gradient never runs ReduceAdd
+    assert checks.rewire_refuses({"b"}, SLOTS).problem == "d"  # backward(create_graph=True) records too
+    assert checks.rewire_refuses({"e"}, SLOTS).problem == "not an answer"  # no hint spent
+    assert not checks.rewire_refuses(..., SLOTS).problem
+    assert gives_answer_only_at_the_third(three_tries(checks.rewire_refuses, {"a", "b"}, SLOTS))
+
+
+def test_exercise_2_names_the_wrong_letter_only_from_the_second_try():
+    checks.reset()
+    first, second, third = (
+        checks.rewire_refuses({"b", "c", "d"}, SLOTS).message.split("\n")[0] for _ in range(3)
+    )
+    assert not re.search(r"\b[a-d]\b", first)  # the first try names no letter
+    assert "for c" in second and "paths to x_in" not in second  # then which, not why
+    assert "c runs" in third and "paths to x_in" in third  # why, with the answer
 
 
 # ---------------------------------------------------------------- Exercise 3: the penalty inside forward
@@ -106,15 +132,18 @@ def test_exercise_2_accepts_the_worked_answer_and_names_the_slips():
 class PenaltyInside(torch.nn.Module):
     """Answer 3's module; ``detach=False`` uses the scattered piece as it is, ``mean=True`` averages in forward."""
 
-    def __init__(self, net, detach=True, mean=False):
+    def __init__(self, net, detach=True, mean=False, create_graph=True, retain=False):
         super().__init__()
         self.net, self.detach, self.mean = net, detach, mean
+        self.create_graph, self.retain = create_graph, retain or create_graph
 
     def forward(self, x):
         if self.detach:
             x = x.detach().requires_grad_()
         out = self.net(x)
-        (grad_x,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        (grad_x,) = torch.autograd.grad(
+            out.sum(), x, create_graph=self.create_graph, retain_graph=self.retain
+        )
         terms = (grad_x.norm(dim=1) - 1) ** 2
         return out, terms.mean() if self.mean else terms
 
@@ -127,6 +156,11 @@ def test_exercise_3_accepts_the_worked_answer(slots):
 def test_exercise_3_names_the_slips():
     assert checks.penalty_inside(lambda net: PenaltyInside(net, detach=False)).problem == "no grad"
     assert checks.penalty_inside(lambda net: PenaltyInside(net, mean=True)).problem == "one per replica"
+    for retain in (False, True):  # without create_graph=True: the raw torch error, or a silently lost penalty
+        no_graph = checks.penalty_inside(
+            lambda net, r=retain: PenaltyInside(net, create_graph=False, retain=r)
+        )
+        assert no_graph.problem == "no create_graph" and "create_graph=True" in no_graph.message
 
     class Stub(PenaltyInside):
         def forward(self, x):
@@ -220,7 +254,7 @@ def _cells():
 
 CALLS = {
     "ex1-check": "checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, model, x, y)",
-    "ex2-check": "checks.clone_grad(outcome, with_unused, devices)",
+    "ex2-check": "checks.rewire_refuses(raises, devices)",
     "ex3-check": "checks.penalty_inside(PenaltyInside, devices)",
     "ex4-check": "checks.recorded_node(recorded, devices)",
     "ex5-check": "checks.penalty_walk(recorded, reenters, small_loss, small_grads[0])",
