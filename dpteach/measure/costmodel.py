@@ -13,7 +13,10 @@ Assumptions, each one a simplification a real run will not honour exactly:
 * **Copies between GPUs** run at the profile's ``link_bw`` (one direction, all of the GPU's links at
   once; ``GPU.with_links`` gives two GPUs joined by fewer links what those links carry). A broadcast (replicate) or a reduce (the gradients' sum) is pipelined over a ring or
   tree, as NCCL does it, so each takes ``bytes / link_bw`` whatever n. The scatter sends ``(n-1)/n``
-  of the batch out of GPU 0 and the gather brings ``(n-1)/n`` of the output back, one after another.
+  of the batch out of GPU 0 and the gather brings ``(n-1)/n`` of the output back, one after another;
+  the gather also copies GPU 0's own ``1/n`` into the gathered tensor, a read and a write at
+  ``mem_bw``. The output is every tensor the model returns (``gather_map`` gathers each tensor of a
+  tuple or dict); its gradient goes back only for ``Workload.grad_output_bytes``.
 * **DataParallel** (``torch.nn.DataParallel`` and dpteach's, one process): on every step it
   scatters the batch, replicates the model (a broadcast of the parameters), starts one Python
   thread per replica (``PYTHON_THREAD_S`` each, one after another, since the starts take the GIL),
@@ -195,6 +198,10 @@ class Workload:
     batch: int
     # each parameter's bytes in the order backward produces its gradient (the last layer first)
     grad_bytes: tuple[int, ...] = ()
+    # the output's bytes that backward sends a gradient back for (the gather's backward scatters
+    # them); None: all of ``output_bytes``. A model that returns its loss with its logits gets a
+    # gradient for the loss alone
+    grad_output_bytes: int | None = None
 
     def scaled(self, batch: int) -> Workload:
         """The same model on ``batch`` rows: FLOPs and the batch's bytes in proportion, parameters the same.
@@ -216,8 +223,14 @@ class Workload:
             flops_bwd=self.flops_bwd * k,
             input_bytes=round(self.input_bytes * k),
             output_bytes=round(self.output_bytes * k),
+            grad_output_bytes=None if self.grad_output_bytes is None else round(self.grad_output_bytes * k),
             batch=batch,
         )
+
+    @property
+    def output_grad_bytes(self) -> int:
+        """The bytes of the output's gradient that the gather's backward sends back."""
+        return self.output_bytes if self.grad_output_bytes is None else self.grad_output_bytes
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:
@@ -259,21 +272,38 @@ def workload(module: nn.Module, inputs: Any, loss_fn: Callable = mean_square) ->
 
 
 class _LanguageModelLoss(nn.Module):
-    """A causal language model whose forward returns its loss, as ``labels=`` makes transformers' do:
-    under DataParallel each replica computes its loss and only the losses are gathered."""
+    """A causal language model called as transformers' Trainer calls it, ``labels=`` given: its
+    forward returns every tensor of the model's output, the loss first, then the logits and the cache
+    of keys and values (``use_cache`` is on in ``GPT2Config()``), since under DataParallel
+    ``gather_map`` (``torch/nn/parallel/scatter_gather.py``) gathers every tensor of an output dict."""
 
     def __init__(self, lm: nn.Module):
         super().__init__()
         self.lm = lm
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.lm(input_ids=ids, labels=ids).loss
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.lm(input_ids=ids, labels=ids)
+        cache = out.get("cache", out.get("past_key_values"))
+        # transformers 5's DynamicCache holds per layer the key and value tensors that 4.x returned
+        # as a tuple per layer in past_key_values
+        kv = (
+            [t for layer in cache.layers for t in (layer.keys, layer.values)]
+            if hasattr(cache, "layers")
+            else cache
+        )
+        return (out.loss, out.logits, *_tensors(kv))
+
+
+def _first(out: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return out[0]  # the loss: backward starts from it alone
 
 
 def count_gpt2(batch: int = 1, seq: int = 1024) -> Workload:
     """GPT-2 small, counted: transformers' ``GPT2LMHeadModel(GPT2Config())`` on the meta device (shapes,
     no data, so nothing is computed or allocated), one step on ``batch`` sequences of ``seq`` tokens.
 
+    The output's bytes are the whole output, the loss, the logits and the keys and values, since
+    DataParallel gathers them all; only the loss's bytes get a gradient back (``grad_output_bytes``).
     Needs ``transformers`` (not a dependency of dpteach). ``large_workload("gpt2-small")`` is the
     same count, made once and shipped, so a chapter need not import transformers.
     """
@@ -282,7 +312,8 @@ def count_gpt2(batch: int = 1, seq: int = 1024) -> Workload:
     with torch.device("meta"):
         lm = GPT2LMHeadModel(GPT2Config())  # 124,439,808 parameters: the output layer shares wte
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
-    return workload(_LanguageModelLoss(lm), ids, loss_fn=lambda loss: loss)
+    work = workload(_LanguageModelLoss(lm), ids, loss_fn=_first)
+    return dataclasses.replace(work, grad_output_bytes=4)  # one fp32 loss
 
 
 def saved_for_backward(module: nn.Module, inputs: Any, loss_fn: Callable = mean_square) -> list[torch.Tensor]:
@@ -310,7 +341,7 @@ def count_gpt2_saved(seq: int = 1024) -> dict[str, int]:
     with torch.device("meta"):
         lm = GPT2LMHeadModel(GPT2Config())
     ids = torch.zeros(1, seq, dtype=torch.long, device="meta")
-    kept = saved_for_backward(_LanguageModelLoss(lm), ids, loss_fn=lambda loss: loss)
+    kept = saved_for_backward(_LanguageModelLoss(lm), ids, loss_fn=_first)
     attention = [t for t in kept if t.dim() >= 2 and t.shape[-2:] == (seq, seq)]
     return {
         "saved_bytes": sum(t.numel() * t.element_size() for t in kept),
@@ -459,9 +490,16 @@ def _data_parallel(
         t = parts[-1].end
         parts.append(Part("forward", f"GPU {k}", t, work.flops_fwd / n / rate))
         ends.append(parts[-1].end)
-    parts.append(Part("gather", "link", max(ends), _link(work.output_bytes * share, bw) + lat["gather"]))
-    # backward of the gather: the output's gradient goes back to each GPU
-    grad_out = _link(work.output_bytes * share, bw) + lat["scatter grad"]
+    # torch::cuda::gather (torch/csrc/cuda/comm.cpp) allocates the result on GPU 0 and copies every
+    # replica's output into it, GPU 0's own too: the others' over the link, then its own, a read and
+    # a write at mem_bw
+    own = _link(2 * work.output_bytes / n, gpu.mem_bw)
+    parts.append(
+        Part("gather", "link", max(ends), _link(work.output_bytes * share, bw) + own + lat["gather"])
+    )
+    # backward of the gather: the gradient of the output goes back to each GPU, for the tensors that
+    # get one (a model that returns its loss and its logits: the loss alone)
+    grad_out = _link(work.output_grad_bytes * share, bw) + lat["scatter grad"]
     parts.append(Part("scatter grad", "link", parts[-1].end, grad_out))
     start = parts[-1].end
     for k in range(n):  # one autograd thread per GPU: the backwards run side by side
@@ -742,12 +780,13 @@ def draw_over_n(
     fig.text(
         0.5,
         0.01,
-        f"modelled; {LEFT_OUT_WITH_LATENCY if latency else LEFT_OUT}{starts}",
+        f"modelled; {LEFT_OUT_WITH_LATENCY if latency else LEFT_OUT}, no Python overhead{starts}: "
+        "for a step under a millisecond these are much of it, so read the shape, not the heights",
         ha="center",
         fontsize=7,
     )
     if title:
-        fig.suptitle(f"{title} (modelled)", fontsize=10)
+        fig.suptitle(f"{title} (modelled from bandwidth and compute only)", fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 

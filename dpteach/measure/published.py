@@ -72,6 +72,13 @@ class Measurement:
     # machine and source in a line, for tables (published.json "in_short"); ``hardware`` and ``citation``
     # keep the whole provenance
     in_short: str = ""
+    # the source does not name the GPU; ``gpu`` is read from elsewhere in it (published.json "gpu_inferred")
+    gpu_inferred: bool = False
+
+    @property
+    def gpu_label(self) -> str:
+        """How tables and figures name the GPU: "(inferred)" after it where the source does not name it."""
+        return f"{self.gpu} (inferred)" if self.gpu_inferred else self.gpu
 
     def profile_at(self, n: int) -> GPU:
         """The GPU profile the model runs at ``n``: with the links of its ring's slowest hop, where read."""
@@ -125,6 +132,7 @@ def _published(data: dict, path: Path) -> list[Measurement]:
                 pair=m.get("pair"),
                 figure=m.get("figure", ""),
                 in_short=m["in_short"],
+                gpu_inferred=bool(m.get("gpu_inferred", False)),
             )
         )
     return out
@@ -354,8 +362,9 @@ def ratios(measurements: list[Measurement], latency: bool = False) -> str:
         f"  {'run':<25}{'n':>10}{'measured':>9}{'modelled':>9}{'ratio':>7}{'measured':>9}{'modelled':>9}",
     ]
     for gpu in dict.fromkeys(m.gpu for m in measurements):  # in the order they ship
-        lines.append(f"  on {gpu}:")
-        for m in (m for m in measurements if m.gpu == gpu):
+        group = [m for m in measurements if m.gpu == gpu]
+        lines.append(f"  on {group[0].gpu_label}:")
+        for m in group:
             added = {n: (got, mod) for n, got, mod in overhead(m, latency)} if m.plain_at_one else {}
             name = f"{m.model.split(',')[0].split(' (')[0].removeprefix('torchvision ')}, {m.strategy}"
             for i, r in enumerate(compare(m, latency)):
@@ -448,12 +457,12 @@ def draw(measurements: list[Measurement], ax=None, latency: bool = False):
         ticks.update({r.n: m.n_label(r.n) for r in rows})
         shown = [r for r in rows if not (r.n == 1 and m.plain_at_one)]
         ax.plot([r.n for r in shown], [r.measured_s * 1e3 for r in shown], marker, color=colour, ls="none",
-                label=f"measured ({tag}): {m.model.split(',')[0]}, {m.strategy}, {m.gpu}")  # fmt: skip
+                label=f"measured ({tag}): {m.model.split(',')[0]}, {m.strategy}, {m.gpu_label}")  # fmt: skip
         modelled = [(r.n, r.modelled_s * 1e3) for r in rows if r.modelled_s is not None]
         if modelled:
             links = ", NVLinks as read" if m.ring_links else ""
             ax.plot(*zip(*modelled), ["-", "--", ":", "-."][i % 4], color=colour, alpha=0.6,
-                    label=f"modelled, {m.gpu}{links}")  # fmt: skip
+                    label=f"modelled, {m.gpu_label}{links}")  # fmt: skip
         plain += [(r.n, r.measured_s * 1e3, marker) for r in rows if r.n == 1 and m.plain_at_one]
     for k, (n, ms, marker) in enumerate(plain):  # one legend entry for all of them
         ax.plot([n], [ms], marker, mfc="white", color=STRATEGY_COLOURS["plain"],
@@ -493,10 +502,10 @@ def figure(measurements: list[Measurement], latency: bool = False):
         added = overhead(m, latency) if m.plain_at_one else []
         if added:  # what DDP adds over the plain step at the smallest n > 1: where the model misses
             n, got, mod = added[0]
-            ax.set_title(f"{m.model.split(',')[0].removeprefix('torchvision ')} on {m.gpu}, DDP\n"
+            ax.set_title(f"{m.model.split(',')[0].removeprefix('torchvision ')} on {m.gpu_label}, DDP\n"
                          f"DDP adds at n = {n}: {got * 1e3:.1f} ms measured, {mod * 1e3:.2f} modelled", fontsize=8)  # fmt: skip
         else:
-            ax.set_title(f"{m.model.split(',')[0]} on {m.gpu}, {m.strategy}", fontsize=8)
+            ax.set_title(f"{m.model.split(',')[0]} on {m.gpu_label}, {m.strategy}", fontsize=8)
     for ax, pair in zip(axes[len(runs) :], duos):
         draw_pair(pair, ax=ax, latency=latency)
         # narrower than draw_pair's own: a tick per strategy, the solid bar measured, the hatched modelled

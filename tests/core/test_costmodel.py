@@ -48,12 +48,13 @@ def test_data_parallel_on_two_gpus_by_hand():
     link = {p.name: p.seconds for p in pred.parts if p.lane == "link"}
     assert link["scatter"] == pytest.approx(4e6 / 1e9)  # half the batch's 8 MB leaves GPU 0
     assert link["replicate"] == pytest.approx(0.1)  # 100 MB broadcast, pipelined
-    assert link["gather"] == pytest.approx(2e6 / 1e9)
+    # the other half of the 4 MB output over the link, then GPU 0's own half copied in: a read and a write
+    assert link["gather"] == pytest.approx(2e6 / 1e9 + 2 * 2e6 / 1e12)
     assert link["reduce"] == pytest.approx(0.1)  # nccl.reduce sums in its kernel: no pass of its own
     flatten = [p for p in pred.parts if p.name == "flatten"]
     assert [p.lane for p in flatten] == ["GPU 0", "GPU 1"]  # each replica flattens its own gradients
     assert [p.seconds for p in flatten] == pytest.approx([2 * 100e6 / 1e12] * 2)  # read + write, side by side
-    expected = 0.004 + 0.1 + 2 * cm.PYTHON_THREAD_S + 0.5 + 0.002 + 0.002 + 1.0 + 2e-4 + 0.1
+    expected = 0.004 + 0.1 + 2 * cm.PYTHON_THREAD_S + 0.5 + 0.002 + 4e-6 + 0.002 + 1.0 + 2e-4 + 0.1
     assert pred.total_s == pytest.approx(expected)
 
 
@@ -183,9 +184,12 @@ def test_timeline_says_modelled_and_names_the_profile():
     fig = cm.draw_over_n(WORK)
     assert all("modelled" in a.get_title() for a in fig.axes)
     # what the model leaves out is said once, under the panels, not in three overlapping labels
-    assert [t.get_text() for t in fig.texts] == [f"modelled; {cm.LEFT_OUT}"]
+    [caption] = [t.get_text() for t in fig.texts]
+    # what is left out, and so what the curves can show: a step this short is mostly what they leave out
+    assert caption.startswith(f"modelled; {cm.LEFT_OUT}, no Python overhead") and "not the heights" in caption
     with_latency = cm.draw_over_n(WORK, latency=True)
-    assert [t.get_text() for t in with_latency.texts] == [f"modelled; {cm.LEFT_OUT_WITH_LATENCY}"]
+    [caption] = [t.get_text() for t in with_latency.texts]
+    assert caption.startswith(f"modelled; {cm.LEFT_OUT_WITH_LATENCY}, no Python overhead")
     # the one-GPU line: below it the modelled step is slower than the plain one
     assert all(any(line.get_ydata()[0] == 1 and "one GPU" in line.get_label() for line in a.get_lines())
                for a in fig.axes)  # fmt: skip

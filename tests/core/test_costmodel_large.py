@@ -22,7 +22,11 @@ def test_the_shipped_gpt2_has_gpt2_smalls_parameters():
     assert work.param_bytes == 4 * params == sum(work.grad_bytes)  # fp32, every parameter once
     assert work.param_tensors == len(work.grad_bytes) == 2 + LAYERS * 12 + 2
     assert work.grad_bytes[-1] == 4 * VOCAB * WIDTH  # the token embedding, first in parameter order
-    assert (work.batch, work.input_bytes, work.output_bytes) == (1, 8 * SEQ, 4)  # int64 ids in, the loss out
+    assert (work.batch, work.input_bytes) == (1, 8 * SEQ)  # int64 ids in
+    # out, all of it gathered by DataParallel: the loss, the logits and a key and a value per layer
+    kv = LAYERS * 2 * SEQ * WIDTH * 4  # use_cache is on in GPT2Config(); heads x head size = WIDTH
+    assert work.output_bytes == 4 + SEQ * VOCAB * 4 + kv
+    assert work.grad_output_bytes == work.output_grad_bytes == 4  # only the loss gets a gradient back
 
 
 def test_the_shipped_gpt2_flops_by_hand():

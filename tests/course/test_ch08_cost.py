@@ -117,7 +117,9 @@ def test_the_opening_answers_the_question_from_published_measurements():
         "contention across threads, per-iteration replicated model, and additional overhead introduced by "
         'scattering inputs and gathering outputs"' in opening
     )
-    assert "This chapter counts the last two" in opening and "is not measurable on a CPU" in opening
+    assert "This chapter counts the last two" in opening and "is not measured here" in opening
+    # the other side of the same Hugging Face page: DDP's lead depends on the link
+    assert "DDP's lead depends on the link" in first and '"~15% faster than DDP without NVlink"' in first
     assert "makes GPU 0" not in markdown()  # the host process starts the threads, not GPU 0
 
 
@@ -265,8 +267,10 @@ def test_every_published_measurement_is_drawn_beside_its_prediction_with_its_rat
         rows = published.compare(m, latency=True)  # the chapter's model: with NCCL's latency
         assert all(r.modelled_s is not None for r in rows), m.id  # the model predicts every point
         name = m.model.split(",")[0]
-        at = labels.index(f"measured (published): {name}, {m.strategy}, {m.gpu}") + 1
-        assert labels[at] == f"modelled, {m.gpu}, NVLinks as read"  # ... beside the modelled line
+        at = labels.index(f"measured (published): {name}, {m.strategy}, {m.gpu_label}") + 1
+        assert (
+            labels[at] == f"modelled, {m.gpu_label}, NVLinks as read"
+        )  # "(inferred)": not in the source  # ... beside the modelled line
         texts = [t.get_text() for t in ax.texts]
         for r in rows:
             assert f"{r.ratio:.2f}x" in printed and f"{r.ratio:.2f}x" in texts  # printed, and drawn
@@ -341,13 +345,13 @@ def test_where_the_model_misses_is_computed_from_the_shipped_runs():
     assert "the model is here for the shape of a step, not its size" in main
     one = [round(100 * (m.ddp_one_gpu_s / dict(m.points)[1] - 1)) for m in curves]
     assert f"on one GPU DDP adds {one[0]}% (ResNet-50) and {one[1]}% (ResNet-101)" in text
-    miss = measured / modelled - 1
+    miss = abs(measured / modelled - 1)
     assert f"On the TITAN RTX that ratio missed by {100 * miss:.0f}%" in text
     assert section.source.count("<details>") == 2
 
 
 def test_the_published_pair_is_shipped_and_its_set_up_quoted_with_its_source():
-    from dpteach.measure import published
+    from dpteach.measure import costmodel, published
 
     section = flat(TAGGED["verdict"].source)
     assert "docs/source/en/perf_train_gpu_many.md" in section and "huggingface/transformers" in section
@@ -363,8 +367,16 @@ def test_the_published_pair_is_shipped_and_its_set_up_quoted_with_its_source():
     assert '"avoids the performance overhead caused by GIL of Python interpreter"' in section
     assert "output from each GPU is sent to GPU 0 to compute the loss" in section
     assert "The aw_nas and issue #65936 reports of the opening are not shipped" in section
-    measured, modelled = published.pair_ratio(pair)
-    assert measured > modelled > 1  # "The pair puts DataParallel further behind DDP than the model does"
+    # GPU 0's extra work: the whole ModelOutput gathered, its sizes by hand, the modelled and measured gaps
+    logits, kv = 4 * 1024 * 50257 * 4, 12 * 2 * 4 * 12 * 1024 * 64 * 4  # 4 sequences a replica, fp32
+    assert f"4 × 1024 × 50257 fp32 ({logits / 1e6:.0f} MB)" in section and f"({kv / 1e6:.0f} MB;" in section
+    assert pair[0].work_at(2).output_bytes / 2 == pytest.approx(logits + kv, abs=64)  # one replica's output
+    dp, ddp = (costmodel.predict(m.work_at(2), m.profile_at(2), 2, m.strategy, latency=True) for m in pair)
+    assert f"1.1 GB a replica, {dp.seconds('gather') * 1e3:.0f} ms a step modelled" in section
+    measured_gap = (pair[0].points[0][1] - pair[1].points[0][1]) * 1e3
+    assert (f"DataParallel's step is {(dp.total_s - ddp.total_s) * 1e3:.0f} ms longer than DDP's; measured, "
+            f"{measured_gap:.1f} ms") in section  # fmt: skip
+    assert "includes the loss" not in section and "the seventh layer" not in markdown()
 
 
 # ---------------------------------------------------------------- one colour per strategy
@@ -563,12 +575,11 @@ def test_the_over_n_figure_reads_its_curves_and_the_prose_says_why_from_the_mode
         saved[gpu] = plain[gpu] * 3 / 4  # compute split over 4: each GPU does a quarter
         reduced[gpu] = ddp.seconds("all-reduce") * 1e6
     assert saved["A100-SXM"] > reduced["A100-SXM"] and saved["H200-SXM"] < reduced["H200-SXM"]
-    assert (
-        f"compute shrinks by {saved['A100-SXM']:.0f} µs, more than its all-reduces take "
-        f"({reduced['A100-SXM']:.0f} µs). A modelled H200 computes the step in {plain['H200-SXM']:.0f} µs, so 4 of "
-        f"them save only {saved['H200-SXM']:.0f} µs, less than their all-reduces take "
-        f"({reduced['H200-SXM']:.0f} µs)" in prose
-    )
+    # a step of 0.1 to 0.3 ms is mostly the launches and Python the model leaves out: the prose labels
+    # the curves and reads their shape, and states no size of a speed-up
+    assert max(plain.values()) < 300 and "from bandwidth and compute only" in prose
+    assert "read the shape, not the heights" in prose and "µs" not in prose
+    assert "(modelled from bandwidth and compute only)" in scope["fig"]._suptitle.get_text()
 
 
 def test_exercise_3_states_the_bucket_rule_on_the_main_path():
