@@ -1,7 +1,7 @@
-"""What replication costs: bytes moved (counted by ``dpteach.comm``, not estimated), and the copies chapter 06 times.
+"""What replication costs: bytes moved, counted by ``dpteach.comm``, not estimated.
 
-Chapter 06 uses these; they are small on purpose so that other measurements can reuse them. Seconds
-come from the one timer, ``dpteach.measure.timer``.
+Chapters 06 and 08 use these; they are small on purpose so that other measurements can reuse them.
+Seconds, where a caller wants them, come from the one timer, ``dpteach.measure.timer``.
 
 * ``state_nbytes(module)``: bytes of a module's parameters and buffers, each tensor once.
 * ``step_traffic(model, x, devices, strategy)``: every copy one DataParallel step makes.
@@ -9,12 +9,12 @@ come from the one timer, ``dpteach.measure.timer``.
   printed row by row.
 * ``clone_then_to`` / ``to_device``: one tensor copied the pre-#20995 way (two copies, as onto another
   device) and the fixed way (one). Both always copy, even onto the tensor's own device, where torch's
-  ``.to`` would copy nothing: on one device they time two copies against one.
+  ``.to`` would copy nothing: on one device they make two copies against one, to count or to time.
 * ``copy_per_tensor`` / ``copy_coalesced``: many tensors copied one by one, or in flat buckets.
 * ``copy_calls(ways, counts, total_elements, device)``: how many copies each way makes, counted.
 * ``CountCopies()``: a context that names every copy torch itself makes inside it (``clone``,
   ``_to_copy``, ``copy_``), for code that does not go through ``dpteach.comm``.
-* ``plot_bytes(traffic, ax)`` and ``plot_timings(xs, timings, ax)``: chapter 06's pictures; timings are
+* ``plot_bytes(traffic, ax)``: chapter 06's bytes per step. ``plot_timings(xs, timings, ax)``: timings
   drawn as medians with the middle half of the runs as the spread, never as a verdict.
 """
 

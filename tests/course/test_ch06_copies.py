@@ -7,7 +7,6 @@ are found by their tags; the set-up cell is the chapter's first ``hide-input`` c
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import io
 import re
@@ -220,7 +219,7 @@ def test_the_exercise_predicts_then_checks_with_a_worked_answer():
 
 
 def test_the_counting_cells_print_the_same_twice():
-    tags = ("step-bytes", "replicate-counts", "clone-then-to-counts", "coalesce-counts", "copy-calls")
+    tags = ("step-bytes", "replicate-counts", "model-your-size", "clone-then-to-counts", "coalesce-counts")
     _, first = run(*tags)
     _, second = run(*tags)
     assert first == second and "copies" in first
@@ -285,17 +284,53 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
     assert f"{buckets} sent, {2 * buckets} copies, {2 * sent:,} bytes" in printed[five]
 
 
-def test_the_copy_figure_and_its_text_agree():
-    """The timing figure runs on one device too, where ``.to`` copies nothing: the text beside it says, in
-    the main path, that both functions always copy, and the figure's title says which case it times."""
-    at = next(i for i, c in enumerate(CELLS) if "copy-timings" in c.metadata.get("tags", []))
-    before = " ".join(DETAILS.sub(" ", CELLS[at - 1].source).split())
-    assert "Both always copy" in before and "own device" in before
-    assert "as onto another device" in CELLS[at].source and "both always copy" in CELLS[at].source
-    tensor = torch.ones(4)
-    with costs.CountCopies() as counted:
-        costs.to_device(tensor, tensor.device)
-    assert counted.copies  # a real copy even onto the tensor's own device, as the text says
+def test_the_clone_then_to_section_rests_on_counts_and_labels_what_is_modelled():
+    """The section shows the counts alone, no timing figure: the copy-timing cell is gone, and the one
+    sentence on GPUs (the extra clone the cheaper of the two) is on the main path, labelled
+    modelled, with the ratios the GPU profiles give: memory 6-20x the link, a clone a tenth to a third."""
+    import json
+
+    assert not any("copy-timings" in c.metadata.get("tags", []) for c in CELLS)
+    code = "\n".join(c.source for c in CELLS if c.cell_type == "code")
+    assert "clone_then_to" not in code and "plot_timings" not in code and "time_in_turns" not in code
+    at = next(i for i, c in enumerate(CELLS) if "clone-then-to-counts" in c.metadata.get("tags", []))
+    after = " ".join(DETAILS.sub(" ", CELLS[at + 1].source).split())
+    modelled = next(s for s in re.split(r"(?<=[.!?])\s+", after) if "cheaper" in s)
+    assert "modelled" in modelled and "6–20×" in modelled and "a tenth to a third" in modelled
+    gpus = json.loads((ROOT / "dpteach" / "measure" / "data" / "gpus.json").read_text())["gpus"]
+    ratios = [g["mem_bw"] / g["link_bw"] for g in gpus.values()]
+    assert 6 <= min(ratios) < 7 and 20 <= max(ratios) < 21  # "6–20×", rounded down
+    clone_over_to = [2 / r for r in ratios]  # a clone reads and writes each byte; .to crosses the link once
+    assert 0.09 < min(clone_over_to) and max(clone_over_to) <= 1 / 3 + 0.001  # a tenth to a third
+
+
+def test_a_model_your_size_is_counted_on_meta():
+    """The GPT-2-small-sized stack is built on "meta" (no memory): its parameters are GPT-2 small's,
+    DataParallel's model copies on 4 slots are counted as 3·(P + B), and DDP's per-step figures are
+    its gradients (P) and buffers (B), all printed from counts."""
+    scope, printed = run("model-your-size")
+    model = scope["gpt2_sized"]
+    assert all(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    params = sum(p.numel() for p in model.parameters())
+    assert params == 124_439_808  # GPT2LMHeadModel(GPT2Config()): its output layer shares the token embedding
+    size = costs.state_nbytes(model)
+    P, B = size["parameters"], size["buffers"]
+    lines = printed.splitlines()[1:]  # after the set-up's slots line
+    assert lines[0] == f"{params:,} parameters: P = {P / 1e6:,.1f} MB, and B = {B / 1e6:,.1f} MB of buffers"
+    assert f"every step: {3 * (P + B) / 1e6:,.1f} MB of model copies, 3·(P + B)" in lines[1]
+    assert f"an all-reduce of {P / 1e6:,.1f} MB of gradients (P)" in lines[2]
+    assert f"a broadcast of {B / 1e6:,.1f} MB of buffers (B)" in lines[2]
+
+
+def test_the_gpt2_sized_stack_has_gpt2_smalls_parameters():
+    """Where transformers is installed, the stack's parameter count and shapes match GPT-2 small's."""
+    transformers = pytest.importorskip("transformers")
+    scope, _ = run("model-your-size")
+    with torch.device("meta"):
+        lm = transformers.GPT2LMHeadModel(transformers.GPT2Config())
+    ours = sorted(p.numel() for p in scope["gpt2_sized"].parameters())
+    theirs = sorted(p.numel() for p in lm.parameters())
+    assert ours == theirs
 
 
 def test_the_main_path_names_no_pull_request_and_says_why_the_copies_matter():
@@ -316,26 +351,28 @@ def test_2n_minus_1_is_stated_where_it_is_counted():
 
 def test_the_meta_pair_shows_the_table_and_the_summary_on_any_machine():
     """The main path's stand-in for "between devices": replicate onto devices[0] and "meta" (N = 2)
-    prints 2N - 1 model copies for clone and rewire and N - 1 for broadcast, the forward column of
-    the table and the summary's counts, in fewer copies than tensors for broadcast (its buckets)."""
+    counts 2N - 1 model copies for clone and rewire and N - 1 for broadcast, the table's forward column
+    and the summary's counts, printed beside the table's formula; broadcast in fewer copies than
+    tensors (its buckets), packed first."""
     scope, printed = run("step-bytes", "meta-counts")
-    n, tensors = 2, len(list(scope["model"].parameters())) + len(list(scope["model"].buffers()))
-    rows = {line.split()[0]: line for line in printed.splitlines() if "·(P + B) in" in line}
-    for strategy in ("clone", "rewire"):
-        assert f"{2 * n - 1}·(P + B) in {(2 * n - 1) * tensors} copies" in rows[strategy]
-    copies = int(re.search(r"in\s+(\d+) copies", rows["broadcast"])[1])
-    assert f"{n - 1}·(P + B)" in rows["broadcast"] and copies < tensors and "'pack'" in rows["broadcast"]
+    model = scope["model"]
+    n, tensors = 2, len(list(model.parameters())) + len(list(model.buffers()))
+    size = sum(costs.state_nbytes(model).values())
+    rows = {line.split()[0]: line for line in printed.splitlines() if " counted " in line}
+    for strategy, copies in (("clone", 2 * n - 1), ("rewire", 2 * n - 1), ("broadcast", n - 1)):
+        row = " ".join(rows[strategy].split())
+        assert f"counted {copies * size:,} bytes" in row  # what traffic() counted ...
+        assert f"table: {copies}·(P + B) = {copies * size:,}" in row  # ... beside the table's formula
+    assert f"in {(2 * n - 1) * tensors} copies" in " ".join(rows["clone"].split())
+    sent = int(re.search(r"in\s+(\d+) copies", rows["broadcast"])[1])
+    assert sent < tensors and "'pack'" in rows["broadcast"]
     summary = next(c.source for c in CELLS if c.source.startswith("## Summary"))
     assert "2N − 1" in summary and '"meta"' in summary
-    # broadcast copy by copy: the parameters, the float buffers, then the int64 counter alone, unpacked
-    model = scope["model"]
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
-    floats = sum(b.numel() * b.element_size() for b in model.buffers() if b.is_floating_point())
-    ints = sum(b.numel() * b.element_size() for b in model.buffers() if not b.is_floating_point())
-    listed = next(line for line in printed.splitlines() if line.startswith("broadcast, copy by copy:"))
-    sent = [(op, n) for op, n in ast.literal_eval(listed.split(":", 1)[1]) if op != "pack"]
-    assert sent == [("broadcast", params), ("broadcast", floats), ("broadcast", ints)] and ints == 8
-    assert "num_batches_tracked" in " ".join(c.source for c in CELLS if "dtype" in c.source)
+    # the table: a row per strategy, its forward formula the one the cell counts
+    table = CELLS[CELLS.index(tagged("meta-counts")) - 1].source
+    main = DETAILS.sub(" ", table)
+    assert main.count('\n| `"') == 3 and "(2N − 1)·(P + B)" in main and "(N − 1)·(P + B)" in main
+    assert "num_batches_tracked" in table  # why broadcast's int64 counter travels unpacked: in the fold
 
 
 def test_the_explorer_text_names_the_model_it_steps():

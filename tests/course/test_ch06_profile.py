@@ -1,8 +1,8 @@
-"""The step profile (``dpteach.measure.profile``: each move's share of its step) and how chapter 06 times.
+"""The step profile (``dpteach.measure.profile``: each move's share of its step), and chapter 06 times nothing.
 
 The seconds are never asserted (they are the learner's own figure); what is asserted is how a share
 is taken: within its own step, its spread the middle half of the steps. Chapter 06 draws no shares
-(a timing taught no lesson that repeats); the profile stays library API (docs/library.md). Cells are
+and no timings (a timing taught no lesson that repeats); the profile stays library API (docs/library.md). Cells are
 found by their tags.
 """
 
@@ -47,19 +47,23 @@ def test_the_spread_of_a_share_is_the_middle_half_of_the_steps():
 def test_the_coalescing_lesson_rests_on_the_counts():
     """On one device a timing cannot show what coalescing saves: the chapter counts the copy calls and
     times no coalescing, and the text under the counts says why."""
-    at = tagged("copy-calls")
+    at = tagged("coalesce-counts")
     code = "\n".join(c.source for c in CELLS if c.cell_type == "code")
     assert "copy_coalesced" in CELLS[at].source and "time_in_rounds" not in code
     assert not any("coalesce-timings" in c.metadata.get("tags", []) for c in CELLS)
     after = " ".join(CELLS[at + 1].source.split())
     assert CELLS[at + 1].cell_type == "markdown" and "On one device" in after and "synchronisation" in after
+    assert "copy calls" in after
 
 
-def test_the_methods_of_timing_get_one_collapsed_note():
+def test_the_chapter_times_nothing():
+    """Chapter 06's lessons are counts: no cell reads a clock, so no collapsed note on how it times."""
+    code = "\n".join(c.source for c in CELLS if c.cell_type == "code")
+    assert "timer" not in code and "time_in_turns" not in code and "timed=False" in code
     summaries = [
         s
         for c in CELLS
         if c.cell_type == "markdown"
         for s in re.findall(r"<summary>(.*?)</summary>", c.source)
     ]
-    assert sum("tim" in s.lower() for s in summaries) == 1, summaries
+    assert not [s for s in summaries if "tim" in s.lower()], summaries
