@@ -13,7 +13,7 @@ all-reduced in buckets while backward is still running.
 * :mod:`.order`: reading ``tasks.bucket_order``'s events: buckets, and the backward work each can overlap
 * :mod:`.compare`: gradients set side by side with where they came from; step times and copies of
   one process and DataParallel, to set beside DDP's
-* :mod:`.plots`: the chapter's two pictures (matplotlib, imported when used)
+* :mod:`.plots`: the chapter's pictures (matplotlib, imported when used)
 """
 
 from .launch import RankFailed, Ranks, RankTimeout, default_backend, run

@@ -196,27 +196,32 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     (``dp["parameter_bytes"]``); one footnote marks the one computed row.
 
     DataParallel's ``broadcast`` copies the model into each slot but slot 0, P bytes per slot, and on GPUs
-    its ``reduce_add`` takes P bytes of gradients from each of them onto slot 0 (CPU slots sum in place,
-    moving nothing, hence "0 (on GPUs P)"); its ``gather`` moves the whole batch's outputs onto slot 0,
-    not the model, and its copy calls are counted over all slots. Each DDP rank hands its P bytes of
-    gradients to all-reduce, one call per bucket; what a ring all-reduce of them sends and receives on
-    each rank, 2(N-1)/N x P (nccl-tests' ``PERFORMANCE.md``), is the one figure computed rather than
-    counted.
+    its ``reduce_add`` takes P bytes of gradients from each of them onto slot 0; its ``gather`` moves the
+    whole batch's outputs onto slot 0, not the model, and its copy calls are counted over all slots.
+    CPU slots share one device, which a dagger and a footnote say: they sum the gradients in place,
+    moving nothing, and ``comm.broadcast_coalesced`` clones each tensor, where between GPUs it packs
+    them into buckets of ``comm.BUFFER_SIZE``, one copy per bucket and slot. Each DDP rank hands its P
+    bytes of gradients to all-reduce, one call per bucket; what a ring all-reduce of them sends and
+    receives on each rank, 2(N-1)/N x P (nccl-tests' ``PERFORMANCE.md``), is the one figure computed
+    rather than counted.
     """
     n, p = world_size, dp["parameter_bytes"]
     counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
     into, back = counted.get("broadcast", 0) // (n - 1), counted.get("reduce_add", 0) // (n - 1)
     ring = 2 * (n - 1) * handed // n  # what a ring all-reduce of P bytes sends, and receives, per rank
     batch = f"all {dp['rows']} rows" if dp.get("rows") else "the whole batch"
+    one_device = not back  # no reduce_add copies: the slots share a device (CPU slots)
+    mark = " †" if one_device else ""
+    calls = [f"{op} {k}{mark if op == 'broadcast' else ''}" for op, k in dp["copies_per_step"].items()]
     rows = [
         ("", "DataParallel slot", "DDP rank"),
         ("model copied in", f"{into:,}", "0"),
-        ("gradients sent", f"{back:,}" if back else f"0 (on GPUs {p:,})", f"{handed:,} to all_reduce"),
+        ("gradients sent", f"{back:,}" if back else "0 †", f"{handed:,} to all_reduce"),
         ("ring all-reduce *", "-", f"sends {ring:,}, receives {ring:,}"),
         ("outputs onto slot 0", f"{counted.get('gather', 0):,} ({batch})", "0"),
         (
-            "copy calls",
-            ", ".join(f"{op} {k}" for op, k in dp["copies_per_step"].items()) + " in all",
+            "copy calls, all slots",
+            ", ".join(calls),
             f"all_reduce {ddp['allreduce_calls_per_step']} (one per bucket)",
         ),
     ]
@@ -224,6 +229,13 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     lines = [f"one step, in bytes, per slot or rank: N = {n}, P = {p:,} (the model's parameters)"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.append("* computed: 2(N-1)/N x P (nccl-tests' PERFORMANCE.md); the rest is counted")
+    if one_device:
+        lines.append("† slots on one device: gradients summed in place, a clone per tensor; between")
+        from ..comm import BUFFER_SIZE
+
+        tensors = dp["copies_per_step"].get("broadcast", 0) // (n - 1)
+        packed = "in one copy" if p <= BUFFER_SIZE else f"in copies of {BUFFER_SIZE >> 20} MiB"
+        lines.append(f"  GPUs each other slot sends its {p:,} and gets the {tensors} tensors {packed}")
     return "\n".join(lines)
 
 

@@ -1,5 +1,6 @@
 """Chapter 09's pictures: step time against model size, this machine's rounds of four ways to run a
-step on its CPU, DDP's buckets on a backward timeline, and the modelled steps outside their compute.
+step on its CPU, DDP's buckets in backward's order (and on one run's clock), and the modelled steps
+outside their compute.
 
 Each function returns the matplotlib ``Figure`` and draws its own legend into it.
 """
@@ -120,7 +121,8 @@ def cpu_rounds(result, title: str = "", load=None):
 
 
 def buckets(report: Mapping, title: str = ""):
-    """Backward on one rank: when each gradient became ready (dots) and each bucket's all-reduce (bars).
+    """Backward on one rank, on this run's clock: when each gradient became ready (dots) and each
+    bucket's all-reduce (bars). The times move from run to run; ``bucket_order`` draws the order.
 
     ``report`` is one rank's result of the ``"buckets"`` task. A bar that starts before the last dot
     is communication overlapping computation: DDP's reason for buckets. A dotted line marks where
@@ -187,6 +189,93 @@ def buckets(report: Mapping, title: str = ""):
     ax.set_xlim(0, end * 1.05)
     ax.set_title(title or f"DDP buckets (bucket_cap_mb={report['bucket_cap_mb']}) on one rank")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def _short(node: str) -> str:
+    """'AddmmBackward0' -> 'Addmm': the op whose backward the node runs."""
+    return node.removesuffix("0").removesuffix("Backward")
+
+
+def bucket_order(steps: Mapping[str, Mapping], title: str = ""):
+    """Buckets placed in backward's order, not on a clock: the same picture on every run.
+
+    ``steps`` maps a label to one step of ``tasks.bucket_order`` or ``tasks.scratch_order`` (the data
+    ``order.wait_table`` prints). The x axis counts backward's nodes as they start: node k fills
+    [k - 1, k], and every other event sits at the number of nodes that had started before it. A bar
+    runs from a bucket's launch to the point where backward has its sum (DDP's one wait after the last
+    node; ours, the blocking ``all_reduce``'s return): the nodes above a bar ran while that all-reduce
+    was allowed to be in flight. A label whose bars all have no length gets one row of diamonds.
+    """
+    from . import order
+
+    plt = _pyplot()
+    first = next(iter(steps.values()))
+    nodes = [e[1] for e in first["events"] if e[0] == "node"]
+
+    def at(step, i):  # the nodes that had started before event i
+        return sum(e[0] == "node" for e in step["events"][:i])
+
+    rows = []  # (tick label, right-hand label, [(launch, result)])
+    for label, s in steps.items():
+        spans = [(b, at(s, b["at"]), at(s, b["result_at"])) for b in order.in_flight(s)]
+        if all(start == end for _, start, end in spans):
+            where = "returns before the next node" if not spans[0][0]["waited"] else "waited for at once"
+            rows.append((label, f"{label}: {len(spans)} all-reduces, each {where}", [x[1:] for x in spans]))
+            continue
+        for b, start, end in spans:
+            kib = f"{b['bytes'] / 1024:.0f} KiB"
+            rows.append((f"{label} bucket {b['index']}", f"{', '.join(b['params'])} ({kib})", [(start, end)]))
+    fig, ax = plt.subplots(figsize=(10, 2.3 + 0.4 * len(rows)))
+    # the top row: backward's nodes, green where one of the first label's buckets was out
+    busy = {i for b in order.in_flight(first) for i in b["ran_at"]}
+    starts = [i for i, e in enumerate(first["events"]) if e[0] == "node"]
+    for k, (name, index) in enumerate(zip(nodes, starts)):
+        ax.barh(-1.2, 0.94, left=k + 0.03, height=0.9, color="tab:green" if index in busy else "#cccccc")
+        ax.text(k + 0.5, -1.2, _short(name), ha="center", va="center", fontsize=6.5)
+    for y, (_, text, spans) in enumerate(rows):
+        for start, end in spans:
+            ax.barh(y, end - start, left=start, height=0.5, color="tab:orange")
+            ax.plot([start], [y], "D", color="tab:red", markersize=5, zorder=3, clip_on=False)
+            ax.plot([end], [y], "|", color="black", markersize=14, markeredgewidth=2, zorder=3, clip_on=False)
+        ax.annotate(
+            text,
+            xy=(1.0, y),
+            xycoords=("axes fraction", "data"),
+            xytext=(8, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=7.5,
+            annotation_clip=False,
+        )
+    ax.set_yticks([-1.2] + list(range(len(rows))), ["backward"] + [r[0] for r in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -1.8)
+    ax.set_xlim(0, len(nodes))
+    ax.set_xticks(range(len(nodes) + 1))
+    ax.set_xlabel("backward's nodes started so far (an order, not a clock)")
+    ax.grid(True, axis="x", alpha=0.3)
+    handles = [
+        plt.Line2D([], [], marker="D", color="tab:red", ls="none", label="all-reduce launched"),
+        plt.Line2D(
+            [],
+            [],
+            marker="|",
+            color="black",
+            ls="none",
+            markersize=12,
+            markeredgewidth=2,
+            label="backward has the sum",
+        ),
+        plt.Rectangle((0, 0), 1, 1, color="tab:orange", label="sum may still be out"),
+        plt.Rectangle(
+            (0, 0), 1, 1, color="tab:green", label=f"node run while a {next(iter(steps))} bucket is out"
+        ),
+    ]
+    ax.legend(
+        handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=4, fontsize=8, frameon=False
+    )
+    ax.set_title(title or "Backward's order on rank 0: the same on every run and every rank", fontsize=10)
     fig.tight_layout()
     return fig
 

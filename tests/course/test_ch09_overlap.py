@@ -152,7 +152,8 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     into each slot but slot 0 and the gradients back from each (counted), beside what a ring all-reduce
     sends and receives on each rank (computed, 2(N-1)/N x P); the gathered outputs on a row apart, never
     mixed into the model's bytes (the 516 bytes copied on CPU slots), with the number of rows whose
-    outputs it moves. One footnote line marks the computed row; the cells say the rest."""
+    outputs it moves. One footnote line marks the computed row; on slots that share one device a dagger
+    says what differs between GPUs (the sum in place; one packed copy, not a clone per tensor)."""
     from dpteach.distributed import compare
 
     dp = dict(
@@ -167,14 +168,17 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     assert re.split(r"\s{2,}", rows[1].strip()) == ["DataParallel slot", "DDP rank"]
     table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[2:7])}
     assert table["model copied in"] == ["260", "0"]
-    # on CPU slots the reduce moves nothing: said so, with what each slot sends on GPUs
-    assert table["gradients sent"] == ["0 (on GPUs 260)", "260 to all_reduce"]
+    # on CPU slots the reduce moves nothing and the broadcast clones each tensor: a dagger, and its footnote
+    assert table["gradients sent"] == ["0 †", "260 to all_reduce"]
     assert max(len(r) for r in rows) <= 80  # narrow enough for a notebook's output
-    # one footnote, for the one computed row; what the old notes said is in the cells themselves
-    assert rows[7:] == ["* computed: 2(N-1)/N x P (nccl-tests' PERFORMANCE.md); the rest is counted"]
+    # one footnote for the one computed row, then the dagger's: between GPUs, P sent, 4 tensors in one copy
+    assert rows[7] == "* computed: 2(N-1)/N x P (nccl-tests' PERFORMANCE.md); the rest is counted"
+    dagger = " ".join(" ".join(rows[8:]).split())
+    assert dagger.startswith("† slots on one device: gradients summed in place, a clone per tensor")
+    assert "sends its 260" in dagger and "the 4 tensors in one copy" in dagger
     assert table["ring all-reduce *"] == ["-", "sends 260, receives 260"]
     assert table["outputs onto slot 0"] == ["256 (all 64 rows)", "0"]  # the whole batch, not per slot
-    assert table["copy calls"] == ["broadcast 4, gather 2 in all", "all_reduce 1 (one per bucket)"]
+    assert table["copy calls, all slots"] == ["broadcast 4 †, gather 2", "all_reduce 1 (one per bucket)"]
     text = "\n".join(rows)
     assert "516" not in text and "from all" not in text  # per rank, never a total over the ranks
     # on 4 GPUs the reduce_add is counted per slot, and a ring sends 2 x 3/4 x 260 from each rank
@@ -186,7 +190,7 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
     assert re.split(r"\s{2,}", four[3]) == ["gradients sent", "260", "260 to all_reduce"]
     assert "sends 390, receives 390" in four[4]
-    assert "on GPUs" not in four[3]
+    assert "†" not in "\n".join(four) and len(four) == 8  # GPUs: no dagger, no second footnote
     assert "192 (the whole batch)" in four[5]  # no row count given: none invented
 
 
@@ -244,3 +248,51 @@ def test_the_chapter_shows_the_rebuild_and_checks_the_one_device_losses():
     prose = " ".join(c.source for c in cells if c.cell_type == "markdown")
     assert "find_unused_parameters=False" in prose and "static_graph=True" in prose
     assert "bucket_cap_mb_list" in prose
+
+
+def test_the_order_figure_places_each_bucket_among_backwards_nodes_and_reads_no_clock():
+    """The chapter's bucket figure is drawn from the order alone: a bar from a bucket's launch to where
+    backward has its sum, measured in backward nodes, so two draws of the same events are the same
+    picture. A blocking label's bars all have no length and share one row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpteach.distributed import plots
+
+    ddp = step(
+        [
+            ("node", "A"),
+            ("bucket", 0, ["x"], 4),
+            ("node", "B"),
+            ("node", "C"),
+            ("bucket", 1, ["y"], 4),
+            ("wait",),
+        ]
+    )
+    ours = step([("node", "A"), ("bucket", 0, ["x"], 4), ("done", 0), ("node", "B"), ("node", "C")])
+    ours["events"] += [("bucket", 1, ["y"], 4), ("done", 1)]
+
+    def bars(fig):  # (left, width, y) of every bar below the top row of nodes
+        return sorted((p.get_x(), p.get_width(), p.get_y()) for p in fig.axes[0].patches if p.get_y() > -1)
+
+    first, again = (plots.bucket_order({"DDP": ddp, "ours": ours}) for _ in range(2))
+    assert bars(first) == bars(again)
+    # DDP's bucket 0 left after node A and waited after node C: 2 nodes; bucket 1, none; ours, none
+    widths = [w for _, w, _ in bars(first)]
+    assert (
+        sorted(widths)
+        == [0, 0, 0, 2]
+        == sorted(
+            [len(b["ran"]) for b in order.in_flight(ddp)] + [len(b["ran"]) for b in order.in_flight(ours)]
+        )
+    )
+    assert [t.get_text() for t in first.axes[0].get_yticklabels()] == [
+        "backward",
+        "DDP bucket 0",
+        "DDP bucket 1",
+        "ours",
+    ]
+    assert "clock" in first.axes[0].get_xlabel()  # "an order, not a clock"
+    plt.close("all")

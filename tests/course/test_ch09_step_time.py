@@ -73,13 +73,16 @@ def test_the_timeline_is_a_compute_bound_workload_on_one_axis_with_the_ratio_pri
     assert "assumed PYTHON_THREAD_S" in printed
     assert "PYTHON_THREAD_S" in nb[at + 1].source and "modelled" in nb[at + 1].source.lower()
     assert "too thin to see" in nb[at + 1].source  # the legend lists parts the reader cannot see
-    # the prose says what the model leaves out, on the main path, and rests no verdict on a published
-    # timing: the one DataParallel-and-DDP pair is a single run each, with no spread (chapter 08 holds it)
-    beside = " ".join(re.sub(r"<details\b.*?</details>", " ", nb[at + 1].source, flags=re.S).split())
-    assert "interpreter lock" in beside and "GPU 0 alone" in beside
-    assert not any(f in beside for f in ("110.6 s", "101.9 s", "131.4 s", "significantly faster")), beside
+    # the prose says what the model leaves out (its Going-deeper block: the main path stays short), and
+    # rests no verdict on a published timing: the one DataParallel-and-DDP pair is a single run each,
+    # with no spread (chapter 08 holds it)
+    whole = " ".join(nb[at + 1].source.split())
+    assert "interpreter lock" in whole and "GPU 0 alone" in whole
+    assert "kernel launches" in whole and "SMs" in whole  # overlapped all-reduces are not free on GPUs
+    assert "share of the gradient bytes" in whole  # when the model counts a bucket ready
+    assert not any(f in whole for f in ("110.6 s", "101.9 s", "131.4 s", "significantly faster")), whole
     assert (
-        "chapter 08" in nb[at + 1].source
+        "chapter 08" in nb[at + 1].source.lower()
         and "TITAN RTX" in (CHAPTER.parent / "08_real_gpus.ipynb").read_text()
     )
 
@@ -118,7 +121,8 @@ def test_the_step_time_section_sends_the_cpu_timing_to_chapter_08():
     assert "ddp-speed" not in tags and "compare.cpu_rounds" not in "".join(c.source for c in nb)
     assert "Chapter 08 times DataParallel and DDP on your CPU" in nb[at].source
     # the counted win stays, and the modelled picture follows it at once
-    assert "No model copy per step" in nb[at].source and "Gradients sent while backward runs" in nb[at].source
+    said = nb[at].source.lower()
+    assert "no model copy per step" in said and "gradients sent while backward runs" in said
     assert "ddp-timeline" in nb[at + 1].metadata.get("tags", [])
 
 
@@ -127,10 +131,13 @@ def test_the_model_says_it_prices_bytes_not_replicates_python():
     torch's replicate.py (``_replicate_for_data_parallel`` and its setattr loops); and the MLP's lead is
     mostly the assumed thread starts, which the printed line without them shows."""
     nb, at = tagged("ddp-timeline")
+    whole = " ".join(nb[at + 1].source.split())
+    assert "prices only the bytes" in whole and "_replicate_for_data_parallel" in whole
+    # the MLP's lead, on the main path: mostly the assumed thread starts, in a step too short to ignore
+    # the kernel launches the model leaves out; the cell prints the starts' share and the lead without them
     beside = " ".join(re.sub(r"<details\b.*?</details>", " ", nb[at + 1].source, flags=re.S).split())
-    assert "prices only the bytes" in beside and "_replicate_for_data_parallel" in beside
-    assert "mostly the assumed thread starts" in beside
-    assert "from copies and sums alone" in nb[at].source
+    assert "mostly the assumed thread starts" in beside and "kernel launches" in beside
+    assert "from copies and sums alone" in nb[at].source and "thread starts at the assumed" in nb[at].source
 
 
 def test_chapter_09_repeats_no_published_measurement():
