@@ -392,17 +392,19 @@ def accumulators(count: int | object, loss: torch.Tensor, model: torch.nn.Module
         return Verdict(False, f"{count!r} is not a number: set `accumulators` to a count such as 3.")
     truth = len(_accumulators(loss.grad_fn))
     n_params = len(list(model.parameters()))
+    frozen = n_params - sum(p.requires_grad for p in model.parameters())
     if count == truth:
+        said = f"; the frozen one{'s' * (frozen > 1)} asked for no gradient" if frozen else ""
         return _correct(
-            name, f"{truth} nodes for {n_params} parameters: one per leaf, however often it is used."
+            name, f"{truth} nodes for {n_params} parameters: one per leaf that requires grad{said}."
         )
     edges = _accumulator_edges(loss.grad_fn)
-    if count > truth:
-        change = f"{count} is more than there are" + (
-            ": you counted a node once per edge into it. Keep a set of the nodes seen."
-            if count == edges
-            else "."
-        )
+    if count > truth and count == edges:
+        change = f"{count} is more than there are: you counted a node once per edge into it. Keep a set of the nodes seen."
+    elif count > truth and count == n_params and frozen:
+        change = f"{count} is one per parameter, but a frozen parameter (requires_grad=False) has no AccumulateGrad node."
+    elif count > truth:
+        change = f"{count} is more than there are."
     else:
         change = f"{count} is too few: follow every entry of next_functions, to the bottom."
     return _not_yet(
@@ -412,7 +414,7 @@ def accumulators(count: int | object, loss: torch.Tensor, model: torch.nn.Module
             "Every leaf that requires grad has exactly one AccumulateGrad node, shared by all its uses.",
             "Walk next_functions from loss.grad_fn, keeping a set of the nodes that have a `.variable`.",
         ],
-        lambda: f"{truth}, one per parameter ({n_params} parameters).",
+        lambda: f"{truth}, one per parameter that requires grad ({n_params} parameters, {frozen} frozen).",
     )
 
 

@@ -24,10 +24,10 @@ def replicate_by_clone(network, devices, detach=False):
             for key, param in original._parameters.items():
                 if param is None:
                     continue
-                # FIX (Task 1; PR #20910 instead kept the clone and rewired it, Task 2): a copy made
-                # *by autograd* (not under no_grad, not detached, not a new Parameter): its grad_fn has
-                # an edge to `param`. copy=True: its own memory on every slot
-                copy = param.to(device, copy=True)
+                # FIX (Task 1): the broken line without detach() and nn.Parameter. Autograd records
+                # clone() and .to, so the copy's grad_fn leads back to `param`; clone() gives every slot
+                # memory of its own. Onto another device that is two copies: Task 6 makes it one
+                copy = param.clone().to(device)
                 twin._parameters.pop(key)  # a copy with history is no leaf, so no Parameter:
                 setattr(twin, key, copy)  # set it as a plain attribute, as replicate.py does
         replicas.append(replica)
@@ -138,7 +138,8 @@ def keep_bn_statistics(network, devices, detach=False):
 
 def copy_once(tensor, device):
     """A replica's copy of `tensor` on `device` with one copy, as PR #20995 made Cloneable::clone do."""
-    # FIX (#20995): one copy onto any device. copy=True copies even where `.to` alone would hand back the
-    # tensor itself, on its own device however that is named: a tensor on cuda:0 given "cuda" compares
-    # unequal (torch.device("cuda") != torch.device("cuda:0")), yet .to("cuda") makes no copy of it.
-    return tensor.detach().to(device, copy=True)
+    device = torch.device(device)  # a string never equals a torch.device: torch.device("cpu") != "cpu"
+    if device.type == "cuda" and device.index is None:  # "cuda" is the current GPU: .to fills its index in
+        device = torch.device("cuda", torch.cuda.current_device())
+    # FIX (#20995), as torch/nn/cloneable.h does it: .to alone onto another device, clone() alone on its own
+    return tensor.detach().to(device) if tensor.device != device else tensor.detach().clone()

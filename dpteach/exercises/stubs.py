@@ -14,15 +14,7 @@ import dpteach
 
 
 def replicate_by_clone(network, devices, detach=False):
-    """Clone-based replicate, as the C++ frontend did before PR #20910, with its bug for you to fix.
-
-    Each replica starts as a deep copy of `network` on its slot; then every parameter in it is
-    replaced by `copy`. In C++ that copy was a fresh leaf (the BROKEN line), so backward stopped in
-    the replica and the model never learned (issue #19540). Write a `copy` of `param` on `device`
-    that keeps a gradient edge back to `param`, and owns its memory on every slot after slot 0
-    (slot 0 may share, as torch/nn/parallel/replicate.py does). `detach=False` is there because
-    every strategy has `replicate`'s signature; this exercise does not use it.
-    """
+    """Chapter 01's "clone" strategy, before PR #20910: write the `copy` line (the task above says how)."""
     replicas = []
     for device in devices:
         replica = deepcopy(network).to(device)
@@ -33,8 +25,7 @@ def replicate_by_clone(network, devices, detach=False):
                 # BROKEN (#19540), as clone.py runs it (clone_tensor: a detached clone, moved):
                 # copy = nn.Parameter(clone_tensor(param, device), requires_grad=param.requires_grad)
                 raise NotImplementedError(
-                    "Task 1 (find the bug in clone-based replicate): replace this line with a `copy` of `param` "
-                    "on `device` that keeps its gradient edge to `param`"
+                    "Task 1 (find the bug in clone-based replicate): write a `copy` of `param` that keeps its edge"
                 )
                 # you write `copy = ...` in place of the raise above; these two lines then use it
                 twin._parameters.pop(key)  # a copy with history is no leaf, so no Parameter:
@@ -145,12 +136,7 @@ def keep_bn_statistics(network, devices, detach=False):
 
 
 def copy_once(tensor, device):
-    """A replica's copy of `tensor` on `device`, as Cloneable::clone made it after PR #20995: ONE copy.
-
-    Before #20995 every tensor was copied with `clone()` and then `.to(device)`: for a slot on another
-    device, two copies where one does. On the tensor's own device the copy still needs memory of its own.
-    `device` is a `torch.device` or a string such as `"cpu"`.
-    """
+    """A replica's copy of `tensor` on `device` (a `torch.device` or a string), made with ONE copy (PR #20995)."""
     # BEFORE (#20995), the line dpteach/replicate/clone.py runs (clone_tensor): a clone, then a second copy
     # return tensor.detach().clone().to(device)
     raise NotImplementedError(

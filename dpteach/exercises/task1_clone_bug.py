@@ -1,17 +1,19 @@
 """Task 1 (taught in 01-02): find the bug in a clone-based replicate, its parameters fresh leaves (issue #19540).
 
 The check runs ``replicate_by_clone`` on every model and 1-4 CPU slots, then onto ``[cpu, meta]``
-(``meta``: shapes, no data), where a copy that ignores ``device`` no longer lands right by luck.
-"""
+(``meta``: shapes, no data), where a copy that ignores ``device`` no longer lands right by luck."""
 
 from __future__ import annotations
 
 import torch
 
+from ..course import story
+from ..graph.names import resolve
 from ..replicate import replicate
 from ._feedback import Findings, Result, Task
-from ._harness import check_replicas, require_strategy, run_cases, run_check, try_step
+from ._harness import SLOTS, NotYet, check_replicas, require_strategy, run_cases, run_check, try_step
 from ._models import CASES
+from ._paths import places, shares_storage
 
 TASK = Task(  # the registry finds this record by the file's name
     1,
@@ -24,19 +26,16 @@ TASK = Task(  # the registry finds this record by the file's name
     taught="01, 02",  # 01: a clone is a fresh leaf; 02: a copy autograd records keeps its edge
 )
 
-HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
+HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next
     "fresh_leaf": (
         "a replica's parameter learns for the original only if autograd *made it from* `param`: then its "
         "`grad_fn` has an edge back to `param` (chapter 02 reads them).",
-        "a new `nn.Parameter`, `param.detach()` or anything under `torch.no_grad()` is a fresh leaf that forgot "
-        "`param`. Use one operation on `param` itself that autograd records and that takes a device.",
-        "`copy = param.to(device, copy=True)`: recorded by autograd, on `device`, its own memory.",
+        "a new `nn.Parameter`, `.detach()` or anything under `torch.no_grad()` is a fresh leaf that forgot "
+        "`param`: keep the broken line's copy of `param` onto `device`, without the parts that forget it.",
     ),
     "shared": (
-        "every slot after slot 0 must own its memory: an operation that can hand back its input unchanged "
-        "shares the original's.",
-        "`param.to(device)` hands back `param` itself when it is already on `device`.",
-        "ask `.to` for a copy: `param.to(device, copy=True)`.",
+        "every slot after slot 0 must own its memory: an operation that can hand back its input unchanged shares it.",
+        "`param.to(device)` hands back `param` itself when it is already on `device` (these CPU slots): copy it there.",
     ),
     "device": "make the copy on `device`, the slot it is for: a copy that ignores `device` stays on "
     "`param`'s device, which only looks right while every slot is the CPU.",
@@ -47,13 +46,19 @@ SECOND_DEVICE = [torch.device("cpu"), torch.device("meta")]  # meta: shapes, no 
 ONTO_META = "onto the slots [cpu, meta] (`meta` is a device that holds shapes and no data)"
 
 
-def check_slot_devices(findings: Findings, strategy) -> None:
-    """Replicate every model onto ``[cpu, meta]``: each replica's parameters must be on its own slot's device."""
+def check_slot_devices(findings: Findings, strategy) -> list[str]:
+    """Replicate every model onto ``[cpu, meta]``: each replica's parameters must be on its own slot's device;
+    if they are, the copying nodes from the last meta replica's first parameter back to the original's."""
     for case in CASES:
         model = case.make()[0]
         findings.context = f"Replicating {case.name} {ONTO_META}"
         replicas = replicate(model, SECOND_DEVICE, strategy=strategy)
         check_replicas(findings, model, replicas, SECOND_DEVICE, findings.context)
+    fn, found = resolve(replicas[1], next(iter(places(model))).name).grad_fn if findings.ok else None, []
+    while fn is not None and not hasattr(fn, "variable"):  # down to the original's AccumulateGrad
+        found.insert(0, type(fn).__name__)
+        fn = next((f for f, _ in fn.next_functions if f is not None), None)
+    return [name for name in found if name in ("CloneBackward0", "ToCopyBackward0")]
 
 
 def check_clone_bug(strategy=None, *, devices=None) -> Result:
@@ -62,17 +67,30 @@ def check_clone_bug(strategy=None, *, devices=None) -> Result:
     def body(findings: Findings) -> None:
         require_strategy(findings, strategy, "check_clone_bug", "replicate_by_clone")
         run_cases(findings, strategy, devices)
-        check_slot_devices(findings, strategy)
+        copies = check_slot_devices(findings, strategy)
         findings.held += [
             "every replica's parameters lead back to the original's, on all three models (MLP, conv net with "
             "BatchNorm, tied weights) and 1-4 slots",
             "every slot after slot 0 owns its copies, on its own device (checked on [cpu, meta] too)",
             "the original's gradients equal one device's: DataParallel learns again",
         ]
+        if findings.ok and len(copies) > 1:  # clone().to(device) passes; Task 6 makes it one copy
+            findings.held.append(
+                f"onto another device your answer makes {len(copies)} copies of each parameter, not one ("
+                f"{', then '.join(copies)} on the `meta` slot): Task 6 (one copy, not two) makes it one copy"
+            )
 
     return run_check(TASK, HINTS, body)
 
 
 def try_answer(replicate_by_clone) -> str:
-    """One DataParallel step with the learner's strategy (``try_it("clone_bug", fn)``)."""
-    return try_step(replicate_by_clone)
+    """One DataParallel step with the learner's strategy (``try_it("clone_bug", fn)``), then slot 1's memory."""
+    said, model = try_step(replicate_by_clone), story.make_model()
+    replica = replicate(model, SLOTS, strategy=replicate_by_clone)[1]  # the step ran: every copy is there
+    shared = [n for n, p in model.named_parameters() if shares_storage(resolve(replica, n), p)]
+    if shared:  # the gradients reach the original, yet the check will reject these copies
+        raise NotYet(
+            f"{said.replace(' ran without an error', ' ran')}, but replica 1's `{'`, `'.join(shared)}` share the original's "
+            "memory: every slot after slot 0 needs a copy of its own, as on a second GPU, where the original is not"
+        )
+    return said

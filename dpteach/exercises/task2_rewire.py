@@ -1,8 +1,7 @@
 """Task 2 (chapter 03): rewire gradient edges, PR #20910's way: the learner writes ``ReduceAdd``.
 
 The check tries the node alone (its outputs, its one edge, its sum, where the sum lands), then runs
-the library's ``"rewire"`` strategy with it (:func:`rewire_with`) on every model and 1-4 slots.
-"""
+the library's ``"rewire"`` strategy with it (:func:`rewire_with`) on every model and 1-4 slots."""
 
 from __future__ import annotations
 
@@ -27,11 +26,10 @@ TASK = Task(  # the registry finds this record by the file's name
     imports="import torch\nfrom torch.autograd import Function\n\nfrom dpteach import exercises",
 )
 
-HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
+HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next
     "outputs": (
         "forward hands the copies back as this node's outputs: one output per copy, in order, values unchanged.",
         "return a tuple with one tensor per copy: not `original`, and not one tensor for all of them.",
-        "`return tuple(c.detach() for c in copies)`.",
     ),
     "edge": "keep `original` as forward's first input after `ctx`, where the strategy passes it, and return only "
     "the copies: the node's one edge then leads to `original`.",
@@ -39,13 +37,13 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
         "backward returns one value per input of forward, in order: `original` comes first.",
         "the first value is the gradient for `original`: the sum of every copy's gradient; then `None` for "
         "each copy.",
-        "`return (sum(grads),) + (None,) * len(grads)`, with each gradient moved to the original's device.",
     ),
-    "sum_wrong": "the original's gradient is the sum of every copy's gradient: add them all, do not divide.",
+    "sum_dropped": "backward gets one gradient per copy, all in `*grads`: add every one of them, not some.",
+    "sum_divided": "the original's gradient is the sum of every copy's gradient, not their mean: do not divide.",
+    "sum_wrong": "the original's gradient is the sum of every copy's gradient, each added once, unscaled.",
     "sum_device": (  # not "device": that is a replica's tensor on the wrong slot, which this node does not make
         "the sum must land where the original lives, whichever device the gradients came from.",
         "remember `original.device` on `ctx` in forward, and move each gradient there in backward.",
-        "`ctx.destination = original.device` in forward; `sum(g.to(ctx.destination) for g in grads)` in backward.",
     ),
 }
 
@@ -99,12 +97,14 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
             "`original`, the sum of the copies' gradients (a value returned for a copy reaches no one)",
         )
     elif not torch.allclose(original.grad, 7 * base):
-        ratio = original.grad.norm().item() / (7 * base).norm().item()
-        findings.problem(
-            "sum_wrong",
-            f"with gradients g, 2g and 4g from three copies, the original got "
-            f"{ratio:.2f}× the sum 7g: backward must add them all",
-        )
+        k = round((original.grad * base).sum().item() / (base * base).sum().item())  # the gradient is k·g?
+        kept = " + ".join(("g", "2g", "4g")[i] for i in range(3) if k >> i & 1)  # each sum of some is unique
+        kind, said = "sum_wrong", f"{original.grad.norm().item() / (7 * base).norm().item():.2f}× the sum 7g"
+        if 0 < k < 7 and torch.allclose(original.grad, k * base):
+            kind, said = "sum_dropped", f"{kept} only: backward dropped the other copies' gradients"
+        elif torch.allclose(original.grad, 7 * base / 3):
+            kind, said = "sum_divided", "7g/3, the mean: backward divided the sum by the number of copies"
+        findings.problem(kind, f"with gradients g, 2g and 4g from three copies, the original got {said}")
 
 
 def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
@@ -119,9 +119,9 @@ def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
             raise
         findings.problem(
             "sum_device",
-            f"{reduce_add.__name__}.backward leaves the sum on the device the gradients came from (here the CPU); "
-            "move it to the original's device (here `meta`, a device whose tensors have a shape and dtype but no "
-            "data: it stands in for a second GPU, so this runs on any machine), as the C++ node's "
+            f"{reduce_add.__name__}.backward leaves the sum on the device the gradients "
+            "came from (here the CPU); move it to the original's device (here `meta`, whose tensors have a shape and "
+            "dtype but no data: it stands in for a second GPU, so this runs on any machine), as the C++ node's "
             "`destination_device_` does",
         )
 

@@ -1,9 +1,7 @@
 """Task 6 (taught in 06, tried in 11): one copy, not two (PR #20995): the learner writes ``copy_once``.
 
-The check counts the aten operations that copy data (``dpteach.measure.costs.CountCopies``, a
-``TorchDispatchMode``, sees them; chapter 06 uses it too) for a copy onto its own device and onto
-``"meta"`` (standing in for a second GPU; every CUDA pair there is too).
-"""
+The check counts the aten copies (chapter 06's ``CountCopies``) onto its own device and onto ``"meta"``
+(standing in for a second GPU; every CUDA pair there is too)."""
 
 from __future__ import annotations
 
@@ -26,10 +24,9 @@ TASK = Task(  # the registry finds this record by the file's name
 
 HINTS = {
     "twice": (
-        "one copy is enough, onto any device: keep the one operation that puts the tensor on `device`.",
-        "`.to(device)` already copies onto another device, so a `clone()` before or after it is a second copy: "
-        "drop the `clone()`, and have `.to` copy on the tensor's own device too (`help(torch.Tensor.to)`: "
-        "its `copy` argument).",
+        "one copy is enough: onto another device `.to` makes it, so a `clone()` there is a second copy.",
+        "compare the tensor's device with `torch.device(device)`: where they differ, `.to(device)` alone; where "
+        "they are the same, `.to` makes no copy, so `clone()` alone.",
     ),
     "shared": "on the tensor's own device `.to(device)` hands back the tensor itself (no copy): `clone()` there.",
     "device": "make the copy on `device`, whatever device the tensor starts on: `.to(device)` moves it.",
@@ -54,9 +51,7 @@ def _one(
     findings: Findings, copy_once, src: torch.device, dst: torch.device, given=None, as_device_ok=False
 ) -> bool:
     """``copy_once(a tensor on src, given)``, ``given`` being ``dst`` or its string; True if the call held.
-
-    ``as_device_ok``: the call with a ``torch.device`` held, so a string that makes no copy is the
-    string's fault (the "string" hint), not "shared"."""
+    ``as_device_ok``: the ``torch.device`` call held, so a string making no copy is the "string" mistake."""
     given = dst if given is None else given
     named = f" (given as the string {given!r})" if isinstance(given, str) else ""
     findings.context = where = f"Copying a tensor from {src} to {dst}{named}"

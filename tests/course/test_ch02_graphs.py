@@ -28,6 +28,8 @@ TAGS = [
     "walk-twice",
     "unreached",
     "frozen",
+    "drawn",
+    "same-after",
     "copies",
     "leaves",
     "before-after",
@@ -99,6 +101,19 @@ def test_unreached_lists_the_layer_the_loss_never_uses():
     lines = run_cells({"model": model, "batch": batch, "graph": graph}, "unreached").splitlines()
     assert lines[0] == "whole model: ()"
     assert lines[1].endswith("unreached: (original 2.weight, original 2.bias)")
+
+
+def test_the_drawing_after_backward_is_the_one_before():
+    ns = {**chapter_start(), "b": torch.tensor(1.0, requires_grad=True)}
+    run_cells(ns, "drawn")
+    ns["loss"].backward()
+    assert run_cells(ns, "same-after").strip() == "same drawing as before backward(): True"
+    ns["w"] = torch.tensor(
+        5.0, requires_grad=True
+    )  # a different leaf: the same text must not pass by accident
+    run_cells(ns, "drawn")
+    assert run_cells(ns, "same-after").strip().endswith("True")  # the cell compares its own drawing
+    assert autograd_graph(ns["loss"] * 2).dot != ns["drawn"].dot
 
 
 def _count(graph, kind: str) -> int:

@@ -80,7 +80,7 @@ def test_each_wrong_answer_gets_its_sentence(answer, phrase):
 
 def test_a_clone_before_or_after_to_is_told_what_to_drop():
     """`.to(d).clone()` copies twice onto another device, as `.clone().to(d)` does, but its clone comes
-    second: the hint must say what to change in either order, not "do not `clone()` first"."""
+    second: the hint must say what to change in either order, not "do not `clone()` first", in words."""
     from dpteach.exercises import _feedback
 
     for answer, listed in (
@@ -95,8 +95,11 @@ def test_a_clone_before_or_after_to_is_told_what_to_drop():
             in first
         )
         assert "(step 1 of 2) one copy is enough" in first
-        assert "a `clone()` before or after it is a second copy: drop the `clone()`" in second
-        assert "its `copy` argument" in second and "first" not in second.split("Hint:")[1]
+        assert "so a `clone()` there is a second copy" in first  # either order
+        assert "where they differ, `.to(device)` alone" in second and "`clone()` alone" in second
+        assert (
+            "first" not in second.split("Hint:")[1] and "copy=True" not in second
+        )  # no code: the worked answer has it
 
 
 def test_the_string_hint_only_when_the_device_case_held():

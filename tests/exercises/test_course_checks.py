@@ -56,6 +56,16 @@ def test_accumulators_counts_each_node_once():
     assert "too few" in checks.accumulators(1, loss, model).message
 
 
+def test_accumulators_names_the_frozen_parameter_when_counted_one_per_parameter():
+    shared, head = nn.Linear(4, 4), nn.Linear(4, 1)  # chapter 02's exercise 2: a shared Linear, a frozen bias
+    head.bias.requires_grad_(False)
+    model = nn.Sequential(shared, nn.Tanh(), shared, nn.Tanh(), head)
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    assert checks.accumulators(3, loss, model).ok and "frozen" in checks.accumulators(3, loss, model).message
+    assert "frozen parameter" in checks.accumulators(4, loss, model).message  # one per parameter: the slip
+    assert "once per edge" in checks.accumulators(5, loss, model).message  # walk prints five lines
+
+
 def _clone_setup(devices):
     model = dpteach.course.story.make_model()
     x, y = dpteach.course.story.make_data()

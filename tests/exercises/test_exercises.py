@@ -183,11 +183,22 @@ def test_clone_the_libraries_broken_strategy():
     assert_fails_with(result, "fresh_leaf", "grads_none")
 
 
-def test_clone_to_without_copy_shares_memory():
+def test_clone_to_without_copy_shares_memory(capsys):
     result = exercises.check_clone_bug(
         clone_replicate_with(lambda p, d: p.to(d))
     )  # .to is a no-op on the same device
     assert_fails_with(result, "shared")
+    exercises.try_it("clone_bug", clone_replicate_with(lambda p, d: p.to(d)))  # must not call it fine
+    out = capsys.readouterr().out
+    assert out.startswith("Not yet:") and "share the original's memory" in out
+
+
+def test_clone_then_to_passes_and_points_to_task_6():
+    result = exercises.check_clone_bug(clone_replicate_with(lambda p, d: p.clone().to(d)))
+    assert result.passed
+    assert "CloneBackward0, then ToCopyBackward0" in str(result) and "Task 6" in str(result)
+    one = exercises.check_clone_bug(clone_replicate_with(lambda p, d: p.to(d, copy=True)))
+    assert one.passed and "Task 6" not in str(one)  # one copy: nothing to point to
 
 
 def test_clone_that_ignores_the_device_fails_on_a_meta_slot():
@@ -248,7 +259,19 @@ def test_rewire_mean_instead_of_sum():
     def mean(ctx, *grads):
         return (sum(g.to(ctx.destination) for g in grads) / len(grads),) + (None,) * len(grads)
 
-    assert_fails_with(exercises.check_rewire(reduce_add_with(mean)), "sum_wrong")  # a third of the sum
+    result = exercises.check_rewire(reduce_add_with(mean))
+    assert_fails_with(result, "sum_divided")  # a third of the sum
+    assert "7g/3, the mean" in str(result) and "do not divide" in str(result)
+
+
+@pytest.mark.parametrize("kept, said", [(slice(0, 1), "g only"), (slice(1, None), "2g + 4g only")])
+def test_rewire_dropped_copies_are_named_not_called_a_division(kept, said):
+    def some(ctx, *grads):
+        return (sum(g.to(ctx.destination) for g in grads[kept]),) + (None,) * len(grads)
+
+    result = exercises.check_rewire(reduce_add_with(some))
+    assert_fails_with(result, "sum_dropped")
+    assert f"the original got {said}" in str(result) and "divide" not in str(result)
 
 
 def test_rewire_forward_returns_copies_of_the_original_not_the_replicas():
@@ -664,7 +687,12 @@ WRONG_FIRST_TRIES = {  # a typical first wrong answer per task whose hint once h
     "broadcast_pair": pair(reduce_forward=first_slot_only),
     "batchnorm": ("rewire",),
 }
-ANSWER_CODE = ("copy=True", "get_submodule(owner)._buffers[key] = buffer", "range(0, len(grads), num_inputs)")
+ANSWER_CODE = (
+    "clone().to(device)",
+    "copy=True",
+    "get_submodule(owner)._buffers[key] = buffer",
+    "range(0, len(grads), num_inputs)",
+)
 
 
 @pytest.mark.parametrize("key", list(WRONG_FIRST_TRIES))
