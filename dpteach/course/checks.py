@@ -226,7 +226,8 @@ def one_slot(
         )
     if int(replicas) != truth_replicas:
         wrong.append(
-            f"you said {int(replicas)} replicas, but keep_replicas found {truth_replicas} after the step"
+            f"you said {int(replicas)} {'replica' if int(replicas) == 1 else 'replicas'} per step, but the "
+            f"run made {truth_replicas}"
         )
     change = (
         "; ".join(wrong)
@@ -2532,11 +2533,21 @@ def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdi
             )
         return fail("my_dp still rewires, so it was not compiled without deleted_line: run step 2 again.")
     if int(predicted_dead_ends) != dead:
-        return fail(
+        counting = [  # a ladder of its own: the line is right by now, only the count is wrong
+            "A dead end is a replica parameter whose path stops at its own AccumulateGrad: in the graph, the "
+            "red boxes (graph.dead_ends lists them).",
+            "Each replica holds its own copy of every parameter of the model, and with the line deleted none "
+            "of those copies leads back: replicas × parameters per replica.",
+        ]
+        return _not_yet(
+            name + ".count",
             f"you predicted {int(predicted_dead_ends)} dead ends and the graph has {dead}. Change "
             "predicted_dead_ends once you can say why: count the replicas, and each one's copies of the "
-            "parameters, and ask which copies still lead back."
+            "parameters, and ask which copies still lead back.",
+            counting,
+            answer,
         )
+    _failures.pop(name + ".count", None)
     return _correct(
         name,
         f"You deleted the parameters' set_history line, and all {dead} replica parameters are dead ends "
