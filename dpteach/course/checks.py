@@ -202,12 +202,106 @@ def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict
 # ---------------------------------------------------------------- chapter 01 · the bug
 
 
-def replica_sum(prediction: bool | object, devices: Sequence) -> Verdict:
+def _offered(exercise: str, change: str, hints: Sequence[str], problem: str = "") -> Verdict:
+    """A failed try of a chapter-01 check: what to change and the next hint (the last one repeats).
+
+    As chapter 06's count check and the Tasks do, the answer is never printed unasked: from the third
+    failed try on the message says where to read it, the Answer block or ``show_answer=True``."""
+    _failures[exercise] += 1
+    tries = _failures[exercise]
+    step = min(tries, len(hints))
+    lines = [f"Not yet: {change}", f"Hint {step} of {len(hints)}: {hints[step - 1]}"]
+    if tries >= TRIES_BEFORE_ANSWER:
+        lines.append(
+            f"{tries} tries so far: the answer is in the Answer block under the exercise; or run the check "
+            "again with show_answer=True to see it here."
+        )
+    else:
+        lines.append("(Change your answer and run this check again: each wrong try brings the next hint.)")
+    return Verdict(False, "\n".join(lines), problem)
+
+
+def _shown(answer: str) -> Verdict:
+    """The answer, asked for with ``show_answer=True``: it costs no try."""
+    return Verdict(False, f"The answer: {answer}", "answer shown")
+
+
+def one_slot(
+    learns: bool | object, replicas: int | object, devices: Sequence, show_answer: bool = False
+) -> Verdict:
+    """Exercise 1: under ``"clone"`` on one slot, does the model learn, and how many replicas does a
+    step make? Trains ``story.train(strategy="clone", devices=[devices[0]])`` and counts the replicas
+    the last step kept (``keep_replicas``)."""
+    from ..data_parallel import keep_replicas
+    from . import story
+
+    name = "ch01.one_slot"
+    answer = (
+        "learns = True, replicas = 0. With one slot DataParallel.forward replicates nothing: it runs the "
+        "model itself, as torch.nn.DataParallel does when len(device_ids) == 1, so the gradients land in the "
+        "model's own parameters. The bug needs two slots or more."
+    )
+    if show_answer:
+        return _shown(answer)
+    if _unset(learns, replicas):
+        return Verdict(
+            False, "Set `learns` to True or False and `replicas` to a number, then run this cell again."
+        )
+    if not isinstance(learns, bool) or not _count(replicas):
+        return Verdict(
+            False,
+            f"Not yet: `learns` is True or False (got {learns!r}) and `replicas` a whole number such as 2 "
+            f"(got {replicas!r}).",
+        )
+    with keep_replicas() as kept:
+        run = story.train(strategy="clone", devices=[devices[0]], steps=60)
+    truth_learns, truth_replicas = run.losses[-1] < run.losses[0], len(kept)
+    shown = f"loss {run.losses[0]:.4f} -> {run.losses[-1]:.4f}, {truth_replicas} replicas kept per step"
+    if learns == truth_learns and int(replicas) == truth_replicas:
+        return _correct(
+            name,
+            f"{shown}: with one slot the model itself runs, so its own parameters get the gradients. The bug "
+            "needs a copy, and a copy needs a second slot.",
+        )
+    wrong = []
+    if learns != truth_learns:
+        wrong.append(
+            f"you said learns = {learns}, but the run's loss went {run.losses[0]:.4f} -> {run.losses[-1]:.4f}"
+        )
+    if int(replicas) != truth_replicas:
+        wrong.append(
+            f"you said {int(replicas)} {'replica' if int(replicas) == 1 else 'replicas'} per step, but the "
+            f"run made {truth_replicas}"
+        )
+    change = (
+        "; ".join(wrong)
+        + ". Change "
+        + " and ".join(
+            f"`{v}`"
+            for v, bad in (("learns", learns != truth_learns), ("replicas", int(replicas) != truth_replicas))
+            if bad
+        )
+        + "."
+    )
+    hints = [
+        "Run the training yourself and compare `.losses[0]` with `.losses[-1]`.",
+        "print(inspect.getsource(torch.nn.DataParallel.forward)) and read what it does when "
+        "len(self.device_ids) == 1: does it call replicate?",
+    ]
+    return _offered(name, change, hints)
+
+
+def replica_sum(prediction: bool | object, devices: Sequence, show_answer: bool = False) -> Verdict:
     """Predict-then-check: under ``"clone"``, is the sum of the replicas' ``0.weight`` gradients the
     one-device gradient? Runs ``story.one_step("clone", devices)`` and compares."""
     from . import story
 
     name = "ch01.replica_sum"
+    answer = (
+        "True: the pieces' gradients add up to the whole batch's; only the edge to the original is missing."
+    )
+    if show_answer:
+        return _shown(answer)
     if _unset(prediction) or not isinstance(prediction, bool):
         return Verdict(False, "Set `prediction` to True or False, then run this cell again.")
     r = story.one_step("clone", devices)
@@ -219,13 +313,14 @@ def replica_sum(prediction: bool | object, devices: Sequence) -> Verdict:
             name,
             shown + ". Backward computed the right gradient; it was only delivered to the wrong tensors.",
         )
-    return _not_yet(
+    return _offered(
         name,
         f"you predicted {prediction}; the run says {truth} ({shown}). Change `prediction`.",
-        ["Each replica's loss term covers its own piece of the batch, and the loss is a mean over all rows."],
-        lambda: (
-            f"{truth}: the pieces' gradients add up to the whole batch's; only the edge to the original is missing."
-        ),
+        [
+            "Each replica's loss term covers its own piece of the batch, and the loss is a mean over all rows.",
+            "By the chain rule the gradient of a sum is the sum of its terms' gradients, and the loss is one "
+            "sum over the rows of all the pieces.",
+        ],
     )
 
 
@@ -257,7 +352,9 @@ def _replica_mistake(model, copies: list[list[torch.Tensor]]) -> tuple[str, str]
     return None
 
 
-def summed_by_hand(add: Callable | object, devices: Sequence, steps: int = 60) -> Verdict:
+def summed_by_hand(
+    add: Callable | object, devices: Sequence, steps: int = 60, show_answer: bool = False
+) -> Verdict:
     """Exercise 3: train under ``"clone"`` for ``steps`` steps, calling ``add(model, replicas)`` after
     each backward, and compare the losses with one device's.
 
@@ -282,6 +379,8 @@ def summed_by_hand(add: Callable | object, devices: Sequence, steps: int = 60) -
         "for p, *copies in zip(model.parameters(), *(r.parameters() for r in replicas)): "
         "p.grad = sum(c.grad.to(p.device) for c in copies)"
     )
+    if show_answer:
+        return _shown(answer)
     if _unset(add) or not callable(add):
         return Verdict(False, "Define add_replica_grads(model, replicas) first, then run this cell again.")
     x, y = (t.to(devices[0]) for t in story.make_data())
@@ -308,7 +407,7 @@ def summed_by_hand(add: Callable | object, devices: Sequence, steps: int = 60) -
                     f"p.grad starts as None, so adding into it fails ({type(err).__name__}: {err}): "
                     "assign with =, or start from zeros."
                 )
-                return _not_yet(name, change, hints["grad None"], answer, problem="grad None")
+                return _offered(name, change, hints["grad None"], problem="grad None")
             return Verdict(False, f"Not yet: add_replica_grads raised {type(err).__name__}: {err}")
         if step == 0:
             mistake = _replica_mistake(model, copies)
@@ -329,7 +428,7 @@ def summed_by_hand(add: Callable | object, devices: Sequence, steps: int = 60) -
     else:
         problem = "not the sum"
         change = "the model moves, but not as on one device: give each parameter the sum of all replicas' gradients."
-    return _not_yet(name, f"{change} ({shown})", hints.get(problem, [pair, share]), answer, problem=problem)
+    return _offered(name, f"{change} ({shown})", hints.get(problem, [pair, share]), problem=problem)
 
 
 # ---------------------------------------------------------------- chapter 02 · reading autograd graphs
@@ -2541,11 +2640,21 @@ def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdi
             )
         return fail("my_dp still rewires, so it was not compiled without deleted_line: run step 2 again.")
     if int(predicted_dead_ends) != dead:
-        return fail(
+        counting = [  # a ladder of its own: the line is right by now, only the count is wrong
+            "A dead end is a replica parameter whose path stops at its own AccumulateGrad: in the graph, the "
+            "red boxes (graph.dead_ends lists them).",
+            "Each replica holds its own copy of every parameter of the model, and with the line deleted none "
+            "of those copies leads back: replicas × parameters per replica.",
+        ]
+        return _not_yet(
+            name + ".count",
             f"you predicted {int(predicted_dead_ends)} dead ends and the graph has {dead}. Change "
             "predicted_dead_ends once you can say why: count the replicas, and each one's copies of the "
-            "parameters, and ask which copies still lead back."
+            "parameters, and ask which copies still lead back.",
+            counting,
+            answer,
         )
+    _failures.pop(name + ".count", None)
     return _correct(
         name,
         f"You deleted the parameters' set_history line, and all {dead} replica parameters are dead ends "

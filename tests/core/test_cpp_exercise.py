@@ -155,10 +155,14 @@ def test_the_chapters_answer_deletes_the_rewiring_line_and_passes(answer_module)
 
 def test_a_wrong_prediction_fails_and_says_what_to_change(answer_module):
     deleted_line, _ = chapter_answer()
+    checks.reset()
     verdict = checks.dead_ends_are_back(answer_module, deleted_line, graph_of(linear_step(answer_module)), 2)
     assert not verdict.ok
     assert "you predicted 2 dead ends and the graph has 4" in verdict.message
     assert "Change predicted_dead_ends" in verdict.message
+    hint = verdict.message.split("Hint 1 of 2:")[1]
+    assert "dead end" in hint and "set_history" not in hint  # the hint is about counting, not the line
+    checks.reset()
 
 
 def test_the_prediction_is_the_graphs_count_on_three_slots(ext):

@@ -21,7 +21,16 @@ from dpteach.course import story
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "notebooks" / "01_the_bug.ipynb"
 DEVICES = [torch.device("cpu")] * 2
-TAGS = ["train-by-hand", "sketch", "replica-grads", "sgd-skips", "culprit", "edge-contrast", "clone-loop"]
+TAGS = [
+    "train-by-hand",
+    "torch-dp",
+    "sketch",
+    "replica-grads",
+    "sgd-skips",
+    "culprit",
+    "edge-contrast",
+    "clone-loop",
+]
 
 
 def _cell(tag: str):
@@ -87,14 +96,31 @@ def test_the_edge_contrast_fails_on_replicas_that_keep_the_edge():
         run_cell("edge-contrast", model=model, replicas=replicas, devices=DEVICES)
 
 
-def test_the_loop_shown_is_clone_py_s_parameter_loop():
-    printed = run_cell("clone-loop")
-    assert printed.startswith("def clone_module(")
-    assert "# BROKEN (#19540)" in printed and "nn.Parameter(clone_tensor(param, device)" in printed
-    assert printed.rstrip().endswith("setattr(replica, key, copy)")  # the loop the page explains, no more
-    assert "_buffers" not in printed and "_modules" not in printed
-    assert "_is_replica" not in printed and "shallow_copy" not in printed  # set-up the page does not explain
-    assert "for key, param in module._parameters.items():" in printed
+def test_the_loop_listed_is_clone_py_s_parameter_loop_as_it_stands():
+    """The page lists clone_module's lines as text: each must still be a line of the source, in order."""
+    import inspect
+    import re
+
+    from dpteach.replicate import clone
+
+    text = _cell("clone-loop").source
+    (listing,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    listed = [line.strip() for line in listing.splitlines() if line.strip()]
+    source = [line.strip() for line in inspect.getsource(clone.clone_module).splitlines()]
+    at = [source.index(line) for line in listed]  # ValueError: a listed line is no longer in clone.py
+    assert at == sorted(at)  # in the source's order: the listing leaves lines out, it never reorders them
+    assert any("# BROKEN (#19540)" in line for line in listed) and listed[-1] == "setattr(replica, key, copy)"
+    assert "_buffers" not in listing and "_is_replica" not in listing  # only what the page explains
+
+
+def test_torch_s_own_data_parallel_trains_the_model():
+    from torch._utils import _get_available_device_type
+
+    assert "nn.DataParallel(model)" in _cell("torch-dp").source
+    # without an accelerator torch's DataParallel keeps no device_ids, so forward runs the module itself:
+    # the page says so for a machine without a GPU
+    if _get_available_device_type() is None:
+        assert nn.DataParallel(nn.Linear(2, 1)).device_ids == []
 
 
 def test_one_step_report_reads_in_one_line_without_tensors():
@@ -194,3 +220,31 @@ def test_exercise_3_check_passes_the_sum_however_it_is_written(add):
     from dpteach.course import checks
 
     assert checks.summed_by_hand(add, DEVICES, steps=5).ok
+
+
+def test_exercise_checks_offer_the_answer_only_from_the_third_try_and_show_it_when_asked():
+    from dpteach.course import checks
+
+    checks.reset()
+    tries = [checks.one_slot(False, 2, DEVICES).message for _ in range(3)]
+    assert all("learns" in t and "replicas" in t and "Hint" in t for t in tries)  # what to change, a hint
+    assert "Hint 1 of 2" in tries[0] and "Hint 2 of 2" in tries[1]
+    assert not any("learns = True, replicas = 0" in t for t in tries)  # never the answer unasked
+    assert "Answer block" in tries[2] and "show_answer=True" in tries[2] and "Answer block" not in tries[1]
+    assert "learns = True, replicas = 0" in checks.one_slot(..., ..., DEVICES, show_answer=True).message
+    assert checks.one_slot(True, 0, DEVICES).ok
+    for _ in range(3):
+        last = checks.summed_by_hand(lambda m, r: None, DEVICES, steps=2).message
+    assert "show_answer=True" in last and "p.grad = sum" not in last
+    assert "p.grad = sum" in checks.summed_by_hand(..., DEVICES, show_answer=True).message
+    checks.reset()
+
+
+def test_exercise_1_check_names_what_to_change():
+    from dpteach.course import checks
+
+    checks.reset()
+    assert "Change `replicas`" in checks.one_slot(True, 1, DEVICES).message
+    assert "Change `learns`." in checks.one_slot(False, 0, DEVICES).message
+    assert "whole number" in checks.one_slot(True, "none", DEVICES).message
+    checks.reset()
