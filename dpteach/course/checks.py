@@ -2665,7 +2665,9 @@ def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdi
 # ---------------------------------------------------------------- chapter 12 · the lab
 
 
-def one_slot(learned: bool | object, is_model: bool | object, model: torch.nn.Module, replica) -> Verdict:
+def one_slot_step(
+    learned: bool | object, is_model: bool | object, model: torch.nn.Module, replica
+) -> Verdict:
     """Exercise 1: after one ``DataParallel`` step on one device under ``"clone"``, did the gradient reach
     ``model`` (``learned``), and is ``replica``, what ``replicate`` returns for that one device, the model
     itself (``is_model``)?"""

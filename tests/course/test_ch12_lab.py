@@ -586,19 +586,19 @@ def test_exercise_1_check_passes_the_answer_and_says_which_answer_to_change(fres
     torch.nn.functional.mse_loss(DataParallel(model, [device], strategy="clone")(x), y).backward()
     (replica,) = replicate(model, [device], strategy="clone")
     assert replica is not model and all(p.grad is not None for p in model.parameters())
-    assert checks.one_slot(True, False, model, replica).ok
+    assert checks.one_slot_step(True, False, model, replica).ok
     for (learned, is_model), problem, change in [
         ((False, False), "learned", "Change `learned`."),
         ((True, True), "is_model", "Change `is_model`."),
     ]:
-        verdict = checks.one_slot(learned, is_model, model, replica)
+        verdict = checks.one_slot_step(learned, is_model, model, replica)
         assert not verdict.ok and verdict.problem == problem and change in verdict.message.splitlines()[0]
-    assert checks.one_slot("True", False, model, replica).problem == "not an answer"
-    unset = checks.one_slot(..., ..., model, replica)
+    assert checks.one_slot_step("True", False, model, replica).problem == "not an answer"
+    unset = checks.one_slot_step(..., ..., model, replica)
     assert not unset.ok and "Hint" not in unset.message  # an answer not given yet costs no hint
     # a model whose gradient never arrived: the message says so
     untouched = story.make_model().to(device)
-    assert "is None" in checks.one_slot(True, False, untouched, replica).message
+    assert "is None" in checks.one_slot_step(True, False, untouched, replica).message
 
 
 def test_the_order_table_is_the_same_whatever_this_thread_has_counted():
