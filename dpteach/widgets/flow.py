@@ -20,7 +20,7 @@ outnumbers them and every ``ReduceAddBackward`` runs after all of the replicas' 
 ``parallel_apply`` runs each replica's forward in a new thread, whose count starts from 0: once the
 caller's count is past the replicas' (in a training loop, after some steps), the ``ReduceAddBackward`` nodes
 are the higher, and each runs as soon as it is ready; on a fresh count they tie with the replicas' nodes and
-the order changes (``join_order`` prints these; chapter 12, section 2b).
+the order changes (``join_order`` prints these; chapter 12, the Going deeper after 2a).
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
 """

@@ -109,7 +109,9 @@ def loss_curve(losses, reference, strategy: str, steps: int) -> str:
         y_cap=cap,
         names=("one device", "DataParallel"),  # the red note's names for the lines of a diverging run
         log=diverged,
-        mark=(apart, f"from step {apart} the runs differ by over {APART:.0%}") if apart is not None else None,
+        mark=(apart, f"from step {apart} the losses differ by over {APART:.0%}")
+        if apart is not None
+        else None,
     )
     return img(svg, f"loss curve under strategy {strategy}")
 
@@ -124,7 +126,11 @@ def human(n: float) -> str:
 
 
 def cost_charts(costs, model_bytes: int, slots: int, reference_s: float | None) -> str:
-    """Bytes each strategy moves in one step, stacked by operation, and each step's median time."""
+    """Bytes each strategy copies in one step, stacked by operation: the one chart the cost explorer draws.
+
+    The bytes are counted and repeat, so they are the bars; a step's time does not repeat, so it is never
+    drawn (a bar of timing noise would be the largest thing on the page). ``reference_s`` is unused: the
+    times stand as text in ``tables.cost_table``, labelled "this run", with their spread."""
     names = [c.strategy for c in costs]
     ops = sorted(
         {op for c in costs for op in c.bytes_by_op},
@@ -133,7 +139,7 @@ def cost_charts(costs, model_bytes: int, slots: int, reference_s: float | None) 
     stacks = [(op, [c.bytes_by_op.get(op, 0) for c in costs], OP_COLOURS.get(op, "#bdbdbd")) for op in ops]
     notes = [f"{human(c.bytes)} · {c.bytes / model_bytes:.1f}×" for c in costs]
     extra = f"one model copy per extra slot ({human(model_bytes * (slots - 1))})" if slots > 1 else None
-    left = bar_chart(
+    chart = bar_chart(
         names,
         stacks,
         f"bytes copied per step, {slots} slot{'s' * (slots != 1)} (by operation)",
@@ -142,28 +148,7 @@ def cost_charts(costs, model_bytes: int, slots: int, reference_s: float | None) 
         (model_bytes * (slots - 1), extra) if extra else None,
         empty="no copies: one slot runs the model itself" if slots == 1 else "",
     )
-    from .cost import MIN_TIMED
-
-    if any(len(c.seconds) < MIN_TIMED for c in costs):  # too few timed steps for a spread: no time drawn
-        return img(left, "bytes moved per strategy")
-    from .cost import us
-
-    times = [c.median * 1e6 for c in costs]
-    labels = list(names)
-    if reference_s is not None:
-        times.append(reference_s * 1e6)
-        labels.append("one device")
-    right = bar_chart(
-        labels,
-        [("µs", times, ORANGE)],
-        "this machine's time per step (median, noisy): not a ranking",
-        "µs",
-        [us(t / 1e6) for t in times],
-    )
-    return (
-        f'<div style="display:flex;flex-wrap:wrap;gap:8px">{img(left, "bytes moved per strategy")}'
-        f"{img(right, 'time per step per strategy')}</div>"
-    )
+    return img(chart, "bytes moved per strategy")
 
 
 @lru_cache(maxsize=64)

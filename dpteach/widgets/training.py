@@ -30,6 +30,10 @@ from ..data_parallel import DataParallel, keep_replicas
 from ..replicate import STRATEGIES as _REGISTRY
 
 STRATEGIES = tuple(_REGISTRY)  # the names, in history order, for dropdowns and checks
+# How close the original's gradient norm must be to one device's to "agree" (GradRow.matches); the status
+# line names it, as the loss chart's mark names its own 1% (pictures.APART): two rules, each labelled.
+MATCH = 1e-4
+_MATCH = f"{MATCH:.0e}".replace("e-0", "e-")  # as the status line prints it: 1e-4
 
 
 @contextlib.contextmanager
@@ -99,8 +103,9 @@ class GradRow:
 
     @property
     def matches(self) -> bool:
-        """The original got a gradient as large as one device's (both norms agree to 1e-4 relative)."""
-        return self.original is not None and abs(self.original - self.reference) <= 1e-4 * max(
+        """The original got a gradient as large as one device's (both norms agree to ``MATCH``, relative
+        for norms above 1)."""
+        return self.original is not None and abs(self.original - self.reference) <= MATCH * max(
             1.0, self.reference
         )
 
@@ -242,9 +247,10 @@ class TrainingLab:
         if loss > self.losses[0]:
             line = f"{line} · the loss is above its start: the learning rate is too large"
         # what it compares is each parameter's gradient norm (GradRow.matches), not the weights
+        # labelled with its tolerance, so it never reads as the loss chart's 1% mark (pictures.APART)
         if all(r.matches for r in rows):
-            return f"{line} · the original's gradient norms agree with one device's"
-        return f"{line} · the original's gradient norms DIFFER from one device's"
+            return f"{line} · the original's gradient norms agree with one device's (to {_MATCH})"
+        return f"{line} · the original's gradient norms DIFFER from one device's (by over {_MATCH})"
 
     def __repr__(self) -> str:
         return f"<TrainingLab strategy={self.strategy!r} slots={self.slots} lr={self.lr}: {self.status()}>"

@@ -1,10 +1,11 @@
 """The cost explorer: a thin ipywidgets view over ``cost.CostLab``.
 
-Move the model width or the number of slots and the lab takes real steps under every strategy:
-bytes copied (counted by ``dpteach.comm.traffic()``) and the median time per step, then the cost
-model's ranking of DataParallel and DDP as one labelled line (``CostLab.modelled_line``): how much of
-it is an assumed constant, with what the model assumes and leaves out on hover. A lab made with ``timed=False`` shows the counts alone. Only widgets and calls that ipywidgets 7.7 (Colab) and 8 share.
-"""
+Move the model width or the number of slots and the lab takes real steps under every strategy. The bars
+are the bytes copied (counted by ``dpteach.comm.traffic()``, the same on every run); this run's median
+time per step and its middle half stand in the table as small text, never as a bar. Under them, the
+cost model's ranking of DataParallel and DDP as one labelled line (``CostLab.modelled_line``), its
+assumed thread starts apart, with what the model assumes and leaves out on hover. A lab made with
+``timed=False`` shows the counts alone. Only widgets and calls that ipywidgets 7.7 (Colab) and 8 share."""
 
 from __future__ import annotations
 

@@ -335,8 +335,18 @@ def test_run_to_the_end_at_the_large_learning_rate_the_loss_goes_inf_then_nan():
     assert math.isnan(lab.reference_losses[-1])  # one device's run is lost too
     assert all(p.isnan().all() for p in lab.model.parameters())  # SGD spread it to every weight
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    assert [c for c in cells if "diverges" in c.metadata.get("tags", [])]
+    assert not [
+        c for c in cells if "diverges" in c.metadata.get("tags", [])
+    ]  # folded: no cell on the main path
     why = tagged(cells, "diverges-why")
+    assert why.startswith("<details>") and why.rstrip().endswith("</details>")  # all of it in the fold
+    said = " ".join(why.split())
+    for name, text in (
+        ("loss inf", "the loss is `inf`"),
+        ("grad nan", "every `Tanh` output"),
+        ("loss nan", "SGD"),
+    ):
+        assert re.search(rf"step {first[name]}\b[^.]*{re.escape(text)}", said), (name, first[name])
     assert "`inf`" in why and "`nan`" in why and "exactly ±1" in why
     assert "taken before dividing by 256, passes float32's maximum" in " ".join(why.split())
     assert "the loss passes float32" not in why
@@ -371,11 +381,22 @@ def test_the_order_table_shows_a_reduce_add_between_replica_nodes_with_a_thread_
     )  # the marks, said before the rows
 
 
-def test_what_section_2b_says_of_gpus_is_labelled_worked_out_not_measured():
+def test_what_the_order_fold_says_of_gpus_is_labelled_worked_out_not_measured():
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    main = tagged(cells, "join-order-why").split("<details>")[0]
-    gpu = [p for p in main.split("\n\n") if "GPU" in p and "parallel_apply" not in p]
+    main, deeper = tagged(cells, "join-order-why").split("<details>")
+    assert "GPU" not in main and len(main.split()) <= 50  # the main path: one short statement, no GPU claim
+    gpu = [p for p in deeper.split("\n\n") if "GPU" in p and "parallel_apply" not in p]
     assert gpu and all("worked out" in p and "not run here" in p for p in gpu), gpu
+
+
+def test_the_order_folds_code_prints_both_orders(capsys):
+    """The fold's snippet (no cell of its own: the table is an aside) runs and prints the table whose
+    threaded column marks the early sums."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (code,) = re.findall(r"```python\n(.*?)```", tagged(cells, "join-order-why"), re.S)
+    exec(code, {})
+    printed = capsys.readouterr().out
+    assert "a thread per replica" in printed and "one thread" in printed and "◀" in printed
 
 
 def test_what_the_intro_says_repeats_does_repeat():
@@ -447,7 +468,12 @@ def test_exercise_3_check_passes_the_answer_and_names_each_mistake(fresh_checks)
     def check(compare):
         return checks.clone_grads_add_up(compare, clone, rewire)
 
-    assert check(lambda c, r: (_sum(c.replicas), r.model[0].weight.grad)).ok
+    right = check(lambda c, r: (_sum(c.replicas), r.model[0].weight.grad))
+    assert right.ok and torch.equal(_sum(clone.replicas), rewire.model[0].weight.grad)
+    assert "Equal, to the last bit" in right.message  # ReduceAdd adds from zero in replica order, as sum()
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (answer,) = [c.source for c in cells if c.source.startswith("<details><summary>Answer 3")]
+    assert "to the last bit" in answer and "rounding" not in answer
     mistakes = {
         "index the layer": lambda c, r: (sum(x.weight.grad for x in c.replicas), r.model[0].weight.grad),
         "non-leaf grad": lambda c, r: (_sum(c.replicas), r.replicas[0][0].weight.grad),
@@ -658,9 +684,9 @@ def test_the_cost_model_is_one_labelled_line_under_the_bytes_and_says_what_it_le
     (answer,) = [
         " ".join(c.source.split()) for c in cells if c.source.startswith("<details><summary>Answer 4")
     ]
-    assert "packing of the parameters" in answer and "into its bucket" in answer
-    assert "Per GPU" in answer and "as a ring" in answer and "may choose a tree" in answer
+    assert "DataParallel's of the parameters before its broadcast" in answer and "into its bucket" in answer
+    assert "Per GPU, a ring all-reduce" in answer
     gate = tagged(cells, "join-order-why")
-    main, deeper = " ".join(gate.split("<details>")[0].split()), " ".join(gate.split("<details>")[1].split())
-    assert "neither torch's Python nor its C++ DataParallel has" in main  # said above the table
-    assert "replica 0 on the calling thread" in deeper and "`get_num_threads()` is 1" in deeper
+    deeper = " ".join(gate.split("<details>")[1].split())
+    assert "neither torch's Python nor its C++ DataParallel has" in deeper  # said beside the snippet
+    assert "parallel_for" not in gate and "OpenMP" not in gate  # the C++ pool's detail is left to its source
