@@ -306,7 +306,7 @@ def test_exercise_3_penalty_inside_forward_matches_one_device(devices):
         _inside_loss(dpteach.DataParallel(_PenaltyInside(story.make_model(), False), devices), x, y)
 
 
-def test_exercise_5_every_node_of_the_penalty_graph_leads_to_weight():
+def test_every_node_of_the_penalty_graph_leads_to_weight():
     torch.manual_seed(0)
     devices = ["cpu"] * 2
     small = torch.nn.Linear(2, 1, bias=False)
@@ -334,4 +334,4 @@ def test_exercise_5_every_node_of_the_penalty_graph_leads_to_weight():
     expected += ["TBackward0"] * 2 * 4 + [
         "MmBackward0"
     ] * 2 * 2  # per slot: T, T, Mm, T recorded; Mm, T forward
-    assert names == sorted(expected)  # the nodes exercise 5's answer names, and no others
+    assert names == sorted(expected)  # the nodes the first cells' Going-deeper block names, and no others
