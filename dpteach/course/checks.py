@@ -2039,8 +2039,9 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
                 "raised",
             )
         if terms.numel() != x.shape[0]:
+            held = f"{terms.numel()} number" + ("" if terms.numel() == 1 else "s")
             return fail(
-                f"on {label} terms holds {terms.numel()} numbers, not one per row ({x.shape[0]}): forward "
+                f"on {label} terms holds {held}, not one per row ({x.shape[0]}): forward "
                 "averaged them. Return the per-row terms; the one mean comes after the gather.",
                 "one per replica",
             )
@@ -2071,22 +2072,28 @@ def _node(name: object) -> str:
     return text[: -len("Backward")] if text.endswith("Backward") else text
 
 
-def _drawn(name: str) -> str:
-    """A node's name as the compact drawing writes it: ``MmBackward0`` is ``Mm``, but a backward's own
-    backward keeps its name (``MseLossBackwardBackward0``)."""
-    if name.endswith("BackwardBackward0"):
-        return name
-    return name.removesuffix("0").removesuffix("Backward")
-
-
 def recorded_node(name: object, devices=("cpu", "cpu")) -> Verdict:
     """Exercise 4: the node ``ReduceAddCoalesced``'s backward records, the ``grad_fn`` of each gradient of
-    ``(out * u).sum()`` taken with ``create_graph=True`` (``u`` requiring grad). The check takes it too."""
+    ``(out * u).sum()`` taken with ``create_graph=True`` (``u`` requiring grad). The check takes it too.
+    ``name`` is one name, or a list of the same name once per gradient.
+
+    Findings: ``"nothing recorded"`` (u needed no grad), ``"forward node"`` (out's grad_fn),
+    ``"not one name"`` (a list of different names), ``"other"``."""
     from ..functions import ReduceAddCoalesced
 
     exercise = "ch07.recorded_node"
     if _unset(name):
         return Verdict(False, "Set recorded to the node's name, then run this cell again.")
+    if isinstance(name, (list, tuple, set)):  # one name per gradient: all the same, or a slip
+        names = {str(n) for n in name}
+        if len(names) != 1:
+            return Verdict(
+                False,
+                f"Not yet: recorded holds {len(names)} different names, {sorted(names)}; every gradient has "
+                "the same grad_fn once u requires grad: set recorded to that one name.",
+                "not one name",
+            )
+        (name,) = names
     kw = {"dtype": torch.double, "device": devices[0]}
     tensors = [torch.randn(3, **kw, requires_grad=True) for _ in devices]
     (out,) = ReduceAddCoalesced.apply(torch.device(devices[0]), 1, *tensors)
@@ -2100,107 +2107,37 @@ def recorded_node(name: object, devices=("cpu", "cpu")) -> Verdict:
         [
             "A gradient can be differentiated again only if autograd recorded a node while computing it, and "
             "that node is its grad_fn.",
-            "(out,) = ReduceAddCoalesced.apply(devices[0], 1, *tensors); take torch.autograd.grad((out * u)"
-            ".sum(), tensors, create_graph=True) with u a tensor that requires grad, and print "
-            "type(g.grad_fn).__name__ for each result.",
+            "ReduceAddCoalesced.backward calls Broadcast.apply on the gradient it gets, u: with u = "
+            "torch.randn_like(out, requires_grad=True), print type(g.grad_fn).__name__ for each g in grads.",
         ],
-        f'recorded = "{want}": ReduceAddCoalesced.backward calls Broadcast.apply, a recorded node whose own '
-        "backward is ReduceAddCoalesced again.",
+        f'recorded = "{want}": ReduceAddCoalesced.backward calls Broadcast.apply on u, which records a node '
+        "only when u requires grad; that node's own backward is ReduceAddCoalesced again.",
     )
     if name is None or str(name) == "None" or str(name) == "NoneType":
         return fail(
-            "the gradient has no grad_fn: it needed no grad, so nothing was recorded. Weight out by a u that "
-            "requires grad (a gradient of a gradient needs one).",
+            "the gradients have no grad_fn: Broadcast.apply got a u that needs no grad, so it recorded "
+            "nothing. Make u with torch.randn_like(out, requires_grad=True), take grads again and name "
+            "their grad_fn.",
             "nothing recorded",
         )
     if _node(name) == _node(want):
         return _correct(
             exercise,
-            f"{want}: ReduceAddCoalesced.backward calls Broadcast.apply, a node with its own backward "
-            "(ReduceAddCoalesced again), so each gradient of the gradient is again made of differentiable nodes, "
-            "and gradgradcheck can differentiate it twice.",
+            f"{want}: ReduceAddCoalesced.backward calls Broadcast.apply on u, and apply records a node only "
+            "when an input requires grad (a plain u gives no grad_fn). That node's own backward is "
+            "ReduceAddCoalesced again, so gradgradcheck, which weights by such a u, can differentiate twice.",
             "right",
         )
     if _node(name) == "ReduceAddCoalesced":
         return fail(
-            "ReduceAddCoalescedBackward is out's grad_fn, the node the forward recorded; the question is the "
-            "gradients', g.grad_fn for each g the backward returned.",
+            "ReduceAddCoalescedBackward is out's grad_fn, the node the forward recorded. Name the gradients' "
+            "instead: type(g.grad_fn).__name__ for each g in grads.",
             "forward node",
         )
-    return fail(f"{name!r} is not the gradients' grad_fn: print type(g.grad_fn).__name__.", "other")
-
-
-def penalty_walk(recorded: object, reenters: object, loss: torch.Tensor, grad: torch.Tensor) -> Verdict:
-    """Exercise 5: in the penalty's graph, the kinds of node the first backward recorded (``recorded``, a set
-    of names as the drawing writes them, ``"Mm"`` or ``"MmBackward0"``) and the forward node where the walk
-    re-enters the forward graph (``reenters``). ``loss`` is the first backward's loss (``small_loss``),
-    ``grad`` the gradient it gave (``small_grads[0]``): the recorded nodes are behind ``grad`` and not behind
-    ``loss``."""
-    name = "ch07.penalty_walk"
-    if _unset(recorded, reenters):
-        return Verdict(False, "Set recorded and reenters, then run this cell again.")
-    if not isinstance(recorded, (set, frozenset, list, tuple)) or not isinstance(reenters, str):
-        return Verdict(
-            False,
-            'recorded is a set of node names, e.g. {"Mm", "T"}, and reenters one name, e.g. "Gather": not '
-            f"{recorded!r} and {reenters!r}.",
-            "not an answer",
-        )
-    from ..graph.walk import grad_fns
-
-    forward = grad_fns([loss.grad_fn])
-    walk = grad_fns([grad.grad_fn])  # the box, then the forward nodes the penalty's walk passes
-    box = [fn for fn in walk if fn not in forward]
-    drawn = sorted({_drawn(type(fn).__name__) for fn in box})
-    truth = {_node(n) for n in drawn}
-    entries = sorted(
-        {_drawn(type(nxt).__name__) for fn in box for nxt, _ in fn.next_functions if nxt in forward}
-    )
-    entry = {_node(n) for n in entries}
-    forward_names = {_node(type(fn).__name__) for fn in walk if fn in forward}
-    given = {_node(n) for n in recorded}
-    answer = (
-        f"recorded = {set(drawn)} (the yellow box), reenters = {entries[0]!r}: "
-        "MseLossBackwardBackward0 has an edge into Gather, because the loss's gradient depends on the output."
-    )
-    fail = _ladder(
-        name,
-        [
-            "Follow the arrows from the penalty's output; the yellow box is what the first backward recorded.",
-            "Below the yellow box the walk is back in the forward graph: Gather, each replica, Broadcast. "
-            "Which recorded node has an edge out of the box, and into which node?",
-        ],
-        answer,
-    )
-    penalty = given & {"Pow", "Sum"}
-    if penalty:
-        return fail(
-            f"{', '.join(sorted(penalty))}: the penalty, which your code made after the first backward, above "
-            "the box.",
-            "penalty",
-        )
-    stray = (given - truth) & forward_names
-    if stray:
-        return fail(
-            f"{', '.join(sorted(stray))}: in the forward graph (grey), not recorded by the backward.",
-            "forward",
-        )
-    if given - truth:
-        return fail(f"no node in the box is named {', '.join(sorted(given - truth))}.", "unknown")
-    if truth - given:
-        return fail(
-            f"the box holds {len(truth)} kinds of node, you named {len(given)}: name every kind once.",
-            "missing",
-        )
-    if _node(reenters) not in entry:
-        where = "in the yellow box" if _node(reenters) in truth else "not where the walk first leaves the box"
-        return fail(f"reenters = {reenters!r}: that node is {where}.", "reenters")
-    return _correct(
-        name,
-        f"the first backward recorded {', '.join(drawn)}; the walk leaves the box at "
-        f"MseLossBackwardBackward0 and re-enters the forward graph at {entries[0]}, then passes each "
-        "replica, Broadcast and the original weight.",
-        "right",
+    return fail(
+        f"no gradient has {name!r} as its grad_fn. With u requiring grad, print type(g.grad_fn).__name__ "
+        "for each g in grads and set recorded to that name.",
+        "other",
     )
 
 
