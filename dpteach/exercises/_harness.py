@@ -196,9 +196,10 @@ def check_buffers(findings: Findings, run: Run) -> None:
     for name, expected in run.ref.buffers.items():
         b = dict(run.model.named_buffers())[name].detach().cpu()
         if not torch.allclose(b.to(expected.dtype), expected, rtol=RTOL, atol=ATOL):
+            change = _change(run, name)  # unchanged: slot 0 updated a copy; changed wrongly: others wrote
             findings.problem(
-                "stats",
-                f"{run.where}: after one training-mode step the original's `{name}` {_change(run, name)} "
+                "stats_lost" if change == "did not change" else "stats",
+                f"{run.where}: after one training-mode step the original's `{name}` {change} "
                 f"(expected {_short(expected)}, got {_short(b)})",
                 f"of the original's buffers, {ACROSS}",
             )

@@ -1,8 +1,7 @@
 """Task 5 (chapter 05): keep BatchNorm statistics from slot 0 (issue #21144).
 
 The learner writes a strategy whose slot-0 buffers *are* the original's; the check runs it in
-training mode on every model and 1-4 slots (``_harness.check_buffers`` says what it asks).
-"""
+training mode on every model and 1-4 slots (``_harness.check_buffers`` says what it asks)."""
 
 from __future__ import annotations
 
@@ -26,6 +25,8 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
         'keep the stub\'s first line, `dpteach.replicate(network, devices, detach, strategy="rewire")`: its '
         "replicas' parameters lead back to the original. Change only the buffers.",
     ),
+    "stats_lost": "slot 0's BatchNorm updated tensors of its own, thrown away with the replica: a buffer given "
+    "the original's values (`.copy_`, `.clone()`) is still a copy; put the original's buffer itself in slot 0.",
 }
 
 

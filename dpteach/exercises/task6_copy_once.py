@@ -47,9 +47,7 @@ def places(devices=None) -> list[tuple[torch.device, torch.device]]:
     return [(torch.device(a), torch.device(b)) for a, b in pairs]
 
 
-def _one(
-    findings: Findings, copy_once, src: torch.device, dst: torch.device, given=None, as_device_ok=False
-) -> bool:
+def _one(findings: Findings, copy_once, src, dst: torch.device, given=None, as_device_ok=False) -> bool:
     """``copy_once(a tensor on src, given)``, ``given`` being ``dst`` or its string; True if the call held.
     ``as_device_ok``: the ``torch.device`` call held, so a string making no copy is the "string" mistake."""
     given = dst if given is None else given
