@@ -2825,6 +2825,77 @@ def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
     return _not_yet(name, change, hints, answer_text, problem)
 
 
+def _counted_copies(width: int, slots: int) -> tuple[int, int, dict[str, int], dict[str, int]]:
+    """One counted step per strategy of the cost explorer's model (``widgets.cost.CostLab``, nothing timed):
+    the model's bytes, the gather's, and the bytes by operation of "broadcast" and of "clone"."""
+    from ..widgets.cost import CostLab  # the widgets package imports this one's neighbours: import late
+
+    lab = CostLab(width=width, slots=slots, strategies=("broadcast", "clone"), timed=False)
+    lab.measure()
+    ops = {c.strategy: c.bytes_by_op for c in lab.costs}
+    return lab.model_bytes, ops["clone"].get("gather", 0), ops["broadcast"], ops["clone"]
+
+
+def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int] = (2, 3, 5)) -> Verdict:
+    """Exercise 4: ``predict(slots, model_bytes, gather_bytes)`` returns the bytes one step copies under
+    "broadcast" and under "clone", as ``(broadcast, clone)``; checked against the counts of
+    ``comm.traffic()`` at each number of ``slots``, for the cost explorer's model of hidden ``width``."""
+    name = "ch12.slot_copies"
+    hints = [
+        'The report above shows both at 4 slots: "broadcast" 3.0x the model, "clone" 4.0x, each + one gather.',
+        '"clone" copies the model to every slot; "broadcast" to every slot but slot 0, whose replica '
+        "shares the model's storage. Each adds one gather of the outputs onto slot 0.",
+    ]
+    answer = (
+        "broadcast = (slots - 1) * model_bytes + gather_bytes; clone = slots * model_bytes + gather_bytes."
+    )
+    for n in slots:
+        model, gather, counted_b, counted_c = _counted_copies(width, n)
+        try:
+            given = predict(n, model, gather)
+        except Exception as err:  # noqa: BLE001 - the learner's code: say what it raised
+            return Verdict(False, f"Not yet: predict({n}, {model:,}, {gather:,}) raised {err!r}.", "raised")
+        if _unset(*(given if isinstance(given, tuple) else (given,))):
+            return Verdict(False, "Fill in `broadcast` and `clone` in predict, then run this cell again.")
+        if not (isinstance(given, (tuple, list)) and len(given) == 2 and all(_count(v) for v in given)):
+            return Verdict(
+                False, "predict returns two whole numbers of bytes: (broadcast, clone).", "not an answer"
+            )
+        for strategy, got, ops in (("broadcast", given[0], counted_b), ("clone", given[1], counted_c)):
+            want = sum(ops.values())
+            if got == want:
+                continue
+            copies = want - gather
+            at = f'at {n} slots "{strategy}" copies {want:,} bytes ({", ".join(f"{k} {v:,}" for k, v in ops.items())})'
+            if got == want - gather:
+                change, problem = f"{at}, and you left out the gather: add gather_bytes once.", "no gather"
+            elif got == copies + n * gather:
+                change, problem = (
+                    f"{at}: the gather copies the outputs onto slot 0 once, not once per slot: add "
+                    "gather_bytes once.",
+                    "gather per slot",
+                )
+            elif strategy == "broadcast" and got == want + model:
+                change, problem = (
+                    f"{at}: slot 0's replica shares the model's storage, so \"broadcast\" copies nothing "
+                    "for it: take one model_bytes off.",
+                    "slot 0 copied",
+                )
+            elif strategy == "clone" and got == want - model:
+                change, problem = (
+                    f'{at}: "clone" clones the model for slot 0 too: add one model_bytes.',
+                    "slot 0 shared",
+                )
+            else:
+                change, problem = f"{at}, not {got:,}: change `{strategy}`.", "wrong count"
+            return _not_yet(name, change, hints, answer, problem)
+    return _correct(
+        name,
+        'On N slots "broadcast" copies (N-1)/N of the model bytes "clone" copies, plus the same gather: the '
+        "one copy it saves is slot 0's, whose replica is the model's own storage (chapters 04 and 06).",
+    )
+
+
 # ---------------------------------------------------------------- chapter 00 · start here, exercise 2
 
 # What each move's backward does, as chapter 00's exercise 2 lists them (the letters of its cell).

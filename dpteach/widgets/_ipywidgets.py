@@ -4,6 +4,7 @@ and what the views share: the error guard, and the still each carries for front 
 from __future__ import annotations
 
 import re
+from contextlib import nullcontext
 from html import escape, unescape
 
 INSTALL = (
@@ -73,16 +74,23 @@ class Still:
         status = " ".join(unescape(status).split())
         return f"{type(self).__name__}: {status} (a widget: run the chapter in Jupyter to use it)"
 
+    still_when = "as it was first shown"  # what state the still shows, said under it
+
+    def still_state(self):
+        """A context in which the view shows what its still should: as it is now, unless a view says else."""
+        return nullcontext()
+
     def still(self) -> str:
         note = (
-            '<div style="color:#616161;font-size:small">A still of the widget as it was first shown: run '
-            "the chapter in JupyterLab, Colab or Binder to use it.</div>"
+            f'<div style="color:#616161;font-size:small">A still of the widget {escape(self.still_when)}: '
+            "run the chapter in JupyterLab, Colab or Binder to use it.</div>"
         )
         return f'<div class="dpteach-still">{still_html(self)}{note}</div>'
 
     def _with_still(self, data: dict | None) -> dict | None:
         if data and WIDGET_VIEW in data:
-            data = {**data, "text/html": self.still(), "text/plain": self.still_text()}
+            with self.still_state():
+                data = {**data, "text/html": self.still(), "text/plain": self.still_text()}
         return data
 
     def _repr_mimebundle_(self, **kwargs):

@@ -106,10 +106,17 @@ def _small(text: str) -> str:
     return f'<small style="color:{GREY}">{escape(text)}</small>'
 
 
+def fold(summary: str, html: str) -> str:
+    """``html`` folded under a line that opens it (closed at first, in the widget and in its still)."""
+    return (
+        f'<details><summary style="font-size:12px;color:{GREY}">{escape(summary)}</summary>{html}</details>'
+    )
+
+
 def cost_table(lab, modelled: bool = True) -> str:
     """The strategies ranked by bytes copied (counted), then by the cost model (modelled; left out with
-    ``modelled=False``), with this run's median time per step and its middle half only beside the bytes, in small grey text
-    (no time column for a lab made with ``timed=False``)."""
+    ``modelled=False``). This run's median time per step and its middle half are never in the ranking's
+    table: they stand folded under it, "show this run's times" (no fold for a lab made with ``timed=False``)."""
     from .cost import MODEL_STRATEGY, tied_ranks
 
     order = lab.by_bytes()
@@ -120,28 +127,23 @@ def cost_table(lab, modelled: bool = True) -> str:
             f"{c.bytes:,}",
             escape(c.by_op()),
             f"{c.bytes / lab.model_bytes:.2f}×",
-            _small(c.shown(lab.budget_s)),  # a time only with a spread (CostLab's MIN_TIMED steps)
         ]
         for rank, c in zip(tied_ranks(c.bytes for c in order), order)
     ]
-    if lab.reference_s is not None:
-        rows.append(["", "one device", "0", "", "0×", _small(lab.reference.shown(lab.budget_s))])
-    head = [
-        "rank",
-        "strategy",
-        "bytes copied",
-        "by operation",
-        "× model size",
-        _small("this run: time per step (noisy, ranks nothing)"),
-    ]
-    if not getattr(lab, "timed", True):  # counts only: no time column
-        head, rows = head[:-1], [row[:-1] for row in rows]
     counted = _table(
-        head,
+        ["rank", "strategy", "bytes copied", "by operation", "× model size"],
         rows,
         f"dpteach's strategies, ranked by bytes (counted, exact), one step, {lab.slots} slot{'s' * (lab.slots != 1)}; "
         f"model: {lab.model_bytes:,} bytes of parameters",
     )
+    if getattr(lab, "timed", True) and lab.costs:  # the times: beside the ranking, folded, never in it
+        timed = [*order, *([lab.reference] if lab.reference is not None else [])]
+        times = _table(
+            ["", "time per step"],
+            [[escape(c.strategy), _small(c.shown(lab.budget_s))] for c in timed],
+            _small("this run's time per step, on this machine: noisy, it ranks nothing"),
+        )
+        counted += fold("show this run's times", times)
     if not modelled:
         return scrolled(counted)
     modelled_table = _table(

@@ -2,10 +2,10 @@
 
 Move the model width or the number of slots and the lab takes real steps under every strategy. The bars
 are the bytes copied (counted by ``dpteach.comm.traffic()``, the same on every run); this run's median
-time per step and its middle half stand in the table as small text, never as a bar. Under them, the
-cost model's ranking of DataParallel and DDP as one labelled line (``CostLab.modelled_line``), its
-assumed thread starts apart, with what the model assumes and leaves out on hover. A lab made with
-``timed=False`` shows the counts alone. Only widgets and calls that ipywidgets 7.7 (Colab) and 8 share."""
+time per step and its middle half stay folded under the table ("show this run's times"), never a bar
+or a rank. Under them, the cost model's ranking of DataParallel and DDP in words, one labelled line
+(``CostLab.modelled_line``); its figures, what it assumes and what it leaves out are on hover and in a
+fold. A lab made with ``timed=False`` shows the counts alone. Only widgets and calls that ipywidgets 7.7 (Colab) and 8 share."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from html import escape
 from ._ipywidgets import Still, guarded, require, still_view
 from .cost import WIDTHS, CostLab, width_numel
 from .pictures import cost_charts
-from .tables import cost_table
+from .tables import cost_table, fold
 
 widgets = require()
 
@@ -73,9 +73,14 @@ class CostExplorer(Still, widgets.VBox):
         self.status.value = f"<b>{escape(lab.headline())}</b>"  # one line: the table under it has the figures
         self.charts.value = cost_charts(lab.costs, lab.model_bytes, lab.slots, lab.reference_s)
         self.table.value = cost_table(lab, modelled=False)  # the counted bytes: the ranking the page teaches
-        # the cost model in one labelled line under the bytes; what it assumes and leaves out on hover
+        # the cost model's ranking in words under the bytes; its figures on hover and in a fold
+        figures = f"{lab.modelled_figures()}; {lab.assumption_line()}"
         self.assumed.value = (
-            f'<small title="{escape(lab.assumption_line())}">{escape(lab.modelled_line())}</small>'
+            f'<small title="{escape(figures)}">{escape(lab.modelled_line())}</small>'
+            + fold(
+                "show the model's figures",
+                f"<pre style='font-size:11px'>{escape(chr(10).join(lab.modelled_lines()))}</pre>",
+            )
             if self.modelled
             else ""
         )

@@ -505,7 +505,9 @@ def test_cost_explorer_answers_a_slider(ipywidgets):
     assert charts.count("data:image/svg+xml") == 1
     svg = decode_img(charts)
     assert "µs" not in svg and "time" not in svg and "bytes copied per step" in svg
-    assert "this run: time per step" in view.table.value and "<small" in view.table.value
+    # this run's times: folded under the ranking's table, never a column of it
+    ranking, _, times = view.table.value.partition("<details>")
+    assert "µs" not in ranking and "show this run" in times and "µs" in times
     view.width.value = 64
     assert view.lab.width == 64 and "4,417 parameters" in view.status.value
     assert view.error is None
@@ -707,7 +709,11 @@ def test_cost_report_shows_the_models_line_and_its_table_its_assumptions():
     lab = CostLab(width=16, slots=2, budget_s=0.0)
     lab.measure()
     assert lab.report()[-1] == lab.modelled_line()
-    line = lab.modelled_line()
+    # the report's line is the ranking in words; its figures are modelled_figures() (the explorer's hover)
+    assert lab.modelled_line() == (
+        "modelled, 2 x A100-SXM: DDP's step is the shorter; most of DataParallel's is assumed thread starts"
+    )
+    line = lab.modelled_figures()
     # each wrapper's modelled step without the assumed starts, then the starts added on: never one sum
     without = lab.without_thread_starts()
     assert line == (
@@ -804,6 +810,12 @@ def test_each_widget_carries_a_still_for_front_ends_without_widgets(ipywidgets, 
     bundle = view._repr_mimebundle_()
     assert WIDGET_VIEW in bundle  # the live widget, as before
     still = bundle["text/html"]
-    assert "<img " in still and view.status.value in still  # its pictures and its status line
+    assert "<img " in still and "A still of the widget" in still  # its pictures
+    if make == "explorer":  # a fresh explorer's still shows its run to the end; the live widget stays at 0
+        assert "step 60 of 60" in still and "after ▶▶ run, 60 steps" in still
+        assert "step 0 of 60" in view.status.value and view.lab.step_count == 0
+        assert bundle["text/plain"].startswith("DataParallelExplorer: step 60 of 60")
+    else:
+        assert view.status.value in still  # its status line, as first shown
     assert "A still of the widget" in still and "children=" not in bundle["text/plain"]
     assert bundle["text/plain"].startswith(type(view).__name__ + ": ") and "<" not in bundle["text/plain"]
