@@ -2319,8 +2319,8 @@ def copied_per_step(
     fail = _ladder(
         name,
         [
-            "Read the two \"step 1 copied\" and \"step 2 copied\" lines under \"What DataParallel repeats "
-            "every step\": which move grows with the slots, and which copies the same bytes whatever their "
+            'Read the two "step 1 copied" and "step 2 copied" lines under "What DataParallel repeats '
+            'every step": which move grows with the slots, and which copies the same bytes whatever their '
             "number?",
             f"The model is {P:,} bytes of parameters (the line under the steps). Replicate gives every slot "
             "but slot 0 a copy; gather copies the whole output onto slot 0 once.",
