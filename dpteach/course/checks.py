@@ -2181,7 +2181,8 @@ def copied_per_step(
     Findings (``Verdict.problem``): ``"slot 0"`` (a model copy counted for slot 0, whose replica is the
     model itself), ``"no gather"`` (the gathered output left out), ``"two slots"`` (the two-slot step's
     bytes, not scaled to these slots), ``"gradients"`` (the gradients' sum counted as a copy: on one
-    device it is an addition, not a copy), ``"elements"`` (elements, not bytes). The hints climb the ladder, the
+    device it is an addition, not a copy), ``"gather share"`` (the gather counted without slot 0's own
+    piece), ``"elements"`` (elements, not bytes). The hints climb the ladder, the
     answer from the third failed try on.
     """
     import copy
@@ -2224,6 +2225,16 @@ def copied_per_step(
         ),
         truth // 4: ("elements", "you counted elements; count bytes: 4 per float32"),
     }
+    if n > 1:  # the gather read as copying only the other slots' pieces: it copies slot 0's piece too
+        slips.setdefault(
+            truth - gathered // n,
+            (
+                "gather share",
+                "the gather copies every slot's piece of the output into one new tensor on slot 0, "
+                f"slot 0's own piece too: count the whole output, {gathered:,} bytes, "
+                f"not the {gathered - gathered // n:,} of the other slots",
+            ),
+        )
     if "reduce_add" not in ops and "reduce" not in ops:  # one device: the sum adds in place, no copy
         slips.setdefault(
             truth + (n - 1) * P,
@@ -2245,8 +2256,9 @@ def copied_per_step(
     fail = _ladder(
         name,
         [
-            "Read the two step lines the chapter printed: which move grows with the slots, and which copies "
-            "the same bytes whatever their number?",
+            'Read the two "step 1 copied" and "step 2 copied" lines under "What DataParallel repeats '
+            'every step": which move grows with the slots, and which copies the same bytes whatever their '
+            "number?",
             f"The model is {P:,} bytes of parameters (the line under the steps). Replicate gives every slot "
             "but slot 0 a copy; gather copies the whole output onto slot 0 once.",
         ],
@@ -2283,8 +2295,11 @@ def wait_for_backward(answer: Mapping[str, object] | object, work) -> Verdict:
 
     Findings: ``"gather"`` (a forward-side move named), ``"flatten"`` (the flatten left out),
     ``"reduce"`` (the sum left out), ``"first bucket"`` (a bucket named that starts during backward),
-    ``"last bucket"`` (the last bucket left out), ``"names"`` (a name the timeline does not use).
+    ``"last bucket"`` (the last bucket left out), ``"names"`` (a name the timeline does not use, a typo
+    such as ``"bucket2"``: told the names, with the nearest, and the try not counted).
     """
+    import difflib
+
     name = "ch08.wait_for_backward"
     if _unset(answer) or not isinstance(answer, Mapping) or _unset(*answer.values()):
         return Verdict(
@@ -2325,9 +2340,14 @@ def wait_for_backward(answer: Mapping[str, object] | object, work) -> Verdict:
     given = {s: {str(v) for v in answer.get(s, ())} for s in ("DataParallel", "DDP")}  # type: ignore[union-attr]
     for s in given:
         unknown = given[s] - known[s]
-        if unknown:
-            return fail(
-                f"the {s} timeline has no part named {sorted(unknown)}; its parts: {sorted(known[s])}.",
+        if unknown:  # a typo or a name the figure does not use: said plainly, no try spent, no hint
+            near = [m for u in sorted(unknown) for m in difflib.get_close_matches(u, sorted(known[s]), 1)]
+            meant = f" Did you mean {', '.join(map(repr, near))}?" if near else ""
+            return Verdict(
+                False,
+                f"Not yet: the {s} timeline has no part named {', '.join(map(repr, sorted(unknown)))}.{meant} "
+                f"Its parts: {', '.join(sorted(known[s]))}. Fix the name and run this check again "
+                "(this try does not count).",
                 "names",
             )
     dp, ddp = given["DataParallel"], given["DDP"]

@@ -771,7 +771,7 @@ def draw_over_n(
         ax.set_title(f"modelled, {name} ({GPUS[name].link})", fontsize=9)
         ax.set_xlabel("GPUs (n)", fontsize=8)
         ax.set_xticks(list(ns))
-    axes[0].set_ylabel("plain step / modelled step\n(at best n, off the scale)", fontsize=8)
+    axes[0].set_ylabel("one GPU's step / n GPUs' step\n(above 1: quicker than one GPU)", fontsize=8)
     axes[0].set_ylim(0, 1.2 * max(max(line.get_ydata()) for ax in axes for line in ax.get_lines()))
     axes[0].set_xlim(0.5, ns[-1] + 1.2)  # room for the values written at the widest n
     axes[0].legend(fontsize=8, loc="upper right")

@@ -351,30 +351,29 @@ def pair_table(pair: list[Measurement], latency: bool = False) -> str:
 
 
 def ratios(measurements: list[Measurement], latency: bool = False) -> str:
-    """One compact table (under 80 characters wide) of every measured step beside the model: measured
-    ms, modelled ms, measured / modelled; for a DDP curve with a plain step, what DDP adds over it,
-    measured and modelled; for each pair, DataParallel's step over DDP's. Rows are grouped by GPU.
-    Where a row comes from: ``table``, ``pair_table``."""
+    """One compact table (under 80 characters wide): a row per run, a column per n, each cell the measured
+    step over the modelled one; under a DDP curve with a plain step, what DDP adds over it in ms, measured /
+    modelled; last, each pair's DataParallel step over DDP's. The steps themselves, in ms, are ``table``'s
+    and ``pair_table``'s, and the figure draws them."""
     tag = ", NCCL's latency per message in" if latency else ""
+    ns = sorted({n for m in measurements for n, _ in m.points})
+    runs = []  # (label, {n: cell}) in the order they ship, a second row for what DDP adds
+    for m in measurements:
+        name = m.model.split(",")[0].split(" (")[0].removeprefix("torchvision ")
+        cells = {r.n: "-" if r.ratio is None else f"{r.ratio:.2f}x" for r in compare(m, latency)}
+        runs.append((f"{name}, {m.strategy}, {m.gpu_label}", cells))
+        if m.plain_at_one:
+            added = {n: f"{got * 1e3:.1f}/{mod * 1e3:.2f}" for n, got, mod in overhead(m, latency)}
+            runs.append(("  DDP adds, ms measured/modelled", {1: "(no DDP)", **added}))
+    width = max(len(label) for label, _ in runs)
+    col = max(7, *(len(c) + 1 for _, cells in runs for c in cells.values()))
     lines = [
-        f"ms per step, measured beside modelled{tag}",
-        f"  {'':<25}{'':>10}{'':>9}{'':>9}{'':>7}{'added by DDP':>18}",
-        f"  {'run':<25}{'n':>10}{'measured':>9}{'modelled':>9}{'ratio':>7}{'measured':>9}{'modelled':>9}",
+        f"measured step / modelled step{tag}",
+        f"  {'run':<{width}}"
+        + "".join(f"{('n = ' if i == 0 else '') + str(n):>{col}}" for i, n in enumerate(ns)),
     ]
-    for gpu in dict.fromkeys(m.gpu for m in measurements):  # in the order they ship
-        group = [m for m in measurements if m.gpu == gpu]
-        lines.append(f"  on {group[0].gpu_label}:")
-        for m in group:
-            added = {n: (got, mod) for n, got, mod in overhead(m, latency)} if m.plain_at_one else {}
-            name = f"{m.model.split(',')[0].split(' (')[0].removeprefix('torchvision ')}, {m.strategy}"
-            for i, r in enumerate(compare(m, latency)):
-                model = "-" if r.modelled_s is None else f"{r.modelled_s * 1e3:.1f}"
-                ratio = "-" if r.ratio is None else f"{r.ratio:.2f}x"
-                extra = f"{added[r.n][0] * 1e3:+9.1f}{added[r.n][1] * 1e3:+9.2f}" if r.n in added else ""
-                lines.append(
-                    f"  {name if i == 0 else '':<25}{m.n_label(r.n):>10}{r.measured_s * 1e3:>9.1f}"
-                    f"{model:>9}{ratio:>7}{extra}".rstrip()
-                )
+    for label, cells in runs:
+        lines.append((f"  {label:<{width}}" + "".join(f"{cells.get(n, ''):>{col}}" for n in ns)).rstrip())
     for pair in pairs(measurements).values():
         measured, modelled = pair_ratio(pair, latency=latency)
         lines.append(

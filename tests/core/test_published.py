@@ -216,21 +216,23 @@ def test_measured_prints_the_published_points_and_no_model():
 
 
 def test_ratios_prints_every_measured_step_with_its_ratio_and_what_ddp_adds():
-    """One short table: each point measured, modelled and their ratio; what DDP adds over the plain step,
-    both ways; and each pair's DataParallel step over DDP's."""
+    """One compact table: a row per run with each point's measured / modelled ratio, a row under each DDP
+    curve of what DDP adds over the plain step, measured / modelled; and each pair's DataParallel step
+    over DDP's."""
     shipped = published.shipped()
     text = published.ratios(shipped, latency=True)
     assert "NCCL's latency per message in" in text
     for m in shipped:
-        for r in published.compare(m, latency=True):
-            assert f"{r.measured_s * 1e3:>9.1f}{r.modelled_s * 1e3:>9.1f}{f'{r.ratio:.2f}x':>7}" in text
+        [row] = [line for line in text.splitlines() if line.startswith(f"  {m.model.split(',')[0].split(' (')[0].removeprefix('torchvision ')}")
+                 and f", {m.strategy}, " in line]  # fmt: skip
+        assert all(f"{r.ratio:.2f}x" in row for r in published.compare(m, latency=True))
         for _, got, mod in published.overhead(m, latency=True):
-            assert f"{got * 1e3:+9.1f}{mod * 1e3:+9.2f}" in text
+            assert f"{got * 1e3:.1f}/{mod * 1e3:.2f}" in text
     [pair] = published.pairs(shipped).values()
     measured, modelled = published.pair_ratio(pair, latency=True)
     assert f"measured {measured:.3f}, modelled {modelled:.3f}" in text
-    gpus = len({m.gpu for m in shipped})  # a heading line per GPU
-    assert len(text.splitlines()) == 3 + gpus + sum(len(m.points) for m in shipped) + 1  # a row a point
+    adds = sum(1 for m in shipped if m.plain_at_one)  # a "DDP adds" row under each such curve
+    assert len(text.splitlines()) == 2 + len(shipped) + adds + len(published.pairs(shipped))  # compact
     assert max(len(line) for line in text.splitlines()) <= 80  # readable in a notebook's output
 
 

@@ -57,6 +57,7 @@ def test_exercise_1_accepts_every_byte_of_the_step_on_any_number_of_slots(chapte
         ("two slots", lambda P, G: P + G),
         ("gradients", lambda P, G: 6 * P + G),
         ("elements", lambda P, G: (3 * P + G) // 4),
+        ("gather share", lambda P, G: 3 * P + G * 3 // 4),  # slot 0's quarter of the output left out
     ],
 )
 def test_exercise_1_names_each_slip_and_says_what_to_change(chapter, slip, wrong):
@@ -112,6 +113,19 @@ def test_exercise_2_accepts_the_parts_that_start_once_every_backward_is_done(cha
 def test_exercise_2_names_each_mistake(chapter, problem, answer):
     verdict = checks.wait_for_backward(answer, chapter[2])
     assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
+
+
+def test_exercise_2_a_typo_costs_no_try_and_names_the_nearest_part(chapter):
+    """A name the figure does not use ("bucket2") is told as such, with the nearest name; it climbs no
+    rung of the hints, so three typos in a row never give the answer away."""
+    typo = {"DataParallel": {"flatten", "reduce"}, "DDP": {"bucket2"}}
+    for _ in range(3):
+        verdict = checks.wait_for_backward(typo, chapter[2])
+        assert not verdict.ok and verdict.problem == "names"
+        assert "Did you mean 'bucket 2'?" in verdict.message and "does not count" in verdict.message
+        assert "Hint" not in verdict.message and "The answer" not in verdict.message
+    wrong = checks.wait_for_backward({"DataParallel": {"reduce"}, "DDP": {"bucket 2"}}, chapter[2])
+    assert "Hint 1 of 2" in wrong.message  # the first real try still gets the first hint
 
 
 def test_exercise_2_waits_for_both_answers_before_checking(chapter):
