@@ -498,14 +498,23 @@ def test_line_panels_name_the_reference_line_in_every_legend():
     plt.close(bare)
 
 
-def test_the_replicate_py_lines_the_chapter_prints_are_torchs_own(capsys):
-    """The cell after "Which slots share storage" prints the two calls of the installed torch's
-    replicate.py that copy the buffers, found by their text, and nothing else of the file."""
+def test_the_replicate_py_listing_is_the_installed_torchs_own():
+    """The listing after "Which slots share storage" quotes the two calls of torch's replicate.py that
+    copy the buffers; they must stand, in that order and one after the other, in the installed file."""
+    import inspect
+
     (cell,) = [c for c in _cells() if c.id == "c09-source"]
-    exec(cell.source, {"torch": torch})
-    printed = capsys.readouterr().out.splitlines()[1:]  # the lines, under their heading
-    assert "has no line" not in "\n".join(printed) and 2 <= len(printed) <= 4, printed
-    assert "buffer_copies_rg = _broadcast_coalesced_reshape(buffers_rg, devices, detach=detach)" in printed[0]
-    assert any("detach=True" in line for line in printed)  # the buffers that need no grad: no Broadcast
+    (listing,) = re.findall(r"```python\n(.*?)```", cell.source, re.S)
+    quoted = [line.strip() for line in listing.strip().splitlines()]
+    source = Path(inspect.getsourcefile(torch.nn.parallel.replicate)).read_text().splitlines()
+    installed = [line.strip() for line in source]
+    starts = [n for n in range(len(installed)) if installed[n : n + len(quoted)] == quoted]
+    assert starts, (
+        f"torch {torch.__version__}'s replicate.py no longer has the chapter's listing (cell c09-source): "
+        "copy the calls that fill buffer_copies_rg and buffer_copies_not_rg from it into the listing, and "
+        "check that the prose around it still holds"
+    )
+    assert "buffer_copies_rg = _broadcast_coalesced_reshape(buffers_rg, devices, detach=detach)" in quoted
+    assert "buffers_not_rg, devices, detach=True" in quoted  # the buffers that need no grad: no Broadcast
     (prose,) = [c.source for c in _cells() if c.id == "c09-after"]
     assert "outputs[0] =\ntensors.vec()" in prose or "outputs[0] = tensors.vec()" in prose  # comm.cpp
