@@ -891,15 +891,27 @@ def broadcast_layout(index: int | object, shared: object, devices=("cpu", "cpu")
 # ---------------------------------------------------------------- chapter 05 · buffers and BatchNorm
 
 
-def counter_survives(cls: type | object, devices=("cpu", "cpu"), forwards: int = 3) -> Verdict:
+def counter_survives(
+    cls: type | object, predicted: int | object = ..., devices=("cpu", "cpu"), forwards: int = 3
+) -> Verdict:
     """Exercise 1: ``cls()`` is a ``demos.CallCounter`` whose ``calls_rebound`` is updated in place
     (``+= 1``, or ``add_(1)``); after ``forwards`` DataParallel forwards under ``"broadcast"`` it must
-    count ``forwards``."""
+    count ``forwards``, and ``predicted``, the learner's count written down first, must say so."""
     from ..data_parallel import DataParallel
 
     name = "ch05.counter_survives"
     if _unset(cls):
-        return Verdict(False, "Define class MyCounter first (exercise 1), then run this cell again.")
+        return Verdict(
+            False, "Define class MyCounter first (exercise 1), fill in `predicted`, then run this cell again."
+        )
+    if _unset(predicted):
+        return Verdict(
+            False,
+            f'Fill in `predicted`: what you expect calls_rebound to count after {forwards} "broadcast" '
+            "forwards with `+= 1`, then run this cell again.",
+        )
+    if not _count(predicted):
+        return Verdict(False, f"`predicted` is a whole number, a count, not {predicted!r}.", "not an answer")
     try:
         counter = cls()  # type: ignore[operator]
         net = DataParallel(counter, list(devices), strategy="broadcast")
@@ -913,33 +925,56 @@ def counter_survives(cls: type | object, devices=("cpu", "cpu"), forwards: int =
             "the calls_rebound line of forward.",
         )
     counted = int(counter.calls_rebound.item())
-    if counted == forwards:
-        return _correct(
-            name,
-            f"calls_rebound counts {counted} after {forwards} forwards: its update now writes into the tensor "
-            "in place (a tensor's += is add_, and the name is bound again to that same tensor), so slot 0's "
-            "update lands in the model's own buffer; slot 1's goes to its own copy.",
+    guess = int(predicted)  # type: ignore[arg-type]
+    hints = [
+        "Of the three counters, which one already survives DataParallel, and what does its line do "
+        "differently?",
+        "Under 'broadcast', slot 0's replica shares the model's buffers: only a write into that storage "
+        "reaches the model, never a new tensor bound to the name.",
+    ]
+    if counted != forwards:
+        change = (
+            "calls_rebound is still 0 in the model: the replicas' increments were bound to new tensors. Update "
+            "it in place instead of rebinding it, with `+= 1` as the exercise says."
+            if counted == 0
+            else f"calls_rebound counts {counted} after {forwards} forwards: increment it by 1 once per forward, "
+            "in place, and leave the other counters as they were."
         )
-    change = (
-        "calls_rebound is still 0 in the model: the replicas' increments were bound to new tensors. Update "
-        "it in place instead of rebinding it."
-        if counted == 0
-        else f"calls_rebound counts {counted} after {forwards} forwards: increment it by 1 once per forward, "
-        "in place, and leave the other counters as they were."
-    )
-    return _not_yet(
+        return _not_yet(
+            name,
+            change,
+            hints,
+            lambda: (
+                "self.calls_rebound += 1, which is self.calls_rebound.add_(1), in place of "
+                "self.calls_rebound = self.calls_rebound + 1."
+            ),
+            "class",
+        )
+    if guess != counted:
+        every_call = forwards * len(devices)
+        why = {
+            0: "so `+= 1` did not bind a new tensor the way `= self.calls_rebound + 1` does",
+            every_call: f"not one per replica call ({len(devices)} slots): only one slot's update reached the model",
+        }.get(guess, "one per step")
+        return _not_yet(
+            name,
+            f"your class counts {counted}, and you predicted {guess}: {why}. Set `predicted` to the count, and "
+            "answer the exercise's last question: why that count?",
+            [
+                "What does Python call for `a += b` when `a` has an `__iadd__`, and what does a tensor's return?",
+                "Tensor.__iadd__ adds in place and returns the same tensor; which replica's tensor is the "
+                "model's own?",
+            ],
+            f"predicted = {forwards}: `+=` on a tensor adds in place, and slot 0's replica shares the model's "
+            "buffer, so the model counts once per step; slot 1's increments go to its own copy.",
+            "prediction",
+        )
+    return _correct(
         name,
-        change,
-        [
-            "Of the three counters, which one already survives DataParallel, and what does its line do "
-            "differently?",
-            "Under 'broadcast', slot 0's replica shares the model's buffers: only a write into that storage "
-            "reaches the model, never a new tensor bound to the name.",
-        ],
-        lambda: (
-            "self.calls_rebound += 1, which is self.calls_rebound.add_(1), in place of "
-            "self.calls_rebound = self.calls_rebound + 1."
-        ),
+        f"you predicted {guess}, and calls_rebound counts {counted} after {forwards} forwards: its update now "
+        "writes into the tensor in place (a tensor's += is add_, and the name is bound again to that same "
+        "tensor), so slot 0's update lands in the model's own buffer; slot 1's goes to its own copy.",
+        "right",
     )
 
 
@@ -1142,69 +1177,91 @@ def plain_average(
     )
 
 
-def spectral_norm_survives(changes: Mapping[str, object] | object, devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 4: does the model's ``weight_u`` change after one training-mode ``DataParallel`` forward
-    of a ``spectral_norm``-wrapped ``nn.Linear``? ``changes = {"broadcast": ..., "clone": ...}``; the
-    check runs both and compares."""
+def _power_iterations(strategy: str, devices: Sequence, forwards: int) -> int:
+    """How many one-device power iterations the model's ``weight_u`` has had after ``forwards`` training-mode
+    ``DataParallel`` forwards under ``strategy``: matched against a copy run on one device, forward by forward."""
+    import copy
+
     from ..data_parallel import DataParallel
 
-    name = "ch05.spectral_norm_survives"
+    layer = torch.nn.utils.spectral_norm(torch.nn.Linear(4, 3)).to(devices[0])
+    reference = copy.deepcopy(layer)  # the same weight_u, stepped on one device, one iteration per forward
+    x = torch.randn(8, 4).to(devices[0])
+    for _ in range(forwards):
+        DataParallel(layer, list(devices), strategy=strategy)(x)
+    for done in range(forwards * len(devices) + 1):
+        if torch.allclose(layer.weight_u, reference.weight_u):
+            return done
+        reference(x)
+    return -1
+
+
+def spectral_norm_iterations(
+    iterations: Mapping[str, object] | object, devices=("cpu", "cpu"), forwards: int = 3
+) -> Verdict:
+    """Exercise 4: how many power iterations the model's ``weight_u`` has had after ``forwards``
+    training-mode ``DataParallel`` forwards of a ``spectral_norm``-wrapped ``nn.Linear`` on ``devices``;
+    ``iterations = {"broadcast": ..., "clone": ...}``. The check runs both and counts."""
+    name = "ch05.spectral_norm_iterations"
     strategies = ("broadcast", "clone")
-    if _unset(changes) or (isinstance(changes, Mapping) and _unset(*changes.values())):
-        return Verdict(False, "Set both values of `changes` to True or False, then run this cell again.")
-    if not (isinstance(changes, Mapping) and all(isinstance(changes.get(s), bool) for s in strategies)):
+    if _unset(iterations) or (isinstance(iterations, Mapping) and _unset(*iterations.values())):
+        return Verdict(False, "Fill in both counts of `iterations`, then run this cell again.")
+    if not (isinstance(iterations, Mapping) and all(_count(iterations.get(s)) for s in strategies)):
         return Verdict(
             False,
-            f'`changes` is {{"broadcast": True or False, "clone": True or False}}, not {changes!r}.',
+            f'`iterations` is {{"broadcast": a count, "clone": a count}}, not {iterations!r}.',
             "not an answer",
         )
-    truth = {}
     with torch.random.fork_rng(devices=[]):  # the learner's random state stays as it was
         torch.manual_seed(0)
-        for strategy in strategies:
-            layer = torch.nn.utils.spectral_norm(torch.nn.Linear(4, 3)).to(devices[0])
-            before = layer.weight_u.clone()
-            DataParallel(layer, list(devices), strategy=strategy)(torch.randn(8, 4).to(devices[0]))
-            truth[strategy] = not torch.equal(before, layer.weight_u)
-    wrong = [s for s in strategies if changes[s] != truth[s]]  # type: ignore[index]
-    if not wrong:
+        truth = {s: _power_iterations(s, devices, forwards) for s in strategies}
+    said = {s: int(iterations[s]) for s in strategies}  # type: ignore[index]
+    slots = len(devices)
+    if said == truth:
         return _correct(
             name,
-            "spectral_norm's power iteration writes weight_u in place (F.normalize(..., out=u)), so under "
-            "\"broadcast\" slot 0's update lands in the model's own buffer (PR #12671 made it so, for issue "
-            '#11476); "clone" copies every buffer for every slot, and the update is lost.',
+            f'{truth["broadcast"]} under "broadcast": spectral_norm\'s power iteration writes weight_u in '
+            "place (F.normalize(..., out=u)), and slot 0's replica shares the model's buffer, so the model "
+            f'gets one iteration per step; the other slots iterate their own copies. 0 under "clone": every '
+            "slot, slot 0 included, iterates a copy.",
             "right",
         )
-    # Two yes-or-no answers: naming the wrong one gives it away, so the message says more with each try,
-    # as the hints do: first only that the run disagrees, then which value, then why.
-    tries = _failures[name] + 1
-    said = {
-        "broadcast": "under \"broadcast\" slot 0's replica shares the model's weight_u, and the update is "
-        "in place, so it changes",
-        "clone": 'under "clone" every slot gets a copy of weight_u, slot 0 included, so the model\'s stays '
-        "as it was",
-    }
-    which = " and ".join(f'changes["{s}"]' for s in wrong)
-    if tries == 1:
-        change = (
-            "the check's run disagrees with your answer for at least one strategy: decide, with the hint "
-            "below, which slots share weight_u's storage under each, and change that value."
+    first = next(s for s in strategies if said[s] != truth[s])
+    count = said[first]
+    if first == "clone":  # any count but 0: a write that reached the model
+        change, problem = (
+            f'{count}: under "clone" slot 0\'s replica gets a copy of weight_u too; which of its writes reach '
+            "the model?",
+            "clone shares",
         )
-    elif tries == 2:
-        change = f"{which} {'is' if len(wrong) == 1 else 'are'} not what the check's run found: change it."
+    elif count == forwards * slots:
+        change, problem = (
+            f"{count} is one iteration per replica call: the slots after slot 0 iterate their own copies, "
+            "which are dropped after the step.",
+            "every slot",
+        )
+    elif count == 0:
+        change, problem = (
+            '0: then no slot would write into the model\'s weight_u, as under "clone".',
+            "no slot",
+        )
     else:
-        change = "; and ".join(said[s] for s in wrong) + f". Change {which}."
-    problem = "both" if len(wrong) == 2 else f"{wrong[0]} wrong"
+        change, problem = (
+            f"{count}: count how many of the {forwards} steps write into the model's weight_u, and how many "
+            "times each does.",
+            "off",
+        )
     return _ladder(
         name,
         [
             "A buffer update survives DataParallel only when it is written in place into storage the "
-            "model shares: which slots share, under each strategy?",
-            "Keep before = layer.weight_u.clone(), run one training-mode forward under each strategy, "
-            "then torch.equal(before, layer.weight_u).",
+            "model shares: which slots share weight_u, under each strategy, and how often do they write it?",
+            "Compare each replica's weight_u.data_ptr() with the model's, for the replicas "
+            "dpteach.replicate(layer, devices, strategy=...) makes.",
         ],
-        'changes = {"broadcast": True, "clone": False}.',
-    )(change, problem)
+        f'iterations = {{"broadcast": {truth["broadcast"]}, "clone": {truth["clone"]}}}: one per step from '
+        "slot 0 under broadcast, none under clone.",
+    )(f'iterations["{first}"] = {change}', problem)
 
 
 # ---------------------------------------------------------------- chapter 06 · the cost of copies

@@ -202,7 +202,7 @@ def _counter(update_in_place: bool):
 def test_exercise_1_check_accepts_the_worked_answer():
     from dpteach.course import checks
 
-    verdict = checks.counter_survives(_counter(update_in_place=True))
+    verdict = checks.counter_survives(_counter(update_in_place=True), 3)
     assert verdict.ok and verdict.message.startswith("Correct!")
 
 
@@ -210,10 +210,27 @@ def test_exercise_1_check_says_what_to_change():
     from dpteach.course import checks
 
     checks.reset()
-    tries = [checks.counter_survives(_counter(update_in_place=False)) for _ in range(3)]
+    tries = [checks.counter_survives(_counter(update_in_place=False), 3) for _ in range(3)]
     assert not any(t.ok for t in tries)
     assert "Update it in place" in tries[0].message and "add_(1)" not in tries[0].message  # no answer yet
     assert r"self.calls_rebound.add_(1)" in tries[2].message  # the third try gives the answer
+
+
+@pytest.mark.parametrize(
+    "predicted, why", [(0, "did not bind a new tensor"), (6, "one per replica call"), (1, "")]
+)
+def test_exercise_1_check_checks_the_prediction(predicted, why):
+    """A right class with a wrong prediction is not yet right: the message names the count and asks why."""
+    from dpteach.course import checks
+
+    checks.reset()
+    verdict = checks.counter_survives(_counter(update_in_place=True), predicted)
+    assert not verdict.ok and verdict.problem == "prediction"
+    assert f"your class counts 3, and you predicted {predicted}" in verdict.message and why in verdict.message
+    assert "predicted = 3" not in verdict.message  # the answer comes from the third try only
+    unset = checks.counter_survives(_counter(update_in_place=True))
+    assert not unset.ok and "Fill in `predicted`" in unset.message  # no prediction yet: no hint spent
+    assert checks.counter_survives(_counter(update_in_place=True), "3").problem == "not an answer"
 
 
 def test_plus_equals_on_a_buffer_is_in_place_and_the_check_accepts_it():
@@ -231,7 +248,7 @@ def test_plus_equals_on_a_buffer_is_in_place_and_the_check_accepts_it():
     for _ in range(3):
         net(torch.randn(4, 3))
     assert counter.calls_rebound.item() == 3 and counter.calls == 0  # the tensor survives, the int does not
-    assert checks.counter_survives(MyCounter).ok
+    assert checks.counter_survives(MyCounter, 3).ok
 
 
 def test_exercise_1_check_names_a_missing_import_and_never_raises():
@@ -242,7 +259,7 @@ def test_exercise_1_check_names_a_missing_import_and_never_raises():
             return undefined_helper(x)  # noqa: F821
 
     checks.reset()
-    verdict = checks.counter_survives(Broken)
+    verdict = checks.counter_survives(Broken, 3)
     assert not verdict.ok and "NameError: undefined_helper is not defined" in verdict.message
     assert "Hint" not in verdict.message  # a missing name costs no hint
 
@@ -445,39 +462,66 @@ def test_exercise_3_check_says_when_the_run_was_not_the_exercises():
     assert checks.plain_average(3, {0}, clone, ["cpu"] * 2).problem == "not run"  # nothing reached it
 
 
-def test_exercise_4_check_runs_spectral_norm_under_both_strategies():
+@pytest.mark.parametrize("devices", [["cpu"] * 2, ["cpu"] * 3] + GPU)
+def test_exercise_4_spectral_norm_iterates_the_model_once_per_step(devices):
+    """What the check counts: after 3 forwards the model's weight_u has had 3 power iterations under
+    broadcast (slot 0's, in place) and none under clone, whatever the number of slots."""
+    from dpteach.course import checks
+
+    assert checks._power_iterations("broadcast", devices, 3) == 3  # one per step, not one per replica call
+    assert checks._power_iterations("clone", devices, 3) == 0  # every slot iterated a copy
+    layer = torch.nn.utils.spectral_norm(nn.Linear(4, 3)).to(devices[0])
+    replicas = dpteach.replicate(layer, devices, strategy="broadcast")
+    shares = [r.weight_u.data_ptr() == layer.weight_u.data_ptr() for r in replicas]
+    assert shares == [True] + [False] * (len(devices) - 1)  # slot 0's weight_u is the model's own
+
+
+@pytest.mark.parametrize(
+    "iterations, problem",
+    [
+        ({"broadcast": 6, "clone": 0}, "every slot"),
+        ({"broadcast": 0, "clone": 0}, "no slot"),
+        ({"broadcast": 2, "clone": 0}, "off"),
+        ({"broadcast": 3, "clone": 3}, "clone shares"),
+        ({"broadcast": True, "clone": False}, "not an answer"),
+        ({"broadcast": "3", "clone": 0}, "not an answer"),
+    ],
+)
+def test_exercise_4_check_names_the_slip(iterations, problem):
     from dpteach.course import checks
 
     checks.reset()
-    assert checks.spectral_norm_survives({"broadcast": True, "clone": False}).ok
-    found = {
-        (b, c): checks.spectral_norm_survives({"broadcast": b, "clone": c}).problem
-        for b, c in [(False, True), (True, True), (False, False)]
-    }
-    assert found == {(False, True): "both", (True, True): "clone wrong", (False, False): "broadcast wrong"}
-    assert checks.spectral_norm_survives({"broadcast": "yes", "clone": False}).problem == "not an answer"
-    checks.reset()
-    tries = [checks.spectral_norm_survives({"broadcast": True, "clone": True}).message for _ in range(3)]
-    first, second, third = (m.split("\nHint")[0].split("\nThe answer")[0] for m in tries)
-    assert "clone" not in first and "True" not in first  # the first try names neither value: only the idea
-    assert 'changes["clone"]' in second and "copy of weight_u" not in second  # then which one, not why
-    assert "copy of weight_u" in third and "The answer" in tries[2]  # why, and the answer, from the third
+    verdict = checks.spectral_norm_iterations(iterations)
+    assert not verdict.ok and verdict.problem == problem
+    assert verdict.message.startswith("Not yet" if problem != "not an answer" else "`iterations`")
+
+
+def test_exercise_4_check_accepts_the_count_and_gives_the_answer_from_the_third_try():
+    from dpteach.course import checks
+
     checks.reset()
     state = torch.random.get_rng_state()
-    checks.spectral_norm_survives({"broadcast": True, "clone": False})
+    assert checks.spectral_norm_iterations({"broadcast": 3, "clone": 0}).ok
+    assert checks.spectral_norm_iterations({"broadcast": 3.0, "clone": 0}, ["cpu"] * 3).ok
     assert torch.equal(state, torch.random.get_rng_state())  # the learner's random numbers are untouched
+    tries = [checks.spectral_norm_iterations({"broadcast": 6, "clone": 0}).message for _ in range(3)]
+    assert all("one iteration per replica call" in t for t in tries)  # what a 6 means, from the first try
+    assert '"broadcast": 3' not in tries[0] + tries[1] and '"broadcast": 3' in tries[2]
+    assert "Fill in both" in checks.spectral_norm_iterations({"broadcast": ..., "clone": 0}).message
 
 
-def test_exercises_2_to_4_call_their_checks():
+def test_exercises_1_to_4_call_their_checks():
     """Each check cell, found by its tag, calls its helper with the answer names the cell sets."""
     calls = {
+        "ex1-check": 'checks.counter_survives(globals().get("MyCounter", ...), predicted)',
         "ex2-check": "checks.slot0_noise(follows, spread)",
         "ex3-check": "checks.plain_average(converges_to, reaches_model, model, devices)",
-        "ex4-check": "checks.spectral_norm_survives(changes, devices)",
+        "ex4-check": "checks.spectral_norm_iterations(iterations, devices)",
     }
     for tag, call in calls.items():
         (cell,) = [c for c in _cells() if tag in c.metadata.get("tags", [])]
-        assert cell.source.rstrip().splitlines()[-1] == call, tag  # the last line shows the verdict
+        last = cell.source.rstrip().splitlines()[-1].split("  #")[0]
+        assert last == call, tag  # the last line shows the verdict
 
 
 def test_line_panels_name_the_reference_line_in_every_legend():
@@ -498,14 +542,23 @@ def test_line_panels_name_the_reference_line_in_every_legend():
     plt.close(bare)
 
 
-def test_the_replicate_py_lines_the_chapter_prints_are_torchs_own(capsys):
-    """The cell after "Which slots share storage" prints the two calls of the installed torch's
-    replicate.py that copy the buffers, found by their text, and nothing else of the file."""
+def test_the_replicate_py_listing_is_the_installed_torchs_own():
+    """The listing after "Which slots share storage" quotes the two calls of torch's replicate.py that
+    copy the buffers; they must stand, in that order and one after the other, in the installed file."""
+    import inspect
+
     (cell,) = [c for c in _cells() if c.id == "c09-source"]
-    exec(cell.source, {"torch": torch})
-    printed = capsys.readouterr().out.splitlines()[1:]  # the lines, under their heading
-    assert "has no line" not in "\n".join(printed) and 2 <= len(printed) <= 4, printed
-    assert "buffer_copies_rg = _broadcast_coalesced_reshape(buffers_rg, devices, detach=detach)" in printed[0]
-    assert any("detach=True" in line for line in printed)  # the buffers that need no grad: no Broadcast
+    (listing,) = re.findall(r"```python\n(.*?)```", cell.source, re.S)
+    quoted = [line.strip() for line in listing.strip().splitlines()]
+    source = Path(inspect.getsourcefile(torch.nn.parallel.replicate)).read_text().splitlines()
+    installed = [line.strip() for line in source]
+    starts = [n for n in range(len(installed)) if installed[n : n + len(quoted)] == quoted]
+    assert starts, (
+        f"torch {torch.__version__}'s replicate.py no longer has the chapter's listing (cell c09-source): "
+        "copy the calls that fill buffer_copies_rg and buffer_copies_not_rg from it into the listing, and "
+        "check that the prose around it still holds"
+    )
+    assert "buffer_copies_rg = _broadcast_coalesced_reshape(buffers_rg, devices, detach=detach)" in quoted
+    assert "buffers_not_rg, devices, detach=True" in quoted  # the buffers that need no grad: no Broadcast
     (prose,) = [c.source for c in _cells() if c.id == "c09-after"]
     assert "outputs[0] =\ntensors.vec()" in prose or "outputs[0] = tensors.vec()" in prose  # comm.cpp
