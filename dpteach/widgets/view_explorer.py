@@ -89,7 +89,8 @@ class DataParallelExplorer(Still, widgets.VBox):
             return
         shown = TrainingLab(live.strategy, live.slots, live.lr, live.steps, live.seed)
         shown.run()
-        self.lab, self.still_when = shown, f"after ▶▶ run, {shown.step_count} steps"
+        when = f"as it looks after ▶▶ run to step {shown.step_count} (the live widget starts at step 0)"
+        self.lab, self.still_when = shown, when
         try:
             self.refresh()
             yield

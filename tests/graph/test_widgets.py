@@ -812,7 +812,7 @@ def test_each_widget_carries_a_still_for_front_ends_without_widgets(ipywidgets, 
     still = bundle["text/html"]
     assert "<img " in still and "A still of the widget" in still  # its pictures
     if make == "explorer":  # a fresh explorer's still shows its run to the end; the live widget stays at 0
-        assert "step 60 of 60" in still and "after ▶▶ run, 60 steps" in still
+        assert "step 60 of 60" in still and "as it looks after ▶▶ run to step 60" in still
         assert "step 0 of 60" in view.status.value and view.lab.step_count == 0
         assert bundle["text/plain"].startswith("DataParallelExplorer: step 60 of 60")
     else:
