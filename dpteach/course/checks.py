@@ -2720,71 +2720,8 @@ def one_slot_step(
     )
 
 
-def _join_norms(flow) -> dict[str, tuple[float, float]]:
-    """Each ReduceAddBackward of a ``"rewire"`` ``GradientFlow``: the parameter it sums into -> (the sum of
-    the norms it received, the norm of the gradient it hands on)."""
-    return {
-        step.handoffs[0].label.removeprefix("original "): (
-            sum(g.norm for g in step.received),
-            step.handoffs[0].grad.norm,
-        )
-        for step in flow.steps
-        if step.kind == "join"
-    }
-
-
-def norm_of_sum(is_sum: bool | object, equal_for: str | object, flow) -> Verdict:
-    """Exercise 2: does 2.weight's ReduceAddBackward hand on the sum of the norms it received (``is_sum``),
-    and whose does (``equal_for``)? ``flow`` is ``GradientFlow("rewire", slots=3)``."""
-    name = "ch12.norm_of_sum"
-    if _unset(is_sum, equal_for):
-        return Verdict(False, "Set `is_sum` to True or False and `equal_for` to a parameter, then run again.")
-    norms = _join_norms(flow)
-    if isinstance(equal_for, str):
-        equal_for = equal_for.removeprefix("original ").strip()  # as the stepper labels it, or bare
-    if not isinstance(is_sum, bool) or equal_for not in norms:
-        return Verdict(
-            False,
-            f"`is_sum` is True or False (no quotes); `equal_for` is one of {', '.join(map(repr, norms))}.",
-            "not an answer",
-        )
-    adds_up = {p: abs(out - total) <= 1e-5 * total for p, (total, out) in norms.items()}
-    total, out = norms["2.weight"]
-    hints = [
-        "ReduceAddBackward adds the gradients, not their norms, and the norm of a sum is at most the sum of "
-        "the norms (the triangle inequality).",
-        "The two are equal only when the replicas' gradients point the same way: look for the parameter of "
-        "one number per replica.",
-    ]
-    answer = f"is_sum = False, equal_for = {next(p for p, yes in adds_up.items() if yes)!r}."
-    if is_sum != adds_up["2.weight"]:
-        return _not_yet(
-            name,
-            f"2.weight's ReduceAddBackward received norms that add up to {total:.4g} and hands on {out:.4g}. "
-            "Change `is_sum`.",
-            hints,
-            answer,
-            "norms do not add",
-        )
-    if not adds_up[equal_for]:  # type: ignore[index]
-        total, out = norms[equal_for]  # type: ignore[index]
-        return _not_yet(
-            name,
-            f"{equal_for}'s ReduceAddBackward hands on {out:.4g}, less than the {total:.4g} its received norms add up to. "
-            "Change `equal_for`.",
-            hints,
-            answer,
-            "wrong parameter",
-        )
-    return _correct(
-        name,
-        f"{equal_for} is one number per replica, and here all of one sign: only gradients that point the same way "
-        "add up norm for norm.",
-    )
-
-
 def _grad_read(err: BaseException | None, answer: object, caught: list) -> tuple[str, str] | None:
-    """What went wrong reading the gradients in Exercise 3, as (what to change, problem); None if nothing did."""
+    """What went wrong reading the gradients in Exercise 2, as (what to change, problem); None if nothing did."""
     # PyTorch's warning on reading a non-leaf's .grad ("... a Tensor that is not a leaf Tensor ...")
     non_leaf = [w for w in caught if "not a leaf" in str(w.message)]
     if isinstance(err, AttributeError) and "'Sequential' object" in str(err):
@@ -2828,7 +2765,7 @@ def _grad_read(err: BaseException | None, answer: object, caught: list) -> tuple
 
 
 def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
-    """Exercise 3: ``compare(clone, rewire)`` returns (the sum of the ``"clone"`` replicas' 0.weight
+    """Exercise 2: ``compare(clone, rewire)`` returns (the sum of the ``"clone"`` replicas' 0.weight
     gradients, the ``"rewire"`` original's 0.weight gradient); the two must be equal."""
     name = "ch12.clone_grads_add_up"
     if _unset(compare) or not callable(compare):
@@ -2914,7 +2851,7 @@ def _counted_copies(width: int, slots: int) -> tuple[int, int, dict[str, int], d
 
 
 def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int] = (2, 3, 5)) -> Verdict:
-    """Exercise 4: ``predict(slots, model_bytes, gather_bytes)`` returns the bytes one step copies under
+    """Exercise 3: ``predict(slots, model_bytes, gather_bytes)`` returns the bytes one step copies under
     "broadcast" and under "clone", as ``(broadcast, clone)``; checked against the counts of
     ``comm.traffic()`` at each number of ``slots``, for the cost explorer's model of hidden ``width``."""
     name = "ch12.slot_copies"
