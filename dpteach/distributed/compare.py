@@ -34,6 +34,7 @@ __all__ = [
     "step_times",
     "dataparallel_traffic",
     "traffic_table",
+    "modelled_steps",
     "beside_published",
     "ddp_rounds",
     "Rounds",
@@ -193,49 +194,62 @@ def dataparallel_traffic(
 def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     """DataParallel's copies (``dataparallel_traffic``) and DDP's all-reduces (``tasks.traffic``) in one
     step, per slot or rank, for N = ``world_size`` of them and a model of P bytes
-    (``dp["parameter_bytes"]``); one footnote marks the one computed row.
+    (``dp["parameter_bytes"]``), in plain rows that need no footnote.
 
     DataParallel's ``broadcast`` copies the model into each slot but slot 0, P bytes per slot, and on GPUs
-    its ``reduce_add`` takes P bytes of gradients from each of them onto slot 0; its ``gather`` moves the
-    whole batch's outputs onto slot 0, not the model, and its copy calls are counted over all slots.
-    CPU slots share one device, which a dagger and a footnote say: they sum the gradients in place,
-    moving nothing, and ``comm.broadcast_coalesced`` clones each tensor, where between GPUs it packs
-    them into buckets of ``comm.BUFFER_SIZE``, one copy per bucket and slot. Each DDP rank hands its P
-    bytes of gradients to all-reduce, one call per bucket; what a ring all-reduce of them sends and
-    receives on each rank, 2(N-1)/N x P (nccl-tests' ``PERFORMANCE.md``), is the one figure computed
-    rather than counted.
+    its ``reduce_add`` takes P bytes of gradients from each of them onto slot 0; CPU slots share one
+    device and sum the gradients in place, moving nothing, which the row says ("CPU slots: 0"). Its
+    ``gather`` moves the whole batch's outputs onto slot 0, not the model, and its copy calls are counted
+    over all slots. Each DDP rank hands its P bytes of gradients to all-reduce, one call per bucket; what
+    a ring all-reduce of them sends and receives on each rank, 2(N-1)/N x P (nccl-tests'
+    ``PERFORMANCE.md``), is the one row computed rather than counted, and its label says so.
     """
     n, p = world_size, dp["parameter_bytes"]
     counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
     into, back = counted.get("broadcast", 0) // (n - 1), counted.get("reduce_add", 0) // (n - 1)
     ring = 2 * (n - 1) * handed // n  # what a ring all-reduce of P bytes sends, and receives, per rank
     batch = f"all {dp['rows']} rows" if dp.get("rows") else "the whole batch"
-    one_device = not back  # no reduce_add copies: the slots share a device (CPU slots)
-    mark = " †" if one_device else ""
-    calls = [f"{op} {k}{mark if op == 'broadcast' else ''}" for op, k in dp["copies_per_step"].items()]
+    calls = [f"{op} {k}" for op, k in dp["copies_per_step"].items()]
     rows = [
         ("", "DataParallel slot", "DDP rank"),
         ("model copied in", f"{into:,}", "0"),
-        ("gradients sent", f"{back:,}" if back else "0 †", f"{handed:,} to all_reduce"),
-        ("ring all-reduce *", "-", f"sends {ring:,}, receives {ring:,}"),
+        # no reduce_add copies: the slots share a device (CPU slots), and sum in place
+        ("gradients sent", f"{back:,}" if back else "CPU slots: 0", f"{handed:,} to all_reduce"),
+        ("ring all-reduce (computed)", "-", f"sends {ring:,}, receives {ring:,}"),
         ("outputs onto slot 0", f"{counted.get('gather', 0):,} ({batch})", "0"),
-        (
-            "copy calls, all slots",
-            ", ".join(calls),
-            f"all_reduce {ddp['allreduce_calls_per_step']} (one per bucket)",
-        ),
+        ("copy calls", ", ".join(calls), f"all_reduce {ddp['allreduce_calls_per_step']} (one per bucket)"),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [f"one step, in bytes, per slot or rank: N = {n}, P = {p:,} (the model's parameters)"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    lines.append("* computed: 2(N-1)/N x P (nccl-tests' PERFORMANCE.md); the rest is counted")
-    if one_device:
-        lines.append("† slots on one device: gradients summed in place, a clone per tensor; between")
-        from ..comm import BUFFER_SIZE
+    return "\n".join(lines)
 
-        tensors = dp["copies_per_step"].get("broadcast", 0) // (n - 1)
-        packed = "in one copy" if p <= BUFFER_SIZE else f"in copies of {BUFFER_SIZE >> 20} MiB"
-        lines.append(f"  GPUs each other slot sends its {p:,} and gets the {tensors} tensors {packed}")
+
+def modelled_steps(predictions: Mapping, work) -> str:
+    """Modelled steps (``costmodel.predict``, by strategy) in words: each total, the part of it that is
+    not GPU 0's forward and backward, and for DataParallel the gather, beside the bytes it brings.
+
+    DataParallel's ``gather`` (``torch/nn/parallel/scatter_gather.py``) gathers every tensor of the
+    output onto ``device_ids[0]``; ``work.output_bytes`` counts them all (for GPT-2 its logits and keys
+    and values, ``costmodel.count_gpt2``). DDP gathers nothing: each rank computes its own loss.
+    """
+    mib, ms, lines = 2**20, 1e3, []
+    for name, pred in predictions.items():
+        compute = sum(
+            p.seconds for p in pred.parts if p.lane == "GPU 0" and p.name in ("forward", "backward")
+        )
+        lines.append(
+            f"{name}, modelled: {pred.total_s * ms:.4g} ms, of which {(pred.total_s - compute) * ms:.3g} ms"
+            " is not GPU 0's forward and backward"
+        )
+        gather = sum(p.seconds for p in pred.parts if p.name == "gather")
+        if gather:
+            lines.append(
+                f"  of those, {gather * ms:.3g} ms the gather of {work.output_bytes / mib:,.0f} MiB of"
+                f" outputs onto GPU 0 (the model: {work.param_bytes / mib:,.0f} MiB)"
+            )
+    dp, ddp = predictions["DataParallel"], predictions["DDP"]
+    lines.append(f"DataParallel / DDP step, modelled: {dp.total_s / ddp.total_s:.3f}")
     return "\n".join(lines)
 
 

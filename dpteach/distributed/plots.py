@@ -193,9 +193,19 @@ def buckets(report: Mapping, title: str = ""):
     return fig
 
 
-def _short(node: str) -> str:
-    """'AddmmBackward0' -> 'Addmm': the op whose backward the node runs."""
-    return node.removesuffix("0").removesuffix("Backward")
+# what each backward node of a Linear / Tanh / MSE stack computes, in words, and the autograd class
+# that runs it (the names the event lines print)
+_READABLE = {
+    "MseLossBackward0": "MSE\nloss",
+    "AddmmBackward0": "Linear\nx·Wᵀ+b",
+    "TBackward0": "transpose\nof W",
+    "TanhBackward0": "Tanh",
+}
+
+
+def _readable(node: str) -> str:
+    """'AddmmBackward0' -> 'Linear x·Wᵀ+b': what the node's forward op did; else the op's name."""
+    return _READABLE.get(node, node.removesuffix("0").removesuffix("Backward"))
 
 
 def bucket_order(steps: Mapping[str, Mapping], title: str = ""):
@@ -227,13 +237,13 @@ def bucket_order(steps: Mapping[str, Mapping], title: str = ""):
         for b, start, end in spans:
             kib = f"{b['bytes'] / 1024:.0f} KiB"
             rows.append((f"{label} bucket {b['index']}", f"{', '.join(b['params'])} ({kib})", [(start, end)]))
-    fig, ax = plt.subplots(figsize=(10, 2.3 + 0.4 * len(rows)))
+    fig, ax = plt.subplots(figsize=(11, 2.3 + 0.4 * len(rows)))
     # the top row: backward's nodes, green where one of the first label's buckets was out
     busy = {i for b in order.in_flight(first) for i in b["ran_at"]}
     starts = [i for i, e in enumerate(first["events"]) if e[0] == "node"]
     for k, (name, index) in enumerate(zip(nodes, starts)):
         ax.barh(-1.2, 0.94, left=k + 0.03, height=0.9, color="tab:green" if index in busy else "#cccccc")
-        ax.text(k + 0.5, -1.2, _short(name), ha="center", va="center", fontsize=6.5)
+        ax.text(k + 0.5, -1.2, _readable(name), ha="center", va="center", fontsize=6.5, linespacing=1.1)
     for y, (_, text, spans) in enumerate(rows):
         for start, end in spans:
             ax.barh(y, end - start, left=start, height=0.5, color="tab:orange")

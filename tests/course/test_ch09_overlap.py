@@ -150,10 +150,10 @@ def test_rebuild_lines_say_which_step_was_cut_again():
 def test_the_traffic_table_counts_per_slot_and_per_rank():
     """Each row is what one slot or one rank moves in a step, so a learner reads P against P: the model
     into each slot but slot 0 and the gradients back from each (counted), beside what a ring all-reduce
-    sends and receives on each rank (computed, 2(N-1)/N x P); the gathered outputs on a row apart, never
-    mixed into the model's bytes (the 516 bytes copied on CPU slots), with the number of rows whose
-    outputs it moves. One footnote line marks the computed row; on slots that share one device a dagger
-    says what differs between GPUs (the sum in place; one packed copy, not a clone per tensor)."""
+    sends and receives on each rank (computed, 2(N-1)/N x P, and its label says so); the gathered outputs
+    on a row apart, never mixed into the model's bytes (the 516 bytes copied on CPU slots), with the
+    number of rows whose outputs it moves. Plain rows, no footnote marks: on CPU slots, which sum the
+    gradients in place, the cell itself says "CPU slots: 0"."""
     from dpteach.distributed import compare
 
     dp = dict(
@@ -166,20 +166,17 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     rows = compare.traffic_table(dp, ddp, world_size=2).splitlines()
     assert rows[0].startswith("one step, in bytes, per slot or rank: N = 2, P = 260")
     assert re.split(r"\s{2,}", rows[1].strip()) == ["DataParallel slot", "DDP rank"]
-    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[2:7])}
+    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[2:])}
+    assert len(rows) == 7  # the title, the header and five rows: nothing below to look up
     assert table["model copied in"] == ["260", "0"]
-    # on CPU slots the reduce moves nothing and the broadcast clones each tensor: a dagger, and its footnote
-    assert table["gradients sent"] == ["0 †", "260 to all_reduce"]
+    # on CPU slots the reduce moves nothing, and the cell says why it is 0
+    assert table["gradients sent"] == ["CPU slots: 0", "260 to all_reduce"]
     assert max(len(r) for r in rows) <= 80  # narrow enough for a notebook's output
-    # one footnote for the one computed row, then the dagger's: between GPUs, P sent, 4 tensors in one copy
-    assert rows[7] == "* computed: 2(N-1)/N x P (nccl-tests' PERFORMANCE.md); the rest is counted"
-    dagger = " ".join(" ".join(rows[8:]).split())
-    assert dagger.startswith("† slots on one device: gradients summed in place, a clone per tensor")
-    assert "sends its 260" in dagger and "the 4 tensors in one copy" in dagger
-    assert table["ring all-reduce *"] == ["-", "sends 260, receives 260"]
+    assert table["ring all-reduce (computed)"] == ["-", "sends 260, receives 260"]
     assert table["outputs onto slot 0"] == ["256 (all 64 rows)", "0"]  # the whole batch, not per slot
-    assert table["copy calls, all slots"] == ["broadcast 4 †, gather 2", "all_reduce 1 (one per bucket)"]
+    assert table["copy calls"] == ["broadcast 4, gather 2", "all_reduce 1 (one per bucket)"]
     text = "\n".join(rows)
+    assert not any(mark in text for mark in ("†", "*"))  # no footnote marks
     assert "516" not in text and "from all" not in text  # per rank, never a total over the ranks
     # on 4 GPUs the reduce_add is counted per slot, and a ring sends 2 x 3/4 x 260 from each rank
     gpus = dict(
@@ -190,7 +187,7 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
     assert re.split(r"\s{2,}", four[3]) == ["gradients sent", "260", "260 to all_reduce"]
     assert "sends 390, receives 390" in four[4]
-    assert "†" not in "\n".join(four) and len(four) == 8  # GPUs: no dagger, no second footnote
+    assert "CPU slots" not in "\n".join(four) and len(four) == 7
     assert "192 (the whole batch)" in four[5]  # no row count given: none invented
 
 
@@ -296,3 +293,21 @@ def test_the_order_figure_places_each_bucket_among_backwards_nodes_and_reads_no_
     ]
     assert "clock" in first.axes[0].get_xlabel()  # "an order, not a clock"
     plt.close("all")
+
+
+def test_the_order_figure_names_backwards_nodes_in_words():
+    """The top row reads without knowing autograd's class names: a Linear, its weight's transpose, Tanh,
+    the loss; a node the figure has no words for keeps its op's name."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dpteach.distributed import plots
+
+    names = ["MseLossBackward0", "AddmmBackward0", "TBackward0", "TanhBackward0", "ReluBackward0"]
+    s = step([("node", n) for n in names] + [("bucket", 0, ["x"], 4), ("wait",)])
+    fig = plots.bucket_order({"DDP": s})
+    shown = [t.get_text() for t in fig.axes[0].texts][: len(names)]
+    assert shown == ["MSE\nloss", "Linear\nx·Wᵀ+b", "transpose\nof W", "Tanh", "Relu"]
+    plt.close(fig)

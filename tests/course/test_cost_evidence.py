@@ -162,12 +162,18 @@ def test_chapter_09_timelines_title_the_total_the_bars_reach_and_say_what_is_ass
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dpteach.distributed import make_data, make_model, plots
+    from dpteach.distributed import compare, make_data, make_model, plots
 
     nb = cells("09_beyond_one_process.ipynb")
     at = next(i for i, c in enumerate(nb) if "ddp-timeline" in c.metadata.get("tags", []))
     # the names the chapter's key-result cell imported before it
-    scope = {"torch": torch, "plots": plots, "make_model": make_model, "make_data": make_data}
+    scope = {
+        "torch": torch,
+        "plots": plots,
+        "compare": compare,
+        "make_model": make_model,
+        "make_data": make_data,
+    }
     exec(nb[at].source, scope)
     for ax in scope["fig"].axes:
         shown = float(re.search(r": ([0-9.]+) ms", ax.get_title())[1])
