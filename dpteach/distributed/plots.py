@@ -120,6 +120,20 @@ def cpu_rounds(result, title: str = "", load=None):
     return fig
 
 
+def _label_right(ax, y: float, text: str, pad: float, fontsize: float) -> None:
+    """``text`` beside row ``y``, right of the plot area (``pad`` points out), never clipped."""
+    ax.annotate(
+        text,
+        xy=(1.0, y),
+        xycoords=("axes fraction", "data"),
+        xytext=(pad, 0),
+        textcoords="offset points",
+        va="center",
+        fontsize=fontsize,
+        annotation_clip=False,
+    )
+
+
 def buckets(report: Mapping, title: str = ""):
     """Backward on one rank, on this run's clock: when each gradient became ready (dots) and each
     bucket's all-reduce (bars). The times move from run to run; ``bucket_order`` draws the order.
@@ -157,17 +171,8 @@ def buckets(report: Mapping, title: str = ""):
             label="a gradient is ready" if i == 0 else None,
         )
         # the label sits right of the plot, past the dashed line, so nothing crosses it
-        ax.annotate(
-            f"{len(b['params'])} gradient{'s' if len(b['params']) != 1 else ''}, {b['bytes'] / 1024:.0f} KiB:"
-            f" {', '.join(b['params'])}",
-            xy=(1.0, i),
-            xycoords=("axes fraction", "data"),
-            xytext=(6, 0),
-            textcoords="offset points",
-            va="center",
-            fontsize=8,
-            annotation_clip=False,
-        )
+        grads = f"{len(b['params'])} gradient{'s' if len(b['params']) != 1 else ''}"
+        _label_right(ax, i, f"{grads}, {b['bytes'] / 1024:.0f} KiB: {', '.join(b['params'])}", 6, 8)
     if "nodes_done" in report:  # compute ends here; from here to the dashed line DDP waits for all-reduces
         done = report["nodes_done"] * ms
         ax.axvline(done, color="tab:green", linestyle=":", lw=2, label="backward's last node done")
@@ -249,16 +254,7 @@ def bucket_order(steps: Mapping[str, Mapping], title: str = ""):
             ax.barh(y, end - start, left=start, height=0.5, color="tab:orange")
             ax.plot([start], [y], "D", color="tab:red", markersize=5, zorder=3, clip_on=False)
             ax.plot([end], [y], "|", color="black", markersize=14, markeredgewidth=2, zorder=3, clip_on=False)
-        ax.annotate(
-            text,
-            xy=(1.0, y),
-            xycoords=("axes fraction", "data"),
-            xytext=(8, 0),
-            textcoords="offset points",
-            va="center",
-            fontsize=7.5,
-            annotation_clip=False,
-        )
+        _label_right(ax, y, text, 8, 7.5)
     ax.set_yticks([-1.2] + list(range(len(rows))), ["backward"] + [r[0] for r in rows], fontsize=8)
     ax.set_ylim(len(rows) - 0.5, -1.8)
     ax.set_xlim(0, len(nodes))

@@ -306,15 +306,18 @@ class CostLab:
             lines += [f"  {c.strategy:<10} {c.shown(self.budget_s)}" for c in timed]
         return lines + [self.modelled_line()]  # its figures: modelled_figures(), modelled_lines()
 
+    def _modelled_parts(self):
+        """The model's steps, DataParallel's, the "modelled, <n> x <gpu>" label and its thread starts."""
+        modelled = self.modelled()
+        dp = modelled["DataParallel"]
+        return modelled, dp, f"modelled, {self.slots} x {self.gpu}", _thread_starts(dp)
+
     def modelled_line(self) -> str:
         """The cost model's ranking of torch's DataParallel against DDP in words, one line labelled
         "modelled, <profile>": whose step is the shorter, and that most of DataParallel's is its assumed
         thread starts. No figure: a modelled step of a few µs beside an assumed 100 µs per thread reads as
         a measurement, which it is not. The figures: ``modelled_figures()`` and ``modelled_lines()``."""
-        modelled = self.modelled()
-        dp = modelled["DataParallel"]
-        head = f"modelled, {self.slots} x {self.gpu}"
-        starts = _thread_starts(dp)
+        modelled, dp, head, starts = self._modelled_parts()
         if not starts:
             return f"{head}: neither wrapper replicates, both are the plain step"
         first, bare = next(iter(modelled)), next(iter(self.without_thread_starts()))
@@ -328,10 +331,7 @@ class CostLab:
         DataParallel's assumed thread starts, then those starts added on, so the assumed constant never
         hides in the figure ("modelled, 4 x A100-SXM: DDP 3.94 µs < DataParallel 4.66 µs + 400 µs assumed
         thread starts"). At most ``REPORT_WIDTH`` characters."""
-        modelled = self.modelled()
-        dp = modelled["DataParallel"]
-        head = f"modelled, {self.slots} x {self.gpu}"
-        starts = _thread_starts(dp)
+        modelled, dp, head, starts = self._modelled_parts()
         if not starts:
             return f"{head}: neither wrapper replicates, both are the plain step, {us(dp.total_s)}"
         ranked = " < ".join(

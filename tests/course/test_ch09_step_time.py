@@ -62,6 +62,13 @@ def test_the_timeline_is_a_compute_bound_workload_on_one_axis_with_the_ratio_pri
     fig = scope["fig"]
     top, bottom = fig.axes[0], fig.axes[1]
     assert top.get_xlim() == bottom.get_xlim()  # one shared x-axis: the bars compare by length
+    # each panel's title states the ms its step's path spends outside the compute, and its top row's
+    # bars, laid end to end, reach it (DDP's second row, the buckets beside backward, is off that path)
+    for ax in fig.axes:
+        shown = float(re.search(r": ([0-9.]+) ms", ax.get_title())[1])
+        path = [bar for bar in ax.patches if bar.get_width() > 0 and bar.get_y() < 0]  # the top row, y = 0
+        reached = max(bar.get_x() + bar.get_width() for bar in path)
+        assert shown == pytest.approx(reached, rel=0.01), (ax.get_title(), reached)
     plt.close(fig)
     work = costmodel.large_workload("gpt2-small").scaled(16)
     dp = costmodel.predict(work, "A100-SXM", 4, strategy="DataParallel")
@@ -78,7 +85,9 @@ def test_the_timeline_is_a_compute_bound_workload_on_one_axis_with_the_ratio_pri
         assert compute > 0.9 * pred.total_s
     assert len(nb[at].source.splitlines()) <= 8  # the model's code stays in the library: a short cell
     # the assumed thread starts are named, and the prose beside it says modelled
-    assert "PYTHON_THREAD_S" in nb[at + 1].source and "modelled" in nb[at + 1].source.lower()
+    beside = nb[at + 1].source
+    assert nb[at + 1].cell_type == "markdown" and "modelled" in beside.lower()
+    assert "PYTHON_THREAD_S" in beside and "latency per message" in beside
     assert "too thin to see" in nb[at + 1].source  # the legend lists parts the reader cannot see
     # the prose says what the model leaves out (its Going-deeper block: the main path stays short), and
     # rests no verdict on a published timing: the one DataParallel-and-DDP pair is a single run each,

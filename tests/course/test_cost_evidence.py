@@ -151,36 +151,3 @@ def test_chapter_09_says_what_keeps_ranks_in_step_and_no_thread_is_a_core():
     text = " ".join(" ".join(c.source for c in cells("09_beyond_one_process.ipynb")).split())
     assert "same number of batches" in text and "one process, one core" not in text
     assert "gets one core" not in " ".join(inspect.getsource(compare).split())
-
-
-def test_chapter_09_timelines_title_the_total_the_bars_reach_and_say_what_is_assumed():
-    """Each panel's title states the ms its step's path spends outside the compute, and its top row's
-    bars, laid end to end, reach it (DDP's second row, the buckets beside backward, is off that path).
-    And the cell beside the figure names the model's assumptions, labelled modelled."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from dpteach.distributed import compare, make_data, make_model, plots
-
-    nb = cells("09_beyond_one_process.ipynb")
-    at = next(i for i, c in enumerate(nb) if "ddp-timeline" in c.metadata.get("tags", []))
-    # the names the chapter's key-result cell imported before it
-    scope = {
-        "torch": torch,
-        "plots": plots,
-        "compare": compare,
-        "make_model": make_model,
-        "make_data": make_data,
-    }
-    exec(nb[at].source, scope)
-    for ax in scope["fig"].axes:
-        shown = float(re.search(r": ([0-9.]+) ms", ax.get_title())[1])
-        path = [bar for bar in ax.patches if bar.get_width() > 0 and bar.get_y() < 0]  # the top row, y = 0
-        reached = max(bar.get_x() + bar.get_width() for bar in path)
-        assert shown == pytest.approx(reached, rel=0.01), (ax.get_title(), reached)
-    plt.close(scope["fig"])
-    beside = nb[at + 1].source
-    assert nb[at + 1].cell_type == "markdown" and "modelled" in beside.lower()
-    assert "PYTHON_THREAD_S" in beside and "latency per message" in beside
