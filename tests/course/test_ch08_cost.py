@@ -76,22 +76,25 @@ def test_the_thread_table_comes_early_after_its_heading_and_figures_have_alt_tex
 
 
 def test_the_opening_answers_the_question_from_published_measurements():
-    """DataParallel against DDP on 2 GPUs, from the two published pairs: 8.5% (the shipped Hugging Face
+    """The mechanism and what DDP does instead in two sentences, then the table; in the fold after it,
+    DataParallel against DDP on 2 GPUs from the two published pairs: 8.5% (the shipped Hugging Face
     pair) and 33% (aw_nas PR #17's epochs, quoted): not always slower, and no CPU can measure it."""
     from dpteach.measure import published
 
     opening = flat(NB.cells[2].source)
-    first = opening.split("<details>")[0]  # the answer, before the sources in their Going-deeper block
+    first = opening.split("<details>")[0]  # the mechanism, before the numbers in their Going-deeper block
+    fold = opening.split("<details>")[1]  # what was measured, then the sources
+    assert "%" not in first and len(first.split("**The one thing to learn:**")[1].split("|")[0].strip().split(". ")) == 2
     [pair] = published.pairs(published.shipped()).values()
     hf, _ = published.pair_ratio(pair)
     aw_nas = 24 / 18  # "DataParallel(two GPUs): 24s/epoch", "DistributedDP(two GPUs): 18s/epoch"
     assert (
         f"DataParallel took {100 * (hf - 1):.1f}% and {100 * (aw_nas - 1):.0f}% longer than DDP on 2 GPUs"
-        in first
+        in fold
     )
     assert "every step, DataParallel's one process copies the model out of GPU 0" in first
     assert "- Hugging Face" not in first and "#65936" not in first  # the citations wait in the block
-    assert "It is not always slower" in first and "no CPU can measure it" in first
+    assert "It is not always slower" in fold and "no CPU can measure it" in fold
     # each source, quoted as read
     assert (
         "`docs/source/en/perf_train_gpu_many.md`" in opening
@@ -110,8 +113,8 @@ def test_the_opening_answers_the_question_from_published_measurements():
         '"two RTX 4090 without P2P support"' in opening and "reports, with no set-up to reproduce" in opening
     )
     assert 'it "much better"' not in opening  # each of the two comments is its own user's
-    assert "An optional last section times both on your CPU." in first  # the timing, announced as optional
-    assert "your CPU times both" not in first  # not right after "no CPU can measure it"
+    assert "An optional last section times both on your CPU." in fold  # the timing, announced as optional
+    assert "your CPU times both" not in fold  # not right after "no CPU can measure it"
     # then PyTorch's three reasons, in the DDP tutorial's words, and what the chapter shows of each
     assert (
         'DataParallel "is usually slower than DistributedDataParallel even on a single machine", due to "GIL '
@@ -122,12 +125,12 @@ def test_the_opening_answers_the_question_from_published_measurements():
     # the same Hugging Face page, stated as measured: DDP with and without NVLink; the guide's "~15% faster"
     # sets DataParallel with NVLink against DDP without it, so it waits in the fold, said as such
     assert (
-        "DDP needs its link" in first and "131.4 s with NVLink turned off, against 101.9 s with it" in first
+        "DDP needs its link" in fold and "131.4 s with NVLink turned off, against 101.9 s with it" in fold
     )
     assert "DDP's lead depends on the link" not in first and "~15%" not in first
     assert '"DP is ~10% slower than DDP with NVlink, but ~15% faster than DDP without NVlink"' in opening
     assert "sets DataParallel with NVLink against DDP without it" in opening
-    assert "(sources in the fold below)" in first  # both pairs' sources are in the fold, not "below"
+    assert fold.index("In two published pairs") < fold.index("- Hugging Face")  # numbers, then sources
     assert "makes GPU 0" not in markdown()  # the host process starts the threads, not GPU 0
 
 
