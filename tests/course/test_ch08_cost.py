@@ -84,7 +84,10 @@ def test_the_opening_answers_the_question_from_published_measurements():
     opening = flat(NB.cells[2].source)
     first = opening.split("<details>")[0]  # the mechanism, before the numbers in their Going-deeper block
     fold = opening.split("<details>")[1]  # what was measured, then the sources
-    assert "%" not in first and len(first.split("**The one thing to learn:**")[1].split("|")[0].strip().split(". ")) == 2
+    assert (
+        "%" not in first
+        and len(first.split("**The one thing to learn:**")[1].split("|")[0].strip().split(". ")) == 2
+    )
     [pair] = published.pairs(published.shipped()).values()
     hf, _ = published.pair_ratio(pair)
     aw_nas = 24 / 18  # "DataParallel(two GPUs): 24s/epoch", "DistributedDP(two GPUs): 18s/epoch"
@@ -124,9 +127,7 @@ def test_the_opening_answers_the_question_from_published_measurements():
     assert "This chapter counts the last two" in opening and "is not measured here" in opening
     # the same Hugging Face page, stated as measured: DDP with and without NVLink; the guide's "~15% faster"
     # sets DataParallel with NVLink against DDP without it, so it waits in the fold, said as such
-    assert (
-        "DDP needs its link" in fold and "131.4 s with NVLink turned off, against 101.9 s with it" in fold
-    )
+    assert "DDP needs its link" in fold and "131.4 s with NVLink turned off, against 101.9 s with it" in fold
     assert "DDP's lead depends on the link" not in first and "~15%" not in first
     assert '"DP is ~10% slower than DDP with NVlink, but ~15% faster than DDP without NVlink"' in opening
     assert "sets DataParallel with NVLink against DDP without it" in opening
