@@ -2239,7 +2239,8 @@ def copied_per_step(
     model itself), ``"no gather"`` (the gathered output left out), ``"two slots"`` (the two-slot step's
     bytes, not scaled to these slots), ``"gradients"`` (the gradients' sum counted as a copy: on one
     device it is an addition, not a copy), ``"gather share"`` (the gather counted without slot 0's own
-    piece), ``"elements"`` (elements, not bytes). The hints climb the ladder, the
+    piece), ``"scatter"`` (the batch's scatter counted: on one device its pieces are views),
+    ``"elements"`` (elements, not bytes). The hints climb the ladder, the
     answer from the third failed try on.
     """
     import copy
@@ -2292,6 +2293,16 @@ def copied_per_step(
                 f"not the {gathered - gathered // n:,} of the other slots",
             ),
         )
+    if "scatter" not in ops:  # one device: the scatter's pieces are views of the batch, no copy
+        batch = x.numel() * x.element_size()
+        scatter = (
+            "scatter",
+            "you added the scatter of the batch: on one device it cuts the batch into views of its "
+            "rows and copies nothing, so traffic() records no scatter; only between GPUs does it copy "
+            "each piece bound for another GPU",
+        )
+        slips.setdefault(truth + batch, scatter)
+        slips.setdefault(truth + batch - batch // n, scatter)  # the other slots' pieces only
     if "reduce_add" not in ops and "reduce" not in ops:  # one device: the sum adds in place, no copy
         slips.setdefault(
             truth + (n - 1) * P,

@@ -774,7 +774,7 @@ def draw_over_n(
     axes[0].set_ylabel("one GPU's step / n GPUs' step\n(above 1: quicker than one GPU)", fontsize=8)
     axes[0].set_ylim(0, 1.2 * max(max(line.get_ydata()) for ax in axes for line in ax.get_lines()))
     axes[0].set_xlim(0.5, ns[-1] + 1.2)  # room for the values written at the widest n
-    axes[0].legend(fontsize=8, loc="upper right")
+    axes[0].legend(fontsize=8, loc="upper left")  # the curves climb to the right
     # what the model leaves out, once for the figure: per panel the captions would overlap
     starts = "; thread starts not charged" if thread_s == 0 else ""
     fig.text(

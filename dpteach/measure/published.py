@@ -478,7 +478,7 @@ def draw(measurements: list[Measurement], ax=None, latency: bool = False):
 
 def figure(measurements: list[Measurement], latency: bool = False):
     """Every measurement in one figure: a panel per DDP curve (measured points, the modelled line, each
-    point's measured / modelled under it, the y axis fitted to the points so that what DDP adds shows),
+    point's measured / modelled under it, the y axis from 0 so that a gap reads at its size),
     then a panel per DataParallel-and-DDP pair (``draw_pair``); one legend, under the panels."""
     import matplotlib.pyplot as plt
 
@@ -489,11 +489,8 @@ def figure(measurements: list[Measurement], latency: bool = False):
     for ax, m in zip(axes, runs):
         draw([m], ax=ax, latency=latency)
         ax.get_legend().remove()  # one legend for the figure, below
-        ax.set_ylim(auto=True)
-        ax.relim()
-        ax.autoscale(axis="y")
-        low, high = ax.get_ylim()
-        ax.set_ylim(low - 0.15 * (high - low), high + 0.1 * (high - low))  # room for the ratios
+        # from 0, as draw's: a y axis cut to the points makes a gap of a few percent look large
+        ax.set_ylim(0, 1.12 * max(r.measured_s * 1e3 for r in compare(m, latency)))
         for r in compare(m, latency):
             if r.ratio is not None:
                 ax.annotate(f"{r.ratio:.2f}x", (r.n, r.measured_s * 1e3), xytext=(0, -11),

@@ -58,6 +58,8 @@ def test_exercise_1_accepts_every_byte_of_the_step_on_any_number_of_slots(chapte
         ("gradients", lambda P, G: 6 * P + G),
         ("elements", lambda P, G: (3 * P + G) // 4),
         ("gather share", lambda P, G: 3 * P + G * 3 // 4),  # slot 0's quarter of the output left out
+        ("scatter", lambda P, G: 3 * P + 2 * G),  # the batch (256 x 1024 float32, G bytes) counted too
+        ("scatter", lambda P, G: 3 * P + G + G * 3 // 4),  # the other slots' pieces of the batch
     ],
 )
 def test_exercise_1_names_each_slip_and_says_what_to_change(chapter, slip, wrong):
@@ -66,6 +68,15 @@ def test_exercise_1_names_each_slip_and_says_what_to_change(chapter, slip, wrong
     verdict = checks.copied_per_step(wrong(P, G), model, x, ["cpu"] * 4)
     assert not verdict.ok and verdict.problem == slip
     assert verdict.message.startswith("Not yet: ") and "Hint 1 of 2" in verdict.message
+
+
+def test_exercise_1_says_the_scatter_of_the_batch_copies_nothing_on_one_device(chapter):
+    model, x, _ = chapter
+    P = costs.state_nbytes(model)["parameters"]
+    verdict = checks.copied_per_step(3 * P + 2 * x.numel() * 4, model, x, ["cpu"] * 4)
+    assert "you added the scatter of the batch" in verdict.message
+    assert "on one device it cuts the batch into views" in verdict.message
+    checks.reset()
 
 
 def test_exercise_1_hints_climb_to_the_answer_and_refuse_non_counts(chapter):
