@@ -781,12 +781,13 @@ def draw_over_n(
         0.5,
         0.01,
         f"modelled; {LEFT_OUT_WITH_LATENCY if latency else LEFT_OUT}, no Python overhead{starts}: "
-        "for a step under a millisecond these are much of it, so read the shape, not the heights",
+        "read the shape, not the heights",
         ha="center",
         fontsize=7,
     )
     if title:
-        fig.suptitle(f"{title} (modelled from bandwidth and compute only)", fontsize=10)
+        how = "compute, bandwidth and NCCL's latency estimates" if latency else "compute and bandwidth"
+        fig.suptitle(f"{title} (modelled from {how} only)", fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
