@@ -1489,6 +1489,17 @@ def _byte_slips(
     return found
 
 
+def _not_a_byte_count(predicted) -> Verdict | None:
+    """The verdict for a byte prediction left unset or not a whole number; None when it is one."""
+    if _unset(predicted):
+        return Verdict(
+            False, "Set predicted to your number of bytes, e.g. 1000000, then run this cell again."
+        )
+    if not _count(predicted):
+        return Verdict(False, f"Give a whole number of bytes, e.g. 1000000, not {predicted!r}.")
+    return None
+
+
 def model_copy_bytes(
     predicted: int | object,
     model: torch.nn.Module,
@@ -1513,12 +1524,8 @@ def model_copy_bytes(
     from ..measure import costs
 
     name = f"ch06.model_copy_bytes.{strategy}.{len(devices)}"
-    if _unset(predicted):
-        return Verdict(
-            False, "Set predicted to your number of bytes, e.g. 1000000, then run this cell again."
-        )
-    if not _count(predicted):
-        return Verdict(False, f"Give a whole number of bytes, e.g. 1000000, not {predicted!r}.")
+    if (unanswered := _not_a_byte_count(predicted)) is not None:
+        return unanswered
     ops = costs.step_traffic(copy.deepcopy(model), x, list(devices), strategy).by_op()
     truth, gathered = sum(ops.get(op, 0) for op in MODEL_COPY_OPS), ops.get("gather", 0)
     size = costs.state_nbytes(model)
@@ -2249,12 +2256,8 @@ def copied_per_step(
 
     n = len(slots)
     name = f"ch08.copied_per_step.{n}"
-    if _unset(predicted):
-        return Verdict(
-            False, "Set predicted to your number of bytes, e.g. 1000000, then run this cell again."
-        )
-    if not _count(predicted):
-        return Verdict(False, f"Give a whole number of bytes, e.g. 1000000, not {predicted!r}.")
+    if (unanswered := _not_a_byte_count(predicted)) is not None:
+        return unanswered
     ops = costs.step_traffic(copy.deepcopy(model), x, list(slots)).by_op()
     truth = sum(ops.values())
     P = costs.state_nbytes(model)["parameters"]

@@ -18,19 +18,23 @@ from dpteach.distributed import Ranks, order
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# DDP's shape: two buckets launched while backward runs, one wait at its end
+ASYNCHRONOUS = (
+    ("node", "A"),
+    ("bucket", 0, ["x"], 4),
+    ("node", "B"),
+    ("node", "C"),
+    ("bucket", 1, ["y"], 4),
+    ("wait",),
+)
+
+
 def step(events):
     return {"events": events, "on_caller": True}
 
 
 def test_in_flight_counts_the_nodes_between_a_launch_and_the_result():
-    asynchronous = [
-        ("node", "A"),
-        ("bucket", 0, ["x"], 4),
-        ("node", "B"),
-        ("node", "C"),
-        ("bucket", 1, ["y"], 4),
-        ("wait",),
-    ]
+    asynchronous = list(ASYNCHRONOUS)
     first, last = order.in_flight(step(asynchronous))
     assert first["ran"] == ["B", "C"] and first["waited"] and first["result_at"] == 5
     assert last["ran"] == [] and last["waited"]
@@ -258,16 +262,7 @@ def test_the_order_figure_places_each_bucket_among_backwards_nodes_and_reads_no_
 
     from dpteach.distributed import plots
 
-    ddp = step(
-        [
-            ("node", "A"),
-            ("bucket", 0, ["x"], 4),
-            ("node", "B"),
-            ("node", "C"),
-            ("bucket", 1, ["y"], 4),
-            ("wait",),
-        ]
-    )
+    ddp = step(list(ASYNCHRONOUS))
     ours = step([("node", "A"), ("bucket", 0, ["x"], 4), ("done", 0), ("node", "B"), ("node", "C")])
     ours["events"] += [("bucket", 1, ["y"], 4), ("done", 1)]
 
