@@ -547,8 +547,8 @@ def test_exercise_3_check_passes_the_answer_and_names_each_mistake(fresh_checks)
 
 
 def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_learner_to_read(ipywidgets):
-    """Section 1a reads the blown-up loss curve by its red note: both lines leave the axis together, and the
-    note says from which step they are off it, then inf, then nan."""
+    """Section 1a reads the blown-up loss curve by its red note: the note says from which step each line is
+    off the axis, then inf, then nan."""
     import base64
 
     from dpteach import widgets
@@ -557,8 +557,10 @@ def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_
     view.lr.value = 10**-0.2  # the slider's notch 0.631
     view.run_button.click()
     (svg,) = [base64.b64decode(b).decode() for b in re.findall(r"base64,([^\"]+)", view.curve.value)]
-    (note,) = re.findall(r'<text class="off-axis"[^>]*>(both lines: [^<]*)</text>', svg)
-    assert re.fullmatch(r"both lines: inf from step \d+, nan from \d+", note), note
+    notes = re.findall(r'<text class="off-axis"[^>]*>([^<]*)</text>', svg)[1:]
+    # one line for both, or one each where rounding parts them by a step or two (it rests on the CPU)
+    one = r"(both lines|one device|DataParallel): inf from step \d+, nan from \d+"
+    assert 1 <= len(notes) <= 2 and all(re.fullmatch(one, note) for note in notes), notes
     (mark,) = re.findall(r'<text class="mark"[^>]*>([^<]*)</text>', svg)
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     # the main path says the status line's rule; the chart's marks are in the fold after the cell

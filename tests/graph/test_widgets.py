@@ -142,16 +142,23 @@ def test_a_diverging_run_is_said_and_drawn():
 
 
 def test_the_status_never_says_agree_alone_while_the_loss_blows_up():
-    """At the slider's 0.631 both runs blow up together, so their gradients agree: the status says that
-    and, first, that the loss is above its start; a run that learns (0.2) never gets the warning."""
+    """At the slider's 0.631 both runs blow up: while their losses are finite the status says first that
+    the loss is above its start, then how the gradients compare; once inf and nan come it says the run
+    diverged. A run that learns (0.2) never gets the warning."""
     warning = "the loss is above its start: the learning rate is too large"
-    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=28)  # 28 steps: the loss is still finite
+    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=40)
+    finite = 0
     while not lab.done:
         lab.step()
         status = lab.status()
+        # which step first overflows float32 rests on rounding, and so on the CPU: read it from the run
+        if not (math.isfinite(lab.losses[-1]) and math.isfinite(lab.reference_losses[-1])):
+            break
+        finite += 1
         assert lab.losses[-1] > lab.losses[0] and warning in status, status
         assert status.index(warning) < status.index("gradient norms"), status  # said before the agreement
-    assert "diverged" in (lab.configure(steps=40), lab.run(), lab.status())[-1]  # inf, then nan: said too
+    assert finite >= 10  # many finite steps were checked before the overflow
+    assert "diverged" in (lab.run(), lab.status())[-1]  # inf, then nan: said too
     calm = TrainingLab("rewire", slots=2, lr=0.2, steps=60)
     while not calm.done:
         calm.step()
@@ -167,11 +174,16 @@ def test_the_off_axis_note_names_the_steps_each_line_leaves_at():
     lab.run()
     svg = decode_img(loss_curve(lab.losses, lab.reference_losses, lab.strategy, lab.steps))
     notes = re.findall(r'<text class="off-axis"[^>]*>([^<]*)</text>', svg)
-    inf = next(i for i, v in enumerate(lab.losses) if math.isinf(v))
-    nan = next(i for i, v in enumerate(lab.losses) if math.isnan(v))
+    def leaves(losses):  # the first inf, then the first nan, of one line
+        return tuple(next(i for i, v in enumerate(losses) if test(v)) for test in (math.isinf, math.isnan))
+
+    one, dp = leaves(lab.reference_losses), leaves(lab.losses)
+    inf = min(one[0], dp[0])
     assert "(log scale)" in svg and notes[0] == "off the axis, drawn on its top edge:"
-    # both runs go inf and nan at the same steps (their gap is rounding), so they share one line
-    assert notes[1:] == [f"both lines: inf from step {inf}, nan from {nan}"]
+    # two runs that leave at the same steps share one line; where rounding parts them, each has its own
+    said = {name: f"inf from step {i}, nan from {n}" for name, (i, n) in (("one device", one), ("DataParallel", dp))}
+    expected = [f"both lines: {said['one device']}"] if one == dp else [f"{k}: {v}" for k, v in said.items()]
+    assert notes[1:] == expected
     # on the log axis the finite losses are drawn below the top edge, each higher point a larger loss
     lines = [[float(p.split(",")[1]) for p in pts.split()] for pts in re.findall(r'points="([^"]*)"', svg)]
     top = min(min(ys) for ys in lines)
