@@ -174,6 +174,7 @@ def test_the_off_axis_note_names_the_steps_each_line_leaves_at():
     lab.run()
     svg = decode_img(loss_curve(lab.losses, lab.reference_losses, lab.strategy, lab.steps))
     notes = re.findall(r'<text class="off-axis"[^>]*>([^<]*)</text>', svg)
+
     def leaves(losses):  # the first inf, then the first nan, of one line
         return tuple(next(i for i, v in enumerate(losses) if test(v)) for test in (math.isinf, math.isnan))
 
@@ -181,7 +182,10 @@ def test_the_off_axis_note_names_the_steps_each_line_leaves_at():
     inf = min(one[0], dp[0])
     assert "(log scale)" in svg and notes[0] == "off the axis, drawn on its top edge:"
     # two runs that leave at the same steps share one line; where rounding parts them, each has its own
-    said = {name: f"inf from step {i}, nan from {n}" for name, (i, n) in (("one device", one), ("DataParallel", dp))}
+    said = {
+        name: f"inf from step {i}, nan from {n}"
+        for name, (i, n) in (("one device", one), ("DataParallel", dp))
+    }
     expected = [f"both lines: {said['one device']}"] if one == dp else [f"{k}: {v}" for k, v in said.items()]
     assert notes[1:] == expected
     # on the log axis the finite losses are drawn below the top edge, each higher point a larger loss
