@@ -2869,10 +2869,12 @@ def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int
     "broadcast" and under "clone", as ``(broadcast, clone)``; checked against the counts of
     ``comm.traffic()`` at each number of ``slots``, for the cost explorer's model of hidden ``width``."""
     name = "ch12.slot_copies"
-    hints = [
-        'The report above shows both at 4 slots: "broadcast" 3.0x the model, "clone" 4.0x, each + one gather.',
+    hints = [  # the idea first; the strategies' counts only on the second try
+        "Count whole models: one step copies the model once for each slot whose replica gets storage of "
+        "its own, and the outputs once, gathered onto slot 0.",
         '"clone" copies the model to every slot; "broadcast" to every slot but slot 0, whose replica '
-        "shares the model's storage. Each adds one gather of the outputs onto slot 0.",
+        "shares the model's storage (the report above: 3.0x and 4.0x the model at 4 slots). Each adds one "
+        "gather of the outputs onto slot 0.",
     ]
     answer = (
         "broadcast = (slots - 1) * model_bytes + gather_bytes; clone = slots * model_bytes + gather_bytes."

@@ -202,7 +202,8 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     ``gather`` moves the whole batch's outputs onto slot 0, not the model, and its copy calls are counted
     over all slots. Each DDP rank hands its P bytes of gradients to all-reduce, one call per bucket; what
     a ring all-reduce of them sends and receives on each rank, 2(N-1)/N x P (nccl-tests'
-    ``PERFORMANCE.md``), is the one row computed rather than counted, and its label says so.
+    ``PERFORMANCE.md``), is the one row computed rather than counted, and its label says so. A last
+    line says what to read across the rows: the model and the outputs are DataParallel's copies alone.
     """
     n, p = world_size, dp["parameter_bytes"]
     counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
@@ -222,6 +223,7 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [f"one step, in bytes, per slot or rank: N = {n}, P = {p:,} (the model's parameters)"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines.append("so: DataParallel alone copies the model in and gathers the outputs, every step")
     return "\n".join(lines)
 
 

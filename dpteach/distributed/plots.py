@@ -1,6 +1,6 @@
 """Chapter 09's pictures: step time against model size, this machine's rounds of four ways to run a
-step on its CPU, DDP's buckets in backward's order (and on one run's clock), and the modelled steps
-outside their compute.
+step on its CPU, DDP's buckets in backward's order (and on one run's clock), and the modelled steps,
+whole and outside their compute.
 
 Each function returns the matplotlib ``Figure`` and draws its own legend into it.
 """
@@ -300,16 +300,26 @@ def _outside(pred) -> tuple[list, list]:
     return path, beside
 
 
-def outside_compute(predictions: Mapping):
-    """Modelled steps with GPU 0's forward and backward cut out: one panel per strategy, on one axis.
+def _whole(pred) -> list:
+    """``pred``'s step laid end to end: the parts on its path (``_outside``) with GPU 0's forward and backward
+    put back, each before the first part that starts once it has ended; their lengths add up to the total."""
+    path, _ = _outside(pred)
+    compute = [p for p in pred.parts if p.lane == "GPU 0" and p.name in ("forward", "backward")]
+    # a compute part sits where it ends (and before a part that starts right then); any other, where it starts
+    return sorted(path + compute, key=lambda p: (p.end, 0) if p in compute else (p.start, 1))
 
-    The top row of each panel is what lies on the step's path besides the compute, its parts laid end
-    to end in the order they run; DDP's second row is the buckets whose all-reduce runs beside backward.
-    """
+
+def _thin_labels(names: Mapping, widest: Mapping, thin: float) -> list[str]:
+    """The legend's labels: each part's name, marked where even its widest bar is under ``thin``."""
+    return [f"{n} (too thin to see)" if widest[n] < thin else n for n in names]
+
+
+def _outside_panels(plt, axes, predictions: Mapping, first_title: str = "") -> None:
+    """One panel per strategy on ``axes`` (one shared x-axis): the parts of its step outside GPU 0's forward
+    and backward, laid end to end; DDP's second row is the buckets whose all-reduce runs beside backward.
+    ``first_title`` goes before the first panel's title."""
     from ..measure import costmodel
 
-    plt = _pyplot()
-    fig, axes = plt.subplots(len(predictions), 1, figsize=(9, 1.5 + 1.3 * len(predictions)), sharex=True)
     ms = 1e3
     for ax, (strategy, pred) in zip(axes, predictions.items()):
         path, beside = _outside(pred)
@@ -337,7 +347,8 @@ def outside_compute(predictions: Mapping):
         ax.set_ylim(len(rows) - 0.5, -0.5)
         outside = sum(p.seconds for p in path) * ms
         ax.set_title(
-            f"{strategy} on {pred.n} GPUs: {outside:.3g} ms of its modelled step lie outside GPU 0's"
+            (first_title if ax is axes[0] else "")
+            + f"{strategy} on {pred.n} GPUs: {outside:.3g} ms of its modelled step lie outside GPU 0's"
             f" forward and backward",
             fontsize=9,
         )
@@ -351,10 +362,83 @@ def outside_compute(predictions: Mapping):
             for n in names
         }
         thin = 0.005 * max(sum(p.seconds for p in _outside(q)[0]) for q in predictions.values())
-        labels = [f"{n} (too thin to see)" if widest[n] < thin else n for n in names]
-        ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+        ax.legend(
+            handles,
+            _thin_labels(names, widest, thin),
+            fontsize=7,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1),
+            frameon=False,
+        )
     axes[-1].set_xlabel(
         "ms (modelled; parts laid end to end, in the order they run; the compute cut out)", fontsize=8
     )
+
+
+def outside_compute(predictions: Mapping):
+    """Modelled steps with GPU 0's forward and backward cut out: one panel per strategy, on one axis.
+
+    The top row of each panel is what lies on the step's path besides the compute, its parts laid end
+    to end in the order they run; DDP's second row is the buckets whose all-reduce runs beside backward.
+    """
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(predictions), 1, figsize=(9, 1.5 + 1.3 * len(predictions)), sharex=True)
+    _outside_panels(plt, axes, predictions)
+    fig.tight_layout()
+    return fig
+
+
+def modelled_steps(predictions: Mapping):
+    """Modelled steps (``costmodel.predict``, by strategy), first whole, then with the compute cut out.
+
+    The top panel lays each whole step end to end on one axis, GPU 0's forward and backward included, so
+    its bars compare as the totals do: DataParallel's over DDP's is the ratio ``compare.modelled_steps``
+    prints. Most of each bar is compute, and most other parts are too thin to see beside it; the panels
+    below (``outside_compute``'s) cut the compute out and draw those parts on a scale of their own.
+    """
+    from ..measure import costmodel
+
+    plt = _pyplot()
+    fig = plt.figure(figsize=(9, 3.0 + 1.3 * len(predictions)))
+    grid = fig.add_gridspec(len(predictions) + 1, 1, height_ratios=[1.4] + [1.0] * len(predictions))
+    whole = fig.add_subplot(grid[0])
+    below = [fig.add_subplot(grid[1])]
+    below += [fig.add_subplot(grid[i + 1], sharex=below[0]) for i in range(1, len(predictions))]
+    ms, names, widest = 1e3, {}, {}
+    for y, pred in enumerate(predictions.values()):
+        left = 0.0
+        for p in _whole(pred):
+            name = "thread start" if p.name.startswith("start thread") else p.name
+            colour = costmodel._COLOURS.get(p.name, "#bbbbbb")
+            whole.barh(y, p.seconds * ms, left=left, height=0.6, color=colour, edgecolor="white", lw=0.3)
+            if p.name in ("forward", "backward"):  # wide enough to name inside
+                middle = left + p.seconds * ms / 2
+                whole.text(
+                    middle, y, f"GPU 0's {p.name}", ha="center", va="center", fontsize=8, color="white"
+                )
+            names.setdefault(name, colour)
+            widest[name] = max(widest.get(name, 0.0), p.seconds)
+            left += p.seconds * ms
+        whole.text(left, y, f"  {pred.total_s * ms:.4g} ms", va="center", fontsize=8)
+    totals = [pred.total_s for pred in predictions.values()]
+    whole.set_yticks(
+        range(len(predictions)), [f"{s} on {p.n} GPUs" for s, p in predictions.items()], fontsize=8
+    )
+    whole.set_ylim(len(predictions) - 0.5, -0.5)
+    whole.set_xlim(0, 1.12 * max(totals) * ms)  # room for the totals beside the bars
+    if {"DataParallel", "DDP"} <= set(predictions):
+        ratio = predictions["DataParallel"].total_s / predictions["DDP"].total_s
+        said = f": DataParallel's step is {ratio:.3f} times DDP's"
+    else:
+        said = ""
+    whole.set_title(f"The whole modelled step, compute included{said}", fontsize=9)
+    whole.set_xlabel("ms (modelled; each step's parts laid end to end, in the order they run)", fontsize=8)
+    # the parts wide enough to see at this scale (forward and backward are named on their bars)
+    seen = [n for n in names if n not in ("forward", "backward") and widest[n] >= 0.005 * max(totals)]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=names[n]) for n in seen]
+    handles.append(plt.Line2D([], [], ls="none"))
+    labels = [*seen, "every other part: too thin\nat this scale (zoomed in below)"]
+    whole.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    _outside_panels(plt, below, predictions, first_title="Zoomed in, the compute cut out. ")
     fig.tight_layout()
     return fig

@@ -157,7 +157,7 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     sends and receives on each rank (computed, 2(N-1)/N x P, and its label says so); the gathered outputs
     on a row apart, never mixed into the model's bytes (the 516 bytes copied on CPU slots), with the
     number of rows whose outputs it moves. Plain rows, no footnote marks: on CPU slots, which sum the
-    gradients in place, the cell itself says "CPU slots: 0"."""
+    gradients in place, the cell itself says "CPU slots: 0". A last line says what to read across them."""
     from dpteach.distributed import compare
 
     dp = dict(
@@ -171,7 +171,8 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     assert rows[0].startswith("one step, in bytes, per slot or rank: N = 2, P = 260")
     assert re.split(r"\s{2,}", rows[1].strip()) == ["DataParallel slot", "DDP rank"]
     table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[2:])}
-    assert len(rows) == 7  # the title, the header and five rows: nothing below to look up
+    assert len(rows) == 8  # the title, the header, five rows and what to read across them: nothing to look up
+    assert rows[-1] == "so: DataParallel alone copies the model in and gathers the outputs, every step"
     assert table["model copied in"] == ["260", "0"]
     # on CPU slots the reduce moves nothing, and the cell says why it is 0
     assert table["gradients sent"] == ["CPU slots: 0", "260 to all_reduce"]
@@ -191,7 +192,7 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
     assert re.split(r"\s{2,}", four[3]) == ["gradients sent", "260", "260 to all_reduce"]
     assert "sends 390, receives 390" in four[4]
-    assert "CPU slots" not in "\n".join(four) and len(four) == 7
+    assert "CPU slots" not in "\n".join(four) and len(four) == 8
     assert "192 (the whole batch)" in four[5]  # no row count given: none invented
 
 

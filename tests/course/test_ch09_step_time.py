@@ -60,21 +60,34 @@ def test_the_timeline_is_a_compute_bound_workload_on_one_axis_with_the_ratio_pri
     }
     printed = run_cell(nb[at].source, scope)
     fig = scope["fig"]
-    top, bottom = fig.axes[0], fig.axes[1]
-    assert top.get_xlim() == bottom.get_xlim()  # one shared x-axis: the bars compare by length
-    # each panel's title states the ms its step's path spends outside the compute, and its top row's
-    # bars, laid end to end, reach it (DDP's second row, the buckets beside backward, is off that path)
-    for ax in fig.axes:
-        shown = float(re.search(r": ([0-9.]+) ms", ax.get_title())[1])
-        path = [bar for bar in ax.patches if bar.get_width() > 0 and bar.get_y() < 0]  # the top row, y = 0
-        reached = max(bar.get_x() + bar.get_width() for bar in path)
-        assert shown == pytest.approx(reached, rel=0.01), (ax.get_title(), reached)
-    plt.close(fig)
+    whole, *zoomed = fig.axes
     work = costmodel.large_workload("gpt2-small").scaled(16)
     dp = costmodel.predict(work, "A100-SXM", 4, strategy="DataParallel")
     ddp = costmodel.predict(work, "A100-SXM", 4, strategy="DDP")
     ratio = re.search(r"DataParallel / DDP step, modelled: ([0-9.]+)", printed)
     assert ratio and float(ratio[1]) == pytest.approx(dp.total_s / ddp.total_s, abs=1e-3), printed
+    # the top panel draws each whole step, compute included, on one axis: each row's bars, laid end to
+    # end, reach its modelled total, so the bars' lengths compare as the printed ratio says
+    reached = {}
+    for bar in whole.patches:
+        row = round(bar.get_y() + bar.get_height() / 2)
+        reached[row] = max(reached.get(row, 0.0), bar.get_x() + bar.get_width())
+    assert reached[0] == pytest.approx(dp.total_s * 1e3, rel=1e-3)
+    assert reached[1] == pytest.approx(ddp.total_s * 1e3, rel=1e-3)
+    assert reached[0] / reached[1] == pytest.approx(float(ratio[1]), abs=1e-3)
+    assert f"{float(ratio[1]):.3f} times DDP's" in whole.get_title()  # the ratio the cell prints
+    # below, zoomed in: the compute cut out, the two panels on one shared x-axis
+    top, bottom = zoomed
+    assert top.get_xlim() == bottom.get_xlim()  # one shared x-axis: the bars compare by length
+    assert top.get_title().startswith("Zoomed in, the compute cut out.")
+    # each zoomed panel's title states the ms its step's path spends outside the compute, and its top
+    # row's bars, laid end to end, reach it (DDP's second row, the buckets beside backward, is off that path)
+    for ax in zoomed:
+        shown = float(re.search(r"GPUs: ([0-9.]+) ms", ax.get_title())[1])
+        path = [bar for bar in ax.patches if bar.get_width() > 0 and bar.get_y() < 0]  # the top row, y = 0
+        reached = max(bar.get_x() + bar.get_width() for bar in path)
+        assert shown == pytest.approx(reached, rel=0.01), (ax.get_title(), reached)
+    plt.close(fig)
     # compute dominates: most of each modelled step is GPU 0's forward and backward
     for name, pred in (("DataParallel", dp), ("DDP", ddp)):
         outside = re.search(rf"{name}, modelled: [0-9.]+ ms, of which ([0-9.e-]+) ms is not", printed)
@@ -87,6 +100,8 @@ def test_the_timeline_is_a_compute_bound_workload_on_one_axis_with_the_ratio_pri
     # the assumed thread starts are named, and the prose beside it says modelled
     beside = nb[at + 1].source
     assert nb[at + 1].cell_type == "markdown" and "modelled" in beside.lower()
+    main = " ".join(re.sub(r"<details\b.*?</details>", " ", beside, flags=re.S).split())
+    assert "whole step" in main and "the printed ratio" in main  # the prose reads the top panel first
     assert "PYTHON_THREAD_S" in beside and "latency per message" in beside
     assert "too thin to see" in nb[at + 1].source  # the legend lists parts the reader cannot see
     # the prose says what the model leaves out (its Going-deeper block: the main path stays short), and

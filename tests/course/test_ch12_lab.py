@@ -546,6 +546,18 @@ def test_exercise_3_check_passes_the_answer_and_names_each_mistake(fresh_checks)
     assert "slot 0's replica on the model's own storage" in " ".join(asked.split())
 
 
+def test_exercise_3_first_hint_names_the_idea_not_the_counts(fresh_checks):
+    """The first wrong try brings the idea (whole models, one per slot with storage of its own, and one
+    gather); which strategy copies how many models, and the report's multiples, wait for the second."""
+    checks = fresh_checks
+    wrong = lambda n, m, g: ((n - 1) * m + g, 2 * n * m)  # noqa: E731 - one wrong answer
+    first, second = (checks.slot_copies(wrong).message for _ in range(2))
+    hint = first.split("Hint 1 of 2: ")[1]
+    assert "Count whole models" in hint and "gathered onto slot 0" in hint
+    assert not any(s in hint for s in ('"clone"', '"broadcast"', "3.0x", "4.0x", "slot 0's replica"))
+    assert "Hint 2 of 2: " in second and "3.0x and 4.0x" in second
+
+
 def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_learner_to_read(ipywidgets):
     """Section 1a reads the blown-up loss curve by its red note: the note says from which step each line is
     off the axis, then inf, then nan."""

@@ -831,7 +831,29 @@ def test_each_widget_carries_a_still_for_front_ends_without_widgets(ipywidgets, 
         assert "step 60 of 60" in still and "as it looks after ▶▶ run to step 60" in still
         assert "step 0 of 60" in view.status.value and view.lab.step_count == 0
         assert bundle["text/plain"].startswith("DataParallelExplorer: step 60 of 60")
+    elif make == "gradient_stepper":  # a fresh stepper's still shows a step past 0; the live one stays at 0
+        shown = view.still_step()
+        # the first summing node, or under "clone" (the default), which has none, the first dead end
+        assert view.flow.steps[shown].kind == ("join" if view.flow.strategy != "clone" else "replica")
+        assert shown > 0
+        assert f"step {shown} of {len(view.flow) - 1}" in still
+        assert f"at step {shown}, {view.flow.steps[shown].label} (the live widget starts at step 0)" in still
+        assert view.position.value == 0 and f"step 0 of {len(view.flow) - 1}" in view.status.value
+        assert view.still_when == "as it was first shown"  # set back once the still is taken
     else:
         assert view.status.value in still  # its status line, as first shown
     assert "A still of the widget" in still and "children=" not in bundle["text/plain"]
     assert bundle["text/plain"].startswith(type(view).__name__ + ": ") and "<" not in bundle["text/plain"]
+
+
+def test_the_steppers_still_shows_the_first_sum_under_rewire(ipywidgets):
+    """Under "rewire" a still of a fresh stepper shows the first ReduceAddBackward at work, not step 0."""
+    from dpteach import widgets
+
+    view = widgets.gradient_stepper(strategy="rewire", slots=2)
+    shown = view.still_step()
+    assert view.flow.steps[shown].label == "ReduceAddBackward"
+    assert [s.kind for s in view.flow.steps[:shown]].count("join") == 0  # the first one
+    plain = view._repr_mimebundle_()["text/plain"]
+    assert plain.startswith(f"GradientStepper: step {shown} of {len(view.flow) - 1}")
+    assert view.position.value == 0  # the live widget is left at step 0
