@@ -2127,82 +2127,189 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     )
 
 
-def _node(name: object) -> str:
-    """A node's name reduced for comparing, so that the drawing's ``Mm`` and ``type(fn).__name__``'s
-    ``MmBackward0`` compare equal: no trailing ``0``, then no trailing ``Backward`` (so
-    ``MseLossBackwardBackward0`` keeps one ``Backward``, and stays apart from ``MseLossBackward0``)."""
-    text = str(name).strip()
-    text = text[:-1] if text.endswith("0") else text
-    return text[: -len("Backward")] if text.endswith("Backward") else text
+# Exercise 4's steps: each takes a second backward through DataParallel with one node swapped. The nodes
+# are the chapter's: CommBroadcast (cell "c18a"), DetachedBroadcast (the exercise's cell) and
+# UncheckedReduceAdd (cell "c25b"); the losses are the chapter's penalised_loss, gradient_norm_loss and
+# hessian_vector_product.
+_SECOND_STEPS = {
+    "a": "penalised_loss(net_of(model, CommBroadcast), x, y).backward()",
+    "b": "gradient_norm_loss(net_of(model, DetachedBroadcast), model, x, y).backward()",
+    "c": "hessian_vector_product(net_of(model, DetachedBroadcast), model, x, y, v)",
+    "d": "hessian_vector_product(dpteach.DataParallel(model, devices, strategy=unchecked), model, x, y, v)",
+}
+_SECOND_OUTCOMES = ("right", "wrong", "raises")
+_SECOND_WHY = {  # why each step does what it does
+    "a": "the input penalty's first gradient goes to x and never runs Broadcast's backward; backward() then "
+    "runs CommBroadcast's as a plain first-order backward, which needs no record",
+    "b": "ReduceAddCoalesced.apply records a node only when an input requires grad; given detached gradients "
+    "it records nothing, so the first gradient has no history and the penalty counts as a constant",
+    "c": "the first gradient has no history, as in b, and H v differentiates nothing else: g · v has no "
+    "grad_fn, and torch.autograd.grad refuses a tensor without one",
+    "d": "without its check ReduceAdd's sum is plain tensor operations, and with create_graph=True the engine "
+    "records them like any other code",
+}
 
 
-def recorded_node(name: object, devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 4: the node ``ReduceAddCoalesced``'s backward records, the ``grad_fn`` of each gradient of
-    ``(out * u).sum()`` taken with ``create_graph=True`` (``u`` requiring grad). The check takes it too.
-    ``name`` is one name, or a list of the same name once per gradient.
+def _second_step_nodes():
+    """The chapter's three swapped nodes, as its cells define them, and ``unchecked``'s strategy."""
+    from .. import comm
+    from ..functions import Broadcast, ReduceAddCoalesced
+    from ..replicate import ReduceAdd, rewire
 
-    Findings: ``"nothing recorded"`` (u needed no grad), ``"forward node"`` (out's grad_fn),
-    ``"not one name"`` (a list of different names), ``"other"``."""
-    from ..functions import ReduceAddCoalesced
+    class CommBroadcast(Broadcast):
+        @staticmethod
+        def backward(ctx, *grads):
+            n = ctx.num_inputs
+            per_slot = [grads[i : i + n] for i in range(0, len(grads), n)]
+            return (None,) + comm.reduce_add_coalesced(per_slot, ctx.input_device)
 
-    exercise = "ch07.recorded_node"
-    if _unset(name):
-        return Verdict(False, "Set recorded to the node's name, then run this cell again.")
-    if isinstance(name, (list, tuple, set)):  # one name per gradient: all the same, or a slip
-        names = {str(n) for n in name}
-        if len(names) != 1:
-            return Verdict(
-                False,
-                f"Not yet: recorded holds {len(names)} different names, {sorted(names)}; every gradient has "
-                "the same grad_fn once u requires grad: set recorded to that one name.",
-                "not one name",
-            )
-        (name,) = names
-    kw = {"dtype": torch.double, "device": devices[0]}
-    tensors = [torch.randn(3, **kw, requires_grad=True) for _ in devices]
-    (out,) = ReduceAddCoalesced.apply(torch.device(devices[0]), 1, *tensors)
-    u = torch.randn(3, **kw, requires_grad=True)  # a gradient that needs grad, so the backward records
-    truth = {
-        type(g.grad_fn).__name__ for g in torch.autograd.grad((out * u).sum(), tensors, create_graph=True)
+    class DetachedBroadcast(Broadcast):
+        @staticmethod
+        def backward(ctx, *grads):
+            grads = [g.detach() for g in grads]
+            return (None,) + ReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)
+
+    class UncheckedReduceAdd(ReduceAdd):
+        @staticmethod
+        def backward(ctx, *grads):
+            output = torch.zeros(ctx.size, dtype=ctx.dtype, device=ctx.destination)
+            for g in grads:
+                output.add_(g.to(ctx.destination))
+            return (output,) + (None,) * len(grads)
+
+    def unchecked(network, devices, detach=False):
+        return rewire.replicate(network, devices, detach, node=UncheckedReduceAdd)
+
+    return CommBroadcast, DetachedBroadcast, unchecked
+
+
+def _second_steps_run(devices) -> dict[str, tuple[str, str]]:
+    """Each step of ``_SECOND_STEPS`` run on a fresh course model: ``{letter: (outcome, what happened)}``,
+    the outcome ``"right"`` (one device's gradients, or H v, to float rounding), ``"wrong"`` or ``"raises"``."""
+    import torch.nn.functional as F
+
+    from ..data_parallel import DataParallel
+    from ..exercises import broadcast_with
+    from . import story
+
+    comm_broadcast, detached_broadcast, unchecked = _second_step_nodes()
+    x, y = (t.to(devices[0]) for t in story.make_data())
+    g = torch.Generator().manual_seed(0)
+    v = [torch.randn(p.shape, generator=g).to(devices[0]) for p in story.make_model().parameters()]
+
+    def penalised(net):
+        x_in = x.clone().requires_grad_(True)
+        output = net(x_in)
+        (grad_x,) = torch.autograd.grad(output.sum(), x_in, create_graph=True)
+        return F.mse_loss(output, y) + ((grad_x.norm(dim=1) - 1) ** 2).mean()
+
+    def gradient_norm(net, model):
+        loss = F.mse_loss(net(x), y)
+        grads = torch.autograd.grad(loss, list(model.parameters()), create_graph=True)
+        return loss + 0.1 * sum(t.pow(2).sum() for t in grads)
+
+    def hvp(net, model):
+        return _hvp(net, model, x, y, v)
+
+    def grads_after(loss_of):  # a loss's .backward(): the parameters' gradients
+        def run(net, model):
+            loss_of(net, model).backward()
+            return [p.grad for p in model.parameters()]
+
+        return run
+
+    steps = {  # letter: (the node in its strategy, what the step computes)
+        "a": (broadcast_with(comm_broadcast), grads_after(lambda net, model: penalised(net))),
+        "b": (broadcast_with(detached_broadcast), grads_after(gradient_norm)),
+        "c": (broadcast_with(detached_broadcast), hvp),
+        "d": (unchecked, hvp),
     }
-    (want,) = truth
-    fail = _ladder(
-        exercise,
-        [
-            "A gradient can be differentiated again only if autograd recorded a node while computing it, and "
-            "that node is its grad_fn.",
-            "ReduceAddCoalesced.backward calls Broadcast.apply on the gradient it gets, u: with u = "
-            "torch.randn_like(out, requires_grad=True), print type(g.grad_fn).__name__ for each g in grads.",
-        ],
-        f'recorded = "{want}": ReduceAddCoalesced.backward calls Broadcast.apply on u, which records a node '
-        "only when u requires grad; that node's own backward is ReduceAddCoalesced again.",
-    )
-    if name is None or str(name) == "None" or str(name) == "NoneType":
-        return fail(
-            "the gradients have no grad_fn: Broadcast.apply got a u that needs no grad, so it recorded "
-            "nothing. Make u with torch.randn_like(out, requires_grad=True), take grads again and name "
-            "their grad_fn.",
-            "nothing recorded",
+    found = {}
+    for letter, (strategy, compute) in steps.items():
+        one = story.make_model().to(devices[0])
+        want = compute(one, one)
+        model = story.make_model().to(devices[0])
+        try:
+            got = compute(DataParallel(model, list(devices), strategy=strategy), model)
+        except RuntimeError as err:
+            found[letter] = ("raises", f"raised RuntimeError: {str(err).splitlines()[0]}")
+            continue
+        if _same(list(got), [w.detach() for w in want]):
+            found[letter] = ("right", "gave one device's result")
+        else:
+            gap = max((a - b).abs().max().item() for a, b in zip(got, want))
+            found[letter] = ("wrong", f"ran, {gap:.2f} off one device's result")
+    return found
+
+
+def second_backwards(does: Mapping[str, object] | object, devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 4: ``does`` maps each step of ``_SECOND_STEPS`` to what it does, ``"right"``, ``"wrong"``
+    or ``"raises"``. The check runs the four steps, with its own copies of the chapter's nodes, against one
+    device, and compares.
+
+    Findings: ``"a"`` ... ``"d"`` (the first step predicted wrong), ``"not an answer"``.
+    """
+    name = "ch07.second_backwards"
+    if _unset(does) or not isinstance(does, Mapping) or _unset(*does.values()):
+        return Verdict(
+            False, 'Set each step in `does` to "right", "wrong" or "raises", then run this cell again.'
         )
-    if _node(name) == _node(want):
+    given = {_word(k): _word(v) for k, v in does.items()}
+    given = {k: "raises" if v == "raise" else v for k, v in given.items()}
+    odd = sorted(k for k in _SECOND_STEPS if given.get(k) not in _SECOND_OUTCOMES)
+    if odd or set(given) - set(_SECOND_STEPS):
+        return Verdict(
+            False,
+            'Not yet: `does` maps each of "a" to "d" to "right", "wrong" or "raises"'
+            + (f"; check {', '.join(odd)}." if odd else "; it has a key that is no step."),
+            "not an answer",
+        )
+    found = _second_steps_run(devices)
+    truth = {k: outcome for k, (outcome, _) in found.items()}
+    if given == truth:
         return _correct(
-            exercise,
-            f"{want}: ReduceAddCoalesced.backward calls Broadcast.apply on u, and apply records a node only "
-            "when an input requires grad (a plain u gives no grad_fn). That node's own backward is "
-            "ReduceAddCoalesced again, so gradgradcheck, which weights by such a u, can differentiate twice.",
+            name,
+            "The check just ran the four steps: "
+            + "; ".join(f"{k} {found[k][1]}" for k in _SECOND_STEPS)
+            + ". A backward that records nothing is refused only where nothing else of the result has a "
+            "graph (c); beside a loss that has one it runs, silently wrong (b).",
             "right",
         )
-    if _node(name) == "ReduceAddCoalesced":
-        return fail(
-            "ReduceAddCoalescedBackward is out's grad_fn, the node the forward recorded. Name the gradients' "
-            "instead: type(g.grad_fn).__name__ for each g in grads.",
-            "forward node",
+    wrong = [k for k in _SECOND_STEPS if given[k] != truth[k]]
+    # The message says more with each try, as the hints do: naming a wrong letter gives it away.
+    tries = _failures[name] + 1
+    if tries == 1:
+        n = len(wrong)
+        change = (
+            f"{n} of your four predictions disagree{'s' if n == 1 else ''} with what the steps do: rethink them "
+            "with the hint below, step by step."
         )
-    return fail(
-        f"no gradient has {name!r} as its grad_fn. With u requiring grad, print type(g.grad_fn).__name__ "
-        "for each g in grads and set recorded to that name.",
-        "other",
+    elif tries == 2:
+        they = "it" if len(wrong) == 1 else "they"
+        change = f"change your answer for {', '.join(wrong)}: {they} did something else."
+    else:
+        said = {
+            "right": "runs and gives one device's result",
+            "wrong": "runs, but not to one device's result",
+        }
+        change = "; ".join(f"{k} {said.get(truth[k], 'raises')}: {_SECOND_WHY[k]}" for k in wrong) + "."
+    answer = (
+        "does = {"
+        + ", ".join(f'"{k}": "{truth[k]}"' for k in _SECOND_STEPS)
+        + "}. Answer 4, below this cell, says why for each step."
     )
+    return _ladder(
+        name,
+        [
+            "A second backward goes only through what the first backward recorded. For each step ask: does "
+            "the first gradient's backward run the swapped node at all? If it does, does that node's backward "
+            "record, with differentiable operations on inputs that require grad?",
+            "A first gradient without history is not always refused: added to a loss that has a graph, it "
+            "is a constant, and backward runs; differentiated alone, it gives torch.autograd.grad a tensor "
+            "with no grad_fn. Try each step on a fresh model.",
+        ],
+        answer,
+    )(change, wrong[0])
 
 
 # ---------------------------------------------------------------- chapter 08 · real GPUs

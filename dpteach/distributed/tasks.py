@@ -26,6 +26,7 @@ __all__ = [
     "hello",
     "all_reduce",
     "gradients",
+    "autograd_grad",
     "ddp_from_scratch",
     "buckets",
     "bucket_order",
@@ -75,6 +76,24 @@ def gradients(
     grads = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
     # and where they came from, for compare.on_ranks to print beside them
     return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend(), loss=loss.item())
+
+
+def autograd_grad(global_batch: int = 8, hidden: int = 16, depth: int = 1, seed: int = 0) -> dict:
+    """Chapter 07's gradient-norm penalty under DDP: the first gradient ``torch.autograd.grad`` returns,
+    this rank's own gradient taken on the module alone, and ``.grad`` after the penalised loss's backward."""
+    ddp = wrap(make_model(hidden, depth, seed))
+    params = list(ddp.module.parameters())
+    x, y = local_shard(global_batch, seed)
+    loss = loss_fn(ddp(x), y)
+    # torch.autograd.grad runs no AccumulateGrad, where DDP's hooks sit: nothing is averaged
+    first = torch.autograd.grad(loss, params, create_graph=True)
+    own = torch.autograd.grad(loss_fn(ddp.module(x), y), params)  # the module without DDP, on the same rows
+    (loss + 0.1 * sum(g.pow(2).sum() for g in first)).backward()  # accumulates into .grad: DDP averages it
+    return dict(
+        first=[g.detach().cpu() for g in first],
+        own=[g.cpu() for g in own],
+        grad=[p.grad.cpu() for p in params],
+    )
 
 
 def ddp_from_scratch(global_batch: int = 8, hidden: int = 16, depth: int = 1, seed: int = 0) -> dict:

@@ -95,6 +95,18 @@ def test_unequal_shards_average_per_rank_means(ranks):
     assert any(not torch.allclose(out[0]["grads"][n], single[n]) for n in single)  # so not one device's mean
 
 
+def test_autograd_grad_under_ddp_is_each_ranks_own_gradient(ranks):
+    """Chapter 07: under DDP, torch.autograd.grad returns each rank's own gradient, not the average; the
+    backward that follows leaves one averaged .grad on every rank."""
+    first, second = ranks.run("autograd_grad", echo=False)
+    for rank in (first, second):
+        for a, b in zip(rank["first"], rank["own"]):
+            assert_close(a, b)  # what the module alone gives on this rank's rows
+    assert not all(torch.allclose(a, b) for a, b in zip(first["first"], second["first"]))  # the ranks differ
+    for a, b in zip(first["grad"], second["grad"]):
+        assert_close(a, b)  # .grad is DDP's average, the same on both ranks
+
+
 def test_ddp_replicates_nothing_per_step(ranks):
     ddp = ranks.run("traffic", hidden=32, depth=2, global_batch=64, steps=3, echo=False)[0]
     dp = dataparallel_traffic(hidden=32, depth=2, global_batch=64, steps=3)

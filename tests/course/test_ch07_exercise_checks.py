@@ -1,9 +1,9 @@
 """Chapter 07's exercise checks: ``checks.hvp_linear`` (Exercise 1: H(v1 + v2) = H v1 + H v2 through
 DataParallel), ``checks.rewire_refuses`` (2: the calls that meet ReduceAdd's check), ``checks.penalty_inside`` (3: the
-input-gradient penalty inside forward) and ``checks.recorded_node`` (4: the node ReduceAddCoalesced's
-backward records). Each accepts the chapter's worked answer, names the usual slip (``Verdict.problem``),
-and gives the answer only from the third failed try; an unset answer costs no hint. Then the chapter: each
-check cell ends on its check, and each exercise has its Answer block.
+input-gradient penalty inside forward) and ``checks.second_backwards`` (4: what four second backwards through
+swapped nodes do, predicted, then run). Each accepts the chapter's worked answer, names the usual slip
+(``Verdict.problem``), and gives the answer only from the third failed try; an unset answer costs no hint. Then
+the chapter: each check cell ends on its check, and each exercise has its Answer block.
 """
 
 from __future__ import annotations
@@ -182,21 +182,112 @@ def test_exercise_3_a_mean_per_replica_differs_only_where_pieces_are_unequal():
     assert losses[2] == pytest.approx(rows, rel=1e-5) and losses[3] != pytest.approx(rows, rel=1e-6)
 
 
-# ---------------------------------------------------------------- Exercise 4: the recorded node
+# ---------------------------------------------------------------- Exercise 4: what each second backward does
+
+RIGHT_STEPS = {"a": "right", "b": "wrong", "c": "raises", "d": "right"}
 
 
-def test_exercise_4_accepts_the_worked_answer_and_names_the_slips():
-    assert checks.recorded_node("BroadcastBackward", SLOTS).ok
-    assert checks.recorded_node("Broadcast", SLOTS).ok  # as the compact drawing writes it
-    assert checks.recorded_node("ReduceAddCoalescedBackward", SLOTS).problem == "forward node"  # out's
-    assert checks.recorded_node(None, SLOTS).problem == "nothing recorded"  # u needed no grad
-    assert checks.recorded_node(["BroadcastBackward"] * 2, SLOTS).ok  # the name of each gradient's grad_fn
-    assert checks.recorded_node([None, None], SLOTS).problem == "nothing recorded"
-    mixed = checks.recorded_node(["BroadcastBackward", "AddBackward0"], SLOTS)
-    assert mixed.problem == "not one name" and "set recorded to that one name" in mixed.message
-    other = checks.recorded_node("AddBackward0", SLOTS)
-    assert "set recorded to that name" in other.message  # says what to change
-    assert gives_answer_only_at_the_third(three_tries(checks.recorded_node, "AddBackward0", SLOTS))
+def test_exercise_4_accepts_the_worked_answer_and_reports_the_run():
+    verdict = checks.second_backwards(RIGHT_STEPS, SLOTS)
+    assert verdict.ok and verdict.problem == "right"
+    # the message reports the run: c's own error, and how far b was off
+    assert "c raised RuntimeError: element 0 of tensors does not require grad" in verdict.message
+    assert "b ran, " in verdict.message and "off one device's result" in verdict.message
+
+
+def test_exercise_4_reads_answers_as_typed():
+    assert checks.second_backwards({" A ": "Right", "b": "WRONG", "c": "raise", "d": "'right'"}, SLOTS).ok
+
+
+@pytest.mark.parametrize(
+    "slip, problem",
+    [
+        ({"a": "wrong"}, "a"),  # the input penalty never runs Broadcast's backward in its first gradient
+        ({"b": "right"}, "b"),  # apply records nothing for detached inputs
+        ({"c": "wrong"}, "c"),  # the same lost history, but nothing else to differentiate: autograd refuses
+        ({"d": "raises"}, "d"),  # UncheckedReduceAdd has no check, and its sum is recorded
+    ],
+)
+def test_exercise_4_names_the_first_wrong_step(slip, problem):
+    verdict = checks.second_backwards({**RIGHT_STEPS, **slip}, SLOTS)
+    assert not verdict.ok and verdict.problem == problem and "Hint 1 of 2" in verdict.message
+
+
+def test_exercise_4_says_more_with_each_try_and_the_answer_third():
+    messages = three_tries(checks.second_backwards, {**RIGHT_STEPS, "b": "right", "d": "raises"}, SLOTS)
+    first, second, third = (m.split("\n")[0] for m in messages)
+    assert not re.search(r"\b[a-d]\b", first) and "2 of your four predictions disagree" in first
+    assert "for b, d" in second and "detached" not in second  # then which, not why
+    assert "b runs, but not to one device's result" in third and "detached" in third  # why, with the answer
+    assert "d runs and gives one device's result" in third
+    assert gives_answer_only_at_the_third(messages)
+    assert 'does = {"a": "right", "b": "wrong", "c": "raises", "d": "right"}' in messages[2]
+
+
+def test_exercise_4_asks_for_an_answer_and_costs_no_hint():
+    unset = {"a": ..., "b": "wrong", "c": "raises", "d": "right"}
+    for does in (..., unset, {"a": "right"}, {**RIGHT_STEPS, "e": "right"}, {**RIGHT_STEPS, "a": "maybe"}):
+        verdict = checks.second_backwards(does, SLOTS)
+        assert not verdict.ok and "Hint" not in verdict.message, does
+    wrong = checks.second_backwards({**RIGHT_STEPS, "b": "right"}, SLOTS)
+    assert "Hint 1 of 2" in wrong.message  # the tries above spent none
+
+
+def _chapter_namespace():
+    """The chapter's own definitions that exercise 4's steps use, taken from its code cells."""
+    import ast
+
+    from dpteach import exercises
+    from dpteach.functions import Broadcast, ReduceAddCoalesced
+    from dpteach.replicate import ReduceAdd, rewire
+
+    wanted = {"penalised_loss", "gradient_norm_loss", "hessian_vector_product", "CommBroadcast"}
+    wanted |= {"UncheckedReduceAdd", "unchecked", "DetachedBroadcast", "net_of"}
+    scope = {"torch": torch, "F": F, "dpteach": dpteach, "exercises": exercises, "devices": SLOTS}
+    scope |= {"Broadcast": Broadcast, "ReduceAddCoalesced": ReduceAddCoalesced, "ReduceAdd": ReduceAdd}
+    scope["rewire"] = rewire
+    for cell in _cells():
+        if cell.cell_type != "code":
+            continue
+        for node in ast.parse(cell.source).body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in wanted:
+                exec(compile(ast.Module([node], []), "<chapter 07>", "exec"), scope)
+                wanted.discard(node.name)
+    assert not wanted, f"the chapter no longer defines {sorted(wanted)}"
+    return scope
+
+
+def test_exercise_4_steps_do_with_the_chapters_own_code_what_the_check_says():
+    """Each step, as the exercise's cell writes it, run with the chapter's own classes and losses: its outcome
+    is the check's truth (which runs its own copies of them)."""
+    (cell,) = [c for c in _cells() if "ex4-check" in c.metadata.get("tags", [])]
+    steps = dict(re.findall(r"^# ([a-d]): (.+)$", cell.source, re.M))
+    assert steps == checks._SECOND_STEPS  # the cell shows the steps the check runs
+    scope = _chapter_namespace()
+    x, y = story.make_data()
+    v = [torch.randn_like(p) for p in story.make_model().parameters()]
+    found = {}
+    on_one_device = r"net_of\(model, \w+\)|dpteach\.DataParallel\(model, devices, strategy=\w+\)"
+    for letter, step in steps.items():
+        on_one = re.sub(on_one_device, "model", step)
+        assert on_one != step
+        runs = {}
+        for label, text in (("parallel", step), ("one device", on_one)):
+            model = story.make_model()
+            try:
+                out = eval(text, scope | {"model": model, "x": x, "y": y, "v": v})
+            except RuntimeError:
+                runs[label] = None
+                continue
+            runs[label] = list(out) if out is not None else [p.grad for p in model.parameters()]
+        if runs["parallel"] is None:
+            found[letter] = "raises"
+        else:
+            pairs = zip(runs["parallel"], runs["one device"])
+            found[letter] = (
+                "right" if all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in pairs) else "wrong"
+            )
+    assert found == {k: outcome for k, (outcome, _) in checks._second_steps_run(SLOTS).items()} == RIGHT_STEPS
 
 
 # ---------------------------------------------------------------- the chapter's cells
@@ -210,7 +301,7 @@ CALLS = {
     "ex1-check": "checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, model, x, y)",
     "ex2-check": "checks.rewire_refuses(raises, devices)",
     "ex3-check": "checks.penalty_inside(PenaltyInside, devices)",
-    "ex4-check": "checks.recorded_node(recorded, devices)",
+    "ex4-check": "checks.second_backwards(does, devices)",
 }
 
 
