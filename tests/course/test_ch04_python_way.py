@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 
 import pytest
@@ -244,6 +245,15 @@ def test_rnn_under_data_parallel_matches_one_device():
         tol(p.grad, q.grad)
 
 
+def test_an_rnn_replica_rebuilds_its_flat_weights_by_name_at_forward():
+    """Since PR #91111 forward calls _update_flat_weights(): a stale list is rebuilt from the attributes."""
+    rnn = nn.RNN(3, 4, batch_first=True)
+    replica = dpteach.replicate(rnn, CPU2)[1]
+    replica.__dict__["_flat_weights"] = list(rnn._flat_weights)  # stale: the original's tensors
+    replica(torch.randn(2, 5, 3))
+    assert replica._flat_weights[0] is replica.weight_ih_l0  # read by name, as Linear does
+
+
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_cpu_slots_hide_the_shared_members_trap(strategy):
     """The chapter's trap cell: on two CPU slots every .grad fills, on a second device the forward stops."""
@@ -327,6 +337,37 @@ def test_reduce_add_in_place_rebases_a_members_history():
     assert out is member and type(member.grad_fn).__name__ == "ReduceAddInPlaceBackward"  # same object
     replica(torch.ones(4, 3)).sum().backward()
     assert torch.equal(layer.weight.grad, torch.full((2, 3), 4.0))  # 4 rows of ones reached the original
+
+
+def test_mark_dirty_bumps_the_version_and_drops_the_grad():
+    """The fold on mark_dirty: a dirty copy is treated as modified in place."""
+    original, copy_ = torch.ones(2, requires_grad=True), torch.zeros(2)
+    copy_.grad = torch.ones(2)
+    version = copy_._version
+    (out,) = demos.ReduceAddInPlace.apply(original, copy_)
+    assert out is copy_ and copy_._version == version + 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # .grad of a non-leaf warns
+        assert copy_.grad is None
+
+
+def test_a_returned_input_comes_back_as_a_view_differentiable_or_not():
+    weight, frozen = torch.ones(2, requires_grad=True), torch.ones(2)
+    outputs = Broadcast.apply(CPU2, weight, frozen)
+    assert outputs[0]._base is weight and type(outputs[0].grad_fn).__name__ == "BroadcastBackward"
+    assert outputs[1]._base is frozen and outputs[1].grad_fn is None  # marked non-differentiable
+    assert not outputs[3].requires_grad  # every slot's copy of the frozen input is marked
+
+
+def test_apply_records_a_node_only_with_grad_mode_and_backward_only_under_create_graph():
+    weight = torch.ones(3, requires_grad=True)
+    with torch.no_grad():
+        assert all(out.grad_fn is None for out in Broadcast.apply(CPU2, weight))
+    (grad,) = torch.autograd.grad(sum((o * o).sum() for o in Broadcast.apply(CPU2, weight)), weight)
+    assert grad.grad_fn is None  # a plain backward records nothing
+    outputs = Broadcast.apply(CPU2, weight)
+    (grad,) = torch.autograd.grad(sum((o * o).sum() for o in outputs), weight, create_graph=True)
+    assert type(grad.grad_fn).__name__ == "ReduceAddCoalescedBackward"  # the partner's apply, recorded
 
 
 def _scale_class(*, replicatable=True, repoint_member=True, reads_registry=False, wrong_forward=False):
