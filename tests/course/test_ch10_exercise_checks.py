@@ -10,6 +10,13 @@ from the compiled module's own steps, so these tests need a C++ compiler (or the
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
+import textwrap
+from pathlib import Path
+
+import nbformat
 import pytest
 import torch
 from torch import nn
@@ -18,6 +25,7 @@ import dpteach
 from dpteach import cpp
 from dpteach.course import checks
 
+CHAPTER = Path(__file__).resolve().parents[2] / "notebooks" / "10_the_cpp_original.ipynb"
 DEVICES = ["cpu", "cpu"]
 
 
@@ -199,3 +207,84 @@ def test_exercise_4_asks_for_an_answer_and_fewer_rows_than_slots(ext, chapter):
     assert checks.too_few_rows("yes", 1, model, x[:1], DEVICES, ext).problem == "not an answer"
     assert checks.too_few_rows(True, 1, model, x[:1], DEVICES, None).problem == "no module"
     assert checks.too_few_rows(True, 1, model, x, DEVICES, ext).problem == "enough rows"
+
+
+# ---------------------------------------------------------------- the chapter's cells
+
+CALLS = {
+    "ex1-check": "checks.reduce_add_inputs(into_reduce_add, same_node, three)",
+    "ex2-check": "checks.replica_grads_none(leaf, flows_into, after if ext else None)",
+    "ex3-check": "checks.dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends)",
+    "ex4-check": "checks.too_few_rows(raises, pieces, model, one_row, devices, ext)",
+}
+
+
+def _cells():
+    return nbformat.read(CHAPTER, as_version=4).cells
+
+
+def _tagged(tag: str) -> int:
+    (i,) = [i for i, c in enumerate(_cells()) if tag in c.metadata.get("tags", [])]
+    return i
+
+
+def _answer(n: int) -> str:
+    (body,) = [
+        m.group(1)
+        for c in _cells()
+        if c.cell_type == "markdown"
+        for m in re.finditer(rf"<summary>Answer {n}</summary>(.*?)</details>", c.source, re.S)
+    ]
+    return textwrap.dedent(re.search(r"```python\n(.*?)```", body, re.S).group(1))
+
+
+def test_each_exercise_has_a_check_cell_then_its_answer():
+    cells = _cells()
+    for n, (tag, call) in enumerate(CALLS.items(), start=1):
+        i = _tagged(tag)
+        assert cells[i].source.rstrip().splitlines()[-1] == call, tag  # the last line shows the verdict
+        assert cells[i + 1].source.startswith(f"<details><summary>Answer {n}</summary>"), tag
+        first = _tagged("ex3-source") if n == 3 else i  # exercise 3 is a loop of three cells
+        before = cells[first - 1].source.split("</details>")[-1]
+        assert re.search(rf"^{n}\. ", before, re.M), tag  # the question sits just above its cells
+
+
+def _scope(ext) -> dict:
+    torch.manual_seed(0)
+    model, x = nn.Linear(3, 2), torch.randn(6, 3)
+    return dict(
+        ext=ext, reason=None, cpp=cpp, checks=checks, dpteach=dpteach, torch=torch, model=model, x=x,
+        devices=list(DEVICES), after=cpp.rewire_step(model, x, DEVICES),
+    )  # fmt: skip
+
+
+def _run_check(tag: str, scope: dict, answer: str | None = None):
+    *body, last = _cells()[_tagged(tag)].source.rstrip().splitlines()
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec("\n".join(body), scope)
+        if answer:
+            exec(answer, scope)  # the learner's lines, as the unfolded answer writes them
+    return eval(last, scope)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_each_check_cell_as_shipped_asks_for_an_answer(ext, n):
+    verdict = _run_check(f"ex{n}-check", _scope(ext))
+    assert not verdict.ok and verdict.message.startswith("Set `") and "Hint" not in verdict.message
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_each_check_cell_with_its_worked_answer_says_correct(ext, n):
+    verdict = _run_check(f"ex{n}-check", _scope(ext), _answer(n))
+    assert verdict.ok, verdict.message
+
+
+def test_the_check_cells_say_why_without_the_compiled_module():
+    torch.manual_seed(0)  # no compiled module, so no step: the scope the chapter has then
+    scope = dict(
+        ext=None, reason="no compiler", cpp=cpp, checks=checks, dpteach=dpteach, torch=torch,
+        model=nn.Linear(3, 2), x=torch.randn(6, 3), devices=list(DEVICES),
+    )  # fmt: skip
+    for n in (1, 2, 4):  # `after` is never defined without the module: the cells must not read it
+        verdict = _run_check(f"ex{n}-check", scope, _answer(n))
+        assert not verdict.ok and verdict.problem == "no module", n
