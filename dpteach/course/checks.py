@@ -2647,6 +2647,183 @@ def _fix_lines() -> tuple[int, int]:
     return parameters, buffers
 
 
+def _no_step(name: str) -> Verdict:
+    """The C++ module did not load, so the chapter made no step: say so, at no cost of a hint."""
+    return Verdict(
+        False,
+        f"Not yet: {name} is None because the C++ module is not loaded (the cell that ran cpp.load() "
+        "printed why), so there is no C++ step to check your answer against.",
+        "no module",
+    )
+
+
+def reduce_add_inputs(into_reduce_add, same_node, three) -> Verdict:
+    """Exercise 1: on three slots, how many replica parameters lead into the ``ReduceAdd`` node for
+    ``weight`` (``into_reduce_add``), and is ``three.replica_params[i]["weight"].grad_fn`` one node object
+    for every ``i`` (``same_node``)? ``three`` is ``cpp.rewire_step(model, x, ["cpu"] * 3)``: the truth is
+    read from its replicas' tensors."""
+    name = "ch10.reduce_add_inputs"
+    if _unset(into_reduce_add, same_node):
+        return Verdict(
+            False,
+            "Set `into_reduce_add` to a number and `same_node` to True or False, then run this cell again.",
+        )
+    if not _count(into_reduce_add) or not isinstance(same_node, bool):
+        return Verdict(
+            False,
+            f"Not yet: `into_reduce_add` is a whole number such as 2 (got {into_reduce_add!r}) and `same_node` "
+            f"True or False, no quotes (got {same_node!r}).",
+            "not an answer",
+        )
+    if three is None:
+        return _no_step("three")
+    copies = [replica["weight"] for replica in three.replica_params]
+    node = copies[0].grad_fn if copies else None
+    if len(copies) != 3 or node is None:
+        got = f"{len(copies)} replicas" if len(copies) != 3 else "replicas whose weight has no grad_fn"
+        return Verdict(
+            False,
+            f'Not yet: three has {got}: set three = cpp.rewire_step(model, x, ["cpu"] * 3), the fixed step '
+            "on three slots, then run this cell again.",
+            "not three rewired",
+        )
+    count = sum(copy.grad_fn is node for copy in copies)
+    same = count == len(copies)
+    parameters = len(three.replica_params[0])  # weight and bias: each has a ReduceAdd of its own
+    out = type(node.next_functions[0][0]).__name__  # the original's AccumulateGrad
+    answer = (
+        f"into_reduce_add = {count}, same_node = {same}: replicate_grad_edges makes one ReduceAdd for weight, "
+        f"then each of the {len(copies)} replicas' set_history calls adds one input to it; its one next edge "
+        f"leads to the original's {out}."
+    )
+    hints = [
+        "replicate_grad_edges makes one ReduceAdd per parameter of the original, before its loop over the "
+        "replicas; inside that loop, each set_history call adds one input to that node.",
+        'Count the True in [r["weight"].grad_fn is three.replica_params[0]["weight"].grad_fn for r in '
+        "three.replica_params]: a printed grad_fn shows only its type and address, `is` compares the objects.",
+    ]
+    wrong, problem = [], ""
+    if int(into_reduce_add) != count:
+        n = int(into_reduce_add)
+        if n == count * parameters:
+            wrong.append(
+                f"you counted every parameter's copies ({n} = {len(copies)} replicas x {parameters} parameters), "
+                "but bias has a ReduceAdd of its own: count only the copies of weight"
+            )
+            problem = "every parameter"
+        elif n == 1:
+            wrong.append(
+                f"1 is the node's way out, its one next edge (to the original's {out}), not its ways in: count the "
+                "replica tensors whose grad_fn is this node"
+            )
+            problem = "next edge"
+        else:
+            wrong.append(
+                f"you counted {n}: count the replica copies of weight whose grad_fn is this ReduceAdd"
+            )
+            problem = "count"
+    if same_node != same:
+        wrong.append(
+            'you said the replicas\' weight.grad_fn are different nodes, but `three.replica_params[0]["weight"]'
+            '.grad_fn is three.replica_params[1]["weight"].grad_fn` is True here'
+            if same
+            else "you said every replica's weight.grad_fn is one node, but `is` finds more than one"
+        )
+        problem = problem or "same node"
+    if wrong:
+        changed = " and ".join(
+            f"`{v}`"
+            for v, bad in (
+                ("into_reduce_add", int(into_reduce_add) != count),
+                ("same_node", same_node != same),
+            )
+            if bad
+        )
+        return _not_yet(name, "; ".join(wrong) + f". Change {changed}.", hints, answer, problem)
+    return _correct(
+        name,
+        f"{count} replica copies of weight lead into one ReduceAdd, the same object for i = 0, 1, 2, and its one "
+        f"next edge leads to the original's {out}. bias has its own: one node per parameter, one input per "
+        "replica, on any number of slots.",
+    )
+
+
+def replica_grads_none(leaf, flows_into, after) -> Verdict:
+    """Exercise 2: why every value of ``after.replica_grads`` is None. ``leaf``: is a replica's ``weight`` a
+    leaf? ``flows_into``: the name of the node its gradient goes into first. ``after`` is the chapter's
+    ``cpp.rewire_step``; the truth is read from its first replica's ``weight``."""
+    name = "ch10.replica_grads_none"
+    if _unset(leaf, flows_into):
+        return Verdict(
+            False,
+            "Set `leaf` to True or False and `flows_into` to a node's name, a string, then run this cell again.",
+        )
+    if not isinstance(leaf, bool) or not isinstance(flows_into, str):
+        return Verdict(
+            False,
+            f"Not yet: `leaf` is True or False, no quotes (got {leaf!r}), and `flows_into` a node's name in quotes, "
+            f'such as "MulBackward0" (got {flows_into!r}).',
+            "not an answer",
+        )
+    if after is None:
+        return _no_step("after")
+    weight = after.replica_params[0].get("weight") if after.replica_params else None
+    if weight is None or weight.grad_fn is None:
+        return Verdict(
+            False,
+            "Not yet: after's replicas have no rewired weight: after is the chapter's cpp.rewire_step(model, x, "
+            "devices) (rerun that cell), then run this one.",
+            "not rewired",
+        )
+    truth_leaf, node = weight.is_leaf, weight.grad_fn.name()
+    answer = (
+        f"leaf = {truth_leaf}, flows_into = {node!r}: set_history made each replica's copy an output of {node}, so "
+        "it is no longer a leaf. Autograd fills .grad only for leaves (or a tensor that called retain_grad()), and "
+        f"the copy's gradient goes into {node}, which sums it with the other replicas' into the original's .grad."
+    )
+    hints = [
+        "Autograd writes a .grad only into a leaf, through the leaf's AccumulateGrad node. What did set_history "
+        "make of the replica's copy?",
+        'Read after.replica_params[0]["weight"].is_leaf and after.replica_params[0]["weight"].grad_fn.name().',
+    ]
+    if leaf != truth_leaf:
+        return _not_yet(
+            name,
+            f'you said a replica\'s weight is a leaf, but after.replica_params[0]["weight"].is_leaf is {truth_leaf}: '
+            "set_history gave it a grad_fn. Change `leaf`.",
+            hints,
+            answer,
+            "leaf",
+        )
+    said = _word(flows_into)
+    if said != node.lower():
+        if said == "accumulategrad":
+            change, problem = (
+                "AccumulateGrad is a leaf's node, the one that writes its .grad, and this copy is not a leaf: ask "
+                "its grad_fn for its .name(). Change `flows_into`.",
+                "AccumulateGrad",
+            )
+        elif said.startswith(node.lower()):
+            change, problem = (
+                f"{flows_into.strip()} is the node of Python's strategy=\"rewire\" (chapter 03); this file's C++ node "
+                'gives its own name: ask after.replica_params[0]["weight"].grad_fn.name(). Change `flows_into`.',
+                "Python's name",
+            )
+        else:
+            change, problem = (
+                f"{flows_into!r} is not the node a replica weight's gradient goes into: ask "
+                'after.replica_params[0]["weight"].grad_fn.name(). Change `flows_into`.',
+                "node",
+            )
+        return _not_yet(name, change, hints, answer, problem)
+    return _correct(
+        name,
+        f"A replica's weight is not a leaf: set_history made it an output of {node}. Autograd fills .grad only for "
+        f"leaves, so the replica's gradient goes into {node} and on to the original's .grad, where it is summed "
+        "with the others'. (dp_original.cpp's record() reads .grad only for leaves, as autograd fills it.)",
+    )
+
+
 def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdict:
     """Exercise 3: with the parameters' ``set_history`` line deleted, every replica parameter is a dead end again.
 
@@ -2794,6 +2971,81 @@ def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdi
         name,
         f"You deleted the parameters' set_history line, and all {dead} replica parameters are dead ends "
         "again, as you predicted: the original's .grad stays None. clone() without the edge is issue #19540.",
+    )
+
+
+def too_few_rows(raises, pieces, model, one_row, devices, ext) -> Verdict:
+    """Exercise 4: with fewer rows than slots, does ``cpp.rewire_step`` raise (``raises``), and how many
+    pieces does ``dpteach.scatter`` hand back (``pieces``)? Both calls are run here, with ``ext``, the
+    chapter's compiled module."""
+    from .. import cpp
+    from ..scatter_gather import scatter
+
+    name = "ch10.too_few_rows"
+    if _unset(raises, pieces):
+        return Verdict(
+            False, "Set `raises` to True or False and `pieces` to a number, then run this cell again."
+        )
+    if not isinstance(raises, bool) or not _count(pieces):
+        return Verdict(
+            False,
+            f"Not yet: `raises` is True or False, no quotes (got {raises!r}), and `pieces` a whole number such as 2 "
+            f"(got {pieces!r}).",
+            "not an answer",
+        )
+    if ext is None:
+        return _no_step("ext")
+    if len(one_row) >= len(devices):
+        return Verdict(
+            False,
+            f"Not yet: one_row has {len(one_row)} rows for {len(devices)} slots: set one_row = x[:1], fewer rows "
+            "than slots, then run this cell again.",
+            "enough rows",
+        )
+    said = ""
+    with torch.random.fork_rng(devices=[]):
+        try:
+            cpp.rewire_step(model, one_row, devices, extension=ext)
+        except RuntimeError as err:
+            said = str(err).splitlines()[0]
+    truth_raises, truth_pieces = bool(said), len(scatter(one_row, devices))
+    answer = (
+        f"raises = {truth_raises}, pieces = {truth_pieces}. The C++ step says {said!r}: its step() needs one chunk "
+        "per replica. dpteach.scatter, like torch.chunk, makes no empty piece, so one row is one piece, and "
+        "Python's DataParallel then replicates onto only as many slots as there are pieces (device_ids[:len(inputs)]); "
+        "libtorch's own data_parallel shrinks its device list the same way (devices->resize)."
+    )
+    hints = [
+        "The C++ step() in the listing above chunks x into one piece per replica, then checks what it got.",
+        "Run both: the C++ call inside try/except RuntimeError, printing the error, and "
+        "len(dpteach.scatter(one_row, devices)).",
+    ]
+    if raises != truth_raises:
+        seen = "the C++ step raised" if truth_raises else "the C++ step ran"
+        return _not_yet(
+            name, f"you said raises = {raises}, but {seen}. Change `raises`.", hints, answer, "raises"
+        )
+    if int(pieces) != truth_pieces:
+        if int(pieces) == len(devices):
+            change, problem = (
+                f"you said {int(pieces)}, one per slot, but torch.chunk never makes an empty piece (chapter 00): "
+                f"{len(one_row)} row{'s' * (len(one_row) > 1)} give{'s' * (len(one_row) == 1)} fewer pieces "
+                "than slots. Change `pieces`.",
+                "one per slot",
+            )
+        else:
+            change, problem = (
+                f"you said {int(pieces)}: count what len(dpteach.scatter(one_row, devices)) gives. Change `pieces`.",
+                "pieces",
+            )
+        return _not_yet(name, change, hints, answer, problem)
+    plural = "s" * (truth_pieces != 1)
+    return _correct(
+        name,
+        f"The C++ step refuses ({said}), while dpteach.scatter hands back {truth_pieces} piece{plural} and "
+        "Python's DataParallel replicates onto only as many slots as there are pieces (device_ids[:len(inputs)]). "
+        "libtorch's own data_parallel does the same (devices->resize); this file's step asks for a chunk "
+        "per replica.",
     )
 
 
