@@ -120,40 +120,93 @@ def _word(value: object) -> str:
     return str(value).strip().strip("'\"`").strip().lower()
 
 
-def slots_match(same: bool | object, slots: int = 3) -> Verdict:
-    """Exercise 1: ``same``, whether one step of ``dpteach.DataParallel`` on ``slots`` CPU slots gives one
-    device's gradients. The truth is a live step of the course's model against one device."""
+def _slot_means(slots: int) -> tuple[float, float, bool]:
+    """One step of the course's model on ``slots`` CPU slots, two ways, against one device: the largest
+    difference of any gradient when gather joins the outputs before one mean loss over all rows, the
+    same when each slot takes the mean loss of its own piece and the slots' means are averaged, and
+    whether that average's gradients are one device's up to float rounding."""
     from ..data_parallel import DataParallel
+    from ..replicate import replicate
     from ..scatter_gather import scatter
     from . import story
 
-    name = "ch00.slots_match"
-    if _unset(same) or not isinstance(same, bool):
-        return Verdict(False, "Set `same` to True or False, then run this cell again.")
+    mse = torch.nn.functional.mse_loss
     x, y = story.make_data()
-    reference, model = story.make_model(), story.make_model()  # seed 0: the same weights twice
-    torch.nn.functional.mse_loss(reference(x), y).backward()
-    torch.nn.functional.mse_loss(DataParallel(model, ["cpu"] * slots)(x), y).backward()
-    worst = max(
-        (p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters())
+    reference, gathered, averaged = story.make_model(), story.make_model(), story.make_model()  # seed 0
+    mse(reference(x), y).backward()
+    devices = ["cpu"] * slots
+    mse(DataParallel(gathered, devices)(x), y).backward()  # gather, then one mean over every row
+    replicas = replicate(averaged, devices)  # the default strategy: the replicas' gradients reach `averaged`
+    means = [mse(r(piece), t) for r, piece, t in zip(replicas, scatter(x, devices), scatter(y, devices))]
+    (sum(means) / len(means)).backward()  # each slot's own mean, then the average of the slots' means
+
+    def worst(model) -> float:
+        return max((p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
+
+    # the one-step check's tolerance (cell "One step, checked against one device"): float rounding only
+    close = all(
+        torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6) for p, q in zip(averaged.parameters(), reference.parameters())
     )
-    sizes = ", ".join(str(len(p)) for p in scatter(x, ["cpu"] * slots))
-    if same:
+    return worst(gathered), worst(averaged), close
+
+
+def mean_of_means(two_slots: bool | object, three_slots: bool | object) -> Verdict:
+    """Exercise 1: does averaging the slots' own mean losses give one device's gradients, on 2 slots
+    (``two_slots``) and on 3 (``three_slots``)? The truth is a live step of the course's model on CPU
+    slots (``_slot_means``), compared with one device as the chapter's one-step check compares.
+    Findings (``Verdict.problem``): ``"equal pieces"`` (``two_slots`` wrong), ``"unequal pieces"``
+    (``three_slots`` wrong), ``"both"``."""
+    from ..scatter_gather import scatter
+    from . import story
+
+    name = "ch00.mean_of_means"
+    if _unset(two_slots, three_slots) or not all(isinstance(v, bool) for v in (two_slots, three_slots)):
+        return Verdict(False, "Set `two_slots` and `three_slots` to True or False, then run this cell again.")
+    x, _ = story.make_data()
+    rows = len(x)
+    sizes = {s: [len(p) for p in scatter(x, ["cpu"] * s)] for s in (2, 3)}
+    found = {s: _slot_means(s) for s in (2, 3)}
+    truth = {s: found[s][2] for s in (2, 3)}
+    pieces = {s: ", ".join(map(str, sizes[s])) for s in (2, 3)}
+    weights = {  # the weight of one row's squared error in the average of the means, per piece size
+        s: " and ".join(f"1/{s * n} in a piece of {n}" for n in dict.fromkeys(sizes[s])) for s in (2, 3)
+    }
+    shown = (
+        f"the average of the means differs from one device's gradients by {found[2][1]:.1e} on 2 slots and "
+        f"{found[3][1]:.1e} on 3 (gather, then one mean: {found[3][0]:.1e} on 3)"
+    )
+    if (two_slots, three_slots) == (truth[2], truth[3]):
         return _correct(
             name,
-            f"On {slots} slots the {len(x)} rows become pieces of {sizes}, and the gradients are one device's "
-            f"(largest difference {worst:.1e}, float rounding): gather joins the outputs before the one mean loss.",
+            f"{shown[0].upper()}{shown[1:]}. On s slots the average of the means weighs a row of a piece of n rows "
+            f"by 1/(s·n): on 2 slots that is {weights[2]}, one device's 1/{rows} for every row; on 3 it is "
+            f"{weights[3]}, so the rows of the smaller piece count more.",
         )
+    wrong = []
+    if two_slots != truth[2]:
+        wrong.append(
+            f"on 2 slots (pieces of {pieces[2]}) the average of the means differs from one device by "
+            f"{found[2][1]:.1e}, float rounding: change `two_slots`"
+        )
+    if three_slots != truth[3]:
+        wrong.append(
+            f"on 3 slots (pieces of {pieces[3]}) the average of the means differs from one device by "
+            f"{found[3][1]:.1e}, far more than the gathered mean's {found[3][0]:.1e}: change `three_slots`"
+        )
+    problem = "both" if len(wrong) == 2 else ("equal pieces" if two_slots != truth[2] else "unequal pieces")
     return _not_yet(
         name,
-        f"you said the gradients differ on {slots} slots. Think again about what the loss is computed from.",
+        "; ".join(wrong) + ".",
         [
-            f"The loss is one mean over all {len(x)} rows of the gathered output: does it depend on which slot "
-            "computed which row?",
-            'Add a cell with devices = ["cpu"] * 3 after the cell that sets devices, and run the one-step check.',
+            f"Write each loss as a sum over rows. One mean over {rows} rows weighs every row's squared error by "
+            f"1/{rows}. What weight does the average of the slots' means give a row in a piece of n rows?",
+            f"On s slots that weight is 1/(s·n). Work it out for the pieces of 2 slots ({pieces[2]}) and of 3 "
+            f"({pieces[3]}), and compare with 1/{rows}.",
         ],
-        f"same = True: on {slots} slots the largest difference is {worst:.1e}, float rounding. Gather puts the "
-        "outputs back together before the loss, so the loss is the same function of the same parameters.",
+        f"two_slots = {truth[2]}, three_slots = {truth[3]}. On s slots the average of the means weighs a row of a "
+        f"piece of n rows by 1/(s·n): {weights[2]} on 2 slots, {weights[3]} on 3, against one device's "
+        f"1/{rows} for every row; {shown}.",
+        problem,
     )
 
 
@@ -196,6 +249,59 @@ def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict
             "and no piece is ever empty.",
         ],
         lambda: f"{truth}.",
+    )
+
+
+def idle_slots(idle: Sequence[int] | object, rows: int, most: int = 8) -> Verdict:
+    """Exercise 3: ``idle``, the slot counts from 1 to ``most`` for which ``dpteach.scatter`` leaves at least
+    one slot without rows of a batch of ``rows``. Findings (``Verdict.problem``): ``"extra"`` (a count
+    whose slots all work), ``"missed"`` (an idle count left out), ``"extra and missed"``."""
+    from ..scatter_gather import scatter
+
+    name = f"ch00.idle_slots.{rows}"
+    if _unset(idle) or not isinstance(idle, (set, frozenset, list, tuple)):
+        return Verdict(
+            False, "Set `idle` to a set of slot counts, e.g. {2, 3} (or set() for none), then run this cell again."
+        )
+    if not all(_count(n) for n in idle):
+        return Verdict(False, f"Give whole numbers of slots, from 1 to {most}, e.g. {{2, 3}}, not {idle!r}.")
+    given = {int(n) for n in idle}
+    outside = sorted(n for n in given if not 1 <= n <= most)
+    if outside:
+        return Verdict(False, f"The question asks about 1 to {most} slots: take out {', '.join(map(str, outside))}.")
+    sizes = {n: [len(p) for p in scatter(torch.arange(rows), ["cpu"] * n)] for n in range(1, most + 1)}
+    truth = {n for n, cut in sizes.items() if len(cut) < n}  # fewer pieces than slots: some slot gets none
+    told = "; ".join(
+        f"{n} slots get pieces of {', '.join(map(str, sizes[n]))} ({n - len(sizes[n])} idle)" for n in sorted(truth)
+    )
+    if given == truth:
+        return _correct(
+            name,
+            f"{told}. torch.chunk cuts pieces of ceil({rows} / slots) rows, and the rows can run out before the "
+            "slots do.",
+        )
+    extra, missed = sorted(given - truth), sorted(truth - given)
+    change = []
+    if extra:
+        them = "it" if len(extra) == 1 else "them"
+        change.append(f"with {' or '.join(map(str, extra))} slots every slot gets rows: take {them} out")
+    if missed:
+        more = " more" if given & truth else ""  # some idle counts found already
+        change.append(
+            f"{len(missed)}{more} slot count{'s' * (len(missed) > 1)} from 1 to {most} leave"
+            f"{'s' * (len(missed) == 1)} a slot idle: find {'it' if len(missed) == 1 else 'them'}"
+        )
+    return _not_yet(
+        name,
+        "; ".join(change) + ".",
+        [
+            "torch.chunk does not aim for one piece per slot: it first picks one piece size for all, rounding "
+            "rows / slots up.",
+            f"On s slots every piece but the last holds ceil({rows} / s) rows. Count how many such pieces {rows} "
+            "rows fill, and compare with s.",
+        ],
+        f"idle = {{{', '.join(map(str, sorted(truth)))}}}: {told}.",
+        "extra and missed" if extra and missed else ("extra" if extra else "missed"),
     )
 
 
@@ -2927,11 +3033,12 @@ def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int
 # ---------------------------------------------------------------- chapter 00 · start here, exercise 2
 
 # What each move's backward does, as chapter 00's exercise 2 lists them (the letters of its cell).
+# Each says what the backward does to tensors, not which move it belongs to: the learner matches them.
 BACKWARD_OF_MOVES = {
-    "a": "cuts the gradient into one piece per slot",
-    "b": "runs each replica's backward on its own slot",
-    "c": "adds the replicas' parameter gradients into the model's .grad",
-    "d": "joins the pieces' gradients into x.grad",
+    "a": "cuts one gradient into pieces",
+    "b": "runs each replica's backward",
+    "c": "sums several gradients into one",
+    "d": "joins pieces into one",
 }
 _MOVE_BACKWARDS = {"gather": "a", "parallel_apply": "b", "replicate": "c", "scatter": "d"}
 
@@ -2959,16 +3066,17 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
         return Verdict(False, f"Give each move one letter, a, b, c or d: check {', '.join(odd)}.")
     answer = (
         "does = {'gather': 'a', 'parallel_apply': 'b', 'replicate': 'c', 'scatter': 'd'}: backward starts at "
-        "the loss, so gather's backward runs first and cuts the gradient per slot; each replica's backward runs on its slot; replicate's backward adds the replicas' gradients into "
-        "the model; scatter's joins the pieces into x.grad."
+        "the loss, so gather's backward runs first and cuts the output's gradient into one piece per slot; "
+        "parallel_apply's runs each replica's backward on its slot; replicate's sums the replicas' gradients of "
+        "each parameter into one, the model's .grad; scatter's joins the pieces' gradients into one, x.grad."
     )
     fail = _ladder(
         name,
         [
             "Backward runs the four moves in reverse, and each backward undoes its move: what undoes a join, "
             "a copy, a cut?",
-            "torch.cat's backward (gather) cuts its gradient back into pieces; a copy's backward (replicate) adds "
-            "the copies' gradients up; a cut's backward (scatter) joins the pieces again.",
+            "Gather is a torch.cat, replicate copies each parameter once per slot, scatter cuts x: what is the "
+            "backward of a join, of a tensor used in several places, of a cut?",
         ],
         answer,
     )
@@ -2983,8 +3091,8 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
                 "gather joined the outputs, so its backward cuts the gradient per slot; scatter cut x, so its "
                 "backward joins the pieces' gradients"
                 if one == "gather"
-                else "replicate copied the parameters, so its backward adds the copies' gradients into the model; "
-                "parallel_apply ran the replicas, so its backward runs each replica's backward"
+                else "replicate copied each parameter once per slot, so its backward sums the copies' gradients "
+                "into one; parallel_apply ran the replicas, so its backward runs each replica's backward"
             )
             return fail(f"you swapped {one} and {other}: {why}. Swap their letters.", f"{one} and {other}")
     if wrong:
