@@ -308,14 +308,18 @@ def idle_slots(idle: Sequence[int] | object, rows: int, most: int = 8) -> Verdic
 # ---------------------------------------------------------------- chapter 01 · the bug
 
 
-def _offered(exercise: str, change: str, hints: Sequence[str], problem: str = "") -> Verdict:
+def _offered(
+    exercise: str, change: str, hints: Sequence[str], problem: str = "", rung: int | None = None
+) -> Verdict:
     """A failed try of a chapter-01 check: what to change and the next hint (the last one repeats).
 
-    As chapter 06's count check and the Tasks do, the answer is never printed unasked: from the third
-    failed try on the message says where to read it, the Answer block or ``show_answer=True``."""
+    ``rung`` picks the hint (1 for the first) when the check keeps its own count, one ladder per
+    mistake it can name; by default the hints climb with the exercise's failed tries. As chapter 06's
+    count check and the Tasks do, the answer is never printed unasked: from the third failed try of
+    the exercise on the message says where to read it, the Answer block or ``show_answer=True``."""
     _failures[exercise] += 1
     tries = _failures[exercise]
-    step = min(tries, len(hints))
+    step = min(tries if rung is None else rung, len(hints))
     lines = [f"Not yet: {change}", f"Hint {step} of {len(hints)}: {hints[step - 1]}"]
     if tries >= TRIES_BEFORE_ANSWER:
         lines.append(
@@ -473,14 +477,33 @@ def summed_by_hand(
     name = "ch01.summed_by_hand"
     pair = "Pair each parameter of `model` with the same parameter in every replica: zip their .parameters()."
     share = "The sum, not the mean: each replica's gradient is already its piece's share of the batch mean."
-    hints = {  # the hint that fits the mistake found comes first
+    hints = {  # one ladder per mistake the check can name; a try climbs the ladder of the mistake it made
         "mean": [
             "DistributedDataParallel averages because each process's loss is a mean over its own shard only; "
             "here one loss is the mean over the whole gathered batch.",
+            share + " Exercise 2 measured it: the sum is the one-device gradient. Drop the division.",
+        ],
+        "one replica": [
+            "Every replica computed part of the gradient: the rows of its own piece.",
+            "zip(model.parameters(), *(r.parameters() for r in replicas)) gives each parameter with its copy in "
+            "every replica: add all of their .grad.",
+        ],
+        "grad None": [
+            "Before your function runs the original's p.grad is None, and None + a tensor fails.",
+            "`sum(...)` of tensors needs no starting value: `p.grad = sum(...)` assigns it (or start from "
+            "torch.zeros_like(p)).",
+        ],
+        "never moved": [
+            "The SGD step reads the .grad of each parameter of `model`: your function must assign it.",
             pair,
         ],
-        "grad None": ["`sum(...)` of tensors needs no starting value: `p.grad = sum(...)` assigns it.", pair],
+        "not the sum": [pair, share],
     }
+
+    def offered(change: str, problem: str) -> Verdict:
+        _failures[f"{name}.{problem}"] += 1  # this mistake's own count: its ladder's next rung
+        return _offered(name, change, hints[problem], problem, rung=_failures[f"{name}.{problem}"])
+
     answer = (
         "for p, *copies in zip(model.parameters(), *(r.parameters() for r in replicas)): "
         "p.grad = sum(c.grad.to(p.device) for c in copies)"
@@ -513,7 +536,7 @@ def summed_by_hand(
                     f"p.grad starts as None, so adding into it fails ({type(err).__name__}: {err}): "
                     "assign with =, or start from zeros."
                 )
-                return _offered(name, change, hints["grad None"], problem="grad None")
+                return offered(change, "grad None")
             return Verdict(False, f"Not yet: add_replica_grads raised {type(err).__name__}: {err}")
         if step == 0:
             mistake = _replica_mistake(model, copies)
@@ -522,6 +545,8 @@ def summed_by_hand(
     reference = story.train(strategy=None, devices=devices, steps=steps).losses
     shown = f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, one device {reference[0]:.4f} -> {reference[-1]:.4f}"
     if torch.allclose(torch.tensor(losses), torch.tensor(reference), rtol=1e-3, atol=1e-5):
+        for problem in hints:  # a right answer starts every ladder again
+            _failures.pop(f"{name}.{problem}", None)
         return _correct(
             name, shown + ": the model learns as on one device. Chapter 03 makes backward do this sum."
         )
@@ -534,7 +559,7 @@ def summed_by_hand(
     else:
         problem = "not the sum"
         change = "the model moves, but not as on one device: give each parameter the sum of all replicas' gradients."
-    return _offered(name, f"{change} ({shown})", hints.get(problem, [pair, share]), problem=problem)
+    return offered(f"{change} ({shown})", problem)
 
 
 # ---------------------------------------------------------------- chapter 02 · reading autograd graphs

@@ -210,6 +210,23 @@ def test_exercise_3_check_names_the_mistake_it_finds(add, problem):
     assert not verdict.ok and verdict.problem == problem
 
 
+def test_exercise_3_hints_follow_the_mistake_found_not_a_shared_count():
+    from dpteach.course import checks
+
+    checks.reset()
+    first = checks.summed_by_hand(_plus_equals, DEVICES, steps=2)  # one mistake ...
+    then = checks.summed_by_hand(_mean, DEVICES, steps=2)  # ... then another
+    assert first.problem == "grad None" and then.problem == "mean"
+    assert "Hint 1 of 2" in first.message and "Hint 1 of 2" in then.message  # each mistake starts its ladder
+    assert "mean over its own shard" in then.message  # the mean's first hint, not the zip hint
+    again = checks.summed_by_hand(_mean, DEVICES, steps=2)
+    assert "Hint 2 of 2" in again.message and "Drop the division" in again.message  # the same mistake climbs
+    assert "3 tries so far" in again.message  # the tries of the exercise still count together
+    assert checks.summed_by_hand(_summed, DEVICES, steps=2).ok
+    assert "Hint 1 of 2" in checks.summed_by_hand(_mean, DEVICES, steps=2).message  # a right answer resets
+    checks.reset()
+
+
 def test_exercise_3_check_says_which_replica_was_kept():
     from dpteach.course import checks
 
