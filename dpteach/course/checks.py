@@ -337,58 +337,56 @@ def _shown(answer: str) -> Verdict:
 
 
 def one_slot(
-    learns: bool | object, replicas: int | object, devices: Sequence, show_answer: bool = False
+    learns: bool | object, copies: int | object, devices: Sequence, show_answer: bool = False
 ) -> Verdict:
-    """Exercise 1: under ``"clone"`` on one slot, does the model learn, and how many replicas does a
-    step make? Trains ``story.train(strategy="clone", devices=[devices[0]])`` and counts the replicas
-    the last step kept (``keep_replicas``)."""
+    """Exercise 1: under ``"clone"`` on one slot, does the model learn, and how many copies of the model
+    does replicate make per step? Trains ``story.train(strategy="clone", devices=[devices[0]])`` and
+    counts the replicas the last step kept (``keep_replicas``): none when replicate is never called."""
     from ..data_parallel import keep_replicas
     from . import story
 
     name = "ch01.one_slot"
     answer = (
-        "learns = True, replicas = 0. With one slot DataParallel.forward replicates nothing: it runs the "
-        "model itself, as torch.nn.DataParallel does when len(device_ids) == 1, so the gradients land in the "
-        "model's own parameters. The bug needs two slots or more."
+        "learns = True, copies = 0. With one slot DataParallel.forward never calls replicate: the one slot runs "
+        "the model itself, as torch.nn.DataParallel does when len(device_ids) == 1, so the gradients land in the "
+        "model's own parameters. The bug needs a copy, and a copy needs a second slot."
     )
     if show_answer:
         return _shown(answer)
-    if _unset(learns, replicas):
-        return Verdict(
-            False, "Set `learns` to True or False and `replicas` to a number, then run this cell again."
-        )
-    if not isinstance(learns, bool) or not _count(replicas):
+    if _unset(learns, copies):
+        return Verdict(False, "Set `learns` to True or False and `copies` to a number, then run this cell again.")
+    if not isinstance(learns, bool) or not _count(copies):
         return Verdict(
             False,
-            f"Not yet: `learns` is True or False (got {learns!r}) and `replicas` a whole number such as 2 "
-            f"(got {replicas!r}).",
+            f"Not yet: `learns` is True or False (got {learns!r}) and `copies` a whole number such as 2 "
+            f"(got {copies!r}).",
         )
     with keep_replicas() as kept:
         run = story.train(strategy="clone", devices=[devices[0]], steps=60)
-    truth_learns, truth_replicas = run.losses[-1] < run.losses[0], len(kept)
-    shown = f"loss {run.losses[0]:.4f} -> {run.losses[-1]:.4f}, {truth_replicas} replicas kept per step"
-    if learns == truth_learns and int(replicas) == truth_replicas:
+    truth_learns, truth_copies = run.losses[-1] < run.losses[0], len(kept)
+    shown = f"loss {run.losses[0]:.4f} -> {run.losses[-1]:.4f}, {truth_copies} copies of the model per step"
+    if learns == truth_learns and int(copies) == truth_copies:
         return _correct(
             name,
-            f"{shown}: with one slot the model itself runs, so its own parameters get the gradients. The bug "
-            "needs a copy, and a copy needs a second slot.",
+            f"{shown}: replicate is never called, the one slot runs the model itself, so its own parameters get "
+            "the gradients. The bug needs a copy, and a copy needs a second slot.",
         )
     wrong = []
     if learns != truth_learns:
         wrong.append(
             f"you said learns = {learns}, but the run's loss went {run.losses[0]:.4f} -> {run.losses[-1]:.4f}"
         )
-    if int(replicas) != truth_replicas:
+    if int(copies) != truth_copies:
         wrong.append(
-            f"you said {int(replicas)} {'replica' if int(replicas) == 1 else 'replicas'} per step, but the "
-            f"run made {truth_replicas}"
+            f"you said {int(copies)} {'copy' if int(copies) == 1 else 'copies'} per step, but replicate made "
+            f"{truth_copies}"
         )
     change = (
         "; ".join(wrong)
         + ". Change "
         + " and ".join(
             f"`{v}`"
-            for v, bad in (("learns", learns != truth_learns), ("replicas", int(replicas) != truth_replicas))
+            for v, bad in (("learns", learns != truth_learns), ("copies", int(copies) != truth_copies))
             if bad
         )
         + "."
@@ -396,7 +394,7 @@ def one_slot(
     hints = [
         "Run the training yourself and compare `.losses[0]` with `.losses[-1]`.",
         "print(inspect.getsource(torch.nn.DataParallel.forward)) and read what it does when "
-        "len(self.device_ids) == 1: does it call replicate?",
+        "len(self.device_ids) == 1: does it call self.replicate? dpteach's DataParallel does the same.",
     ]
     return _offered(name, change, hints)
 

@@ -119,6 +119,9 @@ def test_torch_s_own_data_parallel_trains_the_model():
     from torch._utils import _get_available_device_type
 
     assert "nn.DataParallel(model)" in _cell("torch-dp").source
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    at = {c.get("id"): i for i, c in enumerate(cells)}
+    assert at["ex1-check"] < at["torch-dp"]  # after exercise 1, whose answer it confirms
     # without an accelerator torch's DataParallel keeps no device_ids, so forward runs the module itself:
     # the page says so for a machine without a GPU
     if _get_available_device_type() is None:
@@ -246,11 +249,11 @@ def test_exercise_checks_offer_the_answer_only_from_the_third_try_and_show_it_wh
 
     checks.reset()
     tries = [checks.one_slot(False, 2, DEVICES).message for _ in range(3)]
-    assert all("learns" in t and "replicas" in t and "Hint" in t for t in tries)  # what to change, a hint
+    assert all("learns" in t and "copies" in t and "Hint" in t for t in tries)  # what to change, a hint
     assert "Hint 1 of 2" in tries[0] and "Hint 2 of 2" in tries[1]
-    assert not any("learns = True, replicas = 0" in t for t in tries)  # never the answer unasked
+    assert not any("learns = True, copies = 0" in t for t in tries)  # never the answer unasked
     assert "Answer block" in tries[2] and "show_answer=True" in tries[2] and "Answer block" not in tries[1]
-    assert "learns = True, replicas = 0" in checks.one_slot(..., ..., DEVICES, show_answer=True).message
+    assert "learns = True, copies = 0" in checks.one_slot(..., ..., DEVICES, show_answer=True).message
     assert checks.one_slot(True, 0, DEVICES).ok
     for _ in range(3):
         last = checks.summed_by_hand(lambda m, r: None, DEVICES, steps=2).message
@@ -263,7 +266,7 @@ def test_exercise_1_check_names_what_to_change():
     from dpteach.course import checks
 
     checks.reset()
-    assert "Change `replicas`" in checks.one_slot(True, 1, DEVICES).message
+    assert "Change `copies`" in checks.one_slot(True, 1, DEVICES).message  # one slot: replicate makes none
     assert "Change `learns`." in checks.one_slot(False, 0, DEVICES).message
     assert "whole number" in checks.one_slot(True, "none", DEVICES).message
     checks.reset()
