@@ -399,36 +399,93 @@ def one_slot(
     return _offered(name, change, hints)
 
 
-def replica_sum(prediction: bool | object, devices: Sequence, show_answer: bool = False) -> Verdict:
-    """Predict-then-check: under ``"clone"``, is the sum of the replicas' ``0.weight`` gradients the
-    one-device gradient? Runs ``story.one_step("clone", devices)`` and compares."""
+def _number(value: object) -> float | None:
+    """An int, a float or a Fraction as a float; None for anything else (True and False are no numbers)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def replica_sum(
+    prediction: float | object, total: torch.Tensor | object, devices: Sequence, show_answer: bool = False
+) -> Verdict:
+    """Exercise 2: ``total``, the sum of the replicas' ``0.weight`` gradients after one step under
+    ``"clone"``, computed by the learner, and ``prediction``, the number ``total`` must be multiplied by to
+    give the one-device gradient. Runs ``story.one_step("clone", devices)`` and compares. Findings
+    (``Verdict.problem``): ``"total mean"``, ``"total one replica"``, ``"total"`` (another tensor),
+    ``"factor mean"`` (1 / slots), ``"factor slots"`` (the number of slots), ``"factor"``."""
     from . import story
 
     name = "ch01.replica_sum"
     answer = (
-        "True: the pieces' gradients add up to the whole batch's; only the edge to the original is missing."
+        "total = sum(r[0].weight.grad.to(devices[0]) for r in replicas), prediction = 1: the replicas' "
+        "gradients add up to the one-device gradient; only the edge to the original is missing."
     )
     if show_answer:
         return _shown(answer)
-    if _unset(prediction) or not isinstance(prediction, bool):
-        return Verdict(False, "Set `prediction` to True or False, then run this cell again.")
+    if _unset(total, prediction):
+        return Verdict(False, "Set `total` and `prediction`, then run this cell again.")
+    factor = _number(prediction)
+    if factor is None:
+        return Verdict(False, f"Not yet: `prediction` is a number, such as 2 or 1 / 3 (got {prediction!r}).")
     r = story.one_step("clone", devices)
-    total = sum(d["0.weight"].to(r.reference["0.weight"].device) for d in r.replica_grads)
-    truth = bool(torch.allclose(total, r.reference["0.weight"], rtol=1e-4, atol=1e-6))
-    shown = f"sum of the replicas' gradients vs one device: max difference {(total - r.reference['0.weight']).abs().max():.2e}"
-    if prediction == truth:
+    copies = [d["0.weight"] for d in r.replica_grads]
+    want, one_device = sum(copies), r.reference["0.weight"]
+    if not isinstance(total, torch.Tensor) or total.shape != want.shape:
+        got = tuple(total.shape) if isinstance(total, torch.Tensor) else type(total).__name__
+        return Verdict(
+            False,
+            f"Not yet: `total` is a tensor of the shape of 0.weight, {tuple(want.shape)} (got {got}): add up "
+            "replicas[k][0].weight.grad for every replica k.",
+        )
+    mine = total.detach().to(want.device, want.dtype)
+
+    def near(a, b) -> bool:
+        return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6))
+
+    if not near(mine, want):  # a slip in the sum: no hint is spent, the prediction is not judged yet
+        if near(mine, want / len(copies)):
+            slip, what = "total mean", "the mean of the replicas' gradients: add them up, without dividing"
+        else:
+            one = next((k for k, c in enumerate(copies) if near(mine, c)), None)
+            slip, what = (
+                ("total one replica", f"replica {one}'s gradient only: add every replica's")
+                if one is not None
+                else (
+                    "total",
+                    "not the sum of the replicas' 0.weight gradients: add replicas[k][0].weight.grad over every "
+                    "replica k, each moved with .to(devices[0])",
+                )
+            )
+        return Verdict(False, f"Not yet: your `total` is {what}.", slip)
+    off = (factor * want - one_device).abs().max().item()
+    shown = f"{factor:g} × total vs one device's gradient of 0.weight: largest difference {off:.1e}"
+    if near(factor * want, one_device):
         return _correct(
             name,
-            shown + ". Backward computed the right gradient; it was only delivered to the wrong tensors.",
+            f"{shown}, float rounding. Each replica's copy got its piece's share of the batch's mean loss, so the "
+            "shares add up to the whole: backward computed the right gradient and delivered it to the wrong tensors.",
         )
+    slots = len(copies)
+    if abs(factor - 1 / slots) < 1e-3:
+        problem, why = "factor mean", f"1/{slots} would take the mean of the replicas' gradients"
+    elif abs(factor - slots) < 1e-3:
+        problem, why = "factor slots", f"{slots} would multiply the sum by the number of slots"
+    else:
+        problem, why = "factor", f"{factor:g} is not the factor"
     return _offered(
         name,
-        f"you predicted {prediction}; the run says {truth} ({shown}). Change `prediction`.",
+        f"{why} ({shown}). Change `prediction`.",
         [
-            "Each replica's loss term covers its own piece of the batch, and the loss is a mean over all rows.",
-            "By the chain rule the gradient of a sum is the sum of its terms' gradients, and the loss is one "
-            "sum over the rows of all the pieces.",
+            "The loss is one mean over all 256 rows: each row's squared error carries the weight 1/256, "
+            "whichever replica computed it.",
+            "Each replica's copy of 0.weight receives the gradient of its own piece's rows only, each row still "
+            "weighted 1/256. What do the pieces' gradients make together?",
         ],
+        problem,
     )
 
 
