@@ -141,11 +141,14 @@ def _slot_means(slots: int) -> tuple[float, float, bool]:
     (sum(means) / len(means)).backward()  # each slot's own mean, then the average of the slots' means
 
     def worst(model) -> float:
-        return max((p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
+        return max(
+            (p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters())
+        )
 
     # the one-step check's tolerance (cell "One step, checked against one device"): float rounding only
     close = all(
-        torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6) for p, q in zip(averaged.parameters(), reference.parameters())
+        torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+        for p, q in zip(averaged.parameters(), reference.parameters())
     )
     return worst(gathered), worst(averaged), close
 
@@ -261,18 +264,22 @@ def idle_slots(idle: Sequence[int] | object, rows: int, most: int = 8) -> Verdic
     name = f"ch00.idle_slots.{rows}"
     if _unset(idle) or not isinstance(idle, (set, frozenset, list, tuple)):
         return Verdict(
-            False, "Set `idle` to a set of slot counts, e.g. {2, 3} (or set() for none), then run this cell again."
+            False,
+            "Set `idle` to a set of slot counts, e.g. {2, 3} (or set() for none), then run this cell again.",
         )
     if not all(_count(n) for n in idle):
         return Verdict(False, f"Give whole numbers of slots, from 1 to {most}, e.g. {{2, 3}}, not {idle!r}.")
     given = {int(n) for n in idle}
     outside = sorted(n for n in given if not 1 <= n <= most)
     if outside:
-        return Verdict(False, f"The question asks about 1 to {most} slots: take out {', '.join(map(str, outside))}.")
+        return Verdict(
+            False, f"The question asks about 1 to {most} slots: take out {', '.join(map(str, outside))}."
+        )
     sizes = {n: [len(p) for p in scatter(torch.arange(rows), ["cpu"] * n)] for n in range(1, most + 1)}
     truth = {n for n, cut in sizes.items() if len(cut) < n}  # fewer pieces than slots: some slot gets none
     told = "; ".join(
-        f"{n} slots get pieces of {', '.join(map(str, sizes[n]))} ({n - len(sizes[n])} idle)" for n in sorted(truth)
+        f"{n} slots get pieces of {', '.join(map(str, sizes[n]))} ({n - len(sizes[n])} idle)"
+        for n in sorted(truth)
     )
     if given == truth:
         return _correct(
@@ -354,7 +361,9 @@ def one_slot(
     if show_answer:
         return _shown(answer)
     if _unset(learns, copies):
-        return Verdict(False, "Set `learns` to True or False and `copies` to a number, then run this cell again.")
+        return Verdict(
+            False, "Set `learns` to True or False and `copies` to a number, then run this cell again."
+        )
     if not isinstance(learns, bool) or not _count(copies):
         return Verdict(
             False,

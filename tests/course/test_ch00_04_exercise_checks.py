@@ -45,7 +45,9 @@ def test_mean_of_means_holds_on_equal_pieces_only():
 
 def test_mean_of_means_is_computed_not_assumed():
     # the truth is the live step: equal pieces give one device's gradients, unequal pieces do not
-    (gathered_2, averaged_2, close_2), (gathered_3, averaged_3, close_3) = (checks._slot_means(s) for s in (2, 3))
+    (gathered_2, averaged_2, close_2), (gathered_3, averaged_3, close_3) = (
+        checks._slot_means(s) for s in (2, 3)
+    )
     assert close_2 and not close_3
     assert max(gathered_2, gathered_3, averaged_2) < 1e-6 < averaged_3  # float rounding, and far more
 

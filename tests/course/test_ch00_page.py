@@ -121,7 +121,8 @@ def test_the_scatter_table_prints_with_or_without_the_slider(monkeypatch, widget
     assert len(examples) >= 2  # printed everywhere: on GitHub and in the book too
     for rows, slots, line in examples:
         assert line == _table(slots, rows)  # each line is torch.chunk's cut
-        assert "-" not in line and rows not in (12, 16)  # no idle slot, no exercise's batch, before the learner predicts
+        # before the learner predicts: no idle slot, and not the batch of an exercise
+        assert "-" not in line and rows not in (12, 16)
 
 
 def test_the_idle_slot_check_asks_exercise_3s_question():
