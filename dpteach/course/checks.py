@@ -120,40 +120,96 @@ def _word(value: object) -> str:
     return str(value).strip().strip("'\"`").strip().lower()
 
 
-def slots_match(same: bool | object, slots: int = 3) -> Verdict:
-    """Exercise 1: ``same``, whether one step of ``dpteach.DataParallel`` on ``slots`` CPU slots gives one
-    device's gradients. The truth is a live step of the course's model against one device."""
+def _slot_means(slots: int) -> tuple[float, float, bool]:
+    """One step of the course's model on ``slots`` CPU slots, two ways, against one device: the largest
+    difference of any gradient when gather joins the outputs before one mean loss over all rows, the
+    same when each slot takes the mean loss of its own piece and the slots' means are averaged, and
+    whether that average's gradients are one device's up to float rounding."""
     from ..data_parallel import DataParallel
+    from ..replicate import replicate
     from ..scatter_gather import scatter
     from . import story
 
-    name = "ch00.slots_match"
-    if _unset(same) or not isinstance(same, bool):
-        return Verdict(False, "Set `same` to True or False, then run this cell again.")
+    mse = torch.nn.functional.mse_loss
     x, y = story.make_data()
-    reference, model = story.make_model(), story.make_model()  # seed 0: the same weights twice
-    torch.nn.functional.mse_loss(reference(x), y).backward()
-    torch.nn.functional.mse_loss(DataParallel(model, ["cpu"] * slots)(x), y).backward()
-    worst = max(
-        (p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters())
+    reference, gathered, averaged = story.make_model(), story.make_model(), story.make_model()  # seed 0
+    mse(reference(x), y).backward()
+    devices = ["cpu"] * slots
+    mse(DataParallel(gathered, devices)(x), y).backward()  # gather, then one mean over every row
+    replicas = replicate(averaged, devices)  # the default strategy: the replicas' gradients reach `averaged`
+    means = [mse(r(piece), t) for r, piece, t in zip(replicas, scatter(x, devices), scatter(y, devices))]
+    (sum(means) / len(means)).backward()  # each slot's own mean, then the average of the slots' means
+
+    def worst(model) -> float:
+        return max(
+            (p.grad - q.grad).abs().max().item() for p, q in zip(model.parameters(), reference.parameters())
+        )
+
+    # the one-step check's tolerance (cell "One step, checked against one device"): float rounding only
+    close = all(
+        torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+        for p, q in zip(averaged.parameters(), reference.parameters())
     )
-    sizes = ", ".join(str(len(p)) for p in scatter(x, ["cpu"] * slots))
-    if same:
+    return worst(gathered), worst(averaged), close
+
+
+def mean_of_means(two_slots: bool | object, three_slots: bool | object) -> Verdict:
+    """Exercise 1: does averaging the slots' own mean losses give one device's gradients, on 2 slots
+    (``two_slots``) and on 3 (``three_slots``)? The truth is a live step of the course's model on CPU
+    slots (``_slot_means``), compared with one device as the chapter's one-step check compares.
+    Findings (``Verdict.problem``): ``"equal pieces"`` (``two_slots`` wrong), ``"unequal pieces"``
+    (``three_slots`` wrong), ``"both"``."""
+    from ..scatter_gather import scatter
+    from . import story
+
+    name = "ch00.mean_of_means"
+    if _unset(two_slots, three_slots) or not all(isinstance(v, bool) for v in (two_slots, three_slots)):
+        return Verdict(False, "Set `two_slots` and `three_slots` to True or False, then run this cell again.")
+    x, _ = story.make_data()
+    rows = len(x)
+    sizes = {s: [len(p) for p in scatter(x, ["cpu"] * s)] for s in (2, 3)}
+    found = {s: _slot_means(s) for s in (2, 3)}
+    truth = {s: found[s][2] for s in (2, 3)}
+    pieces = {s: ", ".join(map(str, sizes[s])) for s in (2, 3)}
+    weights = {  # the weight of one row's squared error in the average of the means, per piece size
+        s: " and ".join(f"1/{s * n} in a piece of {n}" for n in dict.fromkeys(sizes[s])) for s in (2, 3)
+    }
+    shown = (
+        f"the average of the means differs from one device's gradients by {found[2][1]:.1e} on 2 slots and "
+        f"{found[3][1]:.1e} on 3 (gather, then one mean: {found[3][0]:.1e} on 3)"
+    )
+    if (two_slots, three_slots) == (truth[2], truth[3]):
         return _correct(
             name,
-            f"On {slots} slots the {len(x)} rows become pieces of {sizes}, and the gradients are one device's "
-            f"(largest difference {worst:.1e}, float rounding): gather joins the outputs before the one mean loss.",
+            f"{shown[0].upper()}{shown[1:]}. On s slots the average of the means weighs a row of a piece of n rows "
+            f"by 1/(s·n): on 2 slots that is {weights[2]}, one device's 1/{rows} for every row; on 3 it is "
+            f"{weights[3]}, so the rows of the smaller piece count more.",
         )
+    wrong = []
+    if two_slots != truth[2]:
+        wrong.append(
+            f"on 2 slots (pieces of {pieces[2]}) the average of the means differs from one device by "
+            f"{found[2][1]:.1e}, float rounding: change `two_slots`"
+        )
+    if three_slots != truth[3]:
+        wrong.append(
+            f"on 3 slots (pieces of {pieces[3]}) the average of the means differs from one device by "
+            f"{found[3][1]:.1e}, far more than the gathered mean's {found[3][0]:.1e}: change `three_slots`"
+        )
+    problem = "both" if len(wrong) == 2 else ("equal pieces" if two_slots != truth[2] else "unequal pieces")
     return _not_yet(
         name,
-        f"you said the gradients differ on {slots} slots. Think again about what the loss is computed from.",
+        "; ".join(wrong) + ".",
         [
-            f"The loss is one mean over all {len(x)} rows of the gathered output: does it depend on which slot "
-            "computed which row?",
-            'Add a cell with devices = ["cpu"] * 3 after the cell that sets devices, and run the one-step check.',
+            f"Write each loss as a sum over rows. One mean over {rows} rows weighs every row's squared error by "
+            f"1/{rows}. What weight does the average of the slots' means give a row in a piece of n rows?",
+            f"On s slots that weight is 1/(s·n). Work it out for the pieces of 2 slots ({pieces[2]}) and of 3 "
+            f"({pieces[3]}), and compare with 1/{rows}.",
         ],
-        f"same = True: on {slots} slots the largest difference is {worst:.1e}, float rounding. Gather puts the "
-        "outputs back together before the loss, so the loss is the same function of the same parameters.",
+        f"two_slots = {truth[2]}, three_slots = {truth[3]}. On s slots the average of the means weighs a row of a "
+        f"piece of n rows by 1/(s·n): {weights[2]} on 2 slots, {weights[3]} on 3, against one device's "
+        f"1/{rows} for every row; {shown}.",
+        problem,
     )
 
 
@@ -199,17 +255,78 @@ def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict
     )
 
 
+def idle_slots(idle: Sequence[int] | object, rows: int, most: int = 8) -> Verdict:
+    """Exercise 3: ``idle``, the slot counts from 1 to ``most`` for which ``dpteach.scatter`` leaves at least
+    one slot without rows of a batch of ``rows``. Findings (``Verdict.problem``): ``"extra"`` (a count
+    whose slots all work), ``"missed"`` (an idle count left out), ``"extra and missed"``."""
+    from ..scatter_gather import scatter
+
+    name = f"ch00.idle_slots.{rows}"
+    if _unset(idle) or not isinstance(idle, (set, frozenset, list, tuple)):
+        return Verdict(
+            False,
+            "Set `idle` to a set of slot counts, e.g. {2, 3} (or set() for none), then run this cell again.",
+        )
+    if not all(_count(n) for n in idle):
+        return Verdict(False, f"Give whole numbers of slots, from 1 to {most}, e.g. {{2, 3}}, not {idle!r}.")
+    given = {int(n) for n in idle}
+    outside = sorted(n for n in given if not 1 <= n <= most)
+    if outside:
+        return Verdict(
+            False, f"The question asks about 1 to {most} slots: take out {', '.join(map(str, outside))}."
+        )
+    sizes = {n: [len(p) for p in scatter(torch.arange(rows), ["cpu"] * n)] for n in range(1, most + 1)}
+    truth = {n for n, cut in sizes.items() if len(cut) < n}  # fewer pieces than slots: some slot gets none
+    told = "; ".join(
+        f"{n} slots get pieces of {', '.join(map(str, sizes[n]))} ({n - len(sizes[n])} idle)"
+        for n in sorted(truth)
+    )
+    if given == truth:
+        return _correct(
+            name,
+            f"{told}. torch.chunk cuts pieces of ceil({rows} / slots) rows, and the rows can run out before the "
+            "slots do.",
+        )
+    extra, missed = sorted(given - truth), sorted(truth - given)
+    change = []
+    if extra:
+        them = "it" if len(extra) == 1 else "them"
+        change.append(f"with {' or '.join(map(str, extra))} slots every slot gets rows: take {them} out")
+    if missed:
+        more = " more" if given & truth else ""  # some idle counts found already
+        change.append(
+            f"{len(missed)}{more} slot count{'s' * (len(missed) > 1)} from 1 to {most} leave"
+            f"{'s' * (len(missed) == 1)} a slot idle: find {'it' if len(missed) == 1 else 'them'}"
+        )
+    return _not_yet(
+        name,
+        "; ".join(change) + ".",
+        [
+            "torch.chunk does not aim for one piece per slot: it first picks one piece size for all, rounding "
+            "rows / slots up.",
+            f"On s slots every piece but the last holds ceil({rows} / s) rows. Count how many such pieces {rows} "
+            "rows fill, and compare with s.",
+        ],
+        f"idle = {{{', '.join(map(str, sorted(truth)))}}}: {told}.",
+        "extra and missed" if extra and missed else ("extra" if extra else "missed"),
+    )
+
+
 # ---------------------------------------------------------------- chapter 01 · the bug
 
 
-def _offered(exercise: str, change: str, hints: Sequence[str], problem: str = "") -> Verdict:
+def _offered(
+    exercise: str, change: str, hints: Sequence[str], problem: str = "", rung: int | None = None
+) -> Verdict:
     """A failed try of a chapter-01 check: what to change and the next hint (the last one repeats).
 
-    As chapter 06's count check and the Tasks do, the answer is never printed unasked: from the third
-    failed try on the message says where to read it, the Answer block or ``show_answer=True``."""
+    ``rung`` picks the hint (1 for the first) when the check keeps its own count, one ladder per
+    mistake it can name; by default the hints climb with the exercise's failed tries. As chapter 06's
+    count check and the Tasks do, the answer is never printed unasked: from the third failed try of
+    the exercise on the message says where to read it, the Answer block or ``show_answer=True``."""
     _failures[exercise] += 1
     tries = _failures[exercise]
-    step = min(tries, len(hints))
+    step = min(tries if rung is None else rung, len(hints))
     lines = [f"Not yet: {change}", f"Hint {step} of {len(hints)}: {hints[step - 1]}"]
     if tries >= TRIES_BEFORE_ANSWER:
         lines.append(
@@ -227,58 +344,58 @@ def _shown(answer: str) -> Verdict:
 
 
 def one_slot(
-    learns: bool | object, replicas: int | object, devices: Sequence, show_answer: bool = False
+    learns: bool | object, copies: int | object, devices: Sequence, show_answer: bool = False
 ) -> Verdict:
-    """Exercise 1: under ``"clone"`` on one slot, does the model learn, and how many replicas does a
-    step make? Trains ``story.train(strategy="clone", devices=[devices[0]])`` and counts the replicas
-    the last step kept (``keep_replicas``)."""
+    """Exercise 1: under ``"clone"`` on one slot, does the model learn, and how many copies of the model
+    does replicate make per step? Trains ``story.train(strategy="clone", devices=[devices[0]])`` and
+    counts the replicas the last step kept (``keep_replicas``): none when replicate is never called."""
     from ..data_parallel import keep_replicas
     from . import story
 
     name = "ch01.one_slot"
     answer = (
-        "learns = True, replicas = 0. With one slot DataParallel.forward replicates nothing: it runs the "
-        "model itself, as torch.nn.DataParallel does when len(device_ids) == 1, so the gradients land in the "
-        "model's own parameters. The bug needs two slots or more."
+        "learns = True, copies = 0. With one slot DataParallel.forward never calls replicate: the one slot runs "
+        "the model itself, as torch.nn.DataParallel does when len(device_ids) == 1, so the gradients land in the "
+        "model's own parameters. The bug needs a copy, and a copy needs a second slot."
     )
     if show_answer:
         return _shown(answer)
-    if _unset(learns, replicas):
+    if _unset(learns, copies):
         return Verdict(
-            False, "Set `learns` to True or False and `replicas` to a number, then run this cell again."
+            False, "Set `learns` to True or False and `copies` to a number, then run this cell again."
         )
-    if not isinstance(learns, bool) or not _count(replicas):
+    if not isinstance(learns, bool) or not _count(copies):
         return Verdict(
             False,
-            f"Not yet: `learns` is True or False (got {learns!r}) and `replicas` a whole number such as 2 "
-            f"(got {replicas!r}).",
+            f"Not yet: `learns` is True or False (got {learns!r}) and `copies` a whole number such as 2 "
+            f"(got {copies!r}).",
         )
     with keep_replicas() as kept:
         run = story.train(strategy="clone", devices=[devices[0]], steps=60)
-    truth_learns, truth_replicas = run.losses[-1] < run.losses[0], len(kept)
-    shown = f"loss {run.losses[0]:.4f} -> {run.losses[-1]:.4f}, {truth_replicas} replicas kept per step"
-    if learns == truth_learns and int(replicas) == truth_replicas:
+    truth_learns, truth_copies = run.losses[-1] < run.losses[0], len(kept)
+    shown = f"loss {run.losses[0]:.4f} -> {run.losses[-1]:.4f}, {truth_copies} copies of the model per step"
+    if learns == truth_learns and int(copies) == truth_copies:
         return _correct(
             name,
-            f"{shown}: with one slot the model itself runs, so its own parameters get the gradients. The bug "
-            "needs a copy, and a copy needs a second slot.",
+            f"{shown}: replicate is never called, the one slot runs the model itself, so its own parameters get "
+            "the gradients. The bug needs a copy, and a copy needs a second slot.",
         )
     wrong = []
     if learns != truth_learns:
         wrong.append(
             f"you said learns = {learns}, but the run's loss went {run.losses[0]:.4f} -> {run.losses[-1]:.4f}"
         )
-    if int(replicas) != truth_replicas:
+    if int(copies) != truth_copies:
         wrong.append(
-            f"you said {int(replicas)} {'replica' if int(replicas) == 1 else 'replicas'} per step, but the "
-            f"run made {truth_replicas}"
+            f"you said {int(copies)} {'copy' if int(copies) == 1 else 'copies'} per step, but replicate made "
+            f"{truth_copies}"
         )
     change = (
         "; ".join(wrong)
         + ". Change "
         + " and ".join(
             f"`{v}`"
-            for v, bad in (("learns", learns != truth_learns), ("replicas", int(replicas) != truth_replicas))
+            for v, bad in (("learns", learns != truth_learns), ("copies", int(copies) != truth_copies))
             if bad
         )
         + "."
@@ -286,41 +403,98 @@ def one_slot(
     hints = [
         "Run the training yourself and compare `.losses[0]` with `.losses[-1]`.",
         "print(inspect.getsource(torch.nn.DataParallel.forward)) and read what it does when "
-        "len(self.device_ids) == 1: does it call replicate?",
+        "len(self.device_ids) == 1: does it call self.replicate? dpteach's DataParallel does the same.",
     ]
     return _offered(name, change, hints)
 
 
-def replica_sum(prediction: bool | object, devices: Sequence, show_answer: bool = False) -> Verdict:
-    """Predict-then-check: under ``"clone"``, is the sum of the replicas' ``0.weight`` gradients the
-    one-device gradient? Runs ``story.one_step("clone", devices)`` and compares."""
+def _number(value: object) -> float | None:
+    """An int, a float or a Fraction as a float; None for anything else (True and False are no numbers)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def replica_sum(
+    prediction: float | object, total: torch.Tensor | object, devices: Sequence, show_answer: bool = False
+) -> Verdict:
+    """Exercise 2: ``total``, the sum of the replicas' ``0.weight`` gradients after one step under
+    ``"clone"``, computed by the learner, and ``prediction``, the number ``total`` must be multiplied by to
+    give the one-device gradient. Runs ``story.one_step("clone", devices)`` and compares. Findings
+    (``Verdict.problem``): ``"total mean"``, ``"total one replica"``, ``"total"`` (another tensor),
+    ``"factor mean"`` (1 / slots), ``"factor slots"`` (the number of slots), ``"factor"``."""
     from . import story
 
     name = "ch01.replica_sum"
     answer = (
-        "True: the pieces' gradients add up to the whole batch's; only the edge to the original is missing."
+        "total = sum(r[0].weight.grad.to(devices[0]) for r in replicas), prediction = 1: the replicas' "
+        "gradients add up to the one-device gradient; only the edge to the original is missing."
     )
     if show_answer:
         return _shown(answer)
-    if _unset(prediction) or not isinstance(prediction, bool):
-        return Verdict(False, "Set `prediction` to True or False, then run this cell again.")
+    if _unset(total, prediction):
+        return Verdict(False, "Set `total` and `prediction`, then run this cell again.")
+    factor = _number(prediction)
+    if factor is None:
+        return Verdict(False, f"Not yet: `prediction` is a number, such as 2 or 1 / 3 (got {prediction!r}).")
     r = story.one_step("clone", devices)
-    total = sum(d["0.weight"].to(r.reference["0.weight"].device) for d in r.replica_grads)
-    truth = bool(torch.allclose(total, r.reference["0.weight"], rtol=1e-4, atol=1e-6))
-    shown = f"sum of the replicas' gradients vs one device: max difference {(total - r.reference['0.weight']).abs().max():.2e}"
-    if prediction == truth:
+    copies = [d["0.weight"] for d in r.replica_grads]
+    want, one_device = sum(copies), r.reference["0.weight"]
+    if not isinstance(total, torch.Tensor) or total.shape != want.shape:
+        got = tuple(total.shape) if isinstance(total, torch.Tensor) else type(total).__name__
+        return Verdict(
+            False,
+            f"Not yet: `total` is a tensor of the shape of 0.weight, {tuple(want.shape)} (got {got}): add up "
+            "replicas[k][0].weight.grad for every replica k.",
+        )
+    mine = total.detach().to(want.device, want.dtype)
+
+    def near(a, b) -> bool:
+        return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6))
+
+    if not near(mine, want):  # a slip in the sum: no hint is spent, the prediction is not judged yet
+        if near(mine, want / len(copies)):
+            slip, what = "total mean", "the mean of the replicas' gradients: add them up, without dividing"
+        else:
+            one = next((k for k, c in enumerate(copies) if near(mine, c)), None)
+            slip, what = (
+                ("total one replica", f"replica {one}'s gradient only: add every replica's")
+                if one is not None
+                else (
+                    "total",
+                    "not the sum of the replicas' 0.weight gradients: add replicas[k][0].weight.grad over every "
+                    "replica k, each moved with .to(devices[0])",
+                )
+            )
+        return Verdict(False, f"Not yet: your `total` is {what}.", slip)
+    off = (factor * want - one_device).abs().max().item()
+    shown = f"{factor:g} × total vs one device's gradient of 0.weight: largest difference {off:.1e}"
+    if near(factor * want, one_device):
         return _correct(
             name,
-            shown + ". Backward computed the right gradient; it was only delivered to the wrong tensors.",
+            f"{shown}, float rounding. Each replica's copy got its piece's share of the batch's mean loss, so the "
+            "shares add up to the whole: backward computed the right gradient and delivered it to the wrong tensors.",
         )
+    slots = len(copies)
+    if abs(factor - 1 / slots) < 1e-3:
+        problem, why = "factor mean", f"1/{slots} would take the mean of the replicas' gradients"
+    elif abs(factor - slots) < 1e-3:
+        problem, why = "factor slots", f"{slots} would multiply the sum by the number of slots"
+    else:
+        problem, why = "factor", f"{factor:g} is not the factor"
     return _offered(
         name,
-        f"you predicted {prediction}; the run says {truth} ({shown}). Change `prediction`.",
+        f"{why} ({shown}). Change `prediction`.",
         [
-            "Each replica's loss term covers its own piece of the batch, and the loss is a mean over all rows.",
-            "By the chain rule the gradient of a sum is the sum of its terms' gradients, and the loss is one "
-            "sum over the rows of all the pieces.",
+            "The loss is one mean over all 256 rows: each row's squared error carries the weight 1/256, "
+            "whichever replica computed it.",
+            "Each replica's copy of 0.weight receives the gradient of its own piece's rows only, each row still "
+            "weighted 1/256. What do the pieces' gradients make together?",
         ],
+        problem,
     )
 
 
@@ -367,14 +541,33 @@ def summed_by_hand(
     name = "ch01.summed_by_hand"
     pair = "Pair each parameter of `model` with the same parameter in every replica: zip their .parameters()."
     share = "The sum, not the mean: each replica's gradient is already its piece's share of the batch mean."
-    hints = {  # the hint that fits the mistake found comes first
+    hints = {  # one ladder per mistake the check can name; a try climbs the ladder of the mistake it made
         "mean": [
             "DistributedDataParallel averages because each process's loss is a mean over its own shard only; "
             "here one loss is the mean over the whole gathered batch.",
+            share + " Exercise 2 measured it: the sum is the one-device gradient. Drop the division.",
+        ],
+        "one replica": [
+            "Every replica computed part of the gradient: the rows of its own piece.",
+            "zip(model.parameters(), *(r.parameters() for r in replicas)) gives each parameter with its copy in "
+            "every replica: add all of their .grad.",
+        ],
+        "grad None": [
+            "Before your function runs the original's p.grad is None, and None + a tensor fails.",
+            "`sum(...)` of tensors needs no starting value: `p.grad = sum(...)` assigns it (or start from "
+            "torch.zeros_like(p)).",
+        ],
+        "never moved": [
+            "The SGD step reads the .grad of each parameter of `model`: your function must assign it.",
             pair,
         ],
-        "grad None": ["`sum(...)` of tensors needs no starting value: `p.grad = sum(...)` assigns it.", pair],
+        "not the sum": [pair, share],
     }
+
+    def offered(change: str, problem: str) -> Verdict:
+        _failures[f"{name}.{problem}"] += 1  # this mistake's own count: its ladder's next rung
+        return _offered(name, change, hints[problem], problem, rung=_failures[f"{name}.{problem}"])
+
     answer = (
         "for p, *copies in zip(model.parameters(), *(r.parameters() for r in replicas)): "
         "p.grad = sum(c.grad.to(p.device) for c in copies)"
@@ -407,7 +600,7 @@ def summed_by_hand(
                     f"p.grad starts as None, so adding into it fails ({type(err).__name__}: {err}): "
                     "assign with =, or start from zeros."
                 )
-                return _offered(name, change, hints["grad None"], problem="grad None")
+                return offered(change, "grad None")
             return Verdict(False, f"Not yet: add_replica_grads raised {type(err).__name__}: {err}")
         if step == 0:
             mistake = _replica_mistake(model, copies)
@@ -416,6 +609,8 @@ def summed_by_hand(
     reference = story.train(strategy=None, devices=devices, steps=steps).losses
     shown = f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, one device {reference[0]:.4f} -> {reference[-1]:.4f}"
     if torch.allclose(torch.tensor(losses), torch.tensor(reference), rtol=1e-3, atol=1e-5):
+        for problem in hints:  # a right answer starts every ladder again
+            _failures.pop(f"{name}.{problem}", None)
         return _correct(
             name, shown + ": the model learns as on one device. Chapter 03 makes backward do this sum."
         )
@@ -428,7 +623,7 @@ def summed_by_hand(
     else:
         problem = "not the sum"
         change = "the model moves, but not as on one device: give each parameter the sum of all replicas' gradients."
-    return _offered(name, f"{change} ({shown})", hints.get(problem, [pair, share]), problem=problem)
+    return offered(f"{change} ({shown})", problem)
 
 
 # ---------------------------------------------------------------- chapter 02 · reading autograd graphs
@@ -3288,11 +3483,12 @@ def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int
 # ---------------------------------------------------------------- chapter 00 · start here, exercise 2
 
 # What each move's backward does, as chapter 00's exercise 2 lists them (the letters of its cell).
+# Each says what the backward does to tensors, not which move it belongs to: the learner matches them.
 BACKWARD_OF_MOVES = {
-    "a": "cuts the gradient into one piece per slot",
-    "b": "runs each replica's backward on its own slot",
-    "c": "adds the replicas' parameter gradients into the model's .grad",
-    "d": "joins the pieces' gradients into x.grad",
+    "a": "cuts one gradient into pieces",
+    "b": "runs each replica's backward",
+    "c": "sums several gradients into one",
+    "d": "joins pieces into one",
 }
 _MOVE_BACKWARDS = {"gather": "a", "parallel_apply": "b", "replicate": "c", "scatter": "d"}
 
@@ -3320,16 +3516,17 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
         return Verdict(False, f"Give each move one letter, a, b, c or d: check {', '.join(odd)}.")
     answer = (
         "does = {'gather': 'a', 'parallel_apply': 'b', 'replicate': 'c', 'scatter': 'd'}: backward starts at "
-        "the loss, so gather's backward runs first and cuts the gradient per slot; each replica's backward runs on its slot; replicate's backward adds the replicas' gradients into "
-        "the model; scatter's joins the pieces into x.grad."
+        "the loss, so gather's backward runs first and cuts the output's gradient into one piece per slot; "
+        "parallel_apply's runs each replica's backward on its slot; replicate's sums the replicas' gradients of "
+        "each parameter into one, the model's .grad; scatter's joins the pieces' gradients into one, x.grad."
     )
     fail = _ladder(
         name,
         [
             "Backward runs the four moves in reverse, and each backward undoes its move: what undoes a join, "
             "a copy, a cut?",
-            "torch.cat's backward (gather) cuts its gradient back into pieces; a copy's backward (replicate) adds "
-            "the copies' gradients up; a cut's backward (scatter) joins the pieces again.",
+            "Gather is a torch.cat, replicate copies each parameter once per slot, scatter cuts x: what is the "
+            "backward of a join, of a tensor used in several places, of a cut?",
         ],
         answer,
     )
@@ -3344,8 +3541,8 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
                 "gather joined the outputs, so its backward cuts the gradient per slot; scatter cut x, so its "
                 "backward joins the pieces' gradients"
                 if one == "gather"
-                else "replicate copied the parameters, so its backward adds the copies' gradients into the model; "
-                "parallel_apply ran the replicas, so its backward runs each replica's backward"
+                else "replicate copied each parameter once per slot, so its backward sums the copies' gradients "
+                "into one; parallel_apply ran the replicas, so its backward runs each replica's backward"
             )
             return fail(f"you swapped {one} and {other}: {why}. Swap their letters.", f"{one} and {other}")
     if wrong:

@@ -1,6 +1,6 @@
 """The exercise checks of chapters 00 and 04 that have no cell of their own elsewhere:
-``checks.slots_match``, ``checks.backward_moves`` and ``checks.moves_between_devices`` (00, exercises 1, 2
-and 4),
+``checks.mean_of_means``, ``checks.backward_moves``, ``checks.idle_slots`` and ``checks.moves_between_devices``
+(00, exercises 1 to 4),
 ``checks.shallow_copy_line`` and ``checks.tied_weights`` (04, exercises 1 and 4). What is asserted is the slip found (``Verdict.problem``), that the hints climb
 one rung per wrong try with the answer last, and that each chapter's check cell calls its check; the
 truths come from torch's source and a live ``replicate``, never from a copied run.
@@ -37,26 +37,47 @@ def _tagged(chapter: str, tag: str) -> str:
 # ---------------------------------------------------------------- chapter 00, exercise 1
 
 
-def test_slots_match_accepts_true_and_shows_the_pieces_and_the_difference():
-    verdict = checks.slots_match(True)
-    assert (
-        verdict.ok and "pieces of 86, 86, 84" in verdict.message and "largest difference" in verdict.message
+def test_mean_of_means_holds_on_equal_pieces_only():
+    verdict = checks.mean_of_means(True, False)
+    assert verdict.ok and "1/256 in a piece of 128" in verdict.message  # 2 slots: every row weighs 1/256
+    assert "1/258 in a piece of 86 and 1/252 in a piece of 84" in verdict.message  # 3 slots: they differ
+
+
+def test_mean_of_means_is_computed_not_assumed():
+    # the truth is the live step: equal pieces give one device's gradients, unequal pieces do not
+    (gathered_2, averaged_2, close_2), (gathered_3, averaged_3, close_3) = (
+        checks._slot_means(s) for s in (2, 3)
     )
+    assert close_2 and not close_3
+    assert max(gathered_2, gathered_3, averaged_2) < 1e-6 < averaged_3  # float rounding, and far more
 
 
-def test_slots_match_climbs_to_the_answer_on_false():
-    tries = [checks.slots_match(False) for _ in range(3)]
+@pytest.mark.parametrize(
+    "answer, problem, change",
+    [
+        ((True, True), "unequal pieces", "change `three_slots`"),
+        ((False, False), "equal pieces", "change `two_slots`"),
+        ((False, True), "both", "change `two_slots`"),
+    ],
+)
+def test_mean_of_means_says_which_prediction_to_change(answer, problem, change):
+    verdict = checks.mean_of_means(*answer)
+    assert not verdict.ok and verdict.problem == problem and change in verdict.message
+
+
+def test_mean_of_means_climbs_to_the_answer():
+    tries = [checks.mean_of_means(True, True) for _ in range(3)]
     assert not any(t.ok for t in tries)
     assert "Hint 1 of 2" in tries[0].message and "Hint 2 of 2" in tries[1].message
-    assert "The answer: same = True" in tries[2].message
-    assert (
-        "True or False" in checks.slots_match(...).message and "Hint" not in checks.slots_match("yes").message
-    )
+    assert "The answer: two_slots = True, three_slots = False" in tries[2].message
+    unset = checks.mean_of_means(..., True)
+    assert "True or False" in unset.message and "Hint" not in checks.mean_of_means("yes", False).message
 
 
 def test_chapter_00_exercise_1_has_its_check_cell():
     source = _tagged("00_start_here.ipynb", "ex1-check")
-    assert "checks.slots_match(same)" in source and "same = ..." in source
+    assert "checks.mean_of_means(two_slots, three_slots)" in source
+    assert "two_slots = ..." in source and "three_slots = ..." in source
 
 
 # ---------------------------------------------------------------- chapter 00, exercise 2
@@ -84,7 +105,8 @@ def test_backward_moves_names_the_swap(swap, problem):
 def test_backward_moves_climbs_to_the_answer_and_reads_as_a_sentence():
     tries = [checks.backward_moves({**RIGHT_MOVES, "gather": "c", "replicate": "a"}) for _ in range(3)]
     assert [t.problem for t in tries] == ["moves"] * 3
-    assert "gather's backward is not the one that adds" in tries[0].message  # not "does not adds"
+    # the letter's own description, as a sentence ("is not the one that sums", not "does not sums")
+    assert f"gather's backward is not the one that {checks.BACKWARD_OF_MOVES['c']}:" in tries[0].message
     assert "Hint 1 of 2" in tries[0].message and "Hint 2 of 2" in tries[1].message
     assert "The answer:" in tries[2].message and "'replicate': 'c'" in tries[2].message
 
@@ -104,6 +126,10 @@ def test_chapter_00_exercise_2_has_its_check_cell():
     source = _tagged("00_start_here.ipynb", "ex2-check")
     assert "checks.backward_moves(does)" in source and "left_out" not in source
     assert all(f'"{m}": ...' in source for m in RIGHT_MOVES)
+    # the cell lists the check's letters, and no description names its move or its tensors' names
+    for letter, does in checks.BACKWARD_OF_MOVES.items():
+        assert f"#   {letter}: {does}\n" in source
+        assert not any(word in does for word in (*RIGHT_MOVES, ".grad", "model", "slot"))
 
 
 # ---------------------------------------------------------------- chapter 00, exercise 4
@@ -227,6 +253,28 @@ def test_chapter_04_exercise_cells_call_their_checks(tag, call):
 
 
 # ---------------------------------------------------------------- chapter 00, exercise 3
+
+
+def test_idle_slots_are_the_counts_torch_chunk_leaves_a_slot_without_rows():
+    assert checks.idle_slots({5, 7, 8}, rows=12).ok
+    assert checks.idle_slots([5, 7, 8.0], rows=12).ok  # a list, or a float that is a whole number
+    extra = checks.idle_slots({5, 6, 7, 8}, rows=12)
+    assert not extra.ok and extra.problem == "extra" and "with 6 slots every slot gets rows" in extra.message
+    missed = checks.idle_slots({5}, rows=12)
+    assert missed.problem == "missed" and "2 more slot counts" in missed.message
+    assert "7" not in missed.message.split("Hint")[0]  # says how many were missed, not which
+    assert checks.idle_slots({6}, rows=12).problem == "extra and missed"
+
+
+def test_idle_slots_climbs_to_the_answer_and_asks_for_counts():
+    tries = [checks.idle_slots(set(), rows=12) for _ in range(3)]
+    assert "Hint 1 of 2" in tries[0].message and "Hint 2 of 2" in tries[1].message
+    assert "The answer: idle = {5, 7, 8}" in tries[2].message
+    checks.reset()
+    for wrong_kind in (..., "5, 7", {5.5}, {0, 5}):
+        verdict = checks.idle_slots(wrong_kind, rows=12)
+        assert not verdict.ok and "Hint" not in verdict.message  # costs no hint
+    assert not checks._failures
 
 
 def test_pieces_says_how_many_pieces_torch_chunk_makes():

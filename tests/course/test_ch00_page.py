@@ -10,6 +10,7 @@ import contextlib
 import inspect
 import io
 import math
+import re
 import sys
 import types
 from pathlib import Path
@@ -90,27 +91,43 @@ def test_the_page_names_every_strategy_and_the_real_default():
     assert f'`"{default}"` (the default)' in text
 
 
-def _table(slots: int, rows: int = 10) -> str:
+def _table(slots: int, rows: int) -> str:
     """One line of the scatter table, worked out from torch.chunk's rule: pieces of ceil(rows / slots)."""
     size = math.ceil(rows / slots)
     sizes = [str(min(size, rows - start)) for start in range(0, rows, size)]
     per_slot = sizes + ["-"] * (slots - len(sizes))
-    return f"{slots} slot{'s' * (slots > 1)}: " + " ".join(f"{n:>2}" for n in per_slot)
+    return f"{rows} rows over {slots} slot{'s' * (slots > 1)}: " + " ".join(f"{n:>2}" for n in per_slot)
+
+
+def _examples(printed: list[str]) -> list[tuple[int, int, str]]:
+    """(rows, slots, line) for each line of the table the cell printed."""
+    found = [re.match(r"(\d+) rows over (\d+) slots?:", line) for line in printed]
+    return [(int(m.group(1)), int(m.group(2)), line) for m, line in zip(found, printed) if m]
 
 
 @pytest.mark.parametrize("widgets", [False, True], ids=["no slider", "slider"])
 def test_the_scatter_table_prints_with_or_without_the_slider(monkeypatch, widgets):
     calls = []
-    fake = types.ModuleType("ipywidgets")  # records the slider instead of drawing it
+    fake = types.ModuleType("ipywidgets")  # records the sliders instead of drawing them
     fake.IntSlider = lambda **kw: kw
-    fake.fixed = lambda value: value
     fake.interact = lambda f, **kw: calls.append(kw)
     monkeypatch.setitem(sys.modules, "ipywidgets", fake)
     report = {"ipywidgets": _Item(widgets, "OK"), "notebook": _Item(True, "OK" if widgets else "info")}
     printed = run_cell(_tagged("scatter-table"), report=report).splitlines()
-    assert len(calls) == widgets  # the slider only in a live kernel with widgets
-    assert [_table(s) for s in (2, 4, 8)] == printed[-3:]  # the table, on GitHub and in the book too
-    assert printed[-1].endswith("2  2  2  2  2  -  -  -")  # 8 slots: five pieces, three idle slots
+    assert len(calls) == widgets  # the sliders only in a live kernel with widgets
+    if widgets:  # the learner sets both, the rows starting at exercise 3's batch of 12
+        assert {"slots", "rows"} <= set(calls[0]) and calls[0]["rows"]["value"] == 12
+    examples = _examples(printed)
+    assert len(examples) >= 2  # printed everywhere: on GitHub and in the book too
+    for rows, slots, line in examples:
+        assert line == _table(slots, rows)  # each line is torch.chunk's cut
+        # before the learner predicts: no idle slot, and not the batch of an exercise
+        assert "-" not in line and rows not in (12, 16)
+
+
+def test_the_idle_slot_check_asks_exercise_3s_question():
+    source = _tagged("ex3-idle")
+    assert "idle = ..." in source and "checks.idle_slots(idle, rows=12)" in source
 
 
 def test_the_legend_explains_every_status_the_check_can_print():

@@ -83,10 +83,12 @@ def test_the_optimizer_cell_fails_when_the_model_has_gradients():
 def test_the_edge_contrast_shows_the_fixes_nodes_beside_the_missing_edge():
     model, replicas = after_clone_backward()
     rows = run_cell("edge-contrast", model=model, replicas=replicas, devices=DEVICES).splitlines()
-    assert rows[0].split() == ["strategy", "leaf?", "grad_fn", "edge", "back", "to", "model[0].weight?"]
-    assert rows[1].split() == ["clone", "yes", "None", "no"]
-    assert rows[2].split() == ["broadcast", "no", "BroadcastBackward", "yes"]
-    assert rows[3].split() == ["rewire", "no", "ReduceAddBackward", "yes"]
+    found = {row.split()[0]: row.split()[1:] for row in rows[1:]}
+    assert found["clone"][0] == "no:" and found["clone"][-1] == "None"  # a leaf: no grad_fn, no edge
+    for strategy in ("broadcast", "rewire"):  # an edge, out of the node the strategy makes
+        weight = dpteach.replicate(model, DEVICES, strategy=strategy)[1][0].weight
+        assert found[strategy][0] == "yes," and found[strategy][-1] == type(weight.grad_fn).__name__
+    assert found["broadcast"][-1] == "BroadcastBackward" and found["rewire"][-1] == "ReduceAddBackward"
 
 
 def test_the_edge_contrast_fails_on_replicas_that_keep_the_edge():
@@ -117,6 +119,9 @@ def test_torch_s_own_data_parallel_trains_the_model():
     from torch._utils import _get_available_device_type
 
     assert "nn.DataParallel(model)" in _cell("torch-dp").source
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    at = {c.get("id"): i for i, c in enumerate(cells)}
+    assert at["ex1-check"] < at["torch-dp"]  # after exercise 1, whose answer it confirms
     # without an accelerator torch's DataParallel keeps no device_ids, so forward runs the module itself:
     # the page says so for a machine without a GPU
     if _get_available_device_type() is None:
@@ -208,6 +213,23 @@ def test_exercise_3_check_names_the_mistake_it_finds(add, problem):
     assert not verdict.ok and verdict.problem == problem
 
 
+def test_exercise_3_hints_follow_the_mistake_found_not_a_shared_count():
+    from dpteach.course import checks
+
+    checks.reset()
+    first = checks.summed_by_hand(_plus_equals, DEVICES, steps=2)  # one mistake ...
+    then = checks.summed_by_hand(_mean, DEVICES, steps=2)  # ... then another
+    assert first.problem == "grad None" and then.problem == "mean"
+    assert "Hint 1 of 2" in first.message and "Hint 1 of 2" in then.message  # each mistake starts its ladder
+    assert "mean over its own shard" in then.message  # the mean's first hint, not the zip hint
+    again = checks.summed_by_hand(_mean, DEVICES, steps=2)
+    assert "Hint 2 of 2" in again.message and "Drop the division" in again.message  # the same mistake climbs
+    assert "3 tries so far" in again.message  # the tries of the exercise still count together
+    assert checks.summed_by_hand(_summed, DEVICES, steps=2).ok
+    assert "Hint 1 of 2" in checks.summed_by_hand(_mean, DEVICES, steps=2).message  # a right answer resets
+    checks.reset()
+
+
 def test_exercise_3_check_says_which_replica_was_kept():
     from dpteach.course import checks
 
@@ -227,11 +249,11 @@ def test_exercise_checks_offer_the_answer_only_from_the_third_try_and_show_it_wh
 
     checks.reset()
     tries = [checks.one_slot(False, 2, DEVICES).message for _ in range(3)]
-    assert all("learns" in t and "replicas" in t and "Hint" in t for t in tries)  # what to change, a hint
+    assert all("learns" in t and "copies" in t and "Hint" in t for t in tries)  # what to change, a hint
     assert "Hint 1 of 2" in tries[0] and "Hint 2 of 2" in tries[1]
-    assert not any("learns = True, replicas = 0" in t for t in tries)  # never the answer unasked
+    assert not any("learns = True, copies = 0" in t for t in tries)  # never the answer unasked
     assert "Answer block" in tries[2] and "show_answer=True" in tries[2] and "Answer block" not in tries[1]
-    assert "learns = True, replicas = 0" in checks.one_slot(..., ..., DEVICES, show_answer=True).message
+    assert "learns = True, copies = 0" in checks.one_slot(..., ..., DEVICES, show_answer=True).message
     assert checks.one_slot(True, 0, DEVICES).ok
     for _ in range(3):
         last = checks.summed_by_hand(lambda m, r: None, DEVICES, steps=2).message
@@ -244,7 +266,7 @@ def test_exercise_1_check_names_what_to_change():
     from dpteach.course import checks
 
     checks.reset()
-    assert "Change `replicas`" in checks.one_slot(True, 1, DEVICES).message
+    assert "Change `copies`" in checks.one_slot(True, 1, DEVICES).message  # one slot: replicate makes none
     assert "Change `learns`." in checks.one_slot(False, 0, DEVICES).message
     assert "whole number" in checks.one_slot(True, "none", DEVICES).message
     checks.reset()

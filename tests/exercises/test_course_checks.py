@@ -124,9 +124,28 @@ def test_pieces_follows_torch_chunk():
     assert "hold all 16" in checks.pieces([3, 3], rows=16, slots=6).message
 
 
+def _clone_replica_grads(devices):
+    """The 0.weight gradient of every replica after one step of the course's model under "clone"."""
+    x, y = dpteach.course.story.make_data()
+    model = dpteach.course.story.make_model()
+    replicas = dpteach.replicate(model, devices, strategy="clone")
+    out = torch.cat([r(piece) for r, piece in zip(replicas, torch.chunk(x, len(devices)))])
+    nn.functional.mse_loss(out, y).backward()
+    return [r[0].weight.grad for r in replicas]
+
+
 def test_replica_sum_predict_then_check():
-    assert checks.replica_sum(True, ["cpu", "cpu"]).ok  # the replicas' gradients add up to the right one
-    assert "Change `prediction`" in checks.replica_sum(False, ["cpu", "cpu"]).message
+    devices = ["cpu", "cpu"]
+    grads = _clone_replica_grads(devices)
+    total = sum(grads)
+    assert checks.replica_sum(1, total, devices).ok  # the replicas' gradients add up to the right one
+    mean = checks.replica_sum(0.5, total, devices)
+    assert "Change `prediction`" in mean.message and mean.problem == "factor mean"
+    assert checks.replica_sum(2, total, devices).problem == "factor slots"
+    assert checks.replica_sum(1, total / 2, devices).problem == "total mean"  # a slip in the sum
+    assert checks.replica_sum(1, grads[1], devices).problem == "total one replica"
+    assert "number" in checks.replica_sum("one", total, devices).message
+    assert "shape" in checks.replica_sum(1, torch.zeros(3), devices).message
 
 
 def test_half_fix_asks_for_a_set_not_a_string():
