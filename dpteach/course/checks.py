@@ -646,15 +646,17 @@ def leaves(your_answer: Mapping[str, object], tensors: Mapping[str, torch.Tensor
         return _correct(
             name, f"Only {', '.join(grads)} will get a .grad: a leaf gets one only if it requires grad."
         )
-    return _not_yet(
-        name,
-        f"change your answer for {', '.join(wrong)}.",
-        [
-            "A leaf is a tensor no *recorded* operation made; requiring grad does not decide it.",
-            "Print each tensor's grad_fn: None means a leaf. detach() returns a tensor with no history.",
-        ],
-        lambda: ", ".join(f"{k}: {v}" for k, v in truth.items()) + ".",
-    )
+    hints = [
+        "A leaf is a tensor no *recorded* operation made; requiring grad does not decide it.",
+        "Print each tensor's grad_fn: None means a leaf. detach() returns a tensor with no history.",
+    ]
+    # True or False each: naming the wrong ones would give the answer away, so until the ladder's last
+    # rung (the answer) the message says only how many are wrong
+    if _failures[name] + 1 > len(hints):
+        change = f"change your answer for {', '.join(wrong)}."
+    else:
+        change = f"{len(wrong)} of your {len(truth)} answers {'is' if len(wrong) == 1 else 'are'} wrong."
+    return _not_yet(name, change, hints, lambda: ", ".join(f"{k}: {v}" for k, v in truth.items()) + ".")
 
 
 def _accumulators(root) -> set:
@@ -683,7 +685,7 @@ def accumulators(count: int | object, loss: torch.Tensor, model: torch.nn.Module
     if _unset(count):
         return Verdict(False, "Set `accumulators` to your count, then run this cell again.")
     if not _count(count):
-        return Verdict(False, f"{count!r} is not a number: set `accumulators` to a count such as 3.")
+        return Verdict(False, f"{count!r} is not a number: write the count in digits, without quotes.")
     truth = len(_accumulators(loss.grad_fn))
     n_params = len(list(model.parameters()))
     frozen = n_params - sum(p.requires_grad for p in model.parameters())

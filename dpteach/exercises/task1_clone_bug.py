@@ -13,7 +13,7 @@ from ..replicate import replicate
 from ._feedback import Findings, Result, Task
 from ._harness import SLOTS, NotYet, check_replicas, require_strategy, run_cases, run_check, try_step
 from ._models import CASES
-from ._paths import places, shares_storage
+from ._paths import edge_problem, places, shares_storage
 
 TASK = Task(  # the registry finds this record by the file's name
     1,
@@ -83,14 +83,34 @@ def check_clone_bug(strategy=None, *, devices=None) -> Result:
     return run_check(TASK, HINTS, body)
 
 
+def _first_dead_end(model, replicas) -> str:
+    """The sentence on the first replica parameter with no gradient path to the original's ("" if none)."""
+    for place in places(model):
+        for slot, replica in enumerate(replicas):
+            found = edge_problem(resolve(replica, place.name), place, slot)
+            if found:
+                return found[1][:1].upper() + found[1][1:] + "."
+    return ""
+
+
 def try_answer(replicate_by_clone) -> str:
-    """One DataParallel step with the learner's strategy (``try_it("clone_bug", fn)``), then slot 1's memory."""
-    said, model = try_step(replicate_by_clone), story.make_model()
-    replica = replicate(model, SLOTS, strategy=replicate_by_clone)[1]  # the step ran: every copy is there
-    shared = [n for n, p in model.named_parameters() if shares_storage(resolve(replica, n), p)]
+    """One DataParallel step with the learner's strategy (``try_it("clone_bug", fn)``), then the original's
+    gradients and slot 1's memory."""
+    model, x = story.make_model(), story.make_data(n=16)[0]
+    said = try_step(replicate_by_clone, model, x)
+    ran = f"one DataParallel step on {len(SLOTS)} CPU slots ran"
+    replicas = replicate(model, SLOTS, strategy=replicate_by_clone)  # the step ran: every copy is there
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    if missing:  # backward ran, yet the gradients stopped in the replicas: the bug itself, not a success
+        raise NotYet(
+            f"{ran}, but the original's `.grad` is still None for `{'`, `'.join(missing)}`, so the model "
+            f"learns nothing. {_first_dead_end(model, replicas)}".rstrip()
+        )
+    shared = [n for n, p in model.named_parameters() if shares_storage(resolve(replicas[1], n), p)]
     if shared:  # the gradients reach the original, yet the check will reject these copies
         raise NotYet(
-            f"{said.replace(' ran without an error', ' ran')}, but replica 1's `{'`, `'.join(shared)}` share the original's "
-            "memory: every slot after slot 0 needs a copy of its own, as on a second GPU, where the original is not"
+            f"{ran}, and every parameter of the original has a .grad, but replica 1's `{'`, `'.join(shared)}` "
+            "share the original's memory: every slot after slot 0 needs a copy of its own, as on a second GPU, "
+            "where the original is not"
         )
     return said

@@ -29,9 +29,11 @@ def test_a_wrong_answer_climbs_the_hint_ladder_and_gives_the_answer_last():
     tensors = {"a": a, "b": a * 2, "c": torch.ones(3), "d": (a * 2).detach()}
     wrong = {"a": True, "b": True, "c": False, "d": False}  # b is not a leaf; c and d are
     first, second, third = _three_tries(lambda: checks.leaves(wrong, tensors))
-    assert not first.ok and "change your answer for b, c, d" in first.message  # says what to change
+    assert not first.ok and "3 of your 4 answers are wrong." in first.message  # how many, not which:
+    assert "b, c, d" not in first.message + second.message  # four True/False answers, found in two tries
     assert "Hint 1 of 2" in first.message and "False" not in first.message.split("Hint")[1]  # no answer yet
     assert "Hint 2 of 2" in second.message
+    assert "change your answer for b, c, d" in third.message  # named with the answer
     assert "The answer: a: True, b: False, c: True, d: True." in third.message
     right = checks.leaves({"a": True, "b": False, "c": True, "d": True}, tensors)
     assert right.ok and right.message.startswith("Correct!") and "Only a will get a .grad" in right.message
@@ -64,6 +66,9 @@ def test_accumulators_names_the_frozen_parameter_when_counted_one_per_parameter(
     assert checks.accumulators(3, loss, model).ok and "frozen" in checks.accumulators(3, loss, model).message
     assert "frozen parameter" in checks.accumulators(4, loss, model).message  # one per parameter: the slip
     assert "once per edge" in checks.accumulators(5, loss, model).message  # walk prints five lines
+    quoted = checks.accumulators("3", loss, model).message
+    assert "not a number" in quoted and "without quotes" in quoted
+    assert quoted.count("3") == 1  # the learner's own '3': the message suggests no number of its own
 
 
 def _clone_setup(devices):

@@ -178,6 +178,14 @@ def test_clone_the_broken_line_itself():
     assert_fails_with(result, "fresh_leaf")  # the edge is lost
 
 
+def test_try_it_calls_a_fresh_leaf_copy_the_bug_not_a_success(capsys):
+    exercises.try_it("clone_bug", clone_replicate_with(lambda p, d: nn.Parameter(p.clone().to(d))))
+    out = capsys.readouterr().out
+    assert out.startswith("Not yet:") and "Now run the check" not in out and "without an error" not in out
+    assert "the original's `.grad` is still None for `0.weight`" in out  # the symptom, as the problem
+    assert "fresh leaf" in out and "Change that line, then run this cell again." in out  # and its cause
+
+
 def test_clone_the_libraries_broken_strategy():
     result = exercises.check_clone_bug("clone")
     assert_fails_with(result, "fresh_leaf", "grads_none")
