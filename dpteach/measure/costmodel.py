@@ -799,20 +799,40 @@ def breakdown(
     *,
     latency: bool = False,
 ) -> str:
-    """Why DDP's modelled step speeds up on one profile and not another: per profile, the plain step on
-    one GPU, then on ``n`` GPUs each one's compute (forward and backward), the all-reduces on the link
-    and the DDP step, in µs; ``latency``: NCCL's latency per message in."""
-    lines = [f"modelled DDP step, µs: one GPU's whole step; on {n} GPUs, compute, all-reduces, step"]
-    for name in _profile_names(gpus):
+    """Why DDP's modelled step speeds up on one profile and not another, in µs, then in words.
+
+    Per profile: one GPU's plain step; then DDP on ``n`` GPUs, as a sum: each GPU's share of the
+    compute (forward and backward), plus the time the all-reduces keep the step going after that
+    compute ends (the rest of them runs beside backward), equals the step. Splitting the compute saves
+    the plain step minus that share; DDP's step is quicker than one GPU's exactly when that saving is
+    more than the all-reduces' time after backward. ``latency``: NCCL's latency per message in."""
+    names = _profile_names(gpus)
+    width = max(len(name) for name in names) + 2
+    lines = [
+        f"modelled µs per step: one GPU's; DDP's on {n} GPUs = each GPU's compute + the all-reduce time after it",
+        f"  {'':<{width}}{'one GPU':>7}{'DDP: compute':>16}{'all-reduce':>13}{'step':>8}{'speed-up':>11}",
+    ]
+    words = []
+    for name in names:
         plain = predict(work, name, 1).total_s
         ddp = predict(work, name, n, "DDP", latency=latency)
         compute = ddp.seconds("forward") / n + ddp.seconds("backward") / n  # one GPU's share
+        after = ddp.total_s - compute  # what the all-reduces add once that compute is done
+        saved = plain - compute
         lines.append(
-            f"  {name:<10} one GPU {plain * 1e6:5.0f}   on {n}: compute {compute * 1e6:4.0f}, "
-            f"all-reduces {ddp.seconds('all-reduce') * 1e6:4.0f}, step {ddp.total_s * 1e6:4.0f} "
-            f"({plain / ddp.total_s:.2f}x)"
+            f"  {name:<{width}}{plain * 1e6:7.0f}{compute * 1e6:16.0f} +{after * 1e6:11.0f} ="
+            f"{ddp.total_s * 1e6:6.0f}{plain / ddp.total_s:10.2f}x"
         )
-    return "\n".join(lines)
+        if round(saved * 1e6) == round(after * 1e6):
+            than, verdict = "as much as", "as quick as one GPU"
+        else:
+            than, verdict = ("more than", "quicker") if saved > after else ("less than", "slower")
+            verdict += " than one GPU"
+        words.append(
+            f"  {name}: splitting the compute saves {saved * 1e6:.0f} µs, {than} the {after * 1e6:.0f} µs "
+            f"the all-reduces add: {verdict}"
+        )
+    return "\n".join(lines + words)
 
 
 def ring_seconds(nbytes: float, n: int, link_bw: float) -> float:
