@@ -664,6 +664,9 @@ def _lanes(pred: Prediction) -> list[str]:
 
 
 THIN = 0.005  # a bar under this share of the step is narrower than a pixel in a 9-inch figure
+# DataParallel's moves that copy between GPUs with plain copies (``torch::cuda::scatter`` and ``gather``
+# in torch/csrc/cuda/comm.cpp), not NCCL calls as replicate's broadcast and the gradients' reduce are
+PEER_COPIES = ("scatter", "gather", "scatter grad")
 
 
 def _widest(pred: Prediction, name: str) -> float:
@@ -694,10 +697,15 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
     # where the last bucket label above and below the link's row starts: labels closer than 10% of the
     # axis would overlap, so a label close to the last one above goes below, and one close to both is left out
     above = below = None
+    # DataParallel's scatter, gather and the gather's backward are plain copies between GPUs, not NCCL
+    # calls: charging them NCCL's latency is an assumption, so their bars are hatched and the legend says so
+    assumed = pred.latency and pred.strategy == "DataParallel" and pred.n > 1
     for part in pred.parts:
         colour = _COLOURS.get(part.name, "#bbbbbb")
         y = lanes.index(part.lane)
-        ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7)
+        hatch = "///" if assumed and part.name in PEER_COPIES else None
+        ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7,
+                hatch=hatch)  # fmt: skip
         if part in buckets:  # DDP's all-reduces, one per bucket, numbered in the order backward fills them
             text = f"bucket {buckets.index(part) + 1}"
             if above is None or part.start - above >= 0.1 * span:
@@ -727,6 +735,9 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
         share = f"{sum(starts) / pred.total_s:.0%} of the step, {max(starts) * 1e6:.0f} µs each, {source}"
         names = names + [f"thread start (too thin to see; {share})" if thin else f"thread start ({share})"]
         handles = handles + [plt.Rectangle((0, 0), 1, 1, color="#bbbbbb")]
+    if assumed and any(p.name in PEER_COPIES for p in pred.parts):
+        names = names + ["hatched: a plain copy, charged\nNCCL's latency (assumed)"]
+        handles = handles + [plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="#555555", hatch="///")]
     ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     # the strategy's colour on the frame and the title, as in the chapter's other figures
     strategy = STRATEGY_COLOURS[pred.strategy] if pred.n > 1 else STRATEGY_COLOURS["plain"]
