@@ -221,3 +221,17 @@ def test_exercise_3_hints_climb_to_the_answer():
         and "The answer: 3 buckets" in messages[2]
     )
     assert "Set predicted" in checks.bucket_count(..., deep()).message
+
+
+def test_exercise_1s_stub_and_its_check_give_the_same_example(chapter):
+    """The placeholder's example number is the one the check prints while ``predicted`` is unset."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "notebooks" / "08_real_gpus.ipynb", as_version=4)
+    [stub] = [c.source for c in nb.cells if "exercise-1" in c.metadata.get("tags", [])]
+    model, x, _ = chapter
+    [example] = re.findall(r"e\.g\. (\d+)", stub)
+    assert f"e.g. {example}," in checks.copied_per_step(..., model, x, ["cpu"] * 4).message

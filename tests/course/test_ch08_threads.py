@@ -107,5 +107,5 @@ def test_the_cell_prints_both_and_the_prose_says_which_is_measured():
         assert "not run here" in expected and "autograd thread cuda:1" in expected
     prose = " ".join(NB.cells[NB.cells.index(TAGGED["thread-table"]) - 1].source.split())
     prose = re.sub(r"<details>.*?</details>", " ", prose, flags=re.S)
-    assert "replica 1's forward ran last, so its whole backward comes first" in prose
+    assert "replica 1's forward ran last, so its whole backward comes first" in prose.lower()
     assert "the engine's rules applied to these nodes, not a run" in prose
