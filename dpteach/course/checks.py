@@ -2582,7 +2582,7 @@ def copied_per_step(
         truth + P: (
             "slot 0",
             "slot 0's replica is the model itself (it shares the model's storage), so "
-            f"replicate copies the model {n - 1} times, not {n}",
+            f"replicate copies the model {n - 1} times, not {n}: take one model copy out",
         ),
         truth - gathered: (
             "no gather",
@@ -2605,8 +2605,8 @@ def copied_per_step(
         scatter = (
             "scatter",
             "you added the scatter of the batch: on one device it cuts the batch into views of its "
-            "rows and copies nothing, so traffic() records no scatter; only between GPUs does it copy "
-            "each piece bound for another GPU",
+            "rows and copies nothing, so traffic() records no scatter; leave it out (only between GPUs "
+            "does it copy each piece bound for another GPU)",
         )
         slips.setdefault(truth + batch, scatter)
         slips.setdefault(truth + batch - batch // n, scatter)  # the other slots' pieces only
@@ -2616,7 +2616,8 @@ def copied_per_step(
             (
                 "gradients",
                 "the gradients' sum adds the replicas' gradients "
-                "into the model's on this device: an addition, not a copy, so traffic() records none",
+                "into the model's on this device: an addition, not a copy, so traffic() records none; "
+                "leave the gradients out",
             ),
         )
     if two is not None:
@@ -2625,7 +2626,8 @@ def copied_per_step(
             (
                 "two slots",
                 f"that is the two-slot step the chapter printed; on {n} slots "
-                "replicate copies the model once per slot after slot 0",
+                f"replicate copies the model once per slot after slot 0: count {n - 1} model copies, "
+                "and the gather once",
             ),
         )
     fail = _ladder(
@@ -2643,8 +2645,8 @@ def copied_per_step(
         fail,
         guess,
         slips,
-        f"{guess:,} is too {'many' if guess > truth else 'few'}, and no usual slip gives it: add replicate's "
-        "bytes and gather's.",
+        f"{guess:,} is too {'many' if guess > truth else 'few'}, and no usual slip gives it: add "
+        "replicate's bytes (a model copy for each slot after slot 0) and gather's (the whole output, once).",
     )
 
 

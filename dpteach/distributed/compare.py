@@ -386,7 +386,8 @@ class CpuRounds:
 
     ``seconds`` maps a kind to one median per round. The statistic is per round, both sides timed in
     the same round: the first kind's step over the other's (above 1, the other's step took less time),
-    summed up by its median and its range. Figures only, no verdict: the rounds move with the load.
+    summed up by its median and its range. The range alone decides what a kind's rounds show
+    (:meth:`reading`): a gap counts only when every round lies on one side of 1.
     """
 
     seconds: Mapping[str, tuple[float, ...]]
@@ -402,22 +403,48 @@ class CpuRounds:
         """The baseline's step over ``kind``'s, round by round."""
         return tuple(b / k for b, k in zip(self.seconds[self.baseline], self.seconds[kind]))
 
+    def verdict(self, kind: str) -> str:
+        """What ``kind``'s rounds show against the baseline, read from their whole range, not the median:
+        ``"faster"`` when every round's ratio is above 1, ``"slower"`` when every one is below 1,
+        ``"no difference"`` when the range covers 1 (the spread is as large as the gap), and
+        ``"one round"`` when there is no spread to judge by."""
+        r = self.ratios(kind)
+        if len(r) < 2:
+            return "one round"
+        if min(r) > 1:
+            return "faster"
+        if max(r) < 1:
+            return "slower"
+        return "no difference"
+
+    def reading(self, kind: str) -> str:
+        """:meth:`verdict` in words, with the reason it rests on."""
+        return {
+            "faster": "faster: all rounds above 1",
+            "slower": "slower: all rounds below 1",
+            "no difference": "no difference measurable: its range covers 1",
+            "one round": "one round only: no spread to judge by",
+        }[self.verdict(kind)]
+
     def lines(self) -> list[str]:
-        """A line per kind: its median step in ms over the rounds and its range, then, beside the
-        baseline, the median per-round ratio and its range."""
-        out = []
+        """Each kind's median step in ms over the rounds and its range; then, per kind beside the
+        baseline, the median per-round ratio, its range, and what that range shows (:meth:`reading`)."""
+        n = len(next(iter(self.seconds.values())))
+        width = max(len(kind) for kind in self.seconds) + 2
+        what = f"MLP {self.depth} x {self.hidden}, batch {self.global_batch}"
+        out = [f"median step over {n} rounds (and range), {what}:"]
         for kind, secs in self.seconds.items():
             ms = sorted(s * 1e3 for s in secs)
-            line = f"{kind:<26} {statistics.median(ms):7.1f} ms ({ms[0]:.1f} to {ms[-1]:.1f})"
+            out.append(f"  {kind:<{width}}{statistics.median(ms):7.1f} ms ({ms[0]:.1f} to {ms[-1]:.1f})")
+        out.append(f"{self.baseline}'s step / each way's, per round (above 1: that way took less time):")
+        for kind in self.seconds:
             if kind != self.baseline:
                 r = sorted(self.ratios(kind))
-                line += (
-                    f"   {self.baseline} / this: {statistics.median(r):.2f}x ({r[0]:.2f}x to {r[-1]:.2f}x)"
+                out.append(
+                    f"  {kind:<{width}}{statistics.median(r):5.2f}x ({r[0]:.2f}x to {r[-1]:.2f}x)  "
+                    f"{self.reading(kind)}"
                 )
-            out.append(line)
-        n = len(next(iter(self.seconds.values())))
-        head = f"median step over {n} rounds (and range), MLP {self.depth} x {self.hidden}, batch {self.global_batch}:"
-        return [head] + ["  " + line for line in out]
+        return out
 
 
 def cpu_rounds(

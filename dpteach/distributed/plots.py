@@ -82,7 +82,8 @@ def cpu_rounds(result, title: str = "", load=None):
     The y value is the per-round ratio: the first kind's step (one process, one thread) over this
     kind's, both timed in the same round, so above the dashed line at 1 this kind's step took less
     time in that round. A short bar marks each kind's median, its value written beside it; the dots'
-    spread is how far the rounds moved on this machine, and says nothing of why.
+    spread is how far the rounds moved on this machine, and says nothing of why. Under each kind's name,
+    what their range shows (``CpuRounds.reading``): a gap only when every round lies on one side of 1.
     """
     import statistics
 
@@ -97,6 +98,11 @@ def cpu_rounds(result, title: str = "", load=None):
         median = statistics.median(ratios)
         ax.plot([x - 0.22, x + 0.22], [median] * 2, color="black", lw=2.5, label="median" if x == 0 else None)
         ax.annotate(f" {median:.2f}x", (x + 0.22, median), va="center", fontsize=9)
+        # what the dots' range shows, as the printed lines say it: a gap only when all lie on one side of 1;
+        # on two lines, the verdict then what it rests on, so that three fit side by side
+        said = result.reading(kind).replace(": ", ":\n", 1)
+        ax.annotate(said, (x, 0), xycoords=("data", "axes fraction"), xytext=(0, -20), textcoords="offset points",
+                    ha="center", va="top", fontsize=7, color="#555555")  # fmt: skip
     ax.axhline(1.0, color="grey", linestyle="--", lw=1, label=f"{result.baseline} (= 1)")
     ax.set_xticks(range(len(kinds)), kinds, fontsize=9)
     ax.set_xlim(-0.5, len(kinds) - 0.3)
@@ -115,7 +121,7 @@ def cpu_rounds(result, title: str = "", load=None):
         fontsize=9,
     )
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
     fig.tight_layout()
     return fig
 

@@ -664,6 +664,9 @@ def _lanes(pred: Prediction) -> list[str]:
 
 
 THIN = 0.005  # a bar under this share of the step is narrower than a pixel in a 9-inch figure
+# DataParallel's moves that copy between GPUs with plain copies (``torch::cuda::scatter`` and ``gather``
+# in torch/csrc/cuda/comm.cpp), not NCCL calls as replicate's broadcast and the gradients' reduce are
+PEER_COPIES = ("scatter", "gather", "scatter grad")
 
 
 def _widest(pred: Prediction, name: str) -> float:
@@ -694,10 +697,15 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
     # where the last bucket label above and below the link's row starts: labels closer than 10% of the
     # axis would overlap, so a label close to the last one above goes below, and one close to both is left out
     above = below = None
+    # DataParallel's scatter, gather and the gather's backward are plain copies between GPUs, not NCCL
+    # calls: charging them NCCL's latency is an assumption, so their bars are hatched and the legend says so
+    assumed = pred.latency and pred.strategy == "DataParallel" and pred.n > 1
     for part in pred.parts:
         colour = _COLOURS.get(part.name, "#bbbbbb")
         y = lanes.index(part.lane)
-        ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7)
+        hatch = "///" if assumed and part.name in PEER_COPIES else None
+        ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7,
+                hatch=hatch)  # fmt: skip
         if part in buckets:  # DDP's all-reduces, one per bucket, numbered in the order backward fills them
             text = f"bucket {buckets.index(part) + 1}"
             if above is None or part.start - above >= 0.1 * span:
@@ -727,6 +735,9 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
         share = f"{sum(starts) / pred.total_s:.0%} of the step, {max(starts) * 1e6:.0f} µs each, {source}"
         names = names + [f"thread start (too thin to see; {share})" if thin else f"thread start ({share})"]
         handles = handles + [plt.Rectangle((0, 0), 1, 1, color="#bbbbbb")]
+    if assumed and any(p.name in PEER_COPIES for p in pred.parts):
+        names = names + ["hatched: a plain copy, charged\nNCCL's latency (assumed)"]
+        handles = handles + [plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="#555555", hatch="///")]
     ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     # the strategy's colour on the frame and the title, as in the chapter's other figures
     strategy = STRATEGY_COLOURS[pred.strategy] if pred.n > 1 else STRATEGY_COLOURS["plain"]
@@ -799,20 +810,40 @@ def breakdown(
     *,
     latency: bool = False,
 ) -> str:
-    """Why DDP's modelled step speeds up on one profile and not another: per profile, the plain step on
-    one GPU, then on ``n`` GPUs each one's compute (forward and backward), the all-reduces on the link
-    and the DDP step, in µs; ``latency``: NCCL's latency per message in."""
-    lines = [f"modelled DDP step, µs: one GPU's whole step; on {n} GPUs, compute, all-reduces, step"]
-    for name in _profile_names(gpus):
+    """Why DDP's modelled step speeds up on one profile and not another, in µs, then in words.
+
+    Per profile: one GPU's plain step; then DDP on ``n`` GPUs, as a sum: each GPU's share of the
+    compute (forward and backward), plus the time the all-reduces keep the step going after that
+    compute ends (the rest of them runs beside backward), equals the step. Splitting the compute saves
+    the plain step minus that share; DDP's step is quicker than one GPU's exactly when that saving is
+    more than the all-reduces' time after backward. ``latency``: NCCL's latency per message in."""
+    names = _profile_names(gpus)
+    width = max(len(name) for name in names) + 2
+    lines = [
+        f"modelled µs per step: one GPU's; DDP's on {n} GPUs = each GPU's compute + the all-reduce time after it",
+        f"  {'':<{width}}{'one GPU':>7}{'DDP: compute':>16}{'all-reduce':>13}{'step':>8}{'speed-up':>11}",
+    ]
+    words = []
+    for name in names:
         plain = predict(work, name, 1).total_s
         ddp = predict(work, name, n, "DDP", latency=latency)
         compute = ddp.seconds("forward") / n + ddp.seconds("backward") / n  # one GPU's share
+        after = ddp.total_s - compute  # what the all-reduces add once that compute is done
+        saved = plain - compute
         lines.append(
-            f"  {name:<10} one GPU {plain * 1e6:5.0f}   on {n}: compute {compute * 1e6:4.0f}, "
-            f"all-reduces {ddp.seconds('all-reduce') * 1e6:4.0f}, step {ddp.total_s * 1e6:4.0f} "
-            f"({plain / ddp.total_s:.2f}x)"
+            f"  {name:<{width}}{plain * 1e6:7.0f}{compute * 1e6:16.0f} +{after * 1e6:11.0f} ="
+            f"{ddp.total_s * 1e6:6.0f}{plain / ddp.total_s:10.2f}x"
         )
-    return "\n".join(lines)
+        if round(saved * 1e6) == round(after * 1e6):
+            than, verdict = "as much as", "as quick as one GPU"
+        else:
+            than, verdict = ("more than", "quicker") if saved > after else ("less than", "slower")
+            verdict += " than one GPU"
+        words.append(
+            f"  {name}: splitting the compute saves {saved * 1e6:.0f} µs, {than} the {after * 1e6:.0f} µs "
+            f"the all-reduces add: {verdict}"
+        )
+    return "\n".join(lines + words)
 
 
 def ring_seconds(nbytes: float, n: int, link_bw: float) -> float:

@@ -92,30 +92,32 @@ class Threads:
         return [tuple(run) for run in out]
 
     def table(self) -> str:
-        """The backward, readable: on one thread, the nodes in the order they ran, a row per stretch of one
-        replica; on several threads (one per GPU), how many nodes each thread ran, since threads that run
-        at the same time interleave differently on every run."""
+        """The backward, readable: one line that says which thread ran the nodes, then a short table.
+        On one thread, the nodes in the order they ran, a row per stretch of one part of the step; on
+        several threads (one per GPU), how many nodes each thread ran, since threads that run at the
+        same time interleave differently on every run."""
+        split = any(r.replica.startswith("replica ") for r in self.rows)
+        devices = ", ".join(sorted({r.device for r in self.rows}))
         if len(self.roles) == 1:
             [role] = self.roles
-            devices = ", ".join(sorted({r.device for r in self.rows}))
-            lines = [
-                f"one backward, {len(self.rows)} nodes, all on the {role}, one at a time, in this order:"
-            ]
-            lines.append(f"{'ran':>7}  {'replica':<11}nodes (their gradients on {devices})")
+            who = f"the {role}" + (", the one that called backward()" if role == "caller thread" else "")
+            lines = [f"all {len(self.rows)} backward nodes ran on {who}, in this order:"]
+            lines.append(f"  {'ran':>5}  {'part of the step':<{_WIDTH}}nodes")
             for run in self.runs():
                 first, last = run[0].ran, run[-1].ran
                 ran = f"{first}" if first == last else f"{first}-{last}"
-                lines.append(f"{ran:>7}  {run[0].replica:<11}{_names(run)}")
+                lines.append(f"  {ran:>5}  {_part(run[0].replica, split):<{_WIDTH}}{_names(run)}")
+            lines.append(f"every gradient these nodes received was on {devices}")
         else:
             lines = [
-                f"one backward, {len(self.rows)} nodes, on {len(self.roles)} threads at the same time "
+                f"{len(self.rows)} backward nodes ran on {len(self.roles)} threads at the same time "
                 "(how they interleave changes from run to run):",
-                f"{'nodes':>7}  {'replica':<11}{'gradient on':<16}thread",
+                f"  {'nodes':>5}  {'part of the step':<{_WIDTH}}{'gradient on':<16}thread",
             ]
             lines += [
-                f"{k:>7}  {rep:<11}{dev:<16}{role}" for (rep, dev, role), k in sorted(self.counts().items())
+                f"  {k:>5}  {_part(rep, split):<{_WIDTH}}{dev:<16}{role}"
+                for (rep, dev, role), k in sorted(self.counts().items(), key=_in_step_order)
             ]
-        lines.append(LEGEND)
         return "\n".join(lines)
 
     def on_gpus(self) -> str:
@@ -133,16 +135,31 @@ class Threads:
         lines = [
             f"on {n} GPU{'s' if n > 1 else ''} this backward would run like this (worked out from PyTorch's engine source; "
             "not run here):",
-            f"{'nodes':>7}  {'replica':<11}thread",
+            f"  {'nodes':>5}  {'part of the step':<{_WIDTH}}thread",
         ]
-        for (rep, gpu), k in sorted(counts.items()):
+        for (rep, gpu), k in sorted(counts.items(), key=_in_step_order):
             note = when.get(rep, "  at the same time as replica 0's" if rep.startswith("replica ") else "")
-            lines.append(f"{k:>7}  {rep:<11}autograd thread cuda:{gpu}{note}")
+            lines.append(f"  {k:>5}  {_part(rep, bool(replicas)):<{_WIDTH}}autograd thread cuda:{gpu}{note}")
         lines.append("the caller thread runs none of them: it waits until the GPU threads are done")
         return "\n".join(lines)
 
 
-LEGEND = "(-: the loss and the gather; replica k: that replica's own nodes; shared: the sum onto the model)"
+_WIDTH = 22  # the "part of the step" column: its longest name and two spaces
+
+
+def _part(replica: str, split: bool) -> str:
+    """A row's part of the step in words: ``"-"`` is the loss and the gather above the replicas (the
+    whole step when it ran on one slot, with no gather), ``"shared"`` the sum onto the model."""
+    if replica == "-":
+        return "loss and gather" if split else "the whole step"
+    return "sum onto the model" if replica == "shared" else replica
+
+
+def _in_step_order(item) -> tuple:
+    """Count rows in the order the step's parts come in backward: the loss and gather, each replica, the sum."""
+    (replica, *_), _ = item
+    rank = 0 if replica == "-" else 2 if replica == "shared" else 1
+    return (rank, item[0])
 
 
 def _names(run: Sequence[Row]) -> str:

@@ -281,3 +281,24 @@ def test_one_gpu_profile_may_be_named_by_a_plain_string():
     work = cm.workload(nn.Linear(8, 8), torch.zeros(4, 8))
     assert cm.table(work, "A100-SXM") == cm.table(work, ("A100-SXM",))
     assert cm.profiles("T4") == cm.profiles(("T4",))
+
+
+def test_the_breakdown_adds_up_and_says_in_words_which_way_it_went():
+    """``breakdown`` prints, in µs, one GPU's step and DDP's as each GPU's compute plus the all-reduce
+    time after it; then, per profile, whether splitting the compute saved more than the all-reduces add."""
+    import re
+
+    small = dataclasses.replace(WORK, flops_fwd=1e8, flops_bwd=2e8, param_bytes=8_000_000, grad_bytes=())
+    text = cm.breakdown(small, ("A100-SXM", "T4"), 4)
+    head, columns, *rows = text.splitlines()
+    assert "µs per step" in head and "compute" in columns and "all-reduce" in columns
+    numbers, words = rows[:2], rows[2:]
+    for name, row, said in zip(("A100-SXM", "T4"), numbers, words):
+        plain, compute, after, step = map(int, re.findall(r"\d+", row.split(name)[1])[:4])
+        pred = cm.predict(small, name, 4, "DDP")
+        assert step == round(pred.total_s * 1e6) and abs(compute + after - step) <= 1  # rounded parts
+        saved = int(re.search(rf"^  {name}: splitting the compute saves (\d+) µs", said)[1])
+        assert abs(saved - (plain - compute)) <= 1  # the plain step less each GPU's compute, rounded
+        assert said.endswith("quicker than one GPU" if plain > step else "slower than one GPU")
+        assert f"the {after} µs the all-reduces add" in said
+    assert "slower" in words[1]  # the T4's PCIe link: 8 MB of gradients cost more than the compute saved

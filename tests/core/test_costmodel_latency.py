@@ -117,3 +117,25 @@ def test_the_overhead_rows_are_the_step_over_the_plain_step():
     with_latency = published.overhead(m, latency=True)
     assert all(a[2] > b[2] for a, b in zip(with_latency, published.overhead(m)))  # latency only adds
     assert "6x ->   6x" in published.gap_table([m])  # n = 2: one NVLink, 0.94 ms modelled of 6 ms
+
+
+def test_the_copies_charged_nccls_latency_are_hatched_and_the_legend_says_it_is_assumed():
+    """DataParallel's scatter, gather and scatter grad are plain copies between GPUs, not NCCL calls:
+    with NCCL's latency in, their bars are hatched and the legend says that latency is assumed. NCCL's
+    own calls (replicate's broadcast, the reduce, DDP's all-reduces) and a model without latency stay plain."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    work = dataclasses.replace(WORK, flops_fwd=1e9, flops_bwd=2e9)
+
+    def hatched(pred):
+        ax = cm.draw_timeline(pred)
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        names = [p.name for p in pred.parts]
+        assert len(ax.patches) == len(names)  # one bar per part, drawn in order
+        return {n for n, b in zip(names, ax.patches) if b.get_hatch()}, [t for t in legend if "NCCL" in t]
+
+    parts, note = hatched(cm.predict(work, "A100-SXM", 4, "DataParallel", latency=True))
+    assert parts == set(cm.PEER_COPIES) and len(note) == 1 and "NCCL's latency (assumed)" in note[0]
+    assert hatched(cm.predict(work, "A100-SXM", 4, "DataParallel")) == (set(), [])
+    assert hatched(cm.predict(work, "A100-SXM", 4, "DDP", latency=True)) == (set(), [])

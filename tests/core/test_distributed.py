@@ -353,8 +353,11 @@ def test_cpu_rounds_times_the_four_ways_in_turns_and_draws_every_round(ranks):
     base = result.seconds[result.baseline]
     assert result.ratios("DDP, 2 ranks") == tuple(b / d for b, d in zip(base, result.seconds["DDP, 2 ranks"]))
     lines = result.lines()
-    assert lines[0].startswith("median step over 2 rounds") and len(lines) == 1 + len(compare.CPU_KINDS)
-    assert all(" / this: " in line for line in lines[2:]) and " / this: " not in lines[1]
+    # a heading, a step per way; a heading, a ratio per way beside the baseline, with what its range shows
+    assert lines[0].startswith("median step over 2 rounds") and len(lines) == 2 * len(compare.CPU_KINDS) + 1
+    readings = lines[len(compare.CPU_KINDS) + 2 :]
+    assert len(readings) == 3
+    assert all(line.endswith(result.reading(k)) for line, k in zip(readings, compare.CPU_KINDS[1:]))
     fig = plots.cpu_rounds(result)
     ax = fig.axes[0]
     dots = [line for line in ax.get_lines() if line.get_marker() == "o"]

@@ -68,6 +68,29 @@ def test_exercise_1_names_each_slip_and_says_what_to_change(chapter, slip, wrong
     verdict = checks.copied_per_step(wrong(P, G), model, x, ["cpu"] * 4)
     assert not verdict.ok and verdict.problem == slip
     assert verdict.message.startswith("Not yet: ") and "Hint 1 of 2" in verdict.message
+    change = verdict.message.removeprefix("Not yet: ").split("\nHint")[0]  # before the hint: what to change
+    assert CHANGE[slip] in change, (slip, change)
+
+
+# what each slip's message tells the learner to do to their number
+CHANGE = {
+    "slot 0": "take one model copy out",
+    "no gather": "add its 1,048,576 bytes",
+    "two slots": "count 3 model copies, and the gather once",
+    "gradients": "leave the gradients out",
+    "elements": "count bytes: 4 per float32",
+    "gather share": "count the whole output, 1,048,576 bytes",
+    "scatter": "leave it out",
+}
+
+
+def test_exercise_1_a_number_no_slip_explains_says_what_to_add(chapter):
+    model, x, _ = chapter
+    verdict = checks.copied_per_step(12_345, model, x, ["cpu"] * 4)
+    assert (
+        "is too few" in verdict.message
+        and "add replicate's bytes (a model copy for each slot" in verdict.message
+    )
 
 
 def test_exercise_1_says_the_scatter_of_the_batch_copies_nothing_on_one_device(chapter):
@@ -198,3 +221,17 @@ def test_exercise_3_hints_climb_to_the_answer():
         and "The answer: 3 buckets" in messages[2]
     )
     assert "Set predicted" in checks.bucket_count(..., deep()).message
+
+
+def test_exercise_1s_stub_and_its_check_give_the_same_example(chapter):
+    """The placeholder's example number is the one the check prints while ``predicted`` is unset."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "notebooks" / "08_real_gpus.ipynb", as_version=4)
+    [stub] = [c.source for c in nb.cells if "exercise-1" in c.metadata.get("tags", [])]
+    model, x, _ = chapter
+    [example] = re.findall(r"e\.g\. (\d+)", stub)
+    assert f"e.g. {example}," in checks.copied_per_step(..., model, x, ["cpu"] * 4).message

@@ -72,8 +72,12 @@ def test_the_table_shows_replica_1s_whole_backward_before_replica_0s():
     runs = [run[0].replica for run in recorded.runs()]
     assert runs == ["-", "replica 1", "replica 0", "shared"]  # the loss and gather, 1, 0, then the sum
     table = recorded.table()
-    assert "all on the caller thread, one at a time, in this order" in table
+    # one line first that says it all: every node, one thread, the caller's; then the order
+    first = table.splitlines()[0]
+    said = "ran on the caller thread, the one that called backward(), in this order:"
+    assert first == f"all {len(recorded.rows)} backward nodes {said}"
     assert table.index("replica 1") < table.index("replica 0")
+    assert "loss and gather" in table and "sum onto the model" in table  # the parts in words, no legend
     assert "AccumulateGrad ×4" in table  # one per parameter, the sum onto the model
     assert table == threads.backward_threads(model(), torch.randn(6, 8), ["cpu", "cpu"]).table()
 
@@ -82,8 +86,11 @@ def test_what_gpus_would_show_is_labelled_and_puts_replica_k_on_cuda_k():
     recorded = threads.backward_threads(model(), torch.randn(6, 8), ["cpu"] * 3)
     text = recorded.on_gpus()
     assert text.startswith("on 3 GPUs") and "not run here" in text and "engine source" in text
-    rows = dict(re.findall(r"^ +\d+  (-|shared|replica \d)\s+autograd thread cuda:(\d)", text, flags=re.M))
-    assert rows == {"-": "0", "replica 0": "0", "replica 1": "1", "replica 2": "2", "shared": "0"}
+    parts = r"loss and gather|sum onto the model|replica \d"
+    rows = dict(re.findall(rf"^ +\d+  ({parts})\s+autograd thread cuda:(\d)", text, flags=re.M))
+    assert rows == {
+        "loss and gather": "0", "replica 0": "0", "replica 1": "1", "replica 2": "2", "sum onto the model": "0",
+    }  # fmt: skip
     assert "caller thread runs none of them" in text
 
 
@@ -100,5 +107,5 @@ def test_the_cell_prints_both_and_the_prose_says_which_is_measured():
         assert "not run here" in expected and "autograd thread cuda:1" in expected
     prose = " ".join(NB.cells[NB.cells.index(TAGGED["thread-table"]) - 1].source.split())
     prose = re.sub(r"<details>.*?</details>", " ", prose, flags=re.S)
-    assert "replica 1's forward ran last, so its whole backward comes first" in prose
+    assert "replica 1's forward ran last, so its whole backward comes first" in prose.lower()
     assert "the engine's rules applied to these nodes, not a run" in prose

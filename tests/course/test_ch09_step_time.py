@@ -142,8 +142,9 @@ def test_the_cpu_figure_prints_per_round_medians_with_their_range():
     seconds["DDP, 2 ranks"] = (0.05, 0.08, 0.1)  # ratios 2.0, 1.25, 1.0
     lines = CpuRounds(seconds, hidden=512, depth=3, global_batch=4096).lines()
     assert lines[0] == "median step over 3 rounds (and range), MLP 3 x 512, batch 4096:"
-    ddp = next(line for line in lines if "DDP, 2 ranks" in line)
-    assert "80.0 ms (50.0 to 100.0)" in ddp and "one process, 1 thread / this: 1.25x (1.00x to 2.00x)" in ddp
+    step, ratio = (line for line in lines if "DDP, 2 ranks" in line)  # its step, then its ratio
+    assert "80.0 ms (50.0 to 100.0)" in step and "1.25x (1.00x to 2.00x)" in ratio
+    assert "one process, 1 thread's step / each way's, per round" in lines[lines.index(ratio) - 2]
 
 
 def test_the_step_time_section_sends_the_cpu_timing_to_chapter_08():
