@@ -846,6 +846,8 @@ def sum_or_mean(factor: float | object, per_replica: Sequence[torch.Tensor], gra
     if _unset(factor):
         return Verdict(False, "Set `factor` to a number, then run this cell again.")
     try:
+        if isinstance(factor, (str, bytes)):  # "0.5" is text, not the number the question asks for
+            raise TypeError
         value = float(factor)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return Verdict(False, f"`factor` is {factor!r}: give it as a number, such as 2 or 0.25.")
@@ -880,15 +882,15 @@ def rewire_to_broadcast(
     into = sum(e.dst in new for e in comparison.diff("rewire", "broadcast").added)
     wrong = []
     if removed_nodes != len(gone):
-        wrong.append("`removed_nodes`: count the table's `node removed` rows")
+        wrong.append("`removed_nodes`: count the rewire frame's summing nodes, which broadcast has not")
 
     def bare(op: object) -> object:  # the pictures draw BroadcastBackward as "Broadcast"; either is right
         return re.sub(r"Backward\d*$", "", op) if isinstance(op, str) else op
 
     if {bare(added_node)} != {bare(op) for op in ops}:
-        wrong.append("`added_node`: copy the op name, in parentheses, of the table's `node added` row")
+        wrong.append("`added_node`: name the broadcast frame's one summing node, as drawn")
     if edges_into_added != into:
-        wrong.append("`edges_into_added`: count the sources in the table's `edges added` rows")
+        wrong.append("`edges_into_added`: count the arrows into the broadcast frame's summing node")
     if not wrong:
         return _correct(
             name,

@@ -101,6 +101,8 @@ def test_half_fix_names_what_to_add_and_remove():
 def test_sum_or_mean_says_a_word_is_not_a_number():
     verdict = checks.sum_or_mean("half", [torch.ones(2)] * 2, torch.full((2,), 2.0))
     assert not verdict.ok and "number" in verdict.message  # a verdict, not a ValueError from float()
+    quoted = checks.sum_or_mean("0.5", [torch.ones(2)] * 2, torch.full((2,), 2.0))
+    assert not quoted.ok and "number" in quoted.message  # the right value as text is not yet the answer
 
 
 def test_sum_or_mean_accepts_one_over_the_slots_only():
@@ -121,6 +123,8 @@ def test_rewire_to_broadcast_reads_the_answer_from_the_graphs():
     assert not checks.rewire_to_broadcast(4, "ReduceAdd", 8, comparison).ok
     wrong = checks.rewire_to_broadcast(4, "BroadcastBackward", 12, comparison)
     assert "`edges_into_added`" in wrong.message and "`removed_nodes`" not in wrong.message
+    assert "picture" in wrong.message or "frame" in wrong.message  # what the chapter shows: no table
+    assert "table" not in checks.rewire_to_broadcast(3, "ReduceAdd", 12, comparison).message
 
 
 def test_pieces_follows_torch_chunk():
