@@ -183,7 +183,7 @@ def test_the_cost_section_says_the_budget_the_explorer_times_in(ipywidgets):
     assert "at least five" not in text
     few = CostLab(width=16, slots=2, budget_s=0.0)  # a budget too small for five: said, no time shown
     few.measure()
-    assert "1 step in the 0 s budget" in few.status() and "µs" not in few.status().split("this machine:")[-1]
+    assert "timed 1 step in 0 s" in few.status() and "µs" not in few.status().split("this machine:")[-1]
 
 
 def test_cost_lab_before_measuring_says_to_call_measure():
