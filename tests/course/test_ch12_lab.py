@@ -556,6 +556,17 @@ def test_exercise_3_first_hint_names_the_idea_not_the_counts(fresh_checks):
     assert "Count whole models" in hint and "gathered onto slot 0" in hint
     assert not any(s in hint for s in ('"clone"', '"broadcast"', "3.0x", "4.0x", "slot 0's replica"))
     assert "Hint 2 of 2: " in second and "3.0x and 4.0x" in second
+    hint2 = second.split("Hint 2 of 2: ")[1]
+    assert hint2.index("slot 0's replica") < hint2.index("report above")  # the idea before the output
+
+
+def test_exercise_3_swapped_answers_are_flagged_both(fresh_checks):
+    """Both answers swapped, or both wrong: the one message names both, not only the first."""
+    checks = fresh_checks
+    swapped = checks.slot_copies(lambda n, m, g: (n * m + g, (n - 1) * m + g))
+    assert swapped.problem == "swapped" and "swap `broadcast` and `clone`" in swapped.message
+    both = checks.slot_copies(lambda n, m, g: ((n - 1) * m, n * m)).message.splitlines()[0]
+    assert '"broadcast" copies' in both and '"clone" copies' in both and "Also:" in both
 
 
 def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_learner_to_read(ipywidgets):
