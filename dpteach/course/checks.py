@@ -3266,8 +3266,8 @@ def one_slot_step(
         return Verdict(False, "`learned` and `is_model` are each True or False (no quotes).", "not an answer")
     grads = [p.grad for p in model.parameters()]
     reached = all(g is not None for g in grads)
-    hints = [
-        "With one device, DataParallel.forward skips scatter and replicate and calls the module itself.",
+    hints = [  # the idea first; where to look only on the second try
+        "DataParallel's job is a step; replicate's job is copies. With one device, does a step need a copy?",
         "Read model[0].weight.grad after the backward; test `replica is model`.",
     ]
     answer = f"learned = {reached}, is_model = {replica is model}."
@@ -3290,7 +3290,8 @@ def one_slot_step(
     return _correct(
         name,
         "With one device DataParallel.forward calls the module itself, so the gradient lands in the model. "
-        "replicate still clones it, and the clone's leaves are the stepper's dead ends.",
+        "replicate still clones it, and the clone's leaves are the stepper's dead ends. So a test on one "
+        "GPU could never have caught the 2019 bug: C++'s data_parallel takes the same shortcut.",
     )
 
 
@@ -3432,9 +3433,8 @@ def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int
     hints = [  # the idea first; the strategies' counts only on the second try
         "Count whole models: one step copies the model once for each slot whose replica gets storage of "
         "its own, and the outputs once, gathered onto slot 0.",
-        '"clone" copies the model to every slot; "broadcast" to every slot but slot 0, whose replica '
-        "shares the model's storage (the report above: 3.0x and 4.0x the model at 4 slots). Each adds one "
-        "gather of the outputs onto slot 0.",
+        "Does slot 0's replica get storage of its own under each strategy? The report above gives each "
+        "strategy's bytes at 4 slots as a multiple of the model: 3.0x and 4.0x.",
     ]
     answer = (
         "broadcast = (slots - 1) * model_bytes + gather_bytes; clone = slots * model_bytes + gather_bytes."
@@ -3451,6 +3451,17 @@ def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int
             return Verdict(
                 False, "predict returns two whole numbers of bytes: (broadcast, clone).", "not an answer"
             )
+        want_b, want_c = sum(counted_b.values()), sum(counted_c.values())
+        if (given[0], given[1]) == (want_c, want_b):  # both wrong the same way: say so once, for both
+            return _not_yet(
+                name,
+                f'at {n} slots "broadcast" copies {want_b:,} bytes and "clone" {want_c:,}: your two answers '
+                "are swapped. Change both: swap `broadcast` and `clone`.",
+                hints,
+                answer,
+                "swapped",
+            )
+        found = []  # (what to change, problem) for each strategy whose count is wrong
         for strategy, got, ops in (("broadcast", given[0], counted_b), ("clone", given[1], counted_c)):
             want = sum(ops.values())
             if got == want:
@@ -3478,7 +3489,9 @@ def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int
                 )
             else:
                 change, problem = f"{at}, not {got:,}: change `{strategy}`.", "wrong count"
-            return _not_yet(name, change, hints, answer, problem)
+            found.append((change, problem))
+        if found:  # every wrong answer named, in one message; the problem is the first one's
+            return _not_yet(name, " Also: ".join(c for c, _ in found), hints, answer, found[0][1])
     return _correct(
         name,
         'On N slots "broadcast" copies (N-1)/N of the model bytes "clone" copies, plus the same gather: the '

@@ -111,11 +111,11 @@ class StrategyCost:
         budget the steps were timed in, how to get one)."""
         n = len(self.seconds)
         if n < MIN_TIMED:
-            within = f"the {budget_s:g} s budget" if budget_s is not None else "the time budget"
+            within = f"{budget_s:g} s" if budget_s is not None else "the time budget"
             more = f"{max(1, 4 * budget_s):g}" if budget_s is not None else "4"
-            return (  # the two calls a learner makes: chapter 06's explorer, chapter 12's lab
-                f"{n} step{'s' * (n != 1)} in {within}; {MIN_TIMED} give a spread: "
-                f"budget_s={more} (cost_explorer, CostLab)"
+            return (  # the call chapters 06 and 12 make; CostLab takes the same budget_s
+                f"timed {n} step{'s' * (n != 1)} in {within}; for a spread, time at least {MIN_TIMED}: "
+                f"cost_explorer(budget_s={more})"
             )
         q1, _, q3 = statistics.quantiles(self.seconds, n=4)
         return f"{us(self.median)} (median of {n}, middle half {us(q1)[:-3]}-{us(q3)})"
@@ -326,11 +326,16 @@ class CostLab:
         # the same ranking without the starts at every setting of the explorer (test_ch12_lab checks it)
         return line if bare == first else f"{line}, without which {bare}'s is"
 
+    def tiny(self) -> str:
+        """What the modelled figures are of, said beside them: a model tiny by GPU standards, whose modelled
+        step is µs or less, so that a figure such as 0.393 µs never reads as a real GPU step."""
+        return f"a model of {width_numel(self.width):,} parameters, tiny for a GPU: only the ranking means anything"
+
     def modelled_figures(self) -> str:
         """The cost model's ranking as one line of figures: each wrapper's modelled step without
         DataParallel's assumed thread starts, then those starts added on, so the assumed constant never
-        hides in the figure ("modelled, 4 x A100-SXM: DDP 3.94 µs < DataParallel 4.66 µs + 400 µs assumed
-        thread starts"). At most ``REPORT_WIDTH`` characters."""
+        hides in the figure; then, in the same line, the model's size ("modelled, 4 x A100-SXM: DDP 3.94 µs
+        < DataParallel 4.66 µs + 400 µs assumed thread starts (a model of 66,817 parameters, ...)")."""
         modelled, dp, head, starts = self._modelled_parts()
         if not starts:
             return f"{head}: neither wrapper replicates, both are the plain step, {us(dp.total_s)}"
@@ -338,7 +343,7 @@ class CostLab:
             f"{s} {us(t)}" + (f" + {us(starts)} assumed thread starts" if s == dp.strategy else "")
             for s, t in self.without_thread_starts().items()
         )
-        return f"{head}: {ranked}"
+        return f"{head}: {ranked} ({self.tiny()})"
 
     def modelled_rows(self) -> list[tuple[str, str, str, str, str]]:
         """The cost model's table, fastest first, as shown: (rank, wrapper, its step, its assumed thread
@@ -363,6 +368,7 @@ class CostLab:
         lines = [
             f"torch's DataParallel against DDP on {self.slots} x {self.gpu}, by the cost model "
             "(modelled, not measured):",
+            f"  {self.tiny()}",
             f"  {'rank':<5} {'wrapper':<13} {'per step':>10}   {'assumed thread starts':>21}   {'without them':>12}",
         ]
         lines += [

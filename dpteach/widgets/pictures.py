@@ -125,6 +125,14 @@ def human(n: float) -> str:
     return f"{n:.1f} GB"
 
 
+def _op_label(op: str, costs) -> str:
+    """A legend entry of the bytes chart: the copying operation, then the bars it is part of ("clone op:
+    clone, rewire bars"), so that a colour is never read as a strategy's."""
+    users = [c.strategy for c in costs if c.bytes_by_op.get(op, 0)]
+    bars = "every bar" if len(users) == len(costs) > 1 else f"{', '.join(users)} bar{'s' * (len(users) != 1)}"
+    return f"{op} op: {bars}"
+
+
 def cost_charts(costs, model_bytes: int, slots: int, reference_s: float | None) -> str:
     """Bytes each strategy copies in one step, stacked by operation: the one chart the cost explorer draws.
 
@@ -136,7 +144,12 @@ def cost_charts(costs, model_bytes: int, slots: int, reference_s: float | None) 
         {op for c in costs for op in c.bytes_by_op},
         key=lambda op: list(OP_COLOURS).index(op) if op in OP_COLOURS else len(OP_COLOURS),
     )
-    stacks = [(op, [c.bytes_by_op.get(op, 0) for c in costs], OP_COLOURS.get(op, "#bdbdbd")) for op in ops]
+    # The colours are operations', not strategies': "rewire" replicates by cloning as "clone" does, so its
+    # bar is the clone operation's colour. The legend names the operation and the bars it appears in.
+    stacks = [
+        (_op_label(op, costs), [c.bytes_by_op.get(op, 0) for c in costs], OP_COLOURS.get(op, "#bdbdbd"))
+        for op in ops
+    ]
     notes = [f"{human(c.bytes)} · {c.bytes / model_bytes:.1f}×" for c in costs]
     extra = f"one model copy per extra slot ({human(model_bytes * (slots - 1))})" if slots > 1 else None
     chart = bar_chart(
