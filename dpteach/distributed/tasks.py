@@ -7,6 +7,7 @@ the notebook and ``torchrun -m dpteach.distributed.train`` run the same DDP.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
@@ -32,6 +33,7 @@ __all__ = [
     "bucket_order",
     "scratch_order",
     "traffic",
+    "accumulate",
     "step_times",
     "fail",
     "hang",
@@ -386,6 +388,37 @@ def traffic(hidden: int = 16, depth: int = 1, global_batch: int = 64, steps: int
         allreduce_bytes_per_step=sum(e["bytes"] for e in reduced) // steps,
         allreduce_calls_per_step=len(reduced) // steps,  # buckets DDP's comm hook handed to all-reduce
         same_parameters=storage == [p.data_ptr() for p in ddp.parameters()],
+    )
+
+
+def accumulate(
+    global_batch: int = 8,
+    micro_batches: int = 2,
+    no_sync: bool = True,
+    hidden: int = 16,
+    depth: int = 1,
+    seed: int = 0,
+) -> dict:
+    """Gradient accumulation under DDP: this rank's rows in ``micro_batches`` equal pieces, each piece's
+    mean loss divided by their number and backward run once per piece; with ``no_sync``, every piece
+    but the last runs inside ``ddp.no_sync()``. The gradients, and the buckets DDP handed to all-reduce."""
+    ddp = wrap(make_model(hidden, depth, seed))
+    reduced: list = []
+    ddp.register_comm_hook(dist.group.WORLD, _timed_allreduce(reduced, [time.perf_counter()]))
+    x, y = local_shard(global_batch, seed)
+    if len(x) % micro_batches:
+        raise ValueError(
+            f"{len(x)} rows on rank {dist.get_rank()} do not split into {micro_batches} equal pieces"
+        )
+    pieces = list(zip(x.chunk(micro_batches), y.chunk(micro_batches)))
+    for i, (xb, yb) in enumerate(pieces):
+        # the forward too must run inside no_sync, or DDP syncs the gradients all the same (its docstring)
+        quiet = no_sync and i < len(pieces) - 1
+        with ddp.no_sync() if quiet else contextlib.nullcontext():
+            (loss_fn(ddp(xb), yb) / micro_batches).backward()  # adds into .grad
+    grads = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
+    return dict(
+        grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend(), allreduces=len(reduced)
     )
 
 

@@ -2,8 +2,9 @@
 
 Exercise 1 copies the ``gradients`` task into a file of the learner's own, with the import lines
 the chapter gives; exercise 2 runs a function from that file; exercise 3 changes ``bucket_cap_mb``
-and must see the buckets change. The ranks import ``my_tasks`` from their working directory, and
-read it again after an edit.
+and must see the buckets change; exercise 5 runs the ``accumulate`` task with and without
+``no_sync``. The ranks import ``my_tasks`` from their working directory, and read it again after an
+edit.
 """
 
 from __future__ import annotations
@@ -155,3 +156,33 @@ def test_exercise_3_the_suggested_caps_give_different_buckets(in_a_notebook_fold
     }
     assert counts[25] == 1  # the whole model (about 0.5 MiB) fits in one bucket: nothing to overlap
     assert len(set(counts.values())) == len(counts), counts  # every suggested cap shows a different packing
+
+
+def test_exercise_5_no_sync_gives_one_devices_gradient_with_one_all_reduce_instead_of_two(
+    in_a_notebook_folder,
+):
+    """The calls exercise 5 gives, run as worded: with ``no_sync`` and without, one device's gradient;
+    with it the ranks all-reduce one bucket once per step, without it once per micro-batch."""
+    from dpteach.distributed import compare
+
+    _, ranks = in_a_notebook_folder
+    text = exercise_text(5)
+    call = re.search(r'`results = (ranks\.run\("accumulate"[^`]+)`', text)[1]
+    assert "`no_sync=False`" in text and 'each rank\'s `"allreduces"`' in text
+    scope = {"ranks": ranks, "global_batch": 4 * ranks.world_size}
+    single = single_device_gradients(scope["global_batch"])
+    synced = eval(call, scope)
+    unsynced = eval(call.replace(")", ", no_sync=False)"), scope)
+    for results in (synced, unsynced):
+        printed = compare.against_one_device(results, single, rows=scope["global_batch"])
+        assert "constant factor" not in printed
+        for r in results:
+            for name, g in single.items():
+                torch.testing.assert_close(r["grads"][name], g)  # one device's gradient, both ways
+    # the course model fits in one bucket: one all-reduce per step under no_sync, one per micro-batch without
+    assert [r["allreduces"] for r in synced] == [1] * ranks.world_size
+    assert [r["allreduces"] for r in unsynced] == [2] * ranks.world_size
+    nb = nbformat.read(CHAPTER, as_version=4)
+    exercises = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
+    answer = " ".join(exercises.source.split("Answer 5")[1].split())
+    assert "1 all-reduce per rank" in answer and "each backward all-reduces: 2" in answer

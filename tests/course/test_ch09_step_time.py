@@ -5,8 +5,8 @@ backward runs), and sends the reader to chapter 08 for the timing on their own C
 and ``plots.cpu_rounds``, whose printed lines are pinned here too) and for the cost model. Then the
 modelled GPU picture, GPT-2 on four A100s: one library call prints each step, what lies outside GPU 0's
 compute and DataParallel's gather beside the bytes it brings; the prose after it says why the gather is
-most of DataParallel's extra, and its fold what the model leaves out, quoting no published timing
-(chapter 08 holds them all).
+most of DataParallel's extra, states chapter 08's two measured pairs as ratios and what the model
+leaves out, and its fold gives the details, quoting no published timing (chapter 08 holds them all).
 """
 
 from __future__ import annotations
@@ -189,12 +189,29 @@ def test_the_prose_says_why_dataparallels_extra_is_mostly_the_gather():
     assert printed.count("the gather") == 1  # DDP gathers nothing
 
 
-def test_chapter_09_repeats_no_published_measurement():
-    """Chapter 08 holds the published measurements; chapter 09 sends the reader there."""
+def test_chapter_09_states_chapter_08s_measured_pairs_beside_the_model():
+    """Chapter 08 holds the published measurements; chapter 09 states, on the main path and in its
+    summary, the two measured pairs' ratios (the shipped Hugging Face pair and aw_nas PR #17's epochs),
+    the modelled ratio as a percentage, and that the model leaves out DataParallel's per-step Python."""
+    from dpteach.measure import published
+
     tags = [t for c in cells() for t in c.metadata.get("tags", [])]
     assert "ddp-published" not in tags
     nb, at = tagged("ddp-timeline")
-    assert "Chapter 08 holds the published measurements" in nb[at + 1].source
+    main = " ".join(re.sub(r"<details\b.*?</details>", " ", nb[at + 1].source, flags=re.S).split())
+    assert "Chapter 08 holds the published measurements" in main
+    [pair] = published.pairs(published.shipped()).values()
+    hf, _ = published.pair_ratio(pair)
+    aw_nas = 24 / 18  # chapter 08 quotes "24s/epoch" under DataParallel, "18s/epoch" under DDP
+    measured = f"DataParallel took {100 * (hf - 1):.1f}% and {100 * (aw_nas - 1):.0f}% longer than DDP"
+    assert measured in main and "on 2 GPUs" in main
+    assert "GIL" in main and "`replicate`" in main  # what the model leaves out, on the main path
+    summary = " ".join(next(c for c in nb if c.source.startswith("## Summary")).source.split())
+    work = costmodel.large_workload("gpt2-small").scaled(16)
+    dp, ddp = (costmodel.predict(work, "A100-SXM", 4, strategy=s).total_s for s in ("DataParallel", "DDP"))
+    assert f"DataParallel step is {100 * (dp / ddp - 1):.1f}% longer than DDP's" in summary
+    assert f"DataParallel took {100 * (hf - 1):.1f}% and {100 * (aw_nas - 1):.0f}% longer" in summary
+    assert "GIL" in summary and "are close" not in summary
 
 
 def test_a_published_measurement_stands_beside_the_model_takeaway_first():
