@@ -287,3 +287,18 @@ def test_exercise_1_check_names_what_to_change():
     assert "whole number" in checks.one_slot(True, "none", DEVICES).message
     checks.reset()
 
+
+def test_exercise_1_hints_follow_the_field_that_is_wrong():
+    from dpteach.course import checks
+
+    checks.reset()
+    copies = checks.one_slot(True, 1, DEVICES)  # `learns` right, `copies` wrong
+    assert copies.problem == "copies" and "Hint 1 of 2" in copies.message
+    assert "import inspect; print(inspect.getsource(" in copies.message and "losses[0]" not in copies.message
+    learns = checks.one_slot(False, 0, DEVICES)  # now only `learns` wrong: its own ladder starts
+    assert learns.problem == "learns" and "Hint 1 of 2" in learns.message and "losses[0]" in learns.message
+    again = checks.one_slot(True, 1, DEVICES)  # the same wrong field climbs its ladder
+    assert "Hint 2 of 2" in again.message and "not the chapter's sketch" in again.message
+    assert checks.one_slot(True, 0, DEVICES).ok
+    assert "Hint 1 of 2" in checks.one_slot(True, 1, DEVICES).message  # a right answer resets the ladders
+    checks.reset()
