@@ -374,7 +374,22 @@ def one_slot(
         run = story.train(strategy="clone", devices=[devices[0]], steps=60)
     truth_learns, truth_copies = run.losses[-1] < run.losses[0], len(kept)
     shown = f"loss {run.losses[0]:.4f} -> {run.losses[-1]:.4f}, {truth_copies} copies of the model per step"
+    hints = {  # one ladder per field: a wrong try climbs the ladder of the field it got wrong
+        "learns": [
+            "Run the training yourself and compare `.losses[0]` with `.losses[-1]`.",
+            "The loss falls when the model's own parameters get gradients: on one slot, does "
+            "dpteach.DataParallel's forward run the model itself or a clone of it?",
+        ],
+        "copies": [
+            "import inspect; print(inspect.getsource(torch.nn.DataParallel.forward)) and read what it does "
+            "when len(self.device_ids) == 1: does it call self.replicate? dpteach's DataParallel does the same.",
+            "The question is about dpteach.DataParallel, which story.train runs, not the chapter's sketch "
+            "data_parallel: the sketch always calls replicate, DataParallel skips it on one slot.",
+        ],
+    }
     if learns == truth_learns and int(copies) == truth_copies:
+        for field in hints:  # a right answer starts both ladders again
+            _failures.pop(f"{name}.{field}", None)
         return _correct(
             name,
             f"{shown}: replicate is never called, the one slot runs the model itself, so its own parameters get "
@@ -400,12 +415,9 @@ def one_slot(
         )
         + "."
     )
-    hints = [
-        "Run the training yourself and compare `.losses[0]` with `.losses[-1]`.",
-        "print(inspect.getsource(torch.nn.DataParallel.forward)) and read what it does when "
-        "len(self.device_ids) == 1: does it call self.replicate? dpteach's DataParallel does the same.",
-    ]
-    return _offered(name, change, hints)
+    problem = "learns" if learns != truth_learns else "copies"  # the first wrong field picks the ladder
+    _failures[f"{name}.{problem}"] += 1  # that field's own count: its ladder's next rung
+    return _offered(name, change, hints[problem], problem, rung=_failures[f"{name}.{problem}"])
 
 
 def _number(value: object) -> float | None:

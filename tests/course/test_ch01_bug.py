@@ -28,6 +28,7 @@ TAGS = [
     "replica-grads",
     "sgd-skips",
     "culprit",
+    "walk-ends",
     "edge-contrast",
     "clone-loop",
 ]
@@ -64,6 +65,20 @@ def test_each_cell_the_tests_read_carries_its_tag_once(tag):
 def test_the_deduction_names_the_three_moves_that_stay_the_same():
     text = _cell("culprit").source
     assert all(move in text for move in ("Scatter", "parallel_apply", "gather", "only replicate differs"))
+
+
+def test_backward_s_walk_from_the_output_ends_in_the_replicas_and_never_in_the_model():
+    x, y = story.make_data()
+    model = story.make_model()
+    replicas = dpteach.replicate(model, DEVICES, strategy="clone")
+    out = torch.cat([r(piece) for r, piece in zip(replicas, x.chunk(len(DEVICES)))])
+    nn.functional.mse_loss(out, y).backward()
+    printed = run_cell("walk-ends", out=out, model=model, replicas=replicas)
+    assert "ends in 8 leaves: 8 replica parameters, 0 of the model's" in printed
+    rewired = dpteach.replicate(model, DEVICES, strategy="rewire")  # an edge back: the walk reaches the model
+    out = torch.cat([r(piece) for r, piece in zip(rewired, x.chunk(len(DEVICES)))])
+    with pytest.raises(AssertionError):
+        run_cell("walk-ends", out=out, model=model, replicas=rewired)
 
 
 def test_the_optimizers_skip_every_parameter_in_silence_after_the_clone_backward():
@@ -121,7 +136,8 @@ def test_torch_s_own_data_parallel_trains_the_model():
     assert "nn.DataParallel(model)" in _cell("torch-dp").source
     cells = nbformat.read(CHAPTER, as_version=4).cells
     at = {c.get("id"): i for i, c in enumerate(cells)}
-    assert at["ex1-check"] < at["torch-dp"]  # after exercise 1, whose answer it confirms
+    summary = next(i for i, c in enumerate(cells) if c.source.startswith("## Summary"))
+    assert at["torch-dp-note"] + 1 == at["torch-dp"] < summary  # on the main path, before the exercises
     # without an accelerator torch's DataParallel keeps no device_ids, so forward runs the module itself:
     # the page says so for a machine without a GPU
     if _get_available_device_type() is None:
@@ -269,4 +285,20 @@ def test_exercise_1_check_names_what_to_change():
     assert "Change `copies`" in checks.one_slot(True, 1, DEVICES).message  # one slot: replicate makes none
     assert "Change `learns`." in checks.one_slot(False, 0, DEVICES).message
     assert "whole number" in checks.one_slot(True, "none", DEVICES).message
+    checks.reset()
+
+
+def test_exercise_1_hints_follow_the_field_that_is_wrong():
+    from dpteach.course import checks
+
+    checks.reset()
+    copies = checks.one_slot(True, 1, DEVICES)  # `learns` right, `copies` wrong
+    assert copies.problem == "copies" and "Hint 1 of 2" in copies.message
+    assert "import inspect; print(inspect.getsource(" in copies.message and "losses[0]" not in copies.message
+    learns = checks.one_slot(False, 0, DEVICES)  # now only `learns` wrong: its own ladder starts
+    assert learns.problem == "learns" and "Hint 1 of 2" in learns.message and "losses[0]" in learns.message
+    again = checks.one_slot(True, 1, DEVICES)  # the same wrong field climbs its ladder
+    assert "Hint 2 of 2" in again.message and "not the chapter's sketch" in again.message
+    assert checks.one_slot(True, 0, DEVICES).ok
+    assert "Hint 1 of 2" in checks.one_slot(True, 1, DEVICES).message  # a right answer resets the ladders
     checks.reset()
