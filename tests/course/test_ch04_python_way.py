@@ -180,6 +180,20 @@ def test_option_one_rewires_the_tensor_the_member_holds():
     assert type(layer.members.weight.grad_fn).__name__ == "ReduceAddInPlaceBackward"  # ... with the new edge
 
 
+def test_option_one_graph_leads_every_member_through_one_node_per_original():
+    """The chapter's Option One picture: no dead end, each original reached through its ReduceAddInPlace node."""
+    cpp_model = demos.cpp_style(story.make_model())
+    replicas = dpteach.replicate(cpp_model, CPU2, strategy=demos.option_one)
+    x, y = data()
+    outputs = dpteach.parallel_apply(replicas, [(p,) for p in dpteach.scatter(x, CPU2)], devices=CPU2)
+    graph = dpteach.autograd_graph(
+        F.mse_loss(dpteach.gather(outputs, "cpu"), y), module=cpp_model, replicas=replicas
+    )
+    assert not graph.dead_ends and not graph.unreached
+    nodes = [n for n in graph.nodes if str(n).startswith("ReduceAddInPlaceBackward")]
+    assert len(nodes) == 4  # one per original parameter, shared by both slots
+
+
 def test_option_one_trains_the_cpp_style_network_like_one_device():
     reference = train(story.make_model())
     tol(torch.tensor(train(demos.cpp_style(story.make_model()), demos.option_one)), torch.tensor(reference))
@@ -285,6 +299,7 @@ def test_default_strategy_replicas_share_the_cpp_style_members_with_the_original
         replicas[1][0].members.weight is cpp_model[0].weight
     )  # exercise 1: slot 1 computes with the original
     assert replicas[1][0].members is cpp_model[0].members  # the shallow copy shares the attribute itself
+    assert replicas[1][0].weight is not cpp_model[0].weight  # exercise 1: the registry name holds the copy
 
 
 @pytest.mark.cuda
