@@ -74,16 +74,12 @@ def run_strategy(
 
 
 class NotYet(Exception):
-    """What ``try_step`` found wrong before ``backward()`` could run, in words that say what to change.
-
-    ``try_it`` prints it instead of a traceback from deep inside autograd."""
+    """What ``try_step`` found wrong, said as what to change: ``try_it`` prints it, not autograd's traceback."""
 
 
 def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = None) -> str:
     """One DataParallel step on two CPU slots under ``strategy`` (of chapter 01's model, unless given); a sentence.
-
-    Raises :class:`NotYet` when the loss does not require grad: ``backward()`` would then raise
-    "element 0 of tensors does not require grad and does not have a grad_fn"."""
+    :class:`NotYet` when the loss requires no grad, where ``backward()`` would raise "element 0 of tensors ..."."""
     if model is None:
         model, x = story.make_model(), story.make_data(n=16)[0]
     before = {k: b.clone() for k, b in model.named_buffers()}  # BatchNorm's statistics: reached?

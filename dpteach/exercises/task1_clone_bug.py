@@ -83,34 +83,19 @@ def check_clone_bug(strategy=None, *, devices=None) -> Result:
     return run_check(TASK, HINTS, body)
 
 
-def _first_dead_end(model, replicas) -> str:
-    """The sentence on the first replica parameter with no gradient path to the original's ("" if none)."""
-    for place in places(model):
-        for slot, replica in enumerate(replicas):
-            found = edge_problem(resolve(replica, place.name), place, slot)
-            if found:
-                return found[1][:1].upper() + found[1][1:] + "."
-    return ""
-
-
 def try_answer(replicate_by_clone) -> str:
-    """One DataParallel step with the learner's strategy (``try_it("clone_bug", fn)``), then the original's
-    gradients and slot 1's memory."""
+    """One DataParallel step with the learner's strategy (``try_it("clone_bug", fn)``), then what it left."""
     model, x = story.make_model(), story.make_data(n=16)[0]
-    said = try_step(replicate_by_clone, model, x)
-    ran = f"one DataParallel step on {len(SLOTS)} CPU slots ran"
-    replicas = replicate(model, SLOTS, strategy=replicate_by_clone)  # the step ran: every copy is there
-    missing = [n for n, p in model.named_parameters() if p.grad is None]
-    if missing:  # backward ran, yet the gradients stopped in the replicas: the bug itself, not a success
-        raise NotYet(
-            f"{ran}, but the original's `.grad` is still None for `{'`, `'.join(missing)}`, so the model "
-            f"learns nothing. {_first_dead_end(model, replicas)}".rstrip()
+    said, ran = try_step(replicate_by_clone, model, x), f"one DataParallel step on {len(SLOTS)} CPU slots ran"
+    replica = replicate(model, SLOTS, strategy=replicate_by_clone)[1]  # the step ran: every copy is there
+    if missing := [n for n, p in model.named_parameters() if p.grad is None]:  # the bug itself, not a success
+        why = next(
+            (f[1] for pl in places(model) if (f := edge_problem(resolve(replica, pl.name), pl, 1))), ""
         )
-    shared = [n for n, p in model.named_parameters() if shares_storage(resolve(replicas[1], n), p)]
-    if shared:  # the gradients reach the original, yet the check will reject these copies
-        raise NotYet(
-            f"{ran}, and every parameter of the original has a .grad, but replica 1's `{'`, `'.join(shared)}` "
-            "share the original's memory: every slot after slot 0 needs a copy of its own, as on a second GPU, "
-            "where the original is not"
+        raise NotYet(f"{ran}, but the original's `.grad` is still None for `{'`, `'.join(missing)}`. {why}")
+    if shared := [n for n, p in model.named_parameters() if shares_storage(resolve(replica, n), p)]:
+        raise NotYet(  # the gradients reach the original, yet the check will reject these copies
+            f"{ran}, but replica 1's `{'`, `'.join(shared)}` share the original's memory: every slot after "
+            "slot 0 needs a copy of its own, as on a second GPU, where the original is not"
         )
     return said

@@ -161,9 +161,8 @@ def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
         slot = next(i for i, g in enumerate(back) if not g.requires_grad) // 2
         findings.problem(
             "not_differentiable",
-            f"ReduceAddCoalesced.backward is not differentiable: the gradient it hands slot {slot} has no history. "
-            "A penalty's second backward runs it without that, but torch's pair (each backward its partner's "
-            "apply) lets a third backward pass it too: write that",
+            f"ReduceAddCoalesced.backward is not differentiable: slot {slot}'s gradient has no history. A penalty's "
+            "second backward needs none, but torch's pair records it so that a third backward passes: do the same",
         )
     elif stray := [g for g in back[2:] if not _from_partner(g, broadcast)]:  # slots 1, 2: a raw comm call's
         _not_from_partner(findings, "ReduceAddCoalesced", stray[0], broadcast, reduce_add)
