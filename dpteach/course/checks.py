@@ -2565,7 +2565,8 @@ def copied_per_step(
     bytes, not scaled to these slots), ``"gradients"`` (the gradients' sum counted as a copy: on one
     device it is an addition, not a copy), ``"gather share"`` (the gather counted without slot 0's own
     piece), ``"scatter"`` (the batch's scatter counted: on one device its pieces are views),
-    ``"elements"`` (elements, not bytes). The hints climb the ladder, the
+    ``"elements"`` (elements, not bytes), ``"arithmetic"`` (within 0.1% of the answer). A sum within 0.1%
+    of a slip's is told that slip and to check the sum. The hints climb the ladder, the
     answer from the third failed try on.
     """
     import copy
@@ -2595,8 +2596,8 @@ def copied_per_step(
     slips = {
         truth + P: (
             "slot 0",
-            "slot 0's replica is the model itself (it shares the model's storage), so "
-            f"replicate copies the model {n - 1} times, not {n}: take one model copy out",
+            "slot 0 already holds the model (its replica shares the model's storage): replicate copies "
+            f"it to the other {n - 1} slots only, so take one model copy out",
         ),
         truth - gathered: (
             "no gather",
@@ -2655,6 +2656,15 @@ def copied_per_step(
         ],
         answer,
     )
+    # a sum a little off a slip's (or the answer's): the slip's change, and the sum to check
+    near = [v for v in (truth, *slips) if v != guess and abs(guess - v) <= v // 1000]
+    if near:
+        v = min(near, key=lambda v: abs(guess - v))
+        sum_off = f"{guess:,} is {abs(guess - v):,} bytes off {v:,}"
+        if v == truth:
+            return fail(f"{sum_off}, the right moves: check your sum.", "arithmetic")
+        problem, change = slips[v]
+        return fail(f"{change}; and {sum_off}, what that slip gives: check your sum too.", problem)
     return _slip_or(
         fail,
         guess,
@@ -2687,7 +2697,8 @@ def wait_for_backward(answer: Mapping[str, object] | object, work) -> Verdict:
     Findings: ``"gather"`` (a forward-side move named), ``"flatten"`` (the flatten left out),
     ``"reduce"`` (the sum left out), ``"first bucket"`` (a bucket named that starts during backward),
     ``"last bucket"`` (the last bucket left out), ``"names"`` (a name the timeline does not use, a typo
-    such as ``"bucket2"``: told the names, with the nearest, and the try not counted).
+    such as ``"bucket2"``: told the names, with the nearest, and the try not counted; or a string given
+    for a set), ``"passes"`` (``"forward"`` or ``"backward"`` named: told the moves, the try not counted).
     """
     import difflib
 
@@ -2728,8 +2739,25 @@ def wait_for_backward(answer: Mapping[str, object] | object, work) -> Verdict:
         ],
         said,
     )
+    strings = [s for s in ("DataParallel", "DDP") if isinstance(answer.get(s), str)]  # type: ignore[union-attr]
+    if strings:  # "bucket 2" for {"bucket 2"}: read as a set it would be its letters
+        return Verdict(
+            False,
+            f"Not yet: {strings[0]}'s answer is a string, {answer[strings[0]]!r}; give a set of names, "  # type: ignore[index]
+            f"such as {{{answer[strings[0]]!r}}}, even for one part (this try does not count).",  # type: ignore[index]
+            "names",
+        )
     given = {s: {str(v) for v in answer.get(s, ())} for s in ("DataParallel", "DDP")}  # type: ignore[union-attr]
     for s in given:
+        passes = sorted(given[s] & {"forward", "backward"})
+        if passes:  # the passes themselves: the question is what waits for backward to end
+            return Verdict(
+                False,
+                f"Not yet: {' and '.join(map(repr, passes))} {'is' if len(passes) == 1 else 'are'} not a part "
+                f"that waits for backward: name the moves drawn beside the passes. The {s} timeline's moves: "
+                f"{', '.join(sorted(known[s] - {'forward', 'backward'}))} (this try does not count).",
+                "passes",
+            )
         unknown = given[s] - known[s]
         if unknown:  # a typo or a name the figure does not use: said plainly, no try spent, no hint
             near = [m for u in sorted(unknown) for m in difflib.get_close_matches(u, sorted(known[s]), 1)]

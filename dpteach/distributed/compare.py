@@ -405,15 +405,17 @@ class CpuRounds:
 
     def verdict(self, kind: str) -> str:
         """What ``kind``'s rounds show against the baseline, read from their whole range, not the median:
-        ``"faster"`` when every round's ratio is above 1, ``"slower"`` when every one is below 1,
+        ``"faster"`` when every round's ratio is above 1, ``"slower"`` when every one is below 1, each
+        read as :meth:`lines` prints it (two decimals: 1.004 is 1.00, no side of 1),
         ``"no difference"`` when the range covers 1 (the spread is as large as the gap), and
         ``"one round"`` when there is no spread to judge by."""
         r = self.ratios(kind)
         if len(r) < 2:
             return "one round"
-        if min(r) > 1:
+        # read at the two decimals :meth:`lines` prints, so a round shown as 1.00x is never "above 1"
+        if round(min(r), 2) > 1:
             return "faster"
-        if max(r) < 1:
+        if round(max(r), 2) < 1:
             return "slower"
         return "no difference"
 

@@ -352,9 +352,9 @@ def pair_table(pair: list[Measurement], latency: bool = False) -> str:
 
 def ratios(measurements: list[Measurement], latency: bool = False) -> str:
     """One compact table (under 80 characters wide): a row per run, a column per n, each cell the measured
-    step over the modelled one; under a DDP curve with a plain step, what DDP adds over it in ms, measured /
-    modelled; last, each pair's DataParallel step over DDP's. The steps themselves, in ms, are ``table``'s
-    and ``pair_table``'s, and the figure draws them."""
+    step over the modelled one; under a DDP curve with a plain step, the ms DDP's step adds over the plain
+    step, measured / modelled; last, each pair's DataParallel step over DDP's. The steps themselves, in
+    ms, are ``table``'s and ``pair_table``'s, and the figure draws them."""
     tag = ", NCCL's latency per message in" if latency else ""
     ns = sorted({n for m in measurements for n, _ in m.points})
     runs = []  # (label, {n: cell}) in the order they ship, a second row for what DDP adds
@@ -364,7 +364,7 @@ def ratios(measurements: list[Measurement], latency: bool = False) -> str:
         runs.append((f"{name}, {m.strategy}, {m.gpu_label}", cells))
         if m.plain_at_one:
             added = {n: f"{got * 1e3:.1f}/{mod * 1e3:.2f}" for n, got, mod in overhead(m, latency)}
-            runs.append(("  DDP adds, ms measured/modelled", {1: "(no DDP)", **added}))
+            runs.append(("  DDP adds (ms): measured/modelled", {1: "(no DDP)", **added}))
     width = max(len(label) for label, _ in runs)
     col = max(7, *(len(c) + 1 for _, cells in runs for c in cells.values()))
     lines = [

@@ -29,6 +29,8 @@ def rounds(**per_kind: tuple[float, ...]) -> CpuRounds:
         ((0.076, 0.09, 0.112), "no difference"),  # 0.89x to 1.32x: a busy machine's range covers 1
         ((0.17, 0.25, 0.30), "slower"),  # 0.33x to 0.59x: every round below 1
         ((0.1, 0.05, 0.05), "no difference"),  # one round exactly at 1: the range touches it
+        ((0.0996, 0.05, 0.05), "no difference"),  # one round at 1.004x, printed 1.00x: not above 1
+        ((0.1004, 0.2, 0.2), "no difference"),  # one round at 0.996x, printed 1.00x: not below 1
     ],
 )
 def test_the_verdict_rests_on_the_whole_range_not_the_median(ddp, verdict):

@@ -228,6 +228,7 @@ def test_ratios_prints_every_measured_step_with_its_ratio_and_what_ddp_adds():
         assert all(f"{r.ratio:.2f}x" in row for r in published.compare(m, latency=True))
         for _, got, mod in published.overhead(m, latency=True):
             assert f"{got * 1e3:.1f}/{mod * 1e3:.2f}" in text
+    assert "DDP adds (ms): measured/modelled" in text  # its unit, which is which
     [pair] = published.pairs(shipped).values()
     measured, modelled = published.pair_ratio(pair, latency=True)
     assert f"measured {measured:.3f}, modelled {modelled:.3f}" in text

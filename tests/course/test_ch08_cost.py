@@ -173,6 +173,23 @@ def test_the_first_cells_count_the_model_copied_again_on_every_step():
     assert f"(the model's parameters: {size:,} bytes)" in printed
 
 
+def test_the_thread_table_says_why_it_matters_and_the_summary_uses_it():
+    """Beside the table: one thread on CPU; on GPUs cuda:0's thread takes the loss, gather and sum, the
+    forwards' Python threads share the GIL, DDP a process per GPU (the fold's engine rules)."""
+    after = main_of(NB.cells[NB.cells.index(TAGGED["thread-table"]) + 1])
+    assert "On CPU slots one thread, the one that called `loss.backward()`, ran every node" in after
+    assert "cuda:0's engine thread runs the loss, the gather's backward and the sum onto the model" in after
+    assert "Python threads sharing the GIL. DDP gives each GPU its own process" in after
+    text = markdown()
+    summary = text[text.index("## Summary") : text.index("## Exercises")]
+    assert "cuda:0's engine thread also runs the loss, gather and sum backward (the thread table)" in summary
+    scope, printed = run("thread-table")
+    if not scope["on_gpu"]:  # what the sentence rests on: the engine's rule, as the cell prints it
+        gpus = printed.split("would run like this")[1]
+        for part in ("loss and gather", "sum onto the model"):
+            assert any(part in line and "cuda:0" in line for line in gpus.splitlines()), part
+
+
 def test_one_bytes_table_at_most_and_chapter_09_holds_the_per_rank_traffic():
     code = " ".join(c.source for c in NB.cells if c.cell_type == "code")
     assert "through_gpu0" not in code  # the GPU-0-against-ring table lives in chapter 09's traffic table
@@ -344,6 +361,8 @@ def test_where_the_model_misses_is_computed_from_the_shipped_runs():
     without = [100 * mod / got for m in curves for _, got, mod in published.overhead(m)]
     span, span_without = (f"{min(s):.0f}% to {max(s):.0f}%" for s in (shares, without))
     assert f'it accounts for only {span} of it (the "DDP adds" rows)' in main and max(shares) < 50
+    beside_fig1 = main_of(NB.cells[NB.cells.index(TAGGED["timeline"]) + 1])
+    assert f"the model accounts for only {span} of what DDP adds over the plain step" in beside_fig1
     added = [(got * 1e3, mod * 1e3) for m in curves for _, got, mod in published.overhead(m, latency=True)]
     got, mod = zip(*added)
     assert (
@@ -488,6 +507,8 @@ def test_the_cpu_figure_is_explained_by_what_is_counted_and_no_verdict():
     # no ratio foretold and none judged here: the printed lines read each way's range themselves
     assert "sits near 1" not in after and "below 1" not in after and "above 1" not in after
     assert "process with its own thread" in after and "intra-op threads" in after
+    assert after.startswith("The reason is in the counts above, not in these times.")
+    assert "otherwise two threads wait for each other at the end of each operation" in after
     assert "which ran all its backward nodes (the rank lines)" in after  # thread evidence, not the timing
     assert "DDP stands in for one GPU per process" in after and "the figure says nothing about GPUs" in after
     for verdict in ("faster", "slower", "wins", "beats"):
@@ -504,7 +525,8 @@ def test_the_gpu_cell_prints_one_line_on_a_cpu():
     with contextlib.redirect_stdout(out):
         exec(cell.source, {"on_gpu": False})
     printed = out.getvalue()
-    assert printed.count("\n") == 1 and printed.startswith("A GPU runtime would add here: your cards")
+    assert printed.count("\n") == 1 and printed.startswith("On a GPU runtime this cell prints your cards")
+    assert "### On a GPU runtime" not in markdown()  # no heading over a one-line placeholder
 
 
 def test_the_engine_and_reducer_asides_say_what_the_sources_say():
@@ -623,6 +645,9 @@ def test_the_over_n_figure_is_a_real_sized_step_and_the_prose_says_why_from_the_
     # the model leaves out launches and Python: the prose reads the curves' shape
     assert max(plain.values()) < 300 and "from compute, bandwidth and NCCL's latency estimates only" in prose
     assert "read the shape, not the heights" in prose and "µs" not in prose
+    share = f"DataParallel's gather {t4.seconds('gather'):.3f} s of its {t4.total_s:.3f} s step (modelled)"
+    assert printed.splitlines()[1] == f"T4, n = 8: {share}"  # the third, shown: the cell's first line
+    assert "is a third of its modelled step at n = 8 (printed first)" in prose
     assert (
         "(modelled from compute, bandwidth and NCCL's latency estimates only)"
         in scope["fig"]._suptitle.get_text()

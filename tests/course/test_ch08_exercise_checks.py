@@ -93,6 +93,18 @@ def test_exercise_1_a_number_no_slip_explains_says_what_to_add(chapter):
     )
 
 
+def test_exercise_1_a_sum_slightly_off_a_slip_names_the_slip_and_the_sum(chapter):
+    """The model copied to all 4 slots plus the gather, summed 1,024 bytes off: still the slot-0 slip."""
+    model, x, _ = chapter
+    P, G = costs.state_nbytes(model)["parameters"], 256 * 1024 * 4
+    verdict = checks.copied_per_step(4 * P + G + 1024, model, x, ["cpu"] * 4)
+    assert verdict.problem == "slot 0" and "slot 0 already holds the model" in verdict.message
+    assert "the other 3 slots only" in verdict.message
+    assert f"1,024 bytes off {4 * P + G:,}" in verdict.message and "check your sum" in verdict.message
+    near = checks.copied_per_step(3 * P + G + 1024, model, x, ["cpu"] * 4)
+    assert not near.ok and near.problem == "arithmetic" and "the right moves" in near.message
+
+
 def test_exercise_1_says_the_scatter_of_the_batch_copies_nothing_on_one_device(chapter):
     model, x, _ = chapter
     P = costs.state_nbytes(model)["parameters"]
@@ -160,6 +172,30 @@ def test_exercise_2_a_typo_costs_no_try_and_names_the_nearest_part(chapter):
         assert "Hint" not in verdict.message and "The answer" not in verdict.message
     wrong = checks.wait_for_backward({"DataParallel": {"reduce"}, "DDP": {"bucket 2"}}, chapter[2])
     assert "Hint 1 of 2" in wrong.message  # the first real try still gets the first hint
+
+
+def test_exercise_2_asks_for_a_set_when_given_a_string(chapter):
+    """ "bucket 2" for {"bucket 2"}: asked for a set, not told about its letters, and no try spent."""
+    for _ in range(3):
+        verdict = checks.wait_for_backward(
+            {"DataParallel": {"flatten", "reduce"}, "DDP": "bucket 2"}, chapter[2]
+        )
+        assert not verdict.ok and verdict.problem == "names"
+        assert "is a string, 'bucket 2'" in verdict.message and "{'bucket 2'}" in verdict.message
+        assert "no part named" not in verdict.message and "Hint" not in verdict.message
+
+
+@pytest.mark.parametrize("named", ["backward", "forward"])
+def test_exercise_2_a_pass_named_is_told_the_moves(chapter, named):
+    """The passes themselves are drawn but do not wait for backward: told the moves, no try spent."""
+    for strategy, right in RIGHT.items():
+        answer = {**RIGHT, strategy: right | {named}}
+        verdict = checks.wait_for_backward(answer, chapter[2])
+        assert not verdict.ok and verdict.problem == "passes" and "Hint" not in verdict.message
+        assert f"'{named}' is not a part that waits for backward" in verdict.message
+        assert "runs before backward" not in verdict.message
+    dp = checks.wait_for_backward({**RIGHT, "DataParallel": {"backward"}}, chapter[2]).message
+    assert "flatten, gather, reduce, replicate, scatter, scatter grad" in dp
 
 
 def test_exercise_2_waits_for_both_answers_before_checking(chapter):
