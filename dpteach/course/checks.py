@@ -954,6 +954,10 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     )
 
     again = "run the cell that defines Scale and this check again"
+    if isinstance(cls, nn.Module):  # Scale() where Scale belongs: an instance, not the class
+        return Verdict(
+            False, "Pass the class itself, `Scale`, not an instance `Scale()`: the check builds its own."
+        )
     torch.manual_seed(0)
     try:
         module = cls()  # type: ignore[operator]

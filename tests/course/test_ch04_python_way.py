@@ -416,6 +416,8 @@ def test_exercise_2_check_accepts_the_worked_answer():
 
     verdict = checks.replicatable_scale(_scale_class())
     assert verdict.ok and verdict.message.startswith("Correct!")
+    instance = checks.replicatable_scale(_scale_class()())  # Scale() where Scale belongs
+    assert not instance.ok and "not an instance" in instance.message and "Hint" not in instance.message
 
 
 @pytest.mark.parametrize(
