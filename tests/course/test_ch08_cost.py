@@ -362,7 +362,9 @@ def test_where_the_model_misses_is_computed_from_the_shipped_runs():
     span, span_without = (f"{min(s):.0f}% to {max(s):.0f}%" for s in (shares, without))
     assert f'it accounts for only {span} of it (the "DDP adds" rows)' in main and max(shares) < 50
     beside_fig1 = main_of(NB.cells[NB.cells.index(TAGGED["timeline"]) + 1])
-    assert f"the model accounts for only {span} of what DDP adds over the plain step" in beside_fig1
+    # beside figure 1 the miss is named once, in words; its figures are said where they are measured
+    assert "the model misses most of what DDP adds over the plain step" in " ".join(beside_fig1.split())
+    assert span not in beside_fig1
     added = [(got * 1e3, mod * 1e3) for m in curves for _, got, mod in published.overhead(m, latency=True)]
     got, mod = zip(*added)
     assert (
