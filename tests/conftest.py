@@ -14,6 +14,16 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 
+@pytest.fixture
+def fresh_checks():
+    """``dpteach.course.checks`` with every exercise's hint ladder at its first step, before and after."""
+    from dpteach.course import checks
+
+    checks.reset()
+    yield checks
+    checks.reset()
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -40,11 +40,7 @@ def ext():
     return module
 
 
-@pytest.fixture(autouse=True)
-def fresh_hints():
-    checks.reset()  # each test starts at hint 1
-    yield
-    checks.reset()
+pytestmark = pytest.mark.usefixtures("fresh_checks")  # every test starts at hint 1
 
 
 class Built:

@@ -21,11 +21,7 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 RIGHT_MOVES = {"gather": "a", "parallel_apply": "b", "replicate": "c", "scatter": "d"}
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    checks.reset()
-    yield
-    checks.reset()
+pytestmark = pytest.mark.usefixtures("fresh_checks")  # every test starts at hint 1
 
 
 def _tagged(chapter: str, tag: str) -> str:

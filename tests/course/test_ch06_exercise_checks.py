@@ -18,11 +18,7 @@ from dpteach.measure import costs
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    checks.reset()
-    yield
-    checks.reset()
+pytestmark = pytest.mark.usefixtures("fresh_checks")  # every test starts at hint 1
 
 
 def make_model(hidden: int = 256):

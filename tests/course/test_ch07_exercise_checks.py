@@ -23,11 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SLOTS = ["cpu"] * 2
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    checks.reset()
-    yield
-    checks.reset()
+pytestmark = pytest.mark.usefixtures("fresh_checks")  # every test starts at hint 1
 
 
 def hessian_vector_product(net, model, x, y, v):  # the chapter's

@@ -15,12 +15,7 @@ from torch import nn
 from dpteach.course import checks
 from dpteach.measure import bench, costmodel, costs
 
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    checks.reset()
-    yield
-    checks.reset()
+pytestmark = pytest.mark.usefixtures("fresh_checks")  # every test starts at hint 1
 
 
 @pytest.fixture(scope="module")

@@ -38,11 +38,7 @@ def ext():
     return module
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    checks.reset()
-    yield
-    checks.reset()
+pytestmark = pytest.mark.usefixtures("fresh_checks")  # every test starts at hint 1
 
 
 @pytest.fixture(scope="module")

@@ -391,15 +391,6 @@ def test_answer_3_the_rankings_do_not_change_with_the_width():
             assert ranked == (["DDP", "DataParallel"],) * 2, (width, slots)
 
 
-@pytest.fixture
-def fresh_checks():
-    from dpteach.course import checks
-
-    checks.reset()
-    yield checks
-    checks.reset()
-
-
 def _sum(replicas):
     return sum(r[0].weight.grad for r in replicas)
 

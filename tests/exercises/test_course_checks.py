@@ -12,12 +12,7 @@ from dpteach.course import checks
 from dpteach.graph import compare_strategies
 from dpteach.replicate import ReduceAdd
 
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    checks.reset()
-    yield
-    checks.reset()
+pytestmark = pytest.mark.usefixtures("fresh_checks")  # every test starts at hint 1
 
 
 def _three_tries(call):
