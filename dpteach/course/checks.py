@@ -2540,7 +2540,7 @@ def _slip_or(fail, guess, slips: dict, otherwise: str) -> Verdict:
 
 
 _THRESHOLD = (
-    "the cap is not a maximum: a bucket closes on the tensor that takes it past its cap, so that "
+    "the cap is not a maximum: a bucket closes on the tensor that takes it to or past its cap, so that "
     "tensor joins it and a bucket can end up holding more than its cap"
 )
 
@@ -2831,7 +2831,7 @@ def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
     mb = ", ".join(f"{b / 1e6:.1f} MB" for b in truth)
     answer = (
         f"{len(truth)} buckets ({mb}): backward makes the last layer's gradients first; bucket 1 closes on "
-        f"the tensor that takes it past 1 MiB, every later one on the tensor that takes it past 25 MiB, and the "
+        f"the tensor that takes it to or past 1 MiB, every later one on the tensor that takes it to or past 25 MiB, and the "
         "last holds what is left."
     )
     guess = int(predicted)  # type: ignore[call-overload]
@@ -2855,7 +2855,7 @@ def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
             1 + math.ceil(max(total - first, 0) / cap),
             "split",
             "a bucket holds whole tensors and closes on the "
-            "tensor that takes it past its cap, so it can hold more than the cap",
+            "tensor that takes it to or past its cap, so it can hold more than the cap",
         ),
         (layers, "per layer", "a bucket holds many layers' gradients, up to its cap"),
         (len(sizes), "per tensor", "a bucket holds many tensors, up to its cap"),
@@ -2867,7 +2867,7 @@ def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
         [
             "Buckets fill in the order backward makes the gradients: the last layer's first.",
             f"The last layer's weight and bias make {sizes[0] + sizes[1]:,} bytes of gradients; the first "
-            "bucket closes past 1 MiB = 1,048,576 bytes, each later one past 25 MiB = 26,214,400 bytes.",
+            "bucket closes at or past 1 MiB = 1,048,576 bytes, each later one at or past 25 MiB = 26,214,400 bytes.",
         ],
         answer,
     )
@@ -3334,8 +3334,8 @@ def one_slot_step(
     return _correct(
         name,
         "With one device DataParallel.forward calls the module itself, so the gradient lands in the model. "
-        "replicate still clones it, and the clone's leaves are the stepper's dead ends. So a test on one "
-        "GPU could never have caught the 2019 bug: C++'s data_parallel takes the same shortcut.",
+        "replicate still clones it, and the clone's leaves are the stepper's dead ends. C++'s data_parallel "
+        "takes the same shortcut, so a training run of it on one GPU could never have caught the 2019 bug.",
     )
 
 

@@ -241,7 +241,7 @@ def test_exercise_3_names_each_slip(problem, wrong):
 def test_exercise_3_reading_the_cap_as_a_maximum_is_told_the_rule():
     verdict = checks.bucket_count(4, deep())  # each bucket kept under 25 MB: 1 + 5 + 5 + 1 layers
     assert not verdict.ok and verdict.problem == "cap as a maximum"
-    assert "a bucket closes on the tensor that takes it past its cap" in verdict.message
+    assert "a bucket closes on the tensor that takes it to or past its cap" in verdict.message
 
 
 def test_exercise_3_hints_climb_to_the_answer():

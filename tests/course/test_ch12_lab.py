@@ -702,5 +702,6 @@ def test_the_cost_model_is_one_labelled_line_under_the_bytes_and_says_what_it_le
     assert "broadcast = (slots - 1) * model_bytes + gather_bytes" in answer and "bucket" not in answer
     gate = tagged(cells, "join-order-why")
     deeper = " ".join(gate.split("<details>")[1].split())
-    assert "neither torch's Python nor its C++ DataParallel has" in deeper  # said beside the snippet
+    # beside the snippet: torch's Python parallel_apply also starts a thread per replica
+    assert "as torch's Python `parallel_apply` does" in deeper
     assert "parallel_for" not in gate and "OpenMP" not in gate  # the C++ pool's detail is left to its source
