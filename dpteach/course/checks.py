@@ -2065,20 +2065,33 @@ def _same(given: object, want: Sequence[torch.Tensor]) -> bool:
     )
 
 
-def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, model: torch.nn.Module, x, y) -> Verdict:
-    """Exercise 1: ``hv1``, ``hv2`` and ``hv_sum`` are H v1, H v2 and H(v1 + v2), taken through DataParallel
-    on ``model``; the check takes them on one device, on a copy of ``model``, and compares.
+def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, net, x, y, moved: object) -> Verdict:
+    """Exercise 1: ``hv1``, ``hv2`` and ``hv_sum`` are H v1, H v2 and H(v1 + v2), taken through ``net``, a
+    DataParallel model, inside the ``traffic()`` block ``moved``; the check takes them on one device, on a copy
+    of ``net.module``, compares, and asks ``moved`` whether all three forwards and second backwards broadcast.
 
     Findings (``Verdict.problem``): ``"joined lists"`` (``v1 + v2`` on two lists joins them, so zip stops at
     v1: the sum gives H v1), ``"joined results"`` (``hv1 + hv2``, the lists joined, given as ``hv_sum``),
     ``"swapped"``, ``"hv1"`` / ``"hv2"`` / ``"hv_sum"`` (that one wrong), ``"hand-summed"`` (``hv_sum`` is
-    ``hv1 + hv2`` added tensor by tensor, which assumes the linearity to be checked), ``"not an answer"``.
+    ``hv1 + hv2`` added tensor by tensor, which assumes the linearity to be checked), ``"one device"`` (the
+    meter saw too few broadcasts: some product was taken on the model itself), ``"no meter"``,
+    ``"not an answer"``.
     """
     import copy
+
+    from ..comm import Traffic
 
     name = "ch07.hvp_linear"
     if _unset(hv1, hv2, hv_sum):
         return Verdict(False, "Set hv1, hv2 and hv_sum, then run this cell again.")
+    if not isinstance(moved, Traffic):
+        return Verdict(
+            False,
+            "Not yet: take hv1, hv2 and hv_sum inside `with dpteach.comm.traffic() as moved:` and pass moved, "
+            "so the check can see DataParallel's copies.",
+            "no meter",
+        )
+    model = net.module
     reference = copy.deepcopy(model)
     v_sum = [a + b for a, b in zip(v1, v2)]
     want = {
@@ -2092,7 +2105,7 @@ def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, model: torch.nn
         [
             "H v is a matrix times a vector, so it is linear in v: H(v1 + v2) is H v1 + H v2. Each of hv1, "
             "hv2 and hv_sum is one tensor per parameter.",
-            "hv1 = hessian_vector_product(net, model, x, y, v1), the same for v2, and for the sum "
+            "Inside the meter: hv1 = hessian_vector_product(net, model, x, y, v1), the same for v2, and for the sum "
             "[a + b for a, b in zip(v1, v2)]: one tensor per parameter, not the two lists joined.",
         ],
         "hv_sum = hessian_vector_product(net, model, x, y, [a + b for a, b in zip(v1, v2)]); then "
@@ -2130,6 +2143,17 @@ def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, model: torch.nn
                 k,
             )
 
+    # each product through net broadcasts the parameters twice: in its forward, and in ReduceAddCoalesced's
+    # backward during the second backward (the chapter's traffic sentence)
+    copies = (len(net.device_ids) - 1) * sum(p.numel() * p.element_size() for p in model.parameters())
+    if moved.by_op().get("broadcast", 0) < 3 * 2 * copies:
+        return fail(
+            f"the meter saw {moved.by_op().get('broadcast', 0):,} bytes broadcast, fewer than three products "
+            f"through DataParallel copy ({6 * copies:,}): take every one with net, the DataParallel model, as "
+            "hessian_vector_product's first argument, not model.",
+            "one device",
+        )
+
     # H(v1 + v2) taken by its own second backward rounds differently from hv1 + hv2 in some element of
     # every weight; equal to the last bit in every tensor, it was added by hand (unless the reference's is too).
     def added(total, a, b) -> bool:
@@ -2150,6 +2174,66 @@ def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, model: torch.nn
     )
 
 
+def recorded_nodes(count: object, makes_grad: object, graph) -> Verdict:
+    """Exercise 5: ``count``, the nodes in the penalty graph's yellow box (``graph.recorded``: what the first
+    backward recorded), and ``makes_grad``, the name of the node whose output is ``grad weight``.
+
+    Findings: ``"penalty counted"`` (Pow and Sum too), ``"slots only"`` (the per-slot nodes alone), ``"one slot"``,
+    ``"count"`` (another number), ``"forward node"`` (Broadcast), ``"name"`` (another name), ``"not an answer"``.
+    """
+    name = "ch07.recorded_nodes"
+    if _unset(count, makes_grad):
+        return Verdict(False, "Set count and makes_grad, then run this cell again.")
+    if not _count(count) or not isinstance(makes_grad, str):
+        return Verdict(
+            False, 'count is a whole number and makes_grad a node\'s name, e.g. "Scatter".', "not an answer"
+        )
+    n = len(graph.recorded)
+    per_slot = sum(node.startswith(("TBackward0", "MmBackward0")) for node in graph.recorded)
+    slots = per_slot // 4
+    joiner = next(node for node in graph.recorded if node.startswith("ReduceAddCoalesced")).split("Backward")[
+        0
+    ]
+    fail = _ladder(
+        name,
+        [
+            "The yellow box is the record of the first backward, run in grad mode: one node for every operation "
+            "a backward function did, on every slot. The penalty's own nodes were made after it.",
+            "Count each slot's nodes, then the ones the slots share: the loss's backward, the split of its "
+            "gradient, and the node Broadcast's backward recorded. Pow and Sum sit above the box.",
+        ],
+        f'count = {n}, makes_grad = "{joiner}": MseLossBackwardBackward0, Scatter, 4 nodes on each of the '
+        f"{slots} slots, and the {joiner} that Broadcast's backward recorded, whose output is grad weight.",
+    )
+    word = _word(makes_grad).removesuffix("backward")
+    if int(count) == n and word == joiner.lower():
+        return _correct(
+            name,
+            f"{n} nodes: the loss's backward, Scatter, 4 per slot and {joiner}, the node Broadcast's backward "
+            "recorded; a second backward walks down through all of them to reach weight.",
+            "right",
+        )
+    if int(count) != n:
+        slips = {
+            n + 2: ("you counted Pow and Sum too: they are the penalty, outside the box", "penalty counted"),
+            per_slot: ("that is the slots' nodes alone: count the ones the slots share too", "slots only"),
+            4: ("that is one slot's nodes: count every slot's, and the shared ones", "one slot"),
+        }
+        change, problem = slips.get(
+            int(count), ("count every node inside the yellow box, and only those", "count")
+        )
+        return fail(f"count = {int(count)}: {change}.", problem)
+    if word == "broadcast":
+        return fail(
+            "Broadcast is the forward's node, below the box: name the node its backward recorded.",
+            "forward node",
+        )
+    return fail(
+        f"the count is right; {makes_grad!r} does not make grad weight: name the node grad weight comes out of.",
+        "name",
+    )
+
+
 # Exercise 2's four calls, on a loss made under "rewire" from an input x_in that requires grad.
 _REWIRE_CALLS = {
     "a": ("torch.autograd.grad(loss, params)", lambda loss, params, x_in: torch.autograd.grad(loss, params)),
@@ -2165,8 +2249,8 @@ _REWIRE_CALLS = {
 }
 _REWIRE_WHY = {  # why each call does or does not meet ReduceAdd's check
     "a": "a first-order backward hands ReduceAdd gradients that need no grad, and the check lets them through",
-    "b": "with create_graph=True the backward records, so the gradients reaching ReduceAdd on the way to "
-    "the parameters require grad, and the check refuses them",
+    "b": "with create_graph=True the backward records, and the MSE's gradients reaching ReduceAdd on the way "
+    "to the parameters depend on the output, so they require grad and the check refuses them",
     "c": "autograd runs only the nodes on the paths to x_in, and ReduceAdd is on none of them: the penalty on "
     'the input worked under "rewire"',
     "d": "backward runs every node down to the parameters, ReduceAdd included, and create_graph=True makes "

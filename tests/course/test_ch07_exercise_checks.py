@@ -1,9 +1,10 @@
 """Chapter 07's exercise checks: ``checks.hvp_linear`` (Exercise 1: H(v1 + v2) = H v1 + H v2 through
-DataParallel), ``checks.rewire_refuses`` (2: the calls that meet ReduceAdd's check), ``checks.penalty_inside`` (3: the
-input-gradient penalty inside forward) and ``checks.second_backwards`` (4: what four second backwards through
-swapped nodes do, predicted, then run). Each accepts the chapter's worked answer, names the usual slip
-(``Verdict.problem``), and gives the answer only from the third failed try; an unset answer costs no hint. Then
-the chapter: each check cell ends on its check, and each exercise has its Answer block.
+DataParallel, its meter showing DataParallel ran), ``checks.rewire_refuses`` (2: the calls that meet ReduceAdd's
+check), ``checks.penalty_inside`` (3: the input-gradient penalty inside forward), ``checks.second_backwards`` (4:
+what four second backwards through swapped nodes do) and ``checks.recorded_nodes`` (5: the penalty graph's yellow
+box, read). Each accepts the chapter's worked answer, names the usual slip (``Verdict.problem``), and gives the
+answer only from the third failed try; an unset answer costs no hint. Then the chapter: each check cell ends on
+its check, and each exercise has its Answer block.
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ def hvp():
     v1 = [torch.randn(p.shape, generator=g) for p in model.parameters()]
     v2 = [torch.randn(p.shape, generator=g) for p in model.parameters()]
     hv = lambda v: hessian_vector_product(net, model, x, y, v)  # noqa: E731
-    return hv, v1, v2, (v1, v2, model, x, y)
+    with dpteach.comm.traffic() as moved:  # three products through net, as the exercise's cell takes them
+        for v in (v1, v2, v1):
+            hv(v)
+    return hv, v1, v2, (v1, v2, net, x, y, moved)
 
 
 def test_exercise_1_accepts_the_worked_answer(hvp):
@@ -75,6 +79,20 @@ def test_exercise_1_names_the_slips(hvp):
     }
     assert {k: v.problem for k, v in found.items()} == {k: k for k in found}
     assert "[a + b for a, b in zip(v1, v2)]" in found["joined lists"].message  # says what to change
+
+
+def test_exercise_1_asks_that_the_products_went_through_data_parallel(hvp):
+    """Taken on the model itself, H v is right too: the traffic() meter tells the two apart."""
+    hv, v1, v2, (_, _, net, x, y, _) = hvp
+    model = net.module
+    with dpteach.comm.traffic() as moved:
+        hv1 = hessian_vector_product(model, model, x, y, v1)  # on one device
+        hv2, hv_sum = hv(v2), hv([a + b for a, b in zip(v1, v2)])
+    verdict = checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, moved)
+    assert verdict.problem == "one device" and "net, the DataParallel model" in verdict.message
+    no_meter = checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, ...)
+    assert no_meter.problem == "no meter" and "dpteach.comm.traffic()" in no_meter.message
+    assert "Hint" not in no_meter.message  # a missing meter costs no hint
 
 
 def test_exercise_1_refuses_hv_sum_added_by_hand(hvp):
@@ -286,6 +304,48 @@ def test_exercise_4_steps_do_with_the_chapters_own_code_what_the_check_says():
     assert found == {k: outcome for k, (outcome, _) in checks._second_steps_run(SLOTS).items()} == RIGHT_STEPS
 
 
+# ---------------------------------------------------------------- Exercise 5: reading the penalty graph
+
+
+@pytest.fixture
+def penalty_graph():
+    """The chapter's first graph: one weight on two slots, its gradient penalised."""
+    torch.manual_seed(0)
+    small = torch.nn.Linear(2, 1, bias=False)
+    replicas = dpteach.replicate(small, SLOTS)
+    pieces = dpteach.scatter(torch.randn(4, 2), SLOTS)
+    out = dpteach.gather(dpteach.parallel_apply(replicas, [(p,) for p in pieces], devices=SLOTS), "cpu")
+    loss = F.mse_loss(out, torch.randn(4, 1))
+    grads = torch.autograd.grad(loss, list(small.parameters()), create_graph=True)
+    penalty = grads[0].pow(2).sum()
+    return dpteach.autograd_graph(
+        penalty, module=small, replicas=replicas, names={"grad weight": grads[0]}, create_graph=(loss, grads)
+    )
+
+
+def test_exercise_5_accepts_the_worked_answer(penalty_graph):
+    assert checks.recorded_nodes(11, "ReduceAddCoalesced", penalty_graph).ok  # Answer 5's numbers
+    assert checks.recorded_nodes(11.0, " reduceaddcoalescedbackward ", penalty_graph).ok  # as typed
+
+
+def test_exercise_5_names_the_slips(penalty_graph):
+    found = {
+        "penalty counted": checks.recorded_nodes(13, "ReduceAddCoalesced", penalty_graph),
+        "slots only": checks.recorded_nodes(8, "ReduceAddCoalesced", penalty_graph),
+        "one slot": checks.recorded_nodes(4, "ReduceAddCoalesced", penalty_graph),
+        "count": checks.recorded_nodes(10, "ReduceAddCoalesced", penalty_graph),
+        "forward node": checks.recorded_nodes(11, "Broadcast", penalty_graph),
+        "name": checks.recorded_nodes(11, "Scatter", penalty_graph),
+        "not an answer": checks.recorded_nodes("eleven", "Scatter", penalty_graph),
+    }
+    assert {k: v.problem for k, v in found.items()} == {k: k for k in found}
+    assert "Pow and Sum" in found["penalty counted"].message  # says what to change
+    assert not checks.recorded_nodes(..., "Scatter", penalty_graph).problem  # unset: no hint spent
+    messages = three_tries(checks.recorded_nodes, 8, "ReduceAddCoalesced", penalty_graph)
+    assert gives_answer_only_at_the_third(messages)
+    assert "count" not in messages[0].split("Hint 1 of 2: ")[1].split(" = ")[0]  # hint 1 names the idea
+
+
 # ---------------------------------------------------------------- the chapter's cells
 
 
@@ -294,10 +354,11 @@ def _cells():
 
 
 CALLS = {
-    "ex1-check": "checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, model, x, y)",
+    "ex1-check": "checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, moved)",
     "ex2-check": "checks.rewire_refuses(raises, devices)",
     "ex3-check": "checks.penalty_inside(PenaltyInside, devices)",
     "ex4-check": "checks.second_backwards(does, devices)",
+    "ex5-check": "checks.recorded_nodes(count, makes_grad, penalty_graph)",
 }
 
 
