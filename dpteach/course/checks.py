@@ -844,7 +844,8 @@ def half_fix(prediction: set[str] | object, graph) -> Verdict:
         change + ".",
         [
             "A gradient reaches an original parameter only through a ReduceAdd node.",
-            "Which copies did the cell hand to ReduceAdd.apply? The others are still fresh leaves.",
+            "Which module did the cell pass to rewire? Only its copies went through ReduceAdd.apply; the "
+            "others are still fresh leaves.",
         ],
         lambda: f"{sorted(reached)}.",
     )

@@ -69,21 +69,13 @@ def test_the_table_counts_the_replica_copies_accumulate_grad_nodes():
     assert counts == [2 * 4, 0]  # clone: every copy on both slots is a leaf; rewire: none is
 
 
-def test_mark_dirty_rewrites_a_tensors_history_in_place():
-    """Cell 29's fold: Python cannot assign .grad_fn, but a marked-dirty input keeps its object."""
-
-    class Rebase(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, original, copy):
-            ctx.mark_dirty(copy)
-            return copy
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad, None
-
-    original, copy = torch.ones(2, requires_grad=True), torch.zeros(2)
+def test_grad_fn_is_read_only_and_a_rewired_copy_shares_the_clones_storage():
+    """The fold on the C++ fix: Python cannot assign .grad_fn, so "rewire" hands the replica the
+    node's output, a new tensor on the clone's storage."""
     with pytest.raises(AttributeError):
-        copy.grad_fn = None
-    out = Rebase.apply(original, copy)
-    assert out is copy and type(copy.grad_fn).__name__ == "RebaseBackward"
+        torch.zeros(2).grad_fn = None
+    model = story.make_model()
+    replicas = dpteach.replicate(model, CPU2, strategy="clone")
+    leaves = [replica[0]._parameters["weight"] for replica in replicas]
+    outputs = ReduceAdd.apply(model[0].weight, *[leaf.detach() for leaf in leaves])
+    assert all(out is not leaf and out.data_ptr() == leaf.data_ptr() for out, leaf in zip(outputs, leaves))
