@@ -52,23 +52,14 @@ def badges(notebook: str) -> str:
 # Chapters from 05 on build on 00-04's words. Their first cell carries this collapsed recap under the badges,
 # so a learner who opens one chapter alone (from a link, on Colab) can look them up; the book keeps it.
 RECAP_FROM = 5
-RECAP = """<details><summary>Recap from chapters 00–04: slots, one DataParallel step, the three strategies</summary>
+RECAP = """<details><summary>Recap from chapters 00–04</summary>
 
-- A **slot** is one entry in the list of devices, where one replica of the model runs; two slots on a CPU
-  stand in for two GPUs ([00](00_start_here.ipynb)).
-- A DataParallel step makes **four moves**: scatter the batch into one piece per slot, replicate the model
-  once per slot, run each replica on its piece (`parallel_apply`), gather the outputs on slot 0.
-- The **course model** (chapter 01) is `Linear(2, 16) → Tanh → Linear(16, 1)`, fitted to 256 points of
-  $\\sin(x_0)\\cos(x_1)$.
-- Backward follows **gradient edges** from each result to its inputs; `AccumulateGrad` is the node that
-  stores a leaf's `.grad` ([02](02_reading_autograd_graphs.ipynb)).
-- `replicate`'s **three strategies**:
-
-| strategy | a replica parameter's gradient | chapter |
-| --- | --- | --- |
-| `"clone"` | stops in the replica, so the model never learns: the 2019 C++ bug | [01](01_the_bug.ipynb) |
-| `"rewire"` | flows back to the model through a `ReduceAdd` node: PR #20910's fix | [03](03_rewiring_gradient_edges.ipynb) |
-| `"broadcast"`, the default | flows back through `Broadcast`'s backward: torch's `replicate.py` | [04](04_the_python_way.ipynb) |
+- A **slot** is one entry in the device list, where one replica runs; two CPU slots stand in for two GPUs ([00](00_start_here.ipynb)).
+- The **course model** is `Linear(2, 16) → Tanh → Linear(16, 1)`, fitted to 256 points ([01](01_the_bug.ipynb)).
+- Backward follows **gradient edges**; `AccumulateGrad` stores a leaf's `.grad` ([02](02_reading_autograd_graphs.ipynb)).
+- `"rewire"` joins each replica parameter to the model through a `ReduceAdd` node, PR #20910's fix
+  ([03](03_rewiring_gradient_edges.ipynb)); `"broadcast"`, the default, does it through `Broadcast`'s backward, as
+  torch's `replicate.py` does ([04](04_the_python_way.ipynb)).
 </details>"""
 
 
