@@ -3562,8 +3562,8 @@ def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int
     hints = [  # the idea first; the strategies' counts only on the second try
         "Count whole models: one step copies the model once for each slot whose replica gets storage of "
         "its own, and the outputs once, gathered onto slot 0.",
-        "Does slot 0's replica get storage of its own under each strategy? The report above gives each "
-        "strategy's bytes at 4 slots as a multiple of the model: 3.0x and 4.0x.",
+        "Does slot 0's replica get storage of its own under each strategy? At 4 slots the two "
+        "strategies copy 3.0x and 4.0x the model's bytes, plus the gather.",
     ]
     answer = (
         "broadcast = (slots - 1) * model_bytes + gather_bytes; clone = slots * model_bytes + gather_bytes."

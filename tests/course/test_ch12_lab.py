@@ -492,17 +492,20 @@ def test_the_chapter_imports_each_name_once():
 
 
 def test_the_recap_defines_the_strategies_and_the_course_model_the_chapter_uses():
-    """The recap at the top (the first cell, from dpteach._course.RECAP) has one table row per strategy the
-    widgets offer, and its course model is the one dpteach.course.story builds (the layers and the points)."""
+    """The recap at the top (the first cell, from dpteach._course.RECAP) names the two working strategies with
+    the node that joins the replicas, the explorer's intro says what "clone" is, and the recap's course model
+    is the one dpteach.course.story builds (the layers and the points)."""
     from dpteach.course import story
     from dpteach.widgets.training import STRATEGIES
 
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     recap = cells[0].source.partition("<details>")[2]
     assert recap.startswith("<summary>Recap") and "**slot**" in recap
-    rows = [line for line in recap.splitlines() if line.startswith('| `"')]
     recap = " ".join(recap.split())  # prose wraps anywhere
-    assert [row.split("`")[1].strip('"') for row in rows] == list(STRATEGIES)
+    assert '`"rewire"` joins' in recap and "`ReduceAdd`" in recap and '`"broadcast"`' in recap
+    intro = " ".join(tagged(cells, "explorer-intro").split())
+    assert '`"clone"` builds the replicas' in intro and "no gradient edge" in intro
+    assert set(STRATEGIES) == {"clone", "rewire", "broadcast"}  # the three the recap and intro define
     layers = [type(m).__name__ for m in story.make_model()]
     first, _, last = story.make_model()
     shown = f"Linear({first.in_features}, {first.out_features}) → Tanh → Linear({last.in_features}, 1)"
@@ -549,7 +552,12 @@ def test_exercise_3_first_hint_names_the_idea_not_the_counts(fresh_checks):
     assert not any(s in hint for s in ('"clone"', '"broadcast"', "3.0x", "4.0x", "slot 0's replica"))
     assert "Hint 2 of 2: " in second and "3.0x and 4.0x" in second
     hint2 = second.split("Hint 2 of 2: ")[1]
-    assert hint2.index("slot 0's replica") < hint2.index("report above")  # the idea before the output
+    assert hint2.index("slot 0's replica") < hint2.index("3.0x")  # the idea before the numbers
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    # the report of the counts comes after the exercise, so it cannot give the answer away
+    (stub,) = [i for i, c in enumerate(cells) if "slot-copies" in c.metadata.get("tags", [])]
+    (report,) = [i for i, c in enumerate(cells) if c.cell_type == "code" and "cost.report()" in c.source]
+    assert report > stub
 
 
 def test_exercise_3_swapped_answers_are_flagged_both(fresh_checks):
