@@ -1080,16 +1080,22 @@ def broadcast_layout(index: int | object, shared: object, devices=("cpu", "cpu")
     )
     guess, said = int(index), {int(i) for i in shared}  # type: ignore[call-overload]
     if guess != truth:
-        slips = {
-            2 * slots + 1: (
+        # a list, not a dict keyed by index: on 3 slots the tensor-major index (2 * 3 + 1) and the
+        # counted-from-1 index (6 + 1) are both 7, and that answer deserves both explanations
+        slips = [
+            (
+                2 * slots + 1,
                 "tensor-major",
                 "that counts each tensor's copies together; Broadcast is device-major",
             ),
-            2: ("slot 0", "that is slot 0's copy of 2.weight; slot 1's come after all of slot 0's"),
-            truth + 1: ("from 1", "Python counts from 0: outputs[0] is slot 0's 0.weight"),
-        }
-        problem, why = slips.get(guess, ("index", f"outputs[{guess}] is not slot 1's 2.weight"))
-        return fail(f"{why}. Change `index`.", problem)
+            (2, "slot 0", "that is slot 0's copy of 2.weight; slot 1's come after all of slot 0's"),
+            (truth + 1, "from 1", "Python counts from 0: outputs[0] is slot 0's 0.weight"),
+        ]
+        found = [(problem, why) for at, problem, why in slips if at == guess]
+        if not found:
+            found = [("index", f"outputs[{guess}] is not slot 1's 2.weight")]
+        why = "; or else ".join(w for _, w in found)
+        return fail(f"{why}. Change `index`.", found[0][0])
     if said != sharing:
         if not said:
             problem, why = (

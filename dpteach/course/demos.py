@@ -146,10 +146,13 @@ def failed_attempt(network: nn.Module, devices: Sequence, detach: bool = False) 
 class ReduceAddInPlace(torch.autograd.Function):
     """Option One's node, one per original parameter: its outputs are the replicas' own tensors.
 
+    It mirrors ``ReduceAdd`` and ``replicate_grad_edges`` in
+    ``torch/csrc/api/include/torch/nn/parallel/data_parallel.h``, which call
+    ``autograd::set_history`` on every replica parameter. Python cannot set ``grad_fn``, but
     ``ctx.mark_dirty`` makes autograd rebase the history of each copy it is handed
     (``impl::rebase_history`` in ``torch/csrc/autograd/custom_function.cpp``) instead of wrapping it in
-    a new view: the same tensor object now has this node as its ``grad_fn``, the nearest Python
-    equivalent of C++'s ``autograd::set_history``. Backward sums the copies' gradients onto the original.
+    a new view: the same tensor object now has this node as its ``grad_fn``. Backward sums the
+    copies' gradients onto the original.
     """
 
     @staticmethod

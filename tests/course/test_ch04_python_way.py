@@ -489,6 +489,14 @@ def test_exercise_3_check_names_the_slip(index, shared, problem):
     assert not verdict.ok and verdict.problem == problem and "Hint 1 of 2" in verdict.message
 
 
+def test_exercise_3_check_names_both_slips_when_two_readings_give_one_index():
+    checks.reset()
+    # on 3 slots two slips land on 7: tensor-major (2 * 3 + 1), and 6 counted from 1
+    verdict = checks.broadcast_layout(7, {0, 1, 2, 3}, CPU3)
+    assert not verdict.ok and verdict.problem == "tensor-major"
+    assert "device-major" in verdict.message and "counts from 0" in verdict.message  # both explanations
+
+
 def test_exercise_3_check_asks_for_numbers_and_costs_no_hint():
     assert checks.broadcast_layout(..., ...).message.startswith("Set `index`")
     assert "whole number" in checks.broadcast_layout("6", {0}).message
