@@ -28,6 +28,18 @@ def test_the_two_commands_come_first():
     assert first_block.index("make lab") < first_block.index("make test")
 
 
+def test_the_first_block_pastes_as_is_on_a_bare_debian():
+    first_block = README.split("```", 2)[1]
+    assert first_block.index("git clone ") < first_block.index("cd dpteach") < first_block.index("make lab")
+    # what `make lab` needs before scripts/setup.sh can install the rest: git for the clone, make,
+    # python3 with venv (Debian ships ensurepip apart), and CA certificates for the https downloads
+    line = re.search(r"`(apt-get update && apt-get install -y [^`]+)`", README)
+    assert line, "the README names the one apt-get line a bare Debian/Ubuntu image needs"
+    for package in ("git", "make", "python3", "python3-venv", "ca-certificates"):
+        assert package in line.group(1).split(), package
+    assert "sudo" in README.split(line.group(0), 1)[1][:80]  # and says a normal user prefixes sudo
+
+
 def test_three_ways_to_start_and_the_reset_command():
     start = README.split("## Three ways to start", 1)[1].split("\n## ", 1)[0]
     for way in ("make lab", "Binder", "Colab"):
