@@ -15,6 +15,7 @@
   to see which survives a DataParallel forward (chapter 05, issue #2864).
 * ``running_means``: a BatchNorm's running mean, forward after forward, on one device and under
   DataParallel (chapter 05's first figure).
+* ``same_grads_as_python``: do a C++ step's gradients equal a Python strategy's (chapter 10)?
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "CallCounter",
     "SLOT0_ROWS",
     "running_means",
+    "same_grads_as_python",
 ]
 
 
@@ -288,3 +290,25 @@ def running_means(
                 DataParallel(model, devices, strategy=name)(x)
             history[name].append(model[0].running_mean[feature].item())
     return history
+
+
+def same_grads_as_python(
+    grads: dict[str, torch.Tensor | None],
+    model: nn.Module,
+    x: torch.Tensor,
+    devices: Sequence,
+    strategy="rewire",
+) -> bool:
+    """True when ``grads`` (a ``dpteach.cpp`` step's, by parameter name) equal the ``.grad`` that one
+    Python DataParallel step under ``strategy`` leaves on a copy of ``model``, with the C++ step's
+    loss, ``mean(output ** 2)``. A gradient that is None on one side only is a mismatch."""
+    python = copy.deepcopy(model)
+    DataParallel(python, devices, strategy=strategy)(x).pow(2).mean().backward()
+    theirs = dict(python.named_parameters())
+    if set(grads) != set(theirs):
+        return False
+    for name, grad in grads.items():
+        other = theirs[name].grad
+        if (grad is None) != (other is None) or (grad is not None and not torch.allclose(grad, other)):
+            return False
+    return True

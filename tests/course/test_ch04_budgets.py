@@ -19,7 +19,7 @@ CHAPTERS = {
     "04_the_python_way": (1480, "payoff-plot"),
     "05_buffers_and_batchnorm": (1330, "running-mean-plot"),
     "07_double_backward": (1500, "penalty-graph"),
-    "10_the_cpp_original": (1450, "key-result"),
+    "10_the_cpp_original": (1275, "key-result"),
 }
 
 

@@ -174,3 +174,21 @@ def test_the_optimizer_step_moves_the_weights_only_after_the_fix():
     assert printed[1].endswith("changed the weight: True")  # the fix: the weight takes the step
     assert torch.equal(before.params["weight"], model.weight)  # the C++ original's own tensor, unmoved
     assert torch.allclose(after.params["weight"], model.weight - 0.1 * after.grads["weight"])  # one SGD step
+
+
+def test_the_one_line_comparison_with_python_tells_the_fix_from_clone():
+    needs_a_compiler()
+    from dpteach.course import demos
+
+    scope = _chapter_scope()
+    model, x, devices = scope["model"], scope["x"], scope["devices"]
+    clone, rewire = cpp.clone_step(model, x, devices).grads, cpp.rewire_step(model, x, devices).grads
+    assert demos.same_grads_as_python(rewire, model, x, devices, "rewire")
+    assert not demos.same_grads_as_python(clone, model, x, devices, "rewire")  # None against a gradient
+    assert demos.same_grads_as_python(clone, model, x, devices, "clone")  # None on both sides
+    assert model.weight.grad is None  # the comparison steps a copy, never the chapter's model
+
+
+def test_at_most_four_going_deeper_folds():
+    text = " ".join(c.source for c in cells() if c.cell_type == "markdown")
+    assert 1 <= text.count("<summary>Going deeper") <= 4  # the main path reads complete without them
