@@ -298,6 +298,8 @@ def test_the_published_cell_says_plainly_whose_measurements_they_are():
             f"These {len(shipped)} are published measurements. None is dpteach's own: no GPU run" in printed
         )
     assert "of ours" not in printed
+    for m in shipped:  # each measurement's machine and source, printed beside the ratios
+        assert f"measured on {m.in_short or m.citation}" in printed, m.id
     rows = [line for line in printed.splitlines() if "(no DDP)" in line]
     assert len(rows) == 2  # under ResNet-50 and ResNet-101, n = 1: the README's "no ddp" step
 
