@@ -105,7 +105,9 @@ def test_the_cell_prints_both_and_the_prose_says_which_is_measured():
         table, expected = printed.split("on 2 GPUs this backward would run like this")
         assert "autograd thread" not in table and "caller thread" in table
         assert "not run here" in expected and "autograd thread cuda:1" in expected
-    prose = " ".join(NB.cells[NB.cells.index(TAGGED["thread-table"]) - 1].source.split())
+    at = NB.cells.index(TAGGED["thread-table"])
+    before = next(c for c in reversed(NB.cells[:at]) if c.cell_type == "markdown")  # the prose before it
+    prose = " ".join(before.source.split())
     prose = re.sub(r"<details>.*?</details>", " ", prose, flags=re.S)
     assert "replica 1's forward ran last, so its whole backward comes first" in prose.lower()
     assert "the engine's rules applied to these nodes, not a run" in prose
