@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "screenshots"
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 OPEN_ONLY = {  # chapter -> why it is opened and rendered but not run here (test_notebooks.py runs it headless)
-    "10_the_cpp_original.ipynb": "compiles a C++ extension with the system compiler: minutes on 2 cores",
+    "10_the_cpp_original.ipynb": "compiles a C++ extension with the system compiler: 30 s or more cold on 2 cores",
 }
 FULL = os.environ.get("DPTEACH_BROWSER_FULL") == "1"
 LIVE = re.compile(
