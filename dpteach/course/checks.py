@@ -343,83 +343,6 @@ def _shown(answer: str) -> Verdict:
     return Verdict(False, f"The answer: {answer}", "answer shown")
 
 
-def one_slot(
-    learns: bool | object, copies: int | object, devices: Sequence, show_answer: bool = False
-) -> Verdict:
-    """Exercise 1: under ``"clone"`` on one slot, does the model learn, and how many copies of the model
-    does replicate make per step? Trains ``story.train(strategy="clone", devices=[devices[0]])`` and
-    counts the replicas the last step kept (``keep_replicas``): none when replicate is never called."""
-    from ..data_parallel import keep_replicas
-    from . import story
-
-    name = "ch01.one_slot"
-    answer = (
-        "learns = True, copies = 0. With one slot DataParallel.forward never calls replicate: the one slot runs "
-        "the model itself, as torch.nn.DataParallel does when len(device_ids) == 1, so the gradients land in the "
-        "model's own parameters. The bug needs a copy, and a copy needs a second slot."
-    )
-    if show_answer:
-        return _shown(answer)
-    if _unset(learns, copies):
-        return Verdict(
-            False, "Set `learns` to True or False and `copies` to a number, then run this cell again."
-        )
-    if not isinstance(learns, bool) or not _count(copies):
-        return Verdict(
-            False,
-            f"Not yet: `learns` is True or False (got {learns!r}) and `copies` a whole number such as 2 "
-            f"(got {copies!r}).",
-        )
-    with keep_replicas() as kept:
-        run = story.train(strategy="clone", devices=[devices[0]], steps=60)
-    truth_learns, truth_copies = run.losses[-1] < run.losses[0], len(kept)
-    shown = f"loss {run.losses[0]:.4f} -> {run.losses[-1]:.4f}, {truth_copies} copies of the model per step"
-    hints = {  # one ladder per field: a wrong try climbs the ladder of the field it got wrong
-        "learns": [
-            "Run the training yourself and compare `.losses[0]` with `.losses[-1]`.",
-            "The loss falls when the model's own parameters get gradients: on one slot, does "
-            "dpteach.DataParallel's forward run the model itself or a clone of it?",
-        ],
-        "copies": [
-            "import inspect; print(inspect.getsource(torch.nn.DataParallel.forward)) and read what it does "
-            "when len(self.device_ids) == 1: does it call self.replicate? dpteach's DataParallel does the same.",
-            "The question is about dpteach.DataParallel, which story.train runs, not the chapter's sketch "
-            "data_parallel: the sketch always calls replicate, DataParallel skips it on one slot.",
-        ],
-    }
-    if learns == truth_learns and int(copies) == truth_copies:
-        for field in hints:  # a right answer starts both ladders again
-            _failures.pop(f"{name}.{field}", None)
-        return _correct(
-            name,
-            f"{shown}: replicate is never called, the one slot runs the model itself, so its own parameters get "
-            "the gradients. The bug needs a copy, and a copy needs a second slot.",
-        )
-    wrong = []
-    if learns != truth_learns:
-        wrong.append(
-            f"you said learns = {learns}, but the run's loss went {run.losses[0]:.4f} -> {run.losses[-1]:.4f}"
-        )
-    if int(copies) != truth_copies:
-        wrong.append(
-            f"you said {int(copies)} {'copy' if int(copies) == 1 else 'copies'} per step, but replicate made "
-            f"{truth_copies}"
-        )
-    change = (
-        "; ".join(wrong)
-        + ". Change "
-        + " and ".join(
-            f"`{v}`"
-            for v, bad in (("learns", learns != truth_learns), ("copies", int(copies) != truth_copies))
-            if bad
-        )
-        + "."
-    )
-    problem = "learns" if learns != truth_learns else "copies"  # the first wrong field picks the ladder
-    _failures[f"{name}.{problem}"] += 1  # that field's own count: its ladder's next rung
-    return _offered(name, change, hints[problem], problem, rung=_failures[f"{name}.{problem}"])
-
-
 def _number(value: object) -> float | None:
     """An int, a float or a Fraction as a float; None for anything else (True and False are no numbers)."""
     if isinstance(value, bool):
@@ -430,212 +353,57 @@ def _number(value: object) -> float | None:
         return None
 
 
-def replica_sum(
-    prediction: float | object, total: torch.Tensor | object, devices: Sequence, show_answer: bool = False
-) -> Verdict:
-    """Exercise 2: ``total``, the sum of the replicas' ``0.weight`` gradients after one step under
-    ``"clone"``, computed by the learner, and ``prediction``, the number ``total`` must be multiplied by to
-    give the one-device gradient. Runs ``story.one_step("clone", devices)`` and compares. Findings
-    (``Verdict.problem``): ``"total mean"``, ``"total one replica"``, ``"total"`` (another tensor),
-    ``"factor mean"`` (1 / slots), ``"factor slots"`` (the number of slots), ``"factor"``."""
+def replica_sum(prediction: float | object, devices: Sequence, show_answer: bool = False) -> Verdict:
+    """The exercise: ``prediction``, the number the sum of the replicas' ``0.weight`` gradients after one
+    step under ``"clone"`` must be multiplied by to give the one-device gradient. Runs
+    ``story.one_step("clone", devices)`` and compares. Findings (``Verdict.problem``): ``"factor mean"``
+    (1 / slots), ``"factor slots"`` (the number of slots), ``"factor"`` (any other wrong number)."""
     from . import story
 
     name = "ch01.replica_sum"
     answer = (
-        "total = sum(r[0].weight.grad.to(devices[0]) for r in replicas), prediction = 1: the replicas' "
-        "gradients add up to the one-device gradient; only the edge to the original is missing."
+        "prediction = 1: each replica's copy got its piece's share of the one mean loss, so the shares add up "
+        "to the one-device gradient; only the edge to the original is missing."
     )
     if show_answer:
         return _shown(answer)
-    if _unset(total, prediction):
-        return Verdict(False, "Set `total` and `prediction`, then run this cell again.")
+    if _unset(prediction):
+        return Verdict(False, "Set `prediction` to a number, then run this cell again.")
     factor = _number(prediction)
     if factor is None:
         return Verdict(False, f"Not yet: `prediction` is a number, such as 2 or 1 / 3 (got {prediction!r}).")
     r = story.one_step("clone", devices)
-    copies = [d["0.weight"] for d in r.replica_grads]
-    want, one_device = sum(copies), r.reference["0.weight"]
-    if not isinstance(total, torch.Tensor) or total.shape != want.shape:
-        got = tuple(total.shape) if isinstance(total, torch.Tensor) else type(total).__name__
-        return Verdict(
-            False,
-            f"Not yet: `total` is a tensor of the shape of 0.weight, {tuple(want.shape)} (got {got}): add up "
-            "replicas[k][0].weight.grad for every replica k.",
-        )
-    mine = total.detach().to(want.device, want.dtype)
-
-    def near(a, b) -> bool:
-        return bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6))
-
-    if not near(mine, want):  # a slip in the sum: no hint is spent, the prediction is not judged yet
-        if near(mine, want / len(copies)):
-            slip, what = "total mean", "the mean of the replicas' gradients: add them up, without dividing"
-        else:
-            one = next((k for k, c in enumerate(copies) if near(mine, c)), None)
-            slip, what = (
-                ("total one replica", f"replica {one}'s gradient only: add every replica's")
-                if one is not None
-                else (
-                    "total",
-                    "not the sum of the replicas' 0.weight gradients: add replicas[k][0].weight.grad over every "
-                    "replica k, each moved with .to(devices[0])",
-                )
-            )
-        return Verdict(False, f"Not yet: your `total` is {what}.", slip)
-    off = (factor * want - one_device).abs().max().item()
-    shown = f"{factor:g} × total vs one device's gradient of 0.weight: largest difference {off:.1e}"
-    if near(factor * want, one_device):
+    total, one_device = sum(d["0.weight"] for d in r.replica_grads), r.reference["0.weight"]
+    off = (factor * total - one_device).abs().max().item()
+    shown = (
+        f"{factor:g} × the replicas' sum vs one device's gradient of 0.weight: largest difference {off:.1e}"
+    )
+    if torch.allclose(factor * total, one_device, rtol=1e-4, atol=1e-6):
         return _correct(
             name,
             f"{shown}, float rounding. Each replica's copy got its piece's share of the batch's mean loss, so the "
             "shares add up to the whole: backward computed the right gradient and delivered it to the wrong tensors.",
         )
-    slots = len(copies)
+    slots = len(r.replica_grads)
     if abs(factor - 1 / slots) < 1e-3:
-        problem, why = "factor mean", f"1/{slots} would take the mean of the replicas' gradients"
+        problem, why = (
+            "factor mean",
+            f"1/{slots} takes the mean of the replicas' gradients, and that is too small",
+        )
     elif abs(factor - slots) < 1e-3:
-        problem, why = "factor slots", f"{slots} would multiply the sum by the number of slots"
+        problem, why = "factor slots", f"{slots}, the number of slots, makes the sum too large"
     else:
         problem, why = "factor", f"{factor:g} is not the factor"
     return _offered(
         name,
         f"{why} ({shown}). Change `prediction`.",
         [
-            "The loss is one mean over all 256 rows: each row's squared error carries the weight 1/256, "
-            "whichever replica computed it.",
-            "Each replica's copy of 0.weight receives the gradient of its own piece's rows only, each row still "
-            "weighted 1/256. What do the pieces' gradients make together?",
+            "The loss is one mean over all 256 rows of the gathered batch, not one mean per replica.",
+            "Each replica's copy of 0.weight gets the gradient of its own piece's rows only, each row weighted "
+            "1/256 as on one device. What do the pieces' gradients make together?",
         ],
         problem,
     )
-
-
-def _replica_mistake(model, copies: list[list[torch.Tensor]]) -> tuple[str, str] | None:
-    """Which wrong gradient ``model`` holds after the learner's first call, as (problem, what to change).
-
-    ``copies[k]`` holds parameter k's gradient in every replica, taken before the call. ``None`` when
-    the gradients are the sum (right) or match no mistake this check knows.
-    """
-    grads = [p.grad for p in model.parameters()]
-    if any(g is None for g in grads) or not copies:
-        return None
-
-    def each(target) -> bool:  # every parameter's .grad equals target(its replicas' gradients)
-        return all(
-            torch.allclose(g, target(c).to(g.device), rtol=1e-4, atol=1e-7) for g, c in zip(grads, copies)
-        )
-
-    if each(lambda c: sum(c)):
-        return None
-    if each(lambda c: sum(c) / len(c)):
-        return "mean", (
-            "you used the mean of the replicas' gradients, but each one is already its piece's share of the "
-            "batch's mean loss, so add them up."
-        )
-    one = next((i for i in range(len(copies[0])) if each(lambda c, i=i: c[i])), None)
-    if one is not None:
-        return "one replica", f"each parameter got only replica {one}'s gradient: add up every replica's."
-    return None
-
-
-def summed_by_hand(
-    add: Callable | object, devices: Sequence, steps: int = 60, show_answer: bool = False
-) -> Verdict:
-    """Exercise 3: train under ``"clone"`` for ``steps`` steps, calling ``add(model, replicas)`` after
-    each backward, and compare the losses with one device's.
-
-    After the first call it looks at the gradients too, so a failure can name the mistake: the mean
-    instead of the sum, one replica's gradient only, or ``+=`` on a ``.grad`` that is still ``None``.
-    """
-    from ..data_parallel import DataParallel, keep_replicas
-    from . import story
-
-    name = "ch01.summed_by_hand"
-    pair = "Pair each parameter of `model` with the same parameter in every replica: zip their .parameters()."
-    share = "The sum, not the mean: each replica's gradient is already its piece's share of the batch mean."
-    hints = {  # one ladder per mistake the check can name; a try climbs the ladder of the mistake it made
-        "mean": [
-            "DistributedDataParallel averages because each process's loss is a mean over its own shard only; "
-            "here one loss is the mean over the whole gathered batch.",
-            share + " Exercise 2 measured it: the sum is the one-device gradient. Drop the division.",
-        ],
-        "one replica": [
-            "Every replica computed part of the gradient: the rows of its own piece.",
-            "zip(model.parameters(), *(r.parameters() for r in replicas)) gives each parameter with its copy in "
-            "every replica: add all of their .grad.",
-        ],
-        "grad None": [
-            "Before your function runs the original's p.grad is None, and None + a tensor fails.",
-            "`sum(...)` of tensors needs no starting value: `p.grad = sum(...)` assigns it (or start from "
-            "torch.zeros_like(p)).",
-        ],
-        "never moved": [
-            "The SGD step reads the .grad of each parameter of `model`: your function must assign it.",
-            pair,
-        ],
-        "not the sum": [pair, share],
-    }
-
-    def offered(change: str, problem: str) -> Verdict:
-        _failures[f"{name}.{problem}"] += 1  # this mistake's own count: its ladder's next rung
-        return _offered(name, change, hints[problem], problem, rung=_failures[f"{name}.{problem}"])
-
-    answer = (
-        "for p, *copies in zip(model.parameters(), *(r.parameters() for r in replicas)): "
-        "p.grad = sum(c.grad.to(p.device) for c in copies)"
-    )
-    if show_answer:
-        return _shown(answer)
-    if _unset(add) or not callable(add):
-        return Verdict(False, "Define add_replica_grads(model, replicas) first, then run this cell again.")
-    x, y = (t.to(devices[0]) for t in story.make_data())
-    model = story.make_model().to(devices[0])
-    net, losses, mistake = DataParallel(model, devices, strategy="clone"), [], None
-    for step in range(steps):
-        with keep_replicas(net) as replicas:
-            loss = torch.nn.functional.mse_loss(net(x), y)
-        loss.backward()
-        if step == 0:  # the replicas' gradients, before the learner's code can touch them
-            pairs = list(zip(*(r.parameters() for r in replicas)))
-            full = all(q.grad is not None for qs in pairs for q in qs)
-            copies = [[q.grad.detach().clone() for q in qs] for qs in pairs] if full else []
-        try:
-            add(model, replicas)
-        except NotImplementedError:  # the stub as the chapter ships it: not an answer yet
-            return Verdict(
-                False, "Replace the raise in add_replica_grads with your lines, then run this cell again."
-            )
-        except Exception as err:  # the learner's code: say what it raised, never raise
-            # every replica's .grad is there (copies), so a None met in `p.grad += ...` is the original's
-            if copies and isinstance(err, (TypeError, AttributeError)) and "NoneType" in str(err):
-                change = (
-                    f"p.grad starts as None, so adding into it fails ({type(err).__name__}: {err}): "
-                    "assign with =, or start from zeros."
-                )
-                return offered(change, "grad None")
-            return Verdict(False, f"Not yet: add_replica_grads raised {type(err).__name__}: {err}")
-        if step == 0:
-            mistake = _replica_mistake(model, copies)
-        story.sgd_step(model, 0.2)
-        losses.append(loss.item())
-    reference = story.train(strategy=None, devices=devices, steps=steps).losses
-    shown = f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, one device {reference[0]:.4f} -> {reference[-1]:.4f}"
-    if torch.allclose(torch.tensor(losses), torch.tensor(reference), rtol=1e-3, atol=1e-5):
-        for problem in hints:  # a right answer starts every ladder again
-            _failures.pop(f"{name}.{problem}", None)
-        return _correct(
-            name, shown + ": the model learns as on one device. Chapter 03 makes backward do this sum."
-        )
-    if losses[-1] == losses[0]:
-        problem = "never moved"
-        change = "the loss never moved: the original's .grad is still None after your function."
-    elif mistake:
-        problem, found = mistake
-        change = f"the model moves, but not as on one device: {found}"
-    else:
-        problem = "not the sum"
-        change = "the model moves, but not as on one device: give each parameter the sum of all replicas' gradients."
-    return offered(f"{change} ({shown})", problem)
 
 
 # ---------------------------------------------------------------- chapter 02 · reading autograd graphs

@@ -127,8 +127,8 @@ COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
     "own backward is right too (chapter 07).",
     "buffer_missing": "keep every buffer in each replica where the original has it.",  # check_buffers' (Task 5)
     "buffer_copied": (
-        "slot 0's replica must hold the original's buffer *objects*, not copies of them: then BatchNorm's "
-        "in-place updates on slot 0 land in the model.",
+        "slot 0's replica must hold the original's buffer *objects*: a tensor with their values (a deep copy, "
+        "`.clone()`, `.copy_`) is still a copy, and BatchNorm's in-place updates on slot 0 stay in it.",
         "a module keeps its buffers in its `_buffers` dict (chapter 05): for each of `network.named_buffers()`, "
         "find the owning submodule in `replicas[0]` (chapter 03's Step 3 does it for parameters) and put the "
         "original buffer there.",
@@ -141,6 +141,8 @@ COMMON_HINTS: dict[str, Hint] = {  # the kinds of problem every check can find
         "`setattr(submodule, key, buffer)` registers it too, since `key` is already a buffer's name.",
     ),
     "buffer_shared": "give only slot 0 the original's buffers; leave the other slots' copies as they are.",
+    "buffer_dotted": "`_buffers` holds plain names: a dotted name such as `1.running_mean` is a path, "
+    "submodule `1` then buffer `running_mean`, and the buffer belongs in that submodule's `_buffers`.",
     "stats": "only slot 0's BatchNorm should write into the original's statistics: make slot 0's buffers the "
     "original's and leave the later slots' copies alone.",
     "time": "print inside your loop, or run the stub cell's last line (`exercises.try_it(...)`), to see "

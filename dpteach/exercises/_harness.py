@@ -162,10 +162,12 @@ SAID = {  # each kind of problem of a replica's buffer, said after "replica 0's 
     "buffer_unregistered": "is a plain attribute in its module's `__dict__`, which forward reads, not a buffer: put "
     "it in `_buffers[{key!r}]`, where `named_buffers()`, `state_dict()` and `.to()` look",
     "buffer_missing": "is missing from its module's `_buffers`",
-    "buffer_copied": "is a copy, not the original's `{original}`: BatchNorm on slot 0 updates the copy, and the "
+    "buffer_copied": "is a copy, not the original's `{place.original_name}`: BatchNorm on slot 0 updates the copy, and the "
     "update is thrown away with the replica (see chapter 05)",
     "buffer_shared": "shares memory with the original's: slot {slot}'s BatchNorm writes its own statistics into "
     "the original too (only slot 0 should)",
+    "buffer_dotted": "is still a copy: the original's buffer went to the top module under the name `{place.name}`, "
+    "which forward never reads; `{key}` belongs in the `_buffers` of submodule `{owner}`",
 }
 
 
@@ -184,11 +186,14 @@ def check_buffers(findings: Findings, run: Run) -> None:
             elif not isinstance(t, torch.Tensor):
                 kind = "buffer_missing"
             elif shares_storage(t, place.tensor) != (slot == 0):  # slot 0 must share, the others must not
-                kind = "buffer_copied" if slot == 0 else "buffer_shared"
+                dotted = owner and place.name in {**vars(replica), **replica._buffers}  # `_buffers["1.x"]`
+                kind = "buffer_shared" if slot else "buffer_dotted" if dotted else "buffer_copied"
             else:
                 continue
-            said = SAID[kind].format(key=key, original=place.original_name, slot=slot)
+            said = SAID[kind].format(key=key, place=place, slot=slot, owner=owner)
             findings.problem(kind, f"{run.where}: replica {slot}'s `{place.name}` {said}", BUFFERS)
+    if any(kind.startswith("buffer") for kind in findings._first):  # the statistics follow from the buffers
+        return
     for name, expected in run.ref.buffers.items():
         b = dict(run.model.named_buffers())[name].detach().cpu()
         if not torch.allclose(b.to(expected.dtype), expected, rtol=RTOL, atol=ATOL):

@@ -24,9 +24,7 @@ _FOUND = sorted(
     for _, name, _ in pkgutil.iter_modules([str(Path(__file__).parent)])
     if (m := re.fullmatch(r"task(\d+)_\w+", name))
 )
-MODULES: tuple[ModuleType, ...] = tuple(
-    importlib.import_module(f"{__package__}.{name}") for _, name in _FOUND
-)
+MODULES: tuple[ModuleType, ...] = tuple(importlib.import_module(f"{__package__}.{n}") for _, n in _FOUND)
 EXERCISES: dict[str, Task] = {m.TASK.key: m.TASK for m in MODULES}
 _MODULE = {m.TASK.key: m for m in MODULES}
 

@@ -22,9 +22,7 @@ def set_time_limit(seconds: float | None) -> None:
     """How long a check may run before it stops with a sentence (``None``: no limit)."""
     global _seconds
     if seconds is not None and not seconds > 0:
-        raise ValueError(
-            f"the time limit is a positive number of seconds, or None for no limit; got {seconds!r}"
-        )
+        raise ValueError(f"the time limit is a positive number of seconds, or None (no limit): {seconds!r}")
     _seconds = seconds
 
 

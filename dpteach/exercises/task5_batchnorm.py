@@ -1,7 +1,5 @@
-"""Task 5 (chapter 05): keep BatchNorm statistics from slot 0 (issue #21144).
-
-The learner writes a strategy whose slot-0 buffers *are* the original's; the check runs it in
-training mode on every model and 1-4 slots (``_harness.check_buffers`` says what it asks)."""
+"""Task 5 (chapter 05): keep BatchNorm statistics from slot 0 (issue #21144), in a strategy whose slot-0
+buffers *are* the original's, run in training mode on every model and 1-4 slots (``_harness.check_buffers``)."""
 
 from __future__ import annotations
 
@@ -19,15 +17,11 @@ TASK = Task(  # the registry finds this record by the file's name
     imports="import dpteach\nfrom dpteach import exercises",
 )
 
-HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer on the next, the code last
-    **dict.fromkeys(  # a replica parameter that leads nowhere: the replicas, not the buffers, are wrong
-        ("fresh_leaf", "grads_none"),
-        'keep the stub\'s first line, `dpteach.replicate(network, devices, detach, strategy="rewire")`: its '
-        "replicas' parameters lead back to the original. Change only the buffers.",
-    ),
-    "stats_lost": "slot 0's BatchNorm updated tensors of its own, thrown away with the replica: a buffer given "
-    "the original's values (`.copy_`, `.clone()`) is still a copy; put the original's buffer itself in slot 0.",
-}
+HINTS = dict.fromkeys(  # a replica parameter that leads nowhere; the buffers' hints are _feedback's
+    ("fresh_leaf", "grads_none"),
+    'keep the stub\'s first line, `dpteach.replicate(network, devices, detach, strategy="rewire")`: its '
+    "replicas' parameters lead back to the original. Change only the buffers.",
+)
 
 
 def check_batchnorm(strategy=None, *, devices=None) -> Result:

@@ -1,7 +1,7 @@
 """Task 6 (taught in 06, tried in 11): one copy, not two (PR #20995): the learner writes ``copy_once``.
 
-The check counts the aten copies (chapter 06's ``CountCopies``) onto its own device and onto ``"meta"``
-(standing in for a second GPU; every CUDA pair there is too)."""
+The check counts the aten copies (chapter 06's ``CountCopies``) onto the tensor's own device and onto
+``"meta"`` (a second GPU's stand-in; every CUDA pair there is too), and wants no autograd history."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ HINTS = {
     "string": '`device` may be a string such as `"cpu"`: `tensor.device != "cpu"` is True even on the CPU, '
     "so turn it into a `torch.device(device)` before comparing.",
     "values": "return a tensor with the tensor's shape, dtype and values: copy it, do not change it.",
+    "history": (
+        "the copy is data, as the BEFORE line's is: no autograd history (keeping an edge is Task 1's job).",
+        "`tensor.detach()` first: it copies nothing and leaves the history behind.",
+    ),
 }
 
 
@@ -53,7 +57,7 @@ def _one(findings: Findings, copy_once, src, dst: torch.device, given=None, as_d
     given = dst if given is None else given
     named = f" (given as the string {given!r})" if isinstance(given, str) else ""
     findings.context = where = f"Copying a tensor from {src} to {dst}{named}"
-    source = torch.arange(12.0).reshape(3, 4).to(src)
+    source = torch.arange(12.0, device=src).reshape(3, 4).requires_grad_()  # a parameter's stand-in
     with CountCopies() as counter:
         out = copy_once(source, given)
     found = None
@@ -69,15 +73,14 @@ def _one(findings: Findings, copy_once, src, dst: torch.device, given=None, as_d
         kind = "string" if isinstance(given, str) and as_device_ok else "shared"
         found = kind, f"{where}: no copy was made, so the replica would share the original's memory"
     elif out.shape != source.shape or out.dtype != source.dtype:
-        found = (
-            "values",
-            f"{where}: the copy is {tuple(out.shape)} {out.dtype}, not {tuple(source.shape)} {source.dtype}",
-        )
+        found = "values", f"{where}: the copy is {tuple(out.shape)} {out.dtype}, not (3, 4) {source.dtype}"
     elif dst.type != "meta" and not torch.equal(out.cpu(), source.cpu()):
         found = "values", f"{where}: the copy's values differ from the tensor's"
+    elif out.requires_grad:
+        found = "history", f"{where}: the copy carries autograd history (it requires grad)"
     if found:
         findings.problem(*found)
-    return found is None
+    return found is None or found[0] == "history"  # the copy itself held
 
 
 def check_copy_once(copy_once=None, *, devices=None) -> Result:
@@ -85,9 +88,7 @@ def check_copy_once(copy_once=None, *, devices=None) -> Result:
 
     def body(findings: Findings) -> None:
         if not callable(copy_once):
-            findings.stop(
-                "usage", f"pass your function: `exercises.check_copy_once(copy_once)`, not {copy_once!r}"
-            )
+            findings.stop("usage", f"pass your function (`check_copy_once(copy_once)`), not {copy_once!r}")
         for src, dst in places(devices):
             as_device_ok = _one(findings, copy_once, src, dst)
             # "cpu" as a slot list names it; blame the string only if the torch.device call held
@@ -95,6 +96,7 @@ def check_copy_once(copy_once=None, *, devices=None) -> Result:
         findings.held += [
             "one copy per tensor onto another device (`meta` standing in for a second GPU), as after PR #20995",
             "one copy on the tensor's own device too, with memory of its own, same shape, dtype and values",
+            "no autograd history: data for a fresh parameter, as `Module::clone()` makes it",
         ]
 
     return run_check(TASK, HINTS, body)

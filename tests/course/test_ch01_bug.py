@@ -28,7 +28,6 @@ TAGS = [
     "replica-grads",
     "sgd-skips",
     "culprit",
-    "walk-ends",
     "edge-contrast",
     "clone-loop",
 ]
@@ -65,20 +64,6 @@ def test_each_cell_the_tests_read_carries_its_tag_once(tag):
 def test_the_deduction_names_the_three_moves_that_stay_the_same():
     text = _cell("culprit").source
     assert all(move in text for move in ("Scatter", "parallel_apply", "gather", "only replicate differs"))
-
-
-def test_backward_s_walk_from_the_output_ends_in_the_replicas_and_never_in_the_model():
-    x, y = story.make_data()
-    model = story.make_model()
-    replicas = dpteach.replicate(model, DEVICES, strategy="clone")
-    out = torch.cat([r(piece) for r, piece in zip(replicas, x.chunk(len(DEVICES)))])
-    nn.functional.mse_loss(out, y).backward()
-    printed = run_cell("walk-ends", out=out, model=model, replicas=replicas)
-    assert "ends in 8 leaves: 8 replica parameters, 0 of the model's" in printed
-    rewired = dpteach.replicate(model, DEVICES, strategy="rewire")  # an edge back: the walk reaches the model
-    out = torch.cat([r(piece) for r, piece in zip(rewired, x.chunk(len(DEVICES)))])
-    with pytest.raises(AssertionError):
-        run_cell("walk-ends", out=out, model=model, replicas=rewired)
 
 
 def test_the_optimizers_skip_every_parameter_in_silence_after_the_clone_backward():
@@ -162,143 +147,60 @@ def test_one_step_report_shows_the_largest_difference_of_a_wrong_gradient():
     )
 
 
-def _pairs(model, replicas):
-    return zip(model.parameters(), *(r.parameters() for r in replicas))
+def test_the_clone_step_leaves_the_model_without_gradients_and_every_replica_with_one():
+    printed = run_cell("replica-grads", **_sketch_names())
+    assert "model     0.weight.grad: None" in printed and printed.count("norm") == len(DEVICES)
 
 
-def _summed(model, replicas):
-    for p, *copies in _pairs(model, replicas):
-        p.grad = sum(c.grad.to(p.device) for c in copies)
+def test_the_replica_cell_fails_when_the_replicas_pass_the_gradient_on():
+    with pytest.raises(AssertionError):
+        run_cell("replica-grads", **_sketch_names("rewire"))  # an edge back: the model gets its .grad
 
 
-def _mean(model, replicas):
-    for p, *copies in _pairs(model, replicas):
-        p.grad = sum(c.grad for c in copies) / len(copies)
+def _sketch_names(strategy="clone"):
+    """What the replica cell needs: the sketch from the page, bent to make ``strategy``'s replicas."""
+    sketch = {"torch": torch, "dpteach": dpteach}
+    exec(_cell("sketch").source, sketch)
+    x, y = story.make_data()
+
+    def data_parallel(model, x, devices, _):
+        return sketch["data_parallel"](model, x, devices, strategy)
+
+    return {"story": story, "devices": DEVICES, "xb": x, "yb": y, "data_parallel": data_parallel}
 
 
-def _replica(i):
-    def only(model, replicas):
-        for p, *copies in _pairs(model, replicas):
-            p.grad = copies[i].grad.clone()
-
-    return only
-
-
-def _plus_equals(model, replicas):
-    for p, *copies in _pairs(model, replicas):
-        for c in copies:
-            p.grad += c.grad
-
-
-def _add_(model, replicas):
-    for p, *copies in _pairs(model, replicas):
-        for c in copies:
-            p.grad.add_(c.grad)
-
-
-def _from_zeros(model, replicas):
-    for p, *copies in _pairs(model, replicas):
-        p.grad = torch.zeros_like(p)
-        for c in copies:
-            p.grad += c.grad
-
-
-def _doubled(model, replicas):
-    for p, *copies in _pairs(model, replicas):
-        p.grad = 2 * sum(c.grad for c in copies)
-
-
-@pytest.mark.parametrize(
-    "add, problem",
-    [
-        (_mean, "mean"),
-        (_replica(0), "one replica"),
-        (_replica(1), "one replica"),
-        (_plus_equals, "grad None"),
-        (_add_, "grad None"),
-        (lambda model, replicas: None, "never moved"),
-        (_doubled, "not the sum"),  # wrong, but no mistake the check can name
-    ],
-    ids=["mean", "replica 0", "replica 1", "+=", "add_", "nothing", "doubled"],
-)
-def test_exercise_3_check_names_the_mistake_it_finds(add, problem):
+def test_the_exercise_check_accepts_the_sum_and_names_each_wrong_factor():
     from dpteach.course import checks
 
     checks.reset()
-    verdict = checks.summed_by_hand(add, DEVICES, steps=3)
-    assert not verdict.ok and verdict.problem == problem
-
-
-def test_exercise_3_hints_follow_the_mistake_found_not_a_shared_count():
-    from dpteach.course import checks
-
-    checks.reset()
-    first = checks.summed_by_hand(_plus_equals, DEVICES, steps=2)  # one mistake ...
-    then = checks.summed_by_hand(_mean, DEVICES, steps=2)  # ... then another
-    assert first.problem == "grad None" and then.problem == "mean"
-    assert "Hint 1 of 2" in first.message and "Hint 1 of 2" in then.message  # each mistake starts its ladder
-    assert "mean over its own shard" in then.message  # the mean's first hint, not the zip hint
-    again = checks.summed_by_hand(_mean, DEVICES, steps=2)
-    assert "Hint 2 of 2" in again.message and "Drop the division" in again.message  # the same mistake climbs
-    assert "3 tries so far" in again.message  # the tries of the exercise still count together
-    assert checks.summed_by_hand(_summed, DEVICES, steps=2).ok
-    assert "Hint 1 of 2" in checks.summed_by_hand(_mean, DEVICES, steps=2).message  # a right answer resets
+    assert checks.replica_sum(1, DEVICES).ok  # the replicas' gradients add up to one device's
+    mean = checks.replica_sum(0.5, DEVICES)
+    assert mean.problem == "factor mean" and "Change `prediction`" in mean.message
+    assert checks.replica_sum(2, DEVICES).problem == "factor slots"
+    assert checks.replica_sum(3, DEVICES).problem == "factor"
     checks.reset()
 
 
-def test_exercise_3_check_says_which_replica_was_kept():
-    from dpteach.course import checks
-
-    assert "replica 1's" in checks.summed_by_hand(_replica(1), DEVICES, steps=2).message
-    checks.reset()
-
-
-@pytest.mark.parametrize("add", [_summed, _from_zeros], ids=["sum", "sum from zeros"])
-def test_exercise_3_check_passes_the_sum_however_it_is_written(add):
-    from dpteach.course import checks
-
-    assert checks.summed_by_hand(add, DEVICES, steps=5).ok
-
-
-def test_exercise_checks_offer_the_answer_only_from_the_third_try_and_show_it_when_asked():
+def test_the_exercise_hints_name_the_idea_first_and_the_answer_only_when_asked():
     from dpteach.course import checks
 
     checks.reset()
-    tries = [checks.one_slot(False, 2, DEVICES).message for _ in range(3)]
-    assert all("learns" in t and "copies" in t and "Hint" in t for t in tries)  # what to change, a hint
-    assert "Hint 1 of 2" in tries[0] and "Hint 2 of 2" in tries[1]
-    assert not any("learns = True, copies = 0" in t for t in tries)  # never the answer unasked
+    tries = [checks.replica_sum(0.5, DEVICES).message for _ in range(3)]
+    assert "Hint 1 of 2" in tries[0] and "one mean over all 256 rows" in tries[0]  # the idea, no code
+    assert "Hint 2 of 2" in tries[1] and "own piece" in tries[1]
+    assert not any("prediction = 1" in t for t in tries)  # never the answer unasked
     assert "Answer block" in tries[2] and "show_answer=True" in tries[2] and "Answer block" not in tries[1]
-    assert "learns = True, copies = 0" in checks.one_slot(..., ..., DEVICES, show_answer=True).message
-    assert checks.one_slot(True, 0, DEVICES).ok
-    for _ in range(3):
-        last = checks.summed_by_hand(lambda m, r: None, DEVICES, steps=2).message
-    assert "show_answer=True" in last and "p.grad = sum" not in last
-    assert "p.grad = sum" in checks.summed_by_hand(..., DEVICES, show_answer=True).message
+    assert "prediction = 1" in checks.replica_sum(..., DEVICES, show_answer=True).message
+    assert checks.replica_sum(1, DEVICES).ok
+    assert "Hint 1 of 2" in checks.replica_sum(2, DEVICES).message  # a right answer resets the ladder
     checks.reset()
 
 
-def test_exercise_1_check_names_what_to_change():
+def test_the_exercise_check_asks_for_a_number_without_spending_a_hint():
     from dpteach.course import checks
 
     checks.reset()
-    assert "Change `copies`" in checks.one_slot(True, 1, DEVICES).message  # one slot: replicate makes none
-    assert "Change `learns`." in checks.one_slot(False, 0, DEVICES).message
-    assert "whole number" in checks.one_slot(True, "none", DEVICES).message
-    checks.reset()
-
-
-def test_exercise_1_hints_follow_the_field_that_is_wrong():
-    from dpteach.course import checks
-
-    checks.reset()
-    copies = checks.one_slot(True, 1, DEVICES)  # `learns` right, `copies` wrong
-    assert copies.problem == "copies" and "Hint 1 of 2" in copies.message
-    assert "import inspect; print(inspect.getsource(" in copies.message and "losses[0]" not in copies.message
-    learns = checks.one_slot(False, 0, DEVICES)  # now only `learns` wrong: its own ladder starts
-    assert learns.problem == "learns" and "Hint 1 of 2" in learns.message and "losses[0]" in learns.message
-    again = checks.one_slot(True, 1, DEVICES)  # the same wrong field climbs its ladder
-    assert "Hint 2 of 2" in again.message and "not the chapter's sketch" in again.message
-    assert checks.one_slot(True, 0, DEVICES).ok
-    assert "Hint 1 of 2" in checks.one_slot(True, 1, DEVICES).message  # a right answer resets the ladders
+    assert "Set `prediction`" in checks.replica_sum(..., DEVICES).message
+    assert "is a number" in checks.replica_sum("one", DEVICES).message
+    assert "Hint 1 of 2" in checks.replica_sum(0.5, DEVICES).message  # neither of the two cost a try
     checks.reset()

@@ -112,3 +112,35 @@ def test_the_string_hint_only_when_the_device_case_held():
     compares_string = str(exercises.check_copy_once(lambda t, d: t.to(d) if t.device != d else t.clone()))
     assert "torch.device(device)" in compares_string
     assert "hands back the tensor itself" not in compares_string, compares_string
+
+
+def test_a_copy_that_keeps_its_edge_answers_task_1_not_task_6():
+    """`.to(device, copy=True)` is one copy autograd records: Task 1's answer (an edge back), while Task 6's
+    copy is plain data, as the BEFORE line's; so neither task's answer passes the other."""
+    exercises.forget_failures()  # the first step of the hint, whatever ran before
+    kept = exercises.check_copy_once(lambda t, d: t.to(d, copy=True))
+    assert not kept.passed and "history" in kept.kinds, str(kept)
+    assert "carries autograd history" in str(kept) and "Task 1's job" in str(kept)
+    assert exercises.check_copy_once(lambda t, d: t.detach().to(d, copy=True)).passed
+    assert exercises.check_clone_bug(_replicas_from(lambda p, d: p.to(d, copy=True))).passed
+    assert not exercises.check_clone_bug(_replicas_from(lambda p, d: p.detach().to(d, copy=True))).passed
+    exercises.forget_failures()
+
+
+def _replicas_from(copy):
+    """Task 1's stub with ``copy(param, device)`` as its one line."""
+    from copy import deepcopy
+
+    def replicate_by_clone(network, devices, detach=False):
+        replicas = []
+        for device in devices:
+            replica = deepcopy(network).to(device)
+            for original, twin in zip(network.modules(), replica.modules()):
+                for key, param in original._parameters.items():
+                    if param is not None:
+                        twin._parameters.pop(key)
+                        setattr(twin, key, copy(param, device))
+            replicas.append(replica)
+        return replicas
+
+    return replicate_by_clone
