@@ -215,8 +215,8 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
         ("", "DataParallel slot", "DDP rank"),
         ("model copied in", f"P = {into:,}", "0"),
         # no reduce_add copies: the slots share a device (CPU slots), and sum in place
-        ("gradients sent", f"P = {back:,}" if back else "0 (CPU slots sum in place)", f"P = {handed:,}"),
-        ("ring all-reduce (computed)", "-", f"2(N-1)/N x P = {ring:,} each way"),
+        ("gradients sent", f"P = {back:,}" if back else "0 (summed in place)", f"P = {handed:,}"),
+        ("ring all-reduce (computed)", "-", f"2(N-1)/N x P = {ring:,}"),
         ("outputs onto slot 0", f"{counted.get('gather', 0):,} ({batch})", "0"),
         ("copy calls", ", ".join(calls), f"all_reduce {ddp['allreduce_calls_per_step']} (one per bucket)"),
     ]

@@ -176,9 +176,9 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     assert rows[-1] == "so: DataParallel alone copies the model in and gathers the outputs, every step"
     assert table["model copied in"] == ["P = 260", "0"]
     # on CPU slots the reduce moves nothing, and the cell says why it is 0
-    assert table["gradients sent"] == ["0 (CPU slots sum in place)", "P = 260"]
+    assert table["gradients sent"] == ["0 (summed in place)", "P = 260"]
     assert max(len(r) for r in rows) <= 80  # narrow enough for a notebook's output
-    assert table["ring all-reduce (computed)"] == ["-", "2(N-1)/N x P = 260 each way"]
+    assert table["ring all-reduce (computed)"] == ["-", "2(N-1)/N x P = 260"]
     assert table["outputs onto slot 0"] == ["256 (all 64 rows)", "0"]  # the whole batch, not per slot
     assert table["copy calls"] == ["broadcast 4, gather 2", "all_reduce 1 (one per bucket)"]
     text = "\n".join(rows)
@@ -192,8 +192,8 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     )
     four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
     assert re.split(r"\s{2,}", four[3]) == ["gradients sent", "P = 260", "P = 260"]
-    assert "2(N-1)/N x P = 390 each way" in four[4]
-    assert "CPU slots" not in "\n".join(four) and len(four) == 8
+    assert "2(N-1)/N x P = 390" in four[4]
+    assert "in place" not in "\n".join(four) and len(four) == 8
     assert "192 (the whole batch)" in four[5]  # no row count given: none invented
 
 
