@@ -14,6 +14,7 @@ all-reduced in buckets while backward is still running.
 * :mod:`.compare`: gradients set side by side with where they came from; step times and copies of
   one process and DataParallel, to set beside DDP's
 * :mod:`.plots`: the chapter's pictures (matplotlib, imported when used)
+* :mod:`.exercise`: exercise 1's ``my_tasks.py``, written with one line to edit, and its check
 """
 
 from .launch import RankFailed, Ranks, RankTimeout, default_backend, run

@@ -213,10 +213,10 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     calls = [f"{op} {k}" for op, k in dp["copies_per_step"].items()]
     rows = [
         ("", "DataParallel slot", "DDP rank"),
-        ("model copied in", f"{into:,}", "0"),
+        ("model copied in", f"P = {into:,}", "0"),
         # no reduce_add copies: the slots share a device (CPU slots), and sum in place
-        ("gradients sent", f"{back:,}" if back else "CPU slots: 0", f"{handed:,} to all_reduce"),
-        ("ring all-reduce (computed)", "-", f"sends {ring:,}, receives {ring:,}"),
+        ("gradients sent", f"P = {back:,}" if back else "0 (summed in place)", f"P = {handed:,}"),
+        ("ring all-reduce (computed)", "-", f"2(N-1)/N x P = {ring:,}"),
         ("outputs onto slot 0", f"{counted.get('gather', 0):,} ({batch})", "0"),
         ("copy calls", ", ".join(calls), f"all_reduce {ddp['allreduce_calls_per_step']} (one per bucket)"),
     ]

@@ -25,6 +25,7 @@ from .train import local_shard, rank_device, wrap
 
 __all__ = [
     "hello",
+    "start_weights",
     "all_reduce",
     "gradients",
     "autograd_grad",
@@ -52,6 +53,15 @@ def hello() -> dict:
     )
     print(f"rank {me['rank']} of {me['world_size']}, pid {me['pid']}, {me['backend']} via {me['master']}")
     return me
+
+
+def start_weights(hidden: int = 16, depth: int = 1) -> dict:
+    """A model seeded by this rank, so every rank starts with weights of its own, then wrapped in DDP:
+    a few of its weights before and after (DDP's constructor broadcasts rank 0's, ``_sync_module_states``)."""
+    model = make_model(hidden, depth, seed=dist.get_rank())
+    before = model[0].weight[0].detach().clone()
+    ddp = wrap(model)
+    return dict(rank=dist.get_rank(), before=before.cpu(), after=ddp.module[0].weight[0].detach().cpu())
 
 
 def all_reduce(values: Sequence[float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,7 +1,7 @@
 """Chapter 09's exercises as a learner does them: a my_tasks.py beside the notebook, run on ranks.
 
-Exercise 1 copies the ``gradients`` task into a file of the learner's own, with the import lines
-the chapter gives; exercise 2 runs a function from that file; exercise 3 changes ``bucket_cap_mb``
+Exercise 1 edits one marked line of the ``gradients`` task, written into a file of the learner's own
+by ``exercise.write_my_tasks``; exercise 2 runs a function from that file; exercise 3 changes ``bucket_cap_mb``
 and must see the buckets change; exercise 5 runs the ``accumulate`` task with and without
 ``no_sync``. The ranks import ``my_tasks`` from their working directory, and read it again after an
 edit.
@@ -78,39 +78,33 @@ def exercise_text(number: int) -> str:
     return " ".join(found[1].split())
 
 
-def test_exercise_1_as_the_chapter_words_it_runs_on_any_world_size(in_a_notebook_folder, tmp_path):
-    """Copy ``tasks.gradients`` with the imports the text names, change the loss, run the call it gives.
+def test_exercise_1_the_template_edited_in_its_marked_line_passes_the_check(in_a_notebook_folder, capsys):
+    """The chapter's calls, as worded: ``write_my_tasks()`` writes ``tasks.gradients`` with its imports and
+    one line marked ``# EDIT``; unedited, ``check_uneven_shards`` says what to change; with the marked
+    line fixed, it says "Correct". The shards it uses split every world size the chapter may have."""
+    from dpteach.distributed import exercise
 
-    The copy carries the task's annotations (``Sequence[int]``): an import the text forgets is a
-    NameError on the ranks. The call must also hold for world sizes above 2 (the chapter's ranks
-    are one per GPU when there are GPUs)."""
     folder, ranks = in_a_notebook_folder
     text = exercise_text(1)
-    imports = [s for s in re.findall(r"`([^`]+)`", text) if s.startswith(("import ", "from "))]
-    source = inspect.getsource(tasks.gradients)
-    mean = "loss = loss_fn(ddp(x), y)"
-    assert mean in source, "tasks.gradients changed: update the exercise's loss line"
-    fixed = "loss = ((ddp(x) - y) ** 2).sum() / (global_batch / dist.get_world_size())"
-    (folder / "my_tasks_ex1.py").write_text("\n".join(imports) + "\n\n\n" + source.replace(mean, fixed))
-    shards_code = re.search(r"`(shards = [^`]+)`", text)[1]
-    call = re.search(r'`(ranks\.run\("my_tasks:gradients"[^`]+)`', text)[1].replace(
-        "my_tasks:", "my_tasks_ex1:"
+    for call in ("`write_my_tasks()`", "`print(check_uneven_shards(ranks))`", "`# EDIT`"):
+        assert call in text, call
+    assert "from dpteach.distributed.exercise import write_my_tasks, check_uneven_shards" in text
+    path = exercise.write_my_tasks(folder / "my_tasks_ex1.py")
+    source = path.read_text()
+    assert inspect.getsource(tasks.gradients).split("\n")[0] in source  # the task as the chapter runs it
+    (marked,) = [line for line in source.splitlines() if "# EDIT" in line]  # one line to edit
+    exercise.write_my_tasks(path)  # a second call keeps the learner's edits
+    assert "is there already" in capsys.readouterr().out
+    unedited = exercise.check_uneven_shards(ranks, task="my_tasks_ex1:gradients")
+    assert "Correct" not in unedited and "Change the marked line" in unedited
+    fixed = "    loss = ((ddp(x) - y) ** 2).sum() / (global_batch / dist.get_world_size())"
+    path.write_text(source.replace(marked, fixed) + "\n# edited\n")  # another size: a new .pyc
+    assert exercise.check_uneven_shards(ranks, task="my_tasks_ex1:gradients").endswith(
+        "Correct: one device's gradient on every rank, with uneven shards."
     )
-    reference_call = re.search(r"`(single_device_gradients\([^`]+)`", text)[1]
-    for world_size in (2, 3, 4):  # the shards the text gives must split every world size
-        scope = {"world_size": world_size}
-        exec(shards_code, scope)
-        shard_bounds(sum(scope["shards"]), world_size, scope["shards"])  # raises on a bad split
-    scope = {
-        "world_size": ranks.world_size,
-        "ranks": ranks,
-        "single_device_gradients": single_device_gradients,
-    }
-    exec(shards_code, scope)
-    mine = eval(call, scope)  # a NameError on a rank comes back as RankFailed
-    reference = eval(reference_call, scope)
-    for name, g in reference.items():
-        torch.testing.assert_close(mine[0]["grads"][name], g)  # the fixed loss: one device's gradient
+    for world_size in (2, 3, 4):  # the check's shards must split every world size
+        shards = [6, 2] + [4] * (world_size - 2)
+        shard_bounds(sum(shards), world_size, shards)  # raises on a bad split
 
 
 def test_exercise_1_the_sum_over_b_over_n_matches_one_device_with_uneven_shards(in_a_notebook_folder):

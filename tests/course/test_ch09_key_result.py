@@ -51,7 +51,7 @@ def test_the_key_results_output_is_what_the_prose_says():
     printed, scope = io.StringIO(), {}
     try:
         with contextlib.redirect_stdout(printed):
-            exec(nb[at].source, scope)  # the cell as a learner runs it, asserts included
+            exec(nb[at].source, scope)  # the cell as a learner runs it
     finally:
         if "ranks" in scope:
             scope["ranks"].close()

@@ -190,9 +190,10 @@ def test_the_prose_says_why_dataparallels_extra_is_mostly_the_gather():
 
 
 def test_chapter_09_states_chapter_08s_measured_pairs_beside_the_model():
-    """Chapter 08 holds the published measurements; chapter 09 states, on the main path and in its
-    summary, the two measured pairs' ratios (the shipped Hugging Face pair and aw_nas PR #17's epochs),
-    the modelled ratio as a percentage, and that the model leaves out DataParallel's per-step Python."""
+    """Chapter 08 holds the published measurements; chapter 09 states them once, on the main path beside
+    the model: the two measured pairs' ratios (the shipped Hugging Face pair and aw_nas PR #17's epochs),
+    the modelled ratio as a percentage, and that the model leaves out DataParallel's per-step Python,
+    so that on that count the modelled ratio is a lower bound."""
     from dpteach.measure import published
 
     tags = [t for c in cells() for t in c.metadata.get("tags", [])]
@@ -206,12 +207,16 @@ def test_chapter_09_states_chapter_08s_measured_pairs_beside_the_model():
     measured = f"DataParallel took {100 * (hf - 1):.1f}% and {100 * (aw_nas - 1):.0f}% longer than DDP"
     assert measured in main and "on 2 GPUs" in main
     assert "GIL" in main and "`replicate`" in main  # what the model leaves out, on the main path
-    summary = " ".join(next(c for c in nb if c.source.startswith("## Summary")).source.split())
     work = costmodel.large_workload("gpt2-small").scaled(16)
     dp, ddp = (costmodel.predict(work, "A100-SXM", 4, strategy=s).total_s for s in ("DataParallel", "DDP"))
-    assert f"DataParallel step is {100 * (dp / ddp - 1):.1f}% longer than DDP's" in summary
-    assert f"DataParallel took {100 * (hf - 1):.1f}% and {100 * (aw_nas - 1):.0f}% longer" in summary
-    assert "GIL" in summary and "are close" not in summary
+    modelled = f"{100 * (dp / ddp - 1):.1f}%"
+    assert f"DataParallel step is {modelled} longer than DDP's" in main
+    # the model leaves out the Python DataParallel alone runs, so the modelled gap is a lower bound
+    assert f"so on that count {modelled} is a lower bound" in main
+    # the figures stand once in the chapter, beside the model: no other cell repeats them
+    prose = [" ".join(c.source.split()) for c in nb if c.cell_type == "markdown"]
+    assert sum(measured in p for p in prose) == 1 and sum(modelled in p for p in prose) == 1
+    assert not any("are close" in p for p in prose)
 
 
 def test_a_published_measurement_stands_beside_the_model_takeaway_first():
