@@ -70,7 +70,7 @@ status=0
 timeout -k 10 120 $PY -m pytest -q -p no:cacheprovider -o addopts="" --timeout=60 -rs \
   tests/core/test_cuda.py tests/core/test_fake_cuda.py tests/core/test_comm.py tests/core/test_functions.py tests/core/test_replicate.py \
   tests/core/test_data_parallel.py tests/core/test_parity.py tests/core/test_scatter_gather.py tests/core/test_parallel_apply.py \
-  tests/core/test_bench.py tests/core/test_scaling.py tests/course/test_ch08_exercise.py tests/core/test_timer.py tests/course/test_story.py tests/course/test_ch04_python_way.py tests/course/test_ch05_buffers.py \
+  tests/core/test_bench.py tests/core/test_scaling.py tests/course/test_ch08_exercise_checks.py tests/course/test_ch08_slots.py tests/core/test_timer.py tests/course/test_story.py tests/course/test_ch04_python_way.py tests/course/test_ch05_buffers.py \
   tests/course/test_ch06_costs.py tests/course/test_ch07_double_backward.py tests/graph/test_graph_model.py >"$OUT/pytest.log" 2>&1 || status=1
 tail -n 15 "$OUT/pytest.log"
 stamp "tests"

@@ -15,7 +15,8 @@ def test_one_device_learns_and_clone_does_not():
     broken = story.train("clone", ["cpu", "cpu"], steps=30)
     assert reference.learned  # the loss falls by more than a quarter
     assert not broken.learned and len(set(broken.losses)) == 1  # the clone loss never moves at all (#19540)
-    assert broken.losses[0] == reference.losses[0]  # same model, same data, same first loss
+    # same model, same data, same first loss (on a GPU, half-batch kernels may round the last digit)
+    assert_close(broken.losses[0], reference.losses[0], rtol=1e-6, atol=0)
 
 
 def test_fixed_strategies_follow_the_reference_step_by_step():
