@@ -2761,6 +2761,12 @@ def _no_step(name: str) -> Verdict:
     )
 
 
+def _malformed(*fields: tuple[bool, str]) -> Verdict | None:
+    """An answer of the wrong kind: a Verdict naming only the fields that are wrong, at no cost of a hint."""
+    wrong = [say for bad, say in fields if bad]
+    return Verdict(False, "Not yet: " + "; ".join(wrong) + ".", "not an answer") if wrong else None
+
+
 def reduce_add_inputs(into_reduce_add, same_node, three) -> Verdict:
     """Exercise 1: on three slots, how many replica parameters lead into the ``ReduceAdd`` node for
     ``weight`` (``into_reduce_add``), and is ``three.replica_params[i]["weight"].grad_fn`` one node object
@@ -2772,13 +2778,15 @@ def reduce_add_inputs(into_reduce_add, same_node, three) -> Verdict:
             False,
             "Set `into_reduce_add` to a number and `same_node` to True or False, then run this cell again.",
         )
-    if not _count(into_reduce_add) or not isinstance(same_node, bool):
-        return Verdict(
-            False,
-            f"Not yet: `into_reduce_add` is a whole number such as 2 (got {into_reduce_add!r}) and `same_node` "
-            f"True or False, no quotes (got {same_node!r}).",
-            "not an answer",
-        )
+    malformed = _malformed(
+        (
+            not _count(into_reduce_add),
+            f"`into_reduce_add` is a whole number such as 2 (got {into_reduce_add!r})",
+        ),
+        (not isinstance(same_node, bool), f"`same_node` is True or False, no quotes (got {same_node!r})"),
+    )
+    if malformed:
+        return malformed
     if three is None:
         return _no_step("three")
     copies = [replica["weight"] for replica in three.replica_params]
@@ -2803,8 +2811,8 @@ def reduce_add_inputs(into_reduce_add, same_node, three) -> Verdict:
     hints = [
         "replicate_grad_edges makes one ReduceAdd per parameter of the original, before its loop over the "
         "replicas; inside that loop, each set_history call adds one input to that node.",
-        'Count the True in [r["weight"].grad_fn is three.replica_params[0]["weight"].grad_fn for r in '
-        "three.replica_params]: a printed grad_fn shows only its type and address, `is` compares the objects.",
+        "A printed grad_fn shows only its type and an address, so printouts can look alike or differ for "
+        "the same node: compare the node objects themselves, replica by replica.",
     ]
     wrong, problem = [], ""
     if int(into_reduce_add) != count:
@@ -2862,13 +2870,13 @@ def replica_grads_none(leaf, flows_into, after) -> Verdict:
             False,
             "Set `leaf` to True or False and `flows_into` to a node's name, a string, then run this cell again.",
         )
-    if not isinstance(leaf, bool) or not isinstance(flows_into, str):
-        return Verdict(
-            False,
-            f"Not yet: `leaf` is True or False, no quotes (got {leaf!r}), and `flows_into` a node's name in quotes, "
-            f'such as "MulBackward0" (got {flows_into!r}).',
-            "not an answer",
-        )
+    malformed = _malformed(
+        (not isinstance(leaf, bool), f"`leaf` is True or False, no quotes (got {leaf!r})"),
+        (not isinstance(flows_into, str), f'`flows_into` is a node\'s name in quotes, such as "MulBackward0" '
+         f"(got {flows_into!r})"),
+    )  # fmt: skip
+    if malformed:
+        return malformed
     if after is None:
         return _no_step("after")
     weight = after.replica_params[0].get("weight") if after.replica_params else None
@@ -3078,78 +3086,60 @@ def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdi
     )
 
 
-def too_few_rows(raises, pieces, model, one_row, devices, ext) -> Verdict:
-    """Exercise 4: with fewer rows than slots, does ``cpp.rewire_step`` raise (``raises``), and how many
-    pieces does ``dpteach.scatter`` hand back (``pieces``)? Both calls are run here, with ``ext``, the
-    chapter's compiled module."""
+def second_step_grad(times, model, x, devices, ext) -> Verdict:
+    """Exercise 4: after a fixed step, run its replicas' forward and backward again from Python, with no
+    ``zero_grad`` between: the original's weight ``.grad`` is how many times the first step's (``times``)?
+    The check takes both steps itself, on a fresh ``cpp.rewire_step`` with ``ext``, so a rerun never adds a
+    third."""
     from .. import cpp
-    from ..scatter_gather import scatter
 
-    name = "ch10.too_few_rows"
-    if _unset(raises, pieces):
-        return Verdict(
-            False, "Set `raises` to True or False and `pieces` to a number, then run this cell again."
-        )
-    if not isinstance(raises, bool) or not _count(pieces):
-        return Verdict(
-            False,
-            f"Not yet: `raises` is True or False, no quotes (got {raises!r}), and `pieces` a whole number such as 2 "
-            f"(got {pieces!r}).",
-            "not an answer",
-        )
+    name = "ch10.second_step_grad"
+    if _unset(times):
+        return Verdict(False, "Set `times` to a number, then run this cell again.")
+    malformed = _malformed((not _count(times), f"`times` is a whole number such as 3 (got {times!r})"))
+    if malformed:
+        return malformed
     if ext is None:
         return _no_step("ext")
-    if len(one_row) >= len(devices):
-        return Verdict(
-            False,
-            f"Not yet: one_row has {len(one_row)} rows for {len(devices)} slots: set one_row = x[:1], fewer rows "
-            "than slots, then run this cell again.",
-            "enough rows",
-        )
-    said = ""
     with torch.random.fork_rng(devices=[]):
-        try:
-            cpp.rewire_step(model, one_row, devices, extension=ext)
-        except RuntimeError as err:
-            said = str(err).splitlines()[0]
-    truth_raises, truth_pieces = bool(said), len(scatter(one_row, devices))
+        step = cpp.rewire_step(model, x, devices, extension=ext)
+    first = step.grads["weight"].clone()
+    chunks = x.chunk(len(devices))  # the replicas' own chunks, as the C++ step() cut them
+    replicas = zip(chunks, step.replica_params, devices)
+    out = torch.cat(
+        [torch.nn.functional.linear(c.to(d), r["weight"], r["bias"]).to(devices[0]) for c, r, d in replicas]
+    )
+    out.pow(2).mean().backward()  # through the same ReduceAdd nodes, into the same AccumulateGrad
+    after = step.params["weight"].grad
+    truth = round(float((after * first).sum() / (first * first).sum()))  # after is a whole multiple of first
+    n = len(devices)
     answer = (
-        f"raises = {truth_raises}, pieces = {truth_pieces}. The C++ step says {said!r}: its step() needs one chunk "
-        "per replica. dpteach.scatter, like torch.chunk, makes no empty piece, so one row is one piece, and "
-        "Python's DataParallel then replicates onto only as many slots as there are pieces (device_ids[:len(inputs)]); "
-        "libtorch's own data_parallel shrinks its device list the same way (devices->resize)."
+        f"times = {truth}: the copies keep ReduceAdd as their grad_fn, so the second backward runs through the "
+        "same nodes; each time ReduceAdd hands the original's AccumulateGrad one device's worth, and "
+        "AccumulateGrad adds it to the .grad already there."
     )
     hints = [
-        "The C++ step() in the listing above chunks x into one piece per replica, then checks what it got.",
-        "Run both: the C++ call inside try/except RuntimeError, printing the error, and "
-        "len(dpteach.scatter(one_row, devices)).",
+        "Two questions: does the second backward still reach the original, and what does the original's "
+        "AccumulateGrad do with a .grad that is already there?",
+        f"One backward gives the original one sum of the {n} replicas' gradients. Nothing zeroes .grad between "
+        "the two backwards: count the sums.",
     ]
-    if raises != truth_raises:
-        seen = "the C++ step raised" if truth_raises else "the C++ step ran"
-        return _not_yet(
-            name, f"you said raises = {raises}, but {seen}. Change `raises`.", hints, answer, "raises"
-        )
-    if int(pieces) != truth_pieces:
-        if int(pieces) == len(devices):
-            change, problem = (
-                f"you said {int(pieces)}, one per slot, but torch.chunk never makes an empty piece (chapter 00): "
-                f"{len(one_row)} row{'s' * (len(one_row) > 1)} give{'s' * (len(one_row) == 1)} fewer pieces "
-                "than slots. Change `pieces`.",
-                "one per slot",
-            )
-        else:
-            change, problem = (
-                f"you said {int(pieces)}: count what len(dpteach.scatter(one_row, devices)) gives. Change `pieces`.",
-                "pieces",
-            )
-        return _not_yet(name, change, hints, answer, problem)
-    plural = "s" * (truth_pieces != 1)
+    slips = {
+        1: ("the second backward's sum is added to the .grad the first left, not written over it: that is why "
+            "training loops call zero_grad()", "replaced"),
+        0: ("the replicas' copies keep ReduceAdd as their grad_fn after the first backward, so the second "
+            "still reaches the original", "edge gone"),
+        2 * n: (f"ReduceAdd already sums the {n} replicas within one step, and the first step's .grad was that "
+                "sum: count backwards, not replicas times backwards", "replicas times steps"),
+    }  # fmt: skip
+    if int(times) != truth:
+        said, problem = slips.get(int(times), (f"you said {int(times)}", "times"))
+        return _not_yet(name, f"{said}. Change `times`.", hints, answer, problem)
     return _correct(
         name,
-        f"The C++ step refuses ({said}), while dpteach.scatter hands back {truth_pieces} piece{plural} and "
-        "Python's DataParallel replicates onto only as many slots as there are pieces (device_ids[:len(inputs)]). "
-        "libtorch's own data_parallel does the same (devices->resize); this file's step asks for a chunk "
-        "per replica.",
+        f"After the second backward the original's weight .grad is {truth} times the first step's. ReduceAdd "
+        "is an ordinary node that outlives a backward, and the original's AccumulateGrad accumulates, as any "
+        "leaf's does: zero_grad() between steps is as needed in C++ as in Python.",
     )
 
 

@@ -172,6 +172,7 @@ def test_the_optimizer_step_moves_the_weights_only_after_the_fix():
     printed = run(tagged("optimizer-step")[1], scope).splitlines()
     assert printed[0].endswith("changed the weight: False")  # clone(): no .grad, so SGD skips the weight
     assert printed[1].endswith("changed the weight: True")  # the fix: the weight takes the step
+    assert printed[2].endswith("model.weight changed: False")  # the C++ module holds a copy of it
     assert torch.equal(before.params["weight"], model.weight)  # the C++ original's own tensor, unmoved
     assert torch.allclose(after.params["weight"], model.weight - 0.1 * after.grads["weight"])  # one SGD step
 
@@ -187,6 +188,25 @@ def test_the_one_line_comparison_with_python_tells_the_fix_from_clone():
     assert not demos.same_grads_as_python(clone, model, x, devices, "rewire")  # None against a gradient
     assert demos.same_grads_as_python(clone, model, x, devices, "clone")  # None on both sides
     assert model.weight.grad is None  # the comparison steps a copy, never the chapter's model
+
+
+def test_the_why_section_asks_one_question_per_cell_before_the_fix():
+    needs_a_compiler()
+    scope = _chapter_scope()
+    scope["torch"] = torch
+    forward_at, forward = tagged("member-forward")
+    history_at, history = tagged("set-history-member")
+    fix_at = next(
+        i for i, c in enumerate(cells()) if c.cell_type == "code" and "void replicate_grad_edges" in c.source
+    )
+    assert forward_at < fix_at < history_at  # why the Python way fails, then the fix, then why the fix works
+    printed = run(forward, scope)
+    assert "forward() used: the member, not the zeros" in printed  # answers its prediction in its own words
+    assert "register_parameter" not in printed  # a side detail, kept for the folded aside
+    assert run(history, scope).strip() == "the member's grad_fn after set_history: ReduceAdd"
+    asks = [cells()[i - 1].source for i in (forward_at, history_at)]
+    assert "zeros" in DETAILS.sub("", asks[0]) and "Predict" in asks[0]
+    assert "grad_fn" in DETAILS.sub("", asks[1]) and "Predict" in asks[1]
 
 
 def test_at_most_four_going_deeper_folds():

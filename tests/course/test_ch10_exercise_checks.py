@@ -1,6 +1,7 @@
 """Chapter 10's checks for exercises 1, 2 and 4: ``checks.reduce_add_inputs`` (1: the replica copies that
 lead into one ``ReduceAdd``), ``checks.replica_grads_none`` (2: why a rewired replica's ``.grad`` is None)
-and ``checks.too_few_rows`` (4: one row for two slots, in C++ and in Python). Exercise 3's check is
+and ``checks.second_step_grad`` (4: a second backward through the same ``ReduceAdd`` nodes, no
+``zero_grad`` between). Exercise 3's check is
 tested in ``tests/core/test_cpp_exercise.py``.
 
 A right answer is accepted; each wrong one is matched to its slip (``Verdict.problem``) and the message
@@ -155,54 +156,77 @@ def test_exercise_2_asks_for_an_answer_and_a_fixed_step(chapter):
     assert checks.replica_grads_none(False, "ReduceAdd", clone).problem == "not rewired"
 
 
-# ---------------------------------------------------------------- Exercise 4: too few rows
+# ---------------------------------------------------------------- Exercise 4: a second step
 
 
-def test_exercise_4_runs_both_calls_and_accepts_raises_and_one_piece(ext, chapter):
+def test_exercise_4_accepts_twice_the_first_steps_grad(ext, chapter):
     model, x, _ = chapter
-    with pytest.raises(RuntimeError, match="too few for 2 replicas"):
-        cpp.rewire_step(model, x[:1], DEVICES)
-    assert len(dpteach.scatter(x[:1], DEVICES)) == 1
-    verdict = checks.too_few_rows(True, 1, model, x[:1], DEVICES, ext)
-    assert verdict.ok and "too few for 2 replicas" in verdict.message and "devices->resize" in verdict.message
-    assert checks.too_few_rows(True, 2, model, x[:2], ["cpu"] * 3, ext).ok  # two rows, three slots
+    verdict = checks.second_step_grad(2, model, x, DEVICES, ext)
+    assert verdict.ok and "2 times" in verdict.message and "zero_grad()" in verdict.message
+    assert checks.second_step_grad(2.0, model, x, DEVICES, ext).ok  # a whole float counts
+    assert checks.second_step_grad(2, model, x, DEVICES, ext).ok  # a rerun takes its own two steps: still 2
+    assert checks.second_step_grad(2, model, x, ["cpu"] * 3, ext).ok  # on any number of slots
 
 
-def test_exercise_4_leaves_the_learners_random_state_as_it_was(ext, chapter):
+def test_exercise_4_leaves_the_learners_model_and_random_state_as_they_were(ext, chapter):
     model, x, _ = chapter
-    state = torch.random.get_rng_state()
-    checks.too_few_rows(True, 1, model, x[:1], DEVICES, ext)
+    state, weight = torch.random.get_rng_state(), model.weight.detach().clone()
+    checks.second_step_grad(2, model, x, DEVICES, ext)
     assert torch.equal(torch.random.get_rng_state(), state)
+    assert torch.equal(model.weight, weight) and model.weight.grad is None
 
 
 @pytest.mark.parametrize(
-    "raises, pieces, slip",
+    "times, slip",
     [
-        (False, 1, "raises"),
-        (True, 2, "one per slot"),  # torch.chunk makes no empty piece
-        (True, 0, "pieces"),
+        (1, "replaced"),  # thought the second backward writes over .grad
+        (0, "edge gone"),  # thought the ReduceAdd edges die with the first backward
+        (4, "replicas times steps"),  # two replicas times two steps
+        (3, "times"),
     ],
 )
-def test_exercise_4_names_each_slip_and_says_what_to_change(ext, chapter, raises, pieces, slip):
+def test_exercise_4_names_each_slip_and_says_what_to_change(ext, chapter, times, slip):
     model, x, _ = chapter
-    verdict = checks.too_few_rows(raises, pieces, model, x[:1], DEVICES, ext)
+    verdict = checks.second_step_grad(times, model, x, DEVICES, ext)
     assert not verdict.ok and verdict.problem == slip
-    assert verdict.message.startswith("Not yet: ") and "Change `" in verdict.message
+    assert verdict.message.startswith("Not yet: ") and "Change `times`" in verdict.message
+    assert "Hint 1 of 2" in verdict.message and "times = 2" not in verdict.message
 
 
-def test_exercise_4_gives_the_answer_only_from_the_third_try(ext, chapter):
+def test_exercise_4_hints_climb_from_the_idea_to_the_answer(ext, chapter):
     model, x, _ = chapter
-    messages = three_tries(checks.too_few_rows, False, 1, model, x[:1], DEVICES, ext)
+    messages = three_tries(checks.second_step_grad, 1, model, x, DEVICES, ext)
     assert gives_answer_only_at_the_third(messages)
-    assert "raises = True, pieces = 1" in messages[2]
+    first_hint = messages[0].split("Hint 1 of 2: ")[1].splitlines()[0]
+    assert "(" not in first_hint and "AccumulateGrad" in first_hint  # the idea, no code to copy
+    assert "times = 2" in messages[2]
 
 
-def test_exercise_4_asks_for_an_answer_and_fewer_rows_than_slots(ext, chapter):
+def test_exercise_4_asks_for_a_number_and_the_compiled_module(ext, chapter):
     model, x, _ = chapter
-    assert checks.too_few_rows(..., ..., model, x[:1], DEVICES, ext).message.startswith("Set `raises`")
-    assert checks.too_few_rows("yes", 1, model, x[:1], DEVICES, ext).problem == "not an answer"
-    assert checks.too_few_rows(True, 1, model, x[:1], DEVICES, None).problem == "no module"
-    assert checks.too_few_rows(True, 1, model, x, DEVICES, ext).problem == "enough rows"
+    assert checks.second_step_grad(..., model, x, DEVICES, ext).message.startswith("Set `times`")
+    assert checks.second_step_grad("2", model, x, DEVICES, ext).problem == "not an answer"
+    assert checks.second_step_grad(2, model, x, DEVICES, None).problem == "no module"
+
+
+def test_a_malformed_answer_names_only_the_field_that_is_wrong(ext, chapter):
+    model, x, after = chapter
+    three = cpp.rewire_step(model, x, ["cpu"] * 3)
+    ex1 = checks.reduce_add_inputs("3", True, three).message
+    assert "`into_reduce_add`" in ex1 and "same_node" not in ex1
+    ex1 = checks.reduce_add_inputs(3, "True", three).message
+    assert "`same_node`" in ex1 and "into_reduce_add" not in ex1
+    ex2 = checks.replica_grads_none("False", "ReduceAdd", after).message
+    assert "`leaf`" in ex2 and "flows_into" not in ex2
+    ex2 = checks.replica_grads_none(False, None, after).message
+    assert "`flows_into`" in ex2 and "leaf" not in ex2
+    assert "Hint" not in ex1 + ex2  # a slip of form costs no hint
+
+
+def test_exercise_1s_hints_nudge_and_never_write_the_code(three):
+    messages = three_tries(checks.reduce_add_inputs, 2, True, three)
+    for hint in messages[:2]:
+        assert "[" not in hint and " is three" not in hint  # no comprehension, no ready `is` test
 
 
 # ---------------------------------------------------------------- the chapter's cells
@@ -211,7 +235,7 @@ CALLS = {
     "ex1-check": "checks.reduce_add_inputs(into_reduce_add, same_node, three)",
     "ex2-check": "checks.replica_grads_none(leaf, flows_into, after if ext else None)",
     "ex3-check": "checks.dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends)",
-    "ex4-check": "checks.too_few_rows(raises, pieces, model, one_row, devices, ext)",
+    "ex4-check": "checks.second_step_grad(times, model, x, devices, ext)",
 }
 
 
