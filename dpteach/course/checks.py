@@ -1402,8 +1402,8 @@ def step_copies(
         "buffers": f"model.named_buffers() lists them: {', '.join(buffers)}. A model copy copies each, "
         "one copy per tensor, as it copies the parameters.",
         "slot 0": (
-            "The counting cell's 'broadcast' row gives the formula, (N - 1)·T copies; exercise 3 shows that "
-            "slot 0's replica has the model's own data_ptr."
+            "The counting cell's 'broadcast' row gives the formula, (N - 1)·T copies: slot 0's replica uses "
+            "the model's own tensors, so it copies nothing."
             if strategy == "broadcast"
             else f"The counting cell's {strategy!r} row gives the formula, N·T copies: Cloneable::clone "
             "copied every tensor, even for a slot on the model's own device."
@@ -1447,7 +1447,8 @@ def step_copies(
         )
         _failures[name + ".unexplained"] += 1  # the ladder climbs with the counts no slip explains
         hints = (ladder[min(_failures[name + ".unexplained"], len(ladder)) - 1],)
-    lines = [f"Not yet: {change}", *(f"Hint: {h}" for h in hints)]
+    label = "Hint for this slip" if slips else f"Hint {min(_failures[name + '.unexplained'], 2)} of 2"
+    lines = [f"Not yet: {change}", *(f"{label}: {h}" for h in hints)]
     offers = tries >= TRIES_BEFORE_ANSWER
     if offers:
         lines.append(
@@ -1603,7 +1604,7 @@ def slot0_memory(
     ours_or_not = {True: "the model's own tensors", False: "memory of its own"}
     owns = ", ".join(f"{k!r} {ours_or_not[v]}" for k, v in truth.items())
     why = (
-        f"slot 0's replica uses: {owns} (the same data_ptr or another). lands_in = {lands!r}: BatchNorm "
+        f"slot 0's replica uses: {owns}. lands_in = {lands!r}: BatchNorm "
         "updates running_mean in place, so under 'broadcast' slot 0's forward writes the model's statistics, "
         "from slot 0's rows only (chapter 05); a clone's updates are thrown away with the replica."
     )
@@ -1629,7 +1630,7 @@ def slot0_memory(
     if len(wrong) > 1 and all(given[k] == (not truth[k]) for k in given):
         return fail(
             "every answer of shared is the other way round: a fresh copy has memory of its own, so compare "
-            "the data_ptr of each strategy's replica again and write what it gives",
+            "the data_ptr of each strategy's replica again and write what it gives.",
             "swapped",
         )
     if wrong:

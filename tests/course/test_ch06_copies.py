@@ -305,21 +305,51 @@ def test_the_clone_then_to_section_rests_on_counts_and_labels_what_is_modelled()
 
 
 def test_a_model_your_size_is_counted_on_meta():
-    """The GPT-2-small-sized stack is built on "meta" (no memory): its parameters are GPT-2 small's,
-    DataParallel's model copies on 4 slots are counted as 3·(P + B), and DDP's per-step figures are
-    its gradients (P) and buffers (B), all printed from counts."""
+    """The GPT-2-small-sized stack is built on "meta" (no memory): its parameters are GPT-2 small's.
+    Both wrappers are counted by one rule, the bytes arriving on the other GPUs: DataParallel's model
+    copies counted (3·(P + B) on 4 slots) plus its gradient sum ((N - 1)·P), DDP's ring all-reduce
+    2(N - 1)/N·P per rank, labelled modelled; the two totals are the same."""
     scope, printed = run("model-your-size")
     model = scope["gpt2_sized"]
     assert all(t.is_meta for t in [*model.parameters(), *model.buffers()])
     params = sum(p.numel() for p in model.parameters())
     assert params == 124_439_808  # GPT2LMHeadModel(GPT2Config()): its output layer shares the token embedding
     size = costs.state_nbytes(model)
-    P, B = size["parameters"], size["buffers"]
+    P, B, n = size["parameters"], size["buffers"], scope["N"]
     lines = printed.splitlines()[1:]  # after the set-up's slots line
     assert lines[0] == f"{params:,} parameters: P = {P / 1e6:,.1f} MB, and B = {B / 1e6:,.1f} MB of buffers"
-    assert f"every step: {3 * (P + B) / 1e6:,.1f} MB of model copies, 3·(P + B)" in lines[1]
-    assert f"an all-reduce of {P / 1e6:,.1f} MB of gradients (P)" in lines[2]
-    assert f"a broadcast of {B / 1e6:,.1f} MB of buffers (B)" in lines[2]
+    data_parallel = " ".join(" ".join(lines[1:3]).split())
+    assert f"{(n - 1) * (P + B) / 1e6:,.1f} MB of model copies (counted)" in data_parallel
+    assert f"+ {(n - 1) * P / 1e6:,.1f} MB of gradients into GPU 0, (N - 1)·P" in data_parallel
+    total = (n - 1) * (2 * P + B)
+    assert data_parallel.endswith(f"= {total / 1e6:,.1f} MB")
+    ddp = lines[3]
+    assert f"{total / 1e6:,.1f} MB, {2 * (n - 1) / n * P / 1e6:,.1f} MB from each rank" in ddp
+    assert "(modelled: ring all-reduce)" in ddp
+
+
+def test_the_bytes_get_a_modelled_time_that_names_its_profile():
+    """The cost model turns the bytes into time: every printed line says modelled and names the GPU
+    profile and its link; the prose before it says modelled, not measured."""
+    scope, printed = run("model-your-size", "modelled-estimate")
+    rows = [line for line in printed.splitlines() if " ms " in line]
+    assert [r.split()[0] for r in rows] == ["DataParallel", "DDP"]
+    assert all("(modelled, T4 (PCIe 3.0 x16))" in r for r in rows)
+    at = next(i for i, c in enumerate(CELLS) if "modelled-estimate" in c.metadata.get("tags", []))
+    assert "modelled, not measured" in " ".join(CELLS[at - 1].source.split())
+
+
+def test_the_meta_pair_says_why_broadcast_sends_three_buckets():
+    """After the meta pair's counts, the main path says why 11 tensors travel in 3 copies: one dtype a
+    bucket, parameters and buffers broadcast apart (derived here from the model's tensors)."""
+    scope, printed = run("step-bytes", "meta-counts")
+    model = scope["model"]
+    kinds = {("param", p.dtype) for p in model.parameters()} | {("buffer", b.dtype) for b in model.buffers()}
+    sent = int(re.search(r"broadcast\s+counted\s+[\d,]+ bytes in\s+(\d+) copies", printed)[1])
+    assert sent == len(kinds) == 3
+    at = next(i for i, c in enumerate(CELLS) if "meta-counts" in c.metadata.get("tags", []))
+    after = DETAILS.sub(" ", CELLS[at + 1].source)
+    assert CELLS[at + 1].cell_type == "markdown" and f"{sent} copies" in after and "one dtype" in after
 
 
 def test_the_gpt2_sized_stack_has_gpt2_smalls_parameters():

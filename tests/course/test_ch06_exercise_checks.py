@@ -145,6 +145,14 @@ def test_slot0_memory_passes_the_data_ptr_answer():
 def test_slot0_memory_names_the_mistake(shared, lands_in, problem):
     verdict = checks.slot0_memory(shared, lands_in, make_model(), CPU)
     assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
+    change = verdict.message.splitlines()[0]
+    assert change.endswith("."), change  # each message says what to change in a whole sentence
+
+
+def test_slot0_memory_says_what_each_replica_uses_and_nothing_left_open():
+    verdict = checks.slot0_memory({"broadcast": True, "clone": False}, "model", make_model(), CPU)
+    assert "'broadcast' the model's own tensors, 'clone' memory of its own." in verdict.message
+    assert " or " not in verdict.message.split("lands_in")[0]  # no either-or left from a template
 
 
 def test_slot0_memory_asks_for_what_is_missing_and_gives_the_answer_last():
@@ -255,3 +263,17 @@ def test_bucket_copies_names_the_parts_already_right():
 def test_bucket_copies_asks_for_three_whole_numbers():
     assert "Write your prediction" in checks.bucket_copies(..., tensors(), CPU, 4096).message
     assert "three whole numbers" in checks.bucket_copies((1, 2), tensors(), CPU, 4096).message
+
+
+# ---------------------------------------------------------------- Exercise 1: the hints
+
+
+def test_step_copies_hints_name_their_kind_and_point_back_not_forward():
+    """A slip's hint is labelled as that slip's; a count no slip explains climbs a labelled two-rung
+    ladder. No hint sends the learner to a later exercise."""
+    model, x, slots = make_model(), torch.randn(32, 64), ["cpu"] * 4
+    slip = checks.step_copies(4 * 11 + 4, model, x, slots)  # broadcast's slot 0 counted as a copy
+    assert slip.slips == ("slot 0",) and "Hint for this slip: " in slip.message
+    assert "exercise" not in " ".join(slip.hints).lower()
+    rungs = [checks.step_copies(40, model, x, slots).message for _ in range(2)]
+    assert "Hint 1 of 2: " in rungs[0] and "Hint 2 of 2: " in rungs[1]

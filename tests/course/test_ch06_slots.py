@@ -115,7 +115,7 @@ def test_exercise_4_can_be_answered_with_a_meta_slot():
 
 def test_the_check_derives_the_copy_counts_from_the_model():
     """The printed counts are one copy per tensor per model copy plus a gather piece per slot, and the
-    totals are the number of copies the step made (the "24 copies" and "13 copies" of the traffic cell)."""
+    totals are the number of copies the step made (the "24 copies" and "13 copies" of its last line)."""
     printed, scope = run_cells([torch.device("cpu")] * 2)
     model, traffic = scope["model"], scope["traffic"]
     tensors = sum(1 for _ in model.parameters()) + sum(1 for _ in model.buffers())
