@@ -202,26 +202,29 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     ``gather`` moves the whole batch's outputs onto slot 0, not the model, and its copy calls are counted
     over all slots. Each DDP rank hands its P bytes of gradients to all-reduce, one call per bucket; what
     a ring all-reduce of them sends and receives on each rank, 2(N-1)/N x P (nccl-tests'
-    ``PERFORMANCE.md``), is the one row computed rather than counted, and its label says so. A last
+    ``doc/PERFORMANCE.md``), is the one row computed rather than counted, its value a formula. At N = 2
+    that is P too, so the row adds its value at N = 4, where the two rows differ. A last
     line says what to read across the rows: the model and the outputs are DataParallel's copies alone.
     """
     n, p = world_size, dp["parameter_bytes"]
     counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
     into, back = counted.get("broadcast", 0) // (n - 1), counted.get("reduce_add", 0) // (n - 1)
     ring = 2 * (n - 1) * handed // n  # what a ring all-reduce of P bytes sends, and receives, per rank
+    # at N = 2 the ring sends P, as many as the rank hands over: N = 4 beside it shows the rows differ
+    at_four = f" (N = 4: {2 * 3 * handed // 4:,})" if n == 2 else ""
     batch = f"all {dp['rows']} rows" if dp.get("rows") else "the whole batch"
     calls = [f"{op} {k}" for op, k in dp["copies_per_step"].items()]
     rows = [
         ("", "DataParallel slot", "DDP rank"),
         ("model copied in", f"P = {into:,}", "0"),
         # no reduce_add copies: the slots share a device (CPU slots), and sum in place
-        ("gradients sent", f"P = {back:,}" if back else "0 (summed in place)", f"P = {handed:,}"),
-        ("ring all-reduce (computed)", "-", f"2(N-1)/N x P = {ring:,}"),
+        ("gradients to sum", f"P = {back:,}" if back else "0 (summed in place)", f"P = {handed:,}"),
+        ("ring all-reduce sends", "-", f"2(N-1)/N x P = {ring:,}" + at_four),
         ("outputs onto slot 0", f"{counted.get('gather', 0):,} ({batch})", "0"),
         ("copy calls", ", ".join(calls), f"all_reduce {ddp['allreduce_calls_per_step']} (one per bucket)"),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [f"one step, in bytes, per slot or rank: N = {n}, P = {p:,} (the model's parameters)"]
+    lines = [f"one step, in bytes, per slot or rank: N = {n}, P = {p:,} (the parameters' bytes)"]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.append("so: DataParallel alone copies the model in and gathers the outputs, every step")
     return "\n".join(lines)

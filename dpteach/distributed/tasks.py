@@ -36,6 +36,7 @@ __all__ = [
     "traffic",
     "accumulate",
     "step_times",
+    "extra_step",
     "fail",
     "hang",
 ]
@@ -469,6 +470,20 @@ def _step_times(hiddens, depth, global_batch, repeats, warmup, device) -> dict:
                 times.append(elapsed.item())
         medians[hidden] = statistics.median(times)
     return medians
+
+
+def extra_step(on_rank: int = 0, steps: int = 2, global_batch: int = 8) -> int:
+    """Every rank runs ``steps`` DDP backwards, rank ``on_rank`` one more, as with one batch more.
+
+    That extra backward all-reduces a bucket no other rank sends: it waits until the process group's
+    timeout, unless the launcher stops it first. The other ranks return the steps they ran.
+    """
+    ddp = wrap(make_model())
+    x, y = local_shard(global_batch, 0)
+    runs = steps + (dist.get_rank() == on_rank)
+    for _ in range(runs):
+        loss_fn(ddp(x), y).backward()
+    return runs
 
 
 def fail(on_rank: int = 1) -> None:

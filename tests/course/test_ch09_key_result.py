@@ -128,3 +128,29 @@ def test_a_constant_factor_is_named_and_an_uneven_difference_is_not():
     # rounding is not a factor: below 1e-5 apart, nothing is read into the difference
     near = {n: t * (1 + 1e-7) for n, t in x.items()}
     assert "constant factor" not in compare.difference_line("n", near, "x", x)
+
+
+@pytest.mark.slow  # two fresh interpreters importing torch
+def test_one_batch_more_on_one_rank_hangs_it_until_the_timeout_and_the_sampler_evens_the_batches():
+    """The chapter shows the hang its heading names: the cell tagged ``uneven-batches`` runs
+    ``extra_step`` under a short timeout and starts fresh ranks after it. Even step counts return on
+    every rank; one backward more leaves only that rank without an answer, and every rank is stopped.
+    The cure the chapter prints, ``DistributedSampler``, gives every rank as many samples."""
+    from torch.utils.data import DistributedSampler
+
+    from dpteach.distributed import Ranks, RankTimeout
+
+    nb = cells()
+    demo = next(c for c in nb if "uneven-batches" in c.metadata.get("tags", []))
+    assert '"extra_step"' in demo.source and "timeout=" in demo.source and "except RankTimeout" in demo.source
+    assert "ranks = Ranks(world_size)" in demo.source  # the timeout stops every rank: the chapter goes on
+    with Ranks(2, "gloo", timeout=90) as ranks:
+        assert ranks.run("extra_step", on_rank=-1, steps=2, echo=False) == [2, 2]  # even counts: no hang
+        with pytest.raises(RankTimeout) as info:
+            ranks.run("extra_step", on_rank=0, steps=2, timeout=2, echo=False)
+        assert info.value.ranks == [0]  # rank 1 answered; rank 0 waits in an all-reduce of its own
+        assert ranks.alive() == [False, False]
+    sampler = next(c for c in nb if c.cell_type == "code" and "DistributedSampler(range(10)" in c.source)
+    assert nb.index(demo) < nb.index(sampler)  # the hang first, then the cure
+    shares = [list(DistributedSampler(range(10), num_replicas=3, rank=r, shuffle=False)) for r in range(3)]
+    assert {len(s) for s in shares} == {4} and sorted(sum(shares, [])) == sorted([*range(10), 0, 1])
