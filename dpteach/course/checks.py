@@ -3093,6 +3093,7 @@ def second_step_grad(times, model, x, devices, ext) -> Verdict:
     The check takes both steps itself, on a fresh ``cpp.rewire_step`` with ``ext``, so a rerun never adds a
     third."""
     from .. import cpp
+    from ..data_parallel import mean_square
 
     name = "ch10.second_step_grad"
     if _unset(times):
@@ -3110,7 +3111,7 @@ def second_step_grad(times, model, x, devices, ext) -> Verdict:
     out = torch.cat(
         [torch.nn.functional.linear(c.to(d), r["weight"], r["bias"]).to(devices[0]) for c, r, d in replicas]
     )
-    out.pow(2).mean().backward()  # through the same ReduceAdd nodes, into the same AccumulateGrad
+    mean_square(out).backward()  # the C++ step's loss, through the same ReduceAdd nodes
     after = step.params["weight"].grad
     truth = round(float((after * first).sum() / (first * first).sum()))  # after is a whole multiple of first
     n = len(devices)

@@ -209,9 +209,12 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     n, p = world_size, dp["parameter_bytes"]
     counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
     into, back = counted.get("broadcast", 0) // (n - 1), counted.get("reduce_add", 0) // (n - 1)
-    ring = 2 * (n - 1) * handed // n  # what a ring all-reduce of P bytes sends, and receives, per rank
+
+    def ring(ranks: int) -> int:  # what a ring all-reduce of P bytes sends, and receives, per rank
+        return 2 * (ranks - 1) * handed // ranks
+
     # at N = 2 the ring sends P, as many as the rank hands over: N = 4 beside it shows the rows differ
-    at_four = f" (N = 4: {2 * 3 * handed // 4:,})" if n == 2 else ""
+    at_four = f" (N = 4: {ring(4):,})" if n == 2 else ""
     batch = f"all {dp['rows']} rows" if dp.get("rows") else "the whole batch"
     calls = [f"{op} {k}" for op, k in dp["copies_per_step"].items()]
     rows = [
@@ -219,7 +222,7 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
         ("model copied in", f"P = {into:,}", "0"),
         # no reduce_add copies: the slots share a device (CPU slots), and sum in place
         ("gradients to sum", f"P = {back:,}" if back else "0 (summed in place)", f"P = {handed:,}"),
-        ("ring all-reduce sends", "-", f"2(N-1)/N x P = {ring:,}" + at_four),
+        ("ring all-reduce sends", "-", f"2(N-1)/N x P = {ring(n):,}" + at_four),
         ("outputs onto slot 0", f"{counted.get('gather', 0):,} ({batch})", "0"),
         ("copy calls", ", ".join(calls), f"all_reduce {ddp['allreduce_calls_per_step']} (one per bucket)"),
     ]
