@@ -51,10 +51,16 @@ def check_uneven_shards(ranks, shards: Sequence[int] | None = None, task: str = 
     factor = compare.constant_factor(results[0]["grads"], reference)
     if worst < 1e-6:
         verdict = "Correct: one device's gradient on every rank, with uneven shards."
-    elif factor is not None:
+    elif factor is not None and abs(factor * ranks.world_size - 1) < 1e-3:
         verdict = (
             f"Every gradient is {factor:.3g} times one device's: DDP divides your loss's gradient by the "
             "number of ranks once more. Scale your loss by dist.get_world_size()."
+        )
+    elif factor is not None:  # any other constant: say by how much the loss is off, the way to fix it
+        fix = f"divide it by {factor:.3g}" if factor > 1 else f"multiply it by {1 / factor:.3g}"
+        verdict = (
+            f"Every gradient is {factor:.3g} times one device's: every row weighs the same, but your loss is "
+            f"{factor:.3g} times too {'large' if factor > 1 else 'small'}. Change the marked line to {fix}."
         )
     else:
         verdict = (

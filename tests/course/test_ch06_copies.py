@@ -322,7 +322,7 @@ def test_a_model_your_size_is_counted_on_meta():
     assert f"{(n - 1) * (P + B) / 1e6:,.1f} MB of model copies (counted)" in data_parallel
     assert f"+ {(n - 1) * P / 1e6:,.1f} MB of gradients into GPU 0, (N - 1)·P" in data_parallel
     total = (n - 1) * (2 * P + B)
-    assert data_parallel.endswith(f"= {total / 1e6:,.1f} MB")
+    assert data_parallel.endswith(f": {total / 1e6:,.1f} MB in all")
     ddp = lines[3]
     assert f"{total / 1e6:,.1f} MB, {2 * (n - 1) / n * P / 1e6:,.1f} MB from each rank" in ddp
     assert "(modelled: ring all-reduce)" in ddp
