@@ -82,6 +82,12 @@ def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _malformed(*fields: tuple[bool, str]) -> Verdict | None:
+    """An answer of the wrong kind: a Verdict naming only the fields that are wrong, at no cost of a hint."""
+    wrong = [say for bad, say in fields if bad]
+    return Verdict(False, "Not yet: " + "; ".join(wrong) + ".", "not an answer") if wrong else None
+
+
 # what a learner most often forgets to import, and the line that imports it
 _IMPORTS = {
     "SimpleNamespace": "from types import SimpleNamespace",
@@ -900,8 +906,10 @@ def counter_survives(
             f'Fill in `predicted`: what you expect calls_rebound to count after {forwards} "broadcast" '
             "forwards with `+= 1`, then run this cell again.",
         )
-    if not _count(predicted):
-        return Verdict(False, f"`predicted` is a whole number, a count, not {predicted!r}.", "not an answer")
+    if malformed := _malformed(
+        (not _count(predicted), f"`predicted` is a whole number, a count, not {predicted!r}")
+    ):
+        return malformed
     try:
         counter = cls()  # type: ignore[operator]
         net = DataParallel(counter, list(devices), strategy="broadcast")
@@ -1000,13 +1008,14 @@ def slot0_noise(follows: float | object, spread: Mapping[int, object] | object) 
     heads, read = _reading(follows), {}
     if isinstance(spread, Mapping) and set(spread) == {2, 4}:
         read = {n: _reading(v) for n, v in spread.items()}
-    if heads is None or not read or None in read.values():
-        return Verdict(
-            False,
+    if malformed := _malformed(
+        (
+            heads is None or not read or None in read.values(),
             "`follows` is a number (the mean the line heads for) and `spread` a dict {2: ..., 4: ...} of "
-            f"two numbers, not {follows!r} and {spread!r}.",
-            "not an answer",
+            f"two numbers, not {follows!r} and {spread!r}",
         )
+    ):
+        return malformed
     want = {n: (SORTED_ROWS / n) ** -0.5 for n in (2, 4)}
     fail = _ladder(
         name,
@@ -1092,13 +1101,14 @@ def plain_average(
         return Verdict(False, "Fill in `converges_to` and `reaches_model`, then run this cell again.")
     heads = _reading(converges_to)
     slots = set(reaches_model) if isinstance(reaches_model, (set, frozenset, list, tuple)) else None
-    if heads is None or slots is None or not all(_count(s) for s in slots):
-        return Verdict(
-            False,
+    if malformed := _malformed(
+        (
+            heads is None or slots is None or not all(_count(s) for s in slots),
             "`converges_to` is a number and `reaches_model` a set of slot numbers, e.g. {0, 1}, not "
-            f"{converges_to!r} and {reaches_model!r}.",
-            "not an answer",
+            f"{converges_to!r} and {reaches_model!r}",
         )
+    ):
+        return malformed
     bn = model[0] if isinstance(model, torch.nn.Sequential) and len(model) else None
     if not isinstance(bn, torch.nn.modules.batchnorm._BatchNorm):
         return Verdict(False, "Pass the model you ran, model = make_model(), as `model`.", "not the model")
@@ -1196,12 +1206,13 @@ def spectral_norm_iterations(
     strategies = ("broadcast", "clone")
     if _unset(iterations) or (isinstance(iterations, Mapping) and _unset(*iterations.values())):
         return Verdict(False, "Fill in both counts of `iterations`, then run this cell again.")
-    if not (isinstance(iterations, Mapping) and all(_count(iterations.get(s)) for s in strategies)):
-        return Verdict(
-            False,
-            f'`iterations` is {{"broadcast": a count, "clone": a count}}, not {iterations!r}.',
-            "not an answer",
+    if malformed := _malformed(
+        (
+            not (isinstance(iterations, Mapping) and all(_count(iterations.get(s)) for s in strategies)),
+            f'`iterations` is {{"broadcast": a count, "clone": a count}}, not {iterations!r}',
         )
+    ):
+        return malformed
     with torch.random.fork_rng(devices=[]):  # the learner's random state stays as it was
         torch.manual_seed(0)
         truth = {s: _power_iterations(s, devices, forwards) for s in strategies}
@@ -1887,15 +1898,16 @@ def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, net, x, y, move
         "hv_sum = hessian_vector_product(net, model, x, y, [a + b for a, b in zip(v1, v2)]); then "
         "torch.testing.assert_close(hv_sum[k], hv1[k] + hv2[k]) holds for every parameter k.",
     )
-    if not all(
-        isinstance(g, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in g) for g in given.values()
-    ):
-        return Verdict(
-            False,
-            f"Not yet: hv1, hv2 and hv_sum are each what hessian_vector_product returns, {n} tensors, one per "
-            "parameter.",
-            "not an answer",
+    if malformed := _malformed(
+        (
+            not all(
+                isinstance(g, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in g)
+                for g in given.values()
+            ),
+            f"hv1, hv2 and hv_sum are each what hessian_vector_product returns, {n} tensors, one per parameter",
         )
+    ):
+        return malformed
     if isinstance(hv_sum, (list, tuple)) and len(hv_sum) == 2 * n:
         return fail(
             f"hv_sum holds {len(hv_sum)} tensors, two per parameter: `hv1 + hv2` on two lists joins them. "
@@ -1960,10 +1972,14 @@ def recorded_nodes(count: object, makes_grad: object, graph) -> Verdict:
     name = "ch07.recorded_nodes"
     if _unset(count, makes_grad):
         return Verdict(False, "Set count and makes_grad, then run this cell again.")
-    if not _count(count) or not isinstance(makes_grad, str):
-        return Verdict(
-            False, 'count is a whole number and makes_grad a node\'s name, e.g. "Scatter".', "not an answer"
-        )
+    if malformed := _malformed(
+        (not _count(count), f"count is a whole number (got {count!r})"),
+        (
+            not isinstance(makes_grad, str),
+            f'makes_grad is a node\'s name, e.g. "Scatter" (got {makes_grad!r})',
+        ),
+    ):
+        return malformed
     n = len(graph.recorded)
     per_slot = sum(node.startswith(("TBackward0", "MmBackward0")) for node in graph.recorded)
     slots = per_slot // 4
@@ -2051,12 +2067,13 @@ def rewire_refuses(raises: object, devices=("cpu", "cpu")) -> Verdict:
             False, 'Set raises to the letters of the calls that raise, e.g. {"a"}, then run this cell again.'
         )
     letters = set(raises) if isinstance(raises, (set, frozenset, list, tuple, str)) else None
-    if letters is None or not letters <= set(_REWIRE_CALLS):
-        return Verdict(
-            False,
-            f'raises is a set of the letters "a" to "d", e.g. {{"a", "c"}}, not {raises!r}.',
-            "not an answer",
+    if malformed := _malformed(
+        (
+            letters is None or not letters <= set(_REWIRE_CALLS),
+            f'raises is a set of the letters "a" to "d", e.g. {{"a", "c"}}, not {raises!r}',
         )
+    ):
+        return malformed
     x, y = (t.to(devices[0]) for t in story.make_data())
     truth = set()
     for letter, (_, call) in _REWIRE_CALLS.items():
@@ -2332,13 +2349,14 @@ def second_backwards(does: Mapping[str, object] | object, devices=("cpu", "cpu")
     given = {_word(k): _word(v) for k, v in does.items()}
     given = {k: "raises" if v == "raise" else v for k, v in given.items()}
     odd = sorted(k for k in _SECOND_STEPS if given.get(k) not in _SECOND_OUTCOMES)
-    if odd or set(given) - set(_SECOND_STEPS):
-        return Verdict(
-            False,
-            'Not yet: `does` maps each of "a" to "d" to "right", "wrong" or "raises"'
-            + (f"; check {', '.join(odd)}." if odd else "; it has a key that is no step."),
-            "not an answer",
+    if malformed := _malformed(
+        (
+            bool(odd or set(given) - set(_SECOND_STEPS)),
+            '`does` maps each of "a" to "d" to "right", "wrong" or "raises"'
+            + (f"; check {', '.join(odd)}" if odd else "; it has a key that is no step"),
         )
+    ):
+        return malformed
     found = _second_steps_run(devices)
     truth = {k: outcome for k, (outcome, _) in found.items()}
     if given == truth:
@@ -2760,12 +2778,6 @@ def _no_step(name: str) -> Verdict:
         "printed why), so there is no C++ step to check your answer against.",
         "no module",
     )
-
-
-def _malformed(*fields: tuple[bool, str]) -> Verdict | None:
-    """An answer of the wrong kind: a Verdict naming only the fields that are wrong, at no cost of a hint."""
-    wrong = [say for bad, say in fields if bad]
-    return Verdict(False, "Not yet: " + "; ".join(wrong) + ".", "not an answer") if wrong else None
 
 
 def reduce_add_inputs(into_reduce_add, same_node, three) -> Verdict:
@@ -3342,10 +3354,13 @@ def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int
             return Verdict(False, f"Not yet: predict({n}, {model:,}, {gather:,}) raised {err!r}.", "raised")
         if _unset(*(given if isinstance(given, tuple) else (given,))):
             return Verdict(False, "Fill in `broadcast` and `clone` in predict, then run this cell again.")
-        if not (isinstance(given, (tuple, list)) and len(given) == 2 and all(_count(v) for v in given)):
-            return Verdict(
-                False, "predict returns two whole numbers of bytes: (broadcast, clone).", "not an answer"
+        if malformed := _malformed(
+            (
+                not (isinstance(given, (tuple, list)) and len(given) == 2 and all(_count(v) for v in given)),
+                f"predict returns two whole numbers of bytes: (broadcast, clone), not {given!r}",
             )
+        ):
+            return malformed
         want_b, want_c = sum(counted_b.values()), sum(counted_c.values())
         if (given[0], given[1]) == (want_c, want_b):  # both wrong the same way: say so once, for both
             return _not_yet(
