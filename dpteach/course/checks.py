@@ -158,7 +158,8 @@ def mean_of_means(two_slots: bool | object, three_slots: bool | object) -> Verdi
     (``two_slots``) and on 3 (``three_slots``)? The truth is a live step of the course's model on CPU
     slots (``_slot_means``), compared with one device as the chapter's one-step check compares.
     Findings (``Verdict.problem``): ``"equal pieces"`` (``two_slots`` wrong), ``"unequal pieces"``
-    (``three_slots`` wrong), ``"both"``."""
+    (``three_slots`` wrong), ``"both"``. The first wrong try's message names neither prediction; the
+    second names the wrong one with its measured difference."""
     from ..scatter_gather import scatter
     from . import story
 
@@ -197,9 +198,15 @@ def mean_of_means(two_slots: bool | object, three_slots: bool | object) -> Verdi
             f"{found[3][1]:.1e}, far more than the gathered mean's {found[3][0]:.1e}: change `three_slots`"
         )
     problem = "both" if len(wrong) == 2 else ("equal pieces" if two_slots != truth[2] else "unequal pieces")
+    # A first try learns only that the pair is wrong: with two True/False answers, naming the wrong one (or
+    # its measured difference) would be the answer itself. From the second try on, the measurement says which.
+    first = (
+        "at least one of your two predictions disagrees with a live step. Work out each with the hint "
+        "below, then change the one that does not hold."
+    )
     return _not_yet(
         name,
-        "; ".join(wrong) + ".",
+        first if not _failures.get(name) else "; ".join(wrong) + ".",
         [
             f"Write each loss as a sum over rows. One mean over {rows} rows weighs every row's squared error by "
             f"1/{rows}. What weight does the average of the slots' means give a row in a piece of n rows?",
