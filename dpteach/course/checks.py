@@ -3405,13 +3405,14 @@ def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int
 
 # What each move's backward does, as chapter 00's exercise 2 lists them (the letters of its cell).
 # Each says what the backward does to tensors, not which move it belongs to: the learner matches them.
+# The letters follow neither the forward order of the moves nor the backward one, so they give nothing away.
 BACKWARD_OF_MOVES = {
-    "a": "cuts one gradient into pieces",
-    "b": "runs each replica's backward",
-    "c": "sums several gradients into one",
-    "d": "joins pieces into one",
+    "a": "runs each replica's backward",
+    "b": "joins pieces into one",
+    "c": "cuts one gradient into pieces",
+    "d": "sums several gradients into one",
 }
-_MOVE_BACKWARDS = {"gather": "a", "parallel_apply": "b", "replicate": "c", "scatter": "d"}
+_MOVE_BACKWARDS = {"gather": "c", "parallel_apply": "a", "replicate": "d", "scatter": "b"}
 
 
 def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) -> Verdict:
@@ -3436,7 +3437,7 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
     if odd:
         return Verdict(False, f"Give each move one letter, a, b, c or d: check {', '.join(odd)}.")
     answer = (
-        "does = {'gather': 'a', 'parallel_apply': 'b', 'replicate': 'c', 'scatter': 'd'}: backward starts at "
+        "does = {'gather': 'c', 'parallel_apply': 'a', 'replicate': 'd', 'scatter': 'b'}: backward starts at "
         "the loss, so gather's backward runs first and cuts the output's gradient into one piece per slot; "
         "parallel_apply's runs each replica's backward on its slot; replicate's sums the replicas' gradients of "
         "each parameter into one, the model's .grad; scatter's joins the pieces' gradients into one, x.grad."

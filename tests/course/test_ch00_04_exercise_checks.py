@@ -18,7 +18,7 @@ from torch import nn
 from dpteach.course import checks
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-RIGHT_MOVES = {"gather": "a", "parallel_apply": "b", "replicate": "c", "scatter": "d"}
+RIGHT_MOVES = {"gather": "c", "parallel_apply": "a", "replicate": "d", "scatter": "b"}
 
 
 pytestmark = pytest.mark.usefixtures("fresh_checks")  # every test starts at hint 1
@@ -93,9 +93,12 @@ def test_backward_moves_accepts_the_worked_answer_and_shows_the_run():
 @pytest.mark.parametrize(
     "swap, problem",
     [
-        ({"gather": "d", "scatter": "a"}, "gather and scatter"),
-        ({"replicate": "b", "parallel_apply": "c"}, "replicate and parallel_apply"),
-        ({"gather": "c", "replicate": "a"}, "moves"),
+        ({"gather": RIGHT_MOVES["scatter"], "scatter": RIGHT_MOVES["gather"]}, "gather and scatter"),
+        (
+            {"replicate": RIGHT_MOVES["parallel_apply"], "parallel_apply": RIGHT_MOVES["replicate"]},
+            "replicate and parallel_apply",
+        ),
+        ({"gather": RIGHT_MOVES["replicate"], "replicate": RIGHT_MOVES["gather"]}, "moves"),
     ],
 )
 def test_backward_moves_names_the_swap(swap, problem):
@@ -104,18 +107,28 @@ def test_backward_moves_names_the_swap(swap, problem):
 
 
 def test_backward_moves_climbs_to_the_answer_and_reads_as_a_sentence():
-    tries = [checks.backward_moves({**RIGHT_MOVES, "gather": "c", "replicate": "a"}) for _ in range(3)]
+    wrong = {**RIGHT_MOVES, "gather": RIGHT_MOVES["replicate"], "replicate": RIGHT_MOVES["gather"]}
+    tries = [checks.backward_moves(wrong) for _ in range(3)]
     assert [t.problem for t in tries] == ["moves"] * 3
     # the letter's own description, as a sentence ("is not the one that sums", not "does not sums")
-    assert f"gather's backward is not the one that {checks.BACKWARD_OF_MOVES['c']}:" in tries[0].message
+    summing = checks.BACKWARD_OF_MOVES[RIGHT_MOVES["replicate"]]
+    assert f"gather's backward is not the one that {summing}:" in tries[0].message
     assert "Hint 1 of 2" in tries[0].message and "Hint 2 of 2" in tries[1].message
-    assert "The answer:" in tries[2].message and "'replicate': 'c'" in tries[2].message
+    assert "The answer:" in tries[2].message
+    assert f"'replicate': '{RIGHT_MOVES['replicate']}'" in tries[2].message
 
 
 def test_backward_moves_asks_for_letters_and_costs_no_hint():
     assert "Give every move" in checks.backward_moves({m: ... for m in RIGHT_MOVES}).message
     assert "one letter" in checks.backward_moves({**RIGHT_MOVES, "gather": "z"}).message
-    assert "Hint 1 of 2" in checks.backward_moves({**RIGHT_MOVES, "gather": "d", "scatter": "a"}).message
+    swapped = {**RIGHT_MOVES, "gather": RIGHT_MOVES["scatter"], "scatter": RIGHT_MOVES["gather"]}
+    assert "Hint 1 of 2" in checks.backward_moves(swapped).message
+
+
+def test_backward_moves_letters_follow_neither_order_of_the_moves():
+    forward = [RIGHT_MOVES[m] for m in ("scatter", "replicate", "parallel_apply", "gather")]
+    for order in (forward, forward[::-1]):  # backward runs the moves in reverse
+        assert order != sorted(order), order  # a to d in either order would give the answer away
 
 
 def test_backward_moves_reads_a_move_in_any_case():
