@@ -8,6 +8,7 @@ truths come from torch's source and a live ``replicate``, never from a copied ru
 
 from __future__ import annotations
 
+import ast
 import inspect
 from pathlib import Path
 
@@ -134,6 +135,21 @@ def test_backward_moves_letters_follow_neither_order_of_the_moves():
 def test_backward_moves_reads_a_move_in_any_case():
     capitalised = {m.capitalize(): letter.upper() for m, letter in RIGHT_MOVES.items()}
     assert checks.backward_moves(capitalised).ok  # "Replicate", as a learner may type it
+
+
+@pytest.mark.parametrize("number", [1, 2, 3, 4])
+def test_chapter_00_answers_come_after_their_checks(number):
+    cells = nbformat.read(NOTEBOOKS / "00_start_here.ipynb", as_version=4).cells
+    at = {tag: i for i, c in enumerate(cells) for tag in c.metadata.get("tags", [])}
+    check = "ex3-idle" if number == 3 else f"ex{number}-check"
+    assert at[f"ex{number}-answer"] > at[check]  # the learner meets the check before the worked answer
+    assert "<summary>Answer</summary>" in cells[at[f"ex{number}-answer"]].source
+
+
+def test_chapter_00_exercise_2s_worked_answer_passes_its_check():
+    answer = _tagged("00_start_here.ipynb", "ex2-answer")
+    does = ast.literal_eval(answer.split("`does = ", 1)[1].split("`", 1)[0])
+    assert checks.backward_moves(does).ok
 
 
 def test_chapter_00_exercise_2_has_its_check_cell():
