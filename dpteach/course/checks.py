@@ -164,7 +164,8 @@ def mean_of_means(two_slots: bool | object, three_slots: bool | object) -> Verdi
     (``two_slots``) and on 3 (``three_slots``)? The truth is a live step of the course's model on CPU
     slots (``_slot_means``), compared with one device as the chapter's one-step check compares.
     Findings (``Verdict.problem``): ``"equal pieces"`` (``two_slots`` wrong), ``"unequal pieces"``
-    (``three_slots`` wrong), ``"both"``."""
+    (``three_slots`` wrong), ``"both"``. The first wrong try's message names neither prediction; the
+    second names the wrong one with its measured difference."""
     from ..scatter_gather import scatter
     from . import story
 
@@ -203,9 +204,15 @@ def mean_of_means(two_slots: bool | object, three_slots: bool | object) -> Verdi
             f"{found[3][1]:.1e}, far more than the gathered mean's {found[3][0]:.1e}: change `three_slots`"
         )
     problem = "both" if len(wrong) == 2 else ("equal pieces" if two_slots != truth[2] else "unequal pieces")
+    # A first try learns only that the pair is wrong: with two True/False answers, naming the wrong one (or
+    # its measured difference) would be the answer itself. From the second try on, the measurement says which.
+    first = (
+        "at least one of your two predictions disagrees with a live step. Work out each with the hint "
+        "below, then change the one that does not hold."
+    )
     return _not_yet(
         name,
-        "; ".join(wrong) + ".",
+        first if not _failures.get(name) else "; ".join(wrong) + ".",
         [
             f"Write each loss as a sum over rows. One mean over {rows} rows weighs every row's squared error by "
             f"1/{rows}. What weight does the average of the slots' means give a row in a piece of n rows?",
@@ -3413,13 +3420,14 @@ def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int
 
 # What each move's backward does, as chapter 00's exercise 2 lists them (the letters of its cell).
 # Each says what the backward does to tensors, not which move it belongs to: the learner matches them.
+# The letters follow neither the forward order of the moves nor the backward one, so they give nothing away.
 BACKWARD_OF_MOVES = {
-    "a": "cuts one gradient into pieces",
-    "b": "runs each replica's backward",
-    "c": "sums several gradients into one",
-    "d": "joins pieces into one",
+    "a": "runs each replica's backward",
+    "b": "joins pieces into one",
+    "c": "cuts one gradient into pieces",
+    "d": "sums several gradients into one",
 }
-_MOVE_BACKWARDS = {"gather": "a", "parallel_apply": "b", "replicate": "c", "scatter": "d"}
+_MOVE_BACKWARDS = {"gather": "c", "parallel_apply": "a", "replicate": "d", "scatter": "b"}
 
 
 def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) -> Verdict:
@@ -3444,7 +3452,7 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
     if odd:
         return Verdict(False, f"Give each move one letter, a, b, c or d: check {', '.join(odd)}.")
     answer = (
-        "does = {'gather': 'a', 'parallel_apply': 'b', 'replicate': 'c', 'scatter': 'd'}: backward starts at "
+        "does = {'gather': 'c', 'parallel_apply': 'a', 'replicate': 'd', 'scatter': 'b'}: backward starts at "
         "the loss, so gather's backward runs first and cuts the output's gradient into one piece per slot; "
         "parallel_apply's runs each replica's backward on its slot; replicate's sums the replicas' gradients of "
         "each parameter into one, the model's .grad; scatter's joins the pieces' gradients into one, x.grad."

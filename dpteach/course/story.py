@@ -169,15 +169,10 @@ FOUR_MOVES_STEPS = (
 )  # fmt: skip
 
 
-MISSING_EDGE = "gradient edge\nback to the model\n(C++'s clones\nhad none)"
+# The dashed arrow's legend names what backward follows, not which strategy makes it: chapter 00 asks that
+GRADIENT_EDGE = "gradient edge\nback to the model"
 
 PER_SLOT = {"pieces": "piece", "replicas": "replica", "parallel_apply": "parallel_apply", "outputs": "output"}
-
-
-def replica_label(i: int) -> str:
-    """What slot ``i``'s replica holds: under the default, "broadcast", slot 0 shares the model's storage
-    (under "clone" and "rewire" it is a copy too, chapter 00's table shows it); later slots copy."""
-    return f"replica {i}\n" + ("broadcast:\nshares the\nmodel's\nstorage" if i == 0 else "a copy")
 
 
 def four_moves_lanes(slots: int = 2) -> list[tuple[str, str]]:
@@ -201,9 +196,9 @@ def four_moves_picture(slots: int = 2):
     """Chapter 00's picture of one DataParallel step: boxes are moves, ovals are data, up to the loss.
 
     One lane (a column) per slot holds that slot's piece, replica, forward and output, so the replicas
-    stand side by side. The replicas' labels are the default strategy's: slot 0's shares the model's
-    storage under "broadcast" only, every later slot's is a copy. The dashed arrows are the edges backward needs from each replica to
-    the model: the default strategy makes them, C++'s clones (one per slot, slot 0 included) had none.
+    stand side by side. The labels name no strategy: which replica shares the model's storage, and
+    which has the dashed edge backward needs from each replica to the model, are chapter 00's
+    predictions, answered by its cells.
     A ``graphviz.Digraph`` when ``dot`` and the ``graphviz`` package are there, else the same edges as
     text. Drawn top to bottom with the legend beside it, so that it fits a notebook column (about
     900 px) at full size.
@@ -220,9 +215,8 @@ def four_moves_picture(slots: int = 2):
     if not (shutil.which("dot") and importlib.util.find_spec("graphviz")):
         lines = []
         for a, b in edges:
-            held = " ".join(replica_label(int(b.split()[1])).splitlines()[1:]) if a == "replicate" else ""
-            lines.append(f"{a:>16} -> {b}" + (f"   ({held}; the bug lives here)" if held else ""))
-        dashed = MISSING_EDGE.replace("\n", " ")
+            lines.append(f"{a:>16} -> {b}" + ("   (the bug lives here)" if a == "replicate" else ""))
+        dashed = GRADIENT_EDGE.replace("\n", " ")
         return "\n".join(
             lines + [f"{f'replica {i}':>16} -> model    (dashed: {dashed})" for i in range(slots)]
         )
@@ -235,7 +229,7 @@ def four_moves_picture(slots: int = 2):
             lane.attr(label=f"slot {i}", labelloc="b", style="rounded,filled", fillcolor="gray95",
                       color="gray60")  # fmt: skip
             lane.node(f"piece {i}", shape="ellipse", style="filled", fillcolor="white")
-            lane.node(f"replica {i}", replica_label(i), shape="ellipse", style="filled", fillcolor="white")
+            lane.node(f"replica {i}", shape="ellipse", style="filled", fillcolor="white")
             lane.node(f"parallel_apply {i}", f"parallel_apply:\nreplica {i} on piece {i}", shape="box",
                       style="filled", fillcolor="lightblue")  # fmt: skip
             lane.node(f"output {i}", shape="ellipse", style="filled", fillcolor="white")
@@ -261,7 +255,7 @@ def four_moves_picture(slots: int = 2):
             row.attr(rank="same")
             row.node("dash_from", "", shape="point", width="0.03")
             row.node("dash_to", "", shape="point", width="0.03")
-            row.edge("dash_from", "dash_to", label=MISSING_EDGE, style="dashed", color="red", fontcolor="red",
+            row.edge("dash_from", "dash_to", label=GRADIENT_EDGE, style="dashed", color="red", fontcolor="red",
                      fontsize="10", minlen="2")  # fmt: skip
         legend.edge("a move", "data", style="invis")  # invisible edges stack the legend in a column
         legend.edge("data", "the move with the bug", style="invis")

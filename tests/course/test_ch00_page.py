@@ -57,11 +57,22 @@ def _markdown() -> str:
 
 def test_replica_0_shares_the_models_storage_but_is_no_leaf():
     model = story.make_model()
-    replica = dpteach.replicate(model, DEVICES)[0]  # the default strategy, as in the figure
+    replica = dpteach.replicate(model, DEVICES)[0]  # the default strategy
     weight = replica[0].weight
     assert weight.data_ptr() == model[0].weight.data_ptr()  # "share the model's storage"
     assert not weight.is_leaf and weight.grad_fn is not None  # an autograd output, with its edge back
     assert f"`{type(weight.grad_fn).__name__}`" in _markdown()  # the page names the node it really has
+
+
+def test_the_figure_answers_none_of_the_chapters_predictions():
+    # the page asks which replica is a leaf or shares the model's storage, and where clone's gradients go
+    picture = story.four_moves_picture()
+    text = (picture if isinstance(picture, str) else picture.source).lower()
+    for answer in ("storage", "clone", "copy", "leaf", "none"):
+        assert answer not in text, answer
+    (figure,) = [c for c in _cells() if "four-moves" in c.metadata.get("tags", [])]
+    alt = figure.metadata["mystnb"]["image"]["alt"]
+    assert not any(answer in alt.lower() for answer in ("storage", "clone", "copy", "had none"))
 
 
 def test_clone_copies_slot_0_too_so_no_replica_has_an_edge():
