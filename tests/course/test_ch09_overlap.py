@@ -152,13 +152,14 @@ def test_rebuild_lines_say_which_step_was_cut_again():
 
 
 def test_the_traffic_table_counts_per_slot_and_per_rank():
-    """Each row is what one slot or one rank moves in a step, so a learner reads P against P: the model
+    """Each byte row is what one slot or one rank moves in a step, so a learner reads P against P: the model
     into each slot but slot 0 and the gradients back from each (counted), beside what a ring all-reduce
     sends and receives on each rank (computed, 2(N-1)/N x P, a formula; at N = 2 with its value at N = 4
     beside it, since there it equals what the rank hands over), each count beside
     the formula it follows, so a tiny model's rows still read as the rule; the gathered outputs
     on a row apart, never mixed into the model's bytes (the 516 bytes copied on CPU slots), with the
-    number of rows whose outputs it moves. Plain rows, no footnote marks: on CPU slots, which sum the
+    number of rows whose outputs it moves, and the title saying that row and the copy calls are totals
+    over the slots. Plain rows, no footnote marks: on CPU slots, which sum the
     gradients in place, the cell itself says why it is 0. A last line says what to read across them."""
     from dpteach.distributed import compare
 
@@ -170,10 +171,12 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     )
     ddp = dict(allreduce_calls_per_step=1, allreduce_bytes_per_step=260, same_parameters=True)
     rows = compare.traffic_table(dp, ddp, world_size=2).splitlines()
-    assert rows[0] == "one step, in bytes, per slot or rank: N = 2, P = 260 (the parameters' bytes)"
-    assert re.split(r"\s{2,}", rows[1].strip()) == ["DataParallel slot", "DDP rank"]
-    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[2:])}
-    assert len(rows) == 8  # the title, the header, five rows and what to read across them: nothing to look up
+    assert rows[0] == "one step, in bytes: N = 2, P = 260 (the parameters' bytes)"
+    # the title says which rows are per slot or rank and which are totals over the slots
+    assert rows[1] == "per slot or rank, but DataParallel's outputs and copy calls over all its slots"
+    assert re.split(r"\s{2,}", rows[2].strip()) == ["DataParallel slot", "DDP rank"]
+    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[3:])}
+    assert len(rows) == 9  # two title lines, the header, five rows and what to read across them
     assert rows[-1] == "so: DataParallel alone copies the model in and gathers the outputs, every step"
     assert table["model copied in"] == ["P = 260", "0"]
     # on CPU slots the reduce moves nothing, and the cell says why it is 0
@@ -193,10 +196,10 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
         parameter_bytes=260,
     )
     four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
-    assert re.split(r"\s{2,}", four[3]) == ["gradients to sum", "P = 260", "P = 260"]
-    assert re.split(r"\s{2,}", four[4]) == ["ring all-reduce sends", "-", "2(N-1)/N x P = 390"]
-    assert "in place" not in "\n".join(four) and len(four) == 8
-    assert "192 (the whole batch)" in four[5]  # no row count given: none invented
+    assert re.split(r"\s{2,}", four[4]) == ["gradients to sum", "P = 260", "P = 260"]
+    assert re.split(r"\s{2,}", four[5]) == ["ring all-reduce sends", "-", "2(N-1)/N x P = 390"]
+    assert "in place" not in "\n".join(four) and len(four) == 9
+    assert "192 (the whole batch)" in four[6]  # no row count given: none invented
 
 
 def test_dataparallel_traffic_names_the_rows_its_gather_moved():
