@@ -232,6 +232,27 @@ def test_ddp_cuts_one_bucket_first_then_rebuilds_once_unless_it_finds_unused_par
     assert cuts[0] != order.bucket_params(default[1])  # the reverse of parameters(), cut from its front
 
 
+def test_ddp_caps_the_first_rebuilt_bucket_at_1_mib_only_while_bucket_cap_mb_is_unset(ranks):
+    """The chapter's rule: unset, ``bucket_cap_mb`` is 25 MiB but the first bucket (the gradients ready
+    first) closes at ``dist._DEFAULT_FIRST_BUCKET_BYTES``; set by hand, even to 25, every bucket takes it.
+    Hidden layers of 512 are 1,050,624 bytes each: the last two layers pass 1 MiB, the whole model does
+    not pass 25 MiB, so the two settings cut step 2 differently."""
+    import torch.distributed as dist
+
+    first = dist._DEFAULT_FIRST_BUCKET_BYTES
+    assert first == 1024 * 1024
+    unset = ranks.run("bucket_order", hidden=512, depth=3, bucket_cap_mb=None, steps=2, echo=False)
+    given = ranks.run("bucket_order", hidden=512, depth=3, bucket_cap_mb=25, steps=2, echo=False)
+    cut = order.buckets(unset[0]["steps"][1])
+    assert [b["params"] for b in cut] == [
+        ["6.bias", "6.weight", "4.bias", "4.weight"],
+        ["2.bias", "2.weight", "0.bias", "0.weight"],
+    ]
+    # closed by the tensor that took it to 1 MiB or past: 4.weight, 512 x 512 floats
+    assert cut[0]["bytes"] >= first > cut[0]["bytes"] - 512 * 512 * 4
+    assert len(order.buckets(given[0]["steps"][1])) == 1  # 25 given: the first bucket's cap is 25 MiB too
+
+
 def test_the_ranks_keep_what_they_printed_in_the_last_run(ranks):
     ranks.run("hello", echo=False)
     assert len(ranks.last_outputs) == 2 and ranks.last_outputs[1].startswith("rank 1 of 2")
