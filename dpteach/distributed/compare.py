@@ -193,8 +193,9 @@ def dataparallel_traffic(
 
 def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     """DataParallel's copies (``dataparallel_traffic``) and DDP's all-reduces (``tasks.traffic``) in one
-    step, per slot or rank, for N = ``world_size`` of them and a model of P bytes
-    (``dp["parameter_bytes"]``), in plain rows that need no footnote.
+    step, for N = ``world_size`` slots or ranks and a model of P bytes (``dp["parameter_bytes"]``), in
+    plain rows that need no footnote. The bytes are per slot or rank except DataParallel's outputs and
+    copy calls, which are over all its slots; the title's second line says so.
 
     DataParallel's ``broadcast`` copies the model into each slot but slot 0, P bytes per slot, and on GPUs
     its ``reduce_add`` takes P bytes of gradients from each of them onto slot 0; CPU slots share one
@@ -227,7 +228,10 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
         ("copy calls", ", ".join(calls), f"all_reduce {ddp['allreduce_calls_per_step']} (one per bucket)"),
     ]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [f"one step, in bytes, per slot or rank: N = {n}, P = {p:,} (the parameters' bytes)"]
+    lines = [
+        f"one step, in bytes: N = {n}, P = {p:,} (the parameters' bytes)",
+        "per slot or rank, but DataParallel's outputs and copy calls over all its slots",
+    ]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.append("so: DataParallel alone copies the model in and gathers the outputs, every step")
     return "\n".join(lines)

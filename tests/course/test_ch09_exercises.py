@@ -48,6 +48,24 @@ MY_TASKS = textwrap.dedent(
         return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend())
 
 
+    def gradients_summed(global_batch=8, hidden=16, depth=1, seed=0, shards=None):
+        # a plain sum, divided by nothing: every row weighs the same, the loss B/N times too large
+        ddp = wrap(make_model(hidden, depth, seed))
+        x, y = local_shard(global_batch, seed, shards)
+        ((ddp(x) - y) ** 2).sum().backward()
+        grads = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
+        return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend())
+
+
+    def gradients_over_bn(global_batch=8, hidden=16, depth=1, seed=0, shards=None):
+        # divided by B and by N: every row weighs the same; DDP divides by N once more, so 1/N^2 of the mean
+        ddp = wrap(make_model(hidden, depth, seed))
+        x, y = local_shard(global_batch, seed, shards)
+        ((ddp(x) - y) ** 2).sum().div(global_batch * dist.get_world_size()).backward()
+        grads = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
+        return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend())
+
+
     def hi():
         return {VALUE}
     """
@@ -130,6 +148,27 @@ def test_exercise_1_the_sum_over_b_alone_is_named_a_constant_factor_as_the_hint_
     nb = nbformat.read(CHAPTER, as_version=4)
     exercises = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
     assert "`everywhere 0.5 times one device's`" in exercises.source  # the hint quotes it, for 2 ranks
+
+
+def test_exercise_1_a_loss_off_by_any_constant_is_told_the_factor_to_fix_it_by(in_a_notebook_folder):
+    """Every row weighs the same but the loss is a constant times too large or too small: the check
+    names the factor, computed from the gradients, and the way to undo it. A plain sum over 2 ranks and
+    8 rows is B/N = 4 times one device's mean; a sum divided by B x N is 1/N^2 = 1/4 of it, too small,
+    and not the 1/N case the check names apart (scale by dist.get_world_size())."""
+    from dpteach.distributed import exercise
+
+    _, ranks = in_a_notebook_folder
+    n, shards = ranks.world_size, [6, 2] + [4] * (ranks.world_size - 2)
+    b = sum(shards)
+    summed = exercise.check_uneven_shards(ranks, task="my_tasks:gradients_summed").splitlines()[-1]
+    factor = f"{b / n:.3g}"
+    assert f"Every gradient is {factor} times one device's" in summed, summed
+    assert "too large" in summed and f"Change the marked line to divide it by {factor}." in summed, summed
+    small = exercise.check_uneven_shards(ranks, task="my_tasks:gradients_over_bn").splitlines()[-1]
+    assert f"Every gradient is {1 / n:.3g} times one device's" not in small  # 1/N has its own advice
+    assert f"Every gradient is {1 / n**2:.3g} times one device's" in small, small
+    assert "too small" in small and f"multiply it by {n**2:.3g}." in small, small
+    assert "Correct" not in summed + small
 
 
 def test_exercise_2_a_function_in_the_file_runs_and_an_edit_is_read_again(in_a_notebook_folder):

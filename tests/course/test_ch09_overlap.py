@@ -152,13 +152,14 @@ def test_rebuild_lines_say_which_step_was_cut_again():
 
 
 def test_the_traffic_table_counts_per_slot_and_per_rank():
-    """Each row is what one slot or one rank moves in a step, so a learner reads P against P: the model
+    """Each byte row is what one slot or one rank moves in a step, so a learner reads P against P: the model
     into each slot but slot 0 and the gradients back from each (counted), beside what a ring all-reduce
     sends and receives on each rank (computed, 2(N-1)/N x P, a formula; at N = 2 with its value at N = 4
     beside it, since there it equals what the rank hands over), each count beside
     the formula it follows, so a tiny model's rows still read as the rule; the gathered outputs
     on a row apart, never mixed into the model's bytes (the 516 bytes copied on CPU slots), with the
-    number of rows whose outputs it moves. Plain rows, no footnote marks: on CPU slots, which sum the
+    number of rows whose outputs it moves, and the title saying that row and the copy calls are totals
+    over the slots. Plain rows, no footnote marks: on CPU slots, which sum the
     gradients in place, the cell itself says why it is 0. A last line says what to read across them."""
     from dpteach.distributed import compare
 
@@ -170,10 +171,12 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     )
     ddp = dict(allreduce_calls_per_step=1, allreduce_bytes_per_step=260, same_parameters=True)
     rows = compare.traffic_table(dp, ddp, world_size=2).splitlines()
-    assert rows[0] == "one step, in bytes, per slot or rank: N = 2, P = 260 (the parameters' bytes)"
-    assert re.split(r"\s{2,}", rows[1].strip()) == ["DataParallel slot", "DDP rank"]
-    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[2:])}
-    assert len(rows) == 8  # the title, the header, five rows and what to read across them: nothing to look up
+    assert rows[0] == "one step, in bytes: N = 2, P = 260 (the parameters' bytes)"
+    # the title says which rows are per slot or rank and which are totals over the slots
+    assert rows[1] == "per slot or rank, but DataParallel's outputs and copy calls over all its slots"
+    assert re.split(r"\s{2,}", rows[2].strip()) == ["DataParallel slot", "DDP rank"]
+    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[3:])}
+    assert len(rows) == 9  # two title lines, the header, five rows and what to read across them
     assert rows[-1] == "so: DataParallel alone copies the model in and gathers the outputs, every step"
     assert table["model copied in"] == ["P = 260", "0"]
     # on CPU slots the reduce moves nothing, and the cell says why it is 0
@@ -193,10 +196,10 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
         parameter_bytes=260,
     )
     four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
-    assert re.split(r"\s{2,}", four[3]) == ["gradients to sum", "P = 260", "P = 260"]
-    assert re.split(r"\s{2,}", four[4]) == ["ring all-reduce sends", "-", "2(N-1)/N x P = 390"]
-    assert "in place" not in "\n".join(four) and len(four) == 8
-    assert "192 (the whole batch)" in four[5]  # no row count given: none invented
+    assert re.split(r"\s{2,}", four[4]) == ["gradients to sum", "P = 260", "P = 260"]
+    assert re.split(r"\s{2,}", four[5]) == ["ring all-reduce sends", "-", "2(N-1)/N x P = 390"]
+    assert "in place" not in "\n".join(four) and len(four) == 9
+    assert "192 (the whole batch)" in four[6]  # no row count given: none invented
 
 
 def test_dataparallel_traffic_names_the_rows_its_gather_moved():
@@ -227,6 +230,27 @@ def test_ddp_cuts_one_bucket_first_then_rebuilds_once_unless_it_finds_unused_par
     assert found["find_unused_parameters"] and len(cuts[0]) == 3  # capped from the first step ...
     assert cuts[0] == cuts[1] == cuts[2]  # ... and never rebuilt
     assert cuts[0] != order.bucket_params(default[1])  # the reverse of parameters(), cut from its front
+
+
+def test_ddp_caps_the_first_rebuilt_bucket_at_1_mib_only_while_bucket_cap_mb_is_unset(ranks):
+    """The chapter's rule: unset, ``bucket_cap_mb`` is 25 MiB but the first bucket (the gradients ready
+    first) closes at ``dist._DEFAULT_FIRST_BUCKET_BYTES``; set by hand, even to 25, every bucket takes it.
+    Hidden layers of 512 are 1,050,624 bytes each: the last two layers pass 1 MiB, the whole model does
+    not pass 25 MiB, so the two settings cut step 2 differently."""
+    import torch.distributed as dist
+
+    first = dist._DEFAULT_FIRST_BUCKET_BYTES
+    assert first == 1024 * 1024
+    unset = ranks.run("bucket_order", hidden=512, depth=3, bucket_cap_mb=None, steps=2, echo=False)
+    given = ranks.run("bucket_order", hidden=512, depth=3, bucket_cap_mb=25, steps=2, echo=False)
+    cut = order.buckets(unset[0]["steps"][1])
+    assert [b["params"] for b in cut] == [
+        ["6.bias", "6.weight", "4.bias", "4.weight"],
+        ["2.bias", "2.weight", "0.bias", "0.weight"],
+    ]
+    # closed by the tensor that took it to 1 MiB or past: 4.weight, 512 x 512 floats
+    assert cut[0]["bytes"] >= first > cut[0]["bytes"] - 512 * 512 * 4
+    assert len(order.buckets(given[0]["steps"][1])) == 1  # 25 given: the first bucket's cap is 25 MiB too
 
 
 def test_the_ranks_keep_what_they_printed_in_the_last_run(ranks):
