@@ -75,12 +75,21 @@ def test_budgets_hold():
             assert len(block.split()) <= 400
 
 
-def test_the_thread_table_comes_early_after_its_heading_and_figures_have_alt_text():
-    at = NB.cells.index(TAGGED["thread-table"])
+def test_the_copies_come_early_after_their_heading_and_figures_have_alt_text():
+    at = NB.cells.index(TAGGED["copies"])
     assert at <= 4  # the key result within the first five cells, after the prose that says what it shows
     before = next(c for c in reversed(NB.cells[:at]) if c.cell_type == "markdown")
     assert "## What DataParallel repeats every step, on your slots" in before.source
     assert [c.cell_type for c in NB.cells[at - 1 : at + 1]] == ["code", "code"]  # only the set-up between
+    # one idea a cell: the copies, what they show, then the thread table's question, the table, its reading
+    table = NB.cells.index(TAGGED["thread-table"])
+    assert [c.cell_type for c in NB.cells[at : table + 2]] == [
+        "code",
+        "markdown",
+        "markdown",
+        "code",
+        "markdown",
+    ]
     assert "remove-cell" in NB.cells[1].metadata["tags"]
     for tag in FIGURES:
         assert TAGGED[tag].metadata["mystnb"]["image"]["alt"].strip(), tag
@@ -135,7 +144,7 @@ def test_the_first_cells_count_the_model_copied_again_on_every_step():
     replicate's broadcast is the whole model once per slot after the first."""
     from dpteach.measure import costs
 
-    scope, printed = run("thread-table")
+    scope, printed = run("copies")
     steps = [line for line in printed.splitlines() if line.startswith("step ")]
     assert len(steps) == 2 and steps[0].split(":", 1)[1] == steps[1].split(":", 1)[1]
     model, slots = scope["model"], scope["slots"]
@@ -165,7 +174,7 @@ def test_the_thread_table_says_why_it_matters_and_the_summary_uses_it():
 def test_one_bytes_table_at_most_and_chapter_09_holds_the_per_rank_traffic():
     code = " ".join(c.source for c in NB.cells if c.cell_type == "code")
     assert "through_gpu0" not in code  # the GPU-0-against-ring table lives in chapter 09's traffic table
-    prose = main_of(NB.cells[NB.cells.index(TAGGED["thread-table"]) + 1])
+    prose = main_of(NB.cells[NB.cells.index(TAGGED["copies"]) + 1])
     assert "[Chapter 09](09_beyond_one_process.ipynb)" in prose and '"What each moves per step"' in prose
     ch09 = nbformat.read(ROOT / "notebooks" / "09_beyond_one_process.ipynb", as_version=4)
     assert any(c.source.startswith("## What each moves per step") for c in ch09.cells)
