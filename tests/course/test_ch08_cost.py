@@ -154,6 +154,34 @@ def test_the_first_cells_count_the_model_copied_again_on_every_step():
     assert f"(the model's parameters: {size:,} bytes)" in printed
 
 
+def test_the_prose_names_each_copy_as_the_counted_lines_do():
+    """The moves the counted lines print ("broadcast", "gather") are the words the prose after them uses."""
+    _, printed = run("copies")
+    first = next(line for line in printed.splitlines() if line.startswith("step 1 copied: "))
+    ops = re.findall(r"(\w[\w ]*?) [\d,]+ bytes", first.removeprefix("step 1 copied: "))
+    assert "broadcast" in ops and "gather" in ops
+    prose = main_of(NB.cells[NB.cells.index(TAGGED["copies"]) + 1])
+    for op in ops:
+        assert f"**{op}**" in prose, op
+    assert "**replicate** (the broadcast counted above)" in main_of(
+        NB.cells[NB.cells.index(TAGGED["timeline"]) + 1]
+    )
+
+
+def test_each_term_is_defined_where_the_main_path_first_uses_it():
+    text = " ".join(main_of(c) for c in NB.cells if c.cell_type == "markdown")
+    defined = {
+        r"\breplicas?\b": "keeps a replica (a copy of the model) in each",
+        r"\bbuckets?\b": "in **buckets**, groups sent together, each by an **all-reduce**",
+        r"\ball-reduces?\b": "**all-reduce**, which sums a tensor across the GPUs and leaves the sum on every one",
+        r"\bplain step\b": "the plain step, the bare model on one GPU",
+    }
+    for term, definition in defined.items():
+        first = re.search(term, text, flags=re.I).start()
+        at = text.index(definition)
+        assert at <= first < at + len(definition), (term, text[max(0, first - 80) : first + 40])
+
+
 def test_the_thread_table_says_why_it_matters_and_the_summary_uses_it():
     """Beside the table: one thread on CPU; on GPUs cuda:0's thread takes the loss, gather and sum, the
     forwards' Python threads share the GIL, DDP a process per GPU (the fold's engine rules)."""
@@ -614,8 +642,10 @@ def test_the_over_n_figure_is_a_real_sized_step_and_the_prose_says_why_from_the_
     t4 = costmodel.predict(scope["gpt2"], "T4", 8, "DataParallel", latency=True, thread_s=0.0)
     assert 0.3 < t4.seconds("gather") / t4.total_s < 0.37  # "a third of its modelled step at n = 8"
     assert costmodel.breakdown(scope["work"], ("A100-SXM", "H200-SXM"), 4, latency=True) in printed
-    prose = main_of(NB.cells[NB.cells.index(TAGGED["timeline"]) + 1])
+    at = NB.cells.index(TAGGED["over-n"])
+    intro, prose = (main_of(NB.cells[i]) for i in (at - 1, at + 1))  # what it shows before, the reading after
     assert "a third of its modelled step at n = 8" in prose and "the fixed costs win" in prose
+    assert "falls behind" not in intro and "third" not in intro  # the figure first, then what it shows
     said = "on 4 H200s the all-reduces add more time after backward than splitting the compute saves"
     assert said in prose
     saved, after, plain = {}, {}, {}
@@ -627,8 +657,8 @@ def test_the_over_n_figure_is_a_real_sized_step_and_the_prose_says_why_from_the_
     assert saved["H200-SXM"] < after["H200-SXM"] and saved["A100-SXM"] > after["A100-SXM"]
     assert "H200-SXM: splitting the compute saves" in printed and "slower than one GPU" in printed
     # the model leaves out launches and Python: the prose reads the curves' shape
-    assert max(plain.values()) < 300 and "from compute, bandwidth and NCCL's latency estimates only" in prose
-    assert "read the shape, not the heights" in prose and "µs" not in prose
+    assert max(plain.values()) < 300 and "from compute, bandwidth and NCCL's latency estimates only" in intro
+    assert "read the shape, not the heights" in intro and "µs" not in prose + intro
     share = f"DataParallel's gather {t4.seconds('gather'):.3f} s of its {t4.total_s:.3f} s step (modelled)"
     assert printed.splitlines()[1] == f"T4, n = 8: {share}"  # the third, shown: the cell's first line
     assert "is a third of its modelled step at n = 8 (printed first)" in prose
