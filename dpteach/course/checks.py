@@ -2454,7 +2454,8 @@ def copied_per_step(
     bytes, not scaled to these slots), ``"gradients"`` (the gradients' sum counted as a copy: on one
     device it is an addition, not a copy), ``"gather share"`` (the gather counted without slot 0's own
     piece), ``"scatter"`` (the batch's scatter counted: on one device its pieces are views),
-    ``"elements"`` (elements, not bytes), ``"arithmetic"`` (within 0.1% of the answer). A sum within 0.1%
+    ``"elements"`` (elements, not bytes), ``"every slot, no gather"`` (a model copy for every slot and no
+    gather), ``"arithmetic"`` (within 0.1% of the answer). A sum within 0.1%
     of a slip's is told that slip and to check the sum. The hints climb the ladder, the
     answer from the third failed try on.
     """
@@ -2494,6 +2495,15 @@ def copied_per_step(
         ),
         truth // 4: ("elements", "you counted elements; count bytes: 4 per float32"),
     }
+    slips.setdefault(  # a model copy for every slot, the gather left out: two changes
+        truth + P - gathered,
+        (
+            "every slot, no gather",
+            f"that is {n} model copies and no gather. Slot 0 needs no copy (its replica shares the model's "
+            f"storage), so count {n - 1}; then add the gather, which copies the whole output onto slot 0, "
+            f"{gathered:,} bytes",
+        ),
+    )
     if n > 1:  # the gather read as copying only the other slots' pieces: it copies slot 0's piece too
         slips.setdefault(
             truth - gathered // n,
@@ -2540,8 +2550,8 @@ def copied_per_step(
             'Read the two "step 1 copied" and "step 2 copied" lines under "What DataParallel repeats '
             'every step": which move grows with the slots, and which copies the same bytes whatever their '
             "number?",
-            f"The model is {P:,} bytes of parameters (the line under the steps). Replicate gives every slot "
-            "but slot 0 a copy; gather copies the whole output onto slot 0 once.",
+            f"The model is {P:,} bytes of parameters (the line under the steps). The broadcast gives every "
+            "slot but slot 0 a copy; the gather copies the whole output onto slot 0 once.",
         ],
         answer,
     )
@@ -2558,8 +2568,9 @@ def copied_per_step(
         fail,
         guess,
         slips,
-        f"{guess:,} is too {'many' if guess > truth else 'few'}, and no usual slip gives it: add "
-        "replicate's bytes (a model copy for each slot after slot 0) and gather's (the whole output, once).",
+        f'{guess:,} bytes is too {"many" if guess > truth else "few"}. Add the two moves the "step" lines '
+        "name: the broadcast (one model copy for each slot after slot 0) and the gather (the whole output, "
+        "once).",
     )
 
 

@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[2]
 NB = nbformat.read(ROOT / "notebooks" / "08_real_gpus.ipynb", as_version=4)
 TAGGED = {tag: c for c in NB.cells for tag in c.metadata.get("tags", [])}
-FIGURES = ("timeline", "over-n", "published", "my-timing")
+FIGURES = ("timeline", "over-n", "my-timing")
 
 
 def main_path_words(nb) -> int:
@@ -48,6 +48,22 @@ def run(*tags: str) -> tuple[dict, str]:
     return scope, out.getvalue()
 
 
+def fold_commands() -> tuple[dict, str]:
+    """The two commands the model's check names in its fold (the table, the figure), run after the set-up
+    cell, as a learner pasting them into a cell would; what they printed."""
+    fold = re.search(r"<details>.*?</details>", TAGGED["checked"].source, flags=re.S).group(0)
+    commands = [c for c in re.findall(r"`([^`]+)`", fold) if re.match(r"(print\()?published\.\w+\(", c)]
+    assert [c.split("(")[1 if c.startswith("print") else 0] for c in commands] == [
+        "published.ratios",
+        "published.figure",
+    ], commands
+    scope, _ = run()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(f"{commands[0]}\nfig = {commands[1]}", scope)
+    return scope, out.getvalue()
+
+
 def test_budgets_hold():
     assert main_path_words(NB) <= 1260  # the course is at its 18,000 words: this chapter may not grow
     folds = [b for c in NB.cells for b in re.findall(r"<summary>Going deeper", c.source)]
@@ -59,12 +75,21 @@ def test_budgets_hold():
             assert len(block.split()) <= 400
 
 
-def test_the_thread_table_comes_early_after_its_heading_and_figures_have_alt_text():
-    at = NB.cells.index(TAGGED["thread-table"])
+def test_the_copies_come_early_after_their_heading_and_figures_have_alt_text():
+    at = NB.cells.index(TAGGED["copies"])
     assert at <= 4  # the key result within the first five cells, after the prose that says what it shows
     before = next(c for c in reversed(NB.cells[:at]) if c.cell_type == "markdown")
     assert "## What DataParallel repeats every step, on your slots" in before.source
     assert [c.cell_type for c in NB.cells[at - 1 : at + 1]] == ["code", "code"]  # only the set-up between
+    # one idea a cell: the copies, what they show, then the thread table's question, the table, its reading
+    table = NB.cells.index(TAGGED["thread-table"])
+    assert [c.cell_type for c in NB.cells[at : table + 2]] == [
+        "code",
+        "markdown",
+        "markdown",
+        "code",
+        "markdown",
+    ]
     assert "remove-cell" in NB.cells[1].metadata["tags"]
     for tag in FIGURES:
         assert TAGGED[tag].metadata["mystnb"]["image"]["alt"].strip(), tag
@@ -119,7 +144,7 @@ def test_the_first_cells_count_the_model_copied_again_on_every_step():
     replicate's broadcast is the whole model once per slot after the first."""
     from dpteach.measure import costs
 
-    scope, printed = run("thread-table")
+    scope, printed = run("copies")
     steps = [line for line in printed.splitlines() if line.startswith("step ")]
     assert len(steps) == 2 and steps[0].split(":", 1)[1] == steps[1].split(":", 1)[1]
     model, slots = scope["model"], scope["slots"]
@@ -127,6 +152,34 @@ def test_the_first_cells_count_the_model_copied_again_on_every_step():
     if len({str(d) for d in slots}) == len(slots) or all(d.type == "cpu" for d in slots):
         assert f"broadcast {(len(slots) - 1) * size:,} bytes" in steps[0]
     assert f"(the model's parameters: {size:,} bytes)" in printed
+
+
+def test_the_prose_names_each_copy_as_the_counted_lines_do():
+    """The moves the counted lines print ("broadcast", "gather") are the words the prose after them uses."""
+    _, printed = run("copies")
+    first = next(line for line in printed.splitlines() if line.startswith("step 1 copied: "))
+    ops = re.findall(r"(\w[\w ]*?) [\d,]+ bytes", first.removeprefix("step 1 copied: "))
+    assert "broadcast" in ops and "gather" in ops
+    prose = main_of(NB.cells[NB.cells.index(TAGGED["copies"]) + 1])
+    for op in ops:
+        assert f"**{op}**" in prose, op
+    assert "**replicate** (the broadcast counted above)" in main_of(
+        NB.cells[NB.cells.index(TAGGED["timeline"]) + 1]
+    )
+
+
+def test_each_term_is_defined_where_the_main_path_first_uses_it():
+    text = " ".join(main_of(c) for c in NB.cells if c.cell_type == "markdown")
+    defined = {
+        r"\breplicas?\b": "keeps a replica (a copy of the model) in each",
+        r"\bbuckets?\b": "in **buckets**, groups sent together, each by an **all-reduce**",
+        r"\ball-reduces?\b": "**all-reduce**, which sums a tensor across the GPUs and leaves the sum on every one",
+        r"\bplain step\b": "the plain step, the bare model on one GPU",
+    }
+    for term, definition in defined.items():
+        first = re.search(term, text, flags=re.I).start()
+        at = text.index(definition)
+        assert at <= first < at + len(definition), (term, text[max(0, first - 80) : first + 40])
 
 
 def test_the_thread_table_says_why_it_matters_and_the_summary_uses_it():
@@ -149,7 +202,7 @@ def test_the_thread_table_says_why_it_matters_and_the_summary_uses_it():
 def test_one_bytes_table_at_most_and_chapter_09_holds_the_per_rank_traffic():
     code = " ".join(c.source for c in NB.cells if c.cell_type == "code")
     assert "through_gpu0" not in code  # the GPU-0-against-ring table lives in chapter 09's traffic table
-    prose = main_of(NB.cells[NB.cells.index(TAGGED["thread-table"]) + 1])
+    prose = main_of(NB.cells[NB.cells.index(TAGGED["copies"]) + 1])
     assert "[Chapter 09](09_beyond_one_process.ipynb)" in prose and '"What each moves per step"' in prose
     ch09 = nbformat.read(ROOT / "notebooks" / "09_beyond_one_process.ipynb", as_version=4)
     assert any(c.source.startswith("## What each moves per step") for c in ch09.cells)
@@ -246,11 +299,11 @@ def test_the_bucket_aside_is_what_the_model_computes():
 def test_every_published_measurement_is_drawn_beside_its_prediction_with_its_ratio_printed():
     from dpteach.measure import published
 
-    scope, printed = run("published")
+    scope, printed = fold_commands()  # the fold's table and figure, off the main path
     shipped = published.shipped()
     table = published.ratios(shipped, latency=True)
     assert table in printed and max(len(line) for line in table.splitlines()) <= 80  # one compact table
-    assert "published.measured(" not in TAGGED["published"].source  # ... and no second one
+    assert "published" not in {t for c in NB.cells for t in c.metadata.get("tags", [])}  # no cell draws it
     *panels, right = scope["fig"].axes  # one figure: a panel per DDP run, then the pair
     assert len(panels) == len(published.curves(shipped))
     for ax, m in zip(panels, published.curves(shipped)):
@@ -284,22 +337,19 @@ def test_every_published_measurement_is_drawn_beside_its_prediction_with_its_rat
     assert (
         f"DataParallel's step / DDP's, TITAN RTX: measured {measured:.3f}, modelled {modelled:.3f}" in printed
     )
-    _, again = run("published")
+    _, again = fold_commands()
     assert printed == again  # the same on every run
 
 
-def test_the_published_cell_says_plainly_whose_measurements_they_are():
+def test_the_check_says_plainly_whose_measurements_they_are():
     from dpteach.measure import published
 
-    _, printed = run("published")
     shipped = published.shipped()
+    main = main_of(TAGGED["checked"])
     if not any(m.ours for m in shipped):
-        assert (
-            f"These {len(shipped)} are published measurements. None is dpteach's own: no GPU run" in printed
-        )
-    assert "of ours" not in printed
-    for m in shipped:  # each measurement's machine and source, printed beside the ratios
-        assert f"measured on {m.in_short or m.citation}" in printed, m.id
+        assert f"Beside the {len(shipped)} published runs dpteach ships" in main
+    assert "of ours" not in markdown()
+    _, printed = fold_commands()
     rows = [line for line in printed.splitlines() if "(no DDP)" in line]
     assert len(rows) == 2  # under ResNet-50 and ResNet-101, n = 1: the README's "no ddp" step
 
@@ -308,18 +358,19 @@ def test_where_the_model_misses_is_computed_from_the_shipped_runs():
     from dpteach.measure import published
 
     shipped = [m for m in published.shipped() if not m.ours]
-    section = TAGGED["verdict"]
+    section = TAGGED["checked"]
     main, text = main_of(section), markdown()
-    assert NB.cells.index(section) == NB.cells.index(TAGGED["published"]) + 1
-    assert "checked" in NB.cells[NB.cells.index(TAGGED["published"]) - 1].metadata.get("tags", [])
+    # the main path: one plain line, the ratios' range; the rest folded
+    assert main.startswith("## How good is the model?") and len(main.split(". ")) == 1
     ratios = [r.ratio for m in shipped for r in published.compare(m, latency=True)]
     assert max(max(r, 1 / r) - 1 for r in ratios) <= 0.20
-    assert "Its steps land within a fifth of the published ones (the table's ratios)" in main
+    said = f"each measured step over its modelled one lies between {min(ratios):.2f} and {max(ratios):.2f}"
+    assert said in main
     curves = published.curves(shipped)
     shares = [100 * mod / got for m in curves for _, got, mod in published.overhead(m, latency=True)]
     without = [100 * mod / got for m in curves for _, got, mod in published.overhead(m)]
     span, span_without = (f"{min(s):.0f}% to {max(s):.0f}%" for s in (shares, without))
-    assert f'it accounts for only {span} of it (the "DDP adds" rows)' in main and max(shares) < 50
+    assert f"the model accounts for {span} of it" in text and span not in main and max(shares) < 50
     beside_fig1 = main_of(NB.cells[NB.cells.index(TAGGED["timeline"]) + 1])
     # beside figure 1 the miss is named once, in words; its figures are said where they are measured
     assert "the model misses most of what DDP adds over the plain step" in " ".join(beside_fig1.split())
@@ -328,27 +379,25 @@ def test_where_the_model_misses_is_computed_from_the_shipped_runs():
     got, mod = zip(*added)
     assert (
         f"On the ResNets DDP adds {min(got):.0f} to {max(got):.0f} ms per step measured, and only "
-        f"{min(mod):.1f} to {max(mod):.1f} ms modelled" in main
+        f"{min(mod):.1f} to {max(mod):.1f} ms modelled" in text
     )
     assert f"the model accounts for {span} of it ({span_without} without NCCL's latency" in text
     [pair] = published.pairs(shipped).values()
     measured, modelled = published.pair_ratio(pair, latency=True)
     assert (
-        f"it puts DataParallel's step {100 * (modelled - 1):.1f}% over DDP's, where the measurement says "
-        f"{100 * (measured - 1):.1f}%" in main
+        f"puts DataParallel's step on the TITAN RTX {100 * (modelled - 1):.1f}% over DDP's, where the "
+        f"measurement says {100 * (measured - 1):.1f}%" in text
     )
-    assert "the model is here for the shape of a step, not its size" in main
+    assert "read the model for the shape of a step, not its size" in main
     one = [round(100 * (m.ddp_one_gpu_s / dict(m.points)[1] - 1)) for m in curves]
-    assert f"on one GPU DDP adds {one[0]}% (ResNet-50) and {one[1]}% (ResNet-101)" in text
-    miss = abs(measured / modelled - 1)
-    assert f"on the TITAN RTX DataParallel's over DDP's missed by {100 * miss:.1f}%" in text
+    assert f"On one GPU DDP adds {one[0]}% (ResNet-50) and {one[1]}% (ResNet-101)" in text
     assert section.source.count("<details>") == 1
 
 
 def test_the_published_pair_is_shipped_and_its_set_up_quoted_with_its_source():
     from dpteach.measure import costmodel, published
 
-    section = flat(TAGGED["verdict"].source)
+    section = flat(TAGGED["checked"].source)
     assert "docs/source/en/perf_train_gpu_many.md" in section and "huggingface/transformers" in section
     for seconds in (110.5948, 101.9003, 131.4367):  # the guide's train_runtime values, to one decimal
         assert f"{seconds:.1f} s" in section
@@ -382,9 +431,9 @@ def test_each_strategy_has_one_colour_in_every_figure():
 
     from dpteach.measure.costmodel import STRATEGY_COLOURS as C
 
-    scope, _ = run("timeline", "over-n", "published")
+    scope, _ = run("timeline", "over-n")
     top, bottom = scope["top"], scope["bottom"]
-    *panels, right = scope["fig"].axes
+    *panels, right = fold_commands()[0]["fig"].axes  # the fold's figure of the published runs
     assert to_hex(top.title.get_color()) == C["DataParallel"] and to_hex(bottom.title.get_color()) == C["DDP"]
     assert to_hex(top.spines["left"].get_edgecolor()) == C["DataParallel"]
     from dpteach.measure import costmodel
@@ -439,7 +488,7 @@ def test_the_timing_cell_times_dataparallel_beside_ddp_on_a_cpu_and_keeps_the_gp
     # an optional section near the end: after the structural lessons and the model's check, before the summary
     at = NB.cells.index(TAGGED["my-timing"])
     summary = next(i for i, c in enumerate(NB.cells) if c.source.startswith("## Summary"))
-    assert NB.cells.index(TAGGED["over-n"]) < NB.cells.index(TAGGED["published"]) < at < summary
+    assert NB.cells.index(TAGGED["over-n"]) < NB.cells.index(TAGGED["checked"]) < at < summary
     # a busy machine: one plain line first, before any ratio
     assert "This machine is busy: the ratios below reflect the other programs more than DDP" in cpu
     assert cpu.index("This machine is busy") < cpu.index("speed.lines()")
@@ -456,24 +505,26 @@ def test_the_timing_cell_times_dataparallel_beside_ddp_on_a_cpu_and_keeps_the_gp
 def test_the_cpu_figure_is_explained_by_what_is_counted_and_no_verdict():
     after = main_of(NB.cells[NB.cells.index(TAGGED["my-timing"]) + 1])
     assert "timing-why" in NB.cells[NB.cells.index(TAGGED["my-timing"]) + 1].metadata["tags"]
-    # backward on the caller's thread and the slots' forwards in turn: DataParallel on a CPU uses one core
-    assert "thread that called `backward()` (the thread table)" in after
-    assert (
-        "forwards in turn. So DataParallel on CPU slots uses one core for the same work plus its copies"
-        in after
+    # the times are shown and not read; what is said rests on counts
+    assert after.startswith(
+        "These times are shown, not read: a busy machine moves them. What the counts show"
     )
-    # no ratio foretold and none judged here: the printed lines read each way's range themselves
-    assert "sits near 1" not in after and "below 1" not in after and "above 1" not in after
-    assert "process with its own thread" in after and "intra-op threads" in after
-    assert after.startswith("The reason is in the counts above, not in these times")
-    assert "otherwise two threads wait for each other at the end of each operation" in after
+    # backward on the caller's thread and the slots' forwards in turn: DataParallel on a CPU uses one core
+    assert "thread that called `backward()` (the thread table) and its forwards in turn" in after
+    assert "so it uses one core, for the same work plus its copies" in after
+    # what the ranks do that the two threads do not: a process and thread each, and an all-reduce per step
     assert "which ran all its backward nodes (the rank lines)" in after  # thread evidence, not the timing
+    assert "each all-reduces every gradient, every step, over gloo" in after
+    assert "The two intra-op threads split each large operation and send no gradients" in after
     assert "the figure says nothing about gpus" in after.lower()
-    for verdict in ("faster", "slower", "wins", "beats"):
+    # no ratio foretold and none judged here: the printed lines read each way's range themselves
+    for verdict in ("faster", "slower", "wins", "beats", "sits near 1", "below 1", "above 1"):
         assert verdict not in after, verdict
     scope, _ = run("thread-table")
     if not scope["on_gpu"]:  # the counted evidence the prose rests on: every node on the caller thread
         assert scope["recorded"].roles == {"caller thread"}
+    code = TAGGED["my-timing"].source  # the rank lines the prose names: each rank's nodes, its thread
+    assert "backward nodes on the thread that called " in code
 
 
 def test_the_gpu_cell_prints_one_line_on_a_cpu():
@@ -593,8 +644,10 @@ def test_the_over_n_figure_is_a_real_sized_step_and_the_prose_says_why_from_the_
     t4 = costmodel.predict(scope["gpt2"], "T4", 8, "DataParallel", latency=True, thread_s=0.0)
     assert 0.3 < t4.seconds("gather") / t4.total_s < 0.37  # "a third of its modelled step at n = 8"
     assert costmodel.breakdown(scope["work"], ("A100-SXM", "H200-SXM"), 4, latency=True) in printed
-    prose = main_of(NB.cells[NB.cells.index(TAGGED["timeline"]) + 1])
+    at = NB.cells.index(TAGGED["over-n"])
+    intro, prose = (main_of(NB.cells[i]) for i in (at - 1, at + 1))  # what it shows before, the reading after
     assert "a third of its modelled step at n = 8" in prose and "the fixed costs win" in prose
+    assert "falls behind" not in intro and "third" not in intro  # the figure first, then what it shows
     said = "on 4 H200s the all-reduces add more time after backward than splitting the compute saves"
     assert said in prose
     saved, after, plain = {}, {}, {}
@@ -606,8 +659,8 @@ def test_the_over_n_figure_is_a_real_sized_step_and_the_prose_says_why_from_the_
     assert saved["H200-SXM"] < after["H200-SXM"] and saved["A100-SXM"] > after["A100-SXM"]
     assert "H200-SXM: splitting the compute saves" in printed and "slower than one GPU" in printed
     # the model leaves out launches and Python: the prose reads the curves' shape
-    assert max(plain.values()) < 300 and "from compute, bandwidth and NCCL's latency estimates only" in prose
-    assert "read the shape, not the heights" in prose and "µs" not in prose
+    assert max(plain.values()) < 300 and "from compute, bandwidth and NCCL's latency estimates only" in intro
+    assert "read the shape, not the heights" in intro and "µs" not in prose + intro
     share = f"DataParallel's gather {t4.seconds('gather'):.3f} s of its {t4.total_s:.3f} s step (modelled)"
     assert printed.splitlines()[1] == f"T4, n = 8: {share}"  # the third, shown: the cell's first line
     assert "is a third of its modelled step at n = 8 (printed first)" in prose

@@ -52,6 +52,7 @@ def test_exercise_1_accepts_every_byte_of_the_step_on_any_number_of_slots(chapte
         ("two slots", lambda P, G: P + G),
         ("gradients", lambda P, G: 6 * P + G),
         ("elements", lambda P, G: (3 * P + G) // 4),
+        ("every slot, no gather", lambda P, G: 4 * P),  # a copy for slot 0 too, and the gather left out
         ("gather share", lambda P, G: 3 * P + G * 3 // 4),  # slot 0's quarter of the output left out
         ("scatter", lambda P, G: 3 * P + 2 * G),  # the batch (256 x 1024 float32, G bytes) counted too
         ("scatter", lambda P, G: 3 * P + G + G * 3 // 4),  # the other slots' pieces of the batch
@@ -74,6 +75,7 @@ CHANGE = {
     "two slots": "count 3 model copies, and the gather once",
     "gradients": "leave the gradients out",
     "elements": "count bytes: 4 per float32",
+    "every slot, no gather": "so count 3; then add the gather",
     "gather share": "count the whole output, 1,048,576 bytes",
     "scatter": "leave it out",
 }
@@ -82,10 +84,9 @@ CHANGE = {
 def test_exercise_1_a_number_no_slip_explains_says_what_to_add(chapter):
     model, x, _ = chapter
     verdict = checks.copied_per_step(12_345, model, x, ["cpu"] * 4)
-    assert (
-        "is too few" in verdict.message
-        and "add replicate's bytes (a model copy for each slot" in verdict.message
-    )
+    message = verdict.message.split("\nHint")[0]
+    assert "12,345 bytes is too few" in message and "usual slip" not in message
+    assert "the broadcast (one model copy for each slot after slot 0) and the gather" in message
 
 
 def test_exercise_1_a_sum_slightly_off_a_slip_names_the_slip_and_the_sum(chapter):

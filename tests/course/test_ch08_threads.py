@@ -106,8 +106,9 @@ def test_the_cell_prints_both_and_the_prose_says_which_is_measured():
         assert "autograd thread" not in table and "caller thread" in table
         assert "not run here" in expected and "autograd thread cuda:1" in expected
     at = NB.cells.index(TAGGED["thread-table"])
-    before = next(c for c in reversed(NB.cells[:at]) if c.cell_type == "markdown")  # the prose before it
-    prose = " ".join(before.source.split())
-    prose = re.sub(r"<details>.*?</details>", " ", prose, flags=re.S)
-    assert "replica 1's forward ran last, so its whole backward comes first" in prose.lower()
-    assert "the engine's rules applied to these nodes, not a run" in prose
+    before, after = (" ".join(re.sub(r"<details>.*?</details>", " ", NB.cells[i].source, flags=re.S).split())
+                     for i in (at - 1, at + 1))  # fmt: skip
+    # the question before the table, and its answer only after it
+    assert "**Predict:** whose backward nodes run first" in before and "the engine's rules applied" in before
+    assert "replica 1's forward ran last" not in before.lower()
+    assert after.startswith("Replica 1's forward ran last, so its whole backward comes first")
