@@ -135,7 +135,7 @@ def test_exercise_3_with_the_worked_answer_says_correct():
     run("\n".join(body), scope)
     verdict = eval(last, scope)
     assert verdict.ok, verdict.message
-    assert len(scope["graph"].dead_ends) == 4 and scope["shown"] == [scope["graph"]]  # the picture is shown
+    assert len(scope["graph"].dead_ends) == 6 and scope["shown"] == [scope["graph"]]  # 3 slots x 2; shown
 
 
 def test_the_four_moves_are_the_librarys_wherever_the_chapter_lists_them():
@@ -212,3 +212,18 @@ def test_the_why_section_asks_one_question_per_cell_before_the_fix():
 def test_at_most_four_going_deeper_folds():
     text = " ".join(c.source for c in cells() if c.cell_type == "markdown")
     assert 1 <= text.count("<summary>Going deeper") <= 4  # the main path reads complete without them
+
+
+def main_path_code() -> list[str]:
+    chapter = cells()
+    exercises = next(i for i, c in enumerate(chapter) if c.source.startswith("## Exercises"))
+    return [c.source for c in chapter[:exercises] if c.cell_type == "code"]
+
+
+def test_the_exercises_ask_what_the_main_path_never_printed():
+    code = main_path_code()
+    assert not any("FIX (#20910)" in s or "BROKEN" in s for s in code)  # no listing of the marked lines
+    assert not any("Sequential" in s for s in code) and "nn.Sequential(" in tagged("ex1-check")[1]
+    assert "deep_model" in tagged("ex2-check")[1]  # exercise 2 counts on exercise 1's new model
+    three = '["cpu"] * 3'
+    assert three in tagged("ex3-check")[1] and not any(three in s for s in code)  # not the drawn two slots
