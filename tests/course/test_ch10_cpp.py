@@ -50,12 +50,18 @@ def run(source: str, scope: dict) -> str:
     return printed.getvalue()
 
 
+PLAIN_CALL = 'load_inline(name="hello", cpp_sources=[hello], functions=["twice", "add_one_"]'
+
+
 def test_the_hello_extension_comes_before_cpp_load():
     hello_at, hello = tagged("hello-extension")
     first_load = min(i for i, c in enumerate(cells()) if c.cell_type == "code" and "cpp.load(" in c.source)
     assert hello_at < first_load  # the learner compiles a tiny extension before the library's
     for part in ("load_inline(", "cpp_sources=[hello]", "functions=[", "build_directory=", "perf_counter"):
         assert part in hello, part
+    before = " ".join(DETAILS.sub("", c.source) for c in cells()[:hello_at] if c.cell_type == "markdown")
+    assert PLAIN_CALL + ")" in before  # the plain call, on the main path before the cell that makes it
+    assert PLAIN_CALL + "," in hello  # the cell makes that call, plus its two arguments
 
 
 def test_the_hello_extension_runs_and_its_tensors_cross_without_a_copy(tmp_path, monkeypatch):
