@@ -209,7 +209,7 @@ def test_the_why_section_asks_one_question_per_cell_before_the_fix():
     printed = run(forward, scope)
     assert "forward() used: the member, not the zeros" in printed  # answers its prediction in its own words
     assert "register_parameter" not in printed  # a side detail, kept for the folded aside
-    assert run(history, scope).strip() == "the member's grad_fn after set_history: ReduceAdd"
+    assert run(history, scope).strip() == "the name() of the member's grad_fn after set_history: ReduceAdd"
     asks = [cells()[i - 1].source for i in (forward_at, history_at)]
     assert "zeros" in DETAILS.sub("", asks[0]) and "Predict" in asks[0]
     assert "grad_fn" in DETAILS.sub("", asks[1]) and "Predict" in asks[1]
@@ -233,3 +233,52 @@ def test_the_exercises_ask_what_the_main_path_never_printed():
     assert "deep_model" in tagged("ex2-check")[1]  # exercise 2 counts on exercise 1's new model
     three = '["cpu"] * 3'
     assert three in tagged("ex3-check")[1] and not any(three in s for s in code)  # not the drawn two slots
+
+
+def test_data_parallel_step_makes_the_moves_and_no_optimizer_runs_in_cpp():
+    source = cpp.SOURCE.read_text()
+
+    def body(signature: str) -> str:
+        start = source.index(signature)
+        return source[start : source.index("\n}\n", start)]
+
+    outer, inner = body("Result data_parallel_step("), body("std::pair<Tensor, Tensor> step(")
+    assert outer.index("clone_replicas(") < outer.index("step(replicas")  # replicate, then the rest
+    assert all(part in inner for part in ("x.chunk(", "forward(", "torch::cat(", "backward()"))
+    assert "optim" not in source  # the SGD step is Python's
+    assert "clone_replicas(" in tagged("cpp-step")[1]  # the listing shows the replicate move too
+    (paragraph,) = [
+        p
+        for c in cells()
+        if c.cell_type == "markdown"
+        for p in re.split(r"\n\s*\n", DETAILS.sub("", c.source))
+        if "four moves" in p
+    ]
+    assert "`data_parallel_step` makes" in " ".join(paragraph.split()) and "SGD ran in Python" in paragraph
+
+
+def test_the_swap_is_called_overkill_as_libtorchs_note_says():
+    header = Path(torch.__file__).parent / "include/torch/csrc/api/include/torch/nn/parallel/data_parallel.h"
+    if not header.exists():
+        pytest.skip("this torch ships no C++ headers")
+    full = header.read_text()
+    note = full[full.index("// Note [Replicating Modules]") : full.index("struct ReduceAdd")]
+    reduce_add = full[full.index("struct ReduceAdd") : full.index("void replicate_grad_edges(")]
+    assert "name()" not in reduce_add  # libtorch's own ReduceAdd keeps Node::name(), as the fold says
+    assert 'Linear.parameters_["weight"] will not' in " ".join(note.replace("//", "").split())
+    assert "overkill" in note  # possible, with every module changed, and not worth it
+    forward_at, _ = tagged("member-forward")
+    why = " ".join(DETAILS.sub("", cells()[forward_at - 1].source).split())
+    assert "cannot" not in why and "Note [Replicating Modules]" in why and "overkill" in why
+
+
+def test_a_cpp_node_is_a_cppfunction_whose_name_is_its_cpp_name():
+    needs_a_compiler()
+    scope = _chapter_scope()
+    node = cpp.rewire_step(scope["model"], scope["x"], scope["devices"]).replica_params[0]["weight"].grad_fn
+    assert type(node).__name__ == "CppFunction" and node.name() == "ReduceAdd"
+    assert 'std::string name() const override { return "ReduceAdd"; }' in cpp.SOURCE.read_text()
+    text = " ".join(" ".join(c.source.split()) for c in cells() if c.cell_type == "markdown")
+    main = " ".join(" ".join(DETAILS.sub("", c.source).split()) for c in cells() if c.cell_type == "markdown")
+    assert '`grad_fn.name()` returns its C++ `name()`, `"ReduceAdd"`' in main
+    assert "CppFunction" not in main and "a `CppFunction`" in text  # the wrapper's type: a folded aside
