@@ -2798,172 +2798,180 @@ def _no_step(name: str) -> Verdict:
     )
 
 
-def reduce_add_inputs(into_reduce_add, same_node, three) -> Verdict:
-    """Exercise 1: on three slots, how many replica parameters lead into the ``ReduceAdd`` node for
-    ``weight`` (``into_reduce_add``), and is ``three.replica_params[i]["weight"].grad_fn`` one node object
-    for every ``i`` (``same_node``)? ``three`` is ``cpp.rewire_step(model, x, ["cpu"] * 3)``: the truth is
-    read from its replicas' tensors."""
+def _ch10_step(step_fn, model, x, slots, ext):
+    """One C++ step of ``model`` on ``slots`` with ``ext``; the learner's random state is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        return step_fn(model, x, slots, extension=ext)
+
+
+def _changed(*fields: tuple[str, bool]) -> str:
+    return " and ".join(f"`{name}`" for name, bad in fields if bad)
+
+
+def reduce_add_inputs(reduce_adds, inputs_each, model, x, slots, ext) -> Verdict:
+    """Exercise 1: the fixed step of a model the chapter has not run (two ``Linear`` layers) on ``slots``.
+    ``reduce_adds``: how many ``ReduceAdd`` nodes it makes; ``inputs_each``: how many gradients each one
+    sums. The check runs ``cpp.rewire_step(model, x, slots)`` with ``ext`` and reads the truth from the
+    replicas' tensors: their distinct ``grad_fn`` objects, and how many copies share each."""
+    from collections import Counter
+
+    from .. import cpp
+
     name = "ch10.reduce_add_inputs"
-    if _unset(into_reduce_add, same_node):
-        return Verdict(
-            False,
-            "Set `into_reduce_add` to a number and `same_node` to True or False, then run this cell again.",
-        )
+    if _unset(reduce_adds, inputs_each):
+        return Verdict(False, "Set `reduce_adds` and `inputs_each` to numbers, then run this cell again.")
     malformed = _malformed(
-        (
-            not _count(into_reduce_add),
-            f"`into_reduce_add` is a whole number such as 2 (got {into_reduce_add!r})",
-        ),
-        (not isinstance(same_node, bool), f"`same_node` is True or False, no quotes (got {same_node!r})"),
+        (not _count(reduce_adds), f"`reduce_adds` is a whole number such as 2 (got {reduce_adds!r})"),
+        (not _count(inputs_each), f"`inputs_each` is a whole number such as 2 (got {inputs_each!r})"),
     )
     if malformed:
         return malformed
-    if three is None:
-        return _no_step("three")
-    copies = [replica["weight"] for replica in three.replica_params]
-    node = copies[0].grad_fn if copies else None
-    if len(copies) != 3 or node is None:
-        got = f"{len(copies)} replicas" if len(copies) != 3 else "replicas whose weight has no grad_fn"
-        return Verdict(
-            False,
-            f'Not yet: three has {got}: set three = cpp.rewire_step(model, x, ["cpu"] * 3), the fixed step '
-            "on three slots, then run this cell again.",
-            "not three rewired",
-        )
-    count = sum(copy.grad_fn is node for copy in copies)
-    same = count == len(copies)
-    parameters = len(three.replica_params[0])  # weight and bias: each has a ReduceAdd of its own
-    out = type(node.next_functions[0][0]).__name__  # the original's AccumulateGrad
+    if ext is None:
+        return _no_step("ext")
+    step = _ch10_step(cpp.rewire_step, model, x, slots, ext)
+    copies = Counter(id(p.grad_fn) for r in step.replica_params for p in r.values() if p.grad_fn is not None)
+    nodes, each = len(copies), max(copies.values(), default=0)
+    parameters, replicas = len(step.params), len(step.replica_params)
+    layers = len({key.rsplit(".", 1)[0] for key in step.params})
     answer = (
-        f"into_reduce_add = {count}, same_node = {same}: replicate_grad_edges makes one ReduceAdd for weight, "
-        f"then each of the {len(copies)} replicas' set_history calls adds one input to it; its one next edge "
-        f"leads to the original's {out}."
+        f"reduce_adds = {nodes}, inputs_each = {each}: replicate_grad_edges makes one ReduceAdd per parameter "
+        f"of the module it is given, then calls itself on each child, so the {layers} layers' {parameters} "
+        f"parameters get one each; every one of the {replicas} replicas' copies of a parameter is one input of "
+        "that parameter's node."
     )
     hints = [
-        "replicate_grad_edges makes one ReduceAdd per parameter of the original, before its loop over the "
-        "replicas; inside that loop, each set_history call adds one input to that node.",
-        "A printed grad_fn shows only its type and an address, so printouts can look alike or differ for "
-        "the same node: compare the node objects themselves, replica by replica.",
+        "replicate_grad_edges makes one ReduceAdd for each parameter of the module it is given, then does the "
+        "same for each of its children; the replicas share those nodes.",
+        f"Count the parameters of both Linear layers, weights and biases. A node gets one input from each "
+        f"replica's copy of its parameter, and this step has {replicas} replicas.",
     ]
     wrong, problem = [], ""
-    if int(into_reduce_add) != count:
-        n = int(into_reduce_add)
-        if n == count * parameters:
+    said_nodes, said_each = int(reduce_adds), int(inputs_each)
+    if said_nodes != nodes:
+        if said_nodes == parameters * replicas:
             wrong.append(
-                f"you counted every parameter's copies ({n} = {len(copies)} replicas x {parameters} parameters), "
-                "but bias has a ReduceAdd of its own: count only the copies of weight"
+                f"{said_nodes} is one node per copy; the replicas' copies of a parameter share one ReduceAdd, "
+                "made before the loop over the replicas"
             )
-            problem = "every parameter"
-        elif n == 1:
+            problem = "per copy"
+        elif said_nodes == layers:
             wrong.append(
-                f"1 is the node's way out, its one next edge (to the original's {out}), not its ways in: count the "
-                "replica tensors whose grad_fn is this node"
+                f"{said_nodes} is one node per layer, but weight and bias each get a ReduceAdd of their own"
             )
-            problem = "next edge"
+            problem = "per layer"
+        elif said_nodes == parameters // layers:
+            wrong.append(
+                f"{said_nodes} counts one layer's parameters: replicate_grad_edges also calls itself on each "
+                "child, so the other layer's get nodes too"
+            )
+            problem = "children"
+        elif said_nodes == replicas:
+            wrong.append(f"{said_nodes} is one node per replica; there is one per parameter of the original")
+            problem = "per replica"
         else:
             wrong.append(
-                f"you counted {n}: count the replica copies of weight whose grad_fn is this ReduceAdd"
+                f"you said {said_nodes} nodes: count one per parameter of the original, in every layer"
             )
-            problem = "count"
-    if same_node != same:
-        wrong.append(
-            'you said the replicas\' weight.grad_fn are different nodes, but `three.replica_params[0]["weight"]'
-            '.grad_fn is three.replica_params[1]["weight"].grad_fn` is True here'
-            if same
-            else "you said every replica's weight.grad_fn is one node, but `is` finds more than one"
-        )
-        problem = problem or "same node"
+            problem = "nodes"
+    if said_each != each:
+        if said_each == 1:
+            wrong.append(
+                "1 is a node's way out, its one next edge (to the original parameter's AccumulateGrad), not its "
+                "ways in"
+            )
+        elif said_each == 2 and replicas != 2:
+            wrong.append(f"2 was the chapter's slot count; this step runs on {replicas} slots")
+        else:
+            wrong.append(f"you said {said_each} gradients each: count the copies of one parameter")
+        problem = problem or "inputs"
     if wrong:
-        changed = " and ".join(
-            f"`{v}`"
-            for v, bad in (
-                ("into_reduce_add", int(into_reduce_add) != count),
-                ("same_node", same_node != same),
+        changed = _changed(("reduce_adds", said_nodes != nodes), ("inputs_each", said_each != each))
+        return _not_yet(name, "; ".join(wrong) + f". Change {changed}.", hints, answer, problem)
+    return _correct(
+        name,
+        f"{nodes} ReduceAdd nodes, one per parameter of both layers, each summing {each} gradients, one per "
+        "replica: replicate_grad_edges walks the whole module tree, so every layer's parameters get a node.",
+    )
+
+
+def _holding_a_grad(step) -> int:
+    """How many of a step's tensors, the original's and every replica's, hold a ``.grad``."""
+    tensors = [*step.params.values(), *(p for r in step.replica_params for p in r.values())]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # reading .grad of a non-leaf warns; autograd left it None
+        return sum(t.grad is not None for t in tensors)
+
+
+def grads_filled(with_fix, without_fix, model, x, slots, ext) -> Verdict:
+    """Exercise 2: after one step of ``model`` on ``slots``, how many tensors (the original's and every
+    replica's) hold a ``.grad``: with the fix (``cpp.rewire_step``) and without it (``cpp.clone_step``)?
+    The check runs both steps with ``ext`` and counts."""
+    from .. import cpp
+
+    name = "ch10.grads_filled"
+    if _unset(with_fix, without_fix):
+        return Verdict(False, "Set `with_fix` and `without_fix` to numbers, then run this cell again.")
+    malformed = _malformed(
+        (not _count(with_fix), f"`with_fix` is a whole number such as 2 (got {with_fix!r})"),
+        (not _count(without_fix), f"`without_fix` is a whole number such as 2 (got {without_fix!r})"),
+    )
+    if malformed:
+        return malformed
+    if ext is None:
+        return _no_step("ext")
+    fixed = _ch10_step(cpp.rewire_step, model, x, slots, ext)
+    cloned = _ch10_step(cpp.clone_step, model, x, slots, ext)
+    truth_with, truth_without = _holding_a_grad(fixed), _holding_a_grad(cloned)
+    parameters, replicas = len(fixed.params), len(fixed.replica_params)
+    answer = (
+        f"with_fix = {truth_with}, without_fix = {truth_without}: autograd writes a .grad only into a leaf. With "
+        "the fix, set_history gave every replica copy a grad_fn, so only the original's "
+        f"{parameters} parameters are leaves; without it, each of the {replicas} replicas' {parameters} "
+        "parameters is a fresh leaf that keeps its own gradient, and nothing reaches the original."
+    )
+    hints = [
+        "Autograd writes a .grad only into a leaf, through the leaf's AccumulateGrad node.",
+        "With the fix, which tensors are still leaves once set_history has run? Without it, which leaves does "
+        "each replica's gradient reach?",
+    ]
+    said_with, said_without = int(with_fix), int(without_fix)
+    wrong, problem = [], ""
+    if said_with != truth_with:
+        if said_with == parameters * (replicas + 1):
+            wrong.append(
+                "with the fix the replicas' copies hold no .grad: set_history made them non-leaves, and their "
+                "gradients go on into ReduceAdd"
             )
-            if bad
+            problem = "replicas fill"
+        elif said_with == parameters * replicas:
+            wrong.append(f"{said_with} is the replicas' copies, but with the fix they are not leaves")
+            problem = "replicas fill"
+        else:
+            wrong.append(f"you said {said_with} with the fix: count the leaves that backward reaches")
+            problem = "with"
+    if said_without != truth_without:
+        if said_without in (parameters, parameters * (replicas + 1)):
+            wrong.append(
+                "without the fix nothing reaches the original: clone() made every replica parameter a fresh "
+                "leaf with no edge back, so the original's .grad stays None"
+            )
+            problem = problem or "original under clone"
+        elif said_without == replicas:
+            wrong.append(f"each replica holds {parameters} parameters, each a leaf of its own")
+            problem = problem or "without"
+        else:
+            wrong.append(f"you said {said_without} without the fix: count each replica's leaf parameters")
+            problem = problem or "without"
+    if wrong:
+        changed = _changed(
+            ("with_fix", said_with != truth_with), ("without_fix", said_without != truth_without)
         )
         return _not_yet(name, "; ".join(wrong) + f". Change {changed}.", hints, answer, problem)
     return _correct(
         name,
-        f"{count} replica copies of weight lead into one ReduceAdd, the same object for i = 0, 1, 2, and its one "
-        f"next edge leads to the original's {out}. bias has its own: one node per parameter, one input per "
-        "replica, on any number of slots.",
-    )
-
-
-def replica_grads_none(leaf, flows_into, after) -> Verdict:
-    """Exercise 2: why every value of ``after.replica_grads`` is None. ``leaf``: is a replica's ``weight`` a
-    leaf? ``flows_into``: the name of the node its gradient goes into first. ``after`` is the chapter's
-    ``cpp.rewire_step``; the truth is read from its first replica's ``weight``."""
-    name = "ch10.replica_grads_none"
-    if _unset(leaf, flows_into):
-        return Verdict(
-            False,
-            "Set `leaf` to True or False and `flows_into` to a node's name, a string, then run this cell again.",
-        )
-    malformed = _malformed(
-        (not isinstance(leaf, bool), f"`leaf` is True or False, no quotes (got {leaf!r})"),
-        (not isinstance(flows_into, str), f'`flows_into` is a node\'s name in quotes, such as "MulBackward0" '
-         f"(got {flows_into!r})"),
-    )  # fmt: skip
-    if malformed:
-        return malformed
-    if after is None:
-        return _no_step("after")
-    weight = after.replica_params[0].get("weight") if after.replica_params else None
-    if weight is None or weight.grad_fn is None:
-        return Verdict(
-            False,
-            "Not yet: after's replicas have no rewired weight: after is the chapter's cpp.rewire_step(model, x, "
-            "devices) (rerun that cell), then run this one.",
-            "not rewired",
-        )
-    truth_leaf, node = weight.is_leaf, weight.grad_fn.name()
-    answer = (
-        f"leaf = {truth_leaf}, flows_into = {node!r}: set_history made each replica's copy an output of {node}, so "
-        "it is no longer a leaf. Autograd fills .grad only for leaves (or a tensor that called retain_grad()), and "
-        f"the copy's gradient goes into {node}, which sums it with the other replicas' into the original's .grad."
-    )
-    hints = [
-        "Autograd writes a .grad only into a leaf, through the leaf's AccumulateGrad node. What did set_history "
-        "make of the replica's copy?",
-        'Read after.replica_params[0]["weight"].is_leaf and after.replica_params[0]["weight"].grad_fn.name().',
-    ]
-    if leaf != truth_leaf:
-        return _not_yet(
-            name,
-            f'you said a replica\'s weight is a leaf, but after.replica_params[0]["weight"].is_leaf is {truth_leaf}: '
-            "set_history gave it a grad_fn. Change `leaf`.",
-            hints,
-            answer,
-            "leaf",
-        )
-    said = _word(flows_into)
-    if said != node.lower():
-        if said == "accumulategrad":
-            change, problem = (
-                "AccumulateGrad is a leaf's node, the one that writes its .grad, and this copy is not a leaf: ask "
-                "its grad_fn for its .name(). Change `flows_into`.",
-                "AccumulateGrad",
-            )
-        elif said.startswith(node.lower()):
-            change, problem = (
-                f"{flows_into.strip()} is the node of Python's strategy=\"rewire\" (chapter 03); this file's C++ node "
-                'gives its own name: ask after.replica_params[0]["weight"].grad_fn.name(). Change `flows_into`.',
-                "Python's name",
-            )
-        else:
-            change, problem = (
-                f"{flows_into!r} is not the node a replica weight's gradient goes into: ask "
-                'after.replica_params[0]["weight"].grad_fn.name(). Change `flows_into`.',
-                "node",
-            )
-        return _not_yet(name, change, hints, answer, problem)
-    return _correct(
-        name,
-        f"A replica's weight is not a leaf: set_history made it an output of {node}. Autograd fills .grad only for "
-        f"leaves, so the replica's gradient goes into {node} and on to the original's .grad, where it is summed "
-        "with the others'. (dp_original.cpp's record() reads .grad only for leaves, as autograd fills it.)",
+        f"{truth_with} with the fix, the original's parameters alone; {truth_without} without it, the replicas' "
+        "alone. A rewired replica copy is not a leaf, so autograd fills no .grad there: its gradient goes "
+        "into ReduceAdd and on to the original's.",
     )
 
 
@@ -3008,7 +3016,7 @@ def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdi
 
     hints = [
         "The fix gives each replica parameter its gradient edge with one call, autograd::set_history.",
-        "In the listing of the lines marked FIX (#20910), the parameters' one is in the loop over "
+        "In the chapter's listing of replicate_grad_edges, the parameters' one is in the loop over "
         "named_parameters. For the count: each replica holds its own copy of every parameter.",
     ]
 

@@ -141,10 +141,10 @@ def answer_module(ext):
 def test_the_chapters_answer_deletes_the_rewiring_line_and_passes(answer_module):
     deleted_line, predicted = chapter_answer()
     assert cpp.find_line(deleted_line) == PARAMETERS_FIX  # the answer names the parameters' FIX line
-    step = linear_step(answer_module)
+    step = linear_step(answer_module, ["cpu"] * 3)  # as the chapter's step 3 runs it: on three slots
     assert all(g is None for g in step.grads.values())  # the compiled module strands the gradient again
     graph = graph_of(step)
-    assert len(graph.dead_ends) == len(graph.replica_params) == 4 == predicted  # 2 replicas x (weight, bias)
+    assert len(graph.dead_ends) == len(graph.replica_params) == 6 == predicted  # 3 replicas x (weight, bias)
     verdict = checks.dead_ends_are_back(answer_module, deleted_line, graph, predicted)
     assert verdict.ok and verdict.message.startswith("Correct!")
 

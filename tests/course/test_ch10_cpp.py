@@ -50,12 +50,18 @@ def run(source: str, scope: dict) -> str:
     return printed.getvalue()
 
 
+PLAIN_CALL = 'load_inline(name="hello", cpp_sources=[hello], functions=["twice", "add_one_"]'
+
+
 def test_the_hello_extension_comes_before_cpp_load():
     hello_at, hello = tagged("hello-extension")
     first_load = min(i for i, c in enumerate(cells()) if c.cell_type == "code" and "cpp.load(" in c.source)
     assert hello_at < first_load  # the learner compiles a tiny extension before the library's
     for part in ("load_inline(", "cpp_sources=[hello]", "functions=[", "build_directory=", "perf_counter"):
         assert part in hello, part
+    before = " ".join(DETAILS.sub("", c.source) for c in cells()[:hello_at] if c.cell_type == "markdown")
+    assert PLAIN_CALL + ")" in before  # the plain call, on the main path before the cell that makes it
+    assert PLAIN_CALL + "," in hello  # the cell makes that call, plus its two arguments
 
 
 def test_the_hello_extension_runs_and_its_tensors_cross_without_a_copy(tmp_path, monkeypatch):
@@ -135,7 +141,7 @@ def test_exercise_3_with_the_worked_answer_says_correct():
     run("\n".join(body), scope)
     verdict = eval(last, scope)
     assert verdict.ok, verdict.message
-    assert len(scope["graph"].dead_ends) == 4 and scope["shown"] == [scope["graph"]]  # the picture is shown
+    assert len(scope["graph"].dead_ends) == 6 and scope["shown"] == [scope["graph"]]  # 3 slots x 2; shown
 
 
 def test_the_four_moves_are_the_librarys_wherever_the_chapter_lists_them():
@@ -203,7 +209,7 @@ def test_the_why_section_asks_one_question_per_cell_before_the_fix():
     printed = run(forward, scope)
     assert "forward() used: the member, not the zeros" in printed  # answers its prediction in its own words
     assert "register_parameter" not in printed  # a side detail, kept for the folded aside
-    assert run(history, scope).strip() == "the member's grad_fn after set_history: ReduceAdd"
+    assert run(history, scope).strip() == "the name() of the member's grad_fn after set_history: ReduceAdd"
     asks = [cells()[i - 1].source for i in (forward_at, history_at)]
     assert "zeros" in DETAILS.sub("", asks[0]) and "Predict" in asks[0]
     assert "grad_fn" in DETAILS.sub("", asks[1]) and "Predict" in asks[1]
@@ -212,3 +218,67 @@ def test_the_why_section_asks_one_question_per_cell_before_the_fix():
 def test_at_most_four_going_deeper_folds():
     text = " ".join(c.source for c in cells() if c.cell_type == "markdown")
     assert 1 <= text.count("<summary>Going deeper") <= 4  # the main path reads complete without them
+
+
+def main_path_code() -> list[str]:
+    chapter = cells()
+    exercises = next(i for i, c in enumerate(chapter) if c.source.startswith("## Exercises"))
+    return [c.source for c in chapter[:exercises] if c.cell_type == "code"]
+
+
+def test_the_exercises_ask_what_the_main_path_never_printed():
+    code = main_path_code()
+    assert not any("FIX (#20910)" in s or "BROKEN" in s for s in code)  # no listing of the marked lines
+    assert not any("Sequential" in s for s in code) and "nn.Sequential(" in tagged("ex1-check")[1]
+    assert "deep_model" in tagged("ex2-check")[1]  # exercise 2 counts on exercise 1's new model
+    three = '["cpu"] * 3'
+    assert three in tagged("ex3-check")[1] and not any(three in s for s in code)  # not the drawn two slots
+
+
+def test_data_parallel_step_makes_the_moves_and_no_optimizer_runs_in_cpp():
+    source = cpp.SOURCE.read_text()
+
+    def body(signature: str) -> str:
+        start = source.index(signature)
+        return source[start : source.index("\n}\n", start)]
+
+    outer, inner = body("Result data_parallel_step("), body("std::pair<Tensor, Tensor> step(")
+    assert outer.index("clone_replicas(") < outer.index("step(replicas")  # replicate, then the rest
+    assert all(part in inner for part in ("x.chunk(", "forward(", "torch::cat(", "backward()"))
+    assert "optim" not in source  # the SGD step is Python's
+    assert "clone_replicas(" in tagged("cpp-step")[1]  # the listing shows the replicate move too
+    (paragraph,) = [
+        p
+        for c in cells()
+        if c.cell_type == "markdown"
+        for p in re.split(r"\n\s*\n", DETAILS.sub("", c.source))
+        if "four moves" in p
+    ]
+    assert "`data_parallel_step` makes" in " ".join(paragraph.split()) and "SGD ran in Python" in paragraph
+
+
+def test_the_swap_is_called_overkill_as_libtorchs_note_says():
+    header = Path(torch.__file__).parent / "include/torch/csrc/api/include/torch/nn/parallel/data_parallel.h"
+    if not header.exists():
+        pytest.skip("this torch ships no C++ headers")
+    full = header.read_text()
+    note = full[full.index("// Note [Replicating Modules]") : full.index("struct ReduceAdd")]
+    reduce_add = full[full.index("struct ReduceAdd") : full.index("void replicate_grad_edges(")]
+    assert "name()" not in reduce_add  # libtorch's own ReduceAdd keeps Node::name(), as the fold says
+    assert 'Linear.parameters_["weight"] will not' in " ".join(note.replace("//", "").split())
+    assert "overkill" in note  # possible, with every module changed, and not worth it
+    forward_at, _ = tagged("member-forward")
+    why = " ".join(DETAILS.sub("", cells()[forward_at - 1].source).split())
+    assert "cannot" not in why and "Note [Replicating Modules]" in why and "overkill" in why
+
+
+def test_a_cpp_node_is_a_cppfunction_whose_name_is_its_cpp_name():
+    needs_a_compiler()
+    scope = _chapter_scope()
+    node = cpp.rewire_step(scope["model"], scope["x"], scope["devices"]).replica_params[0]["weight"].grad_fn
+    assert type(node).__name__ == "CppFunction" and node.name() == "ReduceAdd"
+    assert 'std::string name() const override { return "ReduceAdd"; }' in cpp.SOURCE.read_text()
+    text = " ".join(" ".join(c.source.split()) for c in cells() if c.cell_type == "markdown")
+    main = " ".join(" ".join(DETAILS.sub("", c.source).split()) for c in cells() if c.cell_type == "markdown")
+    assert '`grad_fn.name()` returns its C++ `name()`, `"ReduceAdd"`' in main
+    assert "CppFunction" not in main and "a `CppFunction`" in text  # the wrapper's type: a folded aside

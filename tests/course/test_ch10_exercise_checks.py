@@ -1,8 +1,8 @@
-"""Chapter 10's checks for exercises 1, 2 and 4: ``checks.reduce_add_inputs`` (1: the replica copies that
-lead into one ``ReduceAdd``), ``checks.replica_grads_none`` (2: why a rewired replica's ``.grad`` is None)
+"""Chapter 10's checks for exercises 1, 2 and 4: ``checks.reduce_add_inputs`` (1: how many ``ReduceAdd``
+nodes a two-layer model's fixed step makes on three slots, and how many inputs each has),
+``checks.grads_filled`` (2: how many of that step's tensors hold a ``.grad``, with the fix and without)
 and ``checks.second_step_grad`` (4: a second backward through the same ``ReduceAdd`` nodes, no
-``zero_grad`` between). Exercise 3's check is
-tested in ``tests/core/test_cpp_exercise.py``.
+``zero_grad`` between). Exercise 3's check is tested in ``tests/core/test_cpp_exercise.py``.
 
 A right answer is accepted; each wrong one is matched to its slip (``Verdict.problem``) and the message
 says what to change; the hints climb and give the answer from the third failed try. Every truth is read
@@ -60,100 +60,123 @@ def gives_answer_only_at_the_third(messages):
     return [m.split("\n")[1].split(":")[0] for m in messages] == ["Hint 1 of 2", "Hint 2 of 2", "The answer"]
 
 
-# ---------------------------------------------------------------- Exercise 1: three slots
+# ---------------------------------------------------------------- Exercises 1 and 2: a model the chapter never runs
+
+
+def two_layers() -> nn.Module:
+    """The exercises' deep_model: two Linear layers, as their cell builds it."""
+    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+
+
+SLOTS = ["cpu"] * 3
 
 
 @pytest.fixture(scope="module")
-def three(chapter):
-    model, x, _ = chapter
-    return cpp.rewire_step(model, x, ["cpu"] * 3)
+def deep(chapter):
+    torch.manual_seed(1)
+    return two_layers(), chapter[1]
 
 
-def test_exercise_1_accepts_three_copies_into_one_node(three):
-    node = three.replica_params[0]["weight"].grad_fn
-    assert node.name() == "ReduceAdd" and all(r["weight"].grad_fn is node for r in three.replica_params)
-    verdict = checks.reduce_add_inputs(3, True, three)
-    assert verdict.ok and "one ReduceAdd" in verdict.message and "AccumulateGrad" in verdict.message
-    assert checks.reduce_add_inputs(3.0, True, three).ok  # a whole float counts
+def test_exercise_1_accepts_one_node_per_parameter_and_one_input_per_replica(ext, deep):
+    model, x = deep
+    step = cpp.rewire_step(model, x, SLOTS)
+    nodes = {id(p.grad_fn) for r in step.replica_params for p in r.values()}
+    assert len(nodes) == 4 == len(step.params)  # both layers' weight and bias: the recursion into children
+    assert all(p.grad_fn.name() == "ReduceAdd" for r in step.replica_params for p in r.values())
+    verdict = checks.reduce_add_inputs(4, 3, model, x, SLOTS, ext)
+    assert verdict.ok and "4 ReduceAdd nodes" in verdict.message and "3 gradients" in verdict.message
+    assert checks.reduce_add_inputs(4.0, 3.0, model, x, SLOTS, ext).ok  # a whole float counts
+    assert checks.reduce_add_inputs(2, 2, nn.Linear(3, 2), x, ["cpu"] * 2, ext).ok  # the truth is measured
 
 
 @pytest.mark.parametrize(
-    "count, same, slip",
+    "nodes, each, slip",
     [
-        (6, True, "every parameter"),  # weight's and bias's copies together
-        (1, True, "next edge"),  # the node's way out, not its ways in
-        (2, True, "count"),  # the chapter's two slots
-        (3, False, "same node"),  # a printed grad_fn shows an address; `is` says one node
+        (12, 3, "per copy"),  # one node per replica copy
+        (2, 3, "per layer"),  # one node per layer
+        (3, 3, "per replica"),
+        (5, 3, "nodes"),
+        (4, 1, "inputs"),  # the node's way out, not its ways in
+        (4, 2, "inputs"),  # the chapter's two slots
     ],
 )
-def test_exercise_1_names_each_slip_and_says_what_to_change(three, count, same, slip):
-    verdict = checks.reduce_add_inputs(count, same, three)
+def test_exercise_1_names_each_slip_and_says_what_to_change(ext, deep, nodes, each, slip):
+    model, x = deep
+    verdict = checks.reduce_add_inputs(nodes, each, model, x, SLOTS, ext)
     assert not verdict.ok and verdict.problem == slip
     assert verdict.message.startswith("Not yet: ") and "Change `" in verdict.message
-    assert "Hint 1 of 2" in verdict.message and "into_reduce_add = 3" not in verdict.message
+    assert "Hint 1 of 2" in verdict.message and "reduce_adds = 4" not in verdict.message
 
 
-def test_exercise_1_gives_the_answer_only_from_the_third_try(three):
-    messages = three_tries(checks.reduce_add_inputs, 2, True, three)
+def test_exercise_1_gives_the_answer_only_from_the_third_try(ext, deep):
+    messages = three_tries(checks.reduce_add_inputs, 2, 3, *deep, SLOTS, ext)
     assert gives_answer_only_at_the_third(messages)
-    assert "into_reduce_add = 3, same_node = True" in messages[2]
+    assert "reduce_adds = 4, inputs_each = 3" in messages[2]
+    for hint in messages[:2]:
+        assert "[" not in hint and "grad_fn" not in hint  # the idea, no code to copy
 
 
-def test_exercise_1_asks_for_an_answer_and_a_fixed_three_slot_step(chapter, three):
-    model, x, two = chapter
-    assert checks.reduce_add_inputs(..., ..., three).message.startswith("Set `into_reduce_add`")
-    assert checks.reduce_add_inputs("3", True, three).problem == "not an answer"
-    assert checks.reduce_add_inputs(3, "yes", three).problem == "not an answer"
-    assert checks.reduce_add_inputs(3, True, None).problem == "no module"
-    assert checks.reduce_add_inputs(3, True, two).problem == "not three rewired"  # two slots
-    clone = cpp.clone_step(model, x, ["cpu"] * 3)
-    assert checks.reduce_add_inputs(3, True, clone).problem == "not three rewired"  # no ReduceAdd at all
-    assert "Hint" not in checks.reduce_add_inputs(3, True, clone).message  # costs no hint
+def test_exercise_1_asks_for_numbers_and_the_compiled_module(ext, deep):
+    model, x = deep
+    assert checks.reduce_add_inputs(..., 3, model, x, SLOTS, ext).message.startswith("Set `reduce_adds`")
+    assert checks.reduce_add_inputs("4", 3, model, x, SLOTS, ext).problem == "not an answer"
+    assert checks.reduce_add_inputs(4, 3, model, x, SLOTS, None).problem == "no module"
 
 
-# ---------------------------------------------------------------- Exercise 2: where the .grad went
-
-
-def test_exercise_2_accepts_not_a_leaf_and_the_node_it_flows_into(chapter):
-    _, _, after = chapter
-    weight = after.replica_params[0]["weight"]
-    assert not weight.is_leaf and weight.grad_fn.name() == "ReduceAdd"
-    assert all(g is None for grads in after.replica_grads for g in grads.values())
-    verdict = checks.replica_grads_none(False, "ReduceAdd", after)
+def test_exercise_2_counts_the_grads_with_and_without_the_fix(ext, deep):
+    model, x = deep
+    verdict = checks.grads_filled(4, 12, model, x, SLOTS, ext)
     assert verdict.ok and "not a leaf" in verdict.message
-    assert checks.replica_grads_none(False, " 'reduceadd'", after).ok  # spaces, quotes and case aside
+    assert checks.grads_filled(2, 4, nn.Linear(3, 2), x, ["cpu"] * 2, ext).ok  # measured, not written in
+
+
+def test_exercise_2_reads_no_grad_the_replicas_do_not_hold(ext, deep):
+    model, x = deep
+    fixed, cloned = cpp.rewire_step(model, x, SLOTS), cpp.clone_step(model, x, SLOTS)
+    assert all(not p.is_leaf for r in fixed.replica_params for p in r.values())
+    assert all(g is not None for g in fixed.grads.values())  # the original's four
+    assert all(g is None for g in cloned.grads.values())  # nothing reaches the original under clone
+    assert all(g is not None for r in cloned.replica_grads for g in r.values())  # 3 x 4 replica leaves
 
 
 @pytest.mark.parametrize(
-    "leaf, node, slip",
+    "with_fix, without_fix, slip",
     [
-        (True, "ReduceAdd", "leaf"),
-        (False, "AccumulateGrad", "AccumulateGrad"),  # a leaf's node: this copy is not one
-        (False, "ReduceAddBackward", "Python's name"),  # the Python strategy's node (chapter 03)
-        (False, "CatBackward0", "node"),
+        (16, 12, "replicas fill"),  # the replicas' copies too
+        (12, 12, "replicas fill"),
+        (4, 4, "original under clone"),  # the original under clone as under the fix
+        (4, 16, "original under clone"),
+        (4, 3, "without"),  # one per replica
+        (0, 12, "with"),
     ],
 )
-def test_exercise_2_names_each_slip_and_says_what_to_change(chapter, leaf, node, slip):
-    verdict = checks.replica_grads_none(leaf, node, chapter[2])
+def test_exercise_2_names_each_slip_and_says_what_to_change(ext, deep, with_fix, without_fix, slip):
+    verdict = checks.grads_filled(with_fix, without_fix, *deep, SLOTS, ext)
     assert not verdict.ok and verdict.problem == slip
     assert verdict.message.startswith("Not yet: ") and "Change `" in verdict.message
-    assert "Hint 1 of 2" in verdict.message
+    assert "Hint 1 of 2" in verdict.message and "with_fix = 4" not in verdict.message
 
 
-def test_exercise_2_gives_the_answer_only_from_the_third_try(chapter):
-    messages = three_tries(checks.replica_grads_none, True, "ReduceAdd", chapter[2])
+def test_exercise_2_gives_the_answer_only_from_the_third_try(ext, deep):
+    messages = three_tries(checks.grads_filled, 16, 12, *deep, SLOTS, ext)
     assert gives_answer_only_at_the_third(messages)
-    assert "leaf = False, flows_into = 'ReduceAdd'" in messages[2]
+    assert "with_fix = 4, without_fix = 12" in messages[2]
+    first_hint = messages[0].split("Hint 1 of 2: ")[1].splitlines()[0]
+    assert "(" not in first_hint and "leaf" in first_hint  # the idea, no code to copy
 
 
-def test_exercise_2_asks_for_an_answer_and_a_fixed_step(chapter):
-    model, x, _ = chapter
-    assert checks.replica_grads_none(..., "ReduceAdd", chapter[2]).message.startswith("Set `leaf`")
-    assert checks.replica_grads_none("False", "ReduceAdd", chapter[2]).problem == "not an answer"
-    assert checks.replica_grads_none(False, None, chapter[2]).problem == "not an answer"
-    assert checks.replica_grads_none(False, "ReduceAdd", None).problem == "no module"
-    clone = cpp.clone_step(model, x, DEVICES)  # its replicas' weights are leaves: nothing to explain
-    assert checks.replica_grads_none(False, "ReduceAdd", clone).problem == "not rewired"
+def test_exercise_2_asks_for_numbers_and_the_compiled_module(ext, deep):
+    model, x = deep
+    assert checks.grads_filled(4, ..., model, x, SLOTS, ext).message.startswith("Set `with_fix`")
+    assert checks.grads_filled(4, "12", model, x, SLOTS, ext).problem == "not an answer"
+    assert checks.grads_filled(4, 12, model, x, SLOTS, None).problem == "no module"
+
+
+def test_the_checks_leave_the_learners_random_state_alone(ext, deep):
+    state = torch.random.get_rng_state()
+    checks.reduce_add_inputs(4, 3, *deep, SLOTS, ext)
+    checks.grads_filled(4, 12, *deep, SLOTS, ext)
+    assert torch.equal(torch.random.get_rng_state(), state)
 
 
 # ---------------------------------------------------------------- Exercise 4: a second step
@@ -209,31 +232,23 @@ def test_exercise_4_asks_for_a_number_and_the_compiled_module(ext, chapter):
     assert checks.second_step_grad(2, model, x, DEVICES, None).problem == "no module"
 
 
-def test_a_malformed_answer_names_only_the_field_that_is_wrong(ext, chapter):
-    model, x, after = chapter
-    three = cpp.rewire_step(model, x, ["cpu"] * 3)
-    ex1 = checks.reduce_add_inputs("3", True, three).message
-    assert "`into_reduce_add`" in ex1 and "same_node" not in ex1
-    ex1 = checks.reduce_add_inputs(3, "True", three).message
-    assert "`same_node`" in ex1 and "into_reduce_add" not in ex1
-    ex2 = checks.replica_grads_none("False", "ReduceAdd", after).message
-    assert "`leaf`" in ex2 and "flows_into" not in ex2
-    ex2 = checks.replica_grads_none(False, None, after).message
-    assert "`flows_into`" in ex2 and "leaf" not in ex2
+def test_a_malformed_answer_names_only_the_field_that_is_wrong(ext, deep):
+    ex1 = checks.reduce_add_inputs("4", 3, *deep, SLOTS, ext).message
+    assert "`reduce_adds`" in ex1 and "inputs_each" not in ex1
+    ex1 = checks.reduce_add_inputs(4, None, *deep, SLOTS, ext).message
+    assert "`inputs_each`" in ex1 and "reduce_adds" not in ex1
+    ex2 = checks.grads_filled(True, 12, *deep, SLOTS, ext).message
+    assert "`with_fix`" in ex2 and "without_fix" not in ex2
+    ex2 = checks.grads_filled(4, 12.5, *deep, SLOTS, ext).message
+    assert "`without_fix`" in ex2 and "with_fix" not in ex2.replace("without_fix", "")
     assert "Hint" not in ex1 + ex2  # a slip of form costs no hint
-
-
-def test_exercise_1s_hints_nudge_and_never_write_the_code(three):
-    messages = three_tries(checks.reduce_add_inputs, 2, True, three)
-    for hint in messages[:2]:
-        assert "[" not in hint and " is three" not in hint  # no comprehension, no ready `is` test
 
 
 # ---------------------------------------------------------------- the chapter's cells
 
 CALLS = {
-    "ex1-check": "checks.reduce_add_inputs(into_reduce_add, same_node, three)",
-    "ex2-check": "checks.replica_grads_none(leaf, flows_into, after if ext else None)",
+    "ex1-check": "checks.reduce_add_inputs(reduce_adds, inputs_each, deep_model, x, slots, ext)",
+    "ex2-check": "checks.grads_filled(with_fix, without_fix, deep_model, x, slots, ext)",
     "ex3-check": "checks.dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends)",
     "ex4-check": "checks.second_step_grad(times, model, x, devices, ext)",
 }
@@ -273,14 +288,20 @@ def _scope(ext) -> dict:
     torch.manual_seed(0)
     model, x = nn.Linear(3, 2), torch.randn(6, 3)
     return dict(
-        ext=ext, reason=None, cpp=cpp, checks=checks, dpteach=dpteach, torch=torch, model=model, x=x,
+        ext=ext, reason=None, cpp=cpp, checks=checks, dpteach=dpteach, torch=torch, nn=nn, model=model, x=x,
         devices=list(DEVICES), after=cpp.rewire_step(model, x, DEVICES),
     )  # fmt: skip
+
+
+def _body(tag: str) -> str:
+    return "\n".join(_cells()[_tagged(tag)].source.rstrip().splitlines()[:-1])
 
 
 def _run_check(tag: str, scope: dict, answer: str | None = None):
     *body, last = _cells()[_tagged(tag)].source.rstrip().splitlines()
     with contextlib.redirect_stdout(io.StringIO()):
+        if tag == "ex2-check":
+            exec(_body("ex1-check"), scope)  # exercise 1's cell builds deep_model and slots for both
         exec("\n".join(body), scope)
         if answer:
             exec(answer, scope)  # the learner's lines, as the unfolded answer writes them
@@ -302,7 +323,7 @@ def test_each_check_cell_with_its_worked_answer_says_correct(ext, n):
 def test_the_check_cells_say_why_without_the_compiled_module():
     torch.manual_seed(0)  # no compiled module, so no step: the scope the chapter has then
     scope = dict(
-        ext=None, reason="no compiler", cpp=cpp, checks=checks, dpteach=dpteach, torch=torch,
+        ext=None, reason="no compiler", cpp=cpp, checks=checks, dpteach=dpteach, torch=torch, nn=nn,
         model=nn.Linear(3, 2), x=torch.randn(6, 3), devices=list(DEVICES),
     )  # fmt: skip
     for n in (1, 2, 4):  # `after` is never defined without the module: the cells must not read it
