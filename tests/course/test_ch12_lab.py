@@ -713,3 +713,21 @@ def test_the_cost_model_is_one_labelled_line_under_the_bytes_and_says_what_it_le
     # beside the snippet: torch's Python parallel_apply also starts a thread per replica
     assert "as torch's Python `parallel_apply` does" in deeper
     assert "parallel_for" not in gate and "OpenMP" not in gate  # the C++ pool's detail is left to its source
+
+
+def test_the_explorers_answers_in_text_wait_in_the_fold(capsys):
+    """Section 1 asks its predictions before the explorer; the text route that answers them is a snippet in
+    the "What you should see" fold, not a cell whose printout would sit under the widget before anyone
+    pressed a button. The snippet runs and prints what the fold says."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    intro = tagged(cells, "explorer-intro")
+    (code,) = re.findall(r"```python\n(.*?)```", intro.split("<details>")[1], re.S)
+    exec(code, {})
+    printed = capsys.readouterr().out
+    assert "clone: " in printed and ".grad is None" in printed
+    assert "rewire: " in printed and "broadcast: " in printed and "gradient norms agree" in printed
+    assert "BroadcastBackward sums 8 gradients" in printed
+    # no code cell between the predictions and section 1a prints a lab's status
+    start = next(i for i, c in enumerate(cells) if "explorer-intro" in c.metadata.get("tags", []))
+    end = next(i for i, c in enumerate(cells) if "large-lr-why" in c.metadata.get("tags", []))
+    assert not [c for c in cells[start:end] if c.cell_type == "code" and "status()" in c.source]
