@@ -679,3 +679,38 @@ def test_the_explorers_answers_in_text_wait_in_the_fold(capsys):
     start = next(i for i, c in enumerate(cells) if "explorer-intro" in c.metadata.get("tags", []))
     end = next(i for i, c in enumerate(cells) if "large-lr-why" in c.metadata.get("tags", []))
     assert not [c for c in cells[start:end] if c.cell_type == "code" and "status()" in c.source]
+
+
+def test_the_order_rule_is_said_for_one_backward_and_the_fold_says_depth_comes_first():
+    """CompareNodeTaskTime (engine.h) ranks by reentrant depth, then by sequence number: a backward() called
+    inside a node's backward shares the CPU thread's ready queue (engine.cpp, init_local_ready_queue) and its
+    nodes run before an outer node with a higher number that is ready too."""
+    ran = []
+    inner_leaf = torch.ones(2, requires_grad=True)
+    inner = (inner_leaf * 2).sum()  # made first: the lowest numbers
+
+    class Reenter(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            torch.autograd.backward(inner)  # one deeper
+            return g
+
+    x = torch.ones(2, requires_grad=True)
+    outer = (x * 3).sum()  # ready when Reenter's node runs, and numbered above the inner nodes
+    loss = outer + Reenter.apply(x).sum()
+    nodes = {"inner": inner.grad_fn, "outer": outer.grad_fn}
+    for name, fn in nodes.items():
+        fn.register_prehook(lambda grads, name=name: ran.append(name))
+    assert nodes["outer"]._sequence_nr() > nodes["inner"]._sequence_nr()
+    loss.backward()
+    assert ran == ["inner", "outer"]  # depth before number
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    rule = " ".join(tagged(cells, "order-rule").split())
+    assert "within one `backward()` call" in rule and "tied" not in rule
+    deeper = " ".join(tagged(cells, "join-order-why").split("<details>")[1].split())
+    assert "ranks first by *reentrant depth*" in deeper and "`std::priority_queue`" in deeper
+    assert "with none they tie" not in deeper and "each ties with the replica nodes of its number" in deeper
