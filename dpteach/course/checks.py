@@ -3303,8 +3303,9 @@ def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
         equal = "Equal, to the last bit" if gap == 0 else f"Equal, up to {gap:.1e} (rounding)"
         return _correct(
             name,
-            f"{equal}: the replicas computed every piece of the right gradient. What PR #20910 "
-            "added was an edge from each replica's parameter to the original, so backward delivers the sum.",
+            f"{equal}: the replicas computed every piece of the right gradient. What PR #20910 added "
+            "was a ReduceAdd node per parameter that sums the replicas' gradients and whose edge leads to "
+            "the original, so backward delivers the sum.",
         )
     return _not_yet(name, change, hints, answer_text, problem)
 

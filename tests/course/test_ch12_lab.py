@@ -427,6 +427,10 @@ def test_exercise_2_check_passes_the_answer_and_names_each_mistake(fresh_checks)
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     (answer,) = [c.source for c in cells if c.source.startswith("<details><summary>Answer 2")]
     assert "to the last bit" in answer and "rounding" not in answer
+    # the fix is both the summing node and the edge to the original, in the answer and in the check
+    answer = " ".join(answer.split())
+    assert "sums them and leads to the original" in answer and "not arithmetic" not in answer
+    assert "ReduceAdd node per parameter that sums" in right.message
     mistakes = {
         "index the layer": lambda c, r: (sum(x.weight.grad for x in c.replicas), r.model[0].weight.grad),
         "non-leaf grad": lambda c, r: (_sum(c.replicas), r.replicas[0][0].weight.grad),
