@@ -3161,11 +3161,24 @@ def one_slot_step(
         return Verdict(False, "`learned` and `is_model` are each True or False (no quotes).", "not an answer")
     grads = [p.grad for p in model.parameters()]
     reached = all(g is not None for g in grads)
-    hints = [  # the idea first; where to look only on the second try
+    hints = [  # the idea first; which answer is wrong, and why, only from the second try
         "DataParallel's job is a step; replicate's job is copies. With one device, does a step need a copy?",
-        "Read model[0].weight.grad after the backward; test `replica is model`.",
+        "Read what DataParallel.forward does when it has one device, then what replicate returns for one.",
     ]
     answer = f"learned = {reached}, is_model = {replica is model}."
+    wrong = [
+        n for n, bad in (("learned", learned != reached), ("is_model", is_model != (replica is model))) if bad
+    ]
+    if wrong and not _failures.get(name):  # two booleans: naming the wrong one would give its answer away
+        return _not_yet(
+            name,
+            "`learned` or `is_model` (or both) is not what this step shows. Set each from what you read "
+            "in the cell, not from what you expect: print model[0].weight.grad after the backward, and "
+            "`replica is model`.",
+            hints,
+            answer,
+            wrong[0],
+        )
     if learned != reached:
         seen = (
             f"after the backward, model[0].weight.grad is a tensor of norm {grads[0].norm():.3g}: the "

@@ -552,8 +552,9 @@ def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_
 
 def test_exercise_1_check_passes_the_answer_and_says_which_answer_to_change(fresh_checks):
     """Exercise 1's learner takes the step and reads both facts: the one-device DataParallel step's gradient
-    reaches the model (DataParallel.forward calls the module itself) and replicate still makes a clone. Each
-    wrong answer's message names the evidence and the variable to change."""
+    reaches the model (DataParallel.forward calls the module itself) and replicate still makes a clone. The
+    answers are two booleans, so the first wrong try names neither (that would give its answer away): it
+    says what to read. From the second try each message names the evidence and the variable to change."""
     from dpteach import DataParallel, replicate
     from dpteach.course import story
 
@@ -567,15 +568,24 @@ def test_exercise_1_check_passes_the_answer_and_says_which_answer_to_change(fres
     assert checks.one_slot_step(True, False, model, replica).ok
     for (learned, is_model), problem, change in [
         ((False, False), "learned", "Change `learned`."),
+        ((False, True), "learned", "Change `learned`."),
         ((True, True), "is_model", "Change `is_model`."),
     ]:
-        verdict = checks.one_slot_step(learned, is_model, model, replica)
-        assert not verdict.ok and verdict.problem == problem and change in verdict.message.splitlines()[0]
+        assert checks.one_slot_step(True, False, model, replica).ok  # the ladder starts again from rung 1
+        first = checks.one_slot_step(learned, is_model, model, replica)
+        line = first.message.splitlines()[0]
+        assert not first.ok and first.problem == problem and "Change `" not in line and "norm" not in line
+        assert "model[0].weight.grad" in line and "`replica is model`" in line  # what to read
+        assert "Hint 1 of 2: " in first.message
+        again = checks.one_slot_step(learned, is_model, model, replica)
+        assert not again.ok and again.problem == problem and change in again.message.splitlines()[0]
     assert checks.one_slot_step("True", False, model, replica).problem == "not an answer"
     unset = checks.one_slot_step(..., ..., model, replica)
     assert not unset.ok and "Hint" not in unset.message  # an answer not given yet costs no hint
     # a model whose gradient never arrived: the message says so
     untouched = story.make_model().to(device)
+    assert checks.one_slot_step(True, False, model, replica).ok
+    checks.one_slot_step(True, False, untouched, replica)  # the first wrong try names nothing
     assert "is None" in checks.one_slot_step(True, False, untouched, replica).message
 
 
@@ -593,6 +603,7 @@ def test_exercise_1_first_hint_names_the_idea_and_the_answer_says_one_gpu_hid_th
     (replica,) = replicate(model, [device], strategy="clone")
     hint = checks.one_slot_step(False, True, model, replica).message.split("Hint 1 of 2: ")[1]
     assert "calls the module itself" not in hint and "skips" not in hint
+    assert "learned" not in hint and "is_model" not in hint and "True" not in hint  # the idea, no answer
     assert (
         "one GPU could never have caught the 2019 bug"
         in checks.one_slot_step(True, False, model, replica).message
