@@ -269,7 +269,11 @@ def test_at_the_large_learning_rate_rounding_grows_until_the_weights_differ():
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     assert "starts a fresh run" in " ".join(tagged(cells, "explorer-intro").split())
     why = " ".join(tagged(cells, "large-lr-why").split())
-    assert "gradient norms DIFFER" in why and "*norms* only, not weights" in why and "(relative gap over 1e-4)" in why
+    assert (
+        "gradient norms DIFFER" in why
+        and "*norms* only, not weights" in why
+        and "(relative gap over 1e-4)" in why
+    )
     assert [c for c in cells if "large-lr" in c.metadata.get("tags", [])]
 
 
