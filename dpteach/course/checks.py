@@ -3195,15 +3195,31 @@ def one_slot_step(
     name = "ch12.one_slot"
     if _unset(learned, is_model):
         return Verdict(False, "Set `learned` and `is_model` to True or False, then run the cell again.")
-    if not (isinstance(learned, bool) and isinstance(is_model, bool)):
-        return Verdict(False, "`learned` and `is_model` are each True or False (no quotes).", "not an answer")
+    if malformed := _malformed(
+        (not isinstance(learned, bool), f"`learned` is True or False, no quotes (got {learned!r})"),
+        (not isinstance(is_model, bool), f"`is_model` is True or False, no quotes (got {is_model!r})"),
+    ):
+        return malformed
     grads = [p.grad for p in model.parameters()]
     reached = all(g is not None for g in grads)
-    hints = [  # the idea first; where to look only on the second try
+    hints = [  # the idea first; which answer is wrong, and why, only from the second try
         "DataParallel's job is a step; replicate's job is copies. With one device, does a step need a copy?",
-        "Read model[0].weight.grad after the backward; test `replica is model`.",
+        "Read what DataParallel.forward does when it has one device, then what replicate returns for one.",
     ]
     answer = f"learned = {reached}, is_model = {replica is model}."
+    wrong = [
+        n for n, bad in (("learned", learned != reached), ("is_model", is_model != (replica is model))) if bad
+    ]
+    if wrong and not _failures.get(name):  # two booleans: naming the wrong one would give its answer away
+        return _not_yet(
+            name,
+            "`learned` or `is_model` (or both) is not what this step shows. Set each from what you read "
+            "in the cell, not from what you expect: print model[0].weight.grad after the backward, and "
+            "`replica is model`.",
+            hints,
+            answer,
+            wrong[0],
+        )
     if learned != reached:
         seen = (
             f"after the backward, model[0].weight.grad is a tensor of norm {grads[0].norm():.3g}: the "
@@ -3341,98 +3357,11 @@ def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
         equal = "Equal, to the last bit" if gap == 0 else f"Equal, up to {gap:.1e} (rounding)"
         return _correct(
             name,
-            f"{equal}: the replicas computed every piece of the right gradient. What PR #20910 "
-            "added was an edge from each replica's parameter to the original, so backward delivers the sum.",
+            f"{equal}: the replicas computed every piece of the right gradient. What PR #20910 added "
+            "was a ReduceAdd node per parameter that sums the replicas' gradients and whose edge leads to "
+            "the original, so backward delivers the sum.",
         )
     return _not_yet(name, change, hints, answer_text, problem)
-
-
-def _counted_copies(width: int, slots: int) -> tuple[int, int, dict[str, int], dict[str, int]]:
-    """One counted step per strategy of the cost explorer's model (``widgets.cost.CostLab``, nothing timed):
-    the model's bytes, the gather's, and the bytes by operation of "broadcast" and of "clone"."""
-    from ..widgets.cost import CostLab  # the widgets package imports this one's neighbours: import late
-
-    lab = CostLab(width=width, slots=slots, strategies=("broadcast", "clone"), timed=False)
-    lab.measure()
-    ops = {c.strategy: c.bytes_by_op for c in lab.costs}
-    return lab.model_bytes, ops["clone"].get("gather", 0), ops["broadcast"], ops["clone"]
-
-
-def slot_copies(predict: Callable | object, width: int = 64, slots: Sequence[int] = (2, 3, 5)) -> Verdict:
-    """Exercise 3: ``predict(slots, model_bytes, gather_bytes)`` returns the bytes one step copies under
-    "broadcast" and under "clone", as ``(broadcast, clone)``; checked against the counts of
-    ``comm.traffic()`` at each number of ``slots``, for the cost explorer's model of hidden ``width``."""
-    name = "ch12.slot_copies"
-    hints = [  # the idea first; the strategies' counts only on the second try
-        "Count whole models: one step copies the model once for each slot whose replica gets storage of "
-        "its own, and the outputs once, gathered onto slot 0.",
-        "Does slot 0's replica get storage of its own under each strategy? At 4 slots the two "
-        "strategies copy 3.0x and 4.0x the model's bytes, plus the gather.",
-    ]
-    answer = (
-        "broadcast = (slots - 1) * model_bytes + gather_bytes; clone = slots * model_bytes + gather_bytes."
-    )
-    for n in slots:
-        model, gather, counted_b, counted_c = _counted_copies(width, n)
-        try:
-            given = predict(n, model, gather)
-        except Exception as err:  # noqa: BLE001 - the learner's code: say what it raised
-            return Verdict(False, f"Not yet: predict({n}, {model:,}, {gather:,}) raised {err!r}.", "raised")
-        if _unset(*(given if isinstance(given, tuple) else (given,))):
-            return Verdict(False, "Fill in `broadcast` and `clone` in predict, then run this cell again.")
-        if malformed := _malformed(
-            (
-                not (isinstance(given, (tuple, list)) and len(given) == 2 and all(_count(v) for v in given)),
-                f"predict returns two whole numbers of bytes: (broadcast, clone), not {given!r}",
-            )
-        ):
-            return malformed
-        want_b, want_c = sum(counted_b.values()), sum(counted_c.values())
-        if (given[0], given[1]) == (want_c, want_b):  # both wrong the same way: say so once, for both
-            return _not_yet(
-                name,
-                f'at {n} slots "broadcast" copies {want_b:,} bytes and "clone" {want_c:,}: your two answers '
-                "are swapped. Change both: swap `broadcast` and `clone`.",
-                hints,
-                answer,
-                "swapped",
-            )
-        found = []  # (what to change, problem) for each strategy whose count is wrong
-        for strategy, got, ops in (("broadcast", given[0], counted_b), ("clone", given[1], counted_c)):
-            want = sum(ops.values())
-            if got == want:
-                continue
-            copies = want - gather
-            at = f'at {n} slots "{strategy}" copies {want:,} bytes ({", ".join(f"{k} {v:,}" for k, v in ops.items())})'
-            if got == want - gather:
-                change, problem = f"{at}, and you left out the gather: add gather_bytes once.", "no gather"
-            elif got == copies + n * gather:
-                change, problem = (
-                    f"{at}: the gather copies the outputs onto slot 0 once, not once per slot: add "
-                    "gather_bytes once.",
-                    "gather per slot",
-                )
-            elif strategy == "broadcast" and got == want + model:
-                change, problem = (
-                    f"{at}: slot 0's replica shares the model's storage, so \"broadcast\" copies nothing "
-                    "for it: take one model_bytes off.",
-                    "slot 0 copied",
-                )
-            elif strategy == "clone" and got == want - model:
-                change, problem = (
-                    f'{at}: "clone" clones the model for slot 0 too: add one model_bytes.',
-                    "slot 0 shared",
-                )
-            else:
-                change, problem = f"{at}, not {got:,}: change `{strategy}`.", "wrong count"
-            found.append((change, problem))
-        if found:  # every wrong answer named, in one message; the problem is the first one's
-            return _not_yet(name, " Also: ".join(c for c, _ in found), hints, answer, found[0][1])
-    return _correct(
-        name,
-        'On N slots "broadcast" copies (N-1)/N of the model bytes "clone" copies, plus the same gather: the '
-        "one copy it saves is slot 0's, whose replica is the model's own storage (chapters 04 and 06).",
-    )
 
 
 # ---------------------------------------------------------------- chapter 00 · start here, exercise 2

@@ -19,8 +19,8 @@ caller's thread, after ``replicate`` made the ``ReduceAddBackward`` nodes there,
 outnumbers them and every ``ReduceAddBackward`` runs after all of the replicas' nodes. torch's
 ``parallel_apply`` runs each replica's forward in a new thread, whose count starts from 0: once the
 caller's count is past the replicas' (in a training loop, after some steps), the ``ReduceAddBackward`` nodes
-are the higher, and each runs as soon as it is ready; on a fresh count they tie with the replicas' nodes and
-the order changes (``join_order`` prints these; chapter 12, the Going deeper after 2a).
+are the higher, and each runs as soon as it is ready; on a fresh count each ties with the replica nodes of its
+number, the heap breaks those ties, and the order changes (``join_order`` prints these; chapter 12, the Going deeper after 2a).
 
 Plain Python, no ipywidgets; ``view_stepper.py`` only shows it.
 """
@@ -318,7 +318,7 @@ def join_order(threaded: bool, slots: int = 2, steps_before: int = 1) -> JoinOrd
     ``steps_before`` such steps there, as a training loop's earlier steps: so its numbers are the same in
     every kernel, whatever the kernel's own thread has counted. With ``steps_before=0`` the
     ``ReduceAddBackward`` nodes (made by ``replicate`` on the calling thread, before the replicas run)
-    count from 0 too, and tie with the threaded replicas' nodes.
+    count from 0 too, and each ties with the threaded replicas' nodes of its number.
 
     ``_sequence_nr()`` is a private method of PyTorch's nodes: fine for looking, not for code that must
     keep working.

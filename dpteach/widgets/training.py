@@ -30,8 +30,9 @@ from ..data_parallel import DataParallel, keep_replicas
 from ..replicate import STRATEGIES as _REGISTRY
 
 STRATEGIES = tuple(_REGISTRY)  # the names, in history order, for dropdowns and checks
-# How close the original's gradient norm must be to one device's to "agree" (GradRow.matches); the status
-# line names it, as the loss chart's mark names its own 1% (pictures.APART): two rules, each labelled.
+# The largest relative gap between the original's gradient norm and one device's that still "agrees"
+# (GradRow.matches); the status line names it, as the loss chart's mark names its own 1% (pictures.APART):
+# two rules, each labelled.
 MATCH = 1e-4
 _MATCH = f"{MATCH:.0e}".replace("e-0", "e-")  # as the status line prints it: 1e-4
 
@@ -103,10 +104,11 @@ class GradRow:
 
     @property
     def matches(self) -> bool:
-        """The original got a gradient as large as one device's (both norms agree to ``MATCH``, relative
-        for norms above 1)."""
-        return self.original is not None and abs(self.original - self.reference) <= MATCH * max(
-            1.0, self.reference
+        """The original got a gradient as large as one device's: the two norms differ by at most ``MATCH``
+        of one device's norm (a relative gap at every size; a zero norm must be matched exactly). It compares
+        norms only, not the gradients' entries or the weights."""
+        return self.original is not None and abs(self.original - self.reference) <= MATCH * abs(
+            self.reference
         )
 
 
@@ -246,11 +248,11 @@ class TrainingLab:
         # still agree: one device blows up alike)
         if loss > self.losses[0]:
             line = f"{line} · the loss is above its start: the learning rate is too large"
-        # what it compares is each parameter's gradient norm (GradRow.matches), not the weights
-        # labelled with its tolerance, so it never reads as the loss chart's 1% mark (pictures.APART)
+        # what it compares is each parameter's gradient norm (GradRow.matches), not the weights, and it
+        # says its relative tolerance, so it never reads as the loss chart's 1% mark (pictures.APART)
         if all(r.matches for r in rows):
-            return f"{line} · the original's gradient norms agree with one device's (to {_MATCH})"
-        return f"{line} · the original's gradient norms DIFFER from one device's (by over {_MATCH})"
+            return f"{line} · the original's gradient norms agree with one device's (relative gap ≤ {_MATCH})"
+        return f"{line} · the original's gradient norms DIFFER from one device's (relative gap > {_MATCH})"
 
     def __repr__(self) -> str:
         return f"<TrainingLab strategy={self.strategy!r} slots={self.slots} lr={self.lr}: {self.status()}>"

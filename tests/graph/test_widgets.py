@@ -110,6 +110,21 @@ def test_fixed_strategies_train_like_one_device(strategy):
     assert all(g is None for r in rows for g in r.replicas)  # replicas are not leaves: they passed theirs on
 
 
+def test_the_gradient_norms_agree_by_a_relative_gap_at_every_size():
+    """GradRow.matches is what the status line says: a relative gap of at most MATCH, for small norms too."""
+    from dpteach.widgets.training import MATCH, GradRow
+
+    def row(reference, original):
+        return GradRow("w", (2,), reference, original, ())
+
+    assert row(0.5, 0.5 * (1 + 0.9 * MATCH)).matches and not row(0.5, 0.5 + 0.9 * MATCH).matches
+    assert (
+        row(2000.0, 2000.0 * (1 + 0.9 * MATCH)).matches
+        and not row(2000.0, 2000.0 * (1 + 1.1 * MATCH)).matches
+    )
+    assert not row(0.5, None).matches and row(0.0, 0.0).matches
+
+
 def test_one_slot_runs_the_module_itself_so_even_clone_learns():
     lab = TrainingLab("clone", slots=1, steps=10)
     lab.run()
@@ -199,7 +214,7 @@ def test_the_off_axis_note_names_the_steps_each_line_leaves_at():
     # the status line's DIFFER measures gradient norms, by its own tolerance, and says which
     short = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=10)
     short.run()
-    assert short.status().endswith("gradient norms DIFFER from one device's (by over 1e-4)")
+    assert short.status().endswith("gradient norms DIFFER from one device's (relative gap > 1e-4)")
     calm = TrainingLab("rewire", slots=2, lr=0.2, steps=60)
     calm.run()  # a run that learns keeps its linear axis and has no mark
     svg = decode_img(loss_curve(calm.losses, calm.reference_losses, calm.strategy, calm.steps))
