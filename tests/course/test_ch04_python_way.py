@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import warnings
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from dpteach.replicate import STRATEGIES
 ROOT = Path(__file__).resolve().parents[2]
 CPU2 = ["cpu", "cpu"]
 CPU3 = ["cpu", "cpu", "cpu"]
+DETAILS_RE = re.compile(r"<details\b.*?</details>", re.S)
 
 
 def tol(a, b):
@@ -529,3 +531,24 @@ def test_a_missing_import_is_named_and_costs_no_hint():
 def test_exercise_3_check_cell_is_found_by_its_tag():
     (cell,) = [c for c in _chapter().cells if "ex3-check" in c.metadata.get("tags", [])]
     assert "checks.broadcast_layout(index, shared, devices)" in cell.source
+
+
+# --- the chapter's layout: each exercise's answer after its check ---------------------------
+
+
+def _tagged_index(cells, tag):
+    (i,) = [i for i, c in enumerate(cells) if tag in c.metadata.get("tags", [])]
+    return i
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_each_exercise_has_its_own_answer_right_after_its_check(n):
+    cells = _chapter().cells
+    at = _tagged_index(cells, f"ex{n}-check")
+    after = cells[at + 1]
+    assert after.cell_type == "markdown" and after.source.startswith("<details><summary>Answer</summary>"), (
+        f"exercise {n}: put its <details><summary>Answer</summary> block in the cell after its check"
+    )
+    start = next(i for i, c in enumerate(cells) if c.source.startswith("## Exercises"))
+    asked = "\n".join(DETAILS_RE.sub("", c.source) for c in cells[start:at] if c.cell_type == "markdown")
+    assert re.search(rf"^{n}\. ", asked, re.M), f"exercise {n}: ask it under ## Exercises, above its check"
