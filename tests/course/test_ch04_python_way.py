@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import inspect
+import re
 import warnings
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from dpteach.replicate import STRATEGIES
 ROOT = Path(__file__).resolve().parents[2]
 CPU2 = ["cpu", "cpu"]
 CPU3 = ["cpu", "cpu", "cpu"]
+DETAILS_RE = re.compile(r"<details\b.*?</details>", re.S)
 
 
 def tol(a, b):
@@ -529,3 +532,53 @@ def test_a_missing_import_is_named_and_costs_no_hint():
 def test_exercise_3_check_cell_is_found_by_its_tag():
     (cell,) = [c for c in _chapter().cells if "ex3-check" in c.metadata.get("tags", [])]
     assert "checks.broadcast_layout(index, shared, devices)" in cell.source
+
+
+# --- the chapter's layout: answers after checks, the trap asked before it is shown -------------
+
+
+def _tagged_index(cells, tag):
+    (i,) = [i for i, c in enumerate(cells) if tag in c.metadata.get("tags", [])]
+    return i
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_each_exercise_has_its_own_answer_right_after_its_check(n):
+    cells = _chapter().cells
+    at = _tagged_index(cells, f"ex{n}-check")
+    after = cells[at + 1]
+    assert after.cell_type == "markdown" and after.source.startswith("<details><summary>Answer</summary>"), (
+        f"exercise {n}: put its <details><summary>Answer</summary> block in the cell after its check"
+    )
+    start = next(i for i, c in enumerate(cells) if c.source.startswith("## Exercises"))
+    asked = "\n".join(DETAILS_RE.sub("", c.source) for c in cells[start:at] if c.cell_type == "markdown")
+    assert re.search(rf"^{n}\. ", asked, re.M), f"exercise {n}: ask it under ## Exercises, above its check"
+
+
+def test_nothing_before_exercise_1_shows_its_answer():
+    """Exercise 1 asks which objects a replica shares with the original, and the line that shares them."""
+    cells = _chapter().cells
+    line = next(
+        s.strip()
+        for s in inspect.getsource(nn.Module._replicate_for_data_parallel).splitlines()
+        if "__dict__" in s
+    )
+    earlier = [c.source for c in cells[: _tagged_index(cells, "ex1-check")]]
+    assert not any(line in s for s in earlier), "the shared-dict line appears before exercise 1 asks for it"
+    assert not any(".members is" in s for s in earlier), "a cell before exercise 1 prints whose members it is"
+
+
+def test_the_trap_is_predicted_before_it_runs_and_a_rule_follows():
+    cells = _chapter().cells
+    at = _tagged_index(cells, "cpu-slots-trap")
+    asked = cells[at - 1]
+    assert asked.cell_type == "markdown" and "Predict" in DETAILS_RE.sub("", asked.source)
+    rule = DETAILS_RE.sub("", cells[at + 1].source)
+    assert "read each parameter by name" in rule and "rebuilt on every forward" in rule
+
+
+def test_gradients_are_compared_by_one_helper_defined_once():
+    code = [c.source for c in _chapter().cells if c.cell_type == "code"]
+    assert sum("def assert_grads_match" in s for s in code) == 1
+    assert sum("torch.testing.assert_close" in s for s in code) == 1  # only inside the helper
+    assert sum("assert_grads_match(" in s for s in code) >= 5  # its definition and its uses
