@@ -155,6 +155,16 @@ REPLICA_0 = {
 }
 
 
+def test_broadcast_hands_slot_0_the_models_own_weight_as_a_view():
+    model = story.make_model()
+    replicas = dpteach.replicate(model, DEVICES, strategy="broadcast")
+    weight, own = replicas[0][0].weight, model[0].weight
+    assert weight is not own and weight._base is own  # a view of the model's weight itself, not a copy
+    assert type(weight.grad_fn).__name__ == "BroadcastBackward"  # with the edge attached
+    other = replicas[1][0].weight
+    assert other._base is None and other.data_ptr() != own.data_ptr()  # slot 1: a copy of its own
+
+
 def test_the_replica_0_table_shows_each_strategys_edge_leaf_and_storage():
     rows = [line.split() for line in run_cell(_tagged("replica-0-table")).splitlines()[1:]]
     assert {row[0]: tuple(row[1:]) for row in rows} == REPLICA_0
