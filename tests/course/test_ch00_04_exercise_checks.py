@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import nbformat
@@ -74,6 +75,14 @@ def test_mean_of_means_climbs_to_the_answer():
     assert "The answer: two_slots = True, three_slots = False" in tries[2].message
     unset = checks.mean_of_means(..., True)
     assert "True or False" in unset.message and "Hint" not in checks.mean_of_means("yes", False).message
+
+
+def test_chapter_00_exercise_1s_answer_quotes_the_measured_differences():
+    (gathered_2, averaged_2, _), (gathered_3, averaged_3, _) = (checks._slot_means(s) for s in (2, 3))
+    answer = _tagged("00_start_here.ipynb", "ex1-answer")
+    assert f"up to {averaged_3:.1e}" in answer  # the 3-slot gap the check prints, to two digits
+    rounding = float(re.search(r"2 slots stay below (\S+),", answer).group(1))
+    assert max(gathered_2, averaged_2, gathered_3) < rounding < averaged_3  # float rounding only, on 2
 
 
 def test_chapter_00_exercise_1_has_its_check_cell():
