@@ -150,8 +150,8 @@ def test_backward_moves_reads_a_move_in_any_case():
 def test_chapter_00_answers_come_after_their_checks(number):
     cells = nbformat.read(NOTEBOOKS / "00_start_here.ipynb", as_version=4).cells
     at = {tag: i for i, c in enumerate(cells) for tag in c.metadata.get("tags", [])}
-    check = "ex3-idle" if number == 3 else f"ex{number}-check"
-    assert at[f"ex{number}-answer"] > at[check]  # the learner meets the check before the worked answer
+    for check in ("ex3-idle", "ex3-pieces") if number == 3 else (f"ex{number}-check",):
+        assert at[f"ex{number}-answer"] > at[check]  # the learner meets the check before the worked answer
     assert "<summary>Answer</summary>" in cells[at[f"ex{number}-answer"]].source
 
 
@@ -303,6 +303,16 @@ def test_idle_slots_are_the_counts_torch_chunk_leaves_a_slot_without_rows():
     assert missed.problem == "missed" and "2 more slot counts" in missed.message
     assert "7" not in missed.message.split("Hint")[0]  # says how many were missed, not which
     assert checks.idle_slots({6}, rows=12).problem == "extra and missed"
+
+
+def test_idle_slots_tells_chunk_from_the_divisor_rule_on_10_rows():
+    assert checks.idle_slots({6, 7, 8}, rows=10).ok
+    wrong = checks.idle_slots({3, 4, 6, 7, 8}, rows=10)  # "a count that does not divide 10 leaves one idle"
+    assert (
+        not wrong.ok
+        and wrong.problem == "extra"
+        and "with 3 or 4 slots every slot gets rows" in wrong.message
+    )
 
 
 def test_idle_slots_climbs_to_the_answer_and_asks_for_counts():
