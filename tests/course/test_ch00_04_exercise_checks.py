@@ -116,6 +116,16 @@ def test_backward_moves_names_the_swap(swap, problem):
     assert not verdict.ok and verdict.problem == problem and "Hint 1 of 2" in verdict.message
 
 
+@pytest.mark.parametrize("one, other", [("gather", "scatter"), ("replicate", "parallel_apply")])
+def test_backward_moves_names_a_swapped_pair_only_from_the_second_try(one, other):
+    swapped = {**RIGHT_MOVES, one: RIGHT_MOVES[other], other: RIGHT_MOVES[one]}
+    first, second = checks.backward_moves(swapped), checks.backward_moves(swapped)
+    said = first.message.split("\nHint")[0]
+    # the first try gets the idea and what to change; naming the pair would be the answer itself
+    assert "swap" in said and not any(move in said for move in RIGHT_MOVES)
+    assert f"you swapped {one} and {other}" in second.message and "Hint 2 of 2" in second.message
+
+
 def test_backward_moves_climbs_to_the_answer_and_reads_as_a_sentence():
     wrong = {**RIGHT_MOVES, "gather": RIGHT_MOVES["replicate"], "replicate": RIGHT_MOVES["gather"]}
     tries = [checks.backward_moves(wrong) for _ in range(3)]
