@@ -3385,7 +3385,8 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
     ``"broadcast"`` the model's ``.grad`` and ``x.grad`` fill (replicate's and scatter's backward ran),
     under ``"clone"`` the model's ``.grad`` stays ``None`` while ``x.grad`` still fills. Findings
     (``Verdict.problem``): ``"letters"`` (not one of a to d), ``"gather and scatter"`` /
-    ``"replicate and parallel_apply"`` (a pair swapped), ``"moves"`` (any other wrong letter).
+    ``"replicate and parallel_apply"`` (a pair swapped: the first wrong try says only that two moves
+    swapped letters, the second names them), ``"moves"`` (any other wrong letter).
     """
     from ..data_parallel import DataParallel
     from . import story
@@ -3429,6 +3430,12 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
                 else "replicate copied each parameter once per slot, so its backward sums the copies' gradients "
                 "into one; parallel_apply ran the replicas, so its backward runs each replica's backward"
             )
+            if not _failures.get(name):  # a first try gets the idea; naming the pair would be the answer
+                return fail(
+                    "two moves have each other's letters. For each move ask what it did forward and what "
+                    "undoes it, then swap the two letters that do not fit.",
+                    f"{one} and {other}",
+                )
             return fail(f"you swapped {one} and {other}: {why}. Swap their letters.", f"{one} and {other}")
     if wrong:
         m = wrong[0]

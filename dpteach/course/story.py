@@ -169,8 +169,11 @@ FOUR_MOVES_STEPS = (
 )  # fmt: skip
 
 
-# The dashed arrow's legend names what backward follows, not which strategy makes it: chapter 00 asks that
-GRADIENT_EDGE = "gradient edge\nback to the model"
+# The legend names what each kind of arrow means for backward, not which strategy makes the dashed one:
+# chapter 00 asks that. A solid arrow is a forward step with a gradient edge running back along it; the
+# dashed ones, from each replica to the model, are the edges replicate must create.
+FORWARD_EDGE = "forward; a gradient edge\nruns back along it"
+GRADIENT_EDGE = "the edge back that\nreplicate must create"
 
 PER_SLOT = {"pieces": "piece", "replicas": "replica", "parallel_apply": "parallel_apply", "outputs": "output"}
 
@@ -216,9 +219,11 @@ def four_moves_picture(slots: int = 2):
         lines = []
         for a, b in edges:
             lines.append(f"{a:>16} -> {b}" + ("   (the bug lives here)" if a == "replicate" else ""))
-        dashed = GRADIENT_EDGE.replace("\n", " ")
+        solid, dashed = (label.replace("\n", " ") for label in (FORWARD_EDGE, GRADIENT_EDGE))
         return "\n".join(
-            lines + [f"{f'replica {i}':>16} -> model    (dashed: {dashed})" for i in range(slots)]
+            [f"(each arrow: {solid})"]
+            + lines
+            + [f"{f'replica {i}':>16} -> model    (dashed: {dashed})" for i in range(slots)]
         )
     import graphviz
 
@@ -251,15 +256,17 @@ def four_moves_picture(slots: int = 2):
         legend.node(
             "the move with the bug", "the move\nwith the bug", shape="box", style="filled", fillcolor="salmon"
         )
-        with legend.subgraph() as row:  # a short dashed arrow, drawn level, with its meaning above it
-            row.attr(rank="same")
-            row.node("dash_from", "", shape="point", width="0.03")
-            row.node("dash_to", "", shape="point", width="0.03")
-            row.edge("dash_from", "dash_to", label=GRADIENT_EDGE, style="dashed", color="red", fontcolor="red",
-                     fontsize="10", minlen="2")  # fmt: skip
+        dashed = {"style": "dashed", "color": "red", "fontcolor": "red"}
+        for end, label, look in (("solid", FORWARD_EDGE, {}), ("dash", GRADIENT_EDGE, dashed)):
+            with legend.subgraph() as row:  # a short arrow, drawn level, with its meaning above it
+                row.attr(rank="same")
+                row.node(f"{end}_from", "", shape="point", width="0.03")
+                row.node(f"{end}_to", "", shape="point", width="0.03")
+                row.edge(f"{end}_from", f"{end}_to", label=label, fontsize="10", minlen="2", **look)
         legend.edge("a move", "data", style="invis")  # invisible edges stack the legend in a column
         legend.edge("data", "the move with the bug", style="invis")
-        legend.edge("the move with the bug", "dash_from", style="invis")
+        legend.edge("the move with the bug", "solid_from", style="invis")
+        legend.edge("solid_from", "dash_from", style="invis")
     picture.edges(edges)
     for i in range(slots):  # backward's way from each replica to the model: the edge C++'s clones lacked
         # drawn against the forward arrows, and left out of the layout, which keeps slot 0's lane on the left

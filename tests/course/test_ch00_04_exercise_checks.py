@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import nbformat
@@ -76,6 +77,14 @@ def test_mean_of_means_climbs_to_the_answer():
     assert "True or False" in unset.message and "Hint" not in checks.mean_of_means("yes", False).message
 
 
+def test_chapter_00_exercise_1s_answer_quotes_the_measured_differences():
+    (gathered_2, averaged_2, _), (gathered_3, averaged_3, _) = (checks._slot_means(s) for s in (2, 3))
+    answer = _tagged("00_start_here.ipynb", "ex1-answer")
+    assert f"up to {averaged_3:.1e}" in answer  # the 3-slot gap the check prints, to two digits
+    rounding = float(re.search(r"2 slots stay below (\S+),", answer).group(1))
+    assert max(gathered_2, averaged_2, gathered_3) < rounding < averaged_3  # float rounding only, on 2
+
+
 def test_chapter_00_exercise_1_has_its_check_cell():
     source = _tagged("00_start_here.ipynb", "ex1-check")
     assert "checks.mean_of_means(two_slots, three_slots)" in source
@@ -105,6 +114,16 @@ def test_backward_moves_accepts_the_worked_answer_and_shows_the_run():
 def test_backward_moves_names_the_swap(swap, problem):
     verdict = checks.backward_moves({**RIGHT_MOVES, **swap})
     assert not verdict.ok and verdict.problem == problem and "Hint 1 of 2" in verdict.message
+
+
+@pytest.mark.parametrize("one, other", [("gather", "scatter"), ("replicate", "parallel_apply")])
+def test_backward_moves_names_a_swapped_pair_only_from_the_second_try(one, other):
+    swapped = {**RIGHT_MOVES, one: RIGHT_MOVES[other], other: RIGHT_MOVES[one]}
+    first, second = checks.backward_moves(swapped), checks.backward_moves(swapped)
+    said = first.message.split("\nHint")[0]
+    # the first try gets the idea and what to change; naming the pair would be the answer itself
+    assert "swap" in said and not any(move in said for move in RIGHT_MOVES)
+    assert f"you swapped {one} and {other}" in second.message and "Hint 2 of 2" in second.message
 
 
 def test_backward_moves_climbs_to_the_answer_and_reads_as_a_sentence():
@@ -141,8 +160,8 @@ def test_backward_moves_reads_a_move_in_any_case():
 def test_chapter_00_answers_come_after_their_checks(number):
     cells = nbformat.read(NOTEBOOKS / "00_start_here.ipynb", as_version=4).cells
     at = {tag: i for i, c in enumerate(cells) for tag in c.metadata.get("tags", [])}
-    check = "ex3-idle" if number == 3 else f"ex{number}-check"
-    assert at[f"ex{number}-answer"] > at[check]  # the learner meets the check before the worked answer
+    for check in ("ex3-idle", "ex3-pieces") if number == 3 else (f"ex{number}-check",):
+        assert at[f"ex{number}-answer"] > at[check]  # the learner meets the check before the worked answer
     assert "<summary>Answer</summary>" in cells[at[f"ex{number}-answer"]].source
 
 
@@ -294,6 +313,16 @@ def test_idle_slots_are_the_counts_torch_chunk_leaves_a_slot_without_rows():
     assert missed.problem == "missed" and "2 more slot counts" in missed.message
     assert "7" not in missed.message.split("Hint")[0]  # says how many were missed, not which
     assert checks.idle_slots({6}, rows=12).problem == "extra and missed"
+
+
+def test_idle_slots_tells_chunk_from_the_divisor_rule_on_10_rows():
+    assert checks.idle_slots({6, 7, 8}, rows=10).ok
+    wrong = checks.idle_slots({3, 4, 6, 7, 8}, rows=10)  # "a count that does not divide 10 leaves one idle"
+    assert (
+        not wrong.ok
+        and wrong.problem == "extra"
+        and "with 3 or 4 slots every slot gets rows" in wrong.message
+    )
 
 
 def test_idle_slots_climbs_to_the_answer_and_asks_for_counts():

@@ -116,29 +116,67 @@ def _examples(printed: list[str]) -> list[tuple[int, int, str]]:
     return [(int(m.group(1)), int(m.group(2)), line) for m, line in zip(found, printed) if m]
 
 
-@pytest.mark.parametrize("widgets", [False, True], ids=["no slider", "slider"])
-def test_the_scatter_table_prints_with_or_without_the_slider(monkeypatch, widgets):
-    calls = []
-    fake = types.ModuleType("ipywidgets")  # records the sliders instead of drawing them
-    fake.IntSlider = lambda **kw: kw
-    fake.interact = lambda f, **kw: calls.append(kw)
-    monkeypatch.setitem(sys.modules, "ipywidgets", fake)
-    report = {"ipywidgets": _Item(widgets, "OK"), "notebook": _Item(True, "OK" if widgets else "info")}
-    printed = run_cell(_tagged("scatter-table"), report=report).splitlines()
-    assert len(calls) == widgets  # the sliders only in a live kernel with widgets
-    if widgets:  # the learner sets both, the rows starting at exercise 3's batch of 12
-        assert {"slots", "rows"} <= set(calls[0]) and calls[0]["rows"]["value"] == 12
+def _exercise_3_batches() -> set[int]:
+    """The row counts exercise 3's check cells ask about, read from their calls."""
+    calls = _tagged("ex3-idle") + _tagged("ex3-pieces")
+    return {int(n) for n in re.findall(r"rows=(\d+)", calls)}
+
+
+def test_the_scatter_table_prints_worked_batches_that_answer_no_exercise():
+    printed = run_cell(_tagged("scatter-table")).splitlines()
     examples = _examples(printed)
     assert len(examples) >= 2  # printed everywhere: on GitHub and in the book too
+    asked = _exercise_3_batches()
+    assert asked, "exercise 3's check cells name no batch"
     for rows, slots, line in examples:
         assert line == _table(slots, rows)  # each line is torch.chunk's cut
         # before the learner predicts: no idle slot, and not the batch of an exercise
-        assert "-" not in line and rows not in (12, 16)
+        assert "-" not in line and rows not in asked
+
+
+@pytest.mark.parametrize("widgets", [False, True], ids=["no slider", "slider"])
+def test_the_sliders_run_with_or_without_widgets(monkeypatch, widgets):
+    calls = []
+    fake = types.ModuleType("ipywidgets")  # records the sliders instead of drawing them
+    fake.IntSlider = lambda **kw: kw
+    fake.interact = lambda f, **kw: calls.append((f, kw))
+    monkeypatch.setitem(sys.modules, "ipywidgets", fake)
+    report = {"ipywidgets": _Item(widgets, "OK"), "notebook": _Item(True, "OK" if widgets else "info")}
+    scope = {"dpteach": dpteach, "torch": torch}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(_tagged("scatter-table"), scope)  # defines pieces, as the cell above the exercise does
+    printed = run_cell(_tagged("scatter-sliders"), report=report, pieces=scope["pieces"])
+    assert len(calls) == widgets  # the sliders only in a live kernel with widgets
+    if widgets:  # the learner sets both, on the table's own function
+        f, sliders = calls[0]
+        assert f is scope["pieces"] and {"slots", "rows"} <= set(sliders)
+    else:
+        assert "pieces(slots, rows)" in printed  # says what to call instead
+
+
+def test_the_sliders_come_after_exercise_3s_checks_and_answer():
+    # sliders up to 32 rows and 8 slots would show exercise 3's answers before the learner predicts
+    at = {tag: i for i, c in enumerate(_cells()) for tag in c.metadata.get("tags", [])}
+    assert at["scatter-table"] < at["ex3-idle"] < at["ex3-pieces"] < at["ex3-answer"] < at["scatter-sliders"]
+    assert "ipywidgets" not in "".join(_tagged(t) for t in ("scatter-table", "ex3-idle", "ex3-pieces"))
 
 
 def test_the_idle_slot_check_asks_exercise_3s_question():
     source = _tagged("ex3-idle")
-    assert "idle = ..." in source and "checks.idle_slots(idle, rows=12)" in source
+    assert "idle = ..." in source and re.search(r"checks\.idle_slots\(idle, rows=\d+\)", source)
+
+
+def test_exercise_3s_batch_tells_torch_chunk_from_the_divisor_rule():
+    (rows,) = map(int, re.findall(r"idle_slots\(idle, rows=(\d+)\)", _tagged("ex3-idle")))
+    idle = {s for s in range(1, 9) if len(torch.arange(rows).chunk(s)) < s}  # scatter cuts with chunk
+    non_divisors = {s for s in range(1, 9) if rows % s}
+    # "a slot count that does not divide the rows leaves one idle" must give a wrong answer here
+    assert idle and idle != non_divisors, (rows, idle)
+    from dpteach.course import checks
+
+    checks.reset()
+    assert checks.idle_slots(idle, rows=rows).ok and not checks.idle_slots(non_divisors, rows=rows).ok
+    checks.reset()
 
 
 def test_the_legend_explains_every_status_the_check_can_print():
@@ -153,6 +191,16 @@ REPLICA_0 = {
     "clone": ("None", "True", "False"),  # a leaf of its own: no edge back
     "rewire": ("ReduceAddBackward", "False", "False"),  # PR #20910's edge onto the clone
 }
+
+
+def test_broadcast_hands_slot_0_the_models_own_weight_as_a_view():
+    model = story.make_model()
+    replicas = dpteach.replicate(model, DEVICES, strategy="broadcast")
+    weight, own = replicas[0][0].weight, model[0].weight
+    assert weight is not own and weight._base is own  # a view of the model's weight itself, not a copy
+    assert type(weight.grad_fn).__name__ == "BroadcastBackward"  # with the edge attached
+    other = replicas[1][0].weight
+    assert other._base is None and other.data_ptr() != own.data_ptr()  # slot 1: a copy of its own
 
 
 def test_the_replica_0_table_shows_each_strategys_edge_leaf_and_storage():

@@ -64,7 +64,10 @@ def test_four_moves_picture_draws_one_lane_per_slot():
     picture = story.four_moves_picture()
     if isinstance(picture, str):
         assert "replica 1 -> model" in picture  # the text form names the missing edge of every replica
+        assert story.FORWARD_EDGE.replace("\n", " ") in picture  # and says what a solid arrow carries back
         return
     assert "cluster_slot0" in picture.source and "cluster_slot1" in picture.source  # a lane per slot
     assert picture.source.count("style=dashed") == 3  # one dashed edge per replica, and its legend entry
     assert "dash_from -> dash_to" in picture.source  # the legend explains the dashed arrow
+    # and the solid one: a gradient edge runs back along it, so scatter's and gather's arrows carry one too
+    assert "solid_from -> solid_to" in picture.source and "gradient edge" in story.FORWARD_EDGE
