@@ -201,7 +201,7 @@ def _kind(value: Any) -> str:
     return "another value"
 
 
-SAME = "make forward return the same structure for every piece of the batch"
+ONE_STRUCTURE_HINT = "make forward return the same structure for every piece of the batch"
 
 
 def _check_shapes(outs: list[torch.Tensor], path: str, dim: int) -> None:
@@ -261,10 +261,12 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
         if isinstance(out, dict):
             keys = set(out)
             if not all(len(d) == len(out) for d in outs):
-                raise ValueError(f"All dicts must have the same number of keys (at {path}); {SAME}")
+                raise ValueError(
+                    f"All dicts must have the same number of keys (at {path}); {ONE_STRUCTURE_HINT}"
+                )
             if not all(set(d) == keys for d in outs):
                 raise ValueError(
-                    f"All dicts must have the same keys; replica 0 has {sorted(map(str, keys))} (at {path}); {SAME}"
+                    f"All dicts must have the same keys; replica 0 has {sorted(map(str, keys))} (at {path}); {ONE_STRUCTURE_HINT}"
                 )
             return type(out)((k, gather_map([d[k] for d in outs], f"{path}[{k!r}]")) for k in out)
         if _is_namedtuple(out):
@@ -278,7 +280,7 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
             lengths = {len(o) for o in outs}
             if len(lengths) != 1:
                 raise ValueError(
-                    f"gather: replicas returned sequences of different lengths {sorted(lengths)} (at {path}); {SAME}"
+                    f"gather: replicas returned sequences of different lengths {sorted(lengths)} (at {path}); {ONE_STRUCTURE_HINT}"
                 )
             return type(out)(gather_map(v, f"{path}[{i}]") for i, v in enumerate(zip(*outs)))
         return list(outs)  # strings, numbers, other objects: one per replica
