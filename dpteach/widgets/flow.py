@@ -362,20 +362,20 @@ def _join_order(threaded: bool, slots: int) -> JoinOrder:
     owner = _replica_of(outs, ("ReduceAddBackward", "AccumulateGrad"))
     names = {id(p): name for name, p in net.named_parameters()}
     order = backward_order(nn.functional.mse_loss(gather(outs, devs[0]), y))
-    kinds = [type(fn).__name__ for fn in order]
+    node_types = [type(fn).__name__ for fn in order]
     labels = tuple(
         f"original {names[id(fn.variable)]}"
         if kind == "AccumulateGrad"
         else f"{kind} (replica {owner[fn]})"
         if fn in owner
         else kind
-        for fn, kind in zip(order, kinds)
+        for fn, kind in zip(order, node_types)
     )
-    joins = tuple(i for i, n in enumerate(kinds) if n == "ReduceAddBackward")
-    after_gather = kinds.index("GatherBackward")
+    joins = tuple(i for i, n in enumerate(node_types) if n == "ReduceAddBackward")
+    after_gather = node_types.index("GatherBackward")
     ops = tuple(
         i
-        for i, n in enumerate(kinds)
+        for i, n in enumerate(node_types)
         if i > after_gather and n not in ("ReduceAddBackward", "AccumulateGrad")
     )
     return JoinOrder(tuple(order), joins, ops, labels)
