@@ -419,6 +419,84 @@ def replica_sum(prediction: float | object, devices: Sequence, show_answer: bool
     )
 
 
+def _reached(strategy: str, devices: Sequence) -> tuple[int, int, int]:
+    """One forward of the course model under ``strategy``: how many AccumulateGrad nodes the walk back
+    from the loss reaches, how many of them are the model's, and how many parameters the model has."""
+    from ..data_parallel import DataParallel
+    from . import story
+
+    x, y = story.make_data()
+    slots = list(devices)
+    model = story.make_model().to(slots[0])
+    loss = torch.nn.functional.mse_loss(
+        DataParallel(model, slots, strategy=strategy)(x.to(slots[0])), y.to(slots[0])
+    )
+    found = _accumulators(loss.grad_fn)
+    own = {id(p) for p in model.parameters()}
+    return len(found), sum(id(node.variable) in own for node in found), len(own)
+
+
+def accumulators_reached(prediction: int | object, devices: Sequence, show_answer: bool = False) -> Verdict:
+    """The exercise: ``prediction``, how many ``AccumulateGrad`` nodes backward reaches from the loss of
+    one step under ``"clone"`` on ``devices``. Walks the loss's edges and counts. Findings
+    (``Verdict.problem``): ``"one model"`` (one model's parameters), ``"model too"`` (the model's
+    counted beside the replicas'), ``"one per replica"`` (a node per replica, not per parameter),
+    ``"none"`` (0), ``"too many"``, ``"too few"``."""
+    name = "ch01.accumulators_reached"
+    total, own, params = _reached("clone", devices)
+    replicas = total // params
+    answer = (
+        f"prediction = {total}: each of the {replicas} replicas has {params} parameters, each a fresh leaf with "
+        "its own AccumulateGrad node; none of them is the model's."
+    )
+    if show_answer:
+        return _shown(answer)
+    if _unset(prediction):
+        return Verdict(False, "Set `prediction` to a whole number, then run this cell again.")
+    if not _count(prediction):
+        return Verdict(False, f"Not yet: `prediction` is a whole number, such as 3 (got {prediction!r}).")
+    guess = int(prediction)
+    if guess == total:
+        fixed, fixed_own, _ = _reached("rewire", devices)
+        return _correct(
+            name,
+            f"The walk back from the loss reaches {total} AccumulateGrad nodes, {own} of them the model's: each "
+            f'stored its gradient in a replica\'s .grad. Under "rewire" the same walk reaches {fixed}, '
+            f"{fixed_own} of them the model's: the copies are no longer leaves, their edges lead to the original.",
+        )
+    findings = {  # a later key wins where two coincide (4 slots: one model's count is also one per replica)
+        replicas: (
+            "one per replica",
+            f"{replicas} is one node per replica, but each replica has {params} parameters",
+        ),
+        params: (
+            "one model",
+            f"{params} counts one model's parameters, but the loss was computed by {replicas} replicas",
+        ),
+        total + params: (
+            "model too",
+            f"{guess} counts the model's own {params} parameters too, but no edge leads to them",
+        ),
+        0: ("none", "0 would mean no .grad was filled, but every replica's 0.weight got one above"),
+    }
+    problem, why = findings.get(
+        guess, ("too many", f"{guess} is too many") if guess > total else ("too few", f"{guess} is too few")
+    )
+    return _offered(
+        name,
+        f"{why}. Change `prediction`.",
+        [
+            "Backward stores a gradient only through an AccumulateGrad node, one per leaf that requires grad. "
+            'Which tensors got a .grad in the step under "clone"?',
+            "Printing `model` near the top of the chapter listed two Linear layers, each with a weight and a "
+            'bias; the step under "clone" then showed which copies of 0.weight got a .grad. Count those leaves.',
+            f"Each of the {replicas} replicas holds {params} parameters, every one a fresh leaf that the forward "
+            f"used; the model's own {params} are not reached.",
+        ],
+        problem,
+    )
+
+
 # ---------------------------------------------------------------- chapter 02 · reading autograd graphs
 
 
