@@ -356,69 +356,6 @@ def _shown(answer: str) -> Verdict:
     return Verdict(False, f"The answer: {answer}", "answer shown")
 
 
-def _number(value: object) -> float | None:
-    """An int, a float or a Fraction as a float; None for anything else (True and False are no numbers)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-
-
-def replica_sum(prediction: float | object, devices: Sequence, show_answer: bool = False) -> Verdict:
-    """The exercise: ``prediction``, the number the sum of the replicas' ``0.weight`` gradients after one
-    step under ``"clone"`` must be multiplied by to give the one-device gradient. Runs
-    ``story.one_step("clone", devices)`` and compares. Findings (``Verdict.problem``): ``"factor mean"``
-    (1 / slots), ``"factor slots"`` (the number of slots), ``"factor"`` (any other wrong number)."""
-    from . import story
-
-    name = "ch01.replica_sum"
-    answer = (
-        "prediction = 1: each replica's copy got its piece's share of the one mean loss, so the shares add up "
-        "to the one-device gradient; only the edge to the original is missing."
-    )
-    if show_answer:
-        return _shown(answer)
-    if _unset(prediction):
-        return Verdict(False, "Set `prediction` to a number, then run this cell again.")
-    factor = _number(prediction)
-    if factor is None:
-        return Verdict(False, f"Not yet: `prediction` is a number, such as 2 or 1 / 3 (got {prediction!r}).")
-    r = story.one_step("clone", devices)
-    total, one_device = sum(d["0.weight"] for d in r.replica_grads), r.reference["0.weight"]
-    off = (factor * total - one_device).abs().max().item()
-    shown = (
-        f"{factor:g} × the replicas' sum vs one device's gradient of 0.weight: largest difference {off:.1e}"
-    )
-    if torch.allclose(factor * total, one_device, rtol=1e-4, atol=1e-6):
-        return _correct(
-            name,
-            f"{shown}, float rounding. Each replica's copy got its piece's share of the batch's mean loss, so the "
-            "shares add up to the whole: backward computed the right gradient and delivered it to the wrong tensors.",
-        )
-    slots = len(r.replica_grads)
-    if abs(factor - 1 / slots) < 1e-3:
-        problem, why = (
-            "factor mean",
-            f"1/{slots} takes the mean of the replicas' gradients, and that is too small",
-        )
-    elif abs(factor - slots) < 1e-3:
-        problem, why = "factor slots", f"{slots}, the number of slots, makes the sum too large"
-    else:
-        problem, why = "factor", f"{factor:g} is not the factor"
-    return _offered(
-        name,
-        f"{why} ({shown}). Change `prediction`.",
-        [
-            "The loss is one mean over all 256 rows of the gathered batch, not one mean per replica.",
-            "Each replica's copy of 0.weight gets the gradient of its own piece's rows only, each row weighted "
-            "1/256 as on one device. What do the pieces' gradients make together?",
-        ],
-        problem,
-    )
-
-
 def _reached(strategy: str, devices: Sequence) -> tuple[int, int, int]:
     """One forward of the course model under ``strategy``: how many AccumulateGrad nodes the walk back
     from the loss reaches, how many of them are the model's, and how many parameters the model has."""
