@@ -356,64 +356,79 @@ def _shown(answer: str) -> Verdict:
     return Verdict(False, f"The answer: {answer}", "answer shown")
 
 
-def _number(value: object) -> float | None:
-    """An int, a float or a Fraction as a float; None for anything else (True and False are no numbers)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-
-
-def replica_sum(prediction: float | object, devices: Sequence, show_answer: bool = False) -> Verdict:
-    """The exercise: ``prediction``, the number the sum of the replicas' ``0.weight`` gradients after one
-    step under ``"clone"`` must be multiplied by to give the one-device gradient. Runs
-    ``story.one_step("clone", devices)`` and compares. Findings (``Verdict.problem``): ``"factor mean"``
-    (1 / slots), ``"factor slots"`` (the number of slots), ``"factor"`` (any other wrong number)."""
+def _reached(strategy: str, devices: Sequence) -> tuple[int, int, int]:
+    """One forward of the course model under ``strategy``: how many AccumulateGrad nodes the walk back
+    from the loss reaches, how many of them are the model's, and how many parameters the model has."""
+    from ..data_parallel import DataParallel
     from . import story
 
-    name = "ch01.replica_sum"
+    x, y = story.make_data()
+    slots = list(devices)
+    model = story.make_model().to(slots[0])
+    loss = torch.nn.functional.mse_loss(
+        DataParallel(model, slots, strategy=strategy)(x.to(slots[0])), y.to(slots[0])
+    )
+    found = _accumulators(loss.grad_fn)
+    own = {id(p) for p in model.parameters()}
+    return len(found), sum(id(node.variable) in own for node in found), len(own)
+
+
+def accumulators_reached(prediction: int | object, devices: Sequence, show_answer: bool = False) -> Verdict:
+    """The exercise: ``prediction``, how many ``AccumulateGrad`` nodes backward reaches from the loss of
+    one step under ``"clone"`` on ``devices``. Walks the loss's edges and counts. Findings
+    (``Verdict.problem``): ``"one model"`` (one model's parameters), ``"model too"`` (the model's
+    counted beside the replicas'), ``"one per replica"`` (a node per replica, not per parameter),
+    ``"none"`` (0), ``"too many"``, ``"too few"``."""
+    name = "ch01.accumulators_reached"
+    total, own, params = _reached("clone", devices)
+    replicas = total // params
     answer = (
-        "prediction = 1: each replica's copy got its piece's share of the one mean loss, so the shares add up "
-        "to the one-device gradient; only the edge to the original is missing."
+        f"prediction = {total}: each of the {replicas} replicas has {params} parameters, each a fresh leaf with "
+        "its own AccumulateGrad node; none of them is the model's."
     )
     if show_answer:
         return _shown(answer)
     if _unset(prediction):
-        return Verdict(False, "Set `prediction` to a number, then run this cell again.")
-    factor = _number(prediction)
-    if factor is None:
-        return Verdict(False, f"Not yet: `prediction` is a number, such as 2 or 1 / 3 (got {prediction!r}).")
-    r = story.one_step("clone", devices)
-    total, one_device = sum(d["0.weight"] for d in r.replica_grads), r.reference["0.weight"]
-    off = (factor * total - one_device).abs().max().item()
-    shown = (
-        f"{factor:g} × the replicas' sum vs one device's gradient of 0.weight: largest difference {off:.1e}"
-    )
-    if torch.allclose(factor * total, one_device, rtol=1e-4, atol=1e-6):
+        return Verdict(False, "Set `prediction` to a whole number, then run this cell again.")
+    if not _count(prediction):
+        return Verdict(False, f"Not yet: `prediction` is a whole number, such as 3 (got {prediction!r}).")
+    guess = int(prediction)
+    if guess == total:
+        fixed, fixed_own, _ = _reached("rewire", devices)
         return _correct(
             name,
-            f"{shown}, float rounding. Each replica's copy got its piece's share of the batch's mean loss, so the "
-            "shares add up to the whole: backward computed the right gradient and delivered it to the wrong tensors.",
+            f"The walk back from the loss reaches {total} AccumulateGrad nodes, {own} of them the model's: each "
+            f'stored its gradient in a replica\'s .grad. Under "rewire" the same walk reaches {fixed}, '
+            f"{fixed_own} of them the model's: the copies are no longer leaves, their edges lead to the original.",
         )
-    slots = len(r.replica_grads)
-    if abs(factor - 1 / slots) < 1e-3:
-        problem, why = (
-            "factor mean",
-            f"1/{slots} takes the mean of the replicas' gradients, and that is too small",
-        )
-    elif abs(factor - slots) < 1e-3:
-        problem, why = "factor slots", f"{slots}, the number of slots, makes the sum too large"
-    else:
-        problem, why = "factor", f"{factor:g} is not the factor"
+    findings = {  # a later key wins where two coincide (4 slots: one model's count is also one per replica)
+        replicas: (
+            "one per replica",
+            f"{replicas} is one node per replica, but each replica has {params} parameters",
+        ),
+        params: (
+            "one model",
+            f"{params} counts one model's parameters, but the loss was computed by {replicas} replicas",
+        ),
+        total + params: (
+            "model too",
+            f"{guess} counts the model's own {params} parameters too, but no edge leads to them",
+        ),
+        0: ("none", "0 would mean no .grad was filled, but every replica's 0.weight got one above"),
+    }
+    problem, why = findings.get(
+        guess, ("too many", f"{guess} is too many") if guess > total else ("too few", f"{guess} is too few")
+    )
     return _offered(
         name,
-        f"{why} ({shown}). Change `prediction`.",
+        f"{why}. Change `prediction`.",
         [
-            "The loss is one mean over all 256 rows of the gathered batch, not one mean per replica.",
-            "Each replica's copy of 0.weight gets the gradient of its own piece's rows only, each row weighted "
-            "1/256 as on one device. What do the pieces' gradients make together?",
+            "Backward stores a gradient only through an AccumulateGrad node, one per leaf that requires grad. "
+            'Which tensors got a .grad in the step under "clone"?',
+            "Printing `model` near the top of the chapter listed two Linear layers, each with a weight and a "
+            'bias; the step under "clone" then showed which copies of 0.weight got a .grad. Count those leaves.',
+            f"Each of the {replicas} replicas holds {params} parameters, every one a fresh leaf that the forward "
+            f"used; the model's own {params} are not reached.",
         ],
         problem,
     )

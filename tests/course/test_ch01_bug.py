@@ -7,7 +7,9 @@ chapter's earlier cells made, so each check can also be run on a case where it m
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
+import re
 from pathlib import Path
 
 import nbformat
@@ -28,14 +30,23 @@ TAGS = [
     "replica-grads",
     "sgd-skips",
     "culprit",
+    "edge-terms",
     "edge-contrast",
     "clone-loop",
+    "grad-check",
 ]
+DETAILS = re.compile(r"<details\b.*?</details>", re.S)
 
 
 def _cell(tag: str):
     (cell,) = [c for c in nbformat.read(CHAPTER, as_version=4).cells if tag in c.metadata.get("tags", [])]
     return cell
+
+
+def _index(tag: str) -> int:
+    """Where the tagged cell sits in the chapter."""
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    return cells.index(_cell(tag))
 
 
 def run_cell(tag: str, **names) -> str:
@@ -64,6 +75,15 @@ def test_each_cell_the_tests_read_carries_its_tag_once(tag):
 def test_the_deduction_names_the_three_moves_that_stay_the_same():
     text = _cell("culprit").source
     assert all(move in text for move in ("Scatter", "parallel_apply", "gather", "only replicate differs"))
+
+
+def test_the_culprit_question_stands_apart_from_its_answer():
+    text = _cell("culprit").source
+    (answer,) = DETAILS.findall(text)
+    asked = DETAILS.sub("", text)
+    assert "Which of the four moves" in asked and "?" in asked
+    assert "<summary>Answer</summary>" in answer and "only replicate differs" in answer
+    assert "only replicate differs" not in asked  # the deduction waits behind the Answer block
 
 
 def test_the_optimizers_skip_every_parameter_in_silence_after_the_clone_backward():
@@ -115,18 +135,69 @@ def test_the_loop_listed_is_clone_py_s_parameter_loop_as_it_stands():
     assert "_buffers" not in listing and "_is_replica" not in listing  # only what the page explains
 
 
-def test_torch_s_own_data_parallel_trains_the_model():
-    from torch._utils import _get_available_device_type
-
-    assert "nn.DataParallel(model)" in _cell("torch-dp").source
+def test_torch_s_own_data_parallel_sits_in_a_going_deeper_block_before_the_summary():
     cells = nbformat.read(CHAPTER, as_version=4).cells
     at = {c.get("id"): i for i, c in enumerate(cells)}
     summary = next(i for i, c in enumerate(cells) if c.source.startswith("## Summary"))
-    assert at["torch-dp-note"] + 1 == at["torch-dp"] < summary  # on the main path, before the exercises
-    # without an accelerator torch's DataParallel keeps no device_ids, so forward runs the module itself:
-    # the page says so for a machine without a GPU
-    if _get_available_device_type() is None:
-        assert nn.DataParallel(nn.Linear(2, 1)).device_ids == []
+    note = _cell("torch-dp").source
+    assert note.startswith("<details><summary>Going deeper:") and note.rstrip().endswith("</details>")
+    assert _index("clone-loop") < at["torch-dp-note"] < summary
+    assert "torch-dp" not in [t for c in cells if c.cell_type == "code" for t in c.metadata.get("tags", [])]
+
+
+def test_torch_s_own_data_parallel_does_what_the_block_says():
+    import importlib
+
+    from torch._utils import _get_available_device_type
+
+    # the modules: torch.nn.parallel's names replicate and data_parallel are the functions
+    replicate = importlib.import_module("torch.nn.parallel.replicate")
+    data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
+
+    note = _cell("torch-dp").source
+    # replicate.py copies with Broadcast.apply unless detach, and DataParallel detaches only without grad
+    assert "Broadcast.apply" in note and "Broadcast.apply(" in inspect.getsource(
+        replicate._broadcast_coalesced_reshape
+    )
+    assert "not torch.is_grad_enabled()" in inspect.getsource(data_parallel.DataParallel.replicate)
+    assert "returns `self.module(*inputs, **kwargs)`" in note
+    assert "return self.module(*inputs, **kwargs)" in inspect.getsource(data_parallel.DataParallel.forward)
+    if _get_available_device_type() is None:  # no accelerator: no device_ids, so the module runs itself
+        model = story.make_model()
+        wrapped = nn.DataParallel(model)
+        x, _ = story.make_data()
+        assert wrapped.device_ids == [] and "`device_ids` is `[]`" in note
+        assert torch.equal(wrapped(x), model(x))
+
+
+def test_the_terms_cell_shows_each_term_on_a_leaf():
+    printed = run_cell("edge-terms", model=story.make_model())
+    assert "h.grad_fn: <MulBackward0" in printed and "w.grad_fn: None   w.is_leaf: True" in printed
+    assert "((<AccumulateGrad object at" in printed and ", 0), (None, 0))" in printed
+    assert "that node is AccumulateGrad; it keeps w in .variable: True" in printed
+    text = _cell("edge-terms").source
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    at = {c.get("id"): i for i, c in enumerate(cells)}
+    for term in ("**`grad_fn`**", "**Leaf**", "**Edge**", "**`AccumulateGrad`**"):  # each defined above it
+        assert term in cells[at["edge-terms"] - 1].source
+    assert "next_functions" in text and ".variable" in text
+
+
+def test_the_terms_cell_fails_on_a_weight_that_is_no_leaf():
+    model = story.make_model()
+    (replica, _) = dpteach.replicate(model, DEVICES, strategy="rewire")  # its weight hangs off ReduceAdd
+    with pytest.raises(AssertionError):
+        run_cell("edge-terms", model=replica)
+
+
+def test_the_strategies_are_explained_before_the_prediction_is_asked():
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    at = {c.get("id"): i for i, c in enumerate(cells)}
+    contrast = _index("edge-contrast")
+    text = cells[contrast - 1].source
+    assert all(f'`"{s}"`' in text for s in ("clone", "broadcast", "rewire"))
+    assert text.index('`"rewire"`') < text.index("**Predict:**")
+    assert not any("**Predict:**" in c.source for c in cells[at["6d4aad7f"] : contrast - 1])
 
 
 def test_one_step_report_reads_in_one_line_without_tensors():
@@ -169,38 +240,125 @@ def _sketch_names(strategy="clone"):
     return {"story": story, "devices": DEVICES, "xb": x, "yb": y, "data_parallel": data_parallel}
 
 
-def test_the_exercise_check_accepts_the_sum_and_names_each_wrong_factor():
+def _pasted_line() -> str:
+    """The one-line check the takeaway tells the learner to paste."""
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    (text,) = [c.source for c in cells if c.get("id") == "own-code"]
+    (listing,) = re.findall(r"```python\n(.*?)\n```", text, re.S)
+    return listing
+
+
+def test_the_pasted_line_is_the_line_the_takeaway_cell_runs():
+    line = _pasted_line()
+    assert "\n" not in line and line.startswith("assert all(p.grad is not None for p in model.parameters()")
+    assert line in [row.strip() for row in _cell("grad-check").source.splitlines()]
+
+
+def test_the_pasted_line_fails_without_a_grad_and_passes_with_every_grad():
+    x, y = story.make_data()
+    model, _ = after_clone_backward()
+    with pytest.raises(AssertionError):
+        exec(_pasted_line(), {"model": model})  # the clone step: no .grad on the model
+    model = story.make_model()
+    model[2].bias.requires_grad_(False)  # a frozen parameter is skipped
+    nn.functional.mse_loss(model(x), y).backward()
+    exec(_pasted_line(), {"model": model})
+    model = story.make_model()
+    nn.functional.mse_loss(model[0](x).sum(1, keepdim=True), y).backward()  # layer 2 unused
+    with pytest.raises(AssertionError):
+        exec(_pasted_line(), {"model": model})
+
+
+def test_the_takeaway_cell_flags_the_clone_and_passes_the_fix():
+    x, y = story.make_data()
+    names = {"story": story, "devices": DEVICES, "xb": x, "yb": y}
+    rows = run_cell("grad-check", **names).splitlines()
+    assert rows == [
+        "'clone'   AssertionError: a parameter got no .grad",
+        "'rewire'  passes: every parameter has a .grad",
+    ]
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    at = {c.get("id"): i for i, c in enumerate(cells)}
+    summary = next(i for i, c in enumerate(cells) if c.source.startswith("## Summary"))
+    assert at["own-code"] + 1 == at["grad-check"] == summary - 1  # the last thing before the summary
+
+
+def test_the_exercise_check_accepts_the_count_and_names_each_miscount():
     from dpteach.course import checks
 
     checks.reset()
-    assert checks.replica_sum(1, DEVICES).ok  # the replicas' gradients add up to one device's
-    mean = checks.replica_sum(0.5, DEVICES)
-    assert mean.problem == "factor mean" and "Change `prediction`" in mean.message
-    assert checks.replica_sum(2, DEVICES).problem == "factor slots"
-    assert checks.replica_sum(3, DEVICES).problem == "factor"
+    assert checks.accumulators_reached(8, DEVICES).ok  # 4 parameters in each of the 2 replicas
+    assert checks.accumulators_reached(12, [torch.device("cpu")] * 3).ok  # counted, not a constant
+    one_model = checks.accumulators_reached(4, DEVICES)
+    assert one_model.problem == "one model" and "Change `prediction`" in one_model.message
+    assert checks.accumulators_reached(12, DEVICES).problem == "model too"
+    assert checks.accumulators_reached(2, DEVICES).problem == "one per replica"
+    assert checks.accumulators_reached(0, DEVICES).problem == "none"
+    assert checks.accumulators_reached(9, DEVICES).problem == "too many"
+    assert checks.accumulators_reached(5, DEVICES).problem == "too few"
     checks.reset()
 
 
-def test_the_exercise_hints_name_the_idea_first_and_the_answer_only_when_asked():
+def test_the_exercise_count_is_what_a_walk_of_the_clone_graph_finds():
+    from dpteach.course import checks
+
+    model = story.make_model()
+    x, y = story.make_data()
+    loss = nn.functional.mse_loss(dpteach.DataParallel(model, DEVICES, strategy="clone")(x), y)
+    seen, todo, found = set(), [loss.grad_fn], 0
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        found += type(node).__name__ == "AccumulateGrad"
+        todo += [n for n, _ in node.next_functions]
+    assert found == 2 * len(list(model.parameters()))  # every replica's parameters, none of the model's
+    checks.reset()
+    assert checks.accumulators_reached(found, DEVICES).ok
+    checks.reset()
+
+
+def test_the_exercise_hints_climb_nudge_pointer_near_answer_and_never_print_the_answer_unasked():
     from dpteach.course import checks
 
     checks.reset()
-    tries = [checks.replica_sum(0.5, DEVICES).message for _ in range(3)]
-    assert "Hint 1 of 2" in tries[0] and "one mean over all 256 rows" in tries[0]  # the idea, no code
-    assert "Hint 2 of 2" in tries[1] and "own piece" in tries[1]
-    assert not any("prediction = 1" in t for t in tries)  # never the answer unasked
+    tries = [checks.accumulators_reached(4, DEVICES).message for _ in range(4)]
+    assert "Hint 1 of 3" in tries[0] and "AccumulateGrad" in tries[0]  # the nudge: the idea
+    assert "Hint 2 of 3" in tries[1] and "Printing `model`" in tries[1]  # the pointer: where to look
+    assert "Hint 3 of 3" in tries[2] and "Each of the 2 replicas holds 4 parameters" in tries[2]
+    assert "Hint 3 of 3" in tries[3]  # the last step repeats
+    assert not any("prediction = 8" in t for t in tries)
     assert "Answer block" in tries[2] and "show_answer=True" in tries[2] and "Answer block" not in tries[1]
-    assert "prediction = 1" in checks.replica_sum(..., DEVICES, show_answer=True).message
-    assert checks.replica_sum(1, DEVICES).ok
-    assert "Hint 1 of 2" in checks.replica_sum(2, DEVICES).message  # a right answer resets the ladder
+    assert "prediction = 8" in checks.accumulators_reached(..., DEVICES, show_answer=True).message
+    correct = checks.accumulators_reached(8, DEVICES)
+    assert correct.ok and 'Under "rewire" the same walk reaches 4, 4 of them the model\'s' in correct.message
+    assert (
+        "Hint 1 of 3" in checks.accumulators_reached(2, DEVICES).message
+    )  # a right answer resets the ladder
     checks.reset()
 
 
-def test_the_exercise_check_asks_for_a_number_without_spending_a_hint():
+def test_the_exercise_check_asks_for_a_whole_number_without_spending_a_hint():
     from dpteach.course import checks
 
     checks.reset()
-    assert "Set `prediction`" in checks.replica_sum(..., DEVICES).message
-    assert "is a number" in checks.replica_sum("one", DEVICES).message
-    assert "Hint 1 of 2" in checks.replica_sum(0.5, DEVICES).message  # neither of the two cost a try
+    assert "Set `prediction`" in checks.accumulators_reached(..., DEVICES).message
+    assert "is a whole number" in checks.accumulators_reached("one", DEVICES).message
+    assert "is a whole number" in checks.accumulators_reached(2.5, DEVICES).message
+    assert "is a whole number" in checks.accumulators_reached(True, DEVICES).message
+    assert "Hint 1 of 3" in checks.accumulators_reached(4, DEVICES).message  # none of the three cost a try
+    checks.reset()
+
+
+def test_the_exercise_cell_calls_the_check_and_its_answer_matches_it():
+    from dpteach.course import checks
+
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    (stub,) = [c.source for c in cells if c.get("id") == "ex3predict"]
+    (worked,) = [c.source for c in cells if c.get("id") == "ex3-worked"]
+    assert "prediction = ..." in stub and "checks.accumulators_reached(prediction, devices)" in stub
+    answer = int(re.search(r"`prediction = (\d+)`", worked).group(1))
+    checks.reset()
+    assert checks.accumulators_reached(answer, DEVICES).ok  # the Answer block's number, on two slots
     checks.reset()

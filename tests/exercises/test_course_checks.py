@@ -128,13 +128,15 @@ def test_pieces_follows_torch_chunk():
     assert "hold all 16" in checks.pieces([3, 3], rows=16, slots=6).message
 
 
-def test_replica_sum_predict_then_check():
+def test_accumulators_reached_predict_then_check():
     devices = ["cpu", "cpu"]
-    assert checks.replica_sum(1, devices).ok  # the replicas' gradients add up to the right one
-    mean = checks.replica_sum(0.5, devices)
-    assert "Change `prediction`" in mean.message and mean.problem == "factor mean"
-    assert checks.replica_sum(2, devices).problem == "factor slots"
-    assert "number" in checks.replica_sum("one", devices).message
+    checks.reset()
+    assert checks.accumulators_reached(8, devices).ok  # 4 parameters in each of 2 replicas, none the model's
+    one_model = checks.accumulators_reached(4, devices)
+    assert "Change `prediction`" in one_model.message and one_model.problem == "one model"
+    assert checks.accumulators_reached(12, devices).problem == "model too"
+    assert "whole number" in checks.accumulators_reached("one", devices).message
+    checks.reset()
 
 
 def test_half_fix_asks_for_a_set_not_a_string():
