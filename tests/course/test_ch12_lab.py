@@ -78,6 +78,43 @@ def test_on_cpu_the_chapter_says_the_replicas_take_turns():
     assert "splitting the batch over cores pays" not in text
 
 
+def test_only_the_forward_is_split_over_threads_and_the_backward_runs_on_the_caller():
+    """Section 3's fold: threads split only the forward; every CPU node of the backward runs on the thread
+    that called backward(), and torch's parallel_apply needs an accelerator. Thread identity, recorded on a
+    hook in every replica's forward and every backward node of one step, repeats on every run."""
+    import threading
+
+    from dpteach import DataParallel
+    from dpteach.course import story
+    from dpteach.measure.threads import graph_nodes
+
+    devices = slot_devices(2)
+    if any(d.type != "cpu" for d in devices):
+        pytest.skip("on GPUs the backward runs on the engine's device threads")
+    model, (x, y) = story.make_model(), story.make_data()
+    caller, forward, backward = threading.get_ident(), [], []
+    hooks = [m.register_forward_hook(lambda *_: forward.append(threading.get_ident())) for m in model]
+    out = DataParallel(model, devices)(x)
+    for h in hooks:
+        h.remove()
+    loss = torch.nn.functional.mse_loss(out, y)
+    for node in graph_nodes(loss.grad_fn):
+        node.register_prehook(lambda *_: backward.append(threading.get_ident()))
+    loss.backward()
+    assert len(forward) == 2 * len(model) and set(forward) == {caller}  # dpteach's CPU slots: no thread
+    assert backward and set(backward) == {caller}
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    text = " ".join(cost.split())
+    assert "Threads, if any, split only the forward" in text
+    if not torch.accelerator.is_available():  # the error the fold quotes, from torch's own parallel_apply
+        from torch.nn.parallel import parallel_apply
+
+        with pytest.raises(RuntimeError) as raised:
+            parallel_apply([torch.nn.Linear(2, 1)] * 2, [torch.zeros(1, 2)] * 2)
+        assert f"\"{str(raised.value).rstrip('.')}\"" in text
+
+
 def test_summary_counts_the_backward_steps_the_stepper_shows():
     flow = GradientFlow("clone", slots=2)
     assert flow.summary().startswith(f"{len(flow) - 1} backward steps")  # the stepper's last is "step N of N"
