@@ -112,7 +112,7 @@ def test_only_the_forward_is_split_over_threads_and_the_backward_runs_on_the_cal
 
         with pytest.raises(RuntimeError) as raised:
             parallel_apply([torch.nn.Linear(2, 1)] * 2, [torch.zeros(1, 2)] * 2)
-        assert f"\"{str(raised.value).rstrip('.')}\"" in text
+        assert f'"{str(raised.value).rstrip(".")}"' in text
 
 
 def test_summary_counts_the_backward_steps_the_stepper_shows():
