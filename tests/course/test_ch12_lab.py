@@ -515,6 +515,13 @@ def test_exercise_2_check_passes_the_answer_and_names_each_mistake(fresh_checks)
                 "original = ...": "original = rewire.model[0].weight.grad",
             },
         ),
+        (
+            "predict-bytes",
+            {
+                "broadcast_bytes = ...": "broadcast_bytes = 2 * model_bytes + gather_bytes",
+                "clone_bytes = ...": "clone_bytes = 3 * model_bytes + gather_bytes",
+            },
+        ),
     ],
 )
 def test_the_exercise_cells_accept_the_answer(fresh_checks, tag, answer):
@@ -526,9 +533,51 @@ def test_the_exercise_cells_accept_the_answer(fresh_checks, tag, answer):
         source = source.replace(stub, line)
     *body, last = source.rstrip().splitlines()
     # as earlier cells left them (exercise 1's cell imports checks itself)
-    scope = {"GradientFlow": GradientFlow, "checks": fresh_checks, "devices": slot_devices(2), "torch": torch}
+    scope = {
+        "GradientFlow": GradientFlow,
+        "CostLab": CostLab,
+        "checks": fresh_checks,
+        "devices": slot_devices(2),
+        "torch": torch,
+    }
     exec("\n".join(body), scope)
     assert eval(last, scope).ok
+
+
+def test_exercise_3_check_passes_the_answer_and_says_what_to_change(fresh_checks):
+    """Exercise 3: the answer's expressions are the counts; each likely slip (slot 0 given a copy under
+    "broadcast", or none under "clone"; the gather left out) gets its own finding, and the stub no hint."""
+    if len(set(slot_devices(3))) != 1:
+        pytest.skip("the exercise's counts are for slots that share one device")
+    lab = CostLab(width=256, slots=3, timed=False)
+    model, gather = lab.model_bytes, 256 * 4
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (answer,) = [c.source for c in cells if c.source.startswith("<details><summary>Answer 3")]
+    said = dict(re.findall(r"`(\w+_bytes) = ([^`]+)`", answer))
+    guess = {k: eval(v, {"model_bytes": model, "gather_bytes": gather}) for k, v in said.items()}
+    assert fresh_checks.predicted_bytes(guess["broadcast_bytes"], guess["clone_bytes"], lab).ok
+    counted = {c.strategy: c.bytes for c in lab.costs}
+    assert counted["broadcast"] == guess["broadcast_bytes"] and counted["clone"] == guess["clone_bytes"]
+    slips = {
+        "slot 0": (3 * model + gather, 3 * model + gather),  # broadcast given a copy for slot 0 too
+        "gather": (2 * model, 3 * model + gather),
+        "model copies": (2 * model + gather, model + gather),
+        "counts": (2 * model + gather + 7, 3 * model + gather),
+    }
+    right = guess["broadcast_bytes"], guess["clone_bytes"]
+    for problem, (b, c) in slips.items():
+        assert fresh_checks.predicted_bytes(*right, lab).ok  # a right answer starts the ladder again
+        verdict = fresh_checks.predicted_bytes(b, c, lab)
+        assert not verdict.ok and verdict.problem == problem, (problem, verdict)
+        assert "Hint 1 of 2" in verdict.message and "model_bytes +" not in verdict.message  # no answer yet
+    clone_slip = fresh_checks.predicted_bytes(2 * model + gather, 2 * model + gather, lab)
+    assert clone_slip.problem == "slot 0" and "`clone_bytes`" in clone_slip.message
+    fresh_checks.predicted_bytes(2 * model + gather, 2 * model + gather, lab)
+    third = fresh_checks.predicted_bytes(2 * model + gather, 2 * model + gather, lab)
+    assert "The answer" in third.message and "3 * model_bytes + gather_bytes" in third.message
+    unset = fresh_checks.predicted_bytes(..., ..., lab)
+    assert not unset.ok and "Hint" not in unset.message
+    assert fresh_checks.predicted_bytes("535,560", 0, lab).problem == "not an answer"
 
 
 def test_the_chapter_imports_each_name_once():
