@@ -447,6 +447,10 @@ def test_the_counts_section_3_states_hold_at_every_width_on_slots_that_share_a_d
     counts = " ".join(counts.split())
     assert "On n slots that share one device" in counts and "On distinct GPUs (worked out" in counts
     assert "not run here" in counts and all(op in counts for op in ("`scatter`", "`reduce_add`", "`to`"))
+    # the answer to section 3's prediction says the counts checked above
+    (seen,) = [p for p in cost.split("<details>") if p.startswith("<summary>What you should see")]
+    seen = " ".join(seen.split())
+    assert "n−1 model copies for n slots" in seen and "one model copy above it" in seen
 
 
 def _sum(replicas):
