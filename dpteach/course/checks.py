@@ -3379,6 +3379,85 @@ def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
     return _not_yet(name, change, hints, answer_text, problem)
 
 
+def predicted_bytes(broadcast_bytes: object, clone_bytes: object, lab) -> Verdict:
+    """Exercise 3: the bytes one ``"broadcast"`` and one ``"clone"`` step copy, predicted before
+    ``lab`` (a ``CostLab`` made with ``timed=False``) counts them with ``comm.traffic()``.
+
+    Findings (``Verdict.problem``): ``"slot 0"`` (one model copy too many or too few: who gets a copy),
+    ``"gather"`` (the outputs' copy left out or counted twice), ``"model copies"`` (any other whole
+    number of model copies off), ``"counts"`` (anything else)."""
+    name = "ch12.predicted_bytes"
+    if _unset(broadcast_bytes, clone_bytes):
+        return Verdict(False, "Set `broadcast_bytes` and `clone_bytes` to your predictions, then run again.")
+    if malformed := _malformed(
+        *(
+            (
+                isinstance(v, bool) or not isinstance(v, (int, float)),
+                f"`{n}` is a number of bytes (got {v!r})",
+            )
+            for n, v in (("broadcast_bytes", broadcast_bytes), ("clone_bytes", clone_bytes))
+        )
+    ):
+        return malformed
+    costs = {c.strategy: c for c in (lab.costs or lab.measure())}
+    model, slots = lab.model_bytes, lab.slots
+    gather = costs["broadcast"].bytes_by_op.get("gather", 0)
+    hints = [
+        "Count per slot: which slots get a copy of the model's parameters, under each strategy? Then add "
+        "what gather copies back: the outputs.",
+        '"broadcast" hands slot 0 the original parameters themselves; "clone" deep-copies the model for '
+        f"every slot. The gather copies the {gather:,} bytes of outputs once.",
+    ]
+    answer = (
+        f"broadcast_bytes = {slots - 1} * model_bytes + gather_bytes, clone_bytes = {slots} * model_bytes "
+        "+ gather_bytes."
+    )
+    wrong = []
+    for label, guess, strategy in (
+        ("broadcast_bytes", broadcast_bytes, "broadcast"),
+        ("clone_bytes", clone_bytes, "clone"),
+    ):
+        off = guess - costs[strategy].bytes
+        if off:
+            wrong.append((label, off, strategy))
+    if not wrong:
+        return _correct(
+            name,
+            f'"broadcast" copies the model to the {slots - 1} slots after slot 0, "clone" to all {slots}; '
+            "each gathers the outputs once. Backward's sums and the scatter copy nothing here: the slots "
+            "share one device.",
+        )
+    label, off, strategy = wrong[0]
+    ops = costs[strategy].by_op()
+    if abs(off) == model:
+        change, problem = (
+            f"`{label}` is one model copy {'over' if off > 0 else 'under'} the count. Which slots get a "
+            f'copy under "{strategy}": is slot 0 one of them?',
+            "slot 0",
+        )
+    elif abs(off) == gather:
+        change, problem = (
+            f"`{label}` {'counts' if off > 0 else 'leaves out'} the gather{' twice' if off > 0 else ''}: "
+            f"it copies the outputs back once, {gather:,} bytes.",
+            "gather",
+        )
+    elif model and off % model == 0:
+        change, problem = (
+            f"`{label}` is {int(abs(off) // model)} model copies {'over' if off > 0 else 'under'} the count: "
+            f"count one copy per slot that gets one, on {slots} slots.",
+            "model copies",
+        )
+    else:
+        change, problem = (
+            f"`{label}` is not a whole number of model copies plus the gather. Write it from "
+            f"`model_bytes` ({model:,}) and `gather_bytes` ({gather:,}).",
+            "counts",
+        )
+    if set(costs[strategy].bytes_by_op) - {"broadcast", "clone", "gather"}:  # slots on distinct GPUs
+        change += f" These slots do not share one device, so the count has more copies: {ops}."
+    return _not_yet(name, change, hints, answer, problem)
+
+
 # ---------------------------------------------------------------- chapter 00 · start here, exercise 2
 
 # What each move's backward does, as chapter 00's exercise 2 lists them (the letters of its cell).

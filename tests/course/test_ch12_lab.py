@@ -78,6 +78,43 @@ def test_on_cpu_the_chapter_says_the_replicas_take_turns():
     assert "splitting the batch over cores pays" not in text
 
 
+def test_only_the_forward_is_split_over_threads_and_the_backward_runs_on_the_caller():
+    """Section 3's fold: threads split only the forward; every CPU node of the backward runs on the thread
+    that called backward(), and torch's parallel_apply needs an accelerator. Thread identity, recorded on a
+    hook in every replica's forward and every backward node of one step, repeats on every run."""
+    import threading
+
+    from dpteach import DataParallel
+    from dpteach.course import story
+    from dpteach.measure.threads import graph_nodes
+
+    devices = slot_devices(2)
+    if any(d.type != "cpu" for d in devices):
+        pytest.skip("on GPUs the backward runs on the engine's device threads")
+    model, (x, y) = story.make_model(), story.make_data()
+    caller, forward, backward = threading.get_ident(), [], []
+    hooks = [m.register_forward_hook(lambda *_: forward.append(threading.get_ident())) for m in model]
+    out = DataParallel(model, devices)(x)
+    for h in hooks:
+        h.remove()
+    loss = torch.nn.functional.mse_loss(out, y)
+    for node in graph_nodes(loss.grad_fn):
+        node.register_prehook(lambda *_: backward.append(threading.get_ident()))
+    loss.backward()
+    assert len(forward) == 2 * len(model) and set(forward) == {caller}  # dpteach's CPU slots: no thread
+    assert backward and set(backward) == {caller}
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    text = " ".join(cost.split())
+    assert "Threads, if any, split only the forward" in text
+    if not torch.accelerator.is_available():  # the error the fold quotes, from torch's own parallel_apply
+        from torch.nn.parallel import parallel_apply
+
+        with pytest.raises(RuntimeError) as raised:
+            parallel_apply([torch.nn.Linear(2, 1)] * 2, [torch.zeros(1, 2)] * 2)
+        assert f'"{str(raised.value).rstrip(".")}"' in text
+
+
 def test_summary_counts_the_backward_steps_the_stepper_shows():
     flow = GradientFlow("clone", slots=2)
     assert flow.summary().startswith(f"{len(flow) - 1} backward steps")  # the stepper's last is "step N of N"
@@ -410,6 +447,10 @@ def test_the_counts_section_3_states_hold_at_every_width_on_slots_that_share_a_d
     counts = " ".join(counts.split())
     assert "On n slots that share one device" in counts and "On distinct GPUs (worked out" in counts
     assert "not run here" in counts and all(op in counts for op in ("`scatter`", "`reduce_add`", "`to`"))
+    # the answer to section 3's prediction says the counts checked above
+    (seen,) = [p for p in cost.split("<details>") if p.startswith("<summary>What you should see")]
+    seen = " ".join(seen.split())
+    assert "n−1 model copies for n slots" in seen and "one model copy above it" in seen
 
 
 def _sum(replicas):
@@ -478,6 +519,13 @@ def test_exercise_2_check_passes_the_answer_and_names_each_mistake(fresh_checks)
                 "original = ...": "original = rewire.model[0].weight.grad",
             },
         ),
+        (
+            "predict-bytes",
+            {
+                "broadcast_bytes = ...": "broadcast_bytes = 2 * model_bytes + gather_bytes",
+                "clone_bytes = ...": "clone_bytes = 3 * model_bytes + gather_bytes",
+            },
+        ),
     ],
 )
 def test_the_exercise_cells_accept_the_answer(fresh_checks, tag, answer):
@@ -489,9 +537,51 @@ def test_the_exercise_cells_accept_the_answer(fresh_checks, tag, answer):
         source = source.replace(stub, line)
     *body, last = source.rstrip().splitlines()
     # as earlier cells left them (exercise 1's cell imports checks itself)
-    scope = {"GradientFlow": GradientFlow, "checks": fresh_checks, "devices": slot_devices(2), "torch": torch}
+    scope = {
+        "GradientFlow": GradientFlow,
+        "CostLab": CostLab,
+        "checks": fresh_checks,
+        "devices": slot_devices(2),
+        "torch": torch,
+    }
     exec("\n".join(body), scope)
     assert eval(last, scope).ok
+
+
+def test_exercise_3_check_passes_the_answer_and_says_what_to_change(fresh_checks):
+    """Exercise 3: the answer's expressions are the counts; each likely slip (slot 0 given a copy under
+    "broadcast", or none under "clone"; the gather left out) gets its own finding, and the stub no hint."""
+    if len(set(slot_devices(3))) != 1:
+        pytest.skip("the exercise's counts are for slots that share one device")
+    lab = CostLab(width=256, slots=3, timed=False)
+    model, gather = lab.model_bytes, 256 * 4
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (answer,) = [c.source for c in cells if c.source.startswith("<details><summary>Answer 3")]
+    said = dict(re.findall(r"`(\w+_bytes) = ([^`]+)`", answer))
+    guess = {k: eval(v, {"model_bytes": model, "gather_bytes": gather}) for k, v in said.items()}
+    assert fresh_checks.predicted_bytes(guess["broadcast_bytes"], guess["clone_bytes"], lab).ok
+    counted = {c.strategy: c.bytes for c in lab.costs}
+    assert counted["broadcast"] == guess["broadcast_bytes"] and counted["clone"] == guess["clone_bytes"]
+    slips = {
+        "slot 0": (3 * model + gather, 3 * model + gather),  # broadcast given a copy for slot 0 too
+        "gather": (2 * model, 3 * model + gather),
+        "model copies": (2 * model + gather, model + gather),
+        "counts": (2 * model + gather + 7, 3 * model + gather),
+    }
+    right = guess["broadcast_bytes"], guess["clone_bytes"]
+    for problem, (b, c) in slips.items():
+        assert fresh_checks.predicted_bytes(*right, lab).ok  # a right answer starts the ladder again
+        verdict = fresh_checks.predicted_bytes(b, c, lab)
+        assert not verdict.ok and verdict.problem == problem, (problem, verdict)
+        assert "Hint 1 of 2" in verdict.message and "model_bytes +" not in verdict.message  # no answer yet
+    clone_slip = fresh_checks.predicted_bytes(2 * model + gather, 2 * model + gather, lab)
+    assert clone_slip.problem == "slot 0" and "`clone_bytes`" in clone_slip.message
+    fresh_checks.predicted_bytes(2 * model + gather, 2 * model + gather, lab)
+    third = fresh_checks.predicted_bytes(2 * model + gather, 2 * model + gather, lab)
+    assert "The answer" in third.message and "3 * model_bytes + gather_bytes" in third.message
+    unset = fresh_checks.predicted_bytes(..., ..., lab)
+    assert not unset.ok and "Hint" not in unset.message
+    assert fresh_checks.predicted_bytes("535,560", 0, lab).problem == "not an answer"
 
 
 def test_the_chapter_imports_each_name_once():
