@@ -35,3 +35,15 @@ def test_each_row_has_the_chapters_number_and_title():
     for number, name, file in _map_rows():
         assert file.startswith(f"{number}_"), (number, file)
         assert _title(NOTEBOOKS / file).lower().startswith(name.lower()), (name, _title(NOTEBOOKS / file))
+
+
+HARDWARE = ("a CPU (laptop, Binder)", "one GPU (Colab)", "several GPUs")  # the README's three rows
+
+
+def test_the_map_says_what_each_machine_gets_in_one_table():
+    nb = nbformat.read(NOTEBOOKS / "00_start_here.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## The map")]
+    rows = [line for line in cell.source.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row.split(" | ")[0].lstrip("| ") for row in rows[1:]] == list(HARDWARE)  # header, then 3 rows
+    elsewhere = "\n".join(c.source for c in nb.cells if c is not cell and c.cell_type == "markdown")
+    assert not any(f"| {kind} |" in elsewhere for kind in HARDWARE)  # told once, in the map
