@@ -5,6 +5,9 @@ The reference is the same model on one device; every comparison uses torch.testi
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -264,3 +267,97 @@ def test_every_node_of_the_penalty_graph_leads_to_weight():
         "MmBackward0"
     ] * 2 * 2  # per slot: T, T, Mm, T recorded; Mm, T forward
     assert names == sorted(expected)  # the nodes the first cells' Going-deeper block names, and no others
+
+
+@pytest.mark.parametrize(
+    "model, loss, refused",
+    [
+        ("linear", "sum", False),
+        ("linear", "max", False),
+        ("linear", "amax", False),
+        ("linear", "mse", True),
+        ("linear", "pow", True),
+        ("course", "sum", True),
+    ],
+)
+def test_reduce_add_refuses_only_gradients_that_require_grad(model, loss, refused):
+    """The Going-deeper block under the first refusal: with create_graph=True, "rewire" takes a loss whose
+    gradient needs no grad (one Linear's sum, max, amax) and refuses one computed from the output."""
+    x, y = story.make_data()
+    torch.manual_seed(0)
+    module = torch.nn.Linear(2, 1) if model == "linear" else story.make_model()
+    out = dpteach.DataParallel(module, ["cpu"] * 2, strategy="rewire")(x)
+    value = {
+        "sum": lambda: out.sum(),
+        "max": lambda: out.max(),
+        "amax": lambda: out.amax(dim=1).sum(),
+        "mse": lambda: F.mse_loss(out, y),
+        "pow": lambda: out.pow(2).sum(),
+    }[loss]()
+    try:
+        grads = torch.autograd.grad(value, list(module.parameters()), create_graph=True)
+    except RuntimeError as err:
+        assert refused and "ReduceAdd can only be used during the backward pass" in str(err)
+    else:
+        assert not refused and not any(g.requires_grad for g in grads)
+
+
+def _chapter_cell(tag):
+    import nbformat
+
+    path = Path(__file__).resolve().parents[2] / "notebooks" / "07_double_backward.ipynb"
+    cells = nbformat.read(path, as_version=4).cells
+    (at,) = [i for i, c in enumerate(cells) if tag in c.metadata.get("tags", [])]
+    return cells, at
+
+
+def _printed(source, scope):
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(source, scope)  # the cell as a learner runs it
+    return printed.getvalue().strip().splitlines()
+
+
+@pytest.mark.parametrize("devices", DEVICES)
+def test_the_byte_cell_prints_equal_broadcasts_of_the_parameters_and_of_v(devices):
+    """The cell under the sentence "it copies v to the slots, as many bytes as the forward's broadcast of the
+    parameters" prints both counts; each is (slots - 1) times the parameters' bytes, counted here."""
+    cells, at = _chapter_cell("hvp-bytes")
+    assert "as many bytes as the forward's broadcast of the parameters" in " ".join(
+        cells[at - 1].source.split()
+    )
+    x, y = story.make_data()
+    v = [torch.randn_like(p) for p in story.make_model().parameters()]
+    scope = {"torch": torch, "F": F, "dpteach": dpteach, "story": story, "devices": devices, "x": x, "y": y}
+    lines = _printed(cells[at].source, scope | {"v": v})
+    counts = [int(re.fullmatch(r".*: +([\d,]+) bytes", line)[1].replace(",", "")) for line in lines]
+    P = sum(p.numel() * p.element_size() for p in story.make_model().parameters())
+    assert counts == [(len(devices) - 1) * P] * 2, lines
+
+
+@pytest.mark.slow  # the cell starts two DDP ranks: fresh interpreters importing torch
+def test_the_ddp_cell_shows_unaveraged_first_gradients_and_an_averaged_grad():
+    cells, at = _chapter_cell("ddp-penalty")
+    from dpteach import distributed
+
+    lines = _printed(cells[at].source, {"distributed": distributed})
+    first, own, grad = (float(re.search(r"(\S+)$", line)[1]) for line in lines)
+    assert first > 1e-3  # the processes' torch.autograd.grad gradients differ: each is its own rows'
+    assert own == 0.0 and grad == 0.0  # each is its module's alone; .grad is one average on both
+    prose = " ".join(cells[at + 1].source.split("<details>")[0].split())
+    assert "differ between the processes" in prose and "the same in both" in prose
+
+
+def test_the_try_it_section_warns_that_run_all_stops_at_the_stub():
+    import nbformat
+
+    path = Path(__file__).resolve().parents[2] / "notebooks" / "07_double_backward.ipynb"
+    cells = nbformat.read(path, as_version=4).cells
+    stub = next(i for i, c in enumerate(cells) if c.metadata.get("dpteach", {}).get("role") == "stub")
+    assert "raises-exception" in cells[stub].metadata["tags"]  # the headless run expects its error
+    assert (
+        cells[stub - 1].cell_type == "markdown" and "Run All stops at the next cell" in cells[stub - 1].source
+    )
