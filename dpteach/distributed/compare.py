@@ -199,7 +199,8 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
 
     DataParallel's ``broadcast`` copies the model into each slot but slot 0, P bytes per slot, and on GPUs
     its ``reduce_add`` takes P bytes of gradients from each of them onto slot 0; CPU slots share one
-    device and sum the gradients in place, moving nothing, which the row says ("CPU slots: 0"). Its
+    device and sum the gradients in place, moving nothing, which the row says ("0 here, P on GPUs":
+    the 0 is this machine's; on separate GPUs each slot sends P, and P·(N-1) bytes land on slot 0). Its
     ``gather`` moves the whole batch's outputs onto slot 0, not the model, and its copy calls are counted
     over all slots. Each DDP rank hands its P bytes of gradients to all-reduce, one call per bucket; what
     a ring all-reduce of them sends and receives on each rank, 2(N-1)/N x P (nccl-tests'
@@ -221,8 +222,9 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     rows = [
         ("", "DataParallel slot", "DDP rank"),
         ("model copied in", f"P = {into:,}", "0"),
-        # no reduce_add copies: the slots share a device (CPU slots), and sum in place
-        ("gradients to sum", f"P = {back:,}" if back else "0 (summed in place)", f"P = {handed:,}"),
+        # no reduce_add copies: the slots share a device (CPU slots) and sum in place; on separate GPUs
+        # each slot but slot 0 sends its P bytes there, so the cell says that this 0 is this machine's
+        ("gradients to sum", f"P = {back:,}" if back else "0 here, P on GPUs", f"P = {handed:,}"),
         ("ring all-reduce sends", "-", f"2(N-1)/N x P = {ring(n):,}" + at_four),
         ("outputs onto slot 0", f"{counted.get('gather', 0):,} ({batch})", "0"),
         ("copy calls", ", ".join(calls), f"all_reduce {ddp['allreduce_calls_per_step']} (one per bucket)"),

@@ -66,6 +66,24 @@ MY_TASKS = textwrap.dedent(
         return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend())
 
 
+    def gradients_over_4(global_batch=8, hidden=16, depth=1, seed=0, shards=None):
+        # a divisor typed in: 4 rows per rank fits 8 rows on 2 ranks (the first split) and nothing else
+        ddp = wrap(make_model(hidden, depth, seed))
+        x, y = local_shard(global_batch, seed, shards)
+        ((ddp(x) - y) ** 2).sum().div(4).backward()
+        grads = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
+        return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend())
+
+
+    def gradients_two_ranks(global_batch=8, hidden=16, depth=1, seed=0, shards=None):
+        # the world size typed in as 2: right on 2 ranks with any rows, wrong on any other world size
+        ddp = wrap(make_model(hidden, depth, seed))
+        x, y = local_shard(global_batch, seed, shards)
+        ((ddp(x) - y) ** 2).sum().div(global_batch / 2).backward()
+        grads = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
+        return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend())
+
+
     def hi():
         return {VALUE}
     """
@@ -115,6 +133,7 @@ def test_exercise_1_the_template_edited_in_its_marked_line_passes_the_check(in_a
     assert "is there already" in capsys.readouterr().out
     unedited = exercise.check_uneven_shards(ranks, task="my_tasks_ex1:gradients")
     assert "Correct" not in unedited and "Change the marked line" in unedited
+    assert unedited.splitlines()[-1].startswith("Rows weighed unevenly: ")  # the kind of problem, first
     fixed = "    loss = ((ddp(x) - y) ** 2).sum() / (global_batch / dist.get_world_size())"
     path.write_text(source.replace(marked, fixed) + "\n# edited\n")  # another size: a new .pyc
     assert exercise.check_uneven_shards(ranks, task="my_tasks_ex1:gradients").endswith(
@@ -137,14 +156,16 @@ def test_exercise_1_the_sum_over_b_over_n_matches_one_device_with_uneven_shards(
 
 def test_exercise_1_the_sum_over_b_alone_is_named_a_constant_factor_as_the_hint_says(in_a_notebook_folder):
     """The hint quotes what the comparison prints for a loss divided by B alone: every gradient 1/N of
-    one device's, which ``difference_line`` names as a constant factor."""
-    from dpteach.distributed import compare
+    one device's, which ``difference_line`` names as a constant factor, and the check as an extra 1/N."""
+    from dpteach.distributed import compare, exercise
 
     _, ranks = in_a_notebook_folder
     results = ranks.run("my_tasks:gradients_over_b", global_batch=8, shards=[6, 2])
     printed = compare.against_one_device(results, single_device_gradients(8), rows=8)
     factor = f"everywhere {1 / ranks.world_size:.4g} times one device's: off by a constant factor"
     assert all(factor in line for line in printed.splitlines()[1 : 1 + ranks.world_size]), printed
+    verdict = exercise.check_uneven_shards(ranks, task="my_tasks:gradients_over_b").splitlines()[-1]
+    assert verdict.startswith("Extra 1/N: ") and "Scale your loss by dist.get_world_size()" in verdict
     nb = nbformat.read(CHAPTER, as_version=4)
     exercises = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
     assert "`everywhere 0.5 times one device's`" in exercises.source  # the hint quotes it, for 2 ranks
@@ -162,13 +183,33 @@ def test_exercise_1_a_loss_off_by_any_constant_is_told_the_factor_to_fix_it_by(i
     b = sum(shards)
     summed = exercise.check_uneven_shards(ranks, task="my_tasks:gradients_summed").splitlines()[-1]
     factor = f"{b / n:.3g}"
-    assert f"Every gradient is {factor} times one device's" in summed, summed
+    assert summed.startswith("Constant factor: ")  # the kind of problem, first
+    assert f"every gradient is {factor} times one device's" in summed, summed
     assert "too large" in summed and f"Change the marked line to divide it by {factor}." in summed, summed
     small = exercise.check_uneven_shards(ranks, task="my_tasks:gradients_over_bn").splitlines()[-1]
-    assert f"Every gradient is {1 / n:.3g} times one device's" not in small  # 1/N has its own advice
-    assert f"Every gradient is {1 / n**2:.3g} times one device's" in small, small
+    assert f"every gradient is {1 / n:.3g} times one device's" not in small  # 1/N has its own advice
+    assert small.startswith("Constant factor: ")
+    assert f"every gradient is {1 / n**2:.3g} times one device's" in small, small
     assert "too small" in small and f"multiply it by {n**2:.3g}." in small, small
     assert "Correct" not in summed + small
+
+
+@pytest.mark.parametrize("task", ["gradients_over_4", "gradients_two_ranks"])
+def test_exercise_1_a_divisor_fixed_to_the_first_split_fails_on_the_second(in_a_notebook_folder, task):
+    """A loss divided by 4 (the first split's rows per rank) or by global_batch / 2 (its world size) gives
+    one device's gradient on 8 rows over 2 ranks; the check's second split, 6 + 2 + 1 rows on 3 fresh
+    gloo ranks, finds the gradient off by a constant there and names the problem a fixed divisor."""
+    from dpteach.distributed import exercise
+
+    _, ranks = in_a_notebook_folder
+    first = ranks.run(f"my_tasks:{task}", global_batch=8, shards=[6, 2])
+    for name, g in single_device_gradients(8).items():
+        torch.testing.assert_close(first[0]["grads"][name], g)  # the first split alone would pass it
+    verdict = exercise.check_uneven_shards(ranks, task=f"my_tasks:{task}").splitlines()[-1]
+    assert verdict.startswith("Fixed divisor: ") and "Correct" not in verdict, verdict
+    # the factor it names is the gradient's own on the second split: 9 rows, 3 ranks, divisor d: 9 / (3 d)
+    d = {"gradients_over_4": 4, "gradients_two_ranks": 9 / 2}[task]
+    assert f"every gradient {9 / (3 * d):.3g} times one device's" in verdict, verdict
 
 
 def test_exercise_2_a_function_in_the_file_runs_and_an_edit_is_read_again(in_a_notebook_folder):

@@ -154,3 +154,37 @@ def test_one_batch_more_on_one_rank_hangs_it_until_the_timeout_and_the_sampler_e
     assert nb.index(demo) < nb.index(sampler)  # the hang first, then the cure
     shares = [list(DistributedSampler(range(10), num_replicas=3, rank=r, shuffle=False)) for r in range(3)]
     assert {len(s) for s in shares} == {4} and sorted(sum(shares, [])) == sorted([*range(10), 0, 1])
+
+
+@pytest.mark.slow  # fresh interpreters importing torch
+def test_the_gap_to_one_device_is_summation_order_as_the_prose_says():
+    """The prose after the key result says the gap is summation order: one device sums all 8 rows at
+    once, DDP each rank's rows and then the ranks' results, and the orders round differently. So each
+    rank's mean gradient, divided by the 2 ranks and added in float32 here, is DDP's bit for bit, and
+    the largest gap, in the gradient the key result names, is the two float32 steps of 2^-26 the
+    prose gives."""
+    from dpteach.distributed import Ranks, loss_fn, make_data, make_model
+
+    nb, at = key_result()
+    prose = " ".join(nb[at + 1].source.split())
+    assert "summation order" in prose
+    assert "largest gap, 3.0e-8, is two float32 steps of $2^{-26}$, at a 2.weight gradient of -0.23" in prose
+    with Ranks(2, "gloo") as ranks:
+        ddp = ranks.run("gradients", global_batch=8, echo=False)[0]["grads"]
+    single = single_device_gradients(8)
+
+    def mean_gradient(rows):  # one rank's own mean loss, backward on one device
+        model = make_model()
+        x, y = make_data(8)
+        loss_fn(model(x[rows]), y[rows]).backward()
+        return {name: p.grad for name, p in model.named_parameters()}
+
+    halves = mean_gradient(slice(0, 4)), mean_gradient(slice(4, 8))
+    for name, g in ddp.items():
+        assert torch.equal(halves[0][name] / 2 + halves[1][name] / 2, g), name  # DDP's order, by hand
+    name, gap = compare.largest_difference(ddp, single)
+    where = (ddp[name] - single[name]).abs().argmax()
+    value = single[name].flatten()[where].item()
+    assert name == "2.weight" and round(value, 2) == -0.23, (name, value)
+    step = (torch.nextafter(torch.tensor(abs(value)), torch.tensor(1.0)) - abs(value)).item()
+    assert step == 2.0**-26 and gap == 2 * step and f"{gap:.1e}" == "3.0e-08"  # two float32 steps

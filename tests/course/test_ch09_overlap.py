@@ -159,8 +159,9 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     the formula it follows, so a tiny model's rows still read as the rule; the gathered outputs
     on a row apart, never mixed into the model's bytes (the 516 bytes copied on CPU slots), with the
     number of rows whose outputs it moves, and the title saying that row and the copy calls are totals
-    over the slots. Plain rows, no footnote marks: on CPU slots, which sum the
-    gradients in place, the cell itself says why it is 0. A last line says what to read across them."""
+    over the slots. Plain rows, no footnote marks: on CPU slots, which sum the gradients in place,
+    the cell itself says its 0 is this machine's, and P per slot on separate GPUs. A last line says
+    what to read across them."""
     from dpteach.distributed import compare
 
     dp = dict(
@@ -179,8 +180,9 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     assert len(rows) == 9  # two title lines, the header, five rows and what to read across them
     assert rows[-1] == "so: DataParallel alone copies the model in and gathers the outputs, every step"
     assert table["model copied in"] == ["P = 260", "0"]
-    # on CPU slots the reduce moves nothing, and the cell says why it is 0
-    assert table["gradients to sum"] == ["0 (summed in place)", "P = 260"]
+    # on CPU slots the reduce moves nothing; the cell says that 0 is this machine's, not DataParallel's
+    # everywhere: on separate GPUs each slot sends P, as the 4-GPU count below has it
+    assert table["gradients to sum"] == ["0 here, P on GPUs", "P = 260"]
     assert max(len(r) for r in rows) <= 80  # narrow enough for a notebook's output
     # at N = 2 the ring sends what the rank hands over; its value at N = 4 shows the two rows differ
     assert table["ring all-reduce sends"] == ["-", "2(N-1)/N x P = 260 (N = 4: 390)"]
@@ -198,7 +200,7 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
     assert re.split(r"\s{2,}", four[4]) == ["gradients to sum", "P = 260", "P = 260"]
     assert re.split(r"\s{2,}", four[5]) == ["ring all-reduce sends", "-", "2(N-1)/N x P = 390"]
-    assert "in place" not in "\n".join(four) and len(four) == 9
+    assert "here" not in "\n".join(four) and len(four) == 9
     assert "192 (the whole batch)" in four[6]  # no row count given: none invented
 
 

@@ -242,3 +242,28 @@ def test_the_step_time_section_sets_up_no_winner():
         main = re.sub(r"<details\b.*?</details>", " ", cell.source, flags=re.S).lower()
         for verdict in ("faster", "slower", "wins", "speed-up", "speedup"):
             assert verdict not in main, verdict
+
+
+def test_the_step_time_section_gives_the_docs_reasons_quoted_from_their_sources():
+    """The section opens with why torch's documents recommend DDP, each reason quoted and its source
+    named: DataParallel's docstring (checked against the installed torch), the CUDA notes, the DDP
+    tutorial. It quotes no speed verdict of theirs ("significantly faster", "usually slower")."""
+    nb, at = tagged("step-time")
+    said = " ".join(nb[at].source.split())
+    assert said.startswith("## Step time: why the docs recommend DDP")
+    docstring = " ".join(torch.nn.DataParallel.__doc__.split())
+    quoted = re.findall(r'"([^"]+)"', said)
+    assert "even if there is only a single node" in quoted and "`DataParallel`'s docstring" in said
+    assert "even if there is only a single node" in docstring
+    gil = (
+        "each GPU has its dedicated process, this avoids the performance overhead caused by GIL of "
+        "Python interpreter"
+    )
+    assert gil in quoted and "`docs/source/notes/cuda.rst`" in said
+    tutorial = (
+        "GIL contention across threads, per-iteration replicated model, and additional overhead "
+        "introduced by scattering inputs and gathering outputs"
+    )
+    assert tutorial in quoted and "ddp_tutorial.html" in said
+    assert "the GIL, the interpreter lock, runs one thread's Python at a time" in said  # defined where used
+    assert not any(v in said.lower() for v in ("significantly faster", "usually slower"))
