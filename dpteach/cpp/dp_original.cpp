@@ -36,6 +36,7 @@ namespace dpteach {
 // 2) a gradient edge from every parameter X in every replica to the same X in the original,
 // with ReduceAdd as the grad_fn. ReduceAdd can ONLY be used during the backward pass of
 // data parallel: it sets up no history of its own.
+// In June 2019 the base class was torch::autograd::Function; PR #23269 renamed it Node that July.
 struct ReduceAdd : public torch::autograd::Node {
   explicit ReduceAdd(const torch::Device& destination_device)
       : destination_device_(destination_device) {}
@@ -66,9 +67,10 @@ struct ReduceAdd : public torch::autograd::Node {
 };
 
 // One ReduceAdd per original parameter; each replica's copy becomes one more input of it.
-// The PR was a friend of Module and walked parameters_ and children_; the public accessors
-// hand out Tensor handles to the same TensorImpls, and set_history changes the TensorImpl,
-// so this needs no friendship. Recurses by child name, as the PR did.
+// libtorch's version is a friend of Module and reads the replicas' parameters_ and children_
+// directly; the public accessors hand out Tensor handles to the same TensorImpls, and
+// set_history changes the TensorImpl, so this needs no friendship. Recurses by child name, as
+// libtorch's does.
 void replicate_grad_edges(const torch::nn::Module& module,
                           const std::vector<std::shared_ptr<torch::nn::Module>>& replicas) {
   for (const auto& parameter : module.named_parameters(/*recurse=*/false)) {

@@ -282,3 +282,27 @@ def test_a_cpp_node_is_a_cppfunction_whose_name_is_its_cpp_name():
     main = " ".join(" ".join(DETAILS.sub("", c.source).split()) for c in cells() if c.cell_type == "markdown")
     assert '`grad_fn.name()` returns its C++ `name()`, `"ReduceAdd"`' in main
     assert "CppFunction" not in main and "a `CppFunction`" in text  # the wrapper's type: a folded aside
+
+
+def test_the_re_proofs_of_chapters_01_and_03_are_one_line_each_and_tell_a_wrong_step():
+    needs_a_compiler()
+    from dpteach.course import demos
+
+    scope = _chapter_scope()
+    model, x, devices = scope["model"], scope["x"], scope["devices"]
+    one = cpp.single_step(model, x)
+    scope.update(torch=torch, demos=demos, one=one)
+    _, of01 = tagged("reproof-01")
+    _, of03 = tagged("reproof-03")
+    assert len(of01.strip().splitlines()) == len(of03.strip().splitlines()) == 1
+    said01 = "replicas' weight .grads add up to one device's: "
+    said03 = "C++ rewire == Python rewire: "
+
+    scope.update(before=cpp.clone_step(model, x, devices), after=cpp.rewire_step(model, x, devices))
+    assert run(of01, scope).strip() == said01 + "True"  # chapter 01: the replicas hold the whole gradient
+    assert run(of03, scope).strip() == said03 + "True"  # chapter 03: the same gradients as Python's rewire
+
+    # each line compares with its reference, not with itself: a step on other data prints False
+    scope.update(before=cpp.clone_step(model, 2 * x, devices), after=cpp.rewire_step(model, 2 * x, devices))
+    assert run(of01, scope).strip() == said01 + "False"
+    assert run(of03, scope).strip() == said03 + "False"
