@@ -2813,6 +2813,20 @@ def _no_step(name: str) -> Verdict:
     )
 
 
+def _ch10_unready(ext, **counts: object) -> Verdict | None:
+    """Why a chapter-10 check cannot judge yet, or None: an answer still ``...``, one that is not a whole
+    number, or no C++ module (``ext`` is None) to take the step with. ``counts``: the answers by name."""
+    names = " and ".join(f"`{n}`" for n in counts)
+    if _unset(*counts.values()):
+        return Verdict(
+            False, f"Set {names} to {'numbers' if len(counts) > 1 else 'a number'}, then run this cell again."
+        )
+    malformed = _malformed(
+        *((not _count(v), f"`{n}` is a whole number such as 2 (got {v!r})") for n, v in counts.items())
+    )
+    return malformed or (_no_step("ext") if ext is None else None)
+
+
 def _ch10_step(step_fn, model, x, slots, ext):
     """One C++ step of ``model`` on ``slots`` with ``ext``; the learner's random state is left as it was."""
     with torch.random.fork_rng(devices=[]):
@@ -2833,16 +2847,8 @@ def reduce_add_inputs(reduce_adds, inputs_each, model, x, slots, ext) -> Verdict
     from .. import cpp
 
     name = "ch10.reduce_add_inputs"
-    if _unset(reduce_adds, inputs_each):
-        return Verdict(False, "Set `reduce_adds` and `inputs_each` to numbers, then run this cell again.")
-    malformed = _malformed(
-        (not _count(reduce_adds), f"`reduce_adds` is a whole number such as 2 (got {reduce_adds!r})"),
-        (not _count(inputs_each), f"`inputs_each` is a whole number such as 2 (got {inputs_each!r})"),
-    )
-    if malformed:
-        return malformed
-    if ext is None:
-        return _no_step("ext")
+    if unready := _ch10_unready(ext, reduce_adds=reduce_adds, inputs_each=inputs_each):
+        return unready
     step = _ch10_step(cpp.rewire_step, model, x, slots, ext)
     copies = Counter(id(p.grad_fn) for r in step.replica_params for p in r.values() if p.grad_fn is not None)
     nodes, each = len(copies), max(copies.values(), default=0)
@@ -2924,16 +2930,8 @@ def grads_filled(with_fix, without_fix, model, x, slots, ext) -> Verdict:
     from .. import cpp
 
     name = "ch10.grads_filled"
-    if _unset(with_fix, without_fix):
-        return Verdict(False, "Set `with_fix` and `without_fix` to numbers, then run this cell again.")
-    malformed = _malformed(
-        (not _count(with_fix), f"`with_fix` is a whole number such as 2 (got {with_fix!r})"),
-        (not _count(without_fix), f"`without_fix` is a whole number such as 2 (got {without_fix!r})"),
-    )
-    if malformed:
-        return malformed
-    if ext is None:
-        return _no_step("ext")
+    if unready := _ch10_unready(ext, with_fix=with_fix, without_fix=without_fix):
+        return unready
     fixed = _ch10_step(cpp.rewire_step, model, x, slots, ext)
     cloned = _ch10_step(cpp.clone_step, model, x, slots, ext)
     truth_with, truth_without = _holding_a_grad(fixed), _holding_a_grad(cloned)
@@ -3149,13 +3147,8 @@ def second_step_grad(times, model, x, devices, ext) -> Verdict:
     from ..data_parallel import mean_square
 
     name = "ch10.second_step_grad"
-    if _unset(times):
-        return Verdict(False, "Set `times` to a number, then run this cell again.")
-    malformed = _malformed((not _count(times), f"`times` is a whole number such as 3 (got {times!r})"))
-    if malformed:
-        return malformed
-    if ext is None:
-        return _no_step("ext")
+    if unready := _ch10_unready(ext, times=times):
+        return unready
     with torch.random.fork_rng(devices=[]):
         step = cpp.rewire_step(model, x, devices, extension=ext)
     first = step.grads["weight"].clone()
