@@ -113,10 +113,24 @@ def difference_line(a_label: str, a: Gradients, b_label: str, b: Gradients) -> s
         return f"{a_label} and {b_label}: identical, bit for bit"
     name, value = largest_difference(a, b)
     line = f"largest |{a_label} - {b_label}|: {value:.1e} (in {name})"
+    if value <= 1e-5:  # rounding: say how many steps between neighbouring floats it spans
+        steps = steps_apart(a[name], b[name])
+        kind = str(b[name].dtype).removeprefix("torch.")
+        line += f", {steps} {kind} step{'' if steps == 1 else 's'} there"
     c = constant_factor(a, b) if value > 1e-5 else None
     if c is not None:
         line += f"; everywhere {c:.4g} times {b_label}'s: off by a constant factor"
     return line
+
+
+def steps_apart(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Where ``|a - b|`` is largest (its first such element), how many times the gap between ``|b|`` there
+    and the next larger number of ``b``'s dtype it is: the number of representable steps it spans."""
+    a, b = a.detach().cpu().flatten(), b.detach().cpu().flatten()
+    at = (a - b).abs().argmax()
+    here = b[at].abs()
+    step = torch.nextafter(here, torch.tensor(float("inf"), dtype=b.dtype)) - here
+    return round(((a[at] - b[at]).abs() / step).item())
 
 
 def against_one_device(results: Sequence[dict], reference: Gradients, rows: int, what: str = "DDP") -> str:
