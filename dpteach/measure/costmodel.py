@@ -102,6 +102,7 @@ __all__ = [
     "draw_timeline",
     "draw_over_n",
     "breakdown",
+    "clone_over_to",
 ]
 
 GPUS_FILE = Path(__file__).with_name("data") / "gpus.json"
@@ -854,3 +855,14 @@ def ring_seconds(nbytes: float, n: int, link_bw: float) -> float:
 def buckets(work: Workload, bucket_bytes: int = 25 * 2**20, first_bucket_bytes: int = 2**20) -> list[int]:
     """The bytes of each bucket DDP's all-reduce of ``work``'s gradients takes, in this model."""
     return _buckets(work, bucket_bytes, first_bucket_bytes)
+
+
+def clone_over_to(gpu: GPU | str) -> float:
+    """The time of a tensor's ``clone()`` on a GPU over that of its ``.to`` onto another GPU, modelled.
+
+    The clone reads the tensor's bytes and writes them again in the GPU's own memory, at ``mem_bw``;
+    the ``.to`` sends them once over the link, at ``link_bw``. So the ratio is ``2 * link_bw / mem_bw``,
+    whatever the tensor's size (latency left out): the share of its time the pre-#20995
+    ``clone()``-then-``.to`` added to each replica's copy."""
+    g = _gpu(gpu)
+    return 2 * g.link_bw / g.mem_bw

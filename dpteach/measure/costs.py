@@ -43,6 +43,7 @@ __all__ = [
     "copy_calls",
     "COPIES",
     "CountCopies",
+    "OP_COLOURS",
     "plot_bytes",
     "plot_timings",
     "seconds_label",
@@ -221,8 +222,21 @@ class CountCopies(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+# One colour per copying operation (``comm.traffic()``'s ops), in every figure of the copies: the bug's
+# extra copy, "clone", in red; the moves the cost model also draws in its colours (costmodel._COLOURS).
+OP_COLOURS = {
+    "clone": "#d62728",
+    "to": "#f4a3a3",
+    "broadcast": "#1f77b4",
+    "scatter": "#ff7f0e",
+    "gather": "#8c564b",
+    "reduce_add": "#17becf",
+    "pack": "#999999",
+}
+
+
 def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = ""):
-    """Stacked bars: the bytes one step copied, per strategy, by operation (kB)."""
+    """Stacked bars: the bytes one step copied, per strategy, by operation (kB), coloured by ``OP_COLOURS``."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(8.5, 3.2))[1]
@@ -235,6 +249,7 @@ def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = ""):
             list(traffic),
             heights,
             bottom=bottom,
+            color=OP_COLOURS.get(op),
             label=f"{op} ({max(heights):.1f} kB, too thin to see)" if thin else op,
         )
         bottom = [b + h for b, h in zip(bottom, heights)]

@@ -19,7 +19,7 @@ from torch import nn
 
 from dpteach.course import checks
 from dpteach.exercises import task6_copy_once
-from dpteach.measure import costs
+from dpteach.measure import costmodel, costs
 
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = nbformat.read(ROOT / "notebooks" / "06_the_cost_of_copies.ipynb", as_version=4).cells
@@ -285,23 +285,27 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
 
 
 def test_the_clone_then_to_section_rests_on_counts_and_labels_what_is_modelled():
-    """The section shows the counts alone, no timing figure: the copy-timing cell is gone, and the one
-    sentence on GPUs (the extra clone the cheaper of the two) is on the main path, labelled
-    modelled, with the ratios the GPU profiles give: memory 6-20x the link, a clone a tenth to a third."""
+    """The section shows the counts alone, no timing figure; the extra clone's share of the .to's time
+    between GPUs is printed per GPU profile from the cost model (a clone reads and writes at mem_bw,
+    the .to crosses the link once), and the prose after it gives the printed range, labelled modelled."""
     import json
 
     assert not any("copy-timings" in c.metadata.get("tags", []) for c in CELLS)
     code = "\n".join(c.source for c in CELLS if c.cell_type == "code")
     assert "clone_then_to" not in code and "plot_timings" not in code and "time_in_turns" not in code
-    at = next(i for i, c in enumerate(CELLS) if "clone-then-to-counts" in c.metadata.get("tags", []))
-    after = " ".join(DETAILS.sub(" ", CELLS[at + 1].source).split())
-    modelled = next(s for s in re.split(r"(?<=[.!?])\s+", after) if "cheaper" in s)
-    assert "modelled" in modelled and "6–20×" in modelled and "a tenth to a third" in modelled
+    _, printed = run("model-your-size", "modelled-estimate", "clone-over-to")
+    printed = printed.strip().splitlines()[-1]  # the clone-over-to cell's line
     gpus = json.loads((ROOT / "dpteach" / "measure" / "data" / "gpus.json").read_text())["gpus"]
+    expected = sorted((2 * g["link_bw"] / g["mem_bw"], name) for name, g in gpus.items())
+    assert printed.strip() == ", ".join(f"{name} {r:.3f}" for r, name in expected)
+    assert costmodel.clone_over_to("T4") == 2 * gpus["T4"]["link_bw"] / gpus["T4"]["mem_bw"]
+    at = next(i for i, c in enumerate(CELLS) if "clone-over-to" in c.metadata.get("tags", []))
+    after = " ".join(DETAILS.sub(" ", CELLS[at + 1].source).split())
+    (low, low_name), (high, high_name) = expected[0], expected[-1]
+    assert f"from {low:.3f} ({low_name}) to {high:.3f} ({high_name.split('-')[0]})" in after
+    assert "Modelled from the spec sheets" in after
     ratios = [g["mem_bw"] / g["link_bw"] for g in gpus.values()]
-    assert 6 <= min(ratios) < 7 and 20 <= max(ratios) < 21  # "6–20×", rounded down
-    clone_over_to = [2 / r for r in ratios]  # a clone reads and writes each byte; .to crosses the link once
-    assert 0.09 < min(clone_over_to) and max(clone_over_to) <= 1 / 3 + 0.001  # a tenth to a third
+    assert "6 to 20 times" in after and 6 <= min(ratios) < 7 and 20 <= max(ratios) < 21  # rounded down
 
 
 def test_a_model_your_size_is_counted_on_meta():
@@ -329,14 +333,28 @@ def test_a_model_your_size_is_counted_on_meta():
 
 
 def test_the_bytes_get_a_modelled_time_that_names_its_profile():
-    """The cost model turns the bytes into time: every printed line says modelled and names the GPU
-    profile and its link; the prose before it says modelled, not measured."""
+    """The cost model turns the moves into time: each strategy's line names every move its modelled step
+    puts on a link, with their sum, says modelled and names the GPU profile and its link; the prose
+    before it says modelled, not measured, and the cell after it says why DataParallel's is longer."""
     scope, printed = run("model-your-size", "modelled-estimate")
-    rows = [line for line in printed.splitlines() if " ms " in line]
-    assert [r.split()[0] for r in rows] == ["DataParallel", "DDP"]
+    rows = [line for line in printed.splitlines() if " on the links: " in line]
+    assert [r.split()[0] for r in rows] == list(costmodel.STRATEGIES)
     assert all("(modelled, T4 (PCIe 3.0 x16))" in r for r in rows)
+    for row, strategy in zip(rows, costmodel.STRATEGIES):
+        step = costmodel.predict(scope["work"], "T4", scope["N"], strategy)
+        moves = dict.fromkeys(p.name for p in step.parts if p.lane == "link")
+        named = re.findall(r"([a-z][a-z -]*?) (\d+\.\d)(?= \+| =)", row.split(" on the links: ")[1])
+        assert [m.strip() for m, _ in named] == list(moves), row  # every move, in the model's order
+        total = float(re.search(r"= (\d+\.\d) ms", row)[1])
+        assert total == pytest.approx(sum(map(step.seconds, moves)) * 1e3, abs=0.05)
+    dp, ddp = (costmodel.predict(scope["work"], "T4", scope["N"], s) for s in costmodel.STRATEGIES)
+    assert dp.seconds("gather") > dp.seconds("replicate") + dp.seconds("reduce")  # the gather decides
+    ratio = (dp.seconds("replicate") + dp.seconds("reduce")) / ddp.seconds("all-reduce")
     at = next(i for i, c in enumerate(CELLS) if "modelled-estimate" in c.metadata.get("tags", []))
     assert "modelled, not measured" in " ".join(CELLS[at - 1].source.split())
+    why = " ".join(CELLS[at + 1].source.split())
+    assert "modelled-why" in CELLS[at + 1].metadata.get("tags", []) and "**gather**" in why
+    assert f"about {ratio:.1f} times as long as DDP's all-reduce" in why
 
 
 def test_the_meta_pair_says_why_broadcast_sends_three_buckets():

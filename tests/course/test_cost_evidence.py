@@ -137,6 +137,10 @@ def test_plot_helpers_draw_what_they_are_given():
     traffic = {s: costs.step_traffic(model, x, ["cpu", "cpu"], s) for s in ("clone", "broadcast")}
     ax = costs.plot_bytes(traffic)
     assert [t.get_text() for t in ax.get_xticklabels()] == ["clone", "broadcast"]
+    colours = {h.get_label().split(" (")[0]: h.patches[0].get_facecolor() for h in ax.containers}
+    assert colours["clone"] == matplotlib.colors.to_rgba(
+        costs.OP_COLOURS["clone"]
+    )  # one palette: the bug red
     ax = costs.plot_timings([1, 2], {"a": [timer.Timing([1.0, 2.0]), timer.Timing([3.0, 5.0])]})
     assert ax.get_legend().get_texts()[0].get_text() == "a"
 
