@@ -102,7 +102,9 @@ __all__ = [
     "draw_timeline",
     "draw_over_n",
     "breakdown",
+    "against_one",
     "clone_over_to",
+    "LANE_LABELS",
 ]
 
 GPUS_FILE = Path(__file__).with_name("data") / "gpus.json"
@@ -659,6 +661,15 @@ _COLOURS = {
 }
 
 
+# What a timeline's shared row carries, in words: DataParallel's copies and sums all go through GPU 0,
+# DDP's all-reduces run among every GPU, each rank sending to the next
+LANE_LABELS = {
+    ("DataParallel", "link"): "to and from GPU 0\n(over the links)",
+    ("DDP", "link"): "among all GPUs\n(over the links)",
+    ("DataParallel", "python"): "host (Python)",
+}
+
+
 def _lanes(pred: Prediction) -> list[str]:
     gpus = sorted({p.lane for p in pred.parts if p.lane.startswith("GPU")}, key=lambda s: int(s.split()[1]))
     return gpus + [lane for lane in ("link", "python") if any(p.lane == lane for p in pred.parts)]
@@ -715,7 +726,7 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
             elif below is None or part.start - below >= 0.1 * span:
                 ax.text(part.start * scale, y + 0.42, text, fontsize=7, va="top")
                 below = part.start
-    ax.set_yticks(range(len(lanes)), lanes)
+    ax.set_yticks(range(len(lanes)), [LANE_LABELS.get((pred.strategy, lane), lane) for lane in lanes])
     if below is not None:  # room for a label under the last row
         ax.set_ylim(len(lanes) - 0.1, -0.5)
     else:
@@ -845,6 +856,21 @@ def breakdown(
             f"the all-reduces add: {verdict}"
         )
     return "\n".join(lines + words)
+
+
+def against_one(work: Workload, gpu: GPU | str = "A100-SXM", n: int = 4, **options) -> str:
+    """What each wrapper gains over the plain step on one GPU, modelled: one GPU's step, then
+    DataParallel's and DDP's on ``n`` GPUs of profile ``gpu``, each with its speed-up (one GPU's step
+    over its own). ``options`` go to :func:`predict` for all three (``latency=True``, ``thread_s=0.0``)."""
+    plain = predict(work, gpu, 1, **options)
+    lines = [f"one step, {label(plain)}:", f"  {'one GPU':<22}{plain.total_s * 1e6:8.0f} µs"]
+    for strategy in STRATEGIES:
+        step = predict(work, gpu, n, strategy, **options)
+        lines.append(
+            f"  {f'{strategy} on {n} GPUs':<22}{step.total_s * 1e6:8.0f} µs  "
+            f"{plain.total_s / step.total_s:.2f}x one GPU's speed"
+        )
+    return "\n".join(lines)
 
 
 def ring_seconds(nbytes: float, n: int, link_bw: float) -> float:

@@ -180,7 +180,8 @@ def test_timeline_says_modelled_and_names_the_profile():
     pred = cm.predict(WORK, "A100-SXM", 2, "DataParallel")
     ax = cm.draw_timeline(pred)
     assert "modelled, A100-SXM" in ax.get_title()
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["GPU 0", "GPU 1", "link", "python"]
+    rows = ["GPU 0", "GPU 1", "to and from GPU 0\n(over the links)", "host (Python)"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == rows  # the shared rows say where the bytes go
     fig = cm.draw_over_n(WORK)
     assert all("modelled" in a.get_title() for a in fig.axes)
     # what the model leaves out is said once, under the panels, not in three overlapping labels
