@@ -647,33 +647,49 @@ def half_fix(prediction: set[str] | object, graph) -> Verdict:
     )
 
 
-def sum_or_mean(factor: float | object, per_replica: Sequence[torch.Tensor], grad: torch.Tensor) -> Verdict:
-    """Exercise 3: by what factor a mean instead of a sum would scale the original's gradient.
+def mean_per_piece(
+    factor: float | object, per_replica: Sequence[torch.Tensor], grad: torch.Tensor, batch: torch.Tensor
+) -> Verdict:
+    """Exercise 3: by what factor the original's gradient would change if every replica took the mean
+    loss of its own piece, and ReduceAdd still summed.
 
-    ``per_replica`` are the gradients that reached each replica's copy, ``grad`` the original's."""
-    name = "ch03.sum_or_mean"
+    ``per_replica``: the gradients of the whole batch's mean loss that reached each replica's copy;
+    ``grad``: the original's gradient, their sum; ``batch``: the input that ``scatter`` split into the
+    pieces, as ``Tensor.chunk`` does. A piece of b rows out of B weighs each row's loss by 1/b instead of
+    1/B, so its gradient is B/b times larger."""
+    name = "ch03.mean_per_piece"
     if _unset(factor):
         return Verdict(False, "Set `factor` to a number, then run this cell again.")
     try:
-        if isinstance(factor, (str, bytes)):  # "0.5" is text, not the number the question asks for
+        if isinstance(factor, (str, bytes)):  # "2" is text, not the number the question asks for
             raise TypeError
         value = float(factor)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return Verdict(False, f"`factor` is {factor!r}: give it as a number, such as 2 or 0.25.")
-    averaged = sum(g.to(grad.device) for g in per_replica) / len(per_replica)
-    if torch.allclose(averaged, value * grad):
+        return Verdict(False, f"`factor` is {factor!r}: give it as a number, such as 3 or 0.25.")
+    rows = [len(piece) for piece in batch.chunk(len(per_replica))]
+    total = len(batch)
+    per_piece = sum(g.to(grad.device) * (total / b) for g, b in zip(per_replica, rows))
+    # the factor that best maps grad onto per_piece: exactly N for equal pieces; when the pieces differ
+    # by a few rows (Tensor.chunk cuts 256 rows on 3 slots into 86, 86, 84) it lies between the pieces'
+    # own factors total / b, and any value in that range is right
+    fitted = float((per_piece * grad).sum() / (grad * grad).sum())
+    low, high = min(fitted, total / max(rows)), max(fitted, total / min(rows))
+    if low * 0.99 <= value <= high * 1.01:
         return _correct(
             name,
-            f"A mean divides by the {len(per_replica)} slots: like training with lr / {len(per_replica)}.",
+            f"A piece's mean divides by its {rows[0]} rows, not the batch's {total}: every gradient grows "
+            f"{total / rows[0]:g} times, like training with lr × {len(rows)}. DDP's ranks each take such "
+            "a mean; chapter 09 shows who divides by N.",
         )
     return _not_yet(
         name,
-        f"{factor} times the summed gradient is not the mean of the replicas' gradients. Change `factor`.",
+        f"{factor} times the original's gradient is not what the per-piece means would give. Change `factor`.",
         [
-            "A mean is a sum divided by how many things were added.",
-            "How many gradients does ReduceAdd add up for one parameter? One per replica.",
+            "The batch's mean divides every row's loss by all the batch's rows. What does a piece's mean divide by?",
+            f"A piece holds 1/{len(rows)} of the batch's rows, so its mean weighs each row more, not less.",
         ],
-        lambda: f"1 / {len(per_replica)} = {1 / len(per_replica)}.",
+        f"{len(rows)}: the batch's {total} rows over pieces of {rows} rows; each piece's gradient grows by "
+        f"{total} / its rows.",
     )
 
 

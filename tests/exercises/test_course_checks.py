@@ -40,7 +40,10 @@ def test_an_unset_answer_asks_for_one_and_costs_no_hint():
     assert checks.half_fix(..., None).message.startswith("Set `prediction`")
     assert checks.counter_survives(...).message.startswith("Define class MyCounter")  # chapter 05's cell
     assert checks.replicatable_scale(...).message.startswith("Define class Scale")  # chapter 04's cell
-    assert "Hint 1" in checks.sum_or_mean(3.0, [torch.ones(2)] * 2, torch.full((2,), 2.0)).message
+    assert (
+        "Hint 1"
+        in checks.mean_per_piece(3.0, [torch.ones(2)] * 2, torch.full((2,), 2.0), torch.ones(4, 1)).message
+    )
 
 
 def test_accumulators_counts_each_node_once():
@@ -93,20 +96,36 @@ def test_half_fix_names_what_to_add_and_remove():
     assert "remove ['2.weight']" in wrong.message and "add ['0.bias']" in wrong.message
 
 
-def test_sum_or_mean_says_a_word_is_not_a_number():
-    verdict = checks.sum_or_mean("half", [torch.ones(2)] * 2, torch.full((2,), 2.0))
+def test_mean_per_piece_says_a_word_is_not_a_number():
+    per_replica, grad, batch = [torch.ones(2)] * 2, torch.full((2,), 2.0), torch.ones(4, 1)
+    verdict = checks.mean_per_piece("two", per_replica, grad, batch)
     assert not verdict.ok and "number" in verdict.message  # a verdict, not a ValueError from float()
-    quoted = checks.sum_or_mean("0.5", [torch.ones(2)] * 2, torch.full((2,), 2.0))
+    quoted = checks.mean_per_piece("2", per_replica, grad, batch)
     assert not quoted.ok and "number" in quoted.message  # the right value as text is not yet the answer
 
 
-def test_sum_or_mean_accepts_one_over_the_slots_only():
-    per_replica = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 0.0]), torch.tensor([2.0, 1.0])]
-    grad = sum(per_replica)
-    assert checks.sum_or_mean(1 / 3, per_replica, grad).ok
-    for wrong in (0.5, 3, 1):
-        assert not checks.sum_or_mean(wrong, per_replica, grad).ok
-    assert "The answer: 1 / 3" in checks.sum_or_mean(2, per_replica, grad).message  # fourth failure
+def _per_piece_case(rows):
+    """Real per-replica gradients of one batch's mean loss for a linear model, pieces as scatter cuts them."""
+    torch.manual_seed(0)
+    batch, weight = torch.randn(sum(rows), 3), torch.randn(3, requires_grad=True)
+    copies = [weight.detach().clone().requires_grad_() for _ in rows]
+    loss = sum(((piece @ w) ** 2).sum() for piece, w in zip(batch.chunk(len(rows)), copies)) / len(batch)
+    per_replica = torch.autograd.grad(loss, copies)
+    return per_replica, sum(per_replica), batch
+
+
+def test_mean_per_piece_accepts_the_number_of_slots_only():
+    per_replica, grad, batch = _per_piece_case([4, 4, 4])
+    assert checks.mean_per_piece(3, per_replica, grad, batch).ok
+    for wrong in (1 / 3, 1, 2):
+        assert not checks.mean_per_piece(wrong, per_replica, grad, batch).ok
+    assert "The answer: 3" in checks.mean_per_piece(0.5, per_replica, grad, batch).message  # third failure
+
+
+def test_mean_per_piece_accepts_the_slot_count_for_pieces_rows_apart():
+    per_replica, grad, batch = _per_piece_case([86, 86, 84])  # 256 rows on 3 slots, as Tensor.chunk cuts them
+    assert checks.mean_per_piece(3, per_replica, grad, batch).ok
+    assert not checks.mean_per_piece(2.8, per_replica, grad, batch).ok
 
 
 def test_rewire_to_broadcast_reads_the_answer_from_the_graphs():
