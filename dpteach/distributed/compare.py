@@ -207,20 +207,20 @@ def dataparallel_traffic(
 
 def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     """DataParallel's copies (``dataparallel_traffic``) and DDP's all-reduces (``tasks.traffic``) in one
-    step, for N = ``world_size`` slots or ranks and a model of P bytes (``dp["parameter_bytes"]``), in
-    plain rows that need no footnote. The bytes are per slot or rank except DataParallel's outputs and
-    copy calls, which are over all its slots; the title's second line says so.
+    step, for N = ``world_size`` slots or ranks and a model of P bytes (``dp["parameter_bytes"]``), as two
+    small tables in plain rows that need no footnote: the bytes one slot or one rank moves, then what the
+    whole step does, the gathered outputs and the copy calls.
 
     DataParallel's ``broadcast`` copies the model into each slot but slot 0, P bytes per slot, and on GPUs
     its ``reduce_add`` takes P bytes of gradients from each of them onto slot 0; CPU slots share one
     device and sum the gradients in place, moving nothing, which the row says ("0 here, P on GPUs":
     the 0 is this machine's; on separate GPUs each slot sends P, and P·(N-1) bytes land on slot 0). Its
-    ``gather`` moves the whole batch's outputs onto slot 0, not the model, and its copy calls are counted
-    over all slots. Each DDP rank hands its P bytes of gradients to all-reduce, one call per bucket; what
-    a ring all-reduce of them sends and receives on each rank, 2(N-1)/N x P (nccl-tests'
-    ``doc/PERFORMANCE.md``), is the one row computed rather than counted, its value a formula. At N = 2
-    that is P too, so the row adds its value at N = 4, where the two rows differ. A last
-    line says what to read across the rows: the model and the outputs are DataParallel's copies alone.
+    ``gather`` moves the whole batch's outputs onto slot 0, not the model. Each DDP rank hands its P bytes
+    of gradients to all-reduce, one call per bucket; what a ring all-reduce of them sends and receives on
+    each rank, 2(N-1)/N x P (nccl-tests' ``doc/PERFORMANCE.md``), is the one row computed rather than
+    counted, its value a formula. At N = 2 that is P too, so the row adds its value at N = 4, where the
+    two rows differ. Each copy call count is spelled out: one broadcast per parameter tensor per slot
+    after slot 0 ("params": parameter tensors), one gather call per slot's output. A last line says what to read across the rows.
     """
     n, p = world_size, dp["parameter_bytes"]
     counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
@@ -229,26 +229,43 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     def ring(ranks: int) -> int:  # what a ring all-reduce of P bytes sends, and receives, per rank
         return 2 * (ranks - 1) * handed // ranks
 
+    def spelled(op: str, k: int) -> str:  # a copy call count beside what it counts
+        if op in ("broadcast", "reduce_add") and k % (n - 1) == 0:
+            return f"{op} {k} = {k // (n - 1)} params x {n - 1} slot{'s' * (n > 2)}"
+        if op == "gather" and k % n == 0:
+            return f"gather {k} = {k // n} per slot"
+        return f"{op} {k}"
+
     # at N = 2 the ring sends P, as many as the rank hands over: N = 4 beside it shows the rows differ
     at_four = f" (N = 4: {ring(4):,})" if n == 2 else ""
     batch = f"all {dp['rows']} rows" if dp.get("rows") else "the whole batch"
-    calls = [f"{op} {k}" for op, k in dp["copies_per_step"].items()]
-    rows = [
-        ("", "DataParallel slot", "DDP rank"),
+    calls = [spelled(op, k) for op, k in dp["copies_per_step"].items()]
+    buckets = ddp["allreduce_calls_per_step"]
+    per_rank = [
+        ("bytes per slot/rank", "DataParallel slot", "DDP rank"),
         ("model copied in", f"P = {into:,}", "0"),
         # no reduce_add copies: the slots share a device (CPU slots) and sum in place; on separate GPUs
         # each slot but slot 0 sends its P bytes there, so the cell says that this 0 is this machine's
         ("gradients to sum", f"P = {back:,}" if back else "0 here, P on GPUs", f"P = {handed:,}"),
         ("ring all-reduce sends", "-", f"2(N-1)/N x P = {ring(n):,}" + at_four),
-        ("outputs onto slot 0", f"{counted.get('gather', 0):,} ({batch})", "0"),
-        ("copy calls", ", ".join(calls), f"all_reduce {ddp['allreduce_calls_per_step']} (one per bucket)"),
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [
-        f"one step, in bytes: N = {n}, P = {p:,} (the parameters' bytes)",
-        "per slot or rank, but DataParallel's outputs and copy calls over all its slots",
+    whole = [
+        ("the whole step", "DataParallel", "DDP, each rank"),
+        ("outputs onto slot 0", f"{counted.get('gather', 0):,} bytes ({batch})", "0"),
+        (
+            "copy calls",
+            calls[0] if calls else "0",
+            f"all_reduce {buckets} = {buckets} bucket{'s' * (buckets != 1)}",
+        ),
+        *(("", call, "") for call in calls[1:]),
     ]
-    lines += ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+
+    def block(rows):  # each table aligned on its own columns
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+
+    lines = [f"one step: N = {n} slots or ranks, P = {p:,} bytes of parameters", ""]
+    lines += [*block(per_rank), "", *block(whole), ""]
     lines.append("so: DataParallel alone copies the model in and gathers the outputs, every step")
     return "\n".join(lines)
 

@@ -478,17 +478,20 @@ def _step_times(hiddens, depth, global_batch, repeats, warmup, device) -> dict:
     return medians
 
 
-def extra_step(on_rank: int = 0, steps: int = 2, global_batch: int = 8) -> int:
+def extra_step(on_rank: int = 0, steps: int = 2, global_batch: int = 8, join: bool = False) -> int:
     """Every rank runs ``steps`` DDP backwards, rank ``on_rank`` one more, as with one batch more.
 
     That extra backward all-reduces a bucket no other rank sends: it waits until the process group's
-    timeout, unless the launcher stops it first. The other ranks return the steps they ran.
+    timeout, unless the launcher stops it first. ``join=True`` wraps the loop in ``ddp.join()``, whose
+    docstring promises to "shadow" the forward and backward passes of ranks still running with the
+    collectives they wait for, so every rank returns. Each rank returns the steps it ran.
     """
     ddp = wrap(make_model())
     x, y = local_shard(global_batch, 0)
     runs = steps + (dist.get_rank() == on_rank)
-    for _ in range(runs):
-        loss_fn(ddp(x), y).backward()
+    with ddp.join() if join else contextlib.nullcontext():
+        for _ in range(runs):
+            loss_fn(ddp(x), y).backward()
     return runs
 
 

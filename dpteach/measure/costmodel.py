@@ -278,14 +278,21 @@ class _LanguageModelLoss(nn.Module):
     """A causal language model called as transformers' Trainer calls it, ``labels=`` given: its
     forward returns every tensor of the model's output, the loss first, then the logits and the cache
     of keys and values (``use_cache`` is on in ``GPT2Config()``), since under DataParallel
-    ``gather_map`` (``torch/nn/parallel/scatter_gather.py``) gathers every tensor of an output dict."""
+    ``gather_map`` (``torch/nn/parallel/scatter_gather.py``) gathers every tensor of an output dict.
 
-    def __init__(self, lm: nn.Module):
+    ``cache=False`` returns the loss and the logits alone, the tensors a model built with
+    ``use_cache=False`` returns. The keys and values are computed either way, so the FLOPs are the same;
+    the model keeps its cache on here because transformers' mask code without one reads a tensor's value
+    (``find_packed_sequence_indices``), which the meta device cannot give."""
+
+    def __init__(self, lm: nn.Module, cache: bool = True):
         super().__init__()
-        self.lm = lm
+        self.lm, self.cache = lm, cache
 
     def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = self.lm(input_ids=ids, labels=ids)
+        if not self.cache:
+            return (out.loss, out.logits)
         cache = out.get("cache", out.get("past_key_values"))
         # transformers 5's DynamicCache holds per layer the key and value tensors that 4.x returned
         # as a tuple per layer in past_key_values
@@ -301,12 +308,13 @@ def _first(out: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return out[0]  # the loss: backward starts from it alone
 
 
-def count_gpt2(batch: int = 1, seq: int = 1024) -> Workload:
+def count_gpt2(batch: int = 1, seq: int = 1024, use_cache: bool = True) -> Workload:
     """GPT-2 small, counted: transformers' ``GPT2LMHeadModel(GPT2Config())`` on the meta device (shapes,
     no data, so nothing is computed or allocated), one step on ``batch`` sequences of ``seq`` tokens.
 
-    The output's bytes are the whole output, the loss, the logits and the keys and values, since
-    DataParallel gathers them all; only the loss's bytes get a gradient back (``grad_output_bytes``).
+    The output's bytes are the whole output, the loss, the logits and, under ``GPT2Config``'s default
+    ``use_cache=True``, the keys and values, since DataParallel gathers them all; only the loss's bytes
+    get a gradient back (``grad_output_bytes``). ``use_cache=False`` counts the loss and logits alone.
     Needs ``transformers`` (not a dependency of dpteach). ``large_workload("gpt2-small")`` is the
     same count, made once and shipped, so a chapter need not import transformers.
     """
@@ -315,7 +323,7 @@ def count_gpt2(batch: int = 1, seq: int = 1024) -> Workload:
     with torch.device("meta"):
         lm = GPT2LMHeadModel(GPT2Config())  # 124,439,808 parameters: the output layer shares wte
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
-    work = workload(_LanguageModelLoss(lm), ids, loss_fn=_first)
+    work = workload(_LanguageModelLoss(lm, cache=use_cache), ids, loss_fn=_first)
     return dataclasses.replace(work, grad_output_bytes=4)  # one fp32 loss
 
 

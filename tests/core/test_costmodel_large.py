@@ -91,3 +91,18 @@ def test_recounting_gpt2s_memory_gives_the_shipped_count():
         "saved_bytes": entry["bytes_per_sequence"],
         "attention_bytes": entry["attention_bytes_per_sequence"],
     }
+
+
+def test_the_no_cache_workload_is_gpt2_small_less_its_keys_and_values():
+    cached, lean = cm.large_workload("gpt2-small"), cm.large_workload("gpt2-small-no-cache")
+    keys_and_values = LAYERS * 2 * HEADS * SEQ * (WIDTH // HEADS) * 4  # fp32, per sequence
+    assert cached.output_bytes - lean.output_bytes == keys_and_values
+    assert lean.output_bytes == 4 + SEQ * VOCAB * 4  # the loss and the logits
+    assert dataclasses.replace(lean, output_bytes=cached.output_bytes) == cached  # nothing else differs
+
+
+@pytest.mark.slow  # imports transformers (seconds)
+def test_recounting_gpt2_without_its_cache_gives_the_shipped_workload():
+    pytest.importorskip("transformers")
+    counted = cm.count_gpt2(use_cache=False)
+    assert dataclasses.asdict(counted) == dataclasses.asdict(cm.large_workload("gpt2-small-no-cache"))

@@ -169,6 +169,22 @@ def test_one_batch_more_on_one_rank_hangs_it_until_the_timeout_and_the_sampler_e
     assert {len(s) for s in shares} == {4} and sorted(sum(shares, [])) == sorted([*range(10), 0, 1])
 
 
+@pytest.mark.slow  # two fresh interpreters importing torch
+def test_ddp_join_lets_the_rank_with_one_batch_more_finish():
+    """The cure the chapter runs after the hang: the same uneven task under ``ddp.join()`` returns on
+    every rank, rank 0 having run its extra step, and the chapter's cell runs it between the hang and
+    the sampler."""
+    from dpteach.distributed import Ranks
+
+    nb = cells()
+    joined = next(c for c in nb if "uneven-join" in c.metadata.get("tags", []))
+    hang = next(c for c in nb if "uneven-batches" in c.metadata.get("tags", []))
+    sampler = next(c for c in nb if c.cell_type == "code" and "DistributedSampler(range(10)" in c.source)
+    assert nb.index(hang) < nb.index(joined) < nb.index(sampler) and "join=True" in joined.source
+    with Ranks(2, "gloo", timeout=60) as ranks:
+        assert ranks.run("extra_step", on_rank=0, steps=2, join=True, echo=False) == [3, 2]
+
+
 @pytest.mark.slow  # fresh interpreters importing torch
 def test_the_gap_to_one_device_is_summation_order_as_the_prose_says():
     """The prose after the key result says the gap is summation order: one device sums all 8 rows at

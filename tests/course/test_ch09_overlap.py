@@ -152,16 +152,15 @@ def test_rebuild_lines_say_which_step_was_cut_again():
 
 
 def test_the_traffic_table_counts_per_slot_and_per_rank():
-    """Each byte row is what one slot or one rank moves in a step, so a learner reads P against P: the model
-    into each slot but slot 0 and the gradients back from each (counted), beside what a ring all-reduce
-    sends and receives on each rank (computed, 2(N-1)/N x P, a formula; at N = 2 with its value at N = 4
-    beside it, since there it equals what the rank hands over), each count beside
-    the formula it follows, so a tiny model's rows still read as the rule; the gathered outputs
-    on a row apart, never mixed into the model's bytes (the 516 bytes copied on CPU slots), with the
-    number of rows whose outputs it moves, and the title saying that row and the copy calls are totals
-    over the slots. Plain rows, no footnote marks: on CPU slots, which sum the gradients in place,
-    the cell itself says its 0 is this machine's, and P per slot on separate GPUs. A last line says
-    what to read across them."""
+    """Two small tables. The bytes one slot or one rank moves in a step, so a learner reads P against P:
+    the model into each slot but slot 0 and the gradients back from each (counted), beside what a ring
+    all-reduce sends and receives on each rank (computed, 2(N-1)/N x P, a formula; at N = 2 with its
+    value at N = 4 beside it, since there it equals what the rank hands over). Then the whole step: the
+    gathered outputs on a row apart, never mixed into the model's bytes (the 516 bytes copied on CPU
+    slots), with the rows whose outputs it moves, and each copy call count spelled out (parameter
+    tensors x slots after slot 0, one gather per slot, one all-reduce per bucket). Plain rows, no
+    footnote marks: on CPU slots, which sum the gradients in place, the cell itself says its 0 is this
+    machine's, and P per slot on separate GPUs. A last line says what to read across them."""
     from dpteach.distributed import compare
 
     dp = dict(
@@ -171,13 +170,13 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
         rows=64,
     )
     ddp = dict(allreduce_calls_per_step=1, allreduce_bytes_per_step=260, same_parameters=True)
-    rows = compare.traffic_table(dp, ddp, world_size=2).splitlines()
-    assert rows[0] == "one step, in bytes: N = 2, P = 260 (the parameters' bytes)"
-    # the title says which rows are per slot or rank and which are totals over the slots
-    assert rows[1] == "per slot or rank, but DataParallel's outputs and copy calls over all its slots"
-    assert re.split(r"\s{2,}", rows[2].strip()) == ["DataParallel slot", "DDP rank"]
-    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in rows[3:])}
-    assert len(rows) == 9  # two title lines, the header, five rows and what to read across them
+    text = compare.traffic_table(dp, ddp, world_size=2)
+    rows = text.splitlines()
+    assert rows[0] == "one step: N = 2 slots or ranks, P = 260 bytes of parameters"
+    per_rank, whole = (block.splitlines() for block in text.split("\n\n")[1:3])
+    assert re.split(r"\s{2,}", per_rank[0]) == ["bytes per slot/rank", "DataParallel slot", "DDP rank"]
+    assert re.split(r"\s{2,}", whole[0]) == ["the whole step", "DataParallel", "DDP, each rank"]
+    table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in per_rank[1:] + whole[1:])}
     assert rows[-1] == "so: DataParallel alone copies the model in and gathers the outputs, every step"
     assert table["model copied in"] == ["P = 260", "0"]
     # on CPU slots the reduce moves nothing; the cell says that 0 is this machine's, not DataParallel's
@@ -186,22 +185,23 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     assert max(len(r) for r in rows) <= 80  # narrow enough for a notebook's output
     # at N = 2 the ring sends what the rank hands over; its value at N = 4 shows the two rows differ
     assert table["ring all-reduce sends"] == ["-", "2(N-1)/N x P = 260 (N = 4: 390)"]
-    assert table["outputs onto slot 0"] == ["256 (all 64 rows)", "0"]  # the whole batch, not per slot
-    assert table["copy calls"] == ["broadcast 4, gather 2", "all_reduce 1 (one per bucket)"]
-    text = "\n".join(rows)
+    assert table["outputs onto slot 0"] == ["256 bytes (all 64 rows)", "0"]  # the whole batch, not per slot
+    assert table["copy calls"] == ["broadcast 4 = 4 params x 1 slot", "all_reduce 1 = 1 bucket"]
+    assert whole[-1].split() == ["gather", "2", "=", "1", "per", "slot"]
     assert not any(mark in text for mark in ("†", "*"))  # no footnote marks
     assert "516" not in text and "from all" not in text  # per rank, never a total over the ranks
     # on 4 GPUs the reduce_add is counted per slot, and a ring sends 2 x 3/4 x 260 from each rank
     gpus = dict(
-        copies_per_step={"broadcast": 12, "reduce_add": 6, "gather": 3},
+        copies_per_step={"broadcast": 12, "reduce_add": 6, "gather": 4},
         bytes_per_step={"broadcast": 780, "reduce_add": 780, "gather": 192},
         parameter_bytes=260,
     )
-    four = compare.traffic_table(gpus, ddp, world_size=4).splitlines()
-    assert re.split(r"\s{2,}", four[4]) == ["gradients to sum", "P = 260", "P = 260"]
-    assert re.split(r"\s{2,}", four[5]) == ["ring all-reduce sends", "-", "2(N-1)/N x P = 390"]
-    assert "here" not in "\n".join(four) and len(four) == 9
-    assert "192 (the whole batch)" in four[6]  # no row count given: none invented
+    four = compare.traffic_table(gpus, ddp, world_size=4)
+    assert re.search(r"gradients to sum\s+P = 260\s+P = 260", four)
+    assert re.search(r"ring all-reduce sends\s+-\s+2\(N-1\)/N x P = 390\n", four)
+    assert "broadcast 12 = 4 params x 3 slots" in four and "reduce_add 6 = 2 params x 3 slots" in four
+    assert "here" not in four
+    assert "192 bytes (the whole batch)" in four  # no row count given: none invented
 
 
 def test_dataparallel_traffic_names_the_rows_its_gather_moved():

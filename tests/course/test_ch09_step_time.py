@@ -255,10 +255,7 @@ def test_the_step_time_section_gives_the_docs_reasons_quoted_from_their_sources(
     quoted = re.findall(r'"([^"]+)"', said)
     assert "even if there is only a single node" in quoted and "`DataParallel`'s docstring" in said
     assert "even if there is only a single node" in docstring
-    gil = (
-        "each GPU has its dedicated process, this avoids the performance overhead caused by GIL of "
-        "Python interpreter"
-    )
+    gil = "avoids the performance overhead caused by GIL of Python interpreter"  # in cuda.rst verbatim
     assert gil in quoted and "`docs/source/notes/cuda.rst`" in said
     tutorial = (
         "GIL contention across threads, per-iteration replicated model, and additional overhead "
