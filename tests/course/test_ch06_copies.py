@@ -242,6 +242,8 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
     model and the tensors)."""
     stubs = [c.source for c in CELLS if "exercise-stub" in c.metadata.get("tags", [])]
     two, three, four, five = stubs
+    # a replica has no parameters(): the stub says how to reach the weight
+    assert "replica[0].weight" in three
     scope, _ = run("step-bytes", "coalesce-counts")
     for stub in stubs:  # as shipped: no error, and a prompt printed, not a bare Ellipsis or nothing
         out = io.StringIO()
@@ -310,7 +312,7 @@ def test_the_clone_then_to_section_rests_on_counts_and_labels_what_is_modelled()
 
 def test_a_model_your_size_is_counted_on_meta():
     """The GPT-2-small-sized stack is built on "meta" (no memory): its parameters are GPT-2 small's.
-    Both wrappers are counted by one rule, the bytes arriving on the other GPUs: DataParallel's model
+    Both wrappers are counted by one rule, the bytes that cross a link: DataParallel's model
     copies counted (3·(P + B) on 4 slots) plus its gradient sum ((N - 1)·P), DDP's ring all-reduce
     2(N - 1)/N·P per rank, labelled modelled; the two totals are the same."""
     scope, printed = run("model-your-size")
@@ -355,6 +357,13 @@ def test_the_bytes_get_a_modelled_time_that_names_its_profile():
     why = " ".join(CELLS[at + 1].source.split())
     assert "modelled-why" in CELLS[at + 1].metadata.get("tags", []) and "**gather**" in why
     assert f"about {ratio:.1f} times as long as DDP's all-reduce" in why
+    # the gathered output is shown, not only named: GPT-2 small's logits and its cache of keys and values
+    seqs = scope["work"].batch
+    logits = seqs * 1024 * 50257 * 4  # fp32, a score per token per position
+    cache = 12 * 2 * seqs * 12 * 1024 * 64 * 4  # 12 layers' keys and values, 12 heads of 64
+    gathered = next(ln for ln in printed.splitlines() if ln.startswith("the output DataParallel gathers"))
+    assert f"logits {logits / 1e9:.1f} GB and keys and values {cache / 1e9:.1f} GB" in gathered
+    assert "the logits and the keys and values printed above" in why
 
 
 def test_the_meta_pair_says_why_broadcast_sends_three_buckets():
@@ -441,3 +450,9 @@ def test_the_explorer_text_names_the_model_it_steps():
     assert f"width {width}" in text and f"{params:,} parameters" in text and "no buffer bytes" in text
     assert f"{cost.bytes_by_op['gather']:,} bytes" in text and "wider" not in text
     assert cost.bytes_by_op["broadcast"] == 4 * params  # one model copy: parameters only, no buffers
+    # the answer names the first slider width whose gather is under 1% of broadcast's bytes
+    from dpteach.widgets.cost import WIDTHS, width_numel
+
+    first = next(w for w in WIDTHS if cost.bytes_by_op["gather"] < 0.01 * (4 * width_numel(w) + 1024))
+    answer = " ".join(CELLS[at + 2].source.split())
+    assert "<summary>Answer</summary>" in answer and f"So {first} is the first width under 1%" in answer
