@@ -297,10 +297,12 @@ def test_at_the_large_learning_rate_rounding_grows_until_the_weights_differ():
             )
         )
         differ.append("gradient norms DIFFER" in lab.status())
-    assert 0 < gaps[0] < 1e-6  # rounding only
+        # the cell's verdict column reads grad_rows() as the status line does
+        assert all(row.matches for row in lab.grad_rows()) is not differ[-1]
+    assert 0 < gaps[0] < 1e-7  # rounding only: 1a says "under 1e-7 at step 1"
     assert all(b > a for a, b in zip(gaps, gaps[1:]))  # every step multiplies it
     first = differ.index(True)
-    assert not any(differ[:first]) and all(differ[first:]) and gaps[first] > 1e-2
+    assert not any(differ[:first]) and all(differ[first:]) and gaps[first] > 1e-2  # "over 1e-2 by then"
     # 1a: the status compares norms, not weights: the weights already part in the fourth decimal while it
     # still agrees (how far past 1e-4 they get before it flips varies with rounding, so no tighter bound)
     assert any(gap > 1e-4 and not d for gap, d in zip(gaps, differ))
@@ -352,7 +354,8 @@ def test_run_to_the_end_at_the_large_learning_rate_the_loss_goes_inf_then_nan():
     assert all(p.isnan().all() for p in lab.model.parameters())  # SGD spread it to every weight
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     assert not [c for c in cells if {"diverges", "diverges-why"} & set(c.metadata.get("tags", []))]
-    assert "`inf`, then `nan`" in tagged(cells, "explorer-intro")
+    # 1a asks the learner to run 0.631 in the explorer; its fold says what the chart shows
+    assert "`inf`, then `nan`" in tagged(cells, "large-lr-why").split("<details>")[1]
 
 
 def test_the_order_table_shows_a_reduce_add_between_replica_nodes_with_a_thread_per_replica():
@@ -400,6 +403,15 @@ def test_the_order_folds_code_prints_both_orders(capsys):
     exec(code, {})
     printed = capsys.readouterr().out
     assert "a thread per replica" in printed and "one thread" in printed and "◀" in printed
+    # the steps the fold reads off the table are the table's: ◀ rows, then one thread's sums
+    if slot_devices(2)[0].type != "cpu":
+        return
+    threaded, single = join_order(True), join_order(False)
+    fold = " ".join(tagged(cells, "join-order-why").split())
+    early = [str(i + 1) for i in threaded.early]
+    late = [str(i + 1) for i in single.joins]
+    assert f"at steps {', '.join(early[:-1])} and {early[-1]}." in fold and len(early) == 3
+    assert f"at steps {', '.join(late[:-1])} and {late[-1]}." in fold and "all four" in fold
 
 
 def test_what_the_intro_says_repeats_does_repeat():
@@ -522,6 +534,7 @@ def test_exercise_2_check_passes_the_answer_and_names_each_mistake(fresh_checks)
         (
             "predict-bytes",
             {
+                "model_bytes = ...": "model_bytes = 4 * (width**2 + 5 * width + 1)",
                 "broadcast_bytes = ...": "broadcast_bytes = 2 * model_bytes + gather_bytes",
                 "clone_bytes = ...": "clone_bytes = 3 * model_bytes + gather_bytes",
             },
@@ -553,11 +566,23 @@ def test_exercise_3_check_passes_the_answer_and_says_what_to_change(fresh_checks
     "broadcast", or none under "clone"; the gather left out) gets its own finding, and the stub no hint."""
     if len(set(slot_devices(3))) != 1:
         pytest.skip("the exercise's counts are for slots that share one device")
-    lab = CostLab(width=256, slots=3, timed=False)
+    lab = CostLab(width=128, slots=3, timed=False)
     model, gather = lab.model_bytes, 256 * 4
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     (answer,) = [c.source for c in cells if c.source.startswith("<details><summary>Answer 3")]
     said = dict(re.findall(r"`(\w+_bytes) = ([^`]+)`", answer))
+    # the learner derives model_bytes from the width: the answer's formula is the lab's count
+    assert eval(said["model_bytes"], {"width": lab.width}) == model
+    (stub,) = [
+        c.source for c in cells if c.cell_type == "code" and "predict-bytes" in c.metadata.get("tags", [])
+    ]
+    assert f"width={lab.width}, slots={lab.slots}" in stub and "model_bytes = ..." in stub
+    flat = " ".join(answer.split())
+    assert f"{model // 4:,} at width {lab.width}" in flat and f"{model:,} bytes" in flat
+    # no earlier cell prints this width's bytes: the text route of section 3 is another width
+    (route,) = [c.source for c in cells if c.cell_type == "code" and "cost.report()" in c.source]
+    assert f"width={lab.width}" not in route
+    said.pop("model_bytes")
     guess = {k: eval(v, {"model_bytes": model, "gather_bytes": gather}) for k, v in said.items()}
     assert fresh_checks.predicted_bytes(guess["broadcast_bytes"], guess["clone_bytes"], lab).ok
     counted = {c.strategy: c.bytes for c in lab.costs}
@@ -638,10 +663,14 @@ def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_
     assert 1 <= len(notes) <= 2 and all(re.fullmatch(one, note) for note in notes), notes
     (mark,) = re.findall(r'<text class="mark"[^>]*>([^<]*)</text>', svg)
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    # the main path says the status line's rule; the chart's marks are in the fold after the cell
-    why = " ".join((tagged(cells, "large-lr-why") + tagged(cells, "explorer-intro")).split())
-    assert "dashed line" not in tagged(cells, "large-lr-why")
+    # 1a's main path says the status line's rule; the chart's marks are in its "What you should see" fold
+    main, fold = tagged(cells, "large-lr-why").split("<details>")
+    why = " ".join(fold.split())
+    assert "dashed line" not in main and "red note" not in main
     assert "log scale" in why and "dashed line" in why and "red note" in why, why
+    assert "over 1% apart" in why  # the mark's own words: "differ by over 1%"
+    # the question moved from section 1's list to 1a, where the slider's scale is said
+    assert "0.631" not in tagged(cells, "explorer-intro") and "logarithmic" in main
     assert mark.startswith("from step ") and "differ by over 1%" in mark
 
 
