@@ -242,7 +242,7 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     calls = [spelled(op, k) for op, k in dp["copies_per_step"].items()]
     buckets = ddp["allreduce_calls_per_step"]
     per_rank = [
-        ("bytes per slot/rank", "DataParallel slot", "DDP rank"),
+        ("bytes per slot/rank", "DataParallel, slots 1+", "DDP rank"),
         ("model copied in", f"P = {into:,}", "0"),
         # no reduce_add copies: the slots share a device (CPU slots) and sum in place; on separate GPUs
         # each slot but slot 0 sends its P bytes there, so the cell says that this 0 is this machine's

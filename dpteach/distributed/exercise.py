@@ -104,7 +104,8 @@ def _run_split(ranks, task: str, shards: list[int]) -> tuple[str, str | None, fl
             (
                 f"Constant factor: every gradient is {factor:.3g} times one device's. Every row weighs "
                 f"the same, but your loss is {factor:.3g} times too {'large' if factor > 1 else 'small'}. "
-                f"Change the marked line to {fix}."
+                f"Change the marked line to {fix}, written from global_batch and dist.get_world_size() "
+                "rather than typed in, so that it holds for every split of the batch."
             ),
             factor,
         )

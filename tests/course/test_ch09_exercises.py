@@ -185,12 +185,15 @@ def test_exercise_1_a_loss_off_by_any_constant_is_told_the_factor_to_fix_it_by(i
     factor = f"{b / n:.3g}"
     assert summed.startswith("Constant factor: ")  # the kind of problem, first
     assert f"every gradient is {factor} times one device's" in summed, summed
-    assert "too large" in summed and f"Change the marked line to divide it by {factor}." in summed, summed
+    assert (
+        "too large" in summed and f"Change the marked line to divide it by {factor}, written from" in summed
+    ), summed
+    assert "dist.get_world_size()" in summed  # not a typed-in divisor, which the next split refuses
     small = exercise.check_uneven_shards(ranks, task="my_tasks:gradients_over_bn").splitlines()[-1]
     assert f"every gradient is {1 / n:.3g} times one device's" not in small  # 1/N has its own advice
     assert small.startswith("Constant factor: ")
     assert f"every gradient is {1 / n**2:.3g} times one device's" in small, small
-    assert "too small" in small and f"multiply it by {n**2:.3g}." in small, small
+    assert "too small" in small and f"multiply it by {n**2:.3g}, written from" in small, small
     assert "Correct" not in summed + small
 
 

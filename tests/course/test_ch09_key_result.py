@@ -197,7 +197,8 @@ def test_the_gap_to_one_device_is_summation_order_as_the_prose_says():
     nb, at = key_result()
     prose = " ".join(nb[at + 1].source.split())
     assert "summation order" in prose
-    assert "gap is a float32 step or two: a float32 near 0.2 and the next one up are $2^{-26}$" in prose
+    assert "gap is a float32 step or two" in prose and "doubles at each power of two" in prose
+    assert "about 1.5e-8 from 0.125 to 0.25, 3.0e-8 from 0.25 to 0.5" in prose
     with Ranks(2, "gloo") as ranks:
         ddp = ranks.run("gradients", global_batch=8, echo=False)[0]["grads"]
     single = single_device_gradients(8)
@@ -213,5 +214,6 @@ def test_the_gap_to_one_device_is_summation_order_as_the_prose_says():
         assert torch.equal(halves[0][name] / 2 + halves[1][name] / 2, g), name  # DDP's order, by hand
     name, gap = compare.largest_difference(ddp, single)
     assert 1 <= compare.steps_apart(ddp[name], single[name]) <= 2 and gap < 1e-7  # a float32 step or two
-    near = torch.tensor(0.2)
-    assert (torch.nextafter(near, torch.tensor(1.0)) - near).item() == 2.0**-26  # the prose's spacing
+    for low, spacing in ((0.125, 1.5e-8), (0.25, 3.0e-8)):  # the prose's spacings, to two figures
+        near = torch.tensor(low)
+        assert f"{(torch.nextafter(near, torch.tensor(1.0)) - near).item():.1e}" == f"{spacing:.1e}"

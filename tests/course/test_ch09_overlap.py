@@ -174,7 +174,11 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     rows = text.splitlines()
     assert rows[0] == "one step: N = 2 slots or ranks, P = 260 bytes of parameters"
     per_rank, whole = (block.splitlines() for block in text.split("\n\n")[1:3])
-    assert re.split(r"\s{2,}", per_rank[0]) == ["bytes per slot/rank", "DataParallel slot", "DDP rank"]
+    assert re.split(r"\s{2,}", per_rank[0]) == [
+        "bytes per slot/rank",
+        "DataParallel, slots 1+",
+        "DDP rank",
+    ]
     assert re.split(r"\s{2,}", whole[0]) == ["the whole step", "DataParallel", "DDP, each rank"]
     table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in per_rank[1:] + whole[1:])}
     assert rows[-1] == "so: DataParallel alone copies the model in and gathers the outputs, every step"
