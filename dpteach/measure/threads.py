@@ -144,21 +144,21 @@ class Threads:
         return "\n".join(lines)
 
 
-_WIDTH = 22  # the "part of the step" column: its longest name and two spaces
+_WIDTH = 23  # the "part of the step" column: its longest name and two spaces
 
 
 def _part(replica: str, split: bool) -> str:
     """A row's part of the step in words: ``"-"`` is the loss and the gather above the replicas (the
-    whole step when it ran on one slot, with no gather), ``"shared"`` the sum onto the model."""
+    whole step when it ran on one slot, with no gather), ``"shared"`` the sum onto the model, ``"input"`` the scatter's backward to an input that requires grad."""
     if replica == "-":
         return "loss and gather" if split else "the whole step"
-    return "sum onto the model" if replica == "shared" else replica
+    return {"shared": "sum onto the model", "input": "gradient to the input"}.get(replica, replica)
 
 
 def _in_step_order(item) -> tuple:
     """Count rows in the order the step's parts come in backward: the loss and gather, each replica, the sum."""
     (replica, *_), _ = item
-    rank = 0 if replica == "-" else 2 if replica == "shared" else 1
+    rank = {"-": 0, "shared": 2, "input": 3}.get(replica, 1)
     return (rank, item[0])
 
 
@@ -200,7 +200,14 @@ def _replicas(nodes: list[Any]) -> dict[int, str]:
     for k, (branch, _) in enumerate(gather.next_functions):
         for node in graph_nodes(branch):
             reached.setdefault(id(node), set()).add(k)
-    return {key: f"replica {min(ks)}" if len(ks) == 1 else "shared" for key, ks in reached.items()}
+    parts = {key: f"replica {min(ks)}" if len(ks) == 1 else "shared" for key, ks in reached.items()}
+    # an input that requires grad: the scatter's backward gathers its gradient, and an AccumulateGrad
+    # stores it; every replica reaches both, yet they sum nothing onto the model
+    for node in nodes:
+        if node.name() == "ScatterBackward":
+            for below in graph_nodes(node):
+                parts[id(below)] = "input"
+    return parts
 
 
 def _name(node: Any) -> str:

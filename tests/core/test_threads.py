@@ -28,6 +28,17 @@ def test_every_cpu_replica_runs_backward_on_the_caller_thread():
     assert [r.replica for r in recorded.rows if r.node == "AccumulateGrad"] == ["shared"] * 4
 
 
+def test_an_input_that_requires_grad_gets_its_own_part_not_the_sum_onto_the_model():
+    # the scatter's backward and the input's AccumulateGrad are reached from every replica too
+    x = torch.randn(6, 8, requires_grad=True)
+    recorded = threads.backward_threads(model(), x, ["cpu", "cpu"])
+    parts = [(r.node, r.replica) for r in recorded.rows if r.replica in ("shared", "input")]
+    assert [n for n, part in parts if part == "shared"].count("AccumulateGrad") == 4  # the parameters
+    assert sorted(n for n, part in parts if part == "input") == ["AccumulateGrad", "ScatterBackward"]
+    assert "gradient to the input  ScatterBackward, AccumulateGrad" in recorded.table()
+    assert x.grad is not None and x.grad.shape == x.shape
+
+
 def test_the_table_prints_the_same_twice():
     first = threads.backward_threads(model(), torch.randn(6, 8), ["cpu", "cpu"]).table()
     second = threads.backward_threads(model(), torch.randn(6, 8), ["cpu", "cpu"]).table()

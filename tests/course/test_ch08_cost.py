@@ -220,14 +220,17 @@ def test_the_model_section_states_its_assumptions_and_no_verdict_on_the_thread_s
         "The order of the bars comes from the code of DataParallel and DDP; their lengths are modelled"
         in main
     )
-    bullets = flat(section.source.split("<details>")[0]).split(" - ")[1:]  # each bullet, its lines joined
+    # the four assumptions, named in a fold of their own before the prediction and the figure
+    fold = section.source.split("<details><summary>The four assumptions behind the lengths</summary>")[1]
+    bullets = flat(fold.split("</details>")[0]).split("- ")[1:]  # each bullet, its lines joined
     assert len(bullets) == 4 and all("assumed" in b for b in bullets)
+    whole = flat(section.source)
     # no measurement of a thread start ships: the timeline charges none, and says so
-    assert "thread starts are left out (assumed free), since no measurement of them ships" in main
-    assert main.index("**Predict:**") > main.index("share of backward is done")  # before the figure
+    assert "thread starts are left out (assumed free), since no measurement of them ships" in whole
+    assert whole.index("**Predict:**") > whole.index("share of backward is done")  # before the figure
     assert (
         "backward is assumed to make the gradient bytes at an even pace, so a DDP bucket is ready once its "
-        "share of backward is done" in main
+        "share of backward is done" in whole
     )
     # what went: the folded sensitivity grid and stress test, the learner's thread start in the model
     text, code = markdown(), " ".join(c.source for c in NB.cells if c.cell_type == "code")
@@ -253,8 +256,8 @@ def test_the_timeline_reads_what_waits_for_what():
     assert "thread starts not charged" in top.get_xlabel()
     # the copies charged NCCL's latency by assumption are marked where the figure is, and the bullet says so
     assert any("NCCL's latency (assumed)" in t for t in legend)
-    assert "DataParallel's plain copies are charged it too, and hatched" in main_of(
-        NB.cells[NB.cells.index(TAGGED["timeline"]) - 1]
+    assert "DataParallel's plain copies are charged it too, and hatched" in flat(
+        NB.cells[NB.cells.index(TAGGED["timeline"]) - 1].source
     )
     assert all(p.seconds == 0 for p in scope["dp"].parts if p.lane == "python")
     assert costmodel.PYTHON_THREAD_S == 100e-6  # the model's default stays, for the published check
@@ -507,7 +510,7 @@ def test_the_cpu_figure_is_explained_by_what_is_counted_and_no_verdict():
     assert "timing-why" in NB.cells[NB.cells.index(TAGGED["my-timing"]) + 1].metadata["tags"]
     # the times are shown and not read; what is said rests on counts
     assert after.startswith(
-        "These times are shown, not read: a busy machine moves them. What the counts show"
+        "These times are for looking at, not for conclusions: a busy machine moves them. What the counts show"
     )
     # backward on the caller's thread and the slots' forwards in turn: DataParallel on a CPU uses one core
     assert "thread that called `backward()` (the thread table) and its forwards in turn" in after
@@ -566,7 +569,7 @@ def test_ddp_copies_no_parameters_per_step_but_syncs_buffers_and_the_mlp_has_non
     summary = text[text.index("## Summary") : text.index("## Exercises")]
     for mechanism in (
         "**The model is copied every step:**",
-        "**GPU 0 does the serial work:** the host process",
+        "**GPU 0 does the serial work:** the model lives on it",
         "**A Python thread per replica:**",
         "**One machine:**",
     ):
@@ -631,7 +634,7 @@ def test_the_over_n_figure_is_a_real_sized_step_and_the_prose_says_why_from_the_
     cell prints them (costmodel.breakdown): on 4 H200s its all-reduces outlast the compute they save."""
     from dpteach.measure import costmodel
 
-    scope, printed = run("over-n")
+    scope, printed = run("over-n", "mlp-breakdown")
     assert scope["gpt2"] == costmodel.large_workload("gpt2-small").scaled(16)
     at_8 = {}
     for ax in scope["fig"].axes:
@@ -646,7 +649,12 @@ def test_the_over_n_figure_is_a_real_sized_step_and_the_prose_says_why_from_the_
     assert costmodel.breakdown(scope["work"], ("A100-SXM", "H200-SXM"), 4, latency=True) in printed
     at = NB.cells.index(TAGGED["over-n"])
     intro, prose = (main_of(NB.cells[i]) for i in (at - 1, at + 1))  # what it shows before, the reading after
-    assert "a third of its modelled step at n = 8" in prose and "the fixed costs win" in prose
+    assert "a third of its modelled step at n = 8" in prose and "**Predict:**" in prose
+    # the MLP's parts come in a predict-then-run of their own, and the reading after them
+    mlp = NB.cells.index(TAGGED["mlp-breakdown"])
+    assert mlp == at + 2 and "breakdown(" not in TAGGED["over-n"].source
+    prose = main_of(NB.cells[mlp + 1])
+    assert "the fixed costs win" in prose and "slower than one GPU's" in prose
     assert "falls behind" not in intro and "third" not in intro  # the figure first, then what it shows
     said = "on 4 H200s the all-reduces add more time after backward than splitting the compute saves"
     assert said in prose
@@ -663,7 +671,8 @@ def test_the_over_n_figure_is_a_real_sized_step_and_the_prose_says_why_from_the_
     assert "read the shape, not the heights" in intro and "µs" not in prose + intro
     share = f"DataParallel's gather {t4.seconds('gather'):.3f} s of its {t4.total_s:.3f} s step (modelled)"
     assert printed.splitlines()[1] == f"T4, n = 8: {share}"  # the third, shown: the cell's first line
-    assert "is a third of its modelled step at n = 8 (printed first)" in prose
+    read = main_of(NB.cells[at + 1])
+    assert "is a third of its modelled step at n = 8 (printed above the figure)" in read
     assert (
         "(modelled from compute, bandwidth and NCCL's latency estimates only)"
         in scope["fig"]._suptitle.get_text()
