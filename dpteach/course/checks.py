@@ -3388,14 +3388,31 @@ def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
     return _not_yet(name, change, hints, answer_text, problem)
 
 
-def predicted_bytes(broadcast_bytes: object, clone_bytes: object, lab) -> Verdict:
+def predicted_bytes(broadcast_bytes: object, clone_bytes: object, lab, model_bytes: object = None) -> Verdict:
     """Exercise 3: the bytes one ``"broadcast"`` and one ``"clone"`` step copy, predicted before
-    ``lab`` (a ``CostLab`` made with ``timed=False``) counts them with ``comm.traffic()``.
+    ``lab`` (a ``CostLab`` made with ``timed=False``) counts them with ``comm.traffic()``. With
+    ``model_bytes``, the learner's own count of one model copy is checked first.
 
-    Findings (``Verdict.problem``): ``"slot 0"`` (one model copy too many or too few: who gets a copy),
-    ``"gather"`` (the outputs' copy left out or counted twice), ``"model copies"`` (any other whole
-    number of model copies off), ``"counts"`` (anything else)."""
+    Findings (``Verdict.problem``): ``"model bytes"`` (one copy of the parameters miscounted),
+    ``"slot 0"`` (one model copy too many or too few: who gets a copy), ``"gather"`` (the outputs'
+    copy left out or counted twice), ``"model copies"`` (any other whole number of model copies off),
+    ``"counts"`` (anything else)."""
     name = "ch12.predicted_bytes"
+    if model_bytes is not None and model_bytes is not ...:
+        if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)):
+            return Verdict(False, f"`model_bytes` is a number of bytes (got {model_bytes!r}).", "not an answer")
+        if model_bytes != lab.model_bytes:
+            return _not_yet(
+                f"{name}.model_bytes",
+                f"`model_bytes` is {model_bytes:,}, not one copy of the parameters. Count each layer's "
+                "weights and biases from `width`, then 4 bytes each.",
+                [
+                    "A Linear(a, b) holds a·b weights and b biases. The model has three of them.",
+                    "The square layer, Linear(w, w), holds w² + w parameters; the first 2w + w, the last w + 1.",
+                ],
+                "model_bytes = 4 * (width**2 + 5 * width + 1)",
+                "model bytes",
+            )
     if _unset(broadcast_bytes, clone_bytes):
         return Verdict(False, "Set `broadcast_bytes` and `clone_bytes` to your predictions, then run again.")
     if malformed := _malformed(
@@ -3459,7 +3476,11 @@ def predicted_bytes(broadcast_bytes: object, clone_bytes: object, lab) -> Verdic
     else:
         change, problem = (
             f"`{label}` is not a whole number of model copies plus the gather. Write it from "
-            f"`model_bytes` ({model:,}) and `gather_bytes` ({gather:,}).",
+            + (
+                "`model_bytes` and `gather_bytes`."
+                if model_bytes is not None and model_bytes is not ...
+                else f"`model_bytes` ({model:,}) and `gather_bytes` ({gather:,})."
+            ),
             "counts",
         )
     if set(costs[strategy].bytes_by_op) - {"broadcast", "clone", "gather"}:  # slots on distinct GPUs

@@ -607,6 +607,15 @@ def test_exercise_3_check_passes_the_answer_and_says_what_to_change(fresh_checks
     unset = fresh_checks.predicted_bytes(..., ..., lab)
     assert not unset.ok and "Hint" not in unset.message
     assert fresh_checks.predicted_bytes("535,560", 0, lab).problem == "not an answer"
+    # the stub passes the learner's own model_bytes: a miscount is named first, without the count
+    assert "model_bytes=model_bytes" in stub
+    short = 4 * (lab.width**2 + 3 * lab.width + 1)  # the square layer's biases and one layer's left out
+    verdict = fresh_checks.predicted_bytes(2 * short + gather, 3 * short + gather, lab, model_bytes=short)
+    assert not verdict.ok and verdict.problem == "model bytes" and f"{model:,}" not in verdict.message
+    assert "`model_bytes`" in verdict.message and "Hint 1 of 2" in verdict.message
+    assert fresh_checks.predicted_bytes(*right, lab, model_bytes=model).ok
+    off = fresh_checks.predicted_bytes(right[0] + 7, right[1], lab, model_bytes=model)
+    assert off.problem == "counts" and f"{model:,}" not in off.message  # their model_bytes is right: no need
 
 
 def test_the_chapter_imports_each_name_once():
@@ -664,7 +673,7 @@ def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_
     (mark,) = re.findall(r'<text class="mark"[^>]*>([^<]*)</text>', svg)
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     # 1a's main path says the status line's rule; the chart's marks are in its "What you should see" fold
-    main, fold = tagged(cells, "large-lr-why").split("<details>")
+    main, fold, _norms = tagged(cells, "large-lr-why").split("<details>")  # the chart's marks, the last column
     why = " ".join(fold.split())
     assert "dashed line" not in main and "red note" not in main
     assert "log scale" in why and "dashed line" in why and "red note" in why, why
