@@ -3400,7 +3400,9 @@ def predicted_bytes(broadcast_bytes: object, clone_bytes: object, lab, model_byt
     name = "ch12.predicted_bytes"
     if model_bytes is not None and model_bytes is not ...:
         if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)):
-            return Verdict(False, f"`model_bytes` is a number of bytes (got {model_bytes!r}).", "not an answer")
+            return Verdict(
+                False, f"`model_bytes` is a number of bytes (got {model_bytes!r}).", "not an answer"
+            )
         if model_bytes != lab.model_bytes:
             return _not_yet(
                 f"{name}.model_bytes",

@@ -673,7 +673,9 @@ def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_
     (mark,) = re.findall(r'<text class="mark"[^>]*>([^<]*)</text>', svg)
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     # 1a's main path says the status line's rule; the chart's marks are in its "What you should see" fold
-    main, fold, _norms = tagged(cells, "large-lr-why").split("<details>")  # the chart's marks, the last column
+    main, fold, _norms = tagged(cells, "large-lr-why").split(
+        "<details>"
+    )  # the chart's marks, the last column
     why = " ".join(fold.split())
     assert "dashed line" not in main and "red note" not in main
     assert "log scale" in why and "dashed line" in why and "red note" in why, why
