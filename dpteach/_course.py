@@ -49,18 +49,47 @@ def badges(notebook: str) -> str:
     )
 
 
-# Chapters from 05 on build on 00-04's words. Their first cell carries this collapsed recap under the badges,
-# so a learner who opens one chapter alone (from a link, on Colab) can look them up; the book keeps it.
+# Chapters from 05 on build on the words of the chapters before them. Their first cell carries a
+# collapsed recap of those words under the badges, so a learner who opens one chapter alone (from a
+# link, on Colab) can look them up; the book keeps it. Each line is (the chapter it recaps, the line).
 RECAP_FROM = 5
-RECAP = """<details><summary>Recap from chapters 00–04</summary>
-
-- A **slot** is one entry in the device list, where one replica runs; two CPU slots stand in for two GPUs ([00](00_start_here.ipynb)).
-- The **course model** is `Linear(2, 16) → Tanh → Linear(16, 1)`, fitted to 256 points ([01](01_the_bug.ipynb)).
-- Backward follows **gradient edges**; `AccumulateGrad` stores a leaf's `.grad` ([02](02_reading_autograd_graphs.ipynb)).
-- `"rewire"` joins each replica parameter to the model through a `ReduceAdd` node, PR #20910's fix
+RECAP_LINES = (
+    (
+        0,
+        "A **slot** is one entry in the device list, where one replica runs; two CPU slots stand in for two GPUs ([00](00_start_here.ipynb)).",
+    ),
+    (
+        1,
+        "The **course model** is `Linear(2, 16) → Tanh → Linear(16, 1)`, fitted to 256 points ([01](01_the_bug.ipynb)).",
+    ),
+    (
+        2,
+        "Backward follows **gradient edges**; `AccumulateGrad` stores a leaf's `.grad` ([02](02_reading_autograd_graphs.ipynb)).",
+    ),
+    (
+        4,
+        """`"rewire"` joins each replica parameter to the model through a `ReduceAdd` node, PR #20910's fix
   ([03](03_rewiring_gradient_edges.ipynb)); `"broadcast"`, the default, does it through `Broadcast`'s backward, as
-  torch's `replicate.py` does ([04](04_the_python_way.ipynb)).
-</details>"""
+  torch's `replicate.py` does ([04](04_the_python_way.ipynb)).""",
+    ),
+    (
+        5,
+        """BatchNorm updates its running statistics **in place**, in each replica's forward. Where a replica's
+  buffers are the model's own tensors, that update reaches the model ([05](05_buffers_and_batchnorm.ipynb)).""",
+    ),
+    (
+        6,
+        """`dpteach.comm.traffic()` records every copy dpteach makes inside its block, with its bytes and the
+  operation that made it ([06](06_the_cost_of_copies.ipynb)).""",
+    ),
+)
+
+
+def recap(number: int) -> str:
+    """The collapsed recap for chapter ``number``: the lines of the chapters before it, up to 06."""
+    last = min(number - 1, max(chapter for chapter, _ in RECAP_LINES))
+    lines = "\n".join(f"- {line}" for chapter, line in RECAP_LINES if chapter <= last)
+    return f"<details><summary>Recap from chapters 00–{last:02d}</summary>\n\n{lines}\n</details>"
 
 
 def link_cell(notebook: str) -> str:
@@ -68,7 +97,7 @@ def link_cell(notebook: str) -> str:
     name = notebook.rsplit("/", 1)[-1]
     number = int(name[:2]) if name[:2].isdigit() else -1
     chapter = notebook.count("/") == 1 and 0 <= number <= 12  # notebooks/NN_*.ipynb, not solutions/
-    return badges(notebook) + (f"\n\n{RECAP}" if chapter and number >= RECAP_FROM else "")
+    return badges(notebook) + (f"\n\n{recap(number)}" if chapter and number >= RECAP_FROM else "")
 
 
 # The first code cell of every chapter, verbatim (tests/course/test_notebooks.py checks it). It must work

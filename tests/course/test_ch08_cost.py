@@ -363,8 +363,14 @@ def test_where_the_model_misses_is_computed_from_the_shipped_runs():
     shipped = [m for m in published.shipped() if not m.ours]
     section = TAGGED["checked"]
     main, text = main_of(section), markdown()
-    # the main path: one plain line, the ratios' range; the rest folded
-    assert main.startswith("## How good is the model?") and len(main.split(". ")) == 1
+    # the main path: the ratios' range, then the one published pair beside its model; the rest folded
+    assert main.startswith("## How good is the model?") and len(main.split(". ")) == 2
+    [pair] = published.pairs(published.shipped()).values()
+    measured, modelled = published.pair_ratio(pair, latency=True)
+    assert (
+        f"DataParallel took {100 * (measured - 1):.1f}% longer than DDP, and the model says "
+        f"{100 * (modelled - 1):.1f}%" in main
+    )
     ratios = [r.ratio for m in shipped for r in published.compare(m, latency=True)]
     assert max(max(r, 1 / r) - 1 for r in ratios) <= 0.20
     said = f"each measured step over its modelled one lies between {min(ratios):.2f} and {max(ratios):.2f}"
@@ -487,7 +493,10 @@ def test_the_timing_cell_times_dataparallel_beside_ddp_on_a_cpu_and_keeps_the_gp
     )  # fmt: skip
     # the prose before it names the four ways and says what a dot is
     before = main_of(NB.cells[NB.cells.index(TAGGED["my-timing"]) - 1])
-    assert before.startswith("## Time it on your machine (optional) Nothing above rests on this section.")
+    assert before.startswith("## Time it on your machine (optional) Nothing above rests on this section")
+    assert TAGGED["my-timing"].metadata["jupyter"][
+        "source_hidden"
+    ]  # folded in JupyterLab: the section is optional
     # an optional section near the end: after the structural lessons and the model's check, before the summary
     at = NB.cells.index(TAGGED["my-timing"])
     summary = next(i for i, c in enumerate(NB.cells) if c.source.startswith("## Summary"))

@@ -634,7 +634,7 @@ def test_the_chapter_imports_each_name_once():
 
 
 def test_the_recap_defines_the_strategies_and_the_course_model_the_chapter_uses():
-    """The recap at the top (the first cell, from dpteach._course.RECAP) names the two working strategies with
+    """The recap at the top (the first cell, from dpteach._course.recap) names the two working strategies with
     the node that joins the replicas, the explorer's intro says what "clone" is, and the recap's course model
     is the one dpteach.course.story builds (the layers and the points)."""
     from dpteach.course import story
