@@ -45,6 +45,7 @@ __all__ = [
     "CountCopies",
     "OP_COLOURS",
     "plot_bytes",
+    "plot_replicate",
     "plot_timings",
     "seconds_label",
 ]
@@ -256,6 +257,39 @@ def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = ""):
     ax.set_ylabel("kB copied in one step")
     ax.set_title(title)
     ax.legend(title="operation", loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.figure.tight_layout()
+    return ax
+
+
+def plot_replicate(
+    slot_counts: Sequence[int], per_slots: Mapping[str, Sequence[int]], mark: int = 4, ax=None
+):
+    """Bytes ``replicate`` alone copied against the number of slots, one line per strategy, coloured by
+    ``OP_COLOURS`` (``"clone"``'s line stands for ``"rewire"`` too), and the gap between the lines at
+    ``mark`` slots marked: the one model copy ``"clone"`` makes for slot 0 and ``"broadcast"`` does not."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(6, 3.2))[1]
+    for strategy, values in per_slots.items():
+        label = "clone and rewire" if strategy == "clone" else strategy
+        ax.plot(slot_counts, [v / 1e3 for v in values], marker="o", label=label, color=OP_COLOURS[strategy])
+    if {"clone", "broadcast"} <= set(per_slots) and mark in slot_counts:
+        at = list(slot_counts).index(mark)
+        high, low = per_slots["clone"][at] / 1e3, per_slots["broadcast"][at] / 1e3
+        ax.annotate("", xy=(mark, high), xytext=(mark, low), arrowprops={"arrowstyle": "<->"})
+        ax.annotate(
+            f"slot 0's copy: {high - low:,.0f} kB",
+            xy=(mark, (high + low) / 2),
+            xytext=(mark + 0.6, low / 2),
+            arrowprops={"arrowstyle": "->"},
+        )
+    per_slot = (per_slots["clone"][1] - per_slots["clone"][0]) / 1e3 if "clone" in per_slots else None
+    ax.set_xlabel("number of slots N")
+    ax.set_ylabel("kB copied by replicate() alone")
+    ax.set_title(
+        f"replicate() alone: {per_slot:,.0f} kB per slot" if per_slot is not None else "replicate() alone"
+    )
+    ax.legend(loc="upper left")
     ax.figure.tight_layout()
     return ax
 
