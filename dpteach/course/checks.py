@@ -3020,7 +3020,7 @@ def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdi
     if _unset(deleted_line, predicted_dead_ends):
         return Verdict(
             False,
-            "Not yet: fill in predicted_dead_ends (a number) and deleted_line (the text of the line you delete) "
+            "Not yet: fill in predicted_dead_ends (a number) and deleted_line (the number or text of the line you delete) "
             "in step 1, then run steps 2 and 3.",
         )
     if not _count(predicted_dead_ends):
@@ -3054,7 +3054,7 @@ def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdi
 
     if deleted_line is None or (isinstance(deleted_line, str) and not deleted_line.strip()):
         return fail(
-            "nothing was deleted: set deleted_line to the text of the line you delete, run step 2 to compile "
+            "nothing was deleted: set deleted_line to the number or text of the line you delete, run step 2 to compile "
             "the file without it, then this cell."
         )
     try:

@@ -123,8 +123,10 @@ def find_line(line: int | str) -> int:
         )
     if len(found) > 1:
         numbers = ", ".join(map(str, found))
+        quoted = "".join(f"\n  line {n}: {lines[n - 1].strip()}" for n in found)
         raise ValueError(
-            f"{needle!r} is on {len(found)} lines ({numbers}): give more of the line, so it names one."
+            f"{needle!r} is on {len(found)} lines ({numbers}): give more of the line, so it names one, "
+            f"or give its number:{quoted}"
         )
     return found[0]
 

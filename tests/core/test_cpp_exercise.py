@@ -282,3 +282,17 @@ def test_hints_grow_and_the_third_try_gives_the_answer(ext):
     assert "Hint 1 of 2" in said[0] and "Hint 2 of 2" in said[1]
     assert "The answer:" in said[2] and repr(LINES[PARAMETERS_FIX - 1].strip()) in said[2]
     assert "predicted_dead_ends = 4" in said[2]
+
+
+def test_a_piece_on_two_lines_quotes_both():
+    with pytest.raises(ValueError) as caught:
+        cpp.source_without("set_history(copy, grad_fn)")
+    message = str(caught.value)
+    for number in (PARAMETERS_FIX, BUFFERS_FIX):  # each line, by number and text, so the learner can pick
+        assert f"line {number}: {LINES[number - 1].strip()}" in message
+
+
+def test_the_answers_line_number_is_the_parameters_fix_line():
+    text = " ".join(c.source for c in nbformat.read(CHAPTER, 4).cells if c.cell_type == "markdown")
+    (number,) = re.findall(r"`deleted_line = (\d+)`", text)
+    assert int(number) == PARAMETERS_FIX == cpp.find_line(int(number))

@@ -196,16 +196,21 @@ def test_the_one_line_comparison_with_python_tells_the_fix_from_clone():
     assert model.weight.grad is None  # the comparison steps a copy, never the chapter's model
 
 
-def test_the_why_section_asks_one_question_per_cell_before_the_fix():
+def test_the_optional_why_section_follows_the_fix_and_asks_one_question_per_cell():
     needs_a_compiler()
     scope = _chapter_scope()
     scope["torch"] = torch
     forward_at, forward = tagged("member-forward")
     history_at, history = tagged("set-history-member")
+    drawn_at, _ = tagged("cpp-drawn")
     fix_at = next(
         i for i, c in enumerate(cells()) if c.cell_type == "code" and "void replicate_grad_edges" in c.source
     )
-    assert forward_at < fix_at < history_at  # why the Python way fails, then the fix, then why the fix works
+    rewire_at, _ = tagged("reproof-03")
+    summary_at = next(i for i, c in enumerate(cells()) if c.source.startswith("## Summary"))
+    # the graphs, then the fix and its check against Python, then the optional why, before the summary
+    assert drawn_at < fix_at < rewire_at < forward_at < history_at < summary_at
+    assert cells()[forward_at - 1].source.startswith("## Optional: why not swap")
     printed = run(forward, scope)
     assert "forward() used: the member, not the zeros" in printed  # answers its prediction in its own words
     assert "register_parameter" not in printed  # a side detail, kept for the folded aside
@@ -306,3 +311,36 @@ def test_the_re_proofs_of_chapters_01_and_03_are_one_line_each_and_tell_a_wrong_
     scope.update(before=cpp.clone_step(model, 2 * x, devices), after=cpp.rewire_step(model, 2 * x, devices))
     assert run(of01, scope).strip() == said01 + "False"
     assert run(of03, scope).strip() == said03 + "False"
+
+
+def test_the_listing_numbers_the_lines_exercise_3_can_name():
+    _, listing = next((i, c.source) for i, c in enumerate(cells()) if "void replicate_grad_edges" in c.source)
+    scope = {"source": cpp.SOURCE.read_text()}
+    printed = run(listing, scope).splitlines()
+    lines = cpp.SOURCE.read_text().splitlines()
+    numbered = [m for m in (re.match(r"^ *(\d+)  (.*)$", ln) for ln in printed) if m]
+    assert len(numbered) == len(printed) - 1  # every line but the closing "..." carries its number
+    for m in numbered:  # each number is that line's number in dp_original.cpp
+        assert lines[int(m.group(1)) - 1] == m.group(2), m.group(0)
+    numbered = [m.group(0) for m in numbered]
+    shown = [ln for ln in numbered if "set_history(copy, grad_fn)" in ln]
+    assert len(shown) == 2  # both the parameters' line and the buffers' line are on screen
+    assert "named_children()" not in "\n".join(printed)
+
+
+def test_exercise_3_step_2_prints_an_ambiguous_line_instead_of_raising():
+    scope = _chapter_scope() if cpp.is_cached() or (cpp.compiler() and cpp.ninja()) else None
+    if scope is None:
+        pytest.skip("no C++ module")
+    scope["deleted_line"] = "set_history(copy, grad_fn)"
+    printed = run(tagged("ex3-compile")[1], scope)
+    assert "is on 2 lines" in printed and printed.count("line ") >= 2 and scope["my_dp"] is None
+    assert "likewise for a buffer" in printed and "now flows to grad_fn" in printed  # both lines quoted
+
+
+def test_the_grad_fn_of_a_python_tensor_cannot_be_set():
+    _, cell = tagged("grad-fn-read-only")
+    printed = run(cell, {"torch": torch})
+    assert printed.startswith("AttributeError:") and "grad_fn" in printed and "not writable" in printed
+    main = " ".join(DETAILS.sub("", c.source) for c in cells() if c.cell_type == "markdown")
+    assert "Python refuses the same move" in main

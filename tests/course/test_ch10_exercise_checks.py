@@ -279,7 +279,8 @@ def test_each_exercise_has_a_check_cell_then_its_answer():
         i = _tagged(tag)
         assert cells[i].source.rstrip().splitlines()[-1] == call, tag  # the last line shows the verdict
         assert cells[i + 1].source.startswith(f"<details><summary>Answer {n}</summary>"), tag
-        first = _tagged("ex3-source") if n == 3 else i  # exercise 3 is a loop of three cells
+        first = {2: _tagged("ex2-count"), 3: _tagged("ex3-source")}.get(n, i)  # 2 and 3 span several cells
+        assert first <= i
         before = cells[first - 1].source.split("</details>")[-1]
         assert re.search(rf"^{n}\. ", before, re.M), tag  # the question sits just above its cells
 
@@ -329,3 +330,22 @@ def test_the_check_cells_say_why_without_the_compiled_module():
     for n in (1, 2, 4):  # `after` is never defined without the module: the cells must not read it
         verdict = _run_check(f"ex{n}-check", scope, _answer(n))
         assert not verdict.ok and verdict.problem == "no module", n
+
+
+def test_exercise_2s_count_cell_asks_first_and_counts_what_the_check_counts(ext, deep):
+    model, x = deep
+    cell = next(
+        c.source for c in nbformat.read(CHAPTER, 4).cells if "ex2-count" in c.metadata.get("tags", [])
+    )
+    scope = dict(ext=ext, cpp=cpp, deep_model=model, x=x, slots=SLOTS)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(cell, scope)
+    assert printed.getvalue().count("fill in holding_a_grad first") == 2  # as shipped: no answer given
+    filled = cell.replace("return ...  #", "return sum(t.grad is not None for t in tensors)  #")
+    assert filled != cell
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(filled, scope)
+    assert printed.getvalue().split() == ["with_fix", "=", "4", "without_fix", "=", "12"]
+    assert checks.grads_filled(4, 12, model, x, SLOTS, ext).ok  # the counts the check accepts
