@@ -82,11 +82,21 @@ RECAP_LINES = (
         """`dpteach.comm.traffic()` records every copy dpteach makes inside its block, with its bytes and the
   operation that made it ([06](06_the_cost_of_copies.ipynb)).""",
     ),
+    (
+        8,
+        """The **cost model** (`dpteach.measure.costmodel`) predicts a step's time on a named GPU from
+  FLOPs and bytes; nothing in it is timed ([08](08_real_gpus.ipynb)).""",
+    ),
+    (
+        9,
+        """**DDP** runs a process per replica and averages the gradients by an all-reduce
+  ([09](09_beyond_one_process.ipynb)).""",
+    ),
 )
 
 
 def recap(number: int) -> str:
-    """The collapsed recap for chapter ``number``: the lines of the chapters before it, up to 06."""
+    """The collapsed recap for chapter ``number``: one line for each chapter before it that has one."""
     last = min(number - 1, max(chapter for chapter, _ in RECAP_LINES))
     lines = "\n".join(f"- {line}" for chapter, line in RECAP_LINES if chapter <= last)
     return f"<details><summary>Recap from chapters 00–{last:02d}</summary>\n\n{lines}\n</details>"

@@ -3490,6 +3490,61 @@ def predicted_bytes(broadcast_bytes: object, clone_bytes: object, lab, model_byt
     return _not_yet(name, change, hints, answer, problem)
 
 
+def summing_order(first_replica: object, sums_last: object, flow) -> Verdict:
+    """Exercise 4: in ``flow``, one ``"rewire"`` backward on three CPU slots (a ``GradientFlow``), which
+    replica's nodes run first (``first_replica``), and does every summing node run after the last replica
+    node (``sums_last``)? The answer is read from the order the hooks recorded, not assumed."""
+    name = "ch12.summing_order"
+    if _unset(first_replica, sums_last):
+        return Verdict(
+            False,
+            "Set `first_replica` to 0, 1 or 2 and `sums_last` to True or False, then run the cell again.",
+        )
+    replicas = len(flow.replicas)
+    if malformed := _malformed(
+        (
+            not _count(first_replica) or not 0 <= first_replica < replicas,
+            f"`first_replica` is a replica's number, 0 to {replicas - 1} (got {first_replica!r})",
+        ),
+        (not isinstance(sums_last, bool), f"`sums_last` is True or False, no quotes (got {sums_last!r})"),
+    ):
+        return malformed
+    ran = [re.search(r"\(replica (\d+)\)", step.label) for step in flow.steps]
+    replica_at = [i for i, found in enumerate(ran) if found]
+    join_at = [i for i, step in enumerate(flow.steps) if step.kind == "join"]
+    first = int(ran[replica_at[0]][1])
+    last = max(replica_at) < min(join_at)
+    hints = [  # the rule first; how it applies here only from the second try
+        "Of the nodes ready to run, the engine runs the one with the highest sequence number; autograd numbers "
+        "nodes in the order the forward makes them.",
+        "On CPU slots the replicas' forwards run one after another, replica 0 first, on one thread. replicate "
+        "made the ReduceAdd nodes before any replica's forward ran.",
+    ]
+    answer = f"first_replica = {first}, sums_last = {last}."
+    if first_replica != first:
+        return _not_yet(
+            name,
+            "`first_replica` is not the replica whose nodes ran first in this backward. Change `first_replica`.",
+            hints,
+            answer,
+            "first replica",
+        )
+    if sums_last != last:
+        return _not_yet(
+            name,
+            "`sums_last` is not what this backward did: the first replica is right. Change `sums_last`.",
+            hints,
+            answer,
+            "sums last",
+        )
+    return _correct(
+        name,
+        f"replica {first}'s forward ran last, so its nodes carry the highest numbers and run first. The "
+        "ReduceAdd nodes, made by replicate before any forward, carry the lowest: each waits until no replica "
+        "node is ready, after the last replica node, and then its original's AccumulateGrad runs at once.",
+    )
+
+
 # ---------------------------------------------------------------- chapter 00 · start here, exercise 2
 
 # What each move's backward does, as chapter 00's exercise 2 lists them (the letters of its cell).

@@ -308,7 +308,9 @@ def test_at_the_large_learning_rate_rounding_grows_until_the_weights_differ():
     assert any(gap > 1e-4 and not d for gap, d in zip(gaps, differ))
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     assert "starts a fresh run" in " ".join(tagged(cells, "explorer-intro").split())
-    why = " ".join(tagged(cells, "large-lr-why").split())
+    why = " ".join(tagged(cells, "large-lr-read").split())  # read after the table that shows it
+    table = next(i for i, c in enumerate(cells) if "large-lr" in c.metadata.get("tags", []))
+    assert "large-lr-read" in cells[table + 1].metadata.get("tags", [])
     assert (
         "gradient norms DIFFER" in why
         and "*norms* only, not weights" in why
@@ -673,9 +675,7 @@ def test_at_the_large_learning_rate_the_red_note_says_what_section_1a_tells_the_
     (mark,) = re.findall(r'<text class="mark"[^>]*>([^<]*)</text>', svg)
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     # 1a's main path says the status line's rule; the chart's marks are in its "What you should see" fold
-    main, fold, _norms = tagged(cells, "large-lr-why").split(
-        "<details>"
-    )  # the chart's marks, the last column
+    main, fold = tagged(cells, "large-lr-why").split("<details>")  # the question, then the chart's marks
     why = " ".join(fold.split())
     assert "dashed line" not in main and "red note" not in main
     assert "log scale" in why and "dashed line" in why and "red note" in why, why
@@ -864,3 +864,34 @@ def test_the_order_rule_is_said_for_one_backward_and_the_fold_says_depth_comes_f
     deeper = " ".join(tagged(cells, "join-order-why").split("<details>")[1].split())
     assert "ranks first by *reentrant depth*" in deeper and "`std::priority_queue`" in deeper
     assert "with none they tie" not in deeper and "each ties with the replica nodes of its number" in deeper
+
+
+def test_exercise_4_checks_the_order_rule_against_a_recorded_backward(fresh_checks):
+    """The order comes from the hooks of a real backward on three slots: replica 2's nodes first, every
+    ReduceAddBackward after the last replica node. The check says which answer to change and climbs its ladder."""
+    flow = GradientFlow("rewire", slots=3)
+    labels = [s.label for s in flow.steps]
+    first = next(label for label in labels if "(replica" in label)
+    assert first.endswith("(replica 2)")
+    last_replica = max(i for i, label in enumerate(labels) if "(replica" in label)
+    assert all(i > last_replica for i, s in enumerate(flow.steps) if s.kind == "join")
+    assert fresh_checks.summing_order(2, True, flow).ok
+    wrong = fresh_checks.summing_order(0, True, flow)
+    assert not wrong.ok and wrong.problem == "first replica" and "Change `first_replica`" in wrong.message
+    assert "first_replica = 2" not in wrong.message  # no answer on the first try
+    wrong = fresh_checks.summing_order(2, False, flow)
+    assert not wrong.ok and wrong.problem == "sums last" and "Hint 2 of 2" in wrong.message
+    assert "first_replica = 2, sums_last = True" in fresh_checks.summing_order(2, False, flow).message
+    assert fresh_checks.summing_order("2", True, flow).problem == "not an answer"
+    assert fresh_checks.summing_order(3, True, flow).problem == "not an answer"
+    assert not fresh_checks.summing_order(..., True, flow).ok
+    # the cell as shipped asks first; with the answer filled in, it passes
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (cell,) = [c.source for c in cells if "summing-order" in c.metadata.get("tags", [])]
+    scope = {"checks": fresh_checks, "GradientFlow": GradientFlow}
+    exec(cell, scope)
+    filled = cell.replace("first_replica = ...", "first_replica = 2").replace(
+        "sums_last = ...", "sums_last = True"
+    )
+    exec(filled, scope)
+    assert eval(filled.splitlines()[-1], scope).ok
