@@ -174,6 +174,8 @@ FOUR_MOVES_STEPS = (
 # dashed ones, from each replica to the model, are the edges replicate must create.
 FORWARD_EDGE = "forward; a gradient edge\nruns back along it"
 GRADIENT_EDGE = "the edge back that\nreplicate must create"
+COPY_EDGE = "replicate's arrow: no\nedge back of its own"
+COPY_LOOK = {"color": "gray55", "fontcolor": "gray35", "penwidth": "1.6"}
 
 PER_SLOT = {"pieces": "piece", "replicas": "replica", "parallel_apply": "parallel_apply", "outputs": "output"}
 
@@ -218,10 +220,11 @@ def four_moves_picture(slots: int = 2):
     if not (shutil.which("dot") and importlib.util.find_spec("graphviz")):
         lines = []
         for a, b in edges:
-            lines.append(f"{a:>16} -> {b}" + ("   (the bug lives here)" if a == "replicate" else ""))
+            copy = a == "replicate" or b == "replicate"
+            lines.append(f"{a:>16} -> {b}" + (f"   ({COPY_EDGE.replace(chr(10), ' ')})" if copy else ""))
         solid, dashed = (label.replace("\n", " ") for label in (FORWARD_EDGE, GRADIENT_EDGE))
         return "\n".join(
-            [f"(each arrow: {solid})"]
+            [f"(each arrow but replicate's: {solid}; replicate is where the bug lives)"]
             + lines
             + [f"{f'replica {i}':>16} -> model    (dashed: {dashed})" for i in range(slots)]
         )
@@ -257,7 +260,8 @@ def four_moves_picture(slots: int = 2):
             "the move with the bug", "the move\nwith the bug", shape="box", style="filled", fillcolor="salmon"
         )
         dashed = {"style": "dashed", "color": "red", "fontcolor": "red"}
-        for end, label, look in (("solid", FORWARD_EDGE, {}), ("dash", GRADIENT_EDGE, dashed)):
+        rows = (("solid", FORWARD_EDGE, {}), ("grey", COPY_EDGE, COPY_LOOK), ("dash", GRADIENT_EDGE, dashed))
+        for end, label, look in rows:
             with legend.subgraph() as row:  # a short arrow, drawn level, with its meaning above it
                 row.attr(rank="same")
                 row.node(f"{end}_from", "", shape="point", width="0.03")
@@ -266,8 +270,13 @@ def four_moves_picture(slots: int = 2):
         legend.edge("a move", "data", style="invis")  # invisible edges stack the legend in a column
         legend.edge("data", "the move with the bug", style="invis")
         legend.edge("the move with the bug", "solid_from", style="invis")
-        legend.edge("solid_from", "dash_from", style="invis")
-    picture.edges(edges)
+        legend.edge("solid_from", "grey_from", style="invis")
+        legend.edge("grey_from", "dash_from", style="invis")
+    for (
+        a,
+        b,
+    ) in edges:  # replicate's arrows are copies: backward has an edge there only if replicate records one
+        picture.edge(a, b, **(COPY_LOOK if "replicate" in (a, b) else {}))
     for i in range(slots):  # backward's way from each replica to the model: the edge C++'s clones lacked
         # drawn against the forward arrows, and left out of the layout, which keeps slot 0's lane on the left
         picture.edge("model", f"replica {i}", style="dashed", color="red", dir="back", constraint="false")

@@ -187,9 +187,10 @@ def test_the_legend_explains_every_status_the_check_can_print():
 
 # The rows the page's text after the four moves states: replica 0's weight under each strategy.
 REPLICA_0 = {
-    "broadcast": ("BroadcastBackward", "False", "True"),  # no leaf, shares the model's storage
-    "clone": ("None", "True", "False"),  # a leaf of its own: no edge back
-    "rewire": ("ReduceAddBackward", "False", "False"),  # PR #20910's edge onto the clone
+    # grad_fn, is_leaf, then whether replica 0 and replica 1 share the model's storage
+    "broadcast": ("BroadcastBackward", "False", "True", "False"),  # no leaf; slot 0 gets the model's own
+    "clone": ("None", "True", "False", "False"),  # a leaf of its own: no edge back
+    "rewire": ("ReduceAddBackward", "False", "False", "False"),  # PR #20910's edge onto the clone
 }
 
 
