@@ -3398,7 +3398,11 @@ def predicted_bytes(broadcast_bytes: object, clone_bytes: object, lab, model_byt
     copy left out or counted twice), ``"model copies"`` (any other whole number of model copies off),
     ``"counts"`` (anything else)."""
     name = "ch12.predicted_bytes"
-    if model_bytes is not None and model_bytes is not ...:
+    if model_bytes is ...:  # the cell asks for it first: the two predictions are written from it
+        return Verdict(
+            False, "Set `model_bytes` to one copy of the model's parameters, in bytes, then run again."
+        )
+    if model_bytes is not None:
         if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)):
             return Verdict(
                 False, f"`model_bytes` is a number of bytes (got {model_bytes!r}).", "not an answer"

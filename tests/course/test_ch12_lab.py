@@ -618,6 +618,9 @@ def test_exercise_3_check_passes_the_answer_and_says_what_to_change(fresh_checks
     assert fresh_checks.predicted_bytes(*right, lab, model_bytes=model).ok
     off = fresh_checks.predicted_bytes(right[0] + 7, right[1], lab, model_bytes=model)
     assert off.problem == "counts" and f"{model:,}" not in off.message  # their model_bytes is right: no need
+    # the stub asks for model_bytes first: right predictions with it left blank are not yet an answer
+    blank = fresh_checks.predicted_bytes(*right, lab, model_bytes=...)
+    assert not blank.ok and "Set `model_bytes`" in blank.message and "Hint" not in blank.message
 
 
 def test_the_chapter_imports_each_name_once():
