@@ -30,18 +30,18 @@ using Result = std::map<std::string, Tensor>;  // a dict of tensors in Python; u
 namespace dpteach {
 
 // ---------------------------------------------------------------------------------------------
-// The fix, as PR #20910 wrote it (torch/nn/parallel/data_parallel.h).
+// The fix, written again after PR #20910's (torch/nn/parallel/data_parallel.h); the differences are noted.
 
 // Note [Replicating Modules] (abridged): replicating is 1) Module::clone() onto each device,
 // 2) a gradient edge from every parameter X in every replica to the same X in the original,
 // with ReduceAdd as the grad_fn. ReduceAdd can ONLY be used during the backward pass of
 // data parallel: it sets up no history of its own.
-// In June 2019 the base class was torch::autograd::Function; PR #23269 renamed it Node that July.
+// In 2019 the base class was torch::autograd::Function; PR #23269 renamed it Node in July 2019.
 struct ReduceAdd : public torch::autograd::Node {
   explicit ReduceAdd(const torch::Device& destination_device)
       : destination_device_(destination_device) {}
 
-  std::string name() const override { return "ReduceAdd"; }  // what grad_fn shows in Python
+  std::string name() const override { return "ReduceAdd"; }  // grad_fn's name in Python; libtorch's has none
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& inputs) override {
     // no double backward: with create_graph=True the incoming gradients require grad (#21144)
