@@ -92,6 +92,16 @@ def gradients(
     return dict(grads=grads, rows=len(x), device=str(x.device), backend=dist.get_backend(), loss=loss.item())
 
 
+@contextlib.contextmanager
+def _bucket_strides_quiet():
+    """Silence one warning of DDP's Reducer that says nothing wrong here: the output layer's (1, hidden)
+    weight gets a gradient of strides (1, 1), not (hidden, 1), the same memory order, as its first
+    dimension has size 1, and the Reducer warns at the strides."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Grad strides do not match bucket view strides")
+        yield
+
+
 def autograd_grad(global_batch: int = 8, hidden: int = 16, depth: int = 1, seed: int = 0) -> dict:
     """Chapter 07's gradient-norm penalty under DDP: the first gradient ``torch.autograd.grad`` returns,
     this rank's own gradient taken on the module alone, and ``.grad`` after the penalised loss's backward."""
@@ -102,11 +112,8 @@ def autograd_grad(global_batch: int = 8, hidden: int = 16, depth: int = 1, seed:
     # torch.autograd.grad runs no AccumulateGrad, where DDP's hooks sit: nothing is averaged
     first = torch.autograd.grad(loss, params, create_graph=True)
     own = torch.autograd.grad(loss_fn(ddp.module(x), y), params)  # the module without DDP, on the same rows
-    with warnings.catch_warnings():
-        # the output layer's (1, hidden) weight gets a gradient of strides (1, 1), not (hidden, 1): the
-        # same memory order, as its first dimension has size 1, but DDP's Reducer warns at the strides
-        warnings.filterwarnings("ignore", "Grad strides do not match bucket view strides")
-        penalised = loss + 0.1 * sum(g.pow(2).sum() for g in first)
+    penalised = loss + 0.1 * sum(g.pow(2).sum() for g in first)
+    with _bucket_strides_quiet():
         penalised.backward()  # accumulates into .grad: DDP averages it
     return dict(
         first=[g.detach().cpu() for g in first],

@@ -285,7 +285,7 @@ def test_a_cpp_node_is_a_cppfunction_whose_name_is_its_cpp_name():
     assert 'std::string name() const override { return "ReduceAdd"; }' in cpp.SOURCE.read_text()
     text = " ".join(" ".join(c.source.split()) for c in cells() if c.cell_type == "markdown")
     main = " ".join(" ".join(DETAILS.sub("", c.source).split()) for c in cells() if c.cell_type == "markdown")
-    assert 'This file\'s copy names itself `"ReduceAdd"`, which Python\'s `grad_fn.name()` returns' in main
+    assert "This file's copy names itself `\"ReduceAdd\"`, which Python's `grad_fn.name()` returns" in main
     assert "does not override `name()`" in text  # libtorch's own keeps the demangled name: a folded aside
     assert "CppFunction" not in main and "a `CppFunction`" in text  # the wrapper's type: a folded aside
 
