@@ -174,7 +174,7 @@ def test_each_term_is_defined_where_the_main_path_first_uses_it():
         r"\breplicas?\b": "keeps a replica (a copy of the model) in each",
         r"\bbuckets?\b": "in **buckets**, groups sent together, each by an **all-reduce**",
         r"\ball-reduces?\b": "**all-reduce**, which sums a tensor across the GPUs and leaves the sum on every one",
-        r"\bplain step\b": "the plain step, the bare model on one GPU",
+        r"\bplain step\b": "plain step, the bare model on one GPU",
     }
     for term, definition in defined.items():
         first = re.search(term, text, flags=re.I).start()
@@ -382,7 +382,7 @@ def test_where_the_model_misses_is_computed_from_the_shipped_runs():
     assert f"the model accounts for {span} of it" in text and span not in main and max(shares) < 50
     beside_fig1 = main_of(NB.cells[NB.cells.index(TAGGED["timeline"]) + 1])
     # beside figure 1 the miss is named once, in words; its figures are said where they are measured
-    assert "the model misses most of what DDP adds over the plain step" in " ".join(beside_fig1.split())
+    assert "DDP adds several times more to a ResNet's plain step" in " ".join(beside_fig1.split())
     assert span not in beside_fig1
     added = [(got * 1e3, mod * 1e3) for m in curves for _, got, mod in published.overhead(m, latency=True)]
     got, mod = zip(*added)
@@ -510,7 +510,6 @@ def test_the_timing_cell_times_dataparallel_beside_ddp_on_a_cpu_and_keeps_the_gp
     assert "speed.lines()" in cpu and "what its range shows" in cpu
     assert "1,024 rows" in before
     # what a busy machine does to the figure, on the main path, before it
-    assert "On a busy machine other programs take the cores that the ranks and threads need" in before
     assert "How good is the model?" in main_of(TAGGED["checked"]).split("\n")[0]  # the model's check, titled
 
 
@@ -528,7 +527,6 @@ def test_the_cpu_figure_is_explained_by_what_is_counted_and_no_verdict():
     assert "which ran all its backward nodes (the rank lines)" in after  # thread evidence, not the timing
     assert "each all-reduces every gradient, every step, over gloo" in after
     assert "The two intra-op threads split each large operation and send no gradients" in after
-    assert "the figure says nothing about gpus" in after.lower()
     # no ratio foretold and none judged here: the printed lines read each way's range themselves
     for verdict in ("faster", "slower", "wins", "beats", "sits near 1", "below 1", "above 1"):
         assert verdict not in after, verdict
@@ -663,7 +661,7 @@ def test_the_over_n_figure_is_a_real_sized_step_and_the_prose_says_why_from_the_
     mlp = NB.cells.index(TAGGED["mlp-breakdown"])
     assert mlp == at + 2 and "breakdown(" not in TAGGED["over-n"].source
     prose = main_of(NB.cells[mlp + 1])
-    assert "the fixed costs win" in prose and "slower than one GPU's" in prose
+    assert "the fixed costs, NCCL's latency per message, win" in prose and "slower than one GPU's" in prose
     assert "falls behind" not in intro and "third" not in intro  # the figure first, then what it shows
     said = "on 4 H200s the all-reduces add more time after backward than splitting the compute saves"
     assert said in prose
