@@ -3513,10 +3513,12 @@ def summing_order(first_replica: object, sums_last: object, flow) -> Verdict:
         (not isinstance(sums_last, bool), f"`sums_last` is True or False, no quotes (got {sums_last!r})"),
     ):
         return malformed
-    ran = [re.search(r"\(replica (\d+)\)", step.label) for step in flow.steps]
-    replica_at = [i for i, found in enumerate(ran) if found]
+    nodes = flow.graph.nodes  # each replica op's node knows its slot: no label to parse
+    replica_at = [
+        i for i, step in enumerate(flow.steps) if step.kind == "op" and nodes[step.node].slot is not None
+    ]
     join_at = [i for i, step in enumerate(flow.steps) if step.kind == "join"]
-    first = int(ran[replica_at[0]][1])
+    first = nodes[flow.steps[replica_at[0]].node].slot
     last = max(replica_at) < min(join_at)
     hints = [  # the rule first; how it applies here only from the second try
         "Of the nodes ready to run, the engine runs the one with the highest sequence number; autograd numbers "

@@ -197,6 +197,11 @@ def four_moves_lanes(slots: int = 2) -> list[tuple[str, str]]:
     return lanes
 
 
+def _copies(a: str, b: str) -> bool:
+    """Whether the arrow a -> b is replicate's: a copy, with a gradient edge back only if replicate records one."""
+    return "replicate" in (a, b)
+
+
 def four_moves_picture(slots: int = 2):
     """Chapter 00's picture of one DataParallel step: boxes are moves, ovals are data, up to the loss.
 
@@ -218,11 +223,8 @@ def four_moves_picture(slots: int = 2):
 
     edges = four_moves_lanes(slots)
     if not (shutil.which("dot") and importlib.util.find_spec("graphviz")):
-        lines = []
-        for a, b in edges:
-            copy = a == "replicate" or b == "replicate"
-            lines.append(f"{a:>16} -> {b}" + (f"   ({COPY_EDGE.replace(chr(10), ' ')})" if copy else ""))
-        solid, dashed = (label.replace("\n", " ") for label in (FORWARD_EDGE, GRADIENT_EDGE))
+        solid, grey, dashed = (label.replace("\n", " ") for label in (FORWARD_EDGE, COPY_EDGE, GRADIENT_EDGE))
+        lines = [f"{a:>16} -> {b}" + (f"   ({grey})" if _copies(a, b) else "") for a, b in edges]
         return "\n".join(
             [f"(each arrow but replicate's: {solid}; replicate is where the bug lives)"]
             + lines
@@ -272,11 +274,8 @@ def four_moves_picture(slots: int = 2):
         legend.edge("the move with the bug", "solid_from", style="invis")
         legend.edge("solid_from", "grey_from", style="invis")
         legend.edge("grey_from", "dash_from", style="invis")
-    for (
-        a,
-        b,
-    ) in edges:  # replicate's arrows are copies: backward has an edge there only if replicate records one
-        picture.edge(a, b, **(COPY_LOOK if "replicate" in (a, b) else {}))
+    for a, b in edges:
+        picture.edge(a, b, **(COPY_LOOK if _copies(a, b) else {}))
     for i in range(slots):  # backward's way from each replica to the model: the edge C++'s clones lacked
         # drawn against the forward arrows, and left out of the layout, which keeps slot 0's lane on the left
         picture.edge("model", f"replica {i}", style="dashed", color="red", dir="back", constraint="false")
