@@ -33,7 +33,7 @@ def clone_tensor(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def clone_module(module: nn.Module, device: torch.device) -> nn.Module:
     """A deep copy of ``module`` on ``device`` whose parameters are fresh leaves."""
-    with torch.no_grad():  # NoGradGuard no_grad;
+    with torch.no_grad():  # as C++'s NoGradGuard: nothing is recorded
         replica = shallow_copy(module)
         replica._is_replica = False  # a clone is a module of its own, with leaves that take .grad
         for key, param in module._parameters.items():

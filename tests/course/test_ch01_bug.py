@@ -220,7 +220,14 @@ def test_one_step_report_shows_the_largest_difference_of_a_wrong_gradient():
 
 def test_the_clone_step_leaves_the_model_without_gradients_and_every_replica_with_one():
     printed = run_cell("replica-grads", **_sketch_names())
-    assert "model     0.weight.grad: None" in printed and printed.count("norm") == len(DEVICES)
+    assert "model     0.weight.grad: None" in printed
+    assert sum(line.startswith("replica ") and "norm" in line for line in printed.splitlines()) == len(
+        DEVICES
+    )
+    # the replicas' gradients, added up, are the one-device gradient: printed as two equal norms
+    (summed,) = [line for line in printed.splitlines() if line.startswith("replicas' sum")]
+    ours, theirs = (part.split("norm ")[1] for part in summed.split(";"))
+    assert ours == theirs
 
 
 def test_the_replica_cell_fails_when_the_replicas_pass_the_gradient_on():
