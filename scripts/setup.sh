@@ -33,6 +33,9 @@ if [ -n "${TORCH_SPEC:-}" ]; then
   torch_why="as TORCH_SPEC says"
 elif [ "$(uname -s)" = Linux ] && ! has_nvidia_gpu && reaches_cpu_index; then
   TORCH_SPEC=$CPU_TORCH; torch_why="the CPU build, as no NVIDIA GPU was found; TORCH_SPEC picks another"
+elif [ "$(uname -s)" = Linux ] && ! has_nvidia_gpu; then
+  TORCH_SPEC="torch==2.13.0"
+  torch_why="PyPI's build, as download.pytorch.org did not answer in 5 s (on Linux that is the CUDA build, several GB, unless a mirror serves the CPU one; TORCH_SPEC picks another)"
 else
   TORCH_SPEC="torch==2.13.0"; torch_why="PyPI's build; TORCH_SPEC picks another"
 fi
