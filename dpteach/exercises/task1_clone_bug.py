@@ -9,6 +9,7 @@ import torch
 
 from ..course import story
 from ..graph.names import resolve
+from ..graph.walk import grad_fns
 from ..replicate import replicate
 from ._feedback import Findings, Result, Task
 from ._harness import SLOTS, NotYet, check_replicas, require_strategy, run_cases, run_check, try_step
@@ -54,10 +55,9 @@ def check_slot_devices(findings: Findings, strategy) -> list[str]:
         findings.context = f"Replicating {case.name} {ONTO_META}"
         replicas = replicate(model, SECOND_DEVICE, strategy=strategy)
         check_replicas(findings, model, replicas, SECOND_DEVICE, findings.context)
-    fn, found = resolve(replicas[1], next(iter(places(model))).name).grad_fn if findings.ok else None, []
-    while fn is not None and not hasattr(fn, "variable"):  # down to the original's AccumulateGrad
-        found.insert(0, type(fn).__name__)
-        fn = next((f for f, _ in fn.next_functions if f is not None), None)
+    copy = resolve(replicas[1], next(iter(places(model))).name) if findings.ok else None
+    # the nodes from the copy down to the original's AccumulateGrad, in the order the forward made them
+    found = [type(fn).__name__ for fn in reversed(grad_fns([copy.grad_fn] if copy is not None else []))]
     return [name for name in found if name in ("CloneBackward0", "ToCopyBackward0")]
 
 
@@ -96,6 +96,6 @@ def try_answer(replicate_by_clone) -> str:
     if shared := [n for n, p in model.named_parameters() if shares_storage(resolve(replica, n), p)]:
         raise NotYet(  # the gradients reach the original, yet the check will reject these copies
             f"{ran}, but replica 1's `{'`, `'.join(shared)}` share the original's memory: every slot after "
-            "slot 0 needs a copy of its own, as on a second GPU, where the original is not"
+            "slot 0 needs a copy of its own, as on a second GPU, which does not hold the original"
         )
     return said

@@ -41,6 +41,7 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
     "sum_dropped": "backward gets one gradient per copy, all in `*grads`: add every one of them, not some.",
     "sum_divided": "the original's gradient is the sum of every copy's gradient, not their mean: do not divide.",
     "sum_wrong": "the original's gradient is the sum of every copy's gradient, each added once, unscaled.",
+    "grad_inplace": "build the sum as a new tensor (`sum(grads)`), never with `+=` into a gradient backward receives.",
     "sum_device": (  # not "device": that is a replica's tensor on the wrong slot, which this node does not make
         "the sum must land where the original lives, whichever device the gradients came from.",
         "remember `original.device` on `ctx` in forward, and move each gradient there in backward.",
@@ -88,8 +89,15 @@ def _probe_node(findings: Findings, reduce_add: type[Function]) -> None:
             "of forward (its first) and return the copies from forward",
         )
     base = torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]])
+    received = []  # each gradient backward receives, and a copy of it as it arrived
+    for out in outputs:
+        out.register_hook(lambda g: received.append((g, g.clone())))
     # a scalar loss, not backward(outputs, grad_tensors): torch imports sympy the first time it checks grad_tensors
     sum((out * (2**i * base)).sum() for i, out in enumerate(outputs)).backward()
+    written = [i for i, (g, arrived) in enumerate(received) if not torch.equal(g, arrived)]
+    if written:
+        said = f"{name}.backward writes into the gradient it receives for copy {written[0]} (`+=`, `add_`, `copy_`)"
+        findings.stop("grad_inplace", f"{said}: autograd owns those tensors; build the sum as a new tensor")
     if original.grad is None:
         findings.problem(
             "sum_missing",
@@ -119,10 +127,9 @@ def _probe_device(findings: Findings, reduce_add: type[Function]) -> None:
             raise
         findings.problem(
             "sum_device",
-            f"{reduce_add.__name__}.backward leaves the sum on the device the gradients "
-            "came from (here the CPU); move it to the original's device (here `meta`, whose tensors have a shape and "
-            "dtype but no data: it stands in for a second GPU, so this runs on any machine), as the C++ node's "
-            "`destination_device_` does",
+            f"{reduce_add.__name__}.backward leaves the sum where the gradients came from (the CPU); move it to "
+            "the original's device (`meta` here, tensors with no data: it stands in for a second GPU, so this runs "
+            "on any machine), as the C++ node's `destination_device_` does",
         )
 
 

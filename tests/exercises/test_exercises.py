@@ -263,6 +263,21 @@ def test_rewire_sum_on_the_wrong_device():
     assert "no data: it stands in for a second GPU" in str(result)  # the message says what `meta` is
 
 
+@pytest.mark.parametrize("where", ["on the node's device", "moved"])
+def test_rewire_sum_written_into_an_incoming_gradient_is_named_as_such(where):
+    def in_place(ctx, *grads):
+        total = grads[0] if where == "on the node's device" else grads[0].to(ctx.destination)
+        for g in grads[1:]:
+            total += g.to(total.device)  # into the first gradient autograd handed in
+        return (total.to(ctx.destination),) + (None,) * len(grads)
+
+    result = exercises.check_rewire(reduce_add_with(in_place))
+    assert_fails_with(result, "grad_inplace")
+    assert "sum_device" not in result.kinds and "error" not in result.kinds  # not blamed on the device
+    assert "writes into the gradient it receives for copy 0" in str(result) and "new tensor" in str(result)
+    assert "another device" not in str(result)
+
+
 def test_rewire_mean_instead_of_sum():
     def mean(ctx, *grads):
         return (sum(g.to(ctx.destination) for g in grads) / len(grads),) + (None,) * len(grads)
