@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -527,10 +527,18 @@ def accumulators(count: int | object, loss: torch.Tensor, model: torch.nn.Module
 
 def _walk_answer() -> str:
     return (
-        "originals = {id(p) for p in model.parameters()}; found, seen, todo = [], set(), [loss.grad_fn]; "
-        "while todo: fn = todo.pop(); if fn is None or fn in seen: continue; seen.add(fn); "
-        "if hasattr(fn, 'variable') and id(fn.variable) not in originals: found.append(fn.variable); "
-        "todo += [f for f, _ in fn.next_functions]. Then return found."
+        "the walk, line by line (the Answer fold under this cell has it too):\n"
+        "    originals = {id(p) for p in model.parameters()}\n"
+        "    found, seen, todo = [], set(), [loss.grad_fn]\n"
+        "    while todo:\n"
+        "        fn = todo.pop()\n"
+        "        if fn is None or fn in seen:\n"
+        "            continue\n"
+        "        seen.add(fn)\n"
+        "        if hasattr(fn, 'variable') and id(fn.variable) not in originals:\n"
+        "            found.append(fn.variable)\n"
+        "        todo += [f for f, _ in fn.next_functions]\n"
+        "    return found"
     )
 
 
@@ -613,37 +621,112 @@ def dead_ends_found(find: Callable | object, model: torch.nn.Module, devices: Se
     )
 
 
-def half_fix(prediction: set[str] | object, graph) -> Verdict:
-    """Exercise 2: which original parameters the gradient reaches when only layer 0 is rewired."""
-    name = "ch03.half_fix"
-    if _unset(prediction):
+def _one_replica_rewired(
+    model: torch.nn.Module, devices: Sequence
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """One step of chapter 03's forward with step 3's loop given replica 1 alone: the gradients that reach
+    each replica's copy of ``0.weight``, and the one that reaches ``model[0].weight``. Uses
+    ``torch.autograd.grad``, so no ``.grad`` of ``model`` changes."""
+    from ..parallel_apply import parallel_apply
+    from ..replicate import ReduceAdd, replicate
+    from ..scatter_gather import gather, scatter
+    from . import story
+
+    x, y = story.make_data()
+    replicas = replicate(model, devices, strategy="clone")
+    for name, original in model.named_parameters():  # the chapter's rewire(model, [replicas[1]])
+        module_name, _, key = name.rpartition(".")
+        twin = replicas[1].get_submodule(module_name)
+        (out,) = ReduceAdd.apply(original, twin._parameters[key].detach())
+        del twin._parameters[key]
+        setattr(twin, key, out)
+    outputs = parallel_apply(replicas, [(piece,) for piece in scatter(x, devices)], devices=devices)
+    loss = torch.nn.functional.mse_loss(gather(outputs, devices[0]), y.to(devices[0]))
+    *received, reached = torch.autograd.grad(loss, [r[0].weight for r in replicas] + [model[0].weight])
+    return list(received), reached
+
+
+def one_replica_rewired(
+    answer: torch.Tensor | None | object, model: torch.nn.Module, devices: Sequence
+) -> Verdict:
+    """Exercise 2: the original ``0.weight``'s gradient when step 3's loop rewires replica 1 alone, as an
+    expression of ``per_replica`` (what reached each replica's copy of ``0.weight``), or ``None``.
+
+    The truth comes from the library: the same step run here (``_one_replica_rewired``), on ``model``'s
+    weights. Only replica 1's copies lead to the original, so the answer is ``per_replica[1]``."""
+    name = "ch03.one_replica_rewired"
+    if _unset(answer):
         return Verdict(
-            False, "Set `prediction` to a set of names, e.g. {'0.weight'}, then run this cell again."
+            False,
+            "Set `grad_0_weight` to your prediction, written with per_replica (such as per_replica[0]), or to "
+            "None, then run this cell again.",
         )
-    if isinstance(prediction, str):
-        return Verdict(False, f"Put the names in a set, e.g. {{{prediction!r}}}, then run this cell again.")
-    reached = {p.name for p in graph.originals} - {p.name for p in graph.unreached}
-    guess = set(prediction)  # type: ignore[call-overload]
-    if guess == reached:
-        return _correct(name, "Only the rewired layer learns; the last layer's copies are still dead ends.")
-    extra, missing = sorted(guess - reached), sorted(reached - guess)
-    change = "; ".join(
-        part
-        for part in (
-            f"remove {extra} (no path reaches them)" if extra else "",
-            f"add {missing}" if missing else "",
+    if answer is not None and not isinstance(answer, torch.Tensor):
+        return Verdict(
+            False,
+            f"Not yet: `grad_0_weight` is a {type(answer).__name__}; give a tensor written with per_replica "
+            "(such as per_replica[0]), or None.",
+            "not an answer",
         )
-        if part
-    )
+    received, reached = _one_replica_rewired(model, devices)
+    here = reached.device  # the original's device: ReduceAdd sums there
+
+    def equals(t: torch.Tensor, want: torch.Tensor) -> bool:
+        return t.shape == want.shape and torch.allclose(t.to(here), want.to(here), rtol=1e-4, atol=1e-6)
+
+    if answer is not None and equals(answer, reached):
+        return _correct(
+            name,
+            "The original gets replica 1's share alone, the gradient of the rows on slot 1: what reached "
+            "replica 0's copies stays in their own .grad, so slot 0's rows drop out of training, and no error "
+            "says so.",
+        )
+    whole = sum(g.to(here) for g in received)
+    if answer is not None and answer.shape != reached.shape:  # the wrong kind of answer: it costs no hint
+        return Verdict(
+            False,
+            f"Not yet: `grad_0_weight` has shape {tuple(answer.shape)}; a gradient of 0.weight has the "
+            f"weight's shape, {tuple(reached.shape)}: write it with per_replica.",
+            "not an answer",
+        )
+    if answer is None:
+        change = (
+            "the original's .grad does fill: replica 1's copies lead to it through ReduceAdd nodes. Write "
+            "what arrives there."
+        )
+    elif equals(answer, whole):
+        change = (
+            "that sum is the one-device gradient, what the full rewire gives. Here replica 0's copies are still "
+            "leaves: leave out what stops in them."
+        )
+    elif equals(answer, received[0]):
+        change = (
+            "per_replica[0] reached replica 0's copy, which is still a leaf: it stops in that copy's own .grad. "
+            "Use the copy that has an edge to the original."
+        )
+    elif any(equals(answer, k * whole) for k in (0.5, 2.0, 1 / len(received))):
+        change = (
+            "that is the one-device gradient scaled, but ReduceAdd neither averages nor scales: it adds the "
+            "gradients of the copies that lead to it. Which copies do?"
+        )
+    elif any(equals(answer, k * received[1]) for k in (0.5, 2.0, 1 / len(received), len(received))):
+        change = (
+            "nothing rescales a gradient on its way: ReduceAdd adds the gradients it gets, unscaled. Drop the "
+            "factor."
+        )
+    else:
+        change = "that is not the gradient that reaches the original. Write it with per_replica."
     return _not_yet(
         name,
-        change + ".",
+        change,
         [
-            "A gradient reaches an original parameter only through a ReduceAdd node.",
-            "Which module did the cell pass to rewire? Only its copies went through ReduceAdd.apply; the "
-            "others are still fresh leaves.",
+            "A gradient reaches the original only along an edge, and each copy's gradient is the share of its "
+            "own rows: only the copies with an edge add theirs.",
+            "Only replica 1's copies went through ReduceAdd.apply; replica 0's copy of 0.weight is still a "
+            "leaf, so per_replica[0] stops there.",
         ],
-        lambda: f"{sorted(reached)}.",
+        "grad_0_weight = per_replica[1]: the gradient of slot 1's rows alone; replica 0's share stops in its "
+        "leaf.",
     )
 
 
@@ -843,6 +926,14 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
             f"scale.grad differs from one device's by up to {diff:.2e}: in load_replica_params, point both "
             "self._parameters['scale'] and self.members.scale at tensors['scale'], and nothing else."
         )
+    replica = demos.option_two(module, list(devices))[1]
+    if replica._parameters.get("scale") is not replica.members.scale:
+        return fail(
+            "the gradient is right, but the replica's registry still holds the clone's own leaf: in "
+            "load_replica_params, put tensors['scale'] into self._parameters['scale'] too, so that registry "
+            "and member stay one tensor, as in the original (parameters() and state_dict() read the registry).",
+            "registry",
+        )
     return _correct(
         name, "Scale under Option Two gets one device's gradient: the module itself re-pointed its member."
     )
@@ -995,7 +1086,7 @@ def counter_survives(
         return _not_yet(
             name,
             f"your class counts {counted}, and you predicted {guess}: {why}. Set `predicted` to the count, and "
-            "answer the exercise's last question: why that count?",
+            "answer the exercise's question: why that count?",
             [
                 "What does Python call for `a += b` when `a` has an `__iadd__`, and what does a tensor's return?",
                 "Tensor.__iadd__ adds in place and returns the same tensor; which replica's tensor is the "
@@ -1127,41 +1218,49 @@ def slot0_noise(follows: float | object, spread: Mapping[int, object] | object) 
 
 
 def plain_average(
-    converges_to: float | object, reaches_model: set[int] | object, model: torch.nn.Module, devices: Sequence
+    tracked: int | object, converges_to: float | object, model: torch.nn.Module, devices: Sequence
 ) -> Verdict:
     """Exercise 3: after ``model[0].momentum = None`` and 200 ``"broadcast"`` forwards of ``alike_batch()``,
-    where ``running_mean`` heads (``converges_to``), and the slots whose ``num_batches_tracked += 1``
-    lands in the model (``reaches_model``, a set of slot numbers: the check finds them with data_ptr)."""
-    from ..replicate import replicate
+    what the model's ``num_batches_tracked`` counts (``tracked``: one per step, as only slot 0's ``add_(1)``
+    writes into the model's tensor, not one per replica call) and where ``running_mean`` heads
+    (``converges_to``: the plain average of slot 0's batch means, which momentum None keeps).
 
+    Findings: ``"every slot"`` (one count per replica call), ``"no slot"`` (0), ``"count"`` (another number),
+    ``"variance"``, ``"zero"``, ``"wrong mean"`` (``converges_to``), ``"momentum"`` / ``"not run"`` (the run is
+    not the exercise's: no hint spent), ``"not the model"``, ``"not an answer"``."""
     name = "ch05.plain_average"
-    if _unset(converges_to, reaches_model):
-        return Verdict(False, "Fill in `converges_to` and `reaches_model`, then run this cell again.")
+    if _unset(tracked, converges_to):
+        return Verdict(False, "Fill in `tracked` and `converges_to`, then run this cell again.")
+    if isinstance(tracked, torch.Tensor) and tracked.numel() == 1:  # read off, model[0].num_batches_tracked
+        tracked = tracked.item()
     heads = _reading(converges_to)
-    slots = set(reaches_model) if isinstance(reaches_model, (set, frozenset, list, tuple)) else None
     if malformed := _malformed(
         (
-            heads is None or slots is None or not all(_count(s) for s in slots),
-            "`converges_to` is a number and `reaches_model` a set of slot numbers, e.g. {0, 1}, not "
-            f"{converges_to!r} and {reaches_model!r}",
+            not _count(tracked) or heads is None,
+            "`tracked` is a whole number, a count, and `converges_to` a number, not "
+            f"{tracked!r} and {converges_to!r}",
         )
     ):
         return malformed
     bn = model[0] if isinstance(model, torch.nn.Sequential) and len(model) else None
     if not isinstance(bn, torch.nn.modules.batchnorm._BatchNorm):
         return Verdict(False, "Pass the model you ran, model = make_model(), as `model`.", "not the model")
+    counted = int(bn.num_batches_tracked.item())
+    calls = counted * len(devices)  # what one count per replica call would give
     fail = _ladder(
         name,
         [
-            "With momentum None each update weighs a batch by 1 / num_batches_tracked: a plain average "
-            "of what the model saw. Only an update in place, into storage the model shares, reaches it.",
-            "Print model[0].running_mean; then compare each replica's num_batches_tracked.data_ptr() "
-            "with the model's, for the replicas dpteach.replicate(model, devices) makes.",
+            "num_batches_tracked is updated in place on every replica's forward, but only an update into "
+            "storage the model shares reaches it. With momentum None each update weighs a batch by "
+            "1 / num_batches_tracked: a plain average of the batches counted.",
+            "Print model[0].num_batches_tracked and model[0].running_mean; then compare each replica's "
+            "num_batches_tracked.data_ptr() with the model's, for the replicas dpteach.replicate(model, devices) "
+            "makes.",
         ],
-        "converges_to = 3 (the mean of slot 0's batch means; alike_batch() has mean 3) and "
-        "reaches_model = {0}: only slot 0's replica shares the model's num_batches_tracked.",
+        f"tracked = {counted}, converges_to = 3: only slot 0's replica shares the model's num_batches_tracked, "
+        f"so it counts one per step, not {calls} replica calls, and running_mean is the plain average of slot "
+        "0's batch means (alike_batch() has mean 3).",
     )
-    counted = int(bn.num_batches_tracked.item())
     if bn.momentum is not None:  # the run, not the answer, is off: it costs no hint
         return Verdict(
             False,
@@ -1173,9 +1272,29 @@ def plain_average(
         return Verdict(
             False,
             "Not yet: model[0].num_batches_tracked is 0: run 200 forwards of alike_batch() through "
-            'dpteach.DataParallel(model, devices) (strategy "broadcast", the default), then this cell again.',
+            'net = dpteach.DataParallel(model, devices) (strategy "broadcast", the default), then this cell again.',
             "not run",
         )
+    guess = int(tracked)  # type: ignore[arg-type]
+    if guess != counted:
+        if guess == calls:
+            change, problem = (
+                f"that is one count per replica call ({len(devices)} slots), but only slot 0's replica shares "
+                "the model's tensor: the other slots add 1 to their own copies.",
+                "every slot",
+            )
+        elif guess == 0:
+            change, problem = (
+                'only "rewire" and "clone" leave it at 0; under "broadcast" slot 0\'s replica shares the '
+                "model's buffers, so its add_(1) lands.",
+                "no slot",
+            )
+        else:
+            change, problem = (
+                "count the slots whose add_(1) writes into the model's own tensor, times the forwards.",
+                "count",
+            )
+        return fail(f"tracked = {guess}: {change}", problem)
     mean, var = bn.running_mean.mean().item(), bn.running_var.mean().item()
     if abs(heads - mean) > 0.3:
         if abs(heads - var) <= 0.5:
@@ -1187,30 +1306,11 @@ def plain_average(
         return fail(
             f"converges_to = {heads:g}, the model's running_mean is about {mean:.2f}: {change}", problem
         )
-    copies = replicate(model, list(devices), strategy="broadcast")
-    truth = {
-        i
-        for i, r in enumerate(copies)
-        if r[0].num_batches_tracked.data_ptr() == bn.num_batches_tracked.data_ptr()
-    }
-    if slots != truth:
-        every = set(range(len(copies)))
-        if slots == every:
-            change, problem = (
-                f"then num_batches_tracked would be {counted * len(copies)}, one per replica call; it is "
-                f"{counted}: the other slots add 1 to their own copies.",
-                "every slot",
-            )
-        elif not slots:
-            change, problem = "under \"broadcast\" slot 0's replica shares the model's buffers.", "no slot"
-        else:
-            change, problem = "slot 0's replica is the one that shares the model's buffers.", "wrong slots"
-        return fail(f"reaches_model = {sorted(slots)}: {change}", problem)
     return _correct(
         name,
-        f"running_mean is the plain average of the {counted} batch means slot 0 saw, about {mean:.2f}; and "
-        f"num_batches_tracked is {counted}, one per step: only slot 0's `+= 1` is in place into the model's "
-        "own tensor, so the weights 1 / num_batches_tracked count steps, not replica calls.",
+        f"num_batches_tracked is {counted}, one per step: only slot 0's `add_(1)` is in place into the model's "
+        f"own tensor, not {calls} replica calls' worth. So running_mean is the plain average of the {counted} "
+        f"batch means slot 0 saw, about {mean:.2f}: the weights 1 / num_batches_tracked count steps.",
         "right",
     )
 
@@ -1757,7 +1857,7 @@ def bytes_onto_slot_1(
         [
             "Each record in t.copies says where its bytes went, c.dst; slot 1 is the meta device.",
             "sum(c.nbytes for c in t.copies if c.dst == meta), with meta = torch.device('meta'); compare it "
-            "with P + B from the chapter's first cell.",
+            "with P + B, which the counting cell under the first figure prints on its first line.",
         ],
         f"onto_slot_1 = sum(c.nbytes for c in t.copies if c.dst == meta) = {formula}.",
     )
@@ -1867,6 +1967,180 @@ def bucket_copies(
     return fail(change, " + ".join(found))
 
 
+def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` itself when every tensor of it is on ``"meta"``, else a copy moved there (no memory)."""
+    import copy
+
+    tensors = (*model.parameters(), *model.buffers())
+    return model if all(t.is_meta for t in tensors) else copy.deepcopy(model).to("meta")
+
+
+def _near(given: float, truth: float, rel: float = 1e-9) -> bool:
+    """Equal up to a float's rounding (or, with ``rel``, up to that share of ``truth``)."""
+    return abs(given - truth) <= max(1.0, rel * abs(truth))
+
+
+def dp_and_ddp_bytes(
+    dp_bytes: float | object, ddp_per_rank: float | object, model: torch.nn.Module, n: int
+) -> Verdict:
+    """Exercise 6: by the chapter's rule (the bytes that cross a link in one step), what one DataParallel
+    step of ``model`` on ``n`` GPUs moves, and what each of ``n`` DDP ranks sends.
+
+    DataParallel: its forward's model copies, counted by ``dpteach.comm.traffic()`` around
+    ``replicate`` onto ``n`` ``"meta"`` slots (``(n - 1)·(P + B)``), plus the gradients summed into
+    GPU 0 in backward, ``(n - 1)·P``. DDP: the ring all-reduce of the gradients, ``2(n - 1)/n·P`` from
+    each rank. ``P`` and ``B`` come from ``costs.state_nbytes``. A model not on ``"meta"`` is counted on
+    a copy moved there.
+
+    Findings (``Verdict.problem``, joined by ``" + "``): for DataParallel ``"dp half"`` (the forward or
+    the backward alone), ``"dp slot 0"`` (slot 0 given a model copy too), ``"dp buffers"`` (the buffers
+    left out); for DDP ``"ddp 2P"`` (the ``(n - 1)/n`` left out), ``"ddp one pass"`` (one of the ring's
+    two passes), ``"ddp all ranks"`` (the sum over the ranks), ``"ddp buffers"`` (the buffers counted
+    into the all-reduce); ``"megabytes"`` (a figure in MB), ``"swapped"`` (the two answers the other way
+    round); ``"dp"`` / ``"ddp"`` (wrong, no usual slip). The hints climb the ladder, the answer from the
+    third failed try on.
+    """
+    from .. import comm
+    from ..measure import costs
+    from ..replicate import replicate
+
+    name = f"ch06.dp_and_ddp_bytes.{n}"
+    if _unset(dp_bytes, ddp_per_rank):
+        return Verdict(False, "Set dp_bytes and ddp_per_rank to numbers of bytes, then run this cell again.")
+
+    def not_a_number(value: object) -> bool:
+        return not isinstance(value, (int, float)) or isinstance(value, bool)
+
+    wrong_kind = _malformed(
+        (not_a_number(dp_bytes), f"give dp_bytes as a number of bytes, not {dp_bytes!r}"),
+        (not_a_number(ddp_per_rank), f"give ddp_per_rank as a number of bytes, not {ddp_per_rank!r}"),
+    )
+    if wrong_kind is not None:
+        return wrong_kind
+    meta = torch.device("meta")
+    with comm.traffic() as t:
+        replicate(_meta_copy(model), [meta] * n)  # "broadcast", torch's way: slot 0 shares the model
+    size = costs.state_nbytes(model)
+    P, B = size["parameters"], size["buffers"]
+    forward, backward = t.bytes, (n - 1) * P
+    dp, per_rank = forward + backward, 2 * (n - 1) / n * P
+    said_dp, said_ddp = float(dp_bytes), float(ddp_per_rank)  # type: ignore[arg-type]
+    result = (
+        f"DataParallel on {n} GPUs: {forward:,} bytes of model copies, (N - 1)·(P + B), counted, + "
+        f"{backward:,} of gradients into GPU 0, (N - 1)·P: {dp:,} bytes, every one into or out of GPU 0. "
+        f"Each DDP rank sends 2(N - 1)/N·P = {per_rank:,.0f} bytes (modelled: ring all-reduce), "
+        f"{n * per_rank:,.0f} over {n} ranks, spread over every link and beside backward"
+        + (f"; and rank 0 broadcasts the buffers, (N - 1)·B = {(n - 1) * B:,} bytes." if B else ".")
+    )
+    dp_right, ddp_right = _near(said_dp, dp), _near(said_ddp, per_rank)
+    if dp_right and ddp_right:
+        return _correct(name, result)
+    # each wrong answer: the first usual slip that gives it, else what to count
+    dp_slips = [
+        (
+            forward,
+            "dp half",
+            "add the backward to dp_bytes: Broadcast's backward sums every other replica's gradients "
+            "into GPU 0, (N - 1)·P bytes"
+            if forward != backward
+            else "your dp_bytes is half the step: count the model "
+            "copies out of GPU 0 before forward and the gradients into it after backward, (N - 1)·P each here",
+        ),
+        (
+            backward,
+            "dp half",
+            "add the forward to dp_bytes: replicate copies the model out of GPU 0 onto every other GPU, "
+            "(N - 1)·(P + B) bytes",
+        ),
+        (
+            n * (P + B) + backward,
+            "dp slot 0",
+            "your dp_bytes gives slot 0 a model copy, but its replica is the model itself, on GPU 0: "
+            "count N - 1 model copies, not N",
+        ),
+        (
+            n * (P + B) + n * P,
+            "dp slot 0",
+            "your dp_bytes counts slot 0 twice, but slot 0 is GPU 0 itself: count N - 1 model copies out of "
+            "it and N - 1 replicas' gradients into it, not N",
+        ),
+        (
+            (n - 1) * P + backward,
+            "dp buffers",
+            f"your dp_bytes leaves the buffers out, but the model copies carry them: add (N - 1)·B, B = {B:,}",
+        ),
+    ]
+    ddp_slips = [
+        (
+            2 * P,
+            "ddp 2P",
+            "your ddp_per_rank is 2P: count 2(N - 1)/N·P, since a ring cuts the gradients into N chunks "
+            "and each rank sends 2(N - 1) of them",
+        ),
+        (
+            (n - 1) / n * P,
+            "ddp one pass",
+            "your ddp_per_rank is one pass of the ring: count both, since a ring all-reduce makes a "
+            "reduce-scatter and then an all-gather, each sending (N - 1)/N·P from every rank",
+        ),
+        (n * per_rank, "ddp all ranks", "your ddp_per_rank adds up all the ranks: give what one rank sends"),
+        (
+            2 * (n - 1) / n * (P + B),
+            "ddp buffers",
+            "leave B out of ddp_per_rank: the all-reduce carries the gradients only, one per parameter",
+        ),
+    ]
+    found, said = [], []
+    if not (dp_right or ddp_right) and _near(said_dp, per_rank) and _near(said_ddp, dp):
+        found.append("swapped")
+        said.append(
+            "your two answers are the other way round: dp_bytes is DataParallel's, ddp_per_rank one DDP rank's"
+        )
+    for given, truth, right, who, slips, what in (
+        (
+            said_dp,
+            dp,
+            dp_right,
+            "dp_bytes",
+            dp_slips,
+            "the forward's model copies and the backward's gradients",
+        ),
+        (said_ddp, per_rank, ddp_right, "ddp_per_rank", ddp_slips, "one rank's share of the ring all-reduce"),
+    ):
+        if right or found == ["swapped"]:
+            continue
+        if any(_near(given * k, truth, rel=1e-3) for k in (1e6, 2**20)):
+            found.append("megabytes")
+            said.append(
+                f"your {who} looks like megabytes: give it in bytes, as costs.state_nbytes counts them"
+            )
+            continue
+        hit = next(((p, c) for k, p, c in slips if not _near(k, truth) and _near(given, k)), None)
+        kind = who.split("_")[0]
+        problem, change = hit or (
+            kind,
+            f"your {who}, {given:,.0f}, is too {'large' if given > truth else 'small'}: count {what}",
+        )
+        found.append(problem)
+        said.append(change)
+    right = [w for w, ok in (("dp_bytes", dp_right), ("ddp_per_rank", ddp_right)) if ok]
+    sentences = ([f"your {right[0]} is right"] if right else []) + said
+    change = ". ".join(_sentence(s, i) for i, s in enumerate(sentences)) + "."
+    fail = _ladder(
+        name,
+        [
+            "Count both by the chapter's rule, the bytes that cross a link in one step: DataParallel copies "
+            "the model out of GPU 0 before forward and brings the gradients back in after backward; in DDP's "
+            "ring all-reduce every rank sends a share of the gradients.",
+            "DataParallel: (N - 1)·(P + B) of model copies (dpteach.comm.traffic() counts them around "
+            "dpteach.replicate onto [torch.device('meta')] * N) plus (N - 1)·P of gradients. DDP: "
+            "2(N - 1)/N·P from each rank. P and B: costs.state_nbytes(my_model).",
+        ],
+        result,
+    )
+    return fail(change, " + ".join(found))
+
+
 # ---------------------------------------------------------------- chapter 07 · double backward
 
 
@@ -1891,7 +2165,7 @@ def _same(given: object, want: Sequence[torch.Tensor]) -> bool:
 
 
 def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, net, x, y, moved: object) -> Verdict:
-    """Exercise 1: ``hv1``, ``hv2`` and ``hv_sum`` are H v1, H v2 and H(v1 + v2), taken through ``net``, a
+    """Exercise 2: ``hv1``, ``hv2`` and ``hv_sum`` are H v1, H v2 and H(v1 + v2), taken through ``net``, a
     DataParallel model, inside the ``traffic()`` block ``moved``; the check takes them on one device, on a copy
     of ``net.module``, compares, and asks ``moved`` whether all three forwards and second backwards broadcast.
 
@@ -1969,27 +2243,30 @@ def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, net, x, y, move
                 k,
             )
 
-    # each product through net broadcasts the parameters twice: in its forward, and in ReduceAddCoalesced's
-    # backward during the second backward (the chapter's traffic sentence)
-    copies = (len(net.device_ids) - 1) * sum(p.numel() * p.element_size() for p in model.parameters())
-    if moved.by_op().get("broadcast", 0) < 3 * 2 * copies:
-        return fail(
-            f"the meter saw {moved.by_op().get('broadcast', 0):,} bytes broadcast, fewer than three products "
-            f"through DataParallel copy ({6 * copies:,}): take every one with net, the DataParallel model, as "
-            "hessian_vector_product's first argument, not model.",
-            "one device",
-        )
-
     # H(v1 + v2) taken by its own second backward rounds differently from hv1 + hv2 in some element of
     # every weight; equal to the last bit in every tensor, it was added by hand (unless the reference's is too).
+    # Asked before the meter: a hand-added hv_sum is one product short, and that is the slip to name.
     def added(total, a, b) -> bool:
         return all(torch.equal(s, p + q) for s, p, q in zip(total, a, b))
 
     if added(hv_sum, hv1, hv2) and not added(want["hv_sum"], want["hv1"], want["hv2"]):
         return fail(
             "hv_sum is hv1 + hv2 added tensor by tensor: that assumes the linearity the exercise checks. "
-            "Take H(v1 + v2) itself, with hessian_vector_product on the summed vectors.",
+            "Take H(v1 + v2) itself, as a third product: hessian_vector_product(net, model, x, y, ...) on the "
+            "summed vectors, inside the meter.",
             "hand-summed",
+        )
+
+    # each product through net broadcasts the parameters twice: in its forward, and in ReduceAddCoalesced's
+    # backward during the second backward (the chapter's traffic sentence)
+    copies = (len(net.device_ids) - 1) * sum(p.numel() * p.element_size() for p in model.parameters())
+    seen = moved.by_op().get("broadcast", 0)
+    if seen < 3 * 2 * copies:
+        return fail(
+            f"the meter saw {seen:,} bytes broadcast, {seen // (2 * copies)} of the three products through "
+            f"DataParallel (each broadcasts {2 * copies:,}): take every one inside the meter, with net, the "
+            "DataParallel model, as hessian_vector_product's first argument, not model.",
+            "one device",
         )
     gap = max((s - a - b).abs().max().item() for s, a, b in zip(want["hv_sum"], want["hv1"], want["hv2"]))
     return _correct(
@@ -2001,7 +2278,7 @@ def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, net, x, y, move
 
 
 def recorded_nodes(count: object, makes_grad: object, graph) -> Verdict:
-    """Exercise 5: ``count``, the nodes in the penalty graph's yellow box (``graph.recorded``: what the first
+    """Exercise 1: ``count``, the nodes in the penalty graph's yellow box (``graph.recorded``: what the first
     backward recorded), and ``makes_grad``, the name of the node whose output is ``grad weight``.
 
     Findings: ``"penalty counted"`` (Pow and Sum too), ``"slots only"`` (the per-slot nodes alone), ``"one slot"``,
@@ -2064,7 +2341,7 @@ def recorded_nodes(count: object, makes_grad: object, graph) -> Verdict:
     )
 
 
-# Exercise 2's four calls, on a loss made under "rewire" from an input x_in that requires grad.
+# Exercise 3's four calls, on a loss made under "rewire" from an input x_in that requires grad.
 _REWIRE_CALLS = {
     "a": ("torch.autograd.grad(loss, params)", lambda loss, params, x_in: torch.autograd.grad(loss, params)),
     "b": (
@@ -2089,7 +2366,7 @@ _REWIRE_WHY = {  # why each call does or does not meet ReduceAdd's check
 
 
 def rewire_refuses(raises: object, devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 2: which of the four calls of ``_REWIRE_CALLS`` raise at ``ReduceAdd``'s check under
+    """Exercise 3: which of the four calls of ``_REWIRE_CALLS`` raise at ``ReduceAdd``'s check under
     ``"rewire"`` (``raises``, a set of letters). The check runs each on a fresh loss of the course model.
 
     Findings: ``"a"`` ... ``"d"`` (the first letter answered wrong), ``"not an answer"``.
@@ -2160,7 +2437,7 @@ def rewire_refuses(raises: object, devices=("cpu", "cpu")) -> Verdict:
 
 
 def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 3: ``cls(net)`` wraps ``net`` and its ``forward(x)`` returns ``(output, terms)``, the per-row
+    """Exercise 4: ``cls(net)`` wraps ``net`` and its ``forward(x)`` returns ``(output, terms)``, the per-row
     input-gradient penalty terms; the loss is ``F.mse_loss(output, y) + terms.mean()``, one mean after the
     gather. Compares loss and gradients under ``"broadcast"`` with one device, on ``devices`` and on three
     slots (256 rows: pieces of 86, 86 and 84, so a mean per replica shows).
@@ -2178,7 +2455,7 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
 
     name = "ch07.penalty_inside"
     if _unset(cls):
-        return Verdict(False, "Define class PenaltyInside first (exercise 3), then run this cell again.")
+        return Verdict(False, "Define class PenaltyInside first (exercise 4), then run this cell again.")
     fail = _ladder(
         name,
         [
@@ -2257,7 +2534,7 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     )
 
 
-# Exercise 4's steps: each takes a second backward through DataParallel with one node swapped. The nodes
+# Exercise 5's steps: each takes a second backward through DataParallel with one node swapped. The nodes
 # are the chapter's: CommBroadcast (cell "c18a"), DetachedBroadcast (the exercise's cell) and
 # UncheckedReduceAdd (cell "c25b"); the losses are the chapter's penalised_loss, gradient_norm_loss and
 # hessian_vector_product.
@@ -2373,7 +2650,7 @@ def _second_steps_run(devices) -> dict[str, tuple[str, str]]:
 
 
 def second_backwards(does: Mapping[str, object] | object, devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 4: ``does`` maps each step of ``_SECOND_STEPS`` to what it does, ``"right"``, ``"wrong"``
+    """Exercise 5: ``does`` maps each step of ``_SECOND_STEPS`` to what it does, ``"right"``, ``"wrong"``
     or ``"raises"``. The check runs the four steps, with its own copies of the chapter's nodes, against one
     device, and compares.
 
@@ -2427,7 +2704,7 @@ def second_backwards(does: Mapping[str, object] | object, devices=("cpu", "cpu")
     answer = (
         "does = {"
         + ", ".join(f'"{k}": "{truth[k]}"' for k in _SECOND_STEPS)
-        + "}. Answer 4, below this cell, says why for each step."
+        + "}. Answer 5, below this cell, says why for each step."
     )
     return _ladder(
         name,
@@ -2806,6 +3083,250 @@ def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
     )
 
 
+# the moves a DataParallel step makes between GPUs (``costs.check_step_counts``): Exercise 4's names
+_DP_MOVES = ("scatter", "broadcast", "gather", "reduce_add")
+
+
+def ddp_also_copies(answer: Mapping[str, object] | object, models: Mapping[str, torch.nn.Module]) -> Verdict:
+    """Exercise 4: for each model in ``models``, which of DataParallel's per-step moves between GPUs
+    (``scatter``, ``broadcast``, ``gather``, ``reduce_add``) DDP makes too, every step, at its defaults.
+
+    DDP keeps a replica per process and all-reduces the gradients, so it scatters no batch, copies no
+    parameters, gathers no output and sends no gradient to GPU 0. Before each forward it broadcasts rank
+    0's buffers when the module has any (``_pre_forward`` -> ``_sync_buffers`` in torch 2.13's
+    ``nn/parallel/distributed.py``; ``forward_sync_buffers`` defaults to True), so the truth for a model
+    is ``{"broadcast"}`` if it holds buffers, else the empty set.
+
+    Findings: ``"reduce_add"``, ``"scatter"``, ``"gather"`` (that move named), ``"parameters"``
+    (``broadcast`` for a model without buffers), ``"buffers"`` (``broadcast`` left out for a model with
+    buffers), ``"names"`` (a name not among the four, or a string for a set: told, no try spent).
+    """
+    import difflib
+
+    from ..measure import costs
+
+    name = "ch08.ddp_also_copies"
+    keys = list(models)
+    if _unset(answer) or not isinstance(answer, Mapping) or _unset(*answer.values()):
+        return Verdict(
+            False,
+            "Set answer = {" + ", ".join(f'"{k}": {{...}}' for k in keys) + "}, each a set of the moves DDP "
+            'also makes (such as {"gather"}, or set() for none), then run this cell again.',
+        )
+    missing = [k for k in keys if k not in answer]
+    if missing:
+        return Verdict(False, f"Not yet: give an answer for {', '.join(map(repr, missing))} too.", "names")
+    buffers = {k: costs.state_nbytes(m)["buffers"] for k, m in models.items()}
+    truth = {k: {"broadcast"} if buffers[k] else set() for k in keys}
+    given: dict[str, set[str]] = {}
+    for k in keys:
+        value = answer[k]  # type: ignore[index]
+        if isinstance(value, str):
+            return Verdict(
+                False,
+                f"Not yet: {k}'s answer is a string, {value!r}; give a set, such as {{{value!r}}}, or set() for "
+                "none (this try does not count).",
+                "names",
+            )
+        given[k] = {_word(v) for v in value}  # type: ignore[union-attr]
+        unknown = given[k] - set(_DP_MOVES)
+        if unknown:
+            near = [m for u in sorted(unknown) for m in difflib.get_close_matches(u, _DP_MOVES, 1)]
+            meant = f" Did you mean {', '.join(map(repr, near))}?" if near else ""
+            also = (
+                " DDP's all-reduce is its own move, not one of DataParallel's: the question is which of "
+                "DataParallel's DDP makes too."
+                if any("all" in u and "reduce" in u for u in unknown)
+                else ""
+            )
+            return Verdict(
+                False,
+                f"Not yet: {', '.join(map(repr, sorted(unknown)))} is not one of DataParallel's four moves.{meant}"
+                f"{also} The four: {', '.join(_DP_MOVES)} (this try does not count).",
+                "names",
+            )
+    with_buffers = [k for k in keys if buffers[k]]
+    said = (
+        "DDP makes none of DataParallel's moves for a model without buffers: each process keeps its own replica, "
+        "feeds it its own rows, computes its own loss, and all-reduces the gradients, so every rank applies the "
+        "same sum and the replicas stay equal. "
+        + (
+            f"For {', '.join(f'`{k}`' for k in with_buffers)} it broadcasts rank 0's buffers before each forward "
+            f"({', '.join(f'{buffers[k]:,} bytes' for k in with_buffers)}: BatchNorm's running statistics, which "
+            "each rank updates from its own rows), never the parameters."
+            if with_buffers
+            else ""
+        )
+    )
+    answer_text = "answer = {" + ", ".join(f'"{k}": {truth[k] or "set()"}' for k in keys) + "}. " + said
+    fail = _ladder(
+        name,
+        [
+            "DDP keeps a whole replica in each process and all-reduces the gradients; a move is still needed "
+            "only for state that the gradients do not keep equal across the replicas.",
+            "Every rank applies the same all-reduced gradients, so the parameters stay equal. BatchNorm updates "
+            "its running statistics in forward, from each rank's own rows (chapter 05).",
+        ],
+        answer_text,
+    )
+    every = set().union(*given.values())
+    if "reduce_add" in every:
+        return fail(
+            "DDP sums the gradients too, but by all-reduce: the ranks exchange pieces and every GPU ends with "
+            "the sum. No rank sends its gradients to GPU 0, as reduce_add does, so take reduce_add out.",
+            "reduce_add",
+        )
+    if "scatter" in every:
+        return fail(
+            "each DDP process reads its own rows and feeds them to its own replica; no process cuts one batch "
+            "for the others, so take scatter out.",
+            "scatter",
+        )
+    if "gather" in every:
+        return fail(
+            "each DDP rank computes its loss from its own outputs, so no output is gathered: take gather out.",
+            "gather",
+        )
+    extra = [k for k in keys if "broadcast" in given[k] and not buffers[k]]
+    if extra:
+        return fail(
+            f"DDP copies no parameters per step: the replicas stay equal because every rank applies the same "
+            f"gradients. It broadcasts buffers only, and {extra[0]!r} has none, so take broadcast out of its set.",
+            "parameters",
+        )
+    short = [k for k in keys if buffers[k] and "broadcast" not in given[k]]
+    if short:
+        return fail(
+            f"{short[0]!r} holds buffers, BatchNorm's running mean and variance, which each rank updates from "
+            f"its own rows; DDP broadcasts rank 0's before every forward ({buffers[short[0]]:,} bytes), so add "
+            "broadcast to its set.",
+            "buffers",
+        )
+    return _correct(name, said)
+
+
+def nodes_per_thread(
+    answer: Mapping[str, object] | object, model: torch.nn.Module, x: torch.Tensor, gpus: int = 4
+) -> Verdict:
+    """Exercise 5: how many of the backward nodes of one DataParallel step of ``model`` on ``x`` each GPU's
+    engine thread runs on ``gpus`` GPUs, slot k on ``cuda:k``. The truth is the step recorded on
+    ``gpus`` slots of ``x``'s device (``threads.backward_threads``, on a copy of ``model``) and the
+    engine's rule applied to its nodes (``Threads.gpu_threads``): replica k's nodes on cuda:k's thread, the
+    loss, the gather's backward and the sum onto the model on cuda:0's, the calling thread none.
+
+    Findings: ``"one thread"`` (every node on one thread, as on CPU slots), ``"caller"`` (nodes given to
+    the calling thread), ``"cuda:0 replica only"``, ``"no sum"``, ``"no loss"`` (cuda:0 given only some
+    of its parts), ``"even split"``, ``"replica"`` (another GPU's count off), ``"other"``, ``"names"``
+    (a thread not among them: told, no try spent).
+    """
+    import copy
+
+    from ..measure import threads
+
+    name = "ch08.nodes_per_thread"
+    gpu_keys = [f"cuda:{k}" for k in range(gpus)]
+    if _unset(answer) or not isinstance(answer, Mapping) or _unset(*answer.values()):
+        return Verdict(
+            False,
+            "Set answer = {" + ", ".join(f'"{k}": ...' for k in gpu_keys) + "}, each the number of backward "
+            "nodes that GPU's engine thread runs, e.g. 7, then run this cell again.",
+        )
+    given: dict[str, object] = {}
+    for key, value in answer.items():
+        word = _word(key).removeprefix("autograd thread ").replace(" ", "")
+        given["caller" if word.startswith("caller") else word] = value
+    unknown = sorted(set(given) - {*gpu_keys, "caller"})
+    missing = [k for k in gpu_keys if k not in given]
+    if unknown or missing:
+        return Verdict(
+            False,
+            "Not yet: name each GPU's engine thread once, "
+            + ", ".join(f'"{k}"' for k in gpu_keys)
+            + (f"; {', '.join(map(repr, unknown))} is not one of them" if unknown else "")
+            + " (this try does not count).",
+            "names",
+        )
+    if not all(_count(v) for v in given.values()):
+        return Verdict(False, "Not yet: give each thread a whole number of nodes, e.g. 7.", "not an answer")
+    counts = {k: int(v) for k, v in given.items()}  # type: ignore[call-overload]
+    recorded = threads.backward_threads(copy.deepcopy(model), x, [x.device] * gpus)
+    truth = recorded.gpu_threads()
+    parts = Counter(r.replica for r in recorded.rows)
+    top, per_replica, shared = parts["-"], parts["replica 0"], parts["shared"] + parts["input"]
+    total = len(recorded.rows)
+    said = (
+        ", ".join(f"{k}: {truth.get(k, 0)}" for k in gpu_keys)
+        + f". Each node runs on the engine thread of the GPU its gradient is on. Replica k's {per_replica} "
+        f"nodes get theirs on cuda:k; the loss and gather ({top} nodes) and the sum onto the model ({shared}) "
+        f"get theirs on cuda:0, where the model and the gathered output live, so cuda:0's thread runs "
+        f"{top} + {per_replica} + {shared} = {truth['cuda:0']}. The thread that called backward() runs none: "
+        "it waits."
+    )
+    if all(counts.get(k) == truth.get(k, 0) for k in gpu_keys) and not counts.get("caller"):
+        return _correct(name, said)
+    fail = _ladder(
+        name,
+        [
+            "Each node runs on the engine thread of the GPU its gradient is on, and replica k's gradients are "
+            "on cuda:k.",
+            "Count each part's nodes in the thread table: the loss and gather, one replica, the sum onto the "
+            "model. Which GPU holds the loss, the gathered output and the model?",
+        ],
+        "answer = {" + ", ".join(f'"{k}": {truth.get(k, 0)}' for k in gpu_keys) + "}. " + said,
+    )
+    if counts.get("caller"):
+        return fail(
+            "on GPUs the thread that called backward() runs no node: it waits while each GPU's engine thread "
+            "runs the nodes whose gradients are on its GPU, so give the caller 0.",
+            "caller",
+        )
+    busy = [k for k in gpu_keys if counts[k]]
+    if len(busy) == 1 and sum(counts.values()) == total:
+        return fail(
+            f"one thread ran all {total} nodes on CPU slots only. On GPUs each GPU's engine thread runs the nodes "
+            "whose gradients are on its GPU, so share them out by GPU.",
+            "one thread",
+        )
+    if len(set(counts[k] for k in gpu_keys)) == 1 and counts["cuda:0"] not in (truth["cuda:0"], per_replica):
+        return fail(
+            "the engine does not share nodes out evenly: a node goes to the thread of its gradient's GPU, "
+            f"so each GPU gets its replica's {per_replica} and cuda:0 more.",
+            "even split",
+        )
+    off = [k for k in gpu_keys[1:] if counts[k] != truth.get(k, 0)]
+    if off:
+        return fail(
+            f"{off[0]}'s thread runs replica {off[0][-1]}'s nodes only, {per_replica} of them: set "
+            f"{off[0]} to {truth.get(off[0], 0)}.",
+            "replica",
+        )
+    zero = counts["cuda:0"]
+    for wrong, problem, change in (
+        (
+            per_replica,
+            "cuda:0 replica only",
+            f"cuda:0 also runs the loss and gather ({top}) and the sum onto the model ({shared})",
+        ),
+        (
+            per_replica + top,
+            "no sum",
+            f"cuda:0 also runs the sum onto the model ({shared} nodes): the model lives on GPU 0",
+        ),
+        (
+            per_replica + shared,
+            "no loss",
+            f"cuda:0 also runs the loss and gather ({top} nodes): the output is gathered onto GPU 0",
+        ),
+    ):
+        if zero == wrong:
+            return fail(change + ".", problem)
+    return fail(
+        f"cuda:0: {zero} is too {'many' if zero > truth['cuda:0'] else 'few'}: add up the parts whose gradients "
+        "are on GPU 0.",
+        "other",
+    )
+
+
 # ---------------------------------------------------------------- chapter 10 · the C++ original
 
 
@@ -2829,9 +3350,10 @@ def _no_step(name: str) -> Verdict:
     )
 
 
-def _ch10_unready(ext, **counts: object) -> Verdict | None:
+def _ch10_unready(ext, needs_module: bool = True, **counts: object) -> Verdict | None:
     """Why a chapter-10 check cannot judge yet, or None: an answer still ``...``, one that is not a whole
-    number, or no C++ module (``ext`` is None) to take the step with. ``counts``: the answers by name."""
+    number, or, where ``needs_module``, no C++ module (``ext`` is None) to take the step with. ``counts``: the
+    answers by name."""
     names = " and ".join(f"`{n}`" for n in counts)
     if _unset(*counts.values()):
         return Verdict(
@@ -2840,7 +3362,7 @@ def _ch10_unready(ext, **counts: object) -> Verdict | None:
     malformed = _malformed(
         *((not _count(v), f"`{n}` is a whole number such as 2 (got {v!r})") for n, v in counts.items())
     )
-    return malformed or (_no_step("ext") if ext is None else None)
+    return malformed or (_no_step("ext") if ext is None and needs_module else None)
 
 
 def _ch10_step(step_fn, model, x, slots, ext):
@@ -2853,23 +3375,60 @@ def _changed(*fields: tuple[str, bool]) -> str:
     return " and ".join(f"`{name}`" for name, bad in fields if bad)
 
 
+_PYTHON_TWIN = (
+    '\n(No C++ module is loaded, so this check ran Python\'s strategy="rewire" (chapter 03) instead: it also '
+    "gives every replica's copy of a parameter an edge into one ReduceAdd node per parameter, which leads to "
+    "the original's AccumulateGrad.)"
+)
+
+
+def _ch10_python_rewire(model, slots):
+    """Without the C++ module: a copy of ``model`` and its ``strategy="rewire"`` replicas on ``slots``, each
+    replica's copies of the parameters listed by name, as ``cpp.Step.replica_params`` lists them."""
+    import copy
+
+    from ..replicate import replicate
+
+    original = copy.deepcopy(model)
+    replicas = replicate(original, slots, strategy="rewire")
+    copies = [
+        {
+            f"{prefix}.{key}" if prefix else key: tensor
+            for prefix, module in replica.named_modules()
+            for key, tensor in (getattr(module, "_former_parameters", None) or {}).items()
+        }
+        for replica in replicas
+    ]
+    return original, replicas, copies
+
+
+def _with_note(verdict: Verdict, note: str) -> Verdict:
+    return Verdict(verdict.ok, verdict.message + note, verdict.problem) if note else verdict
+
+
 def reduce_add_inputs(reduce_adds, inputs_each, model, x, slots, ext) -> Verdict:
     """Exercise 1: the fixed step of a model the chapter has not run (two ``Linear`` layers) on ``slots``.
     ``reduce_adds``: how many ``ReduceAdd`` nodes it makes; ``inputs_each``: how many gradients each one
     sums. The check runs ``cpp.rewire_step(model, x, slots)`` with ``ext`` and reads the truth from the
-    replicas' tensors: their distinct ``grad_fn`` objects, and how many copies share each."""
+    replicas' tensors: their distinct ``grad_fn`` objects, and how many copies share each. Without the
+    module (``ext`` None) it reads them from Python's ``strategy="rewire"`` replicas, and says so."""
     from collections import Counter
 
     from .. import cpp
 
     name = "ch10.reduce_add_inputs"
-    if unready := _ch10_unready(ext, reduce_adds=reduce_adds, inputs_each=inputs_each):
-        return unready
-    step = _ch10_step(cpp.rewire_step, model, x, slots, ext)
-    copies = Counter(id(p.grad_fn) for r in step.replica_params for p in r.values() if p.grad_fn is not None)
+    if unready := _ch10_unready(ext, needs_module=False, reduce_adds=reduce_adds, inputs_each=inputs_each):
+        return unready  # a missing or malformed answer; no module is fine: Python's twin answers then
+    if ext is not None:
+        step = _ch10_step(cpp.rewire_step, model, x, slots, ext)
+        params, replica_params, note = step.params, step.replica_params, ""
+    else:  # the same graph from Python: one ReduceAdd per parameter, one input per replica's copy
+        original, _, replica_params = _ch10_python_rewire(model, slots)
+        params, note = dict(original.named_parameters()), _PYTHON_TWIN
+    copies = Counter(id(p.grad_fn) for r in replica_params for p in r.values() if p.grad_fn is not None)
     nodes, each = len(copies), max(copies.values(), default=0)
-    parameters, replicas = len(step.params), len(step.replica_params)
-    layers = len({key.rsplit(".", 1)[0] for key in step.params})
+    parameters, replicas = len(params), len(replica_params)
+    layers = len({key.rsplit(".", 1)[0] for key in params})
     answer = (
         f"reduce_adds = {nodes}, inputs_each = {each}: replicate_grad_edges makes one ReduceAdd per parameter "
         f"of the module it is given, then calls itself on each child, so the {layers} layers' {parameters} "
@@ -2923,11 +3482,16 @@ def reduce_add_inputs(reduce_adds, inputs_each, model, x, slots, ext) -> Verdict
         problem = problem or "inputs"
     if wrong:
         changed = _changed(("reduce_adds", said_nodes != nodes), ("inputs_each", said_each != each))
-        return _not_yet(name, "; ".join(wrong) + f". Change {changed}.", hints, answer, problem)
-    return _correct(
-        name,
-        f"{nodes} ReduceAdd nodes, one per parameter of both layers, each summing {each} gradients, one per "
-        "replica: replicate_grad_edges walks the whole module tree, so every layer's parameters get a node.",
+        return _with_note(
+            _not_yet(name, "; ".join(wrong) + f". Change {changed}.", hints, answer, problem), note
+        )
+    return _with_note(
+        _correct(
+            name,
+            f"{nodes} ReduceAdd nodes, one per parameter of both layers, each summing {each} gradients, one per "
+            "replica: replicate_grad_edges walks the whole module tree, so every layer's parameters get a node.",
+        ),
+        note,
     )
 
 
@@ -2939,19 +3503,67 @@ def _holding_a_grad(step) -> int:
         return sum(t.grad is not None for t in tensors)
 
 
-def grads_filled(with_fix, without_fix, model, x, slots, ext) -> Verdict:
-    """Exercise 2: after one step of ``model`` on ``slots``, how many tensors (the original's and every
-    replica's) hold a ``.grad``: with the fix (``cpp.rewire_step``) and without it (``cpp.clone_step``)?
-    The check runs both steps with ``ext`` and counts."""
+def _counted(count, step) -> object:
+    """What the learner's ``count`` says of one step; reading a non-leaf's ``.grad`` warns, so quietly."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return count(step)
+
+
+def grads_filled(with_fix, without_fix, count, model, x, slots, ext) -> Verdict:
+    """Exercise 2: predict, then count. ``with_fix`` and ``without_fix`` are the learner's predictions: how
+    many tensors (the original's and every replica's) hold a ``.grad`` after one step of ``model`` on
+    ``slots``, with the fix (``cpp.rewire_step``) and without it (``cpp.clone_step``). ``count`` is the
+    learner's ``holding_a_grad(step)``, which counts them in one step. The check runs both steps with
+    ``ext``, checks ``count`` against its own count, then the predictions against the counts."""
     from .. import cpp
 
     name = "ch10.grads_filled"
     if unready := _ch10_unready(ext, with_fix=with_fix, without_fix=without_fix):
         return unready
+    if not callable(count):
+        return Verdict(
+            False,
+            f"Not yet: `holding_a_grad` is {count!r}, not a function: run the cell that defines it, then "
+            "this one.",
+            "no count",
+        )
     fixed = _ch10_step(cpp.rewire_step, model, x, slots, ext)
     cloned = _ch10_step(cpp.clone_step, model, x, slots, ext)
     truth_with, truth_without = _holding_a_grad(fixed), _holding_a_grad(cloned)
     parameters, replicas = len(fixed.params), len(fixed.replica_params)
+    try:
+        counted = [_counted(count, fixed), _counted(count, cloned)]
+    except Exception as err:  # the learner's function failed on a step: say where, at no cost of a hint
+        said = str(err).splitlines()[0] if str(err) else ""
+        return Verdict(
+            False,
+            f"Not yet: holding_a_grad(step) raised {type(err).__name__}: {said}. It gets one cpp.Step; "
+            "count among its `tensors` list, then run this check again.",
+            "count raised",
+        )
+    if any(c is ... for c in counted):
+        return Verdict(
+            False,
+            "Not yet: your predictions are in; now replace the `return ...` in holding_a_grad with the count, "
+            "run that cell, then this one.",
+            "count unset",
+        )
+    if counted != [truth_with, truth_without]:
+        return _not_yet(
+            name + ".count",
+            f"holding_a_grad returned {counted[0]!r} for the fixed step and {counted[1]!r} for the cloned one, "
+            "and at least one of them is not the number of its `tensors` whose .grad is set. Change its "
+            "`return` line: count the tensors whose .grad is not None.",
+            [
+                "A tensor holds a .grad when its .grad is not None; look at each tensor of the list, not at "
+                "the list or at the gradients' values.",
+                "The count is a sum over the tensors of a yes or no: one for each whose .grad is set.",
+            ],
+            "return sum(t.grad is not None for t in tensors)",
+            "count",
+        )
+    _failures.pop(name + ".count", None)
     answer = (
         f"with_fix = {truth_with}, without_fix = {truth_without}: autograd writes a .grad only into a leaf. With "
         "the fix, set_history gave every replica copy a grad_fn, so only the original's "
@@ -2966,41 +3578,52 @@ def grads_filled(with_fix, without_fix, model, x, slots, ext) -> Verdict:
     said_with, said_without = int(with_fix), int(without_fix)
     wrong, problem = [], ""
     if said_with != truth_with:
+        counted_with = f"you predicted {said_with} with the fix and your count says {truth_with}: "
         if said_with == parameters * (replicas + 1):
             wrong.append(
-                "with the fix the replicas' copies hold no .grad: set_history made them non-leaves, and their "
-                "gradients go on into ReduceAdd"
+                counted_with + "the replicas' copies hold no .grad, because set_history made them non-leaves "
+                "and their gradients go on into ReduceAdd"
             )
             problem = "replicas fill"
         elif said_with == parameters * replicas:
-            wrong.append(f"{said_with} is the replicas' copies, but with the fix they are not leaves")
+            wrong.append(
+                counted_with + f"{said_with} is the replicas' copies, but with the fix they are not leaves"
+            )
             problem = "replicas fill"
         else:
-            wrong.append(f"you said {said_with} with the fix: count the leaves that backward reaches")
+            wrong.append(counted_with + "count the leaves that backward reaches")
             problem = "with"
     if said_without != truth_without:
+        counted_without = (
+            f"you predicted {said_without} without the fix and your count says {truth_without}: "
+        )
         if said_without in (parameters, parameters * (replicas + 1)):
             wrong.append(
-                "without the fix nothing reaches the original: clone() made every replica parameter a fresh "
-                "leaf with no edge back, so the original's .grad stays None"
+                counted_without
+                + "nothing reaches the original, because clone() made every replica parameter "
+                "a fresh leaf with no edge back, so the original's .grad stays None"
             )
             problem = problem or "original under clone"
         elif said_without == replicas:
-            wrong.append(f"each replica holds {parameters} parameters, each a leaf of its own")
+            wrong.append(
+                counted_without + f"each replica holds {parameters} parameters, each a leaf of its own"
+            )
             problem = problem or "without"
         else:
-            wrong.append(f"you said {said_without} without the fix: count each replica's leaf parameters")
+            wrong.append(counted_without + "count each replica's leaf parameters")
             problem = problem or "without"
     if wrong:
         changed = _changed(
             ("with_fix", said_with != truth_with), ("without_fix", said_without != truth_without)
         )
-        return _not_yet(name, "; ".join(wrong) + f". Change {changed}.", hints, answer, problem)
+        return _not_yet(
+            name, "; ".join(wrong) + f". Change {changed} once you can say why.", hints, answer, problem
+        )
     return _correct(
         name,
-        f"{truth_with} with the fix, the original's parameters alone; {truth_without} without it, the replicas' "
-        "alone. A rewired replica copy is not a leaf, so autograd fills no .grad there: its gradient goes "
-        "into ReduceAdd and on to the original's.",
+        f"You predicted {truth_with} with the fix, the original's parameters alone, and {truth_without} "
+        "without it, the replicas' alone, and your count agrees. A rewired replica copy is not a leaf, so "
+        "autograd fills no .grad there: its gradient goes into ReduceAdd and on to the original's.",
     )
 
 
@@ -3060,7 +3683,7 @@ def dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends) -> Verdi
     try:
         number = cpp.find_line(deleted_line)
     except ValueError as err:
-        return Verdict(False, f"Not yet: {err} Then run steps 2 and 3 again.")
+        return Verdict(False, f"Not yet: {err}\nChange deleted_line in step 1, then run steps 2 and 3 again.")
     if my_dp is None:
         return Verdict(
             False,
@@ -3158,23 +3781,38 @@ def second_step_grad(times, model, x, devices, ext) -> Verdict:
     """Exercise 4: after a fixed step, run its replicas' forward and backward again from Python, with no
     ``zero_grad`` between: the original's weight ``.grad`` is how many times the first step's (``times``)?
     The check takes both steps itself, on a fresh ``cpp.rewire_step`` with ``ext``, so a rerun never adds a
-    third."""
+    third; without the module (``ext`` None), on fresh Python ``strategy="rewire"`` replicas, and says so."""
     from .. import cpp
     from ..data_parallel import mean_square
 
     name = "ch10.second_step_grad"
-    if unready := _ch10_unready(ext, times=times):
-        return unready
-    with torch.random.fork_rng(devices=[]):
-        step = cpp.rewire_step(model, x, devices, extension=ext)
-    first = step.grads["weight"].clone()
+    if unready := _ch10_unready(ext, needs_module=False, times=times):
+        return unready  # a missing or malformed answer; no module is fine: Python's twin answers then
     chunks = x.chunk(len(devices))  # the replicas' own chunks, as the C++ step() cut them
-    replicas = zip(chunks, step.replica_params, devices)
-    out = torch.cat(
-        [torch.nn.functional.linear(c.to(d), r["weight"], r["bias"]).to(devices[0]) for c, r, d in replicas]
-    )
-    mean_square(out).backward()  # the C++ step's loss, through the same ReduceAdd nodes
-    after = step.params["weight"].grad
+    if ext is not None:
+        with torch.random.fork_rng(devices=[]):
+            step = cpp.rewire_step(model, x, devices, extension=ext)
+        first, note = step.grads["weight"].clone(), ""
+        replicas = zip(chunks, step.replica_params, devices)
+        out = torch.cat(
+            [
+                torch.nn.functional.linear(c.to(d), r["weight"], r["bias"]).to(devices[0])
+                for c, r, d in replicas
+            ]
+        )
+        mean_square(out).backward()  # the C++ step's loss, through the same ReduceAdd nodes
+        after = step.params["weight"].grad
+    else:  # the same two backwards through Python's rewired replicas, each after its own forward
+
+        def loss(replicas) -> torch.Tensor:
+            parts = [r(c.to(d)).to(devices[0]) for r, c, d in zip(replicas, chunks, devices)]
+            return mean_square(torch.cat(parts))
+
+        original, replicas, _ = _ch10_python_rewire(model, devices)
+        loss(replicas).backward()
+        first, note = original.weight.grad.clone(), _PYTHON_TWIN
+        loss(replicas).backward()  # no zero_grad(), no new replicas: through the same ReduceAdd nodes
+        after = original.weight.grad
     truth = round(float((after * first).sum() / (first * first).sum()))  # after is a whole multiple of first
     n = len(devices)
     answer = (
@@ -3198,12 +3836,15 @@ def second_step_grad(times, model, x, devices, ext) -> Verdict:
     }  # fmt: skip
     if int(times) != truth:
         said, problem = slips.get(int(times), (f"you said {int(times)}", "times"))
-        return _not_yet(name, f"{said}. Change `times`.", hints, answer, problem)
-    return _correct(
-        name,
-        f"After the second backward the original's weight .grad is {truth} times the first step's. ReduceAdd "
-        "is an ordinary node that outlives a backward, and the original's AccumulateGrad accumulates, as any "
-        "leaf's does: zero_grad() between steps is as needed in C++ as in Python.",
+        return _with_note(_not_yet(name, f"{said}. Change `times`.", hints, answer, problem), note)
+    return _with_note(
+        _correct(
+            name,
+            f"After the second backward the original's weight .grad is {truth} times the first step's. ReduceAdd "
+            "is an ordinary node that outlives a backward, and the original's AccumulateGrad accumulates, as any "
+            "leaf's does: zero_grad() between steps is as needed in C++ as in Python.",
+        ),
+        note,
     )
 
 
@@ -3723,22 +4364,58 @@ def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verd
 # ---------------------------------------------------------------- chapter 04 · the Python way, exercises 1 and 4
 
 
-def shallow_copy_line(line: str | object) -> Verdict:
-    """Exercise 1: ``line``, one line of ``nn.Module._replicate_for_data_parallel`` (as torch has it here),
-    the one that makes ``replicas[1][0].members is model[0].members``.
+def _names(keys: set) -> str:
+    """A set of names as a sorted set literal, so a message reads the same on every run."""
+    return "{" + ", ".join(repr(k) for k in sorted(keys)) + "}" if keys else "set()"
 
-    Read from the live source, so the check follows the installed torch. Findings (``Verdict.problem``):
-    ``"not a line"``, ``"new"`` (the line that makes the empty object), ``"parameters"`` (the line that
-    empties the registry), ``"buffers or modules"`` (a line that copies one of the registry's dicts),
-    ``"flag"`` (``_is_replica``).
+
+def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
+    """Exercise 1: ``predicted``, the names among ``members``, ``members.weight`` and ``weight`` that in
+    ``dpteach.replicate(cpp_model, devices)[1][0]`` are ``cpp_model[0]``'s own objects; ``line``, one line
+    of ``nn.Module._replicate_for_data_parallel`` (as torch has it here), the one that makes
+    ``replicas[1][0].members is model[0].members``.
+
+    Both are read live (a C++-style model replicated by ``dpteach.replicate``, the installed torch's
+    source). Findings (``Verdict.problem``): ``"predicted"`` (another set of names), ``"not a line"``,
+    ``"new"`` (the line that makes the empty object), ``"parameters"`` (the line that empties the
+    registry), ``"buffers or modules"`` (a line that copies one of the registry's dicts), ``"flag"``
+    (``_is_replica``).
     """
     import inspect
 
     from torch import nn
 
+    from ..replicate import replicate
+    from . import demos, story
+
     name = "ch04.shallow_copy_line"
+    names = ("members", "members.weight", "weight")
+    if _unset(predicted):
+        return Verdict(
+            False,
+            'Set `predicted` to the names you expect to be the original\'s, e.g. {"weight"}, then run again.',
+        )
+    if not isinstance(predicted, (set, frozenset, list, tuple)) or not all(n in names for n in predicted):
+        return Verdict(
+            False,
+            f'Give `predicted` as a set of names from {", ".join(names)}, e.g. {{"weight"}}, not {predicted!r}.',
+            "not an answer",
+        )
     if _unset(line) or not isinstance(line, str) or not line.strip():
         return Verdict(False, "Set `line` to one line of the source, as a string, then run this cell again.")
+    model = demos.cpp_style(story.make_model())
+    replica, own = replicate(model, ["cpu", "cpu"])[1][0], model[0]
+    held = {
+        "members": (replica.members, own.members),
+        "members.weight": (replica.members.weight, own.weight),
+        "weight": (replica.weight, own.weight),
+    }
+    shared = {key for key, (a, b) in held.items() if a is b}
+    reasons = {
+        "members": "`members` is a plain attribute, and the replica's is the original's own SimpleNamespace",
+        "members.weight": "`members.weight` sits in that shared SimpleNamespace, so it is the original's weight",
+        "weight": "`weight` is slot 1's broadcast copy, which replicate set by name as a plain attribute",
+    }
 
     def code(text: str) -> str:  # one line, spaces collapsed, a trailing comment ("# type: ignore") dropped
         return " ".join(re.sub(r"\s#.*$", "", text).split())
@@ -3748,8 +4425,9 @@ def shallow_copy_line(line: str | object) -> Verdict:
     given = code(line)
     truth = next(s for s in lines if "__dict__" in s)
     answer = (
-        f"`{truth}`. It copies the dict that holds every plain attribute, not what the dict holds: the "
-        "replica's `members` is the original's SimpleNamespace, so slot 1 computes with the original's tensors."
+        f"predicted = {_names(shared)}, line = `{truth}`. That line copies the dict that holds every plain "
+        "attribute, not what the dict holds: the replica's `members` is the original's SimpleNamespace, so "
+        "slot 1 computes with the original's tensors; only `weight` was set anew, by name."
     )
     fail = _ladder(
         name,
@@ -3761,6 +4439,14 @@ def shallow_copy_line(line: str | object) -> Verdict:
         ],
         answer,
     )
+    if set(predicted) != shared:
+        wrong = [reasons[key] for key in names if (key in predicted) != (key in shared)]
+        return fail(
+            f"`predicted` is {_names(set(predicted))}, but the original's own objects are {_names(shared)}: "
+            + "; ".join(wrong)
+            + ". Change `predicted` to match the print; `line` is the source line that explains it.",
+            "predicted",
+        )
     if given not in lines:
         return fail(
             "that is not a line of _replicate_for_data_parallel: print it with "

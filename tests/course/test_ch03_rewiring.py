@@ -79,3 +79,43 @@ def test_grad_fn_is_read_only_and_a_rewired_copy_shares_the_clones_storage():
     leaves = [replica[0]._parameters["weight"] for replica in replicas]
     outputs = ReduceAdd.apply(model[0].weight, *[leaf.detach() for leaf in leaves])
     assert all(out is not leaf and out.data_ptr() == leaf.data_ptr() for out, leaf in zip(outputs, leaves))
+
+
+def test_the_fix_keeps_every_replica_box_and_adds_only_edges_out_of_them():
+    """ "What the fix changed": the pictures keep one box per replica parameter and the edge into it;
+    what is new is box -> ReduceAddBackward, one per replica parameter, and ReduceAddBackward ->
+    original, one per parameter."""
+    model = story.make_model()
+    graphs = []
+    for strategy in ("clone", "rewire"):
+        replicas = dpteach.replicate(model, CPU2, strategy=strategy)
+        graphs.append(autograd_graph(loss_of(model, replicas), module=model, replicas=replicas))
+    before, after = graphs
+    boxes = {i for i, n in before.nodes.items() if n.kind == "replica"}
+    assert len(boxes) == 2 * 4 and {i for i, n in after.nodes.items() if n.kind == "replica"} == boxes
+    diff = dpteach.graph_diff(before, after)
+    assert not diff.removed  # the edge into each box stays
+    out_of_boxes = [e for e in diff.added if e.src in boxes]
+    into_originals = [e for e in diff.added if e.src not in boxes]
+    assert len(out_of_boxes) == 8 and all(after.nodes[e.dst].op == "ReduceAddBackward" for e in out_of_boxes)
+    assert len(into_originals) == 4
+    assert all(
+        after.nodes[e.src].op == "ReduceAddBackward" and after.nodes[e.dst].kind == "original"
+        for e in into_originals
+    )
+
+
+def test_broadcast_makes_every_copy_in_one_node_whose_backward_sums_per_parameter():
+    """ "Rewire beside broadcast": one Broadcast call makes every copy, so one BroadcastBackward node has
+    all of them as outputs, its edges lead to the originals, and its backward sums per parameter."""
+    model = story.make_model()
+    replicas = dpteach.replicate(model, CPU2, strategy="broadcast")
+    tensors = [t for r in replicas for t in (r[0].weight, r[0].bias, r[2].weight, r[2].bias)]
+    nodes = {t.grad_fn for t in tensors}
+    assert len(nodes) == 1 and type(next(iter(nodes))).__name__ == "BroadcastBackward"
+    assert [fn.variable for fn, _ in next(iter(nodes)).next_functions] == list(model.parameters())
+    loss = loss_of(model, replicas)
+    received = torch.autograd.grad(loss, tensors, retain_graph=True)
+    loss.backward()
+    for k, original in enumerate(model.parameters()):
+        assert torch.allclose(original.grad, received[k] + received[4 + k])  # per parameter, over the slots

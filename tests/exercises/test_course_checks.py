@@ -10,7 +10,6 @@ from torch import nn
 import dpteach
 from dpteach.course import checks
 from dpteach.graph import compare_strategies
-from dpteach.replicate import ReduceAdd
 
 pytestmark = pytest.mark.usefixtures("fresh_checks")  # every test starts at hint 1
 
@@ -37,7 +36,7 @@ def test_a_wrong_answer_climbs_the_hint_ladder_and_gives_the_answer_last():
 
 def test_an_unset_answer_asks_for_one_and_costs_no_hint():
     assert not checks.leaves({"a": ..., "b": True}, {"a": torch.ones(1), "b": torch.ones(1)}).ok
-    assert checks.half_fix(..., None).message.startswith("Set `prediction`")
+    assert checks.one_replica_rewired(..., None, None).message.startswith("Set `grad_0_weight`")  # chapter 03
     assert checks.counter_survives(...).message.startswith("Define class MyCounter")  # chapter 05's cell
     assert checks.replicatable_scale(...).message.startswith("Define class Scale")  # chapter 04's cell
     assert (
@@ -79,21 +78,6 @@ def _clone_setup(devices):
         return nn.functional.mse_loss(dpteach.gather(outputs, devices[0]), y)
 
     return model, x, y, forward
-
-
-def test_half_fix_names_what_to_add_and_remove():
-    devices = ["cpu", "cpu"]
-    model, _, _, forward = _clone_setup(devices)
-    replicas = dpteach.replicate(model, devices, strategy="clone")
-    for key in ("weight", "bias"):
-        outs = ReduceAdd.apply(getattr(model[0], key), *[r[0]._parameters[key].detach() for r in replicas])
-        for replica, out in zip(replicas, outs):
-            del replica[0]._parameters[key]
-            setattr(replica[0], key, out)
-    half = dpteach.autograd_graph(forward(replicas), module=model, replicas=replicas)
-    assert checks.half_fix({"0.weight", "0.bias"}, half).ok
-    wrong = checks.half_fix({"0.weight", "2.weight"}, half)
-    assert "remove ['2.weight']" in wrong.message and "add ['0.bias']" in wrong.message
 
 
 def test_mean_per_piece_says_a_word_is_not_a_number():
@@ -156,11 +140,6 @@ def test_accumulators_reached_predict_then_check():
     assert checks.accumulators_reached(12, devices).problem == "model too"
     assert "whole number" in checks.accumulators_reached("one", devices).message
     checks.reset()
-
-
-def test_half_fix_asks_for_a_set_not_a_string():
-    verdict = checks.half_fix("0.weight", None)
-    assert not verdict.ok and "{'0.weight'}" in verdict.message
 
 
 def test_answers_of_the_wrong_kind_are_told_what_to_give():
