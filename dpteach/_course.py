@@ -83,6 +83,12 @@ RECAP_LINES = (
   operation that made it ([06](06_the_cost_of_copies.ipynb)).""",
     ),
     (
+        7,
+        """**Double backward** differentiates a gradient taken with `create_graph=True`: it walks what the first
+  backward recorded, so every node on that path must record something differentiable. `Broadcast`'s backward
+  does; the `ReduceAdd` of `"rewire"` refuses a gradient that requires grad ([07](07_double_backward.ipynb)).""",
+    ),
+    (
         8,
         """The **cost model** (`dpteach.measure.costmodel`) predicts a step's time on a named GPU from
   FLOPs and bytes; nothing in it is timed ([08](08_real_gpus.ipynb)).""",
@@ -91,6 +97,12 @@ RECAP_LINES = (
         9,
         """**DDP** runs a process per replica and averages the gradients by an all-reduce
   ([09](09_beyond_one_process.ipynb)).""",
+    ),
+    (
+        10,
+        """libtorch's C++ `data_parallel` made its replicas with `Module::clone()`, whose parameters are fresh
+  leaves; PR #20910's C++ `ReduceAdd` joins them to the original and, like Python's, refuses a gradient
+  that requires grad ([10](10_the_cpp_original.ipynb)).""",
     ),
 )
 

@@ -1,4 +1,7 @@
-"""Chapter 10's cells: the hello-world extension comes first and runs, exercise 3 is a loop the learner
+"""Chapter 10's cells: the key result comes first, with its question in prose above it; the graphs lead
+straight into the C++ step's listing, before and after the fix; the hello-world extension comes after the
+fix and before the optional section and exercise 3, and runs, with the boundary it crosses explained right
+after it; every compiled cell says what it skipped without the module; exercise 3 is a loop the learner
 fills in (and that passes with the chapter's own answer), and the chapter names the library's four moves.
 
 One optimizer step moves the C++ original's weights only after the fix. Cells are found by their tags;
@@ -53,22 +56,56 @@ def run(source: str, scope: dict) -> str:
 PLAIN_CALL = 'load_inline(name="hello", cpp_sources=[hello], functions=["twice", "add_one_"]'
 
 
-def test_the_hello_extension_comes_before_cpp_load():
-    hello_at, hello = tagged("hello-extension")
+def test_the_key_result_comes_first_with_its_question_in_prose_above_it():
+    key_at, key = tagged("key-result")
     first_load = min(i for i, c in enumerate(cells()) if c.cell_type == "code" and "cpp.load(" in c.source)
-    assert hello_at < first_load  # the learner compiles a tiny extension before the library's
+    assert first_load == key_at  # the chapter's result, before any C++ is shown
+    above = cells()[key_at - 1]
+    assert above.cell_type == "markdown"
+    said = " ".join(DETAILS.sub("", above.source).split())
+    for part in ("*the original*", "`Module::clone()`", "`cpp.rewire_step`", "Predict:"):
+        assert part in said, part  # what "the original" is, how the replicas are made, and the question
+    assert ".grad stays None" not in key and "stays None" not in key  # the cell does not give the answer away
+
+
+def test_the_graphs_lead_straight_into_the_cpp_step_before_and_after_the_fix():
+    drawn_at, _ = tagged("cpp-drawn")
+    step_at, _ = tagged("cpp-step")
+    clone_at = next(i for i, c in enumerate(cells()) if c.source.startswith("## Before the fix"))
+    fix_at = next(i for i, c in enumerate(cells()) if c.source.startswith("## The fix"))
+    hello_at, _ = tagged("hello-extension")
+    assert step_at == drawn_at + 3  # the graphs' reading, the step's heading, then its listing
+    assert cells()[step_at - 1].source.startswith("## One C++ step, move by move")
+    assert drawn_at < step_at < clone_at < fix_at < hello_at  # no detour through load_inline on the way
+    assert "source = cpp.SOURCE.read_text()" in cells()[step_at].source  # the first listing reads the file
+
+
+def test_the_hello_extension_follows_the_fix_and_comes_before_the_optional_section_and_exercise_3():
+    hello_at, hello = tagged("hello-extension")
+    rewire_at, _ = tagged("reproof-03")
+    optional_at = next(i for i, c in enumerate(cells()) if c.source.startswith("## Optional"))
+    compile_at, _ = tagged("ex3-compile")
+    bindings_at = next(
+        i for i, c in enumerate(cells()) if c.cell_type == "code" and "PYBIND11_MODULE" in c.source
+    )
+    assert rewire_at < hello_at < bindings_at < optional_at < compile_at  # there before exercise 3 needs it
     for part in ("load_inline(", "cpp_sources=[hello]", "functions=[", "build_directory=", "perf_counter"):
         assert part in hello, part
     before = " ".join(DETAILS.sub("", c.source) for c in cells()[:hello_at] if c.cell_type == "markdown")
     assert PLAIN_CALL + ")" in before  # the plain call, on the main path before the cell that makes it
     assert PLAIN_CALL + "," in hello  # the cell makes that call, plus its two arguments
+    after = cells()[hello_at + 1]
+    assert after.cell_type == "markdown" and after.source.startswith("## What crosses the boundary")
+    assert "That is why `add_one_` changed your `t`" in " ".join(
+        DETAILS.sub("", after.source).split()
+    )  # answers its question
 
 
 def test_the_hello_extension_runs_and_its_tensors_cross_without_a_copy(tmp_path, monkeypatch):
     needs_a_compiler()
     monkeypatch.setenv("DPTEACH_CPP_CACHE", str(tmp_path))  # an empty cache: the cell compiles
     _, hello = tagged("hello-extension")
-    scope: dict = {}
+    scope: dict = {"torch": torch, "cpp": cpp}  # the key-result cell imported both
     printed = run(hello, scope)
     assert re.match(r"built \(or found built\) and imported in [\d.]+ s", printed)  # the learner's own figure
     assert "twice(t) = tensor([2., 2., 2.])" in printed  # a tensor in, a new tensor out
@@ -260,6 +297,38 @@ def test_data_parallel_step_makes_the_moves_and_no_optimizer_runs_in_cpp():
         if "four moves" in p
     ]
     assert "`data_parallel_step` makes" in " ".join(paragraph.split()) and "SGD ran in Python" in paragraph
+    said = " ".join(paragraph.split())
+    assert "`cpp.rewire_step` is `data_parallel_step` with `rewire=true`" in said  # what the listing shows
+    assert "replicating first" in said and said.index("`clone_replicas`") < said.index(
+        "`x.chunk`"
+    )  # code order
+    assert "/*rewire=*/true);" in body("Result rewire_step(") and "/*rewire=*/false);" in body(
+        "Result clone_step("
+    )
+
+
+def test_reduce_adds_apply_is_printed_from_the_shipped_source_before_the_loop_that_makes_it():
+    at, cell = tagged("reduce-add-source")
+    loop_at = next(
+        i for i, c in enumerate(cells()) if c.cell_type == "code" and "void replicate_grad_edges" in c.source
+    )
+    assert at < loop_at and cells()[at - 1].source.startswith("## The fix")
+    source = cpp.SOURCE.read_text()
+    printed = run(cell, {"source": source})
+    assert printed.startswith("struct ReduceAdd : public torch::autograd::Node {")
+    assert printed.rstrip().endswith("};") and printed.strip() in source  # the node as compiled, whole
+    assert "variable_list apply(" in printed and "return {output};" in printed  # one sum, one output
+    lead_in = " ".join(DETAILS.sub("", cells()[at - 1].source).split())
+    assert "`apply`" in lead_in and "next edge" in lead_in
+
+
+def test_the_summary_rests_on_the_main_path_not_on_the_optional_section():
+    summary_at = next(i for i, c in enumerate(cells()) if c.source.startswith("## Summary"))
+    optional_at = next(i for i, c in enumerate(cells()) if c.source.startswith("## Optional"))
+    summary = cells()[summary_at].source
+    optional = " ".join(c.source for c in cells()[optional_at:summary_at] if c.cell_type == "markdown")
+    for word in ("member", "registry", "TensorImpl", "swap"):
+        assert word in optional and word not in summary, word  # what the optional section alone shows
 
 
 def test_the_swap_is_called_overkill_as_libtorchs_note_says():
@@ -300,9 +369,11 @@ def test_the_re_proofs_of_chapters_01_and_03_are_one_line_each_and_tell_a_wrong_
     scope.update(torch=torch, demos=demos, one=one)
     _, of01 = tagged("reproof-01")
     _, of03 = tagged("reproof-03")
-    assert len(of01.strip().splitlines()) == len(of03.strip().splitlines()) == 1
+    for cell in (of01, of03):  # one line that proves, and one that says what it skipped without the module
+        code = [ln for ln in cell.strip().splitlines() if not ln.startswith("#")]
+        assert len(code) == 2 and code[0].startswith("if ext: print(") and code[1].startswith("else: print(")
     said01 = "replicas' weight .grads add up to one device's: "
-    said03 = "C++ rewire == Python rewire: "
+    said03 = "C++ rewire .grads == Python rewire .grads (same model, x and loss): "  # says what it compares
 
     scope.update(before=cpp.clone_step(model, x, devices), after=cpp.rewire_step(model, x, devices))
     assert run(of01, scope).strip() == said01 + "True"  # chapter 01: the replicas hold the whole gradient
@@ -345,3 +416,20 @@ def test_the_grad_fn_of_a_python_tensor_cannot_be_set():
     assert printed.startswith("AttributeError:") and "grad_fn" in printed and "not writable" in printed
     main = " ".join(DETAILS.sub("", c.source) for c in cells() if c.cell_type == "markdown")
     assert "Python refuses the same move" in main
+
+
+def test_every_compiled_cell_says_what_it_skipped_and_why_without_the_module():
+    chapter = cells()
+    exercises = next(i for i, c in enumerate(chapter) if c.source.startswith("## Exercises"))
+    guarded = [
+        c.source
+        for c in chapter[:exercises]
+        if c.cell_type == "code" and re.search(r"^if ext", c.source, re.M) and "cpp.load(" not in c.source
+    ]  # the key-result cell loads the module and prints its reason itself
+    _, key = tagged("key-result")
+    assert "print(reason or " in key  # so the first thing a learner without a compiler reads is why
+    assert len(guarded) >= 6  # the SGD step, the graphs, both re-proofs and the optional section's two
+    why = "no C++ compiler was found (a stand-in reason)"
+    for source in guarded:
+        printed = run(source, {"ext": None, "reason": why}).splitlines()
+        assert len(printed) == 1 and printed[0].startswith("skipped, ") and printed[0].endswith(why), source

@@ -1,12 +1,14 @@
 """Chapter 10's checks for exercises 1, 2 and 4: ``checks.reduce_add_inputs`` (1: how many ``ReduceAdd``
 nodes a two-layer model's fixed step makes on three slots, and how many inputs each has),
-``checks.grads_filled`` (2: how many of that step's tensors hold a ``.grad``, with the fix and without)
+``checks.grads_filled`` (2: predict how many of that step's tensors hold a ``.grad``, with the fix and
+without, then count them with a function of one's own)
 and ``checks.second_step_grad`` (4: a second backward through the same ``ReduceAdd`` nodes, no
 ``zero_grad`` between). Exercise 3's check is tested in ``tests/core/test_cpp_exercise.py``.
 
 A right answer is accepted; each wrong one is matched to its slip (``Verdict.problem``) and the message
 says what to change; the hints climb and give the answer from the third failed try. Every truth is read
-from the compiled module's own steps, so these tests need a C++ compiler (or the cached module).
+from the compiled module's own steps, so most of these tests need a C++ compiler (or the cached module);
+without the module, exercises 1 and 4 are checked on Python's ``strategy="rewire"`` replicas, and say so.
 """
 
 from __future__ import annotations
@@ -71,6 +73,12 @@ def two_layers() -> nn.Module:
 SLOTS = ["cpu"] * 3
 
 
+def holding_a_grad(step):
+    """Exercise 2's count, as its worked answer writes it."""
+    tensors = [*step.params.values(), *(p for r in step.replica_params for p in r.values())]
+    return sum(t.grad is not None for t in tensors)
+
+
 @pytest.fixture(scope="module")
 def deep(chapter):
     torch.manual_seed(1)
@@ -120,14 +128,15 @@ def test_exercise_1_asks_for_numbers_and_the_compiled_module(ext, deep):
     model, x = deep
     assert checks.reduce_add_inputs(..., 3, model, x, SLOTS, ext).message.startswith("Set `reduce_adds`")
     assert checks.reduce_add_inputs("4", 3, model, x, SLOTS, ext).problem == "not an answer"
-    assert checks.reduce_add_inputs(4, 3, model, x, SLOTS, None).problem == "no module"
+    without = checks.reduce_add_inputs(4, 3, model, x, SLOTS, None)  # no module: Python's twin, said so
+    assert without.ok and "No C++ module is loaded" in without.message
 
 
 def test_exercise_2_counts_the_grads_with_and_without_the_fix(ext, deep):
     model, x = deep
-    verdict = checks.grads_filled(4, 12, model, x, SLOTS, ext)
-    assert verdict.ok and "not a leaf" in verdict.message
-    assert checks.grads_filled(2, 4, nn.Linear(3, 2), x, ["cpu"] * 2, ext).ok  # measured, not written in
+    verdict = checks.grads_filled(4, 12, holding_a_grad, model, x, SLOTS, ext)
+    assert verdict.ok and "not a leaf" in verdict.message and "your count agrees" in verdict.message
+    assert checks.grads_filled(2, 4, holding_a_grad, nn.Linear(3, 2), x, ["cpu"] * 2, ext).ok  # measured
 
 
 def test_exercise_2_reads_no_grad_the_replicas_do_not_hold(ext, deep):
@@ -151,14 +160,15 @@ def test_exercise_2_reads_no_grad_the_replicas_do_not_hold(ext, deep):
     ],
 )
 def test_exercise_2_names_each_slip_and_says_what_to_change(ext, deep, with_fix, without_fix, slip):
-    verdict = checks.grads_filled(with_fix, without_fix, *deep, SLOTS, ext)
+    verdict = checks.grads_filled(with_fix, without_fix, holding_a_grad, *deep, SLOTS, ext)
     assert not verdict.ok and verdict.problem == slip
     assert verdict.message.startswith("Not yet: ") and "Change `" in verdict.message
+    assert "you predicted" in verdict.message and "your count says" in verdict.message  # compared
     assert "Hint 1 of 2" in verdict.message and "with_fix = 4" not in verdict.message
 
 
 def test_exercise_2_gives_the_answer_only_from_the_third_try(ext, deep):
-    messages = three_tries(checks.grads_filled, 16, 12, *deep, SLOTS, ext)
+    messages = three_tries(checks.grads_filled, 16, 12, holding_a_grad, *deep, SLOTS, ext)
     assert gives_answer_only_at_the_third(messages)
     assert "with_fix = 4, without_fix = 12" in messages[2]
     first_hint = messages[0].split("Hint 1 of 2: ")[1].splitlines()[0]
@@ -167,15 +177,17 @@ def test_exercise_2_gives_the_answer_only_from_the_third_try(ext, deep):
 
 def test_exercise_2_asks_for_numbers_and_the_compiled_module(ext, deep):
     model, x = deep
-    assert checks.grads_filled(4, ..., model, x, SLOTS, ext).message.startswith("Set `with_fix`")
-    assert checks.grads_filled(4, "12", model, x, SLOTS, ext).problem == "not an answer"
-    assert checks.grads_filled(4, 12, model, x, SLOTS, None).problem == "no module"
+    assert checks.grads_filled(4, ..., holding_a_grad, model, x, SLOTS, ext).message.startswith(
+        "Set `with_fix`"
+    )
+    assert checks.grads_filled(4, "12", holding_a_grad, model, x, SLOTS, ext).problem == "not an answer"
+    assert checks.grads_filled(4, 12, holding_a_grad, model, x, SLOTS, None).problem == "no module"
 
 
 def test_the_checks_leave_the_learners_random_state_alone(ext, deep):
     state = torch.random.get_rng_state()
     checks.reduce_add_inputs(4, 3, *deep, SLOTS, ext)
-    checks.grads_filled(4, 12, *deep, SLOTS, ext)
+    checks.grads_filled(4, 12, holding_a_grad, *deep, SLOTS, ext)
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
@@ -229,7 +241,8 @@ def test_exercise_4_asks_for_a_number_and_the_compiled_module(ext, chapter):
     model, x, _ = chapter
     assert checks.second_step_grad(..., model, x, DEVICES, ext).message.startswith("Set `times`")
     assert checks.second_step_grad("2", model, x, DEVICES, ext).problem == "not an answer"
-    assert checks.second_step_grad(2, model, x, DEVICES, None).problem == "no module"
+    without = checks.second_step_grad(2, model, x, DEVICES, None)  # no module: Python's twin, said so
+    assert without.ok and "No C++ module is loaded" in without.message
 
 
 def test_a_malformed_answer_names_only_the_field_that_is_wrong(ext, deep):
@@ -237,9 +250,9 @@ def test_a_malformed_answer_names_only_the_field_that_is_wrong(ext, deep):
     assert "`reduce_adds`" in ex1 and "inputs_each" not in ex1
     ex1 = checks.reduce_add_inputs(4, None, *deep, SLOTS, ext).message
     assert "`inputs_each`" in ex1 and "reduce_adds" not in ex1
-    ex2 = checks.grads_filled(True, 12, *deep, SLOTS, ext).message
+    ex2 = checks.grads_filled(True, 12, holding_a_grad, *deep, SLOTS, ext).message
     assert "`with_fix`" in ex2 and "without_fix" not in ex2
-    ex2 = checks.grads_filled(4, 12.5, *deep, SLOTS, ext).message
+    ex2 = checks.grads_filled(4, 12.5, holding_a_grad, *deep, SLOTS, ext).message
     assert "`without_fix`" in ex2 and "with_fix" not in ex2.replace("without_fix", "")
     assert "Hint" not in ex1 + ex2  # a slip of form costs no hint
 
@@ -248,7 +261,7 @@ def test_a_malformed_answer_names_only_the_field_that_is_wrong(ext, deep):
 
 CALLS = {
     "ex1-check": "checks.reduce_add_inputs(reduce_adds, inputs_each, deep_model, x, slots, ext)",
-    "ex2-check": "checks.grads_filled(with_fix, without_fix, deep_model, x, slots, ext)",
+    "ex2-check": "checks.grads_filled(with_fix, without_fix, holding_a_grad, deep_model, x, slots, ext)",
     "ex3-check": "checks.dead_ends_are_back(my_dp, deleted_line, graph, predicted_dead_ends)",
     "ex4-check": "checks.second_step_grad(times, model, x, devices, ext)",
 }
@@ -303,6 +316,7 @@ def _run_check(tag: str, scope: dict, answer: str | None = None):
     with contextlib.redirect_stdout(io.StringIO()):
         if tag == "ex2-check":
             exec(_body("ex1-check"), scope)  # exercise 1's cell builds deep_model and slots for both
+            exec(_cells()[_tagged("ex2-count")].source, scope)  # the predictions and holding_a_grad
         exec("\n".join(body), scope)
         if answer:
             exec(answer, scope)  # the learner's lines, as the unfolded answer writes them
@@ -321,31 +335,68 @@ def test_each_check_cell_with_its_worked_answer_says_correct(ext, n):
     assert verdict.ok, verdict.message
 
 
-def test_the_check_cells_say_why_without_the_compiled_module():
+def _no_module_scope() -> dict:
     torch.manual_seed(0)  # no compiled module, so no step: the scope the chapter has then
-    scope = dict(
+    return dict(
         ext=None, reason="no compiler", cpp=cpp, checks=checks, dpteach=dpteach, torch=torch, nn=nn,
         model=nn.Linear(3, 2), x=torch.randn(6, 3), devices=list(DEVICES),
     )  # fmt: skip
-    for n in (1, 2, 4):  # `after` is never defined without the module: the cells must not read it
-        verdict = _run_check(f"ex{n}-check", scope, _answer(n))
-        assert not verdict.ok and verdict.problem == "no module", n
 
 
-def test_exercise_2s_count_cell_asks_first_and_counts_what_the_check_counts(ext, deep):
+def test_without_the_compiled_module_exercises_1_and_4_still_check_and_2_says_why():
+    for n in (1, 4):  # answers that need no build: checked on Python's strategy="rewire", which they say
+        verdict = _run_check(f"ex{n}-check", _no_module_scope(), _answer(n))
+        assert (
+            verdict.ok and "No C++ module is loaded" in verdict.message and "strategy=" in verdict.message
+        ), n
+    # `after` is never defined without the module: the cells must not read it
+    verdict = _run_check("ex2-check", _no_module_scope(), _answer(2))
+    assert not verdict.ok and verdict.problem == "no module"  # its count reads a C++ step
+
+
+@pytest.mark.parametrize(
+    "check, args, slip",
+    [
+        (checks.reduce_add_inputs, (12, 3), "per copy"),
+        (checks.reduce_add_inputs, (4, 2), "inputs"),
+        (checks.second_step_grad, (1,), "replaced"),
+        (checks.second_step_grad, (4,), "replicas times steps"),
+    ],
+)
+def test_without_the_compiled_module_a_wrong_answer_still_names_its_slip(check, args, slip):
+    checks.reset()
+    torch.manual_seed(1)
+    x = torch.randn(6, 3)
+    if check is checks.reduce_add_inputs:
+        verdict = check(*args, two_layers(), x, SLOTS, None)
+    else:
+        model = nn.Linear(3, 2)
+        verdict = check(*args, model, x, DEVICES, None)
+        assert model.weight.grad is None  # the twin steps a copy, never the learner's model
+    assert not verdict.ok and verdict.problem == slip and "No C++ module is loaded" in verdict.message
+
+
+def test_exercise_2_asks_for_the_predictions_before_the_count_and_checks_both(ext, deep):
+    """The first cell asks for both predictions above the count; the check wants the predictions, then the
+    count, checks the count against its own, then compares the predictions with it."""
     model, x = deep
-    cell = next(
-        c.source for c in nbformat.read(CHAPTER, 4).cells if "ex2-count" in c.metadata.get("tags", [])
-    )
+    cell = _cells()[_tagged("ex2-count")].source
+    assert cell.index("with_fix = ...") < cell.index("without_fix = ...") < cell.index("def holding_a_grad(")
+    assert "warnings" not in cell and "non-leaf" not in cell  # nothing in the stub gives the answer away
     scope = dict(ext=ext, cpp=cpp, deep_model=model, x=x, slots=SLOTS)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(cell, scope)
-    assert printed.getvalue().count("fill in holding_a_grad first") == 2  # as shipped: no answer given
+    exec(cell, scope)
+    stub = scope["holding_a_grad"]
+    assert checks.grads_filled(..., ..., stub, model, x, SLOTS, ext).message.startswith("Set `with_fix`")
+    unset = checks.grads_filled(4, 12, stub, model, x, SLOTS, ext)  # the predictions in, the count not yet
+    assert not unset.ok and unset.problem == "count unset" and "holding_a_grad" in unset.message
     filled = cell.replace("return ...  #", "return sum(t.grad is not None for t in tensors)  #")
     assert filled != cell
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(filled, scope)
-    assert printed.getvalue().split() == ["with_fix", "=", "4", "without_fix", "=", "12"]
-    assert checks.grads_filled(4, 12, model, x, SLOTS, ext).ok  # the counts the check accepts
+    exec(filled, scope)
+    assert checks.grads_filled(4, 12, scope["holding_a_grad"], model, x, SLOTS, ext).ok
+    miscount = checks.grads_filled(4, 12, lambda step: len(step.params), model, x, SLOTS, ext)  # 4 and 4
+    assert not miscount.ok and miscount.problem == "count" and "Change its `return` line" in miscount.message
+    assert "returned 4 for the fixed step and 4 for the cloned one" in miscount.message
+    assert "12" not in miscount.message  # the true counts stay the predictions' to find
+    broken = checks.grads_filled(4, 12, lambda step: step.missing, model, x, SLOTS, ext)
+    assert broken.problem == "count raised" and "AttributeError" in broken.message
+    assert checks.grads_filled(4, 12, None, model, x, SLOTS, ext).problem == "no count"
