@@ -107,12 +107,18 @@ def test_only_the_forward_is_split_over_threads_and_the_backward_runs_on_the_cal
     (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
     text = " ".join(cost.split())
     assert "Threads, if any, split only the forward" in text
-    if not torch.accelerator.is_available():  # the error the fold quotes, from torch's own parallel_apply
+    if not torch.accelerator.is_available():  # the errors the fold quotes, from torch's own parallel_apply
         from torch.nn.parallel import parallel_apply
 
-        with pytest.raises(RuntimeError) as raised:
-            parallel_apply([torch.nn.Linear(2, 1)] * 2, [torch.zeros(1, 2)] * 2)
-        assert f'"{str(raised.value).rstrip(".")}"' in text
+        modules, inputs = [torch.nn.Linear(2, 1)] * 2, [torch.zeros(1, 2)] * 2
+        for devices, error, given in [
+            (None, RuntimeError, "given GPU numbers or no devices"),
+            ([0, 1], RuntimeError, "given GPU numbers or no devices"),
+            ([torch.device("cpu")] * 2, ValueError, "given CPU devices"),
+        ]:
+            with pytest.raises(error) as raised:
+                parallel_apply(modules, inputs, devices=devices)
+            assert f'"{raised.value}" {given}' in text, (devices, str(raised.value))
 
 
 def test_summary_counts_the_backward_steps_the_stepper_shows():
@@ -459,8 +465,9 @@ def test_the_counts_section_3_states_hold_at_every_width_on_slots_that_share_a_d
     (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
     (counts,) = [p for p in cost.split("\n- ") if p.startswith("**Counts.**")]
     counts = " ".join(counts.split())
-    assert "On n slots that share one device" in counts and "On distinct GPUs (worked out" in counts
-    assert "not run here" in counts and all(op in counts for op in ("`scatter`", "`reduce_add`", "`to`"))
+    assert "On n slots that share one device" in counts and "On n distinct GPUs (worked out" in counts
+    assert "on fake GPUs; not run on real ones" in counts
+    assert all(op in counts for op in ("`scatter`", "`reduce_add`", "`to`", "`pack`"))
     # the answer to section 3's prediction says the counts checked above
     (seen,) = [p for p in cost.split("<details>") if p.startswith("<summary>What you should see")]
     seen = " ".join(seen.split())
@@ -774,6 +781,10 @@ def test_the_order_table_is_the_same_whatever_this_thread_has_counted():
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     (code,) = re.findall(r"```python\n(.*?)```", tagged(cells, "join-order-why"), re.S)
     assert len(code.splitlines()) <= 3  # the fold's snippet stays short: the warm-up is join_order's own
+    # the fold says why the sums outnumber the replicas: join_order's own thread and its earlier step
+    fold = " ".join(tagged(cells, "join-order-why").split())
+    assert "`join_order` runs the step on a fresh thread of its own, after one earlier step there" in fold
+    assert "With no earlier step (`steps_before=0`) the sums count from 0 too" in fold
 
 
 def test_on_one_device_the_counts_leave_out_backwards_sum_and_the_report_says_so():
@@ -863,7 +874,11 @@ def test_the_order_rule_is_said_for_one_backward_and_the_fold_says_depth_comes_f
     assert ran == ["inner", "outer"]  # depth before number
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     rule = " ".join(tagged(cells, "order-rule").split())
-    assert "within one `backward()` call" in rule and "tied" not in rule
+    assert "of the nodes ready in one queue" in rule and "after any nested `backward()`'s" in rule
+    assert "On CPU slots a `backward()` call has one queue" in rule and "tied" not in rule
+    summary = " ".join(tagged(cells, "summary").split())
+    assert "Of the nodes ready in one queue (on CPU slots, one per `backward()` call)" in summary
+    assert "a nested `backward()`'s go before" in summary
     deeper = " ".join(tagged(cells, "join-order-why").split("<details>")[1].split())
     assert "ranks first by *reentrant depth*" in deeper and "`std::priority_queue`" in deeper
     assert "with none they tie" not in deeper and "each ties with the replica nodes of its number" in deeper
@@ -898,3 +913,139 @@ def test_exercise_4_checks_the_order_rule_against_a_recorded_backward(fresh_chec
     )
     exec(filled, scope)
     assert eval(filled.splitlines()[-1], scope).ok
+
+
+def _moves_counted(strategy: str, model, devices) -> dict[str, int]:
+    """The copies one DataParallel step of ``model`` records, move by move, with no autograd: the same
+    ``comm`` calls the step's nodes make. Forward: the input's scatter, ``replicate`` (``detach=True`` makes
+    the same copies: ``Broadcast.forward`` is ``comm.broadcast_coalesced``; ``"rewire"`` clones as
+    ``"clone"`` does), the outputs' gather. Backward: ``Gather.backward``'s scatter of the output's gradient,
+    then the sums: ``ReduceAddCoalesced.forward`` (``comm.reduce_add_coalesced``) under ``"broadcast"``, one
+    ``ReduceAdd.backward`` per parameter under ``"rewire"``, none under ``"clone"``."""
+    import types
+
+    from dpteach import comm, replicate
+    from dpteach.replicate.rewire import ReduceAdd
+
+    params = list(model.parameters())
+    with torch.no_grad(), comm.traffic() as meter:
+        pieces = comm.scatter(torch.zeros(256, 2, device=devices[0]), devices)
+        replicate(model, devices, strategy="clone" if strategy == "rewire" else strategy, detach=True)
+        outs = [torch.zeros(len(p), 1, device=d) for p, d in zip(pieces, devices)]
+        comm.gather(outs, 0, devices[0])
+        comm.scatter(torch.zeros(256, 1, device=devices[0]), devices, [len(o) for o in outs])
+        grads = [[torch.zeros(p.shape, device=d) for p in params] for d in devices]
+        if strategy == "broadcast":
+            comm.reduce_add_coalesced(grads, devices[0])
+        if strategy == "rewire":
+            for i, p in enumerate(params):
+                ctx = types.SimpleNamespace(destination=p.device, size=p.size(), dtype=p.dtype)
+                ReduceAdd.backward(ctx, *(g[i] for g in grads))
+    return meter.by_op()
+
+
+def test_on_distinct_gpus_the_counts_are_the_ones_section_3s_fold_gives(monkeypatch):
+    """Section 3's fold: on n distinct GPUs dpteach's count is, in models, 3n-1 for "broadcast" (its packs
+    included), 3n-2 for "rewire" and 2n-1 for "clone", plus the same scatter and gather for all three; 2n-2
+    for "broadcast" without its packs. No GPU is needed: torch's comm functions are replaced by copies and
+    the GPUs are FakeTensors, as in tests/core/test_fake_cuda.py. The move-by-move count is checked first
+    against a real step's on slots that share this machine's device."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.nn.parallel import comm as torch_comm
+
+    from dpteach import comm
+    from dpteach.widgets.cost import WIDTHS, wide_model
+
+    # the moves, counted on shared slots, are what CostLab's real step counts
+    shared = slot_devices(3)
+    if len(set(shared)) == 1:
+        lab = CostLab(width=16, slots=3, timed=False)
+        lab.measure()
+        for c in lab.costs:
+            assert _moves_counted(c.strategy, wide_model(16).to(shared[0]), shared) == c.bytes_by_op
+
+    real = torch.cuda.device_count()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch_comm,
+        "broadcast_coalesced",
+        lambda tensors, devices, buffer_size=comm.BUFFER_SIZE: tuple(
+            tuple(t.to(f"cuda:{d}", copy=True) for t in tensors) for d in devices
+        ),
+    )
+    monkeypatch.setattr(
+        torch_comm,
+        "reduce_add_coalesced",
+        lambda inputs, destination=None, buffer_size=comm.BUFFER_SIZE: [
+            sum(t.to(f"cuda:{destination}") for t in ts) for ts in zip(*inputs)
+        ],
+    )
+    for n in (2, 3, 4):
+        if 0 < real < n:  # a FakeTensor on cuda:k asks a real driver for that device
+            continue
+        monkeypatch.setattr(torch.cuda, "device_count", lambda n=n: n)
+        devices = [torch.device(f"cuda:{i}") for i in range(n)]
+        assert comm.fast_path(devices)  # torch's path, whose copies dpteach counts by hand
+        for width in WIDTHS:
+            model = wide_model(width)
+            with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
+                for layer in model.modules():
+                    for key, p in list(layer._parameters.items()):
+                        layer._parameters[key] = torch.nn.Parameter(p.detach().to(devices[0]))
+                counted = {s: _moves_counted(s, model, devices) for s in ("broadcast", "rewire", "clone")}
+            m = CostLab(width=width, slots=n, timed=False).model_bytes
+            models = {
+                s: {op: b / m for op, b in ops.items() if op not in ("scatter", "gather")}
+                for s, ops in counted.items()
+            }
+            assert models["broadcast"] == {"pack": n + 1, "broadcast": n - 1, "reduce_add": n - 1}, (n, width)
+            assert models["rewire"] == {"clone": n, "to": n - 1, "reduce_add": n - 1}, (n, width)
+            assert models["clone"] == {"clone": n, "to": n - 1}, (n, width)
+            assert len({(ops["scatter"], ops["gather"]) for ops in counted.values()}) == 1  # the same for all
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    (counts,) = [p for p in cost.split("\n- ") if p.startswith("**Counts.**")]
+    counts = " ".join(counts.split())
+    assert '`"broadcast"` 3n−1' in counts and '`"rewire"` 3n−2' in counts and '`"clone"` 2n−1' in counts
+    assert 'without the packs `"broadcast"` counts 2n−2' in counts and "counts the most" in counts
+    assert "fit one 10 MiB bucket" in counts and comm.BUFFER_SIZE == 10 * 1024 * 1024
+    assert 4 * (WIDTHS[-1] ** 2 + 5 * WIDTHS[-1] + 1) < comm.BUFFER_SIZE  # the widest model: one bucket
+
+
+def test_section_2b_reads_the_clone_leaves_by_the_order_rule():
+    """2b says each "clone" path stops at a replica's leaf, whose AccumulateGrad runs as soon as its
+    gradient arrives, so replica 1's leaves come first; section 2's fold points to 2b for the list."""
+    flow = GradientFlow("clone", slots=2)
+    ends = [(i, step.label) for i, step in enumerate(flow.steps) if step.kind == "replica"]
+    owners = [label.split(" · ")[0] for _, label in ends]
+    assert owners == ["replica 1"] * 4 + ["replica 0"] * 4
+    for i, label in ends:  # each leaf runs right after the node that handed it its gradient
+        assert label in [h.label for h in flow.steps[i - 1].handoffs], (i, label)
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (intro,) = [" ".join(c.source.split()) for c in cells if c.source.startswith("### 2b.")]
+    assert "runs as soon as its gradient arrives (2a's rule), so replica 1's leaves come first" in intro
+    (section,) = [c.source for c in cells if c.source.startswith("## 2. Following the gradient")]
+    assert "2b lists them" in section.split("<details>")[1]
+
+
+def test_the_still_says_its_table_is_not_like_for_like_and_the_summary_says_rounding():
+    """Section 1's still is a "clone" run at step 60: one device's weights have trained 60 steps, while the
+    replicas are copies of the start weights, which "clone" never moves. The Summary says DataParallel
+    matches one device up to float rounding (1a's table: a weight gap from step 1)."""
+    fresh = TrainingLab("clone", slots=2, lr=0.2, steps=60)
+    start = [p.detach().clone() for p in fresh.model.parameters()]
+    fresh.run()
+    assert fresh.step_count == 60
+    assert all(torch.equal(p, q) for p, q in zip(fresh.model.parameters(), start))  # never moved
+    for replica in fresh.replicas:  # the replicas of the last step: copies of the start weights
+        assert all(torch.equal(p, q) for p, q in zip(replica.parameters(), start))
+    assert not all(torch.equal(p, q) for p, q in zip(fresh.reference.parameters(), start))  # trained
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    intro = " ".join(tagged(cells, "explorer-intro").split("<details>")[0].split())
+    assert (
+        "step 60. Its table is not like for like: one device's gradients are at its trained weights, the "
+        "replicas' at the start weights" in intro
+    )
+    summary = " ".join(tagged(cells, "summary").split())
+    assert "matches one device step for step, up to float rounding" in summary
