@@ -211,16 +211,17 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     small tables in plain rows that need no footnote: the bytes one slot or one rank moves, then what the
     whole step does, the gathered outputs and the copy calls.
 
-    DataParallel's ``broadcast`` copies the model into each slot but slot 0, P bytes per slot, and on GPUs
-    its ``reduce_add`` takes P bytes of gradients from each of them onto slot 0; CPU slots share one
-    device and sum the gradients in place, moving nothing, which the row says ("0 here, P on GPUs":
-    the 0 is this machine's; on separate GPUs each slot sends P, and P·(N-1) bytes land on slot 0). Its
-    ``gather`` moves the whole batch's outputs onto slot 0, not the model. Each DDP rank hands its P bytes
-    of gradients to all-reduce, one call per bucket; what a ring all-reduce of them sends and receives on
-    each rank, 2(N-1)/N x P (nccl-tests' ``doc/PERFORMANCE.md``), is the one row computed rather than
-    counted, its value a formula. At N = 2 that is P too, so the row adds its value at N = 4, where the
-    two rows differ. Each copy call count is spelled out: one broadcast per parameter tensor per slot
-    after slot 0 ("params": parameter tensors), one gather call per slot's output. A last line says what to read across the rows.
+    DataParallel's ``broadcast`` copies the model into each slot but slot 0 (the column says so: slot 0
+    holds the model itself), P bytes per slot, and on GPUs its ``reduce_add`` takes P bytes of gradients
+    from each of them onto slot 0; CPU slots share one device and sum the gradients in place, moving
+    nothing, which the cell says in words ("0 on CPU slots, P on GPUs"). Its ``gather`` moves the whole
+    batch's outputs onto slot 0, not the model. A DDP rank puts its P bytes of gradients into all-reduce
+    (counted, one call per bucket); what leaves it is another row, what a ring all-reduce of them sends
+    and receives on each rank, 2(N-1)/N x P (nccl-tests' ``doc/PERFORMANCE.md``), computed rather than
+    counted, its value a formula. At N = 2 that is P too, so a line under it gives its value at N = 4,
+    where the two rows differ. Each copy call count is spelled out: one broadcast per parameter tensor
+    per slot after slot 0 ("params": parameter tensors), one gather call per slot's output. A last line
+    says what to read across the rows.
     """
     n, p = world_size, dp["parameter_bytes"]
     counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
@@ -236,18 +237,21 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
             return f"gather {k} = {k // n} per slot"
         return f"{op} {k}"
 
-    # at N = 2 the ring sends P, as many as the rank hands over: N = 4 beside it shows the rows differ
-    at_four = f" (N = 4: {ring(4):,})" if n == 2 else ""
     batch = f"all {dp['rows']} rows" if dp.get("rows") else "the whole batch"
     calls = [spelled(op, k) for op, k in dp["copies_per_step"].items()]
     buckets = ddp["allreduce_calls_per_step"]
     per_rank = [
-        ("bytes per slot/rank", "DataParallel, slots 1+", "DDP rank"),
+        ("bytes per slot/rank", "DataParallel, each slot but 0", "DDP, each rank"),
         ("model copied in", f"P = {into:,}", "0"),
-        # no reduce_add copies: the slots share a device (CPU slots) and sum in place; on separate GPUs
-        # each slot but slot 0 sends its P bytes there, so the cell says that this 0 is this machine's
-        ("gradients to sum", f"P = {back:,}" if back else "0 here, P on GPUs", f"P = {handed:,}"),
-        ("ring all-reduce sends", "-", f"2(N-1)/N x P = {ring(n):,}" + at_four),
+        ("gradients into all-reduce", "-", f"P = {handed:,}"),  # what the rank hands over, counted
+        # what leaves a slot or rank: DataParallel's reduce_add onto slot 0 (none between CPU slots,
+        # which share a device and sum in place), DDP's ring, computed from what was handed over
+        (
+            "gradients sent",
+            f"P = {back:,}" if back else "0 on CPU slots, P on GPUs",
+            f"2(N-1)/N x P = {ring(n):,}",
+        ),
+        *([("", "", f"(at N = 4: {ring(4):,})")] if n == 2 else []),
     ]
     whole = [
         ("the whole step", "DataParallel", "DDP, each rank"),

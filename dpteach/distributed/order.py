@@ -27,6 +27,7 @@ __all__ = [
     "grad_order",
     "bucket_params",
     "rebuild_lines",
+    "same_on_every_rank",
 ]
 
 
@@ -198,3 +199,12 @@ def rebuild_lines(steps: list[dict]) -> list[str]:
         )
         before = cut
     return lines
+
+
+def same_on_every_rank(report: list[dict], read=None) -> bool:
+    """Whether every rank's steps read the same as rank 0's. ``report`` is a task's answer from every
+    rank (``tasks.bucket_order``, ``tasks.scratch_order``), each with its ``steps``; ``read`` takes what
+    to compare from one step, by default its events in order (``bucket_params`` compares the cuts)."""
+    read = read or (lambda step: step["events"])
+    first = [read(step) for step in report[0]["steps"]]
+    return all([read(step) for step in rank["steps"]] == first for rank in report[1:])

@@ -231,8 +231,12 @@ def test_exercise_3_the_suggested_caps_give_different_buckets(in_a_notebook_fold
         cap: len(order.buckets(ranks.run("bucket_order", bucket_cap_mb=cap)[0]["steps"][1]))
         for cap in (25, 0.5, 0.25, 0.001)
     }
-    assert counts[25] == 1  # the whole model (about 0.5 MiB) fits in one bucket: nothing to overlap
+    assert counts[25] == 1  # the whole model (530,436 bytes) fits in one bucket: nothing to overlap
     assert len(set(counts.values())) == len(counts), counts  # every suggested cap shows a different packing
+    # the exercise gives the model's exact bytes, just over 0.5 MiB, so a cap of 0.5 cannot hold it all
+    model = sum(b["bytes"] for b in order.buckets(ranks.run("bucket_order", bucket_cap_mb=25)[0]["steps"][1]))
+    assert model == 530_436 > 0.5 * 2**20 and "530,436 bytes" in exercise_text(3)
+    assert counts[0.5] == 2 and "524,288 bytes" in exercise_text(3)
 
 
 def test_exercise_5_no_sync_gives_one_devices_gradient_with_one_all_reduce_instead_of_two(

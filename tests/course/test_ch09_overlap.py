@@ -151,16 +151,33 @@ def test_rebuild_lines_say_which_step_was_cut_again():
     ]
 
 
+def test_same_on_every_rank_compares_each_rank_with_rank_0_step_by_step():
+    one = step([("node", "A"), ("bucket", 0, ["x"], 4), ("wait",)])
+    other = step([("node", "A"), ("bucket", 0, ["y"], 4), ("wait",)])
+    same = [{"steps": [one, one]}, {"steps": [one, one]}]
+    assert order.same_on_every_rank(same)
+    assert not order.same_on_every_rank([{"steps": [one, one]}, {"steps": [one, other]}])  # step 2 differs
+    # read: what to compare; the cuts differ here, the number of buckets does not
+    differ = [{"steps": [one]}, {"steps": [other]}]
+    assert not order.same_on_every_rank(differ, order.bucket_params)
+    assert order.same_on_every_rank(differ, lambda s: len(order.buckets(s)))
+    # the clock's came_back is not the order: by default it is not compared
+    clocked = dict(one, came_back={0: 2})
+    assert order.same_on_every_rank([{"steps": [one]}, {"steps": [clocked]}])
+
+
 def test_the_traffic_table_counts_per_slot_and_per_rank():
     """Two small tables. The bytes one slot or one rank moves in a step, so a learner reads P against P:
-    the model into each slot but slot 0 and the gradients back from each (counted), beside what a ring
-    all-reduce sends and receives on each rank (computed, 2(N-1)/N x P, a formula; at N = 2 with its
-    value at N = 4 beside it, since there it equals what the rank hands over). Then the whole step: the
-    gathered outputs on a row apart, never mixed into the model's bytes (the 516 bytes copied on CPU
-    slots), with the rows whose outputs it moves, and each copy call count spelled out (parameter
-    tensors x slots after slot 0, one gather per slot, one all-reduce per bucket). Plain rows, no
-    footnote marks: on CPU slots, which sum the gradients in place, the cell itself says its 0 is this
-    machine's, and P per slot on separate GPUs. A last line says what to read across them."""
+    the model into each slot but slot 0 (the column's header says which slots) and the gradients each
+    sends (counted), beside what a DDP rank puts into all-reduce (counted) and what a ring all-reduce of
+    it then sends and receives on each rank (computed, 2(N-1)/N x P, a formula; at N = 2, where it
+    equals what the rank put in, its value at N = 4 on a line under it): two rows with two names, not
+    the same bytes counted twice. Then the whole step: the gathered outputs on a row apart, never mixed
+    into the model's bytes (the 516 bytes copied on CPU slots), with the rows whose outputs it moves, and
+    each copy call count spelled out (parameter tensors x slots after slot 0, one gather per slot, one
+    all-reduce per bucket). Plain rows, no footnote marks: on CPU slots, which sum the gradients in
+    place, the cell itself says its 0 is CPU slots', and P per slot on separate GPUs. A last line says
+    what to read across them."""
     from dpteach.distributed import compare
 
     dp = dict(
@@ -176,19 +193,22 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     per_rank, whole = (block.splitlines() for block in text.split("\n\n")[1:3])
     assert re.split(r"\s{2,}", per_rank[0]) == [
         "bytes per slot/rank",
-        "DataParallel, slots 1+",
-        "DDP rank",
+        "DataParallel, each slot but 0",  # slot 0 holds the model: no copy, nothing sent
+        "DDP, each rank",
     ]
     assert re.split(r"\s{2,}", whole[0]) == ["the whole step", "DataParallel", "DDP, each rank"]
     table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in per_rank[1:] + whole[1:])}
     assert rows[-1] == "so: DataParallel alone copies the model in and gathers the outputs, every step"
     assert table["model copied in"] == ["P = 260", "0"]
-    # on CPU slots the reduce moves nothing; the cell says that 0 is this machine's, not DataParallel's
+    # what a DDP rank hands to all-reduce, counted, is one row; what then leaves it is another
+    assert table["gradients into all-reduce"] == ["-", "P = 260"]
+    # on CPU slots the reduce moves nothing; the cell says that 0 is CPU slots', not DataParallel's
     # everywhere: on separate GPUs each slot sends P, as the 4-GPU count below has it
-    assert table["gradients to sum"] == ["0 here, P on GPUs", "P = 260"]
+    assert table["gradients sent"] == ["0 on CPU slots, P on GPUs", "2(N-1)/N x P = 260"]
     assert max(len(r) for r in rows) <= 80  # narrow enough for a notebook's output
-    # at N = 2 the ring sends what the rank hands over; its value at N = 4 shows the two rows differ
-    assert table["ring all-reduce sends"] == ["-", "2(N-1)/N x P = 260 (N = 4: 390)"]
+    # at N = 2 the ring sends what the rank put in; its value at N = 4, under it, shows the rows differ
+    under = per_rank[per_rank.index(next(r for r in per_rank if r.startswith("gradients sent"))) + 1]
+    assert under.split() == ["(at", "N", "=", "4:", "390)"] and under.startswith(" " * 20)
     assert table["outputs onto slot 0"] == ["256 bytes (all 64 rows)", "0"]  # the whole batch, not per slot
     assert table["copy calls"] == ["broadcast 4 = 4 params x 1 slot", "all_reduce 1 = 1 bucket"]
     assert whole[-1].split() == ["gather", "2", "=", "1", "per", "slot"]
@@ -201,8 +221,9 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
         parameter_bytes=260,
     )
     four = compare.traffic_table(gpus, ddp, world_size=4)
-    assert re.search(r"gradients to sum\s+P = 260\s+P = 260", four)
-    assert re.search(r"ring all-reduce sends\s+-\s+2\(N-1\)/N x P = 390\n", four)
+    assert re.search(r"gradients into all-reduce\s+-\s+P = 260\n", four)
+    assert re.search(r"gradients sent\s+P = 260\s+2\(N-1\)/N x P = 390\n", four)
+    assert "(at N = 4" not in four  # the formula's own value says it
     assert "broadcast 12 = 4 params x 3 slots" in four and "reduce_add 6 = 2 params x 3 slots" in four
     assert "here" not in four
     assert "192 bytes (the whole batch)" in four  # no row count given: none invented

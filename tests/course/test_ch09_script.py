@@ -1,15 +1,17 @@
 """Chapter 09's ordinary DDP script: the cell writes it, and torchrun runs it on 2 CPU ranks.
 
 The chapter shows the script a learner would write (init the process group, wrap in DDP, a
-DistributedSampler, the loop, destroy the group) and tells them to run it from a terminal; here it is
-run as they would, so the chapter never shows a script that does not train.
+DistributedSampler, the loop, destroy the group), and the next cell runs it under torchrun from the
+notebook, through a small ``torchrun`` function that exercise 4 uses again (Colab has no terminal).
+Here both cells run as the learner runs them, so the chapter never shows a script that does not train,
+and exercise 4's failing call is run as worded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -40,21 +42,65 @@ def test_the_script_shows_every_step_of_an_ordinary_ddp_program():
     assert len(source.splitlines()) <= 25
 
 
-def test_torchrun_runs_the_written_script_on_two_cpu_ranks(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the cell writes into gettempdir()
-    scope: dict = {}
-    exec(script_cell().source, scope)
-    script = scope["script"]
-    assert script.parent == tmp_path and script.exists()
-    run = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=tmp_path,
-    )
-    lines = re.findall(r"rank (\d), epoch (\d): loss ([0-9.]+)", run.stdout)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    # every rank trained every epoch, and printed a finite loss
-    assert sorted((int(r), int(e)) for r, e, _ in lines) == [(r, e) for r in range(2) for e in range(5)]
-    assert all(float(loss) < 1.0 for *_, loss in lines)
+def run_cell():
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    return next(c for c in cells if "torchrun-run" in c.metadata.get("tags", []))
+
+
+def test_the_chapter_runs_the_script_under_torchrun_right_after_writing_it():
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    at = cells.index(script_cell())
+    assert cells[at + 1].id == run_cell().id  # written, then run: torchrun is on the main path
+    source = run_cell().source
+    assert '"torch.distributed.run"' in source and "timeout=" in source  # torchrun's module, bounded
+    assert len(source.splitlines()) <= 25
+    # the prose after it reads what it printed: each rank's loss is its own last batch's
+    after = " ".join(cells[at + 2].source.split())
+    assert "loss on its own last batch of 32 rows" in after and "ranks' numbers differ" in after
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """The script cell and the run cell, executed as a learner runs them, and what they printed."""
+    folder = tmp_path_factory.mktemp("ddp_script")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tempfile, "tempdir", str(folder))  # the cell writes into gettempdir()
+        mp.chdir(folder)
+        scope: dict = {}
+        exec(script_cell().source, scope)
+        assert scope["script"].parent == folder and scope["script"].exists()
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(run_cell().source, scope)
+        yield scope, printed.getvalue()
+
+
+def test_torchrun_runs_the_written_script_on_two_cpu_ranks(ran):
+    _, printed = ran
+    lines = printed.strip().splitlines()
+    found = [re.fullmatch(r"rank (\d), epoch (\d): loss ([0-9.]+)", line) for line in lines]
+    # nothing but the ranks' lines (a failed job would print torchrun's report after them) ...
+    assert all(found), printed[-3000:]
+    # ... every rank trained every epoch, each printing a finite loss, its lines grouped by rank
+    assert [(int(m[1]), int(m[2])) for m in found] == [(r, e) for r in range(2) for e in range(3)]
+    assert all(float(m[3]) < 1.0 for m in found)
+
+
+def test_exercise_4s_three_processes_fail_as_its_answer_says(ran):
+    """Exercise 4, in a notebook: the cell's ``torchrun`` function with the exercise's arguments on 3
+    processes returns exit status 1 and prints train.py's refusal and torchrun's ChildFailedError."""
+    scope, _ = ran
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    exercises = next(c for c in cells if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
+    text = " ".join(exercises.source.split("4. **torchrun yourself.**")[1].split("5. **")[0].split())
+    call = re.search(r"`(torchrun\(\"--nproc-per-node\", \"2\", [^`]+\))`", text)[1]
+    assert '`"--global-batch", "64"`' in text and "on 3 processes" in text
+    three = call.replace('"2"', '"3"', 1).replace("--steps", "--global-batch").replace('"20"', '"64"')
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = eval(three, scope)
+    assert status == 1, printed.getvalue()[-3000:]
+    assert "--global-batch 64 must be a multiple of the world size 3" in printed.getvalue()
+    assert "ChildFailedError" in printed.getvalue()
+    answer = " ".join(exercises.source.split("Answer 4")[1].split())
+    assert "must be a multiple of the world size 3" in answer and "returns the exit status, 1" in answer
