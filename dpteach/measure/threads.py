@@ -120,6 +120,13 @@ class Threads:
             ]
         return "\n".join(lines)
 
+    def gpu_threads(self) -> dict[str, int]:
+        """How many of this backward's nodes each GPU's engine thread would run on as many GPUs as it had
+        slots, slot k on ``cuda:k``, keyed ``"cuda:k"``: the rule :meth:`on_gpus` writes out (each node on
+        the thread of its gradient's GPU), not a run."""
+        counts = Counter(f"cuda:{_expected_gpu(r.replica)}" for r in self.rows)
+        return dict(sorted(counts.items(), key=lambda item: int(item[0].split(":")[1])))
+
     def on_gpus(self) -> str:
         """What this step's backward would print on as many GPUs as it had slots, slot k on ``cuda:k``:
         worked out from the engine's rule (each node on the thread of its gradient's GPU), not run.

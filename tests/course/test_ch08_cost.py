@@ -524,7 +524,7 @@ def test_the_cpu_figure_is_explained_by_what_is_counted_and_no_verdict():
     assert "thread that called `backward()` (the thread table) and its forwards in turn" in after
     assert "so it uses one core, for the same work plus its copies" in after
     # what the ranks do that the two threads do not: a process and thread each, and an all-reduce per step
-    assert "which ran all its backward nodes (the rank lines)" in after  # thread evidence, not the timing
+    assert "which ran all its backward nodes (the rank lines, one per process)" in after  # thread evidence
     assert "each all-reduces every gradient, every step, over gloo" in after
     assert "The two intra-op threads split each large operation and send no gradients" in after
     # no ratio foretold and none judged here: the printed lines read each way's range themselves
@@ -534,7 +534,9 @@ def test_the_cpu_figure_is_explained_by_what_is_counted_and_no_verdict():
     if not scope["on_gpu"]:  # the counted evidence the prose rests on: every node on the caller thread
         assert scope["recorded"].roles == {"caller thread"}
     code = TAGGED["my-timing"].source  # the rank lines the prose names: each rank's nodes, its thread
-    assert "backward nodes on the thread that called " in code
+    # each rank line says what it is: a DDP rank in its own process, and the yes/no question its value answers
+    assert "DDP rank {r}, its own process" in code
+    assert "did all {nodes} backward nodes run on the thread " in code and "that called backward()? {" in code
 
 
 def test_the_gpu_cell_prints_one_line_on_a_cpu():
@@ -604,6 +606,8 @@ def test_each_exercise_calls_its_check_and_its_answer_states_what_the_check_acce
         (1, "checks.copied_per_step("),
         (2, "checks.wait_for_backward("),
         (3, "checks.bucket_count("),
+        (4, "checks.ddp_also_copies("),
+        (5, "checks.nodes_per_thread("),
     ):
         cell = TAGGED[f"exercise-{k}"]
         stub = cell.source.replace(
@@ -629,7 +633,41 @@ def test_each_exercise_calls_its_check_and_its_answer_states_what_the_check_acce
     assert costmodel.buckets(work) == [4_198_400, 29_388_800, 16_793_600]
     for nbytes in ("4,198,400", "25,190,400", "29,388,800", "16,793,600"):
         assert nbytes in text
+    # Answer 4: DDP makes none of DataParallel's moves for the MLP, and broadcasts only bn's buffers
     checks.reset()
+    bn = nn.Sequential(nn.Linear(1024, 1024), nn.BatchNorm1d(1024))
+    assert checks.ddp_also_copies({"model": set(), "bn": {"broadcast"}}, {"model": model, "bn": bn}).ok
+    assert '`{"model": set(), "bn": {"broadcast"}}`' in text and "8,200 bytes for `bn`" in text
+    assert sum(b.nbytes for b in bn.buffers()) == 8_200
+    # Answer 5: the nodes each GPU's engine thread runs on 4 GPUs, as the check counts them
+    right = {"cuda:0": 13, "cuda:1": 5, "cuda:2": 5, "cuda:3": 5}
+    assert checks.nodes_per_thread(right, model, x).ok
+    assert '`{"cuda:0": 13, "cuda:1": 5, "cuda:2": 5, "cuda:3": 5}`' in text and "3 + 5 + 5 = 13" in text
+    checks.reset()
+
+
+def test_the_opening_promises_what_the_exercises_practise_and_the_summary_agrees():
+    """The opening's skills each have a checked exercise; its count of reasons is the summary's."""
+    opening = flat(NB.cells[2].source)
+    assert "counts or models four reasons for DDP" in opening and "It names a fifth, one machine" in opening
+    text = markdown()
+    summary = text[text.index("## Summary") : text.index("## Exercises")]
+    counted = summary.split("four reasons, the same on every run:")[1].split("A fifth, named only.")[0]
+    assert counted.count("- **") == 4 and "**One machine:**" in summary.split("A fifth, named only.")[1]
+    code = " ".join(c.source for c in NB.cells if c.cell_type == "code")
+    for skill, check in (
+        ("say which of them DDP does not copy", "checks.ddp_also_copies("),
+        ("read which thread runs each backward node", "checks.nodes_per_thread("),
+    ):
+        assert skill in opening and check in code, skill
+
+
+def test_the_h200_prediction_is_asked_before_it_is_answered():
+    """The A100 result is given with the question (it was printed with the timeline); the H200 one is not."""
+    ask = main_of(NB.cells[NB.cells.index(TAGGED["mlp-breakdown"]) - 1]).split("**Predict:**")[1]
+    assert "H200" in ask and "slower" not in ask and "latency" not in ask
+    answer = main_of(NB.cells[NB.cells.index(TAGGED["mlp-breakdown"]) + 1])
+    assert answer.startswith("No. The H200 computes faster")
 
 
 # ---------------------------------------------------------------- over n: readable, and why

@@ -1,9 +1,12 @@
 """Chapter 08's exercise checks: ``checks.copied_per_step`` (Exercise 1: every byte one DataParallel step
 copies on n slots), ``checks.wait_for_backward`` (Exercise 2: the parts of each step that wait for every
-backward) and ``checks.bucket_count`` (Exercise 3: DDP's buckets after its first step). A right answer is
+backward), ``checks.bucket_count`` (Exercise 3: DDP's buckets after its first step),
+``checks.ddp_also_copies`` (Exercise 4: which of DataParallel's moves DDP makes too) and
+``checks.nodes_per_thread`` (Exercise 5: the backward nodes each GPU's engine thread runs). A right answer is
 accepted; each wrong one is matched to its slip (``Verdict.problem``) and the message says what to
 change; the hints climb and give the answer from the third failed try. Truths are derived from the model,
-the cost model and torch's own bucket assignment, never copied from a run.
+the cost model, torch's own bucket assignment and DDP's source, and a recorded backward, never copied
+from a run.
 """
 
 from __future__ import annotations
@@ -267,3 +270,138 @@ def test_exercise_1s_stub_and_its_check_give_the_same_example(chapter):
     model, x, _ = chapter
     [example] = re.findall(r"e\.g\. (\d+)", stub)
     assert f"e.g. {example}," in checks.copied_per_step(..., model, x, ["cpu"] * 4).message
+
+
+# ---------------------------------------------------------------- Exercise 4: the copies DDP does not make
+
+
+def bn() -> nn.Module:
+    return nn.Sequential(nn.Linear(1024, 1024), nn.BatchNorm1d(1024))
+
+
+def test_exercise_4_accepts_no_move_for_the_mlp_and_the_buffers_broadcast_for_bn(chapter):
+    model = chapter[0]
+    verdict = checks.ddp_also_copies({"model": set(), "bn": {"broadcast"}}, {"model": model, "bn": bn()})
+    assert verdict.ok and "8,200 bytes" in verdict.message and "never the parameters" in verdict.message
+    # the truth follows the buffers: a BatchNorm model without running statistics has none to broadcast
+    plain = nn.Sequential(nn.Linear(1024, 1024), nn.BatchNorm1d(1024, track_running_stats=False))
+    assert checks.ddp_also_copies({"plain": set()}, {"plain": plain}).ok
+    assert checks.ddp_also_copies({"m": ["Broadcast "]}, {"m": bn()}).ok  # names read loosely
+
+
+def test_exercise_4s_truth_is_ddps_default_buffer_sync():
+    """DDP syncs buffers before forward unless told not to: forward_sync_buffers (None -> True)."""
+    import inspect
+
+    ddp = pytest.importorskip("torch.nn.parallel").DistributedDataParallel
+    params = inspect.signature(ddp.__init__).parameters
+    assert params["forward_sync_buffers"].default is None and params["broadcast_buffers"].default is None
+    source = inspect.getsource(ddp._pre_forward)
+    assert "self._check_sync_bufs_pre_fwd()" in source and "self._sync_buffers()" in source
+    assert "self.forward_sync_buffers" in inspect.getsource(ddp.will_sync_module_buffers)
+
+
+@pytest.mark.parametrize(
+    "problem, answer, change",
+    [
+        ("reduce_add", {"model": {"reduce_add"}, "bn": {"broadcast"}}, "take reduce_add out"),
+        ("scatter", {"model": {"scatter"}, "bn": {"broadcast"}}, "take scatter out"),
+        ("gather", {"model": set(), "bn": {"broadcast", "gather"}}, "take gather out"),
+        ("parameters", {"model": {"broadcast"}, "bn": {"broadcast"}}, "take broadcast out of its set"),
+        ("buffers", {"model": set(), "bn": set()}, "add broadcast to its set"),
+    ],
+)
+def test_exercise_4_names_each_slip_and_says_what_to_change(chapter, problem, answer, change):
+    verdict = checks.ddp_also_copies(answer, {"model": chapter[0], "bn": bn()})
+    assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
+    assert change in verdict.message.split("\nHint")[0] and "Hint 1 of 2" in verdict.message
+
+
+def test_exercise_4_a_wrong_name_or_a_string_costs_no_try(chapter):
+    models = {"model": chapter[0], "bn": bn()}
+    for _ in range(3):
+        verdict = checks.ddp_also_copies({"model": set(), "bn": {"all-reduce"}}, models)
+        assert verdict.problem == "names" and "DDP's all-reduce is its own move" in verdict.message
+        assert "Hint" not in verdict.message
+    said = checks.ddp_also_copies({"model": set(), "bn": "broadcast"}, models).message
+    assert "bn's answer is a string" in said and "{'broadcast'}" in said
+    assert "Hint 1 of 2" in checks.ddp_also_copies({"model": set(), "bn": set()}, models).message
+    assert "Set answer" in checks.ddp_also_copies({"model": ..., "bn": ...}, models).message
+
+
+def test_exercise_4_hints_climb_to_the_answer(chapter):
+    models = {"model": chapter[0], "bn": bn()}
+    messages = [checks.ddp_also_copies({"model": set(), "bn": set()}, models).message for _ in range(3)]
+    assert "Hint 1 of 2" in messages[0] and "Hint 2 of 2" in messages[1]
+    assert """The answer: answer = {"model": set(), "bn": {'broadcast'}}""" in messages[2]
+
+
+# ---------------------------------------------------------------- Exercise 5: the nodes each thread runs
+
+
+RIGHT_5 = {"cuda:0": 13, "cuda:1": 5, "cuda:2": 5, "cuda:3": 5}
+
+
+def test_exercise_5s_truth_is_the_recorded_step_under_the_engines_rule(chapter):
+    """The counts are the rows the chapter's GPU table prints, summed per thread: a replica's nodes on its
+    GPU's thread, the loss, gather and sum on cuda:0's."""
+    import re
+
+    from dpteach.measure import threads
+
+    model, x, _ = chapter
+    recorded = threads.backward_threads(model, x, ["cpu"] * 4)
+    model.zero_grad(set_to_none=True)
+    assert recorded.gpu_threads() == RIGHT_5 and sum(RIGHT_5.values()) == len(recorded.rows)
+    printed: dict[str, int] = {}
+    for k, gpu in re.findall(r"^ +(\d+)  .*autograd thread (cuda:\d)", recorded.on_gpus(), flags=re.M):
+        printed[gpu] = printed.get(gpu, 0) + int(k)
+    assert printed == RIGHT_5
+    wider = threads.backward_threads(model, x, ["cpu"] * 6).gpu_threads()  # cuda:0 keeps its 13
+    model.zero_grad(set_to_none=True)
+    assert wider["cuda:0"] == 13 and list(wider.values())[1:] == [5] * 5
+
+
+def test_exercise_5_accepts_the_counts_and_leaves_the_model_untouched(chapter):
+    model, x, _ = chapter
+    model.zero_grad(set_to_none=True)
+    verdict = checks.nodes_per_thread(RIGHT_5, model, x)
+    assert verdict.ok and "3 + 5 + 5 = 13" in verdict.message
+    assert all(p.grad is None for p in model.parameters())  # the check recorded a copy's backward
+    spelled = {"autograd thread cuda:0": 13, "CUDA:1": 5, "cuda:2": 5.0, "cuda:3": 5, "caller thread": 0}
+    assert checks.nodes_per_thread(spelled, model, x).ok
+
+
+@pytest.mark.parametrize(
+    "problem, answer, change",
+    [
+        ("one thread", {"cuda:0": 28, "cuda:1": 0, "cuda:2": 0, "cuda:3": 0}, "on CPU slots only"),
+        ("caller", {**RIGHT_5, "caller": 28}, "give the caller 0"),
+        ("cuda:0 replica only", {**RIGHT_5, "cuda:0": 5}, "cuda:0 also runs the loss and gather (3)"),
+        ("no sum", {**RIGHT_5, "cuda:0": 8}, "the sum onto the model (5 nodes)"),
+        ("no loss", {**RIGHT_5, "cuda:0": 10}, "the loss and gather (3 nodes)"),
+        (
+            "even split",
+            {"cuda:0": 7, "cuda:1": 7, "cuda:2": 7, "cuda:3": 7},
+            "does not share nodes out evenly",
+        ),
+        ("replica", {**RIGHT_5, "cuda:2": 13}, "set cuda:2 to 5"),
+        ("other", {**RIGHT_5, "cuda:0": 20}, "cuda:0: 20 is too many"),
+    ],
+)
+def test_exercise_5_names_each_slip_and_says_what_to_change(chapter, problem, answer, change):
+    model, x, _ = chapter
+    verdict = checks.nodes_per_thread(answer, model, x)
+    assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
+    assert change in verdict.message.split("\nHint")[0] and "Hint 1 of 2" in verdict.message
+
+
+def test_exercise_5_a_missing_thread_costs_no_try_and_the_hints_climb(chapter):
+    model, x, _ = chapter
+    for _ in range(3):
+        verdict = checks.nodes_per_thread({"cuda:0": 13, "cuda:1": 5}, model, x)
+        assert verdict.problem == "names" and '"cuda:3"' in verdict.message and "Hint" not in verdict.message
+    assert "Set answer" in checks.nodes_per_thread(dict.fromkeys(RIGHT_5, ...), model, x).message
+    messages = [checks.nodes_per_thread({**RIGHT_5, "cuda:0": 5}, model, x).message for _ in range(3)]
+    assert "Hint 1 of 2" in messages[0] and "Hint 2 of 2" in messages[1]
+    assert 'The answer: answer = {"cuda:0": 13, "cuda:1": 5, "cuda:2": 5, "cuda:3": 5}' in messages[2]
