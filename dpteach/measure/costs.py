@@ -14,8 +14,9 @@ Seconds, where a caller wants them, come from the one timer, ``dpteach.measure.t
 * ``copy_calls(ways, counts, total_elements, device)``: how many copies each way makes, counted.
 * ``CountCopies()``: a context that names every copy torch itself makes inside it (``clone``,
   ``_to_copy``, ``copy_``), for code that does not go through ``dpteach.comm``.
-* ``plot_bytes(traffic, ax)``: chapter 06's bytes per step. ``plot_timings(xs, timings, ax)``: timings
-  drawn as medians with the middle half of the runs as the spread, never as a verdict.
+* ``plot_bytes(traffic, ax, model_bytes=...)``: chapter 06's bytes per step, one model's bytes dashed.
+  ``plot_timings(xs, timings, ax)``: timings drawn as medians with the middle half of the runs as the
+  spread, never as a verdict.
 """
 
 from __future__ import annotations
@@ -236,8 +237,11 @@ OP_COLOURS = {
 }
 
 
-def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = ""):
-    """Stacked bars: the bytes one step copied, per strategy, by operation (kB), coloured by ``OP_COLOURS``."""
+def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = "", model_bytes: int | None = None):
+    """Stacked bars: the bytes one step copied, per strategy, by operation (kB), coloured by ``OP_COLOURS``.
+
+    ``model_bytes``: one model's bytes, ``P + B``, drawn as a dashed line, so that each bar reads as so
+    many model copies."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(8.5, 3.2))[1]
@@ -254,9 +258,26 @@ def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = ""):
             label=f"{op} ({max(heights):.1f} kB, too thin to see)" if thin else op,
         )
         bottom = [b + h for b, h in zip(bottom, heights)]
+    if model_bytes is not None:
+        ax.axhline(
+            model_bytes / 1e3,
+            color="black",
+            linestyle="--",
+            linewidth=1.2,
+            label=f"one model, P + B ({model_bytes / 1e3:,.1f} kB)",
+        )
     ax.set_ylabel("kB copied in one step")
     ax.set_title(title)
-    ax.legend(title="operation", loc="upper left", bbox_to_anchor=(1.01, 1))
+    handles, labels = ax.get_legend_handles_labels()
+    bars = [i for i, h in enumerate(handles) if h in ax.containers]  # the operations, then the dashed line
+    order = bars + [i for i in range(len(handles)) if i not in bars]
+    ax.legend(
+        [handles[i] for i in order],
+        [labels[i] for i in order],
+        title="operation",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1),
+    )
     ax.figure.tight_layout()
     return ax
 

@@ -8,6 +8,8 @@ are derived from the model and the tensors, never copied from a run.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -277,3 +279,97 @@ def test_step_copies_hints_name_their_kind_and_point_back_not_forward():
     assert "exercise" not in " ".join(slip.hints).lower()
     rungs = [checks.step_copies(40, model, x, slots).message for _ in range(2)]
     assert "Hint 1 of 2: " in rungs[0] and "Hint 2 of 2: " in rungs[1]
+
+
+# ---------------------------------------------------------------- Exercise 4: the hint points back
+
+
+def test_bytes_onto_slot_1_hint_points_at_the_cell_that_prints_p_plus_b():
+    """Hint 2 sends the learner to where P + B is printed: the counting cell, whose first line gives it."""
+    model = make_model()
+    checks.bytes_onto_slot_1(12_345, model, CPU)
+    second = checks.bytes_onto_slot_1(12_345, model, CPU).message
+    assert "Hint 2 of 2" in second and "counting cell" in second and "first cell" not in second
+
+
+# ---------------------------------------------------------------- Exercise 6: DataParallel beside DDP
+
+
+def meta_model(hidden: int = 256, batchnorm: bool = True, device: str = "meta"):
+    with torch.device(device):
+        layers = [nn.Linear(64, hidden), *([nn.BatchNorm1d(hidden)] if batchnorm else []), nn.ReLU()]
+        return nn.Sequential(*layers, nn.Linear(hidden, 10))
+
+
+def rule(model, n):
+    """The chapter's rule, from dpteach's own counters: replicate's copies onto n meta slots, then the
+    gradients' sum into GPU 0; DDP's ring all-reduce per rank."""
+    import dpteach
+
+    with dpteach.comm.traffic() as t:
+        dpteach.replicate(model, [torch.device("meta")] * n)
+    P, B = costs.state_nbytes(model).values()
+    assert t.bytes == (n - 1) * (P + B)  # the forward's model copies, as the chapter's table says
+    return t.bytes + (n - 1) * P, 2 * (n - 1) / n * P, P, B
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+@pytest.mark.parametrize("batchnorm", [True, False])
+def test_dp_and_ddp_bytes_passes_the_rule_on_any_model_and_n(n, batchnorm):
+    model = meta_model(batchnorm=batchnorm)
+    dp, per_rank, P, B = rule(model, n)
+    verdict = checks.dp_and_ddp_bytes(dp, per_rank, model, n)
+    assert verdict.ok and f"{dp:,} bytes" in verdict.message and "modelled" in verdict.message
+    assert ("broadcasts the buffers" in verdict.message) == bool(B)
+    assert checks.dp_and_ddp_bytes(float(dp), round(per_rank), model, n).ok  # a float or rounded figure
+
+
+def test_dp_and_ddp_bytes_counts_a_model_not_on_meta_on_a_copy():
+    real = meta_model(device="cpu")
+    dp, per_rank, *_ = rule(meta_model(), 4)
+    before = {k: v.clone() for k, v in real.state_dict().items()}
+    assert checks.dp_and_ddp_bytes(dp, per_rank, real, 4).ok
+    assert all(not t.is_meta for t in real.parameters())  # the learner's model stays where it was
+    assert all(torch.equal(before[k], v) for k, v in real.state_dict().items())
+
+
+@pytest.mark.parametrize("batchnorm", [True, False])
+def test_dp_and_ddp_bytes_names_each_slip(batchnorm):
+    n, model = 8, meta_model(batchnorm=batchnorm)
+    dp, per_rank, P, B = rule(model, n)
+    forward = (n - 1) * (P + B)
+    said = {
+        (forward, per_rank): "dp half",  # the backward's gradients left out
+        ((n - 1) * P, per_rank): "dp half",  # the forward's model copies left out
+        (n * (P + B) + (n - 1) * P, per_rank): "dp slot 0",  # slot 0 given a model copy
+        (n * (P + B) + n * P, per_rank): "dp slot 0",
+        (dp, 2 * P): "ddp 2P",
+        (dp, (n - 1) / n * P): "ddp one pass",
+        (dp, n * per_rank): "ddp all ranks",
+        (dp / 1e6, per_rank / 1e6): "megabytes + megabytes",
+        (per_rank, dp): "swapped",
+        (12_345, 678): "dp + ddp",
+    }
+    if B:  # with buffers: left out of DataParallel's copies, or counted into DDP's all-reduce
+        said[((n - 1) * 2 * P, per_rank)] = "dp buffers"
+        said[(dp, 2 * (n - 1) / n * (P + B))] = "ddp buffers"
+    for (dp_guess, ddp_guess), problem in said.items():
+        checks.reset()
+        verdict = checks.dp_and_ddp_bytes(dp_guess, ddp_guess, model, n)
+        assert not verdict.ok and verdict.problem == problem, (dp_guess, ddp_guess, verdict.problem)
+        change = verdict.message.splitlines()[0]
+        assert change.startswith("Not yet: ") and change.endswith("."), change
+        assert re.search(r"\b(count|add|give|leave)\b", change, re.I) or problem == "swapped", change
+
+
+def test_dp_and_ddp_bytes_says_which_half_is_right_and_answers_last():
+    model, n = meta_model(), 4
+    dp, per_rank, *_ = rule(model, n)
+    tries = [checks.dp_and_ddp_bytes(dp, 2 * per_rank, model, n) for _ in range(3)]
+    assert all(v.message.startswith("Not yet: your dp_bytes is right.") for v in tries)
+    assert ["Hint 1 of 2" in tries[0].message, "Hint 2 of 2" in tries[1].message] == [True, True]
+    assert f"{per_rank:,.0f} bytes" not in tries[0].message + tries[1].message  # not before the third try
+    assert "The answer" in tries[2].message and f"{per_rank:,.0f} bytes" in tries[2].message
+    assert "Set dp_bytes" in checks.dp_and_ddp_bytes(..., per_rank, model, n).message
+    assert "give dp_bytes as a number" in checks.dp_and_ddp_bytes("a lot", per_rank, model, n).message
+    assert not checks.dp_and_ddp_bytes(True, per_rank, model, n).ok
