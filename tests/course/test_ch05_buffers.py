@@ -348,8 +348,9 @@ def test_exercise_2_leaves_devices_as_the_set_up_made_them():
     (ex2,) = [c.source for c in cells if "ex2-check" in c.metadata.get("tags", [])]
     assert "`four`" in exercises and "four = [devices[0]] * 4" in ex2
     rebinds = re.compile(r"^\s*devices\s*=", re.M)
-    checks = [c for c in cells if any(t.startswith("ex") for t in c.metadata.get("tags", []))]
-    assert len(checks) == 4 and not any(rebinds.search(c.source) for c in checks)
+    cells_ex = [c for c in cells if any(t.startswith("ex") for t in c.metadata.get("tags", []))]
+    checks = [c for c in cells_ex if any(t.endswith("-check") for t in c.metadata["tags"])]
+    assert len(checks) == 4 and not any(rebinds.search(c.source) for c in cells_ex)
     assert not rebinds.search(exercises)
 
 
@@ -422,28 +423,56 @@ def test_exercise_3_check_accepts_the_worked_answer(slots):
     from dpteach.course import checks
 
     model = _momentum_none_run(["cpu"] * slots)
-    assert checks.plain_average(3, {0}, model, ["cpu"] * slots).ok
-    assert checks.plain_average(model[0].running_mean, [0], model, ["cpu"] * slots).ok  # the tensor read off
+    verdict = checks.plain_average(200, 3, model, ["cpu"] * slots)
+    assert verdict.ok and f"not {200 * slots} replica calls" in verdict.message
+    read_off = checks.plain_average(
+        model[0].num_batches_tracked, model[0].running_mean, model, ["cpu"] * slots
+    )
+    assert read_off.ok  # the tensors read off the model
+
+
+def test_exercise_3_starter_cell_and_the_answers_loop_give_what_the_check_accepts():
+    """The cell above the check builds the model as the exercise says; with Answer 3's loop the check passes,
+    and unrun it says to run the forwards (no hint spent)."""
+    from dpteach.course import checks
+
+    cells = _cells()
+    (starter,) = [c.source for c in cells if "ex3-run" in c.metadata.get("tags", [])]
+    (exercises,) = [c.source for c in cells if c.source.startswith("## Exercises")]
+    loop = re.search(r"(for _ in range\(200\):\n\s+net\(alike_batch\(\)\))", exercises)[1]
+    generator = torch.Generator().manual_seed(0)
+    scope = {"make_model": make_model, "dpteach": dpteach, "devices": ["cpu"] * 2}
+    scope["alike_batch"] = lambda: batch(generator)
+    exec(starter, scope)
+    checks.reset()
+    unrun = checks.plain_average(200, 3, scope["model"], scope["devices"])
+    assert unrun.problem == "not run" and "Hint" not in unrun.message
+    exec(" ".join(loop.split()).replace(": net", ":\n    net"), scope)
+    assert scope["model"][0].num_batches_tracked.item() == 200  # one per step on 2 slots, not 400
+    assert checks.plain_average(200, 3, scope["model"], scope["devices"]).ok
 
 
 @pytest.mark.parametrize(
-    "converges_to, reaches_model, problem",
+    "tracked, converges_to, problem",
     [
-        (3, {0, 1}, "every slot"),  # one count per replica call
-        (3, set(), "no slot"),
-        (3, {1}, "wrong slots"),
-        (4, {0}, "variance"),
-        (0, {0}, "zero"),
-        (6, {0}, "wrong mean"),
-        ("three", {0}, "not an answer"),
+        (400, 3, "every slot"),  # one count per replica call, on 2 slots
+        (0, 3, "no slot"),
+        (100, 3, "count"),
+        (200, 4, "variance"),
+        (200, 0, "zero"),
+        (200, 6, "wrong mean"),
+        (200, "three", "not an answer"),
+        (200.5, 3, "not an answer"),
     ],
 )
-def test_exercise_3_check_names_the_slip(converges_to, reaches_model, problem):
+def test_exercise_3_check_names_the_slip(tracked, converges_to, problem):
     from dpteach.course import checks
 
     checks.reset()
-    verdict = checks.plain_average(converges_to, reaches_model, _momentum_none_run(), ["cpu"] * 2)
+    verdict = checks.plain_average(tracked, converges_to, _momentum_none_run(), ["cpu"] * 2)
     assert not verdict.ok and verdict.problem == problem
+    if problem == "every slot":
+        assert "200" not in verdict.message  # what to change, not the count
 
 
 def test_exercise_3_check_says_when_the_run_was_not_the_exercises():
@@ -452,14 +481,14 @@ def test_exercise_3_check_says_when_the_run_was_not_the_exercises():
     checks.reset()
     with_momentum = make_model()
     dpteach.DataParallel(with_momentum, ["cpu"] * 2)(batch(torch.Generator().manual_seed(0)))
-    assert checks.plain_average(3, {0}, with_momentum, ["cpu"] * 2).problem == "momentum"
+    assert checks.plain_average(200, 3, with_momentum, ["cpu"] * 2).problem == "momentum"
     fresh = make_model()
     fresh[0].momentum = None
-    assert checks.plain_average(3, {0}, fresh, ["cpu"] * 2).problem == "not run"  # no forward yet
+    assert checks.plain_average(200, 3, fresh, ["cpu"] * 2).problem == "not run"  # no forward yet
     clone = make_model()
     clone[0].momentum = None
     dpteach.DataParallel(clone, ["cpu"] * 2, strategy="clone")(batch(torch.Generator().manual_seed(0)))
-    assert checks.plain_average(3, {0}, clone, ["cpu"] * 2).problem == "not run"  # nothing reached it
+    assert checks.plain_average(200, 3, clone, ["cpu"] * 2).problem == "not run"  # nothing reached it
 
 
 @pytest.mark.parametrize("devices", [["cpu"] * 2, ["cpu"] * 3] + GPU)
@@ -515,7 +544,7 @@ def test_exercises_1_to_4_call_their_checks():
     calls = {
         "ex1-check": 'checks.counter_survives(globals().get("MyCounter", ...), predicted)',
         "ex2-check": "checks.slot0_noise(follows, spread)",
-        "ex3-check": "checks.plain_average(converges_to, reaches_model, model, devices)",
+        "ex3-check": "checks.plain_average(tracked, converges_to, model, devices)",
         "ex4-check": "checks.spectral_norm_iterations(iterations, devices)",
     }
     for tag, call in calls.items():
@@ -562,3 +591,35 @@ def test_the_replicate_py_listing_is_the_installed_torchs_own():
     assert "buffers_not_rg, devices, detach=True" in quoted  # the buffers that need no grad: no Broadcast
     (prose,) = [c.source for c in _cells() if c.id == "c09-after"]
     assert "outputs[0] =\ntensors.vec()" in prose or "outputs[0] = tensors.vec()" in prose  # comm.cpp
+
+
+def test_the_eval_cell_shows_sorted_rows_about_as_far_off_as_never_updating():
+    """The eval-mode cell, run after the figure's cells: on alike rows "rewire" lands far off and "broadcast"
+    close; on sorted rows "broadcast" keeps the first half's mean and lands within a factor 2 of "rewire",
+    which never updated, as the prose under it says. Checked on 50 fresh eval batches, not only the chapter's:
+    on 200 batches the ratio ran from 0.56 to 1.87, and the sorted gap was at least 20 times the alike one."""
+    import contextlib
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = _cells()
+    scope: dict = {}
+    for cell_id in ("c02", "c21"):
+        (cell,) = [c for c in cells if c.id == cell_id]
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(cell.source, scope)
+    plt.close("all")
+    (cell,) = [c for c in cells if c.id == "c25"]
+    for seed in range(50):  # the eval batch is wherever the chapter's generator is: any batch
+        scope["generator"] = torch.Generator().manual_seed(seed)
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(cell.source, scope)  # the cell's own asserts: far from alike broadcast, near rewire
+        gap = scope["gap_of"]
+        assert gap["rewire"] > 5 * gap["broadcast"], seed  # alike rows: never-updated statistics are far off
+    assert scope["sorted_models"]["broadcast"][0].running_mean[0].item() > 5  # the first half's, mean 6
+    (prose,) = [c.source for c in cells if c.id == "c25-after"]
+    assert "about as far off" in " ".join(prose.split()) and "never updated" in prose

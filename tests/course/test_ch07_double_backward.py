@@ -321,21 +321,45 @@ def _printed(source, scope):
     return printed.getvalue().strip().splitlines()
 
 
+def _fold(title):
+    """The markdown cell holding the Going-deeper block ``title``, its prose, and its python listings."""
+    import nbformat
+
+    path = Path(__file__).resolve().parents[2] / "notebooks" / "07_double_backward.ipynb"
+    cells = nbformat.read(path, as_version=4).cells
+    (cell,) = [
+        c for c in cells if c.cell_type == "markdown" and f"<summary>Going deeper: {title}" in c.source
+    ]
+    return cell.source, re.findall(r"```python\n(.*?)```", cell.source, re.S)
+
+
 @pytest.mark.parametrize("devices", DEVICES)
-def test_the_byte_cell_prints_equal_broadcasts_of_the_parameters_and_of_v(devices):
-    """The cell under the sentence "it copies v to the slots, as many bytes as the forward's broadcast of the
-    parameters" prints both counts; each is (slots - 1) times the parameters' bytes, counted here."""
-    cells, at = _chapter_cell("hvp-bytes")
-    assert "as many bytes as the forward's broadcast of the parameters" in " ".join(
-        cells[at - 1].source.split()
-    )
+def test_the_byte_listing_prints_equal_broadcasts_of_the_parameters_and_of_v(devices):
+    """The fold under "copies v to the slots" holds a listing that prints both counts; run as written, each is
+    (slots - 1) times the parameters' bytes, and the fold's number for two slots is that count."""
+    text, (listing, _) = _fold("the bytes that second backward copies")
+    main = " ".join(text.split("<details>")[0].split())
+    assert "second backward runs it, and copies `v` to the slots" in main
     x, y = story.make_data()
     v = [torch.randn_like(p) for p in story.make_model().parameters()]
     scope = {"torch": torch, "F": F, "dpteach": dpteach, "story": story, "devices": devices, "x": x, "y": y}
-    lines = _printed(cells[at].source, scope | {"v": v})
+    lines = _printed(listing, scope | {"v": v})
     counts = [int(re.fullmatch(r".*: +([\d,]+) bytes", line)[1].replace(",", "")) for line in lines]
     P = sum(p.numel() * p.element_size() for p in story.make_model().parameters())
     assert counts == [(len(devices) - 1) * P] * 2, lines
+    params = sum(p.numel() for p in story.make_model().parameters())
+    assert f"both lines say {P} bytes: the course model's {params} float32 parameters" in " ".join(
+        text.split()
+    )
+
+
+def test_the_gradgradcheck_listing_returns_true_as_the_fold_says():
+    text, (_, listing) = _fold("the bytes that second backward copies")
+    *body, last = listing.strip().splitlines()
+    scope = {"torch": torch, "Broadcast": Broadcast, "devices": ["cpu"] * 2}
+    exec("\n".join(body), scope)
+    assert last.endswith("# True") and eval(last.split("  #")[0], scope) is True
+    assert "For `Broadcast` it returns `True`" in text
 
 
 @pytest.mark.slow  # the cell starts two DDP ranks: fresh interpreters importing torch

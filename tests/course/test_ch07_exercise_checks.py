@@ -1,10 +1,10 @@
-"""Chapter 07's exercise checks: ``checks.hvp_linear`` (Exercise 1: H(v1 + v2) = H v1 + H v2 through
-DataParallel, its meter showing DataParallel ran), ``checks.rewire_refuses`` (2: the calls that meet ReduceAdd's
-check), ``checks.penalty_inside`` (3: the input-gradient penalty inside forward), ``checks.second_backwards`` (4:
-what four second backwards through swapped nodes do) and ``checks.recorded_nodes`` (5: the penalty graph's yellow
-box, read). Each accepts the chapter's worked answer, names the usual slip (``Verdict.problem``), and gives the
-answer only from the third failed try; an unset answer costs no hint. Then the chapter: each check cell ends on
-its check, and each exercise has its Answer block.
+"""Chapter 07's exercise checks: ``checks.recorded_nodes`` (Exercise 1, under the first picture: the penalty
+graph's yellow box, read), ``checks.hvp_linear`` (2: H(v1 + v2) = H v1 + H v2 through DataParallel, its meter
+showing DataParallel ran), ``checks.rewire_refuses`` (3: the calls that meet ReduceAdd's check),
+``checks.penalty_inside`` (4: the input-gradient penalty inside forward) and ``checks.second_backwards`` (5: what
+four second backwards through swapped nodes do). Each accepts the chapter's worked answer, names the usual slip
+(``Verdict.problem``), and gives the answer only from the third failed try; an unset answer costs no hint. Then
+the chapter: each check cell ends on its check, and each exercise has its Answer block.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def gives_answer_only_at_the_third(messages):
     return [m.split("\n")[1].split(":")[0] for m in messages] == ["Hint 1 of 2", "Hint 2 of 2", "The answer"]
 
 
-# ---------------------------------------------------------------- Exercise 1: linearity of H v
+# ---------------------------------------------------------------- Exercise 2: linearity of H v
 
 
 @pytest.fixture
@@ -61,13 +61,13 @@ def hvp():
     return hv, v1, v2, (v1, v2, net, x, y, moved)
 
 
-def test_exercise_1_accepts_the_worked_answer(hvp):
+def test_exercise_2_accepts_the_worked_answer(hvp):
     hv, v1, v2, rest = hvp
     verdict = checks.hvp_linear(hv(v1), hv(v2), hv([a + b for a, b in zip(v1, v2)]), *rest)
     assert verdict.ok and "H(v1 + v2) = H v1 + H v2" in verdict.message
 
 
-def test_exercise_1_names_the_slips(hvp):
+def test_exercise_2_names_the_slips(hvp):
     hv, v1, v2, rest = hvp
     right_sum = hv([a + b for a, b in zip(v1, v2)])
     found = {
@@ -81,7 +81,7 @@ def test_exercise_1_names_the_slips(hvp):
     assert "[a + b for a, b in zip(v1, v2)]" in found["joined lists"].message  # says what to change
 
 
-def test_exercise_1_asks_that_the_products_went_through_data_parallel(hvp):
+def test_exercise_2_asks_that_the_products_went_through_data_parallel(hvp):
     """Taken on the model itself, H v is right too: the traffic() meter tells the two apart."""
     hv, v1, v2, (_, _, net, x, y, _) = hvp
     model = net.module
@@ -95,29 +95,50 @@ def test_exercise_1_asks_that_the_products_went_through_data_parallel(hvp):
     assert "Hint" not in no_meter.message  # a missing meter costs no hint
 
 
-def test_exercise_1_refuses_hv_sum_added_by_hand(hvp):
+def test_exercise_2_refuses_hv_sum_added_by_hand(hvp):
     """hv1 + hv2 added tensor by tensor assumes the linearity the exercise checks: the check asks for H(v1 + v2)."""
     hv, v1, v2, rest = hvp
     hv1, hv2 = hv(v1), hv(v2)
     verdict = checks.hvp_linear(hv1, hv2, [a + b for a, b in zip(hv1, hv2)], *rest)
     assert (
-        verdict.problem == "hand-summed" and "hessian_vector_product on the summed vectors" in verdict.message
+        verdict.problem == "hand-summed" and "a third product: hessian_vector_product(net" in verdict.message
     )
     assert gives_answer_only_at_the_third(
         three_tries(checks.hvp_linear, hv1, hv2, [a + b for a, b in zip(hv1, hv2)], *rest)
     )
 
 
-def test_exercise_1_unset_costs_no_hint_and_the_answer_comes_third(hvp):
+def test_exercise_2_names_a_hand_summed_hv_sum_when_only_two_products_ran():
+    """Two products through net, then hv_sum = hv1 + hv2 tensor by tensor: the meter saw two products, and the
+    check says the sum was added, not taken as a third product (not that the products missed net)."""
+    x, y = story.make_data()
+    model = story.make_model()
+    net = dpteach.DataParallel(model, SLOTS)
+    g = torch.Generator().manual_seed(1)
+    v1, v2 = ([torch.randn(p.shape, generator=g) for p in model.parameters()] for _ in range(2))
+    with dpteach.comm.traffic() as moved:
+        hv1, hv2 = (hessian_vector_product(net, model, x, y, v) for v in (v1, v2))
+        hv_sum = [a + b for a, b in zip(hv1, hv2)]
+    verdict = checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, moved)
+    assert verdict.problem == "hand-summed" and "third product" in verdict.message
+    assert "not model" not in verdict.message  # the products did go through net
+    with dpteach.comm.traffic() as moved:  # a third product, but on the model: now the meter is the slip
+        hv_model = hessian_vector_product(model, model, x, y, [a + b for a, b in zip(v1, v2)])
+        hv1, hv2 = (hessian_vector_product(net, model, x, y, v) for v in (v1, v2))
+    verdict = checks.hvp_linear(hv1, hv2, hv_model, v1, v2, net, x, y, moved)
+    assert verdict.problem == "one device" and "2 of the three products" in verdict.message
+
+
+def test_exercise_2_unset_costs_no_hint_and_the_answer_comes_third(hvp):
     hv, v1, v2, rest = hvp
     assert not checks.hvp_linear(..., ..., ..., *rest).problem
     assert gives_answer_only_at_the_third(three_tries(checks.hvp_linear, hv(v1), hv(v2), hv(v1 + v2), *rest))
 
 
-# ---------------------------------------------------------------- Exercise 2: the calls ReduceAdd refuses
+# ---------------------------------------------------------------- Exercise 3: the calls ReduceAdd refuses
 
 
-def test_exercise_2_accepts_the_worked_answer_and_names_the_slips():
+def test_exercise_3_accepts_the_worked_answer_and_names_the_slips():
     assert checks.rewire_refuses({"b", "d"}, SLOTS).ok
     assert checks.rewire_refuses(["d", "b"], SLOTS).ok  # any collection of letters
     assert (
@@ -129,7 +150,7 @@ def test_exercise_2_accepts_the_worked_answer_and_names_the_slips():
     assert gives_answer_only_at_the_third(three_tries(checks.rewire_refuses, {"a", "b"}, SLOTS))
 
 
-def test_exercise_2_names_the_wrong_letter_only_from_the_second_try():
+def test_exercise_3_names_the_wrong_letter_only_from_the_second_try():
     checks.reset()
     first, second, third = (
         checks.rewire_refuses({"b", "c", "d"}, SLOTS).message.split("\n")[0] for _ in range(3)
@@ -139,11 +160,11 @@ def test_exercise_2_names_the_wrong_letter_only_from_the_second_try():
     assert "c runs" in third and "paths to x_in" in third  # why, with the answer
 
 
-# ---------------------------------------------------------------- Exercise 3: the penalty inside forward
+# ---------------------------------------------------------------- Exercise 4: the penalty inside forward
 
 
 class PenaltyInside(torch.nn.Module):
-    """Answer 3's module; ``detach=False`` uses the scattered piece as it is, ``mean=True`` averages in forward."""
+    """Answer 4's module; ``detach=False`` uses the scattered piece as it is, ``mean=True`` averages in forward."""
 
     def __init__(self, net, detach=True, mean=False, create_graph=True, retain=False):
         super().__init__()
@@ -162,11 +183,11 @@ class PenaltyInside(torch.nn.Module):
 
 
 @pytest.mark.parametrize("slots", [SLOTS, ["cpu"] * 4])
-def test_exercise_3_accepts_the_worked_answer(slots):
+def test_exercise_4_accepts_the_worked_answer(slots):
     assert checks.penalty_inside(PenaltyInside, slots).ok
 
 
-def test_exercise_3_names_the_slips():
+def test_exercise_4_names_the_slips():
     assert checks.penalty_inside(lambda net: PenaltyInside(net, detach=False)).problem == "no grad"
     assert checks.penalty_inside(lambda net: PenaltyInside(net, mean=True)).problem == "one per replica"
     for retain in (False, True):  # without create_graph=True: the raw torch error, or a silently lost penalty
@@ -177,13 +198,13 @@ def test_exercise_3_names_the_slips():
 
     class Stub(PenaltyInside):
         def forward(self, x):
-            raise NotImplementedError("exercise 3")
+            raise NotImplementedError("exercise 4")
 
     stub = checks.penalty_inside(Stub)
     assert not stub.ok and not stub.problem and "Write PenaltyInside.forward" in stub.message  # no hint spent
 
 
-def test_exercise_3_a_mean_per_replica_differs_only_where_pieces_are_unequal():
+def test_exercise_4_a_mean_per_replica_differs_only_where_pieces_are_unequal():
     """Why the check also runs 3 slots: 256 rows split 128, 128 on 2 slots, 86, 86, 84 on 3."""
     x, y = story.make_data()
     out, terms = PenaltyInside(story.make_model())(x)  # one device: every row's term, one mean
@@ -196,12 +217,12 @@ def test_exercise_3_a_mean_per_replica_differs_only_where_pieces_are_unequal():
     assert losses[2] == pytest.approx(rows, rel=1e-5) and losses[3] != pytest.approx(rows, rel=1e-6)
 
 
-# ---------------------------------------------------------------- Exercise 4: what each second backward does
+# ---------------------------------------------------------------- Exercise 5: what each second backward does
 
 RIGHT_STEPS = {"a": "right", "b": "wrong", "c": "raises", "d": "right"}
 
 
-def test_exercise_4_accepts_the_worked_answer_and_reports_the_run():
+def test_exercise_5_accepts_the_worked_answer_and_reports_the_run():
     verdict = checks.second_backwards(RIGHT_STEPS, SLOTS)
     assert verdict.ok and verdict.problem == "right"
     # the message reports the run: c's own error, and how far b was off
@@ -209,7 +230,7 @@ def test_exercise_4_accepts_the_worked_answer_and_reports_the_run():
     assert "b ran, " in verdict.message and "off one device's result" in verdict.message
 
 
-def test_exercise_4_reads_answers_as_typed():
+def test_exercise_5_reads_answers_as_typed():
     assert checks.second_backwards({" A ": "Right", "b": "WRONG", "c": "raise", "d": "'right'"}, SLOTS).ok
 
 
@@ -222,12 +243,12 @@ def test_exercise_4_reads_answers_as_typed():
         ({"d": "raises"}, "d"),  # UncheckedReduceAdd has no check, and its sum is recorded
     ],
 )
-def test_exercise_4_names_the_first_wrong_step(slip, problem):
+def test_exercise_5_names_the_first_wrong_step(slip, problem):
     verdict = checks.second_backwards({**RIGHT_STEPS, **slip}, SLOTS)
     assert not verdict.ok and verdict.problem == problem and "Hint 1 of 2" in verdict.message
 
 
-def test_exercise_4_says_more_with_each_try_and_the_answer_third():
+def test_exercise_5_says_more_with_each_try_and_the_answer_third():
     messages = three_tries(checks.second_backwards, {**RIGHT_STEPS, "b": "right", "d": "raises"}, SLOTS)
     first, second, third = (m.split("\n")[0] for m in messages)
     assert not re.search(r"\b[a-d]\b", first) and "2 of your four predictions disagree" in first
@@ -238,7 +259,7 @@ def test_exercise_4_says_more_with_each_try_and_the_answer_third():
     assert 'does = {"a": "right", "b": "wrong", "c": "raises", "d": "right"}' in messages[2]
 
 
-def test_exercise_4_asks_for_an_answer_and_costs_no_hint():
+def test_exercise_5_asks_for_an_answer_and_costs_no_hint():
     unset = {"a": ..., "b": "wrong", "c": "raises", "d": "right"}
     for does in (..., unset, {"a": "right"}, {**RIGHT_STEPS, "e": "right"}, {**RIGHT_STEPS, "a": "maybe"}):
         verdict = checks.second_backwards(does, SLOTS)
@@ -248,18 +269,24 @@ def test_exercise_4_asks_for_an_answer_and_costs_no_hint():
 
 
 def _chapter_namespace():
-    """The chapter's own definitions that exercise 4's steps use, taken from its code cells."""
+    """The chapter's own definitions that exercise 5's steps use, taken from its code cells."""
     import ast
 
     from dpteach import exercises
     from dpteach.functions import Broadcast, ReduceAddCoalesced
-    from dpteach.replicate import ReduceAdd, rewire
+    from dpteach.replicate import ReduceAdd, broadcast, rewire
 
-    wanted = {"penalised_loss", "gradient_norm_loss", "hessian_vector_product", "CommBroadcast"}
+    wanted = {
+        "penalised_loss",
+        "gradient_norm_loss",
+        "hessian_vector_product",
+        "CommBroadcast",
+        "comm_broadcast",
+    }
     wanted |= {"UncheckedReduceAdd", "unchecked", "DetachedBroadcast", "net_of"}
     scope = {"torch": torch, "F": F, "dpteach": dpteach, "exercises": exercises, "devices": SLOTS}
     scope |= {"Broadcast": Broadcast, "ReduceAddCoalesced": ReduceAddCoalesced, "ReduceAdd": ReduceAdd}
-    scope["rewire"] = rewire
+    scope["rewire"], scope["broadcast"] = rewire, broadcast
     for cell in _cells():
         if cell.cell_type != "code":
             continue
@@ -271,10 +298,10 @@ def _chapter_namespace():
     return scope
 
 
-def test_exercise_4_steps_do_with_the_chapters_own_code_what_the_check_says():
+def test_exercise_5_steps_do_with_the_chapters_own_code_what_the_check_says():
     """Each step, as the exercise's cell writes it, run with the chapter's own classes and losses: its outcome
     is the check's truth (which runs its own copies of them)."""
-    (cell,) = [c for c in _cells() if "ex4-check" in c.metadata.get("tags", [])]
+    (cell,) = [c for c in _cells() if "ex5-check" in c.metadata.get("tags", [])]
     steps = dict(re.findall(r"^# ([a-d]): (.+)$", cell.source, re.M))
     assert steps == checks._SECOND_STEPS  # the cell shows the steps the check runs
     scope = _chapter_namespace()
@@ -304,7 +331,7 @@ def test_exercise_4_steps_do_with_the_chapters_own_code_what_the_check_says():
     assert found == {k: outcome for k, (outcome, _) in checks._second_steps_run(SLOTS).items()} == RIGHT_STEPS
 
 
-# ---------------------------------------------------------------- Exercise 5: reading the penalty graph
+# ---------------------------------------------------------------- Exercise 1: reading the penalty graph
 
 
 @pytest.fixture
@@ -323,12 +350,12 @@ def penalty_graph():
     )
 
 
-def test_exercise_5_accepts_the_worked_answer(penalty_graph):
-    assert checks.recorded_nodes(11, "ReduceAddCoalesced", penalty_graph).ok  # Answer 5's numbers
+def test_exercise_1_accepts_the_worked_answer(penalty_graph):
+    assert checks.recorded_nodes(11, "ReduceAddCoalesced", penalty_graph).ok  # Answer 1's numbers
     assert checks.recorded_nodes(11.0, " reduceaddcoalescedbackward ", penalty_graph).ok  # as typed
 
 
-def test_exercise_5_names_the_slips(penalty_graph):
+def test_exercise_1_names_the_slips(penalty_graph):
     found = {
         "penalty counted": checks.recorded_nodes(13, "ReduceAddCoalesced", penalty_graph),
         "slots only": checks.recorded_nodes(8, "ReduceAddCoalesced", penalty_graph),
@@ -354,11 +381,11 @@ def _cells():
 
 
 CALLS = {
-    "ex1-check": "checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, moved)",
-    "ex2-check": "checks.rewire_refuses(raises, devices)",
-    "ex3-check": "checks.penalty_inside(PenaltyInside, devices)",
-    "ex4-check": "checks.second_backwards(does, devices)",
-    "ex5-check": "checks.recorded_nodes(count, makes_grad, penalty_graph)",
+    "ex1-check": "checks.recorded_nodes(count, makes_grad, penalty_graph)",
+    "ex2-check": "checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, moved)",
+    "ex3-check": "checks.rewire_refuses(raises, devices)",
+    "ex4-check": "checks.penalty_inside(PenaltyInside, devices)",
+    "ex5-check": "checks.second_backwards(does, devices)",
 }
 
 
