@@ -24,12 +24,14 @@ from dpteach.graph.display import Drawing
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "notebooks" / "02_reading_autograd_graphs.ipynb"
 TAGS = [
+    "dead-end",
     "walk",
     "walk-twice",
     "unreached",
     "frozen",
     "drawn",
     "same-after",
+    "freed",
     "copies",
     "leaves",
     "before-after",
@@ -102,9 +104,21 @@ def test_a_leaf_used_twice_shows_twice_and_is_one_node():
 def test_the_title_counts_what_the_prose_says_it_counts():
     ns = {**chapter_start(), "b": torch.tensor(1.0, requires_grad=True)}
     run_cells(ns, "drawn")
-    assert ns["drawn"].title == "3 backward functions, 2 leaves"  # the AccumulateGrads sit in the leaves
+    assert ns["drawn"].title == "3 backward functions, 2 leaves"  # w and b; x, a leaf too, is not counted
+    assert ns["x"].is_leaf and not ns["x"].requires_grad
     prose = next(c.source for c in nbformat.read(CHAPTER, as_version=4).cells if "**The title**" in c.source)
-    assert "3 backward functions and the 2 leaves" in prose
+    assert "3 backward functions and 2 leaves, the leaves that require grad" in prose
+    assert "`param` in the top picture" in prose
+
+
+def test_the_top_picture_counts_param_though_the_loss_never_reaches_it():
+    ns = {}
+    run_cells(ns, "dead-end")
+    param, param_copy = ns["param"], ns["param_copy"]
+    top = autograd_graph(ns["loss"], names={"param": param, "param_copy": param_copy})
+    assert top.title == "2 backward functions, 2 leaves" and param.grad is None  # param_copy and param
+    alone = autograd_graph(ns["loss"], names={"param_copy": param_copy})
+    assert alone.title == "2 backward functions, 1 leaf"  # unnamed, param is neither drawn nor counted
 
 
 def test_the_gradients_are_the_chain_rules_after_an_earlier_backward_too():
@@ -120,9 +134,13 @@ def test_unreached_lists_the_layer_the_loss_never_uses():
     model = nn.Sequential(nn.Linear(2, 16), nn.Tanh(), nn.Linear(16, 1))
     batch = torch.randn(8, 2)
     graph = autograd_graph(model(batch).pow(2).mean(), module=model)
-    lines = run_cells({"model": model, "batch": batch, "graph": graph}, "unreached").splitlines()
+    ns = {"model": model, "batch": batch, "graph": graph}
+    lines = run_cells(ns, "unreached").splitlines()
     assert lines[0] == "whole model: ()"
     assert lines[1].endswith("unreached: (original 2.weight, original 2.bias)")
+    last = _cell("unreached").source.strip().splitlines()[-1]
+    assert last.split("#")[0].strip() == "skipping"  # the cell draws it: the dashed boxes on a real model
+    assert ns["skipping"].text.count("never reached") == 2
 
 
 def test_the_graph_after_backward_is_the_one_before():
@@ -135,6 +153,23 @@ def test_the_graph_after_backward_is_the_one_before():
     names = {"w": ns["w"], "x": ns["x"], "b": ns["b"], "h": ns["h"]}
     assert autograd_graph(ns["loss"], names=names).dot == dot  # the prose: autograd_graph works after it too
     assert autograd_graph(ns["loss"] * 2, names=names).dot != dot  # and the comparison can fail
+
+
+def test_backward_freed_the_saved_tensor_and_kept_the_saved_number():
+    ns = {**chapter_start(), "b": torch.tensor(1.0, requires_grad=True)}
+    run_cells(ns, "drawn", "fills")  # (h + b) ** 2, then its backward()
+    lines = run_cells(ns, "freed").splitlines()
+    assert lines[0] == "the exponent it saved, a plain number, is kept: 2"
+    assert lines[1].startswith(
+        "the tensor it saved is freed: Trying to backward through the graph a second time"
+    )
+    message = lines[1].split(": ", 1)[1]
+    with pytest.raises(RuntimeError) as again:  # the prose: a second backward() stops with that message
+        ns["loss"].backward()
+    assert str(again.value).startswith(message.rstrip("."))
+    ns = {**chapter_start(), "b": torch.tensor(1.0, requires_grad=True)}
+    run_cells(ns, "drawn")  # no backward yet: the saved tensor is still there, so nothing prints as freed
+    assert "freed" not in run_cells(ns, "freed")
 
 
 def _count(graph, kind: str) -> int:
@@ -163,16 +198,16 @@ def test_the_copies_give_the_gradient_to_param_only_through_the_differentiable_o
     assert ns["param_copy"].grad is not None and ns["param_copy"].is_leaf
 
 
-def test_before_and_after_sit_in_one_row():
+def test_the_dead_end_and_the_kept_copy_sit_in_one_row():
     ns = {}
     run_cells(ns, "copies", "before-after")
     html = ns["pair"].data
     assert html.count("<img ") == 2 and "grid-template-columns" in html
-    assert 'alt="before: param.detach().clone()"' in html and 'alt="after: param.clone()"' in html
-    assert "never reached" in ns["before"].text and "never reached" not in ns["after"].text
+    assert 'alt="dead end: param.detach().clone()"' in html and 'alt="kept: param.clone()"' in html
+    assert "never reached" in ns["left"].text and "never reached" not in ns["right"].text
 
 
-def test_before_and_after_print_their_text_without_graphviz(monkeypatch):
+def test_the_pair_prints_its_text_without_graphviz(monkeypatch):
     def missing(self):
         raise GraphvizMissing("no dot here")
 
@@ -180,7 +215,7 @@ def test_before_and_after_print_their_text_without_graphviz(monkeypatch):
     ns = {}
     printed = run_cells(ns, "copies", "before-after")
     assert ns["pair"] is None
-    assert "before: param.detach().clone()" in printed and "after: param.clone()" in printed
+    assert "dead end: param.detach().clone()" in printed and "kept: param.clone()" in printed
 
 
 def test_task_1_intro_keeps_reduce_add_and_member_fields_in_a_fold():
@@ -188,6 +223,10 @@ def test_task_1_intro_keeps_reduce_add_and_member_fields_in_a_fold():
     main, folds = DETAILS.sub(" ", text), "".join(DETAILS.findall(text))
     assert "ReduceAdd" not in main and "member field" not in main
     assert "another GPU" in main  # the plain reason every slot after slot 0 owns its memory
+    assert "`.to` returns the tensor itself" in main  # why param.to(device) fails that requirement here
+    assert "clone.py" not in main and "detach=False" not in main  # the stub's asides sit in a fold
+    x = torch.ones(2)
+    assert x.to(x.device) is x  # the sentence holds: on its own device .to hands back the tensor itself
     assert "ReduceAdd" in folds and "chapter 03" in folds.lower() and "chapter 04" in folds.lower()
 
 
