@@ -88,8 +88,9 @@ class Result:
 
 
 def _inline(text: str) -> str:
-    """Escape for HTML, then show `code` spans as code."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    """Escape for HTML, then show `code` spans as code and *stressed* words in italics."""
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    return re.sub(r"(?<![\w*])\*([^*\s<>][^*<>]*?)\*(?![\w*])", r"<em>\1</em>", text)  # never across a tag
 
 
 class Stop(Exception):

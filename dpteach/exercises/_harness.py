@@ -77,9 +77,9 @@ class NotYet(Exception):
     """What ``try_step`` found wrong, said as what to change: ``try_it`` prints it, not autograd's traceback."""
 
 
-def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = None) -> str:
+def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = None, why=False) -> str:
     """One DataParallel step on two CPU slots under ``strategy`` (of chapter 01's model, unless given); a sentence.
-    :class:`NotYet` when the loss requires no grad, where ``backward()`` would raise "element 0 of tensors ..."."""
+    :class:`NotYet` when the loss requires no grad or (unless ``why``: the caller says why) a parameter no .grad."""
     if model is None:
         model, x = story.make_model(), story.make_data(n=16)[0]
     before = {k: b.clone() for k, b in model.named_buffers()}  # BatchNorm's statistics: reached?
@@ -88,6 +88,8 @@ def try_step(strategy, model: nn.Module | None = None, x: torch.Tensor | None = 
         raise NotYet(_no_history(model, done.replicas))
     done.loss.backward()
     missing = ", ".join(name for name, p in model.named_parameters() if p.grad is None)
+    if missing and not why:  # ran, but the fix is not there: a problem, not a success
+        raise NotYet(f"the step ran, but the original's .grad is None for {missing}: no gradient reached it")
     grads = f".grad is None for {missing}" if missing else "every parameter of the original has a .grad"
     changed = ", ".join(k for k, b in model.named_buffers() if not torch.equal(b, before[k])) or "none"
     grads += f"; the original's buffers that changed: {changed}" if before else ""

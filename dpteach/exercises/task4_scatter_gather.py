@@ -31,8 +31,7 @@ TASK = Task(  # the registry finds this record by the file's name
     "from dpteach.functions import Gather, Scatter",
 )
 
-Pair = namedtuple("Pair", "x y")
-Out = namedtuple("Out", "y aux")
+Pair, Out = namedtuple("Pair", "x y"), namedtuple("Out", "y aux")
 
 
 @dataclass
