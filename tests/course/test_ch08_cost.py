@@ -191,7 +191,11 @@ def test_the_thread_table_says_why_it_matters_and_the_summary_uses_it():
     assert "Python threads sharing the GIL. DDP gives each GPU its own process" in after
     text = markdown()
     summary = text[text.index("## Summary") : text.index("## Exercises")]
-    assert "cuda:0's engine thread also runs the loss, gather and sum backward (the thread table)" in summary
+    assert "forward runs each replica on a Python thread" in summary  # the two kinds of thread, apart
+    assert (
+        "backward runs on one engine thread per GPU, cuda:0's with the loss, gather and sum (the thread table)"
+        in summary
+    )
     scope, printed = run("thread-table")
     if not scope["on_gpu"]:  # what the sentence rests on: the engine's rule, as the cell prints it
         gpus = printed.split("would run like this")[1]
