@@ -818,13 +818,59 @@ def rewire_to_broadcast(
 # ---------------------------------------------------------------- chapter 04 · the Python way
 
 
-def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 2: ``cls()`` is a C++-style ``Scale`` (forward ``x * self.members.scale``) that implements
-    ``demos.Replicatable``; under ``demos.option_two`` its gradient must match one device's.
+_ch04_last: dict[str, str] = {}  # the slip each chapter-04 check found last, in this kernel
 
-    Checked in this order: a parameter ``scale``; forward is ``x * scale``; forward reads the member
-    handle, not the registry (a new tensor put in ``_parameters`` must not change the output); and
-    Option Two delivers one device's gradient."""
+
+def _ch04_ladder(exercise: str, hints: Sequence[str], answer: str) -> Callable[..., Verdict]:
+    """``_ladder``, except that a slip other than the one found last starts the hints again from the
+    first: each kind of mistake gets its own climb from the idea to the answer."""
+
+    def fail(change: str, problem: str = "") -> Verdict:
+        if _ch04_last.get(exercise) != problem:
+            _failures.pop(exercise, None)
+        _ch04_last[exercise] = problem
+        return _not_yet(exercise, change, hints, answer, problem)
+
+    return fail
+
+
+def _scale_prediction(predicted_grad: object) -> Verdict | None:
+    """Exercise 2's prediction: with ``members`` left alone, the original's ``scale.grad`` stays ``None``.
+    A Verdict for a wrong prediction, ``None`` for the right one."""
+    if predicted_grad is None:
+        return None
+    fail = _ch04_ladder(
+        "ch04.replicatable_scale.predicted",
+        [
+            "If load_replica_params leaves self.members alone, which tensor does each replica's forward read?",
+            "It reads the clone's own leaf, as in the failed attempt: does any edge lead from it to the original?",
+        ],
+        "predicted_grad = None: the replicas' forward reads the clones' own leaves, which have no edge to the "
+        "original, so no gradient reaches it and its .grad is never made (the failed attempt again).",
+    )
+    if isinstance(predicted_grad, str) and predicted_grad.strip() == "None":
+        return Verdict(False, "Give `predicted_grad` as the object None, without quotes.", "not an answer")
+    zero = isinstance(predicted_grad, (int, float)) and predicted_grad == 0
+    if isinstance(predicted_grad, torch.Tensor):
+        zero = not bool(predicted_grad.detach().abs().sum())
+    if zero:
+        why = "zeros would mean that a gradient arrived and summed to 0; ask whether one arrives at all"
+    else:
+        why = (
+            f"{predicted_grad!r} would mean that the gradient reached the original; ask whether anything the "
+            "replicas' forward read leads back to it"
+        )
+    return fail(f"{why}. Change `predicted_grad`.", "predicted")
+
+
+def replicatable_scale(cls: type | object, predicted_grad: object = ..., devices=("cpu", "cpu")) -> Verdict:
+    """Exercise 2: ``predicted_grad``, the original's ``scale.grad`` if ``load_replica_params`` left
+    ``members`` alone (``None``); ``cls()`` is a C++-style ``Scale`` (forward ``x * self.members.scale``) that
+    implements ``demos.Replicatable``; under ``demos.option_two`` its gradient must match one device's.
+
+    The prediction is graded first. Then, in this order: a parameter ``scale``; forward is ``x * scale``;
+    forward reads the member handle, not the registry (a new tensor put in ``_parameters`` must not change
+    the output); and Option Two delivers one device's gradient. Each finding has its ``Verdict.problem``."""
     import copy
 
     from torch import nn
@@ -833,15 +879,33 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     from . import demos
 
     name = "ch04.replicatable_scale"
+    if _unset(cls) and _unset(predicted_grad):
+        return Verdict(
+            False,
+            "Define class Scale (exercise 2), after setting `predicted_grad` to your prediction; then run this "
+            "cell again.",
+        )
+    if _unset(predicted_grad):
+        return Verdict(
+            False,
+            "Set `predicted_grad` first: the original's scale.grad if load_replica_params left members alone.",
+        )
+    if wrong := _scale_prediction(predicted_grad):
+        return wrong
+    _failures.pop(name + ".predicted", None)
     if _unset(cls):
-        return Verdict(False, "Define class Scale first (exercise 2), then run this cell again.")
+        return Verdict(
+            False,
+            "Your prediction is right: with members left alone the replicas read the clones' own leaves, and "
+            "the original's scale.grad stays None. Now define class Scale (exercise 2) and run this cell again.",
+        )
     hints = [
         "Option Two: DataParallel hands each replica its tensors, and the module itself puts them where "
         "its forward reads them, in load_replica_params.",
         "Start from demos.ReplicatableLinear: which of its lines re-point the members?",
     ]
 
-    fail = _ladder(
+    fail = _ch04_ladder(
         name,
         hints,
         "class Scale(nn.Module, demos.Replicatable), and in load_replica_params(self, tensors): "
@@ -862,14 +926,16 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
             return missing
         return fail(
             f"Scale() raised {type(err).__name__}: {err}. __init__ takes no argument but self: call "
-            "super().__init__(), register a parameter 'scale' of shape (3,), and keep it as self.members.scale."
+            "super().__init__(), register a parameter 'scale' of shape (3,), and keep it as self.members.scale.",
+            "init",
         )
     scale = module._parameters.get("scale") if isinstance(module, nn.Module) else None
     if scale is None:
         return fail(
             "Scale() has no parameter named 'scale': make Scale an nn.Module and, in __init__, "
             "self.register_parameter('scale', scale) with scale = nn.Parameter(torch.ones(3) * 2); keep the "
-            "same tensor as self.members.scale."
+            "same tensor as self.members.scale.",
+            "no parameter",
         )
     x = torch.randn(8, *scale.shape)
     try:
@@ -878,11 +944,13 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
         if missing := _missing_name(err, again):
             return missing
         return fail(
-            f"forward raised {type(err).__name__}: {err}. Make forward return x * self.members.scale."
+            f"forward raised {type(err).__name__}: {err}. Make forward return x * self.members.scale.",
+            "forward raised",
         )
     if not (isinstance(out, torch.Tensor) and out.shape == x.shape and torch.allclose(out, x * scale)):
         return fail(
-            "forward(x) is not x * scale: make forward return x * self.members.scale, and nothing else."
+            "forward(x) is not x * scale: make forward return x * self.members.scale, and nothing else.",
+            "forward",
         )
     other = nn.Parameter(scale.detach() + 1)
     module._parameters["scale"] = other  # what the failed attempt does: a new tensor in the registry
@@ -894,7 +962,8 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
         return fail(
             "forward reads the registry (self.scale), so a new tensor in _parameters changes its output: "
             "that module is Python-style, and replicate.py already handles it. Make forward read the "
-            "member handle, x * self.members.scale, as CppStyleLinear.forward does."
+            "member handle, x * self.members.scale, as CppStyleLinear.forward does.",
+            "reads registry",
         )
     reference = copy.deepcopy(module)
     reference(x).pow(2).mean().backward()
@@ -903,28 +972,34 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     except TypeError as err:
         return fail(
             f"Option Two refused the module ({err}). Make Scale inherit from demos.Replicatable as well as "
-            "nn.Module, and define load_replica_params(self, tensors)."
+            "nn.Module, and define load_replica_params(self, tensors).",
+            "not replicatable",
         )
     except NotImplementedError:
         return fail(
             "load_replica_params still raises NotImplementedError: define it in Scale, putting "
-            "tensors['scale'] into self._parameters['scale'] and into self.members.scale."
+            "tensors['scale'] into self._parameters['scale'] and into self.members.scale.",
+            "no loader",
         )
     except Exception as err:  # the learner's load_replica_params or forward: report it, never raise
         return _missing_name(err, again) or fail(
             f"under Option Two, Scale raised {type(err).__name__}: {err}. In load_replica_params, put "
-            "tensors['scale'] into self._parameters['scale'] and into self.members.scale, and nothing else."
+            "tensors['scale'] into self._parameters['scale'] and into self.members.scale, and nothing else.",
+            "loader raised",
         )
     if module.scale.grad is None:
         return fail(
-            "the original's scale.grad is None: the replicas' forward still read the clone's own leaf, because "
-            "load_replica_params left self.members on it. Re-point what forward reads, too."
+            "the original's scale.grad is None, as you predicted for members left alone: the replicas' forward "
+            "still read the clone's own leaf, because load_replica_params left self.members on it. Re-point what "
+            "forward reads, too.",
+            "members left",
         )
     if not torch.allclose(module.scale.grad, reference.scale.grad, rtol=1e-4, atol=1e-6):
         diff = (module.scale.grad - reference.scale.grad).abs().max()
         return fail(
             f"scale.grad differs from one device's by up to {diff:.2e}: in load_replica_params, point both "
-            "self._parameters['scale'] and self.members.scale at tensors['scale'], and nothing else."
+            "self._parameters['scale'] and self.members.scale at tensors['scale'], and nothing else.",
+            "grad differs",
         )
     replica = demos.option_two(module, list(devices))[1]
     if replica._parameters.get("scale") is not replica.members.scale:
@@ -935,17 +1010,23 @@ def replicatable_scale(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
             "registry",
         )
     return _correct(
-        name, "Scale under Option Two gets one device's gradient: the module itself re-pointed its member."
+        name,
+        "predicted_grad = None, and Scale under Option Two gets one device's gradient: the module itself "
+        "re-pointed its member, so the replicas' forward reads the broadcast copies.",
     )
 
 
-def broadcast_layout(index: int | object, shared: object, devices=("cpu", "cpu")) -> Verdict:
+def broadcast_layout(
+    index: int | object, shared: object, devices=("cpu", "cpu", "cpu"), slot: int = 2, tensor: int = 1
+) -> Verdict:
     """Exercise 3: for ``outputs = Broadcast.apply(devices, *model.parameters())`` on the course's model,
-    ``index``: where slot 1's copy of ``2.weight`` sits in ``outputs``; ``shared``: the indices whose
-    tensors share storage with the model. Both are read from a live ``dpteach.functions.Broadcast``.
+    ``index``: where ``param_copies[slot][tensor]`` (slot 2's copy of ``0.bias``, on three slots) sits in
+    ``outputs``; ``shared``: the indices whose tensors share storage with the model. Both are read from a
+    live ``dpteach.functions.Broadcast``.
 
     Findings (``Verdict.problem``): ``"tensor-major"``, ``"slot 0"``, ``"from 1"`` (the index counted
-    from 1), ``"index"`` (another index), ``"no sharing"``, ``"all share"``, ``"shared"`` (another set).
+    from 1), ``"slots from 1"`` (the slot counted from 1), ``"other tensor"`` (the right slot, another
+    tensor), ``"index"`` (another index), ``"no sharing"``, ``"all share"``, ``"shared"`` (another set).
     """
     from ..functions import Broadcast
     from . import story
@@ -958,45 +1039,65 @@ def broadcast_layout(index: int | object, shared: object, devices=("cpu", "cpu")
     if not isinstance(shared, (set, frozenset, list, tuple)) or not all(_count(i) for i in shared):
         return Verdict(False, f"Give `shared` as a set of whole numbers, e.g. {{0}}, not {shared!r}.")
     model = story.make_model().to(devices[0])
-    params, slots = list(model.parameters()), len(devices)
+    names = [key for key, _ in model.named_parameters()]
+    params, slots, n = list(model.parameters()), len(devices), len(names)
     outputs = Broadcast.apply(list(devices), *params)
-    weight = params[2]  # 2.weight, the third tensor of model.parameters()
-    copies = [i for i, out in enumerate(outputs) if torch.equal(out.detach().cpu(), weight.detach().cpu())]
-    truth = copies[1]  # the second copy of 2.weight: slot 1's
+    target = params[tensor].detach().cpu()
+    # every copy of the target tensor, in slot order (shapes differ between the model's tensors)
+    copies = [i for i, out in enumerate(outputs) if torch.equal(out.detach().cpu(), target)]
+    truth = copies[slot]
     sharing = {i for i, out in enumerate(outputs) if any(out.data_ptr() == p.data_ptr() for p in params)}
-    n = len(params)
+    what = f"param_copies[{slot}][{tensor}], slot {slot}'s copy of {names[tensor]}"
     answer = (
-        f"index = {truth}, shared = {sharing}. Broadcast's outputs are device-major: slot 0's {n} copies, then "
-        f"slot 1's, so slot 1's copy of tensor 2 is at {n} + 2 = {truth}. Slot 0's copies are views of the "
-        "model's own tensors; every later slot gets new ones, even on the same device. replicate.py cuts this "
-        "list into one per slot, tensor_copies[i : i + len(tensors)], and reads param_copies[j][param_idx]."
+        f"index = {truth}, shared = {sharing}. param_copies[{slot}] is the slice that starts at output "
+        f"{slot} * {n} = {slot * n}, and {names[tensor]} is tensor {tensor} in it; only slot 0's copies are "
+        "views of the model's own tensors."
     )
-    fail = _ladder(
+    fail = _ch04_ladder(
         name,
         [
-            "The first Broadcast cell printed the layout: every tensor's copy for slot 0, then every tensor's for "
-            "slot 1.",
-            f"The model has {n} tensors, so slot 1's copies start at index {n}; only copies on the model's own "
-            "device, slot 0's, share its storage.",
+            "Broadcast's outputs are device-major: every tensor's copy for slot 0, then every tensor's for "
+            "slot 1, and so on; replicate.py cuts them into slices of len(tensors).",
+            f"The model has {n} tensors, so param_copies[j] starts at output j * {n}; only copies on the model's "
+            "own device, slot 0's, share its storage.",
         ],
         answer,
     )
     guess, said = int(index), {int(i) for i in shared}  # type: ignore[call-overload]
+    earlier = " and ".join(f"slot {j}" for j in range(slot))  # the slots before the target's
     if guess != truth:
-        # a list, not a dict keyed by index: on 3 slots the tensor-major index (2 * 3 + 1) and the
-        # counted-from-1 index (6 + 1) are both 7, and that answer deserves both explanations
+        # a list, not a dict keyed by index: two readings can land on one index (on three slots, slot 2's
+        # 0.bias read tensor-major, 1 * 3 + 2, and slot 1's, 1 * 4 + 1, are both 5), and such an answer
+        # deserves both explanations
         slips = [
             (
-                2 * slots + 1,
+                tensor * slots + slot,
                 "tensor-major",
-                "that counts each tensor's copies together; Broadcast is device-major",
+                "that counts each tensor's copies together; Broadcast is device-major, all of slot 0's copies first",
             ),
-            (2, "slot 0", "that is slot 0's copy of 2.weight; slot 1's come after all of slot 0's"),
-            (truth + 1, "from 1", "Python counts from 0: outputs[0] is slot 0's 0.weight"),
+            (
+                tensor,
+                "slot 0",
+                f"that is slot 0's copy of {names[tensor]}; slot {slot}'s copies come after all of {earlier}'s",
+            ),
+            (
+                (slot - 1) * n + tensor,
+                "slots from 1",
+                f"that is slot {slot - 1}'s copy: slots count from 0 too",
+            ),
+            (truth + 1, "from 1", "Python counts from 0: outputs[0] is slot 0's copy of " + names[0]),
         ]
         found = [(problem, why) for at, problem, why in slips if at == guess]
+        if not found and slot * n <= guess < (slot + 1) * n:
+            found = [
+                (
+                    "other tensor",
+                    f"outputs[{guess}] is slot {slot}'s copy of {names[guess - slot * n]}: in each slice the "
+                    "tensors come in model.parameters() order",
+                )
+            ]
         if not found:
-            found = [("index", f"outputs[{guess}] is not slot 1's 2.weight")]
+            found = [("index", f"outputs[{guess}] is not {what}")]
         why = "; or else ".join(w for _, w in found)
         return fail(f"{why}. Change `index`.", found[0][0])
     if said != sharing:
@@ -1006,11 +1107,14 @@ def broadcast_layout(index: int | object, shared: object, devices=("cpu", "cpu")
                 "slot 0's copies sit on the model's device and are views of its tensors",
             )
         elif said >= set(range(len(outputs))):
-            problem, why = "all share", "slot 1 gets new tensors of its own, even on the same device"
+            problem, why = (
+                "all share",
+                "every later slot gets new tensors of its own, even on the same device",
+            )
         else:
             problem, why = "shared", "every copy of slot 0 shares the model's storage, and no later slot's"
         return fail(f"the index is right, but {why}. Change `shared`.", problem)
-    return _correct(name, answer)
+    return _correct(name, f"index = {truth}, shared = {sharing}.")
 
 
 # ---------------------------------------------------------------- chapter 05 · buffers and BatchNorm
@@ -2444,7 +2548,7 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
 
     Findings: ``"no grad"`` (the scattered piece used as it is), ``"no create_graph"`` (the input gradient
     taken without ``create_graph=True``), ``"one per replica"`` (``terms`` averaged inside forward),
-    ``"differs"``, ``"raised"``, ``"not an answer"``.
+    ``"penalty wrong"`` (one device's loss is not penalised_loss's), ``"differs"``, ``"raised"``, ``"not an answer"``.
     """
     import warnings
 
@@ -2518,6 +2622,20 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
             )
         runs[label] = (loss.detach(), [p.grad for p in model.parameters()])
     expected, grads = runs.pop("one device")
+    reference = story.make_model().to(devices[0])  # the chapter's penalised_loss, on one device
+    rows = x.clone().requires_grad_(True)
+    (grad_x,) = torch.autograd.grad(reference(rows).sum(), rows, create_graph=True)
+    wanted = F.mse_loss(reference(rows), y) + ((grad_x.norm(dim=1) - 1) ** 2).mean()
+    wanted.backward()
+    if not (
+        torch.allclose(expected, wanted.detach(), rtol=1e-4, atol=1e-6)
+        and _same(grads, [p.grad for p in reference.parameters()])
+    ):
+        return fail(
+            f"on one device your loss is {expected.item():.5f}, penalised_loss's {wanted.item():.5f}: the "
+            "terms are not the chapter's penalty. Each row's term is (grad_x.norm(dim=1) - 1) ** 2.",
+            "penalty wrong",
+        )
     for label, (loss, found) in runs.items():
         if not (torch.allclose(loss, expected, rtol=1e-4, atol=1e-6) and _same(found, grads)):
             return fail(
@@ -4370,13 +4488,14 @@ def _names(keys: set) -> str:
 
 
 def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
-    """Exercise 1: ``predicted``, the names among ``members``, ``members.weight`` and ``weight`` that in
-    ``dpteach.replicate(cpp_model, devices)[1][0]`` are ``cpp_model[0]``'s own objects; ``line``, one line
-    of ``nn.Module._replicate_for_data_parallel`` (as torch has it here), the one that makes
+    """Exercise 1: ``predicted``, the names among ``members``, ``_parameters``, ``_buffers`` and ``_modules``
+    that in ``dpteach.replicate(cpp_model, devices)[1][0]`` are ``cpp_model[0]``'s own objects; ``line``,
+    one line of ``nn.Module._replicate_for_data_parallel`` (as torch has it here), the one that makes
     ``replicas[1][0].members is model[0].members``.
 
     Both are read live (a C++-style model replicated by ``dpteach.replicate``, the installed torch's
-    source). Findings (``Verdict.problem``): ``"predicted"`` (another set of names), ``"not a line"``,
+    source). The prediction is graded first, and only a right one brings the source to read the line
+    from. Findings (``Verdict.problem``): ``"predicted"`` (another set of names), ``"not a line"``,
     ``"new"`` (the line that makes the empty object), ``"parameters"`` (the line that empties the
     registry), ``"buffers or modules"`` (a line that copies one of the registry's dicts), ``"flag"``
     (``_is_replica``).
@@ -4389,72 +4508,91 @@ def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
     from . import demos, story
 
     name = "ch04.shallow_copy_line"
-    names = ("members", "members.weight", "weight")
+    names = ("members", "_parameters", "_buffers", "_modules")
     if _unset(predicted):
         return Verdict(
             False,
-            'Set `predicted` to the names you expect to be the original\'s, e.g. {"weight"}, then run again.',
+            'Set `predicted` to the names you expect to be the original\'s own objects, e.g. {"_buffers"}, '
+            "then run again.",
         )
     if not isinstance(predicted, (set, frozenset, list, tuple)) or not all(n in names for n in predicted):
         return Verdict(
             False,
-            f'Give `predicted` as a set of names from {", ".join(names)}, e.g. {{"weight"}}, not {predicted!r}.',
+            f'Give `predicted` as a set of names from {", ".join(names)}, e.g. {{"_buffers"}}, not {predicted!r}.',
             "not an answer",
         )
-    if _unset(line) or not isinstance(line, str) or not line.strip():
-        return Verdict(False, "Set `line` to one line of the source, as a string, then run this cell again.")
     model = demos.cpp_style(story.make_model())
     replica, own = replicate(model, ["cpu", "cpu"])[1][0], model[0]
-    held = {
-        "members": (replica.members, own.members),
-        "members.weight": (replica.members.weight, own.weight),
-        "weight": (replica.weight, own.weight),
-    }
-    shared = {key for key, (a, b) in held.items() if a is b}
+    shared = {key for key in names if getattr(replica, key) is getattr(own, key)}
     reasons = {
         "members": "`members` is a plain attribute, and the replica's is the original's own SimpleNamespace",
-        "members.weight": "`members.weight` sits in that shared SimpleNamespace, so it is the original's weight",
-        "weight": "`weight` is slot 1's broadcast copy, which replicate set by name as a plain attribute",
+        "_parameters": "`_parameters` is replaced by a new, empty dict (replicate then sets each copy by name)",
+        "_buffers": "`_buffers` is replaced by a copy of its own, which replicate fills with the slot's buffers",
+        "_modules": "`_modules` is replaced by a copy of its own, which replicate fills with the slot's submodules",
     }
+    guessed = _ch04_ladder(
+        name + ".predicted",
+        [
+            "A shallow copy copies a container, not what it holds; the method then replaces some containers.",
+            "Only what the method leaves as it was after copying the dict stays the original's.",
+        ],
+        f"predicted = {_names(shared)}.",
+    )
+    if set(predicted) != shared:
+        wrong = [reasons[key] for key in names if (key in predicted) != (key in shared)]
+        return guessed(
+            f"`predicted` is {_names(set(predicted))}, but " + "; ".join(wrong) + ". Change `predicted`.",
+            "predicted",
+        )
+    _failures.pop(name + ".predicted", None)
 
     def code(text: str) -> str:  # one line, spaces collapsed, a trailing comment ("# type: ignore") dropped
         return " ".join(re.sub(r"\s#.*$", "", text).split())
 
     source = inspect.getsource(nn.Module._replicate_for_data_parallel)
     lines = [code(s) for s in source.splitlines() if s.strip() and not s.strip().startswith("#")]
+    right = (
+        f"Your prediction is right: {_names(shared)}. "
+        + "; ".join(reasons[key] for key in sorted(shared))
+        + ". "
+    )
+    if _unset(line) or not isinstance(line, str) or not line.strip():
+        return Verdict(
+            False,
+            right
+            + "Now set `line` to the line below that shares it, as a string, and run again:\n\n"
+            + source,
+        )
     given = code(line)
     truth = next(s for s in lines if "__dict__" in s)
     answer = (
-        f"predicted = {_names(shared)}, line = `{truth}`. That line copies the dict that holds every plain "
-        "attribute, not what the dict holds: the replica's `members` is the original's SimpleNamespace, so "
-        "slot 1 computes with the original's tensors; only `weight` was set anew, by name."
+        f"line = `{truth}`. It copies the dict that holds every plain attribute, not what the dict holds: the "
+        "replica's `members` is the original's SimpleNamespace, so slot 1 computes with the original's tensors; "
+        "the registry's three dicts are replaced on the lines after it."
     )
-    fail = _ladder(
+    fail = _ch04_ladder(
         name,
         [
-            "A shallow copy copies a container, not what it holds. Which line copies a container in which "
-            "`members` sits?",
+            "Which line copies a container in which `members` sits?",
             "`members` is a plain attribute, neither a parameter, a buffer nor a submodule: Python keeps plain "
             "attributes in the object's __dict__.",
         ],
         answer,
     )
-    if set(predicted) != shared:
-        wrong = [reasons[key] for key in names if (key in predicted) != (key in shared)]
-        return fail(
-            f"`predicted` is {_names(set(predicted))}, but the original's own objects are {_names(shared)}: "
-            + "; ".join(wrong)
-            + ". Change `predicted` to match the print; `line` is the source line that explains it.",
-            "predicted",
-        )
     if given not in lines:
         return fail(
-            "that is not a line of _replicate_for_data_parallel: print it with "
-            "inspect.getsource(nn.Module._replicate_for_data_parallel) and copy one line.",
+            "that is not a line of _replicate_for_data_parallel: copy one line of its source, below.\n\n"
+            + source,
             "not a line",
         )
     if given == truth:
-        return _correct(name, answer)
+        return _correct(
+            name,
+            f"predicted = {_names(shared)}, line = `{truth}`. The replica's `members` is the original's, while "
+            "its `_parameters`, `_buffers` and `_modules` are its own: the line copies the dict that holds "
+            "every plain attribute, not what the dict holds, and the lines after it replace the registry's "
+            "three dicts.",
+        )
     said = [
         ("__new__", "new", "that line makes an empty object of the module's class: it shares nothing yet"),
         (
@@ -4512,7 +4650,7 @@ def tied_weights(tensors_per_slot: int | object, same_copy: bool | object, devic
         "param_indices, a dict from each parameter to its index, so every module holding that parameter gets "
         "the copy at the same index: one tensor per replica, tied as in the model."
     )
-    fail = _ladder(
+    fail = _ch04_ladder(
         name,
         [
             "A tie is one tensor held by two modules. How often does model.parameters() yield it?",

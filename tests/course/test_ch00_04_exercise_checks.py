@@ -230,6 +230,9 @@ def test_chapter_00_exercise_4_has_its_check_cell():
 # ---------------------------------------------------------------- chapter 04, exercise 1
 
 
+SHARED = {"members"}  # of a default replica's members and three registry dicts, the original's own
+
+
 def _source_lines():
     source = inspect.getsource(nn.Module._replicate_for_data_parallel)
     return [s.strip() for s in source.splitlines() if s.strip() and not s.strip().startswith("#")]
@@ -237,7 +240,8 @@ def _source_lines():
 
 def test_shallow_copy_line_accepts_the_dict_copy_from_torchs_own_source():
     (line,) = [s for s in _source_lines() if "__dict__" in s]
-    assert checks.shallow_copy_line("   " + line).ok  # indentation as copied from the print
+    verdict = checks.shallow_copy_line("   " + line, SHARED)  # indentation as copied from the print
+    assert verdict.ok and "`_parameters`, `_buffers` and `_modules` are its own" in verdict.message
 
 
 @pytest.mark.parametrize(
@@ -250,21 +254,79 @@ def test_shallow_copy_line_accepts_the_dict_copy_from_torchs_own_source():
     ],
 )
 def test_shallow_copy_line_says_what_each_other_line_does(key, problem):
-    (line,) = [s for s in _source_lines() if key in s]
-    verdict = checks.shallow_copy_line(line)
+    (line,) = [s for s in _source_lines() if key in s and "__dict__" not in s]
+    verdict = checks.shallow_copy_line(line, SHARED)
     assert not verdict.ok and verdict.problem == problem
 
 
 def test_shallow_copy_line_reads_a_line_with_or_without_its_trailing_comment():
     (line,) = [s for s in _source_lines() if "_is_replica" in s]
     bare = line.split("#")[0]  # the placeholder's own example leaves "# type: ignore[...]" off
-    assert checks.shallow_copy_line(bare).problem == "flag" == checks.shallow_copy_line(line).problem
+    assert (
+        checks.shallow_copy_line(bare, SHARED).problem
+        == "flag"
+        == checks.shallow_copy_line(line, SHARED).problem
+    )
 
 
 def test_shallow_copy_line_refuses_a_line_not_in_the_source():
-    verdict = checks.shallow_copy_line("replica.members = self.members")
-    assert not verdict.ok and verdict.problem == "not a line" and "inspect.getsource" in verdict.message
-    assert checks.shallow_copy_line(...).message.startswith("Set `line`")
+    verdict = checks.shallow_copy_line("replica.members = self.members", SHARED)
+    assert (
+        not verdict.ok
+        and verdict.problem == "not a line"
+        and "def _replicate_for_data_parallel" in verdict.message
+    )
+
+
+def test_shallow_copy_line_shows_the_source_only_after_a_right_prediction():
+    source = "def _replicate_for_data_parallel"
+    right = checks.shallow_copy_line(..., SHARED)
+    assert not right.ok and "Your prediction is right" in right.message and "Now set `line`" in right.message
+    assert source in right.message  # the source to take the line from, once the prediction is graded
+    checks.reset()
+    wrong = checks.shallow_copy_line(..., {"members", "_buffers"})
+    assert not wrong.ok and wrong.problem == "predicted" and source not in wrong.message
+
+
+@pytest.mark.parametrize(
+    "predicted, says",
+    [
+        ({"members", "_buffers"}, "`_buffers` is replaced by a copy of its own"),
+        ({"members", "_parameters"}, "`_parameters` is replaced by a new, empty dict"),
+        ({"members", "_buffers", "_modules"}, "`_modules` is replaced by a copy of its own"),
+        (set(), "`members` is a plain attribute"),
+    ],
+)
+def test_shallow_copy_line_refuses_a_wrong_prediction_even_with_the_right_line(predicted, says):
+    (line,) = [s for s in _source_lines() if "__dict__" in s]
+    checks.reset()
+    verdict = checks.shallow_copy_line(line, predicted)
+    change = verdict.message.split("Hint")[0]
+    assert (
+        not verdict.ok
+        and verdict.problem == "predicted"
+        and says in change
+        and "Change `predicted`" in change
+    )
+    assert "Hint 1 of 2" in verdict.message
+
+
+def test_shallow_copy_line_climbs_separate_ladders_for_the_prediction_and_the_line():
+    (new,) = [s for s in _source_lines() if "__new__" in s]
+    checks.reset()
+    checks.shallow_copy_line(new, {"_buffers"})  # a wrong prediction: its hint 1
+    verdict = checks.shallow_copy_line(new, SHARED)  # now a wrong line: the line's own hint 1
+    assert verdict.problem == "new" and "Hint 1 of 2" in verdict.message
+
+
+def test_shallow_copy_line_asks_for_a_prediction_first_at_no_cost():
+    (line,) = [s for s in _source_lines() if "__dict__" in s]
+    assert checks.shallow_copy_line(line, ...).message.startswith("Set `predicted`")
+    assert "set of names" in checks.shallow_copy_line(line, "members").message  # a string is not a set
+    assert (
+        "set of names" in checks.shallow_copy_line(line, {"weight"}).message
+    )  # a name it does not ask about
+    assert checks.shallow_copy_line(line, list(SHARED)).ok  # a list is read as the set it holds
 
 
 # ---------------------------------------------------------------- chapter 04, exercise 4
@@ -293,7 +355,7 @@ def test_tied_weights_says_the_copies_are_one_tensor():
 @pytest.mark.parametrize(
     "tag, call",
     [
-        ("ex1-check", "checks.shallow_copy_line(line)"),
+        ("ex1-check", "checks.shallow_copy_line(line, predicted)"),
         ("ex4-check", "checks.tied_weights(tensors_per_slot, same_copy"),
     ],
 )

@@ -250,6 +250,22 @@ def test_rnn_flat_weights_follow_the_replica_tensors():
         replicas[1]._flat_weights[0] is replicas[1].weight_ih_l0
     )  # RNNBase.__setattr__ kept the list in step
     assert replicas[1]._flat_weights is not rnn._flat_weights  # _replicate_for_data_parallel copied the list
+    assert rnn._flat_weights[0] is rnn.weight_ih_l0  # so the original's list still holds its own tensor
+
+
+def test_the_chapters_rnn_evidence_fails_without_either_override(monkeypatch):
+    """The chapter's RNN cell looks before any forward, so each of its two asserts needs one override."""
+    rnn = nn.RNN(3, 4, batch_first=True)
+    with monkeypatch.context() as m:
+        m.setattr(nn.RNNBase, "__setattr__", nn.Module.__setattr__)  # no writing into the list
+        replica = dpteach.replicate(rnn, CPU2)[1]
+        assert replica._flat_weights[0] is rnn.weight_ih_l0  # the replica's list keeps the original's tensor
+    with monkeypatch.context() as m:
+        m.setattr(nn.RNNBase, "_replicate_for_data_parallel", nn.Module._replicate_for_data_parallel)
+        replica = dpteach.replicate(rnn, CPU2)[1]
+        assert (
+            rnn._flat_weights[0] is replica.weight_ih_l0
+        )  # one shared list: the original's now holds a copy
 
 
 def test_rnn_under_data_parallel_matches_one_device():
@@ -298,11 +314,15 @@ def test_the_first_figure_one_device_failed_attempt_and_option_one():
 def test_default_strategy_replicas_share_the_cpp_style_members_with_the_original():
     cpp_model = demos.cpp_style(story.make_model())
     replicas = dpteach.replicate(cpp_model, CPU2)
-    assert (
-        replicas[1][0].members.weight is cpp_model[0].weight
-    )  # exercise 1: slot 1 computes with the original
+    assert replicas[1][0].members.weight is cpp_model[0].weight  # the trap: slot 1 computes with the original
     assert replicas[1][0].members is cpp_model[0].members  # the shallow copy shares the attribute itself
-    assert replicas[1][0].weight is not cpp_model[0].weight  # exercise 1: the registry name holds the copy
+    assert replicas[1][0].weight is not cpp_model[0].weight  # the registry name holds the copy
+    shared = [
+        name
+        for name in ("_parameters", "_buffers", "_modules")
+        if getattr(replicas[1][0], name) is getattr(cpp_model[0], name)
+    ]
+    assert shared == []  # exercise 1: the registry's dicts are the replica's own
 
 
 @pytest.mark.cuda
@@ -311,7 +331,7 @@ def test_default_strategy_cpp_style_fails_loudly_across_devices():
     cpp_model = demos.cpp_style(story.make_model()).to(devices[0])
     x = story.make_data()[0].to(devices[0])
     with pytest.raises(RuntimeError, match="same device"):
-        dpteach.DataParallel(cpp_model, devices)(x)  # exercise 1: a device mismatch, not a silent success
+        dpteach.DataParallel(cpp_model, devices)(x)  # the trap: a device mismatch, not a silent success
 
 
 @pytest.mark.cuda
@@ -388,7 +408,9 @@ def test_apply_records_a_node_only_with_grad_mode_and_backward_only_under_create
     assert type(grad.grad_fn).__name__ == "ReduceAddCoalescedBackward"  # the partner's apply, recorded
 
 
-def _scale_class(*, replicatable=True, repoint_member=True, reads_registry=False, wrong_forward=False):
+def _scale_class(
+    *, replicatable=True, repoint_member=True, reads_registry=False, wrong_forward=False, set_registry=True
+):
     from types import SimpleNamespace
 
     bases = (nn.Module, demos.Replicatable) if replicatable else (nn.Module,)
@@ -404,7 +426,8 @@ def _scale_class(*, replicatable=True, repoint_member=True, reads_registry=False
         return x * scale * 2 + 1 if wrong_forward else x * scale
 
     def load_replica_params(self, tensors):
-        self._parameters["scale"] = tensors["scale"]
+        if set_registry:
+            self._parameters["scale"] = tensors["scale"]
         if repoint_member:
             self.members = SimpleNamespace(scale=tensors["scale"])
 
@@ -417,9 +440,9 @@ def _scale_class(*, replicatable=True, repoint_member=True, reads_registry=False
 def test_exercise_2_check_accepts_the_worked_answer():
     from dpteach.course import checks
 
-    verdict = checks.replicatable_scale(_scale_class())
+    verdict = checks.replicatable_scale(_scale_class(), None)
     assert verdict.ok and verdict.message.startswith("Correct!")
-    instance = checks.replicatable_scale(_scale_class()())  # Scale() where Scale belongs
+    instance = checks.replicatable_scale(_scale_class()(), None)  # Scale() where Scale belongs
     assert not instance.ok and "not an instance" in instance.message and "Hint" not in instance.message
 
 
@@ -433,16 +456,61 @@ def test_exercise_2_check_accepts_the_worked_answer():
             "read the member handle",
         ),  # Python-style: passes Option Two, not C++ style
         (dict(wrong_forward=True), "x * self.members.scale, and nothing else"),
+        (dict(set_registry=False), "put tensors['scale'] into self._parameters['scale'] too"),  # members only
     ],
 )
 def test_exercise_2_check_says_what_to_change(kwargs, says):
     from dpteach.course import checks
 
     checks.reset()
-    verdict = checks.replicatable_scale(_scale_class(**kwargs))  # a wrong answer is a verdict, not a raise
+    verdict = checks.replicatable_scale(
+        _scale_class(**kwargs), None
+    )  # a wrong answer is a verdict, not a raise
     assert not verdict.ok and says in verdict.message.split("Hint")[0]  # the change, before the hint
     assert "Hint 1 of 2" in verdict.message
     assert not checks.replicatable_scale(...).ok  # no class yet: asks for one
+
+
+@pytest.mark.parametrize(
+    "predicted, says",
+    [
+        (torch.zeros(3), "zeros would mean that a gradient arrived"),
+        (0, "zeros would mean that a gradient arrived"),
+        (torch.full((3,), 8.0), "would mean that the gradient reached the original"),
+    ],
+)
+def test_exercise_2_grades_the_prediction_first(predicted, says):
+    checks.reset()
+    verdict = checks.replicatable_scale(_scale_class(), predicted)  # a right class cannot rescue it
+    assert not verdict.ok and verdict.problem == "predicted" and says in verdict.message.split("Hint")[0]
+    assert "Change `predicted_grad`" in verdict.message and "Hint 1 of 2" in verdict.message
+    assert "the object None" in checks.replicatable_scale(_scale_class(), "None").message  # no hint spent
+    unset = checks.replicatable_scale(_scale_class())
+    assert not unset.ok and unset.message.startswith("Set `predicted_grad` first")
+    right = checks.replicatable_scale(..., None)  # the prediction right, no class yet
+    assert (
+        not right.ok and "Your prediction is right" in right.message and "define class Scale" in right.message
+    )
+
+
+def test_exercise_2_prediction_matches_what_option_two_does_with_members_left_alone():
+    """The graded prediction, None, is what a loader that leaves members alone gives the original."""
+    module = _scale_class(repoint_member=False)()
+    x = torch.randn(8, 3)
+    dpteach.DataParallel(module, CPU2, strategy=demos.option_two)(x).pow(2).mean().backward()
+    assert module.scale.grad is None
+
+
+def test_exercise_2_hints_start_again_when_the_slip_changes():
+    checks.reset()
+    first = checks.replicatable_scale(_scale_class(repoint_member=False), None)
+    again = checks.replicatable_scale(_scale_class(repoint_member=False), None)
+    other = checks.replicatable_scale(_scale_class(reads_registry=True), None)  # another slip
+    assert "Hint 1 of 2" in first.message and "Hint 2 of 2" in again.message  # the same slip climbs
+    assert other.problem == "reads registry" and "Hint 1 of 2" in other.message  # a new one starts over
+    checks.replicatable_scale(_scale_class(reads_registry=True), None)
+    third = checks.replicatable_scale(_scale_class(reads_registry=True), None)
+    assert "The answer" in third.message  # the third try at one slip gets the answer
 
 
 def test_exercise_2_check_refuses_the_stub_and_never_mentions_reset():
@@ -451,14 +519,15 @@ def test_exercise_2_check_refuses_the_stub_and_never_mentions_reset():
     checks.reset()
     stub = type("Scale", (nn.Module, demos.Replicatable), {})  # no parameter, no forward, no loader
     for answer in (stub, _scale_class(reads_registry=True), _scale_class(wrong_forward=True)):
-        verdict = checks.replicatable_scale(answer)
+        verdict = checks.replicatable_scale(answer, None)
         assert not verdict.ok and "reset()" not in verdict.message  # the exercise never asks for reset()
-    assert "no parameter named 'scale'" in checks.replicatable_scale(stub).message
+    assert "no parameter named 'scale'" in checks.replicatable_scale(stub, None).message
 
 
 def test_exercise_2_check_cell_is_found_by_its_tag():
     (cell,) = [c for c in _chapter().cells if "ex2-check" in c.metadata.get("tags", [])]
-    assert 'checks.replicatable_scale(globals().get("Scale", ...))' in cell.source
+    assert 'checks.replicatable_scale(globals().get("Scale", ...), predicted_grad)' in cell.source
+    assert "predicted_grad = ..." in cell.source
 
 
 # --- exercise 3's check ----------------------------------------------------------------------
@@ -466,24 +535,25 @@ def test_exercise_2_check_cell_is_found_by_its_tag():
 
 def test_exercise_3_check_accepts_the_device_major_index_and_slot_0s_views():
     model = story.make_model()
-    outputs = Broadcast.apply(CPU2, *model.parameters())
-    assert outputs[6].data_ptr() != model[2].weight.data_ptr() and torch.equal(outputs[6], model[2].weight)
+    outputs = Broadcast.apply(CPU3, *model.parameters())
+    assert outputs[9].data_ptr() != model[0].bias.data_ptr() and torch.equal(outputs[9], model[0].bias)
     assert [out._base is p for out, p in zip(outputs[:4], model.parameters())] == [True] * 4  # views
     checks.reset()
-    assert checks.broadcast_layout(6, {0, 1, 2, 3}).ok
-    assert checks.broadcast_layout(6, [0, 1, 2, 3], ["cpu"] * 3).ok  # slot 1 starts at 4 whatever the slots
+    assert checks.broadcast_layout(9, {0, 1, 2, 3}).ok  # the exercise: three slots, param_copies[2][1]
+    assert checks.broadcast_layout(6, [0, 1, 2, 3], CPU2, slot=1, tensor=2).ok  # slot 1's 2.weight on two
+    assert not checks.broadcast_layout(9, {0, 1, 2, 3}, CPU2, slot=1, tensor=2).ok
 
 
 @pytest.mark.parametrize(
     "index, shared, problem",
     [
-        (5, {0, 1, 2, 3}, "tensor-major"),
-        (2, {0, 1, 2, 3}, "slot 0"),
-        (7, {0, 1, 2, 3}, "from 1"),
+        (1, {0, 1, 2, 3}, "slot 0"),
+        (10, {0, 1, 2, 3}, "from 1"),
+        (8, {0, 1, 2, 3}, "other tensor"),
         (3, {0, 1, 2, 3}, "index"),
-        (6, set(), "no sharing"),
-        (6, set(range(8)), "all share"),
-        (6, {0}, "shared"),
+        (9, set(), "no sharing"),
+        (9, set(range(12)), "all share"),
+        (9, {0}, "shared"),
     ],
 )
 def test_exercise_3_check_names_the_slip(index, shared, problem):
@@ -494,10 +564,12 @@ def test_exercise_3_check_names_the_slip(index, shared, problem):
 
 def test_exercise_3_check_names_both_slips_when_two_readings_give_one_index():
     checks.reset()
-    # on 3 slots two slips land on 7: tensor-major (2 * 3 + 1), and 6 counted from 1
-    verdict = checks.broadcast_layout(7, {0, 1, 2, 3}, CPU3)
+    # on 3 slots two slips land on 5: tensor-major (1 * 3 + 2), and slot 1's copy (1 * 4 + 1)
+    verdict = checks.broadcast_layout(5, {0, 1, 2, 3})
     assert not verdict.ok and verdict.problem == "tensor-major"
-    assert "device-major" in verdict.message and "counts from 0" in verdict.message  # both explanations
+    assert "device-major" in verdict.message and "slots count from 0" in verdict.message  # both explanations
+    tensor_major = checks.broadcast_layout(5, {0, 1, 2, 3}, CPU2, slot=1, tensor=2)  # 2 * 2 + 1 on two slots
+    assert tensor_major.problem == "tensor-major"
 
 
 def test_exercise_3_check_asks_for_numbers_and_costs_no_hint():
@@ -523,7 +595,7 @@ def test_a_missing_import_is_named_and_costs_no_hint():
     from dpteach.course import checks
 
     checks.reset()
-    verdict = checks.replicatable_scale(_scale_without_import())
+    verdict = checks.replicatable_scale(_scale_without_import(), None)
     assert not verdict.ok and "NameError: SimpleNamespace is not defined — import it" in verdict.message
     assert "from types import SimpleNamespace" in verdict.message  # the line that imports it
     assert "Hint" not in verdict.message and "__init__ takes no argument" not in verdict.message
@@ -531,7 +603,7 @@ def test_a_missing_import_is_named_and_costs_no_hint():
 
 def test_exercise_3_check_cell_is_found_by_its_tag():
     (cell,) = [c for c in _chapter().cells if "ex3-check" in c.metadata.get("tags", [])]
-    assert "checks.broadcast_layout(index, shared, devices)" in cell.source
+    assert 'checks.broadcast_layout(index, shared, ["cpu"] * 3)' in cell.source
 
 
 # --- the chapter's layout: answers after checks, the trap asked before it is shown -------------
@@ -556,7 +628,7 @@ def test_each_exercise_has_its_own_answer_right_after_its_check(n):
 
 
 def test_nothing_before_exercise_1_shows_its_answer():
-    """Exercise 1 asks which objects a replica shares with the original, and the line that shares them."""
+    """Exercise 1 asks which of a replica's dicts are the original's, and the line that shares `members`."""
     cells = _chapter().cells
     line = next(
         s.strip()
@@ -565,7 +637,31 @@ def test_nothing_before_exercise_1_shows_its_answer():
     )
     earlier = [c.source for c in cells[: _tagged_index(cells, "ex1-check")]]
     assert not any(line in s for s in earlier), "the shared-dict line appears before exercise 1 asks for it"
-    assert not any(".members is" in s for s in earlier), "a cell before exercise 1 prints whose members it is"
+    for name in ("_parameters is", "_buffers is", "_modules is"):
+        assert not any(name in s for s in earlier), (
+            f"a cell before exercise 1 shows whether {name} the original's"
+        )
+    check = cells[_tagged_index(cells, "ex1-check")].source
+    assert "getsource" not in check and "print(" not in check, (
+        "exercise 1's cell prints before the check grades"
+    )
+
+
+def test_the_trap_shows_whose_members_slot_1_reads_and_says_why():
+    cells = _chapter().cells
+    at = _tagged_index(cells, "cpu-slots-trap")
+    assert "trap_replica.members is trap_model[0].members" in cells[at].source  # printed, True
+    said = " ".join(DETAILS_RE.sub("", cells[at + 1].source).split())
+    assert "shallow copy" in said and "deep copy" in said  # replicate's replica against the failed attempt's
+    assert "second GPU" in said and "RuntimeError" in said
+
+
+def test_the_rnn_section_follows_the_rule_it_illustrates():
+    cells = _chapter().cells
+    rnn = next(i for i, c in enumerate(cells) if c.cell_type == "code" and "nn.RNN(3, 4" in c.source)
+    assert rnn > _tagged_index(cells, "cpu-slots-trap") + 1, "the RNN cell comes before the rule"
+    told = " ".join(DETAILS_RE.sub("", cells[rnn - 1].source).split())
+    assert "rebuilds the list" in told  # the main path says forward rebuilds it too
 
 
 def test_the_trap_is_predicted_before_it_runs_and_a_rule_follows():
@@ -573,7 +669,7 @@ def test_the_trap_is_predicted_before_it_runs_and_a_rule_follows():
     at = _tagged_index(cells, "cpu-slots-trap")
     asked = cells[at - 1]
     assert asked.cell_type == "markdown" and "Predict" in DETAILS_RE.sub("", asked.source)
-    rule = DETAILS_RE.sub("", cells[at + 1].source)
+    rule = " ".join(DETAILS_RE.sub("", cells[at + 1].source).split())  # line breaks read as spaces
     assert "read each parameter by name" in rule and "rebuilt on every forward" in rule
 
 
@@ -581,4 +677,4 @@ def test_gradients_are_compared_by_one_helper_defined_once():
     code = [c.source for c in _chapter().cells if c.cell_type == "code"]
     assert sum("def assert_grads_match" in s for s in code) == 1
     assert sum("torch.testing.assert_close" in s for s in code) == 1  # only inside the helper
-    assert sum("assert_grads_match(" in s for s in code) >= 5  # its definition and its uses
+    assert sum("assert_grads_match(" in s for s in code) >= 4  # its definition and its uses

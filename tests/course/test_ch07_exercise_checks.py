@@ -187,6 +187,18 @@ def test_exercise_4_accepts_the_worked_answer(slots):
     assert checks.penalty_inside(PenaltyInside, slots).ok
 
 
+def test_exercise_4_refuses_terms_that_are_not_the_chapters_penalty():
+    """A penalty that matches itself across slots but is not penalised_loss's (the square left out)."""
+
+    class Unsquared(PenaltyInside):
+        def forward(self, x):
+            out, terms = super().forward(x)
+            return out, terms.sqrt()  # |norm - 1|: the same under DataParallel as on one device, yet wrong
+
+    found = checks.penalty_inside(Unsquared)
+    assert found.problem == "penalty wrong" and "(grad_x.norm(dim=1) - 1) ** 2" in found.message
+
+
 def test_exercise_4_names_the_slips():
     assert checks.penalty_inside(lambda net: PenaltyInside(net, detach=False)).problem == "no grad"
     assert checks.penalty_inside(lambda net: PenaltyInside(net, mean=True)).problem == "one per replica"
