@@ -434,7 +434,11 @@ def test_the_main_path_names_no_pull_request_and_says_why_the_copies_matter():
     found = [n for m in main for n in re.findall(r"#\d{4,}", m)]
     assert not found, found
     text = " ".join(" ".join(main).split())
-    assert "on every step, while DistributedDataParallel copies the parameters once" in text
+    assert (
+        "every slot but the first (which uses the model itself), every step, while DistributedDataParallel"
+        in text
+    )
+    assert "copies the parameters once, at construction" in text
     assert "(08_real_gpus.ipynb)" in text
 
 
