@@ -65,9 +65,23 @@ def _not_yet(
     return Verdict(False, f"Not yet: {change}\n{label}: {ladder[step - 1]}{more}", problem)
 
 
-def _ladder(exercise: str, hints: Sequence[str], answer: str) -> Callable[[str], Verdict]:
-    """``fail(change)`` for one exercise: each call climbs its hint ladder one rung (see ``_not_yet``)."""
-    return lambda change, problem="": _not_yet(exercise, change, hints, answer, problem)
+_last_slip: dict[str, str] = {}  # the slip a restarting ladder found last, per exercise, in this kernel
+
+
+def _ladder(
+    exercise: str, hints: Sequence[str], answer: str, restart: bool = False
+) -> Callable[..., Verdict]:
+    """``fail(change)`` for one exercise: each call climbs its hint ladder one rung (see ``_not_yet``).
+    ``restart``: a slip other than the one found last starts the hints again from the first, so each kind
+    of mistake gets its own climb from the idea to the answer."""
+
+    def fail(change: str, problem: str = "") -> Verdict:
+        if restart and _last_slip.get(exercise) != problem:
+            _failures.pop(exercise, None)
+        _last_slip[exercise] = problem
+        return _not_yet(exercise, change, hints, answer, problem)
+
+    return fail
 
 
 def _whole_numbers(values: object) -> bool:
@@ -627,22 +641,25 @@ def _one_replica_rewired(
     """One step of chapter 03's forward with step 3's loop given replica 1 alone: the gradients that reach
     each replica's copy of ``0.weight``, and the one that reaches ``model[0].weight``. Uses
     ``torch.autograd.grad``, so no ``.grad`` of ``model`` changes."""
-    from ..parallel_apply import parallel_apply
+    from ..data_parallel import step
     from ..replicate import ReduceAdd, replicate
-    from ..scatter_gather import gather, scatter
     from . import story
 
+    def one_rewired(module, slots, detach=False):  # the chapter's rewire(model, [replicas[1]])
+        replicas = replicate(module, slots, strategy="clone")
+        for name, original in module.named_parameters():
+            module_name, _, key = name.rpartition(".")
+            twin = replicas[1].get_submodule(module_name)
+            (out,) = ReduceAdd.apply(original, twin._parameters[key].detach())
+            del twin._parameters[key]
+            setattr(twin, key, out)
+        return replicas
+
     x, y = story.make_data()
-    replicas = replicate(model, devices, strategy="clone")
-    for name, original in model.named_parameters():  # the chapter's rewire(model, [replicas[1]])
-        module_name, _, key = name.rpartition(".")
-        twin = replicas[1].get_submodule(module_name)
-        (out,) = ReduceAdd.apply(original, twin._parameters[key].detach())
-        del twin._parameters[key]
-        setattr(twin, key, out)
-    outputs = parallel_apply(replicas, [(piece,) for piece in scatter(x, devices)], devices=devices)
-    loss = torch.nn.functional.mse_loss(gather(outputs, devices[0]), y.to(devices[0]))
-    *received, reached = torch.autograd.grad(loss, [r[0].weight for r in replicas] + [model[0].weight])
+    loss_fn = lambda out: torch.nn.functional.mse_loss(out, y.to(devices[0]))  # noqa: E731
+    done = step(model, x.to(devices[0]), devices, strategy=one_rewired, loss_fn=loss_fn, backward=False)
+    copies = [r[0].weight for r in done.replicas]
+    *received, reached = torch.autograd.grad(done.loss, copies + [model[0].weight])
     return list(received), reached
 
 
@@ -818,28 +835,12 @@ def rewire_to_broadcast(
 # ---------------------------------------------------------------- chapter 04 · the Python way
 
 
-_ch04_last: dict[str, str] = {}  # the slip each chapter-04 check found last, in this kernel
-
-
-def _ch04_ladder(exercise: str, hints: Sequence[str], answer: str) -> Callable[..., Verdict]:
-    """``_ladder``, except that a slip other than the one found last starts the hints again from the
-    first: each kind of mistake gets its own climb from the idea to the answer."""
-
-    def fail(change: str, problem: str = "") -> Verdict:
-        if _ch04_last.get(exercise) != problem:
-            _failures.pop(exercise, None)
-        _ch04_last[exercise] = problem
-        return _not_yet(exercise, change, hints, answer, problem)
-
-    return fail
-
-
 def _scale_prediction(predicted_grad: object) -> Verdict | None:
     """Exercise 2's prediction: with ``members`` left alone, the original's ``scale.grad`` stays ``None``.
     A Verdict for a wrong prediction, ``None`` for the right one."""
     if predicted_grad is None:
         return None
-    fail = _ch04_ladder(
+    fail = _ladder(
         "ch04.replicatable_scale.predicted",
         [
             "If load_replica_params leaves self.members alone, which tensor does each replica's forward read?",
@@ -847,6 +848,7 @@ def _scale_prediction(predicted_grad: object) -> Verdict | None:
         ],
         "predicted_grad = None: the replicas' forward reads the clones' own leaves, which have no edge to the "
         "original, so no gradient reaches it and its .grad is never made (the failed attempt again).",
+        restart=True,
     )
     if isinstance(predicted_grad, str) and predicted_grad.strip() == "None":
         return Verdict(False, "Give `predicted_grad` as the object None, without quotes.", "not an answer")
@@ -905,12 +907,13 @@ def replicatable_scale(cls: type | object, predicted_grad: object = ..., devices
         "Start from demos.ReplicatableLinear: which of its lines re-point the members?",
     ]
 
-    fail = _ch04_ladder(
+    fail = _ladder(
         name,
         hints,
         "class Scale(nn.Module, demos.Replicatable), and in load_replica_params(self, tensors): "
         "self._parameters['scale'] = tensors['scale'] and self.members = SimpleNamespace(scale="
         "tensors['scale']). The Answer block above has the whole class.",
+        restart=True,
     )
 
     again = "run the cell that defines Scale and this check again"
@@ -1053,7 +1056,7 @@ def broadcast_layout(
         f"{slot} * {n} = {slot * n}, and {names[tensor]} is tensor {tensor} in it; only slot 0's copies are "
         "views of the model's own tensors."
     )
-    fail = _ch04_ladder(
+    fail = _ladder(
         name,
         [
             "Broadcast's outputs are device-major: every tensor's copy for slot 0, then every tensor's for "
@@ -1062,6 +1065,7 @@ def broadcast_layout(
             "own device, slot 0's, share its storage.",
         ],
         answer,
+        restart=True,
     )
     guess, said = int(index), {int(i) for i in shared}  # type: ignore[call-overload]
     earlier = " and ".join(f"slot {j}" for j in range(slot))  # the slots before the target's
@@ -4530,13 +4534,14 @@ def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
         "_buffers": "`_buffers` is replaced by a copy of its own, which replicate fills with the slot's buffers",
         "_modules": "`_modules` is replaced by a copy of its own, which replicate fills with the slot's submodules",
     }
-    guessed = _ch04_ladder(
+    guessed = _ladder(
         name + ".predicted",
         [
             "A shallow copy copies a container, not what it holds; the method then replaces some containers.",
             "Only what the method leaves as it was after copying the dict stays the original's.",
         ],
         f"predicted = {_names(shared)}.",
+        restart=True,
     )
     if set(predicted) != shared:
         wrong = [reasons[key] for key in names if (key in predicted) != (key in shared)]
@@ -4570,7 +4575,7 @@ def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
         "replica's `members` is the original's SimpleNamespace, so slot 1 computes with the original's tensors; "
         "the registry's three dicts are replaced on the lines after it."
     )
-    fail = _ch04_ladder(
+    fail = _ladder(
         name,
         [
             "Which line copies a container in which `members` sits?",
@@ -4578,6 +4583,7 @@ def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
             "attributes in the object's __dict__.",
         ],
         answer,
+        restart=True,
     )
     if given not in lines:
         return fail(
@@ -4650,7 +4656,7 @@ def tied_weights(tensors_per_slot: int | object, same_copy: bool | object, devic
         "param_indices, a dict from each parameter to its index, so every module holding that parameter gets "
         "the copy at the same index: one tensor per replica, tied as in the model."
     )
-    fail = _ch04_ladder(
+    fail = _ladder(
         name,
         [
             "A tie is one tensor held by two modules. How often does model.parameters() yield it?",
@@ -4658,6 +4664,7 @@ def tied_weights(tensors_per_slot: int | object, same_copy: bool | object, devic
             "parameter's index in that list (param_indices).",
         ],
         answer,
+        restart=True,
     )
     guess = int(tensors_per_slot)  # type: ignore[call-overload]
     if guess != count:
