@@ -3547,7 +3547,9 @@ def reduce_add_inputs(reduce_adds, inputs_each, model, x, slots, ext) -> Verdict
     else:  # the same graph from Python: one ReduceAdd per parameter, one input per replica's copy
         original, _, replica_params = _ch10_python_rewire(model, slots)
         params, note = dict(original.named_parameters()), _PYTHON_TWIN
-    copies = Counter(id(p.grad_fn) for r in replica_params for p in r.values() if p.grad_fn is not None)
+    # the nodes kept in a list while counted: a freed grad_fn wrapper's id can be reused by the next one
+    fns = [p.grad_fn for r in replica_params for p in r.values() if p.grad_fn is not None]
+    copies = Counter(id(fn) for fn in fns)
     nodes, each = len(copies), max(copies.values(), default=0)
     parameters, replicas = len(params), len(replica_params)
     layers = len({key.rsplit(".", 1)[0] for key in params})
