@@ -41,15 +41,15 @@ struct ReduceAdd : public torch::autograd::Node {
   explicit ReduceAdd(const torch::Device& destination_device)
       : destination_device_(destination_device) {}
 
-  std::string name() const override { return "ReduceAdd"; }  // grad_fn's name in Python; libtorch's has none
+  std::string name() const override { return "ReduceAdd"; }  // grad_fn.name() in Python; libtorch's: no override
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& inputs) override {
-    // no double backward: with create_graph=True the incoming gradients require grad (#21144)
+    // no double backward: under create_graph=True an incoming gradient can require grad (#21144)
     TORCH_CHECK(!torch::autograd::compute_requires_grad(inputs),
                 "ReduceAdd can only be used during the backward pass of data parallel.");
     Tensor output;
     for (auto& input : inputs) {
-      if (!input.defined()) continue;  // a replica that got no gradient (the PR assumed none)
+      if (!input.defined()) continue;  // a replica whose forward did not use its copy (the PR assumed none)
       if (!output.defined()) output = torch::zeros_like(input, torch::TensorOptions(destination_device_));
       TORCH_CHECK(input.sizes() == output.sizes(),
                   "All inputs of ReduceAdd must have the same size, but got ", input.sizes(),
@@ -66,8 +66,8 @@ struct ReduceAdd : public torch::autograd::Node {
   torch::Device destination_device_;
 };
 
-// One ReduceAdd per original parameter; each replica's copy becomes one more input of it.
-// libtorch's version is a friend of Module and reads the replicas' parameters_ and children_
+// One ReduceAdd per original parameter (and grad-requiring buffer); each replica's copy's gradient is one input of it.
+// libtorch's version is a friend of Module and reads the replicas' parameters_, buffers_ and children_
 // directly; the public accessors hand out Tensor handles to the same TensorImpls, and
 // set_history changes the TensorImpl, so this needs no friendship. Recurses by child name, as
 // libtorch's does.
@@ -143,7 +143,7 @@ Tensor forward(const ModulePtr& module, const Tensor& x) {  // Module itself has
   return std::dynamic_pointer_cast<torch::nn::SequentialImpl>(module)->forward(x);
 }
 
-// Cloneable::clone(device): a deep copy made under NoGradGuard; each parameter a fresh leaf.
+// Cloneable::clone(device): reset() registers fresh leaf parameters; set_data copies the values in under NoGradGuard.
 std::vector<ModulePtr> clone_replicas(const ModulePtr& model, const std::vector<torch::Device>& devices) {
   std::vector<ModulePtr> replicas;
   for (const auto& device : devices) {
@@ -159,7 +159,7 @@ std::pair<Tensor, Tensor> step(const std::vector<ModulePtr>& replicas, const Ten
   TORCH_CHECK(chunks.size() == replicas.size(), "x has ", x.size(0), " rows: too few for ",
               replicas.size(), " replicas");
   std::vector<Tensor> outputs;
-  for (size_t i = 0; i < replicas.size(); ++i) {  // parallel_apply ran these in threads
+  for (size_t i = 0; i < replicas.size(); ++i) {  // libtorch's parallel_apply: through at::parallel_for
     outputs.push_back(forward(replicas[i], chunks[i].to(devices[i])).to(devices[0]));
   }
   Tensor output = torch::cat(outputs);

@@ -1,11 +1,13 @@
 """Strategy ``"rewire"``: PR #20910's fix, Option One. Clone, then rewire the gradient edges.
 
-After cloning (``clone.py``), every parameter X of the original gets one ``ReduceAdd`` node whose
-next edge is X's gradient accumulator; every replica's copy of X becomes an output of that node
-(its ``grad_fn``). Backward then sums the replicas' gradients onto X's device and hands the sum
-to X. In C++ this was ``autograd::set_history(replica->parameters_[key], grad_fn)``, which
-changed the autograd meta of the shared ``TensorImpl`` so the ``Linear::weight`` member saw it
-too. Python could do the same with a ``Function`` that calls ``ctx.mark_dirty`` on the copies
+After cloning (``clone.py``), every parameter X of the original (and every buffer that requires
+grad) gets one ``ReduceAdd`` node whose next edge is X's gradient accumulator; every replica's copy
+of X becomes an output of that node (its ``grad_fn``). Backward then sums the replicas' gradients
+onto X's device and hands the sum to X. In C++ the node got that edge from
+``grad_fn->set_next_edges(autograd::collect_next_edges(X))``, and each copy became its output through
+``autograd::set_history(replica->parameters_[key], grad_fn)``, which changed the autograd meta of the
+shared ``TensorImpl`` so the ``Linear::weight`` member saw it too. Python could do the same with a
+``Function`` that calls ``ctx.mark_dirty`` on the copies
 (chapter 04's ``ReduceAddInPlace``); this strategy keeps it simpler: the replica gets a new tensor
 object that shares the clone's storage and is the node's output, set by name as ``replicate.py``
 does with ``setattr``: the same graph, for modules that read their tensors by name.

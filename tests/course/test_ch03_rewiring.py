@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import nbformat
 import pytest
 import torch
 from torch import nn
@@ -119,3 +122,66 @@ def test_broadcast_makes_every_copy_in_one_node_whose_backward_sums_per_paramete
     loss.backward()
     for k, original in enumerate(model.parameters()):
         assert torch.allclose(original.grad, received[k] + received[4 + k])  # per parameter, over the slots
+
+
+def test_apply_makes_the_node_before_forward_even_when_no_output_gets_it():
+    """The fold on custom Functions: ``apply`` creates the node (``ctx``) first; grad mode and
+    ``requires_grad`` decide only whether the outputs get it as their ``grad_fn``."""
+    model = story.make_model()
+    copies = [replica[0].weight.detach() for replica in dpteach.replicate(model, CPU2, strategy="clone")]
+    made = len(SpyReduceAdd.seen)
+    with torch.no_grad():
+        outputs = SpyReduceAdd.apply(model[0].weight, *copies)
+    assert len(SpyReduceAdd.seen) == made + 1  # forward was handed a fresh ctx ...
+    assert type(SpyReduceAdd.seen[-1]).__name__ == "SpyReduceAddBackward"  # ... the node's own class
+    assert all(out.grad_fn is None for out in outputs)  # ... that no output carries
+
+
+DATA_PARALLEL_H = (
+    Path(torch.__file__).parent / "include/torch/csrc/api/include/torch/nn/parallel/data_parallel.h"
+)
+
+
+def test_the_cpp_fix_gives_each_node_its_edge_before_set_history_and_rewires_grad_buffers_too():
+    """The fold on the C++ fix, against the installed header: the node's edge to the original comes
+    from set_next_edges(collect_next_edges(...)), then set_history makes each copy its output; grad-
+    requiring buffers get the same, and the function recurses into the children."""
+    source = DATA_PARALLEL_H.read_text()
+    body = source[source.index("void replicate_grad_edges(") :]
+    body = body[: body.index("\nnamespace parallel")]
+    edge = body.index("grad_fn->set_next_edges(autograd::collect_next_edges(*parameter));")
+    assert edge < body.index("autograd::set_history(replicas[i]->parameters_[parameter.key()], grad_fn);")
+    buffers = body.index("if (buffer.value().requires_grad())")
+    assert body.index("grad_fn->set_next_edges(autograd::collect_next_edges(*buffer));") > buffers
+    assert "autograd::set_history(replicas[i]->buffers_[buffer.key()], grad_fn);" in body
+    assert "replicate_grad_edges(*child, child_replicas, devices);" in body
+    fold = next(c.source for c in _chapter_cells() if c.id == "c03-cpp-fold")
+    assert "set_next_edges(autograd::collect_next_edges(*parameter))" in fold and "buffer" in fold
+
+
+def test_rewire_gives_a_buffer_that_requires_grad_its_node_and_leaves_the_others():
+    """As in C++ (and the summary): one node per buffer that requires grad, none for other buffers."""
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 1)
+            self.register_buffer("scale", torch.ones(1, requires_grad=True))
+            self.register_buffer("count", torch.zeros(1))
+
+        def forward(self, x):
+            return self.lin(x) * self.scale
+
+    model = Scaled()
+    replicas = dpteach.replicate(model, CPU2, strategy="rewire")
+    assert [type(r.scale.grad_fn).__name__ for r in replicas] == ["ReduceAddBackward"] * 2
+    assert all(r.count.grad_fn is None for r in replicas)
+    x = torch.randn(4, 2)
+    outputs = dpteach.parallel_apply(replicas, [(p,) for p in dpteach.scatter(x, CPU2)], devices=CPU2)
+    dpteach.gather(outputs, "cpu").sum().backward()
+    assert torch.allclose(model.scale.grad, model.lin(x).sum().detach())  # the sum over both slots
+
+
+def _chapter_cells():
+    chapter = Path(__file__).resolve().parents[2] / "notebooks" / "03_rewiring_gradient_edges.ipynb"
+    return nbformat.read(chapter, as_version=4).cells

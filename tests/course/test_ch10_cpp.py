@@ -433,3 +433,43 @@ def test_every_compiled_cell_says_what_it_skipped_and_why_without_the_module():
     for source in guarded:
         printed = run(source, {"ext": None, "reason": why}).splitlines()
         assert len(printed) == 1 and printed[0].startswith("skipped, ") and printed[0].endswith(why), source
+
+
+def test_the_libtorch_facts_the_folds_and_comments_state_are_in_the_installed_headers():
+    """What the chapter says about libtorch, read from torch's own headers and cpp_extension: the
+    pybind wrapper's error and warning handling, parallel_apply's at::parallel_for, replicate_grad_edges'
+    signature, and what makes a clone's parameter a fresh leaf."""
+    from torch.utils import cpp_extension
+
+    include = Path(torch.__file__).parent / "include" / "torch" / "csrc"
+    exceptions = (include / "Exceptions.h").read_text()
+    wrapper = exceptions[exceptions.index("auto wrap_pybind_function_impl_(") :]
+    wrapper = wrapper[: wrapper.index("\n}\n")]
+    assert "HANDLE_TH_ERRORS" in wrapper and "END_HANDLE_TH_ERRORS_PYBIND" in wrapper
+    assert "_CATCH_GENERIC_ERROR(IndexError, PyExc_IndexError" in exceptions  # torch's classes, mapped
+    assert "torch::PyWarningHandler __enforce_warning_buffer;" in exceptions  # TORCH_WARN -> Python warnings
+    signature = inspect.signature(cpp_extension.load_inline)
+    assert signature.parameters["with_pytorch_error_handling"].default is True
+    assert "torch::wrap_pybind_function({function_name})" in inspect.getsource(cpp_extension)
+
+    api = include / "api" / "include" / "torch" / "nn"
+    data_parallel = (api / "parallel" / "data_parallel.h").read_text()
+    apply_body = data_parallel[data_parallel.index("std::vector<Tensor> parallel_apply(") :]
+    assert "at::parallel_for(" in apply_body[: apply_body.index("\n}\n")]
+    assert (
+        "const std::vector<std::shared_ptr<ModuleType>>& replicas,\n    const std::vector<Device>& devices)"
+        in (data_parallel)
+    )
+    cloneable = (api / "cloneable.h").read_text()
+    assert "NoGradGuard no_grad;" in cloneable and "copy->reset();" in cloneable
+    assert "copy->parameters_[parameter.key()].set_data(data);" in cloneable
+
+    source = cpp.SOURCE.read_text()
+    assert "// libtorch's parallel_apply: through at::parallel_for" in source  # step()'s loop says so
+    folds = " ".join(
+        " ".join(m.split()) for c in cells() for m in re.findall(r"<details>.*?</details>", c.source, re.S)
+    )
+    assert "maps torch's error classes to their matching Python types" in folds
+    assert "passes `TORCH_WARN` on as Python warnings" in folds and "differs mainly in three ways" in folds
+    main = " ".join(" ".join(DETAILS.sub("", c.source).split()) for c in cells() if c.cell_type == "markdown")
+    assert "registers fresh leaf parameters; `set_data` copies the values in under `NoGradGuard`" in main
