@@ -44,10 +44,11 @@ def scrolled(html: str) -> str:
 
 
 def grad_table(lab) -> str:
-    """Each original parameter's ``.grad`` norm under DataParallel, one device's, and each replica's own."""
+    """Each original parameter's ``.grad`` norm under DataParallel, one device's at the same weights (like for
+    like, however far the two runs have parted), and each replica's own."""
     rows = lab.grad_rows()
     slots = len(rows[0].replicas) if rows else 0
-    head = ["parameter", "shape", "one device<br>‖grad‖", "original<br>‖grad‖"]
+    head = ["parameter", "shape", "one device ‖grad‖<br>(same weights)", "original<br>‖grad‖"]
     head += [f"replica {i}<br>own ‖grad‖" for i in range(slots)]
     out = []
     for r in rows:

@@ -6,7 +6,8 @@ static renders use this directly.
     lab = TrainingLab(strategy="clone", slots=2, lr=0.2, steps=60)
     lab.step()                  # one SGD step of both models, then the next step's loss and gradients
     lab.losses, lab.reference_losses
-    lab.grad_rows()             # each original parameter's gradient norm against one device's
+    lab.grad_rows()             # each original parameter's gradient norm against one device's, at the same weights
+    lab.weight_gap()            # how far DataParallel's weights are from the one-device run's
     lab.graph                   # the autograd graph of the current step (dpteach.autograd_graph)
 
 ``losses[k]`` is the loss after ``k`` SGD steps, so ``losses[0]`` is the untrained model's loss
@@ -96,7 +97,7 @@ class GradRow:
 
     name: str
     shape: tuple[int, ...]
-    reference: float  # one device's gradient norm: what the original should get
+    reference: float  # one device's gradient norm at the original's own weights: what the original should get
     original: float | None  # the original's .grad norm under DataParallel; None: .grad is None (the bug)
     replicas: tuple[
         float | None, ...
@@ -158,6 +159,9 @@ class TrainingLab:
         self.x, self.y = x.to(self.devices[0]), y.to(self.devices[0])
         self.model = story.make_model(self.seed).to(self.devices[0])
         self.reference = story.make_model(self.seed).to(self.devices[0])
+        # one device at DataParallel's weights, for the gradient table: like for like even where the two
+        # runs have parted ("clone" never moves; a large learning rate magnifies rounding)
+        self.twin = story.make_model(self.seed).to(self.devices[0])
         self.dp = DataParallel(self.model, self.devices, strategy=self.strategy)
         self.losses: list[float] = []
         self.reference_losses: list[float] = []
@@ -172,7 +176,12 @@ class TrainingLab:
             loss = nn.functional.mse_loss(self.dp(self.x), self.y)
         loss.backward()
         ref_loss = nn.functional.mse_loss(self.reference(self.x), self.y)
-        ref_loss.backward()
+        ref_loss.backward()  # the one-device run's own gradient: its next SGD step
+        with torch.no_grad():
+            for mine, theirs in zip(self.twin.parameters(), self.model.parameters()):
+                mine.copy_(theirs)
+        self.twin.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(self.twin(self.x), self.y).backward()
         self.loss, self.replicas = (
             loss,
             list(replicas),
@@ -206,9 +215,15 @@ class TrainingLab:
                 callback(self)
         return taken
 
+    def weight_gap(self) -> float:
+        """The largest difference between a DataParallel weight and the one-device run's same weight."""
+        pairs = zip(self.model.parameters(), self.reference.parameters())
+        return max((p - q).abs().max().item() for p, q in pairs)
+
     def grad_rows(self) -> list[GradRow]:
-        """Every original parameter's gradient norm, one device's, and each replica's own (read after backward)."""
-        ref = dict(self.reference.named_parameters())
+        """Every original parameter's gradient norm, one device's at the same weights, and each replica's own
+        (read after backward): like for like at every step, whatever the two runs' weights have become."""
+        ref = dict(self.twin.named_parameters())
         rows = []
         for name, p in self.model.named_parameters():
             replicas = tuple(own_grad_norm(tensor_at(r, name)) for r in self.replicas)
@@ -256,3 +271,38 @@ class TrainingLab:
 
     def __repr__(self) -> str:
         return f"<TrainingLab strategy={self.strategy!r} slots={self.slots} lr={self.lr}: {self.status()}>"
+
+
+class DriftTable:
+    """Section 1a's table of two runs that drift apart: every step up to ``every_to``, then only the steps
+    where something first happens. Each run's events are its own (``DataParallel inf``, ``one device nan``),
+    so a run that overflows a step later than the other is said at its own step."""
+
+    HEAD = "step  DataParallel  one device    weight gap  gradients at the same weights"
+
+    def __init__(self, every_to: int = 10):
+        self.every_to, self.rows, self.seen = every_to, [], set()
+
+    def add(self, step: int, dp: float, one: float, gap: float, grads: list[GradRow]) -> list[str]:
+        """One step: both losses, the weight gap, the gradient rows; returns the events that first happen here."""
+        events = {
+            "losses 1% apart": abs(dp - one) > 0.01 * abs(one),
+            "DataParallel inf": math.isinf(dp),
+            "one device inf": math.isinf(one),
+            "DataParallel nan": math.isnan(dp),
+            "one device nan": math.isnan(one),
+        }
+        new = [name for name, now in events.items() if now and name not in self.seen]
+        self.seen.update(new)
+        numbers = [r.reference for r in grads] + [r.original for r in grads if r.original is not None]
+        if not all(math.isfinite(v) for v in numbers):
+            verdict = "not finite"
+        else:
+            verdict = "agree" if all(r.matches for r in grads) else "DIFFER"
+        if step <= self.every_to or new:
+            note = f"  <- first: {', '.join(new)}" if new else ""
+            self.rows.append(f"{step:4d}  {dp:<12.6g}  {one:<12.6g}  {gap:<10.1e}  {verdict}{note}")
+        return new
+
+    def lines(self) -> list[str]:
+        return [self.HEAD, *self.rows]

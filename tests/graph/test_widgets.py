@@ -211,9 +211,13 @@ def test_the_off_axis_note_names_the_steps_each_line_leaves_at():
     assert 0 < apart < inf and abs(lab.losses[apart - 1] / lab.reference_losses[apart - 1] - 1) <= 0.01
     (mark,) = re.findall(r'<text class="mark"[^>]*>([^<]*)</text>', svg)
     assert mark == f"from step {apart} the losses differ by over 1%"  # it names what it measures
-    # the status line's DIFFER measures gradient norms, by its own tolerance, and says which
+    # the status line compares gradient norms at the same weights, by its own tolerance, and says which:
+    # DataParallel's agree even where the runs' weights have parted; a gradient made 1% off differs
     short = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=10)
     short.run()
+    assert short.weight_gap() > 1
+    assert short.status().endswith("gradient norms agree with one device's (relative gap ≤ 1e-4)")
+    short.model[0].weight.grad.mul_(1.01)
     assert short.status().endswith("gradient norms DIFFER from one device's (relative gap > 1e-4)")
     calm = TrainingLab("rewire", slots=2, lr=0.2, steps=60)
     calm.run()  # a run that learns keeps its linear axis and has no mark
