@@ -2104,9 +2104,9 @@ def dp_and_ddp_bytes(
     the backward alone), ``"dp slot 0"`` (slot 0 given a model copy too), ``"dp buffers"`` (the buffers
     left out); for DDP ``"ddp 2P"`` (the ``(n - 1)/n`` left out), ``"ddp one pass"`` (one of the ring's
     two passes), ``"ddp all ranks"`` (the sum over the ranks), ``"ddp buffers"`` (the buffers counted
-    into the all-reduce); ``"megabytes"`` (a figure in MB), ``"swapped"`` (the two answers the other way
-    round); ``"dp"`` / ``"ddp"`` (wrong, no usual slip). The hints climb the ladder, the answer from the
-    third failed try on.
+    into the all-reduce), ``"ddp broadcast"`` (rank 0's buffer broadcast, ``(n - 1)·B``, added to it);
+    ``"megabytes"`` (a figure in MB), ``"swapped"`` (the two answers the other way round); ``"dp"`` /
+    ``"ddp"`` (wrong, no usual slip). The hints climb the ladder, the answer from the third failed try on.
     """
     from .. import comm
     from ..measure import costs
@@ -2196,6 +2196,12 @@ def dp_and_ddp_bytes(
             2 * (n - 1) / n * (P + B),
             "ddp buffers",
             "leave B out of ddp_per_rank: the all-reduce carries the gradients only, one per parameter",
+        ),
+        (
+            per_rank + (n - 1) * B,
+            "ddp broadcast",
+            "leave the buffer broadcast out of ddp_per_rank: the exercise asks for the all-reduce alone. "
+            "Rank 0 broadcasts the buffers, (N - 1)·B, before each forward in a collective of its own",
         ),
     ]
     found, said = [], []

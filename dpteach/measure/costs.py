@@ -166,9 +166,9 @@ def copy_per_tensor(tensors: Sequence[torch.Tensor], device) -> list[torch.Tenso
 def copy_coalesced(
     tensors: Sequence[torch.Tensor], device, buffer_size: int = comm.BUFFER_SIZE
 ) -> list[torch.Tensor]:
-    """Copy tensors in flat buckets of at most ``buffer_size`` bytes: per bucket one local ``"pack"``
-    pass (flattening) and one ``"coalesced"`` copy. A bucket of one contiguous tensor needs no pack:
-    torch's flatten returns it as a view.
+    """Copy tensors in flat buckets of up to ``buffer_size`` bytes (a larger tensor is a bucket of its
+    own, never split): per bucket one local ``"pack"`` pass (flattening) and one ``"coalesced"`` copy. A
+    bucket of one contiguous tensor needs no pack: torch's flatten returns it as a view.
 
     ``torch.cuda.comm.broadcast_coalesced`` does this between GPUs (10 MiB buckets): fewer, larger
     copies, paid for by flattening first (one more pass over the data).

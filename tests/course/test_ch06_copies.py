@@ -306,11 +306,12 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
     assert f"7·{gpt2:,} = {(n - 1) * gpt2:,} bytes" in answer6
 
 
-def test_the_clone_then_to_section_rests_on_counts_and_keeps_the_modelled_cost_in_its_fold():
-    """The section shows the counts alone: no timing figure and no modelled figure on its main path. Its
-    Going-deeper block gives the extra clone's modelled share of the .to's time between GPUs (a clone
-    reads and writes at mem_bw, the .to crosses the link once), the range over the GPU profiles with the
-    two bandwidths of each end, all derived here from gpus.json and the cost model."""
+def test_the_clone_then_to_section_rests_on_counts_and_gives_one_modelled_bound():
+    """The section's cells count; no cell times or models. Its main path gives one modelled number, the
+    most the extra clone adds to the .to's time between GPUs (a third: no profile, on all its links or
+    fewer, goes above it), labelled modelled. Its Going-deeper block derives it (a clone reads and writes
+    at mem_bw, the .to crosses the link once): the range over the GPU profiles with the two bandwidths of
+    each end, and two V100s joined by one link, all derived here from gpus.json and the cost model."""
     import json
 
     assert not any(
@@ -322,10 +323,18 @@ def test_the_clone_then_to_section_rests_on_counts_and_keeps_the_modelled_cost_i
     at = CELLS.index(tagged("clone-then-to-counts"))
     after = CELLS[at + 1]
     main = " ".join(DETAILS.sub(" ", after.source).split())
-    assert "modelled" not in main.lower() and "another device the old line copies twice" in main
+    assert "another device the old line copies twice" in main
+    assert "Modelled, the extra clone adds at most a third of the `.to`'s time between GPUs" in main
     (fold,) = DETAILS.findall(after.source)
     fold = " ".join(fold.split())
     gpus = json.loads((ROOT / "dpteach" / "measure" / "data" / "gpus.json").read_text())["gpus"]
+    profiles = [costmodel._gpu(name) for name in gpus]
+    fewer = [g.with_links(k) for g in profiles if g.links for k in range(1, g.links + 1)]
+    shares = [costmodel.clone_over_to(g) for g in profiles + fewer]
+    assert max(shares) == pytest.approx(1 / 3)  # "at most a third", and a third is reached
+    one_link = costmodel.clone_over_to(costmodel._gpu("V100-SXM2").with_links(1))
+    assert f"two V100s joined by one link (25 GB/s, `GPU.with_links(1)`) give {one_link:.3f}" in fold
+    assert "all six of its NVLink links at once" in fold and "#20995's description" in fold
     expected = sorted((2 * g["link_bw"] / g["mem_bw"], name) for name, g in gpus.items())
     for name, g in gpus.items():
         assert costmodel.clone_over_to(name) == 2 * g["link_bw"] / g["mem_bw"]
@@ -391,6 +400,16 @@ def test_the_gathered_output_is_counted_beside_the_model_and_no_time_is_modelled
         and "the logits alone still weigh over six and a half times" in why
     )
     assert "`use_cache` on" in why and "[Chapter 08](08_real_gpus.ipynb)" in why
+    # on the cell's N GPUs all but GPU 0's own piece crosses into GPU 0: more than the model traffic
+    n, P, B = scope["N"], scope["P_gpt"], scope["B_gpt"]
+    into_gpu0, model_traffic = (n - 1) / n * work.output_bytes, (n - 1) * (2 * P + B)
+    assert into_gpu0 > model_traffic
+    assert (
+        f"on {n} GPUs {into_gpu0 / 1e9:.1f} GB of it crosses into GPU 0, against the "
+        f"{model_traffic / 1e9:.1f} GB of model copies and gradients above" in printed
+    )
+    assert f"on {n} GPUs the ¾ of it that crosses into GPU 0 outweighs the model copies and gradients" in why
+    assert "it grows with the batch, `P` does not" in why
     code = "\n".join(c.source for c in CELLS if c.cell_type == "code")
     assert "costmodel.predict" not in code  # time is chapter 08's: here bytes only
     before = " ".join(CELLS[at - 1].source.split())
@@ -450,6 +469,56 @@ def test_2n_minus_1_is_stated_where_it_is_counted():
         i for i, c in enumerate(CELLS) if c.cell_type == "markdown" and "2N − 1" in DETAILS.sub(" ", c.source)
     )
     assert first == at - 1, first
+
+
+def test_the_rule_names_ddps_buffer_broadcast_as_torch_decides_it():
+    """The rule's bullets count DDP's buffer broadcast, (N - 1)·B, under broadcast_buffers=True, and the
+    cell adds it. The installed torch does so: before forward, when the model has buffers and
+    forward_sync_buffers (broadcast_buffers' new name) is on, and only after a forward that synced
+    gradients; the fold above says each condition."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    at = CELLS.index(tagged("model-your-size"))
+    rule = " ".join(DETAILS.sub(" ", CELLS[at - 1].source).split())
+    assert "DDP's buffer broadcast from rank 0 before each forward, `(N − 1)·B`" in rule
+    assert "`broadcast_buffers=True` (2.13: `forward_sync_buffers`), the default" in rule
+    assert "(N - 1) * B_gpt" in CELLS[at].source
+    will = " ".join(inspect.getsource(DDP.will_sync_module_buffers).split())
+    assert "self.require_forward_param_sync and self.forward_sync_buffers" in will
+    assert "len(self.modules_buffers) > 0" in will
+    assert "self._sync_buffers()" in inspect.getsource(DDP._pre_forward)
+    assert "return self.forward_sync_buffers" in inspect.getsource(DDP.broadcast_buffers.fget)
+    post = " ".join(inspect.getsource(DDP._post_forward).split())
+    assert (
+        "if torch.is_grad_enabled() and self.require_backward_grad_sync: self.require_forward_param_sync = True"
+        in post
+    )
+    fold = " ".join(DETAILS.findall(CELLS[CELLS.index(tagged("replicate-counts")) + 1].source)[0].split())
+    for said in (
+        "`forward_sync_buffers` is on",
+        "`require_forward_param_sync`",
+        "`no_sync()`",
+        "`torch.no_grad()`",
+    ):
+        assert said in fold, said
+
+
+def test_a_bucket_never_splits_a_tensor_as_the_fold_says():
+    """torch's Python bucketing and dpteach's put a tensor over the limit in a bucket of its own; the
+    section says "about 10 MiB", not "at most", and the fold says why."""
+    from torch._utils import _take_tensors
+
+    from dpteach import comm
+
+    small, big = torch.zeros(256), torch.zeros(4096)  # 1 KiB, 16 KiB; a 4 KiB limit
+    assert [len(b) for b in _take_tensors([small, big, small], 4096)] == [1, 1, 1]
+    assert comm._buckets([small, big, small], 4096) == [[0], [1], [2]]
+    text = CELLS[CELLS.index(tagged("coalesce-counts")) - 1].source
+    assert "buckets of about 10 MiB" in " ".join(text.split()) and "at most" not in text
+    fold = " ".join(DETAILS.findall(CELLS[CELLS.index(tagged("meta-counts")) + 1].source)[0].split())
+    assert "None splits a tensor" in fold and "a tensor over 10 MiB makes a bucket over 10 MiB" in fold
 
 
 def test_dp_beside_ddp_comes_after_the_copies_it_sums_up():
@@ -541,6 +610,10 @@ def test_meta_is_explained_where_it_is_first_used():
     assert "torch later dropped the clone" in text
     fold = " ".join(CELLS[CELLS.index(tagged("clone-then-to-counts")) + 1].source.split())
     assert "mrshenli removed the clone in PR #20995" in fold
+    # CountCopies, the counter the next cell uses, is introduced here, beside traffic(), before that cell
+    first = next(i for i, c in enumerate(CELLS) if "CountCopies" in c.source)
+    assert first == at and CELLS[at + 1] is tagged("clone-then-to-counts")
+    assert "`costs.CountCopies` lists every copy torch runs; `traffic()` records only dpteach's" in text
     with costs.CountCopies() as counted:  # .to("meta") runs a copy, so it is counted as one onto a GPU
         torch.ones(3).to("meta")
     assert counted.copies == ["_to_copy"]
@@ -555,7 +628,7 @@ def test_one_device_backward_copies_nothing_and_the_text_says_why():
         assert all("reduce_add" not in t.by_op() for t in scope["traffic"].values())
     text = " ".join(DETAILS.sub(" ", CELLS[CELLS.index(tagged("step-bytes")) + 1].source).split())
     assert "Backward copied nothing" in text and "an add, not a copy" in text
-    assert '`"rewire"` and `"broadcast"` first move them onto GPU 0, `(N − 1)·P`' in text
+    assert '`"rewire"` and `"broadcast"` sum them into GPU 0, `(N − 1)·P`' in text
     summary = next(c.source for c in CELLS if c.source.startswith("## Summary"))
     assert "none in backward" in " ".join(summary.split())
 

@@ -353,6 +353,8 @@ def test_dp_and_ddp_bytes_names_each_slip(batchnorm):
     if B:  # with buffers: left out of DataParallel's copies, or counted into DDP's all-reduce
         said[((n - 1) * 2 * P, per_rank)] = "dp buffers"
         said[(dp, 2 * (n - 1) / n * (P + B))] = "ddp buffers"
+        # rank 0's broadcast of the buffers before forward, (n - 1)·B, added to the all-reduce
+        said[(dp, per_rank + (n - 1) * B)] = "ddp broadcast"
     for (dp_guess, ddp_guess), problem in said.items():
         checks.reset()
         verdict = checks.dp_and_ddp_bytes(dp_guess, ddp_guess, model, n)
