@@ -103,6 +103,7 @@ __all__ = [
     "draw_over_n",
     "breakdown",
     "against_one",
+    "gap",
     "clone_over_to",
     "LANE_LABELS",
 ]
@@ -878,6 +879,66 @@ def against_one(work: Workload, gpu: GPU | str = "A100-SXM", n: int = 4, **optio
             f"  {f'{strategy} on {n} GPUs':<22}{step.total_s * 1e6:8.0f} µs  "
             f"{plain.total_s / step.total_s:.2f}x one GPU's speed"
         )
+    return "\n".join(lines)
+
+
+# what each of DataParallel's parts beyond the compute moves, and where: gap()'s row labels
+GAP_ROWS = {
+    "scatter": "scatter: the batch out of GPU 0",
+    "replicate": "replicate: the model out of GPU 0",
+    "python": "Python thread starts",
+    "gather": "gather: the outputs onto GPU 0",
+    "scatter grad": "scatter grad: out of GPU 0",
+    "flatten": "flatten: on each GPU, side by side",
+    "reduce": "reduce: the gradients onto GPU 0",
+}
+
+
+def _compute(pred: Prediction) -> float:
+    """One GPU's forward and backward in ``pred``: the compute every GPU does, side by side."""
+    return sum(p.seconds for p in pred.parts if p.lane == "GPU 0" and p.name in ("forward", "backward"))
+
+
+def gap(dp: Prediction, ddp: Prediction) -> str:
+    """Where DataParallel's modelled step spends the time DDP's does not, part by part.
+
+    Each step is its compute (one GPU's forward and backward: both wrappers give each GPU the same
+    rows) plus what keeps it going beyond that. For DataParallel that is every part of the step's path
+    outside the compute, in step order (:data:`GAP_ROWS`): the copies to and from GPU 0, the thread
+    starts (one after another), the flatten (side by side on every GPU, so counted once). For DDP it
+    is the time its all-reduces add after backward. The two differences make the steps' gap."""
+    if (dp.strategy, ddp.strategy) != STRATEGIES or (dp.gpu.name, dp.n) != (ddp.gpu.name, ddp.n):
+        raise ValueError("gap takes DataParallel's prediction, then DDP's, on the same GPUs")
+    ms = dp.total_s >= 1e-3  # the unit that keeps the rows readable: ms for a real model, µs for a toy
+    scale, unit = (1e3, "ms") if ms else (1e6, "µs")
+    seconds: dict[str, float] = {}
+    for p in dp.parts:
+        key = "python" if p.lane == "python" else p.name
+        if key in GAP_ROWS and p.lane in ("link", "python", "GPU 0"):  # GPU 0's flatten: one of n alike
+            seconds[key] = seconds.get(key, 0.0) + p.seconds
+    starts = [p.seconds for p in dp.parts if p.lane == "python"]
+    rows = dict(GAP_ROWS)
+    if starts:
+        each = (
+            f"{len(starts)}, assumed {max(starts) * scale:g} {unit} each" if max(starts) else "assumed free"
+        )
+        rows["python"] += f" ({each})"
+    beyond_dp, beyond_ddp = dp.total_s - _compute(dp), ddp.total_s - _compute(ddp)
+    width = max(len(row) for row in rows.values()) + 2
+    fmt = ".1f" if ms else ".0f"
+    lines = [
+        f"DataParallel's step over DDP's, {label(dp)}, {dp.n} GPUs:",
+        f"  {'compute, each GPU (both wrappers)':<{width}}{_compute(dp) * scale:8{fmt}} {unit}",
+        "  DataParallel, beyond that:",
+    ]
+    lines += [
+        f"    {rows[k]:<{width - 2}}{seconds[k] * scale:8{fmt}} {unit}" for k in GAP_ROWS if k in seconds
+    ]
+    lines += [
+        f"  {'  in all':<{width}}{beyond_dp * scale:8{fmt}} {unit}",
+        f"  {'DDP, its all-reduces after backward':<{width}}{beyond_ddp * scale:8{fmt}} {unit}",
+        f"  {'DataParallel over DDP':<{width}}{(dp.total_s - ddp.total_s) * scale:8{fmt}} {unit}",
+    ]
     return "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .costmodel import GPU, GPUS, STRATEGY_COLOURS, Workload, large_workload, predict
+from .costmodel import GPU, GPUS, STRATEGY_COLOURS, Workload, gap, large_workload, predict
 
 __all__ = [
     "Measurement",
@@ -33,6 +33,7 @@ __all__ = [
     "table",
     "pair_ratio",
     "pair_table",
+    "pair_gap",
     "ratios",
     "measured",
     "figure",
@@ -348,6 +349,22 @@ def pair_table(pair: list[Measurement], latency: bool = False) -> str:
     lines.append(f"  DataParallel's step / DDP's: measured {measured:.3f}, modelled {modelled:.3f}")
     lines.append(f"  ({dp.figure})")
     return "\n".join(lines)
+
+
+def pair_gap(measurements: list[Measurement], latency: bool = False) -> str:
+    """For each DataParallel-and-DDP pair: where the model puts DataParallel's extra time, part by part
+    (``costmodel.gap``), then the gap the pair measured; ``latency``: NCCL's latency per message in."""
+    blocks = []
+    for dp, ddp in pairs(measurements).values():
+        [(n, dp_s)], [(_, ddp_s)] = dp.points, ddp.points
+        steps = [predict(m.work_at(n), m.profile_at(n), n, m.strategy, latency=latency) for m in (dp, ddp)]
+        text = gap(*steps)
+        label = f"  {'DataParallel over DDP, measured':<{len(text.splitlines()[-1]) - len(' ms') - 10}}"
+        per = f"{dp.batch} per GPU" if dp.scaling == "weak" else f"{dp.batch} in all"
+        blocks.append(
+            f"{dp.model.split(',')[0]}, batch {per}, the published pair:\n{text}\n{label}{(dp_s - ddp_s) * 1e3:8.1f} ms"
+        )
+    return "\n".join(blocks)
 
 
 def ratios(measurements: list[Measurement], latency: bool = False) -> str:
