@@ -79,7 +79,11 @@ def _ladder(
         if restart and _last_slip.get(exercise) != problem:
             _failures.pop(exercise, None)
         _last_slip[exercise] = problem
-        return _not_yet(exercise, change, hints, answer, problem)
+        verdict = _not_yet(exercise, change, hints, answer, problem)
+        if not restart:
+            return verdict
+        same_kind = verdict.message.replace("each wrong try brings", "each wrong try of the same kind brings")
+        return Verdict(verdict.ok, same_kind, verdict.problem)
 
     return fail
 
@@ -1061,8 +1065,7 @@ def broadcast_layout(
         [
             "Broadcast's outputs are device-major: every tensor's copy for slot 0, then every tensor's for "
             "slot 1, and so on; replicate.py cuts them into slices of len(tensors).",
-            f"The model has {n} tensors, so param_copies[j] starts at output j * {n}; only copies on the model's "
-            "own device, slot 0's, share its storage.",
+            f"The model has {n} tensors, so param_copies[j] starts at output j * {n}.",
         ],
         answer,
         restart=True,
@@ -1117,7 +1120,19 @@ def broadcast_layout(
             )
         else:
             problem, why = "shared", "every copy of slot 0 shares the model's storage, and no later slot's"
-        return fail(f"the index is right, but {why}. Change `shared`.", problem)
+        storage = _ladder(
+            name + ".shared",
+            [
+                "A Function that returns one of its inputs unmodified hands back a view of it: which slot's "
+                "copies are Broadcast's inputs themselves?",
+                "Slot 0 is the model's own device, so its copies are views of the model's tensors (outputs[i]._base "
+                "is the tensor); every later slot gets new tensors, even on the same device.",
+            ],
+            answer,
+            restart=True,
+        )
+        return storage(f"the index is right, but {why}. Change `shared`.", problem)
+    _failures.pop(name + ".shared", None)
     return _correct(name, f"index = {truth}, shared = {sharing}.")
 
 
@@ -4491,7 +4506,7 @@ def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verd
     )
 
 
-# ---------------------------------------------------------------- chapter 04 · the Python way, exercises 1 and 4
+# ---------------------------------------------------------------- chapter 04 · the Python way, exercises 1, 4 and 5
 
 
 def _names(keys: set) -> str:
@@ -4500,10 +4515,10 @@ def _names(keys: set) -> str:
 
 
 def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
-    """Exercise 1: ``predicted``, the names among ``members``, ``_parameters``, ``_buffers`` and ``_modules``
-    that in ``dpteach.replicate(cpp_model, devices)[1][0]`` are ``cpp_model[0]``'s own objects; ``line``,
-    one line of ``nn.Module._replicate_for_data_parallel`` (as torch has it here), the one that makes
-    ``replicas[1][0].members is model[0].members``.
+    """Exercise 1: ``predicted``, the names among ``_parameters``, ``_buffers`` and ``_modules`` that in
+    ``dpteach.replicate(cpp_model, devices)[1][0]`` are ``cpp_model[0]``'s own objects (none: ``set()``);
+    ``line``, one line of ``nn.Module._replicate_for_data_parallel`` (as torch has it here), the one that
+    makes ``replicas[1][0].members is model[0].members``, which the chapter's trap cell prints above.
 
     Both are read live (a C++-style model replicated by ``dpteach.replicate``, the installed torch's
     source). The prediction is graded first, and only a right one brings the source to read the line
@@ -4520,24 +4535,35 @@ def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
     from . import demos, story
 
     name = "ch04.shallow_copy_line"
-    names = ("members", "_parameters", "_buffers", "_modules")
+    names = ("_parameters", "_buffers", "_modules")
     if _unset(predicted):
         return Verdict(
             False,
-            'Set `predicted` to the names you expect to be the original\'s own objects, e.g. {"_buffers"}, '
-            "then run again.",
+            'Set `predicted` to the registry dicts you expect to be the original\'s own objects, e.g. {"_buffers"}, '
+            "or set() for none; then run again.",
+        )
+    if isinstance(predicted, dict) and not predicted:
+        return Verdict(
+            False, "Not yet: `{}` is an empty dict in Python; write set() for none of them.", "not an answer"
+        )
+    if isinstance(predicted, (set, frozenset, list, tuple)) and "members" in predicted:
+        return Verdict(
+            False,
+            "Not yet: `members` is settled, the trap cell printed that slot 1's is the original's; put only names "
+            "from _parameters, _buffers and _modules in `predicted`.",
+            "not an answer",
         )
     if not isinstance(predicted, (set, frozenset, list, tuple)) or not all(n in names for n in predicted):
         return Verdict(
             False,
-            f'Give `predicted` as a set of names from {", ".join(names)}, e.g. {{"_buffers"}}, not {predicted!r}.',
+            f'Give `predicted` as a set of names from {", ".join(names)}, e.g. {{"_buffers"}}, or set(), not '
+            f"{predicted!r}.",
             "not an answer",
         )
     model = demos.cpp_style(story.make_model())
     replica, own = replicate(model, ["cpu", "cpu"])[1][0], model[0]
     shared = {key for key in names if getattr(replica, key) is getattr(own, key)}
     reasons = {
-        "members": "`members` is a plain attribute, and the replica's is the original's own SimpleNamespace",
         "_parameters": "`_parameters` is replaced by a new, empty dict (replicate then sets each copy by name)",
         "_buffers": "`_buffers` is replaced by a copy of its own, which replicate fills with the slot's buffers",
         "_modules": "`_modules` is replaced by a copy of its own, which replicate fills with the slot's submodules",
@@ -4565,15 +4591,15 @@ def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
     source = inspect.getsource(nn.Module._replicate_for_data_parallel)
     lines = [code(s) for s in source.splitlines() if s.strip() and not s.strip().startswith("#")]
     right = (
-        f"Your prediction is right: {_names(shared)}. "
-        + "; ".join(reasons[key] for key in sorted(shared))
+        f"Your prediction is right: predicted = {_names(shared)}. "
+        + "; ".join(reasons[k] for k in names)
         + ". "
     )
     if _unset(line) or not isinstance(line, str) or not line.strip():
         return Verdict(
             False,
             right
-            + "Now set `line` to the line below that shares it, as a string, and run again:\n\n"
+            + "Now set `line` to the line below that shares `members`, as a string, and run again:\n\n"
             + source,
         )
     given = code(line)
@@ -4692,9 +4718,182 @@ def tied_weights(tensors_per_slot: int | object, same_copy: bool | object, devic
         problem, why = slips.get(guess, ("count", f"{guess} is too {'many' if guess > count else 'few'}"))
         return fail(f"{why}. Change `tensors_per_slot`.", problem)
     if same_copy != tied:
-        return fail(
-            f"the count is right, but replicas[1][0].weight is replicas[1][1].weight is {tied}: both modules "
-            "look up the same parameter, so they get the same copy. Change `same_copy`.",
+        copies = _ladder(
+            name + ".same",
+            [
+                "A tie is one tensor held by two modules: does replicate hand them one copy of it, or two?",
+                "replicate hands each module the copy at its parameter's index (param_indices), and a.weight "
+                "and b.weight are one parameter, with one index.",
+            ],
+            answer,
+            restart=True,
+        )
+        return copies(
+            "the count is right, but not `same_copy`: ask whether the replica's two modules hold one copy of "
+            "the tied weight or two. Change `same_copy`.",
             "untied",
         )
+    _failures.pop(name + ".same", None)
     return _correct(name, answer)
+
+
+def _slot_error(module, devices: Sequence, x: torch.Tensor) -> BaseException | None:
+    """The error one forward of ``module``'s replicas on ``devices`` raises, or ``None``. No gather: a
+    ``meta`` slot's output has no data to copy back."""
+    from ..parallel_apply import parallel_apply
+    from ..replicate import replicate
+    from ..scatter_gather import scatter
+
+    try:
+        pieces = [(p,) for p in scatter(x, list(devices))]
+        parallel_apply(replicate(module, list(devices)), pieces, devices=list(devices))
+    except Exception as err:  # the learner's forward, re-raised from its slot's thread
+        return err
+    return None
+
+
+def _reaches(fn, name: str) -> bool:
+    """Whether the autograd graph behind ``fn`` holds a node of type ``name``."""
+    seen, todo = set(), [fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if type(node).__name__ == name:
+            return True
+        todo.extend(next_fn for next_fn, _ in node.next_functions)
+    return False
+
+
+def kept_handle(raises: bool | object, forward: Callable | object, cls: type) -> Verdict:
+    """Exercise 5: ``raises``, whether ``cls``'s own forward (``Cached``: an ``nn.Linear`` at ``self.lin``,
+    its tensors also kept in the list ``self.cache``, which forward reads) raises on slots
+    ``["cpu", "meta"]``; ``forward(self, x)``, the learner's forward for ``cls``, which must read the
+    parameters by name.
+
+    Both are read live: ``cls``'s replicas run on ``["cpu", "meta"]``, and so do those of ``cls`` with the
+    learner's ``forward``, which must also compute ``cls``'s function and, on two CPU slots, give slot 1 an
+    output that comes from the broadcast copies. Findings (``Verdict.problem``): ``"predicted"``,
+    ``"forward raised"``, ``"forward"`` (another function), ``"kept handle"`` (still raises on ``meta``),
+    ``"not the copies"`` (slot 1's output reaches no ``BroadcastBackward`` node).
+    """
+    import torch.nn.functional as F
+
+    from ..parallel_apply import parallel_apply
+    from ..replicate import replicate
+    from ..scatter_gather import scatter
+
+    name, slots = "ch04.kept_handle", ("cpu", "meta")
+    again = "run this cell again"
+    if _unset(raises):
+        return Verdict(
+            False,
+            'Set `raises` to True or False first: does Cached\'s own forward raise on slots ["cpu", "meta"]? '
+            "Then run this cell again.",
+        )
+    if not isinstance(raises, bool):
+        return Verdict(False, f"Set `raises` to True or False (no quotes), not {raises!r}.", "not an answer")
+    torch.manual_seed(0)
+    x = torch.randn(4, 3)
+    error = _slot_error(cls(), slots, x)
+    truth = error is not None
+    said = str(error).strip().splitlines()[-1] if error else ""
+    guessed = _ladder(
+        name + ".raises",
+        [
+            "replicate makes each replica a shallow copy of the module: which attributes get slot 1's copies, "
+            "and which stay the original's own objects?",
+            "Slot 1's `lin` holds slot 1's copies under their names; `cache` is a plain list, the original's "
+            "own, holding the original's CPU tensors, while slot 1's piece of the batch sits on meta.",
+        ],
+        f"raises = {truth}: "
+        + (f"slot 1's forward stops with `{said}`" if truth else "no slot raises")
+        + ".",
+        restart=True,
+    )
+    if raises != truth:
+        why = (
+            "False would mean that slot 1's forward finds tensors on its own device: ask which tensors "
+            "self.cache holds on slot 1's replica"
+            if truth
+            else "True would mean that a slot's forward raised, and none did"
+        )
+        return guessed(f"{why}. Change `raises`.", "predicted")
+    _failures.pop(name + ".raises", None)
+    right = f"Your prediction is right: raises = {truth}" + (f" (slot 1: `{said}`)" if truth else "") + ". "
+    ask = "Now write `forward` so that it reads the parameters by name, and run this cell again."
+    if not callable(forward):
+        return Verdict(False, right + ask)
+    fixed = type(cls.__name__, (cls,), {"forward": forward})
+    torch.manual_seed(0)
+    module = fixed()
+    try:
+        out = module(x)
+    except Exception as err:  # the learner's forward: report it, never raise
+        if missing := _missing_name(err, again):
+            return missing
+        out = err
+    if out is None:  # the stub's body, ``...``
+        return Verdict(False, right + ask)
+    fail = _ladder(
+        name,
+        [
+            "A Python replica holds slot 1's copies under the parameters' names, so a lookup by name on every "
+            "call finds them; a handle kept anywhere else is the original's.",
+            "Read the tensors through the submodule, self.lin.weight and self.lin.bias, inside forward (or "
+            "call self.lin(x)).",
+        ],
+        "def forward(self, x): return F.linear(x, self.lin.weight, self.lin.bias). Each call looks the tensors "
+        "up by name, and on a replica that name holds the slot's broadcast copy.",
+        restart=True,
+    )
+    redo = _ladder(
+        name + ".forward",
+        [
+            "Keep Cached's computation, F.linear(x, weight, bias): the exercise changes only where forward "
+            "gets the two tensors.",
+            "lin's two tensors are self.lin.weight and self.lin.bias.",
+        ],
+        "def forward(self, x): return F.linear(x, self.lin.weight, self.lin.bias).",
+        restart=True,
+    )
+    if isinstance(out, BaseException):
+        return redo(
+            f"your forward raised {type(out).__name__}: {out}. Make it return F.linear(x, ...) of x, the "
+            "weight and the bias, read by name.",
+            "forward raised",
+        )
+    want = F.linear(x, module.lin.weight, module.lin.bias)
+    if not (isinstance(out, torch.Tensor) and out.shape == want.shape and torch.allclose(out, want)):
+        return redo(
+            "your forward does not compute what Cached's does, x W^T + b with lin's weight and bias: keep the "
+            "function, change only where it reads the tensors.",
+            "forward",
+        )
+    if (err := _slot_error(module, slots, x)) is not None:
+        if missing := _missing_name(err, again):
+            return missing
+        last = str(err).strip().splitlines()[-1]
+        return fail(
+            f'on slots ["cpu", "meta"] your forward still raises (`{last}`): it reads a handle kept outside '
+            "the registry, which on a replica is the original's. Read self.lin.weight and self.lin.bias "
+            "instead of self.cache.",
+            "kept handle",
+        )
+    two = ["cpu", "cpu"]
+    outputs = parallel_apply(replicate(module, two), [(p,) for p in scatter(x, two)], devices=two)
+    if not _reaches(outputs[1].grad_fn, "BroadcastBackward"):
+        return fail(
+            "on two CPU slots, slot 1's output does not come from its broadcast copies (no BroadcastBackward "
+            "node behind it): your forward reaches the original's tensors some other way. Read "
+            "self.lin.weight and self.lin.bias as they are, without .to(), .detach() or self.cache.",
+            "not the copies",
+        )
+    _failures.pop(name + ".forward", None)
+    return _correct(
+        name,
+        f"raises = {truth}, and your forward runs on both slots: it reads the tensors by name on every call, "
+        "and on each replica those names hold that slot's broadcast copies, whose gradients Broadcast's "
+        "backward sums onto the original.",
+    )

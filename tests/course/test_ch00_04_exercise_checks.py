@@ -230,7 +230,7 @@ def test_chapter_00_exercise_4_has_its_check_cell():
 # ---------------------------------------------------------------- chapter 04, exercise 1
 
 
-SHARED = {"members"}  # of a default replica's members and three registry dicts, the original's own
+SHARED: set[str] = set()  # of a default replica's three registry dicts, the original's own: none
 
 
 def _source_lines():
@@ -284,17 +284,16 @@ def test_shallow_copy_line_shows_the_source_only_after_a_right_prediction():
     assert not right.ok and "Your prediction is right" in right.message and "Now set `line`" in right.message
     assert source in right.message  # the source to take the line from, once the prediction is graded
     checks.reset()
-    wrong = checks.shallow_copy_line(..., {"members", "_buffers"})
+    wrong = checks.shallow_copy_line(..., {"_buffers"})
     assert not wrong.ok and wrong.problem == "predicted" and source not in wrong.message
 
 
 @pytest.mark.parametrize(
     "predicted, says",
     [
-        ({"members", "_buffers"}, "`_buffers` is replaced by a copy of its own"),
-        ({"members", "_parameters"}, "`_parameters` is replaced by a new, empty dict"),
-        ({"members", "_buffers", "_modules"}, "`_modules` is replaced by a copy of its own"),
-        (set(), "`members` is a plain attribute"),
+        ({"_buffers"}, "`_buffers` is replaced by a copy of its own"),
+        ({"_parameters"}, "`_parameters` is replaced by a new, empty dict"),
+        ({"_buffers", "_modules"}, "`_modules` is replaced by a copy of its own"),
     ],
 )
 def test_shallow_copy_line_refuses_a_wrong_prediction_even_with_the_right_line(predicted, says):
@@ -329,6 +328,26 @@ def test_shallow_copy_line_asks_for_a_prediction_first_at_no_cost():
     assert checks.shallow_copy_line(line, list(SHARED)).ok  # a list is read as the set it holds
 
 
+def test_shallow_copy_line_asks_only_what_the_chapter_has_not_printed():
+    """The trap cell prints that slot 1's `members` is the original's: the prediction is about the three dicts."""
+    (line,) = [s for s in _source_lines() if "__dict__" in s]
+    told = checks.shallow_copy_line(line, {"members"})
+    assert not told.ok and "`members` is settled" in told.message and "Hint" not in told.message
+    empty = checks.shallow_copy_line(line, {})  # {} is an empty dict, not the empty set
+    assert not empty.ok and "write set()" in empty.message and "Hint" not in empty.message
+    cell = _tagged("04_the_python_way.ipynb", "ex1-check")
+    assert '"members"' not in cell.split("checks.")[0]  # the stub's names are the registry's three
+
+
+def test_chapter_04_hints_say_that_a_new_kind_of_slip_starts_again():
+    (new,) = [s for s in _source_lines() if "__new__" in s]
+    (flag,) = [s for s in _source_lines() if "_is_replica" in s]
+    first = checks.shallow_copy_line(new, SHARED)
+    other = checks.shallow_copy_line(flag, SHARED)  # another slip: hint 1 again, as the message says
+    assert "Hint 1 of 2" in first.message and "Hint 1 of 2" in other.message
+    assert "each wrong try of the same kind brings the next step" in other.message
+
+
 # ---------------------------------------------------------------- chapter 04, exercise 4
 
 
@@ -349,6 +368,10 @@ def test_tied_weights_names_the_counting_slip(count, problem):
 def test_tied_weights_says_the_copies_are_one_tensor():
     verdict = checks.tied_weights(3, False)
     assert not verdict.ok and verdict.problem == "untied"
+    change, hint = verdict.message.split("Hint 1 of 2: ")
+    assert "is True" not in change  # the change keeps the answer back
+    assert "copy" in hint and "parameters()" not in hint  # a hint about the copy, not about counting
+    assert "param_indices" in checks.tied_weights(3, False).message.split("Hint 2 of 2: ")[1]
     assert "True or False" in checks.tied_weights(3, "yes").message
 
 

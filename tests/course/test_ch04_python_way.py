@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import inspect
 import re
+import types
 import warnings
 from pathlib import Path
 
@@ -614,7 +615,7 @@ def _tagged_index(cells, tag):
     return i
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 def test_each_exercise_has_its_own_answer_right_after_its_check(n):
     cells = _chapter().cells
     at = _tagged_index(cells, f"ex{n}-check")
@@ -669,8 +670,57 @@ def test_the_trap_is_predicted_before_it_runs_and_a_rule_follows():
     at = _tagged_index(cells, "cpu-slots-trap")
     asked = cells[at - 1]
     assert asked.cell_type == "markdown" and "Predict" in DETAILS_RE.sub("", asked.source)
-    rule = " ".join(DETAILS_RE.sub("", cells[at + 1].source).split())  # line breaks read as spaces
+    demo, rule_at = _tagged_index(cells, "handle-kinds"), _tagged_index(cells, "handle-rule")
+    assert at + 1 < demo < rule_at, "the trap, its explanation, the two-handles demo, then the rule"
+    rule = " ".join(DETAILS_RE.sub("", cells[rule_at].source).split())  # line breaks read as spaces
     assert "read each parameter by name" in rule and "rebuilt on every forward" in rule
+    assert "set as an attribute follows" in rule  # the rule is not "keep no handles at all"
+    for kind in ("list", "dict", "namespace", "closure"):
+        assert kind in rule
+
+
+class _Handles(nn.Module):
+    """The rule's cases: a Parameter set as an attribute, and the same tensor in each kind of container."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        weight = self.lin.weight
+        self.w = weight  # Module.__setattr__ registers a Parameter: one more registry entry
+        self.listed, self.keyed = [weight], {"w": weight}
+        self.spaced = types.SimpleNamespace(w=weight)
+        self.closed = lambda x: F.linear(x, weight)
+
+
+def test_a_parameter_attribute_follows_the_replica_and_a_handle_in_a_container_does_not():
+    """The rule's claims, read off a replica: attribute by name follows, list/dict/namespace/closure stay."""
+    original = _Handles()
+    assert "w" in original._parameters  # the attribute went into the registry
+    replica = dpteach.replicate(original, CPU2)[1]
+    assert replica.w is replica.lin.weight and type(replica.w.grad_fn).__name__ == "BroadcastBackward"
+    held = [
+        replica.listed[0],
+        replica.keyed["w"],
+        replica.spaced.w,
+        replica.closed.__closure__[0].cell_contents,
+    ]
+    assert all(t is original.lin.weight for t in held)  # each container is the original's own object
+
+
+def test_the_chapters_handle_demo_prints_both_kinds():
+    cells = _chapter().cells
+    source = cells[_tagged_index(cells, "handle-kinds")].source
+    assert "self.w = self.lin.weight" in source and "self.cache = [self.lin.weight]" in source
+    assert "handles_replica.w is handles_replica.lin.weight" in source
+
+
+def test_cpp_style_linear_keeps_its_members_out_of_the_registry():
+    """Why CppStyleLinear uses a SimpleNamespace: a Parameter attribute would be registered and re-pointed."""
+    layer = demos.CppStyleLinear(3, 2)
+    assert set(layer._parameters) == {"weight", "bias"}  # members added no registry entry
+    assert isinstance(layer.members, types.SimpleNamespace)
+    said = " ".join(next(c.source for c in _chapter().cells if c.id == "c17").split())
+    assert "SimpleNamespace" in said and "Module.__setattr__" in said
 
 
 def test_gradients_are_compared_by_one_helper_defined_once():
@@ -678,3 +728,135 @@ def test_gradients_are_compared_by_one_helper_defined_once():
     assert sum("def assert_grads_match" in s for s in code) == 1
     assert sum("torch.testing.assert_close" in s for s in code) == 1  # only inside the helper
     assert sum("assert_grads_match(" in s for s in code) >= 4  # its definition and its uses
+
+
+# --- exercise 5's check: a handle kept in a list ----------------------------------------------
+
+
+class _Cached(nn.Module):
+    """Exercise 5's module: its nn.Linear's tensors also kept in a list, which forward reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        self.cache = [self.lin.weight, self.lin.bias]
+
+    def forward(self, x):
+        return F.linear(x, self.cache[0], self.cache[1])
+
+
+def _by_name(self, x):
+    return F.linear(x, self.lin.weight, self.lin.bias)
+
+
+def _calls_lin(self, x):
+    return self.lin(x)
+
+
+def _stub(self, x): ...
+
+
+def _moved(self, x):  # around the copies: the original's tensors, moved to the input's device
+    return F.linear(x, self.cache[0].to(x.device), self.cache[1].to(x.device))
+
+
+def _no_bias(self, x):
+    return F.linear(x, self.lin.weight)
+
+
+def _unimported(self, x):
+    return F.linear(x, self.lin.weight, self.lin.bias) * scale  # noqa: F821
+
+
+def test_exercise_5s_module_raises_on_a_meta_slot_and_reading_by_name_runs():
+    """The truth the check reads, on the chapter's own class: the kept list fails on meta, by name runs."""
+    (cell,) = [c for c in _chapter().cells if "ex5-check" in c.metadata.get("tags", [])]
+    assert "self.cache = [self.lin.weight, self.lin.bias]" in cell.source
+    assert "checks.kept_handle(raises, forward, Cached)" in cell.source
+    assert "raises = ..." in cell.source and "def forward(self, x):\n    ..." in cell.source
+    x = torch.randn(4, 3)
+    replicas = dpteach.replicate(_Cached(), ["cpu", "meta"])
+    assert replicas[1].cache is replicas[0].cache  # the shallow copy shares the list
+    with pytest.raises(RuntimeError, match="not on the expected device meta"):
+        dpteach.parallel_apply(
+            replicas, [(p,) for p in dpteach.scatter(x, ["cpu", "meta"])], devices=["cpu", "meta"]
+        )
+    fixed = type("Cached", (_Cached,), {"forward": _by_name})()
+    out = dpteach.parallel_apply(
+        dpteach.replicate(fixed, ["cpu", "meta"]),
+        [(p,) for p in dpteach.scatter(x, ["cpu", "meta"])],
+        devices=["cpu", "meta"],
+    )
+    assert out[1].device.type == "meta"
+
+
+@pytest.mark.parametrize("forward", [_by_name, _calls_lin])
+def test_exercise_5_check_accepts_the_worked_answer(forward):
+    checks.reset()
+    verdict = checks.kept_handle(True, forward, _Cached)
+    assert verdict.ok and verdict.message.startswith("Correct!")
+
+
+def test_exercise_5_grades_the_prediction_first_and_asks_for_a_bool_at_no_cost():
+    checks.reset()
+    assert checks.kept_handle(..., _stub, _Cached).message.startswith("Set `raises`")
+    assert "True or False (no quotes)" in checks.kept_handle("True", _stub, _Cached).message
+    wrong = checks.kept_handle(False, _by_name, _Cached)  # a right forward cannot rescue the prediction
+    assert not wrong.ok and wrong.problem == "predicted" and "Change `raises`" in wrong.message
+    assert "Hint 1 of 2" in wrong.message and "raises = True" not in wrong.message  # no answer yet
+    checks.kept_handle(False, _by_name, _Cached)
+    third = checks.kept_handle(False, _by_name, _Cached)
+    assert "The answer: raises = True" in third.message
+
+
+def test_exercise_5_right_prediction_with_the_stub_asks_for_forward_at_no_cost():
+    checks.reset()
+    verdict = checks.kept_handle(True, _stub, _Cached)
+    assert not verdict.ok and "Your prediction is right" in verdict.message and "Hint" not in verdict.message
+    assert "not on the expected device meta" in verdict.message  # what slot 1 raised, read live
+
+
+@pytest.mark.parametrize(
+    "forward, problem, says",
+    [
+        (_Cached.forward, "kept handle", "instead of self.cache"),
+        (_moved, "not the copies", "no BroadcastBackward node"),
+        (_no_bias, "forward", "does not compute what Cached's does"),
+    ],
+)
+def test_exercise_5_check_says_what_to_change(forward, problem, says):
+    checks.reset()
+    verdict = checks.kept_handle(True, forward, _Cached)
+    assert not verdict.ok and verdict.problem == problem and says in verdict.message.split("Hint")[0]
+    assert "Hint 1 of 2" in verdict.message
+    assert "each wrong try of the same kind brings the next step" in verdict.message
+
+
+def test_exercise_5_a_wrong_function_gets_hints_about_the_function_not_the_handles():
+    checks.reset()
+    verdict = checks.kept_handle(True, _no_bias, _Cached)
+    hint = verdict.message.split("Hint 1 of 2: ")[1]
+    assert "F.linear(x, weight, bias)" in hint and "handle" not in hint
+
+
+def test_exercise_5_a_missing_name_costs_no_hint():
+    checks.reset()
+    verdict = checks.kept_handle(True, _unimported, _Cached)
+    assert (
+        not verdict.ok
+        and "NameError: scale is not defined" in verdict.message
+        and "Hint" not in verdict.message
+    )
+
+
+# --- exercise 3: a wrong `shared` gets hints about storage --------------------------------------
+
+
+def test_exercise_3_a_wrong_shared_gets_hints_about_views_not_layout():
+    checks.reset()
+    first = checks.broadcast_layout(9, {0})
+    second = checks.broadcast_layout(9, {0})
+    assert "Hint 1 of 2: A Function that returns one of its inputs unmodified" in first.message
+    assert "Hint 2 of 2: Slot 0 is the model's own device" in second.message
+    assert "device-major" not in first.message + second.message  # the layout hints are for `index`
+    assert checks.broadcast_layout(9, {0, 1, 2, 3}).ok
