@@ -2293,23 +2293,37 @@ def _same(given: object, want: Sequence[torch.Tensor]) -> bool:
     )
 
 
-def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, net, x, y, moved: object) -> Verdict:
+def hvp_linear(
+    hv1: object, hv2: object, hv_sum: object, v1, v2, net, x, y, moved: object, broadcast_bytes: object = ...
+) -> Verdict:
     """Exercise 2: ``hv1``, ``hv2`` and ``hv_sum`` are H v1, H v2 and H(v1 + v2), taken through ``net``, a
     DataParallel model, inside the ``traffic()`` block ``moved``; the check takes them on one device, on a copy
     of ``net.module``, compares, and asks ``moved`` whether all three forwards and second backwards broadcast.
+    ``broadcast_bytes`` is the learner's prediction of ``moved.by_op()["broadcast"]``: each product broadcasts
+    the parameters in its forward and ``v`` in its second backward, each to every slot but slot 0.
 
     Findings (``Verdict.problem``): ``"joined lists"`` (``v1 + v2`` on two lists joins them, so zip stops at
     v1: the sum gives H v1), ``"joined results"`` (``hv1 + hv2``, the lists joined, given as ``hv_sum``),
     ``"swapped"``, ``"hv1"`` / ``"hv2"`` / ``"hv_sum"`` (that one wrong), ``"hand-summed"`` (``hv_sum`` is
     ``hv1 + hv2`` added tensor by tensor, which assumes the linearity to be checked), ``"one device"`` (the
-    meter saw too few broadcasts: some product was taken on the model itself), ``"no meter"``,
-    ``"not an answer"``.
+    meter saw too few broadcasts: some product was taken on the model itself), ``"extra"`` (more than three
+    products inside the meter), ``"no meter"``, ``"not an answer"``; for the prediction, ``"forward only"``
+    (half the bytes: the second backward's broadcast, or the slots, left out), ``"slot 0"`` (a copy onto
+    slot 0 counted), ``"one product"``, ``"bytes"`` (another number).
     """
     import copy
 
     from ..comm import Traffic
 
     name = "ch07.hvp_linear"
+    if _unset(broadcast_bytes):
+        return Verdict(
+            False, "Predict first: set broadcast_bytes to a number of bytes, then take the products."
+        )
+    if malformed := _malformed(
+        (not _count(broadcast_bytes), f"broadcast_bytes is a whole number of bytes (got {broadcast_bytes!r})")
+    ):
+        return malformed
     if _unset(hv1, hv2, hv_sum):
         return Verdict(False, "Set hv1, hv2 and hv_sum, then run this cell again.")
     if not isinstance(moved, Traffic):
@@ -2397,11 +2411,50 @@ def hvp_linear(hv1: object, hv2: object, hv_sum: object, v1, v2, net, x, y, move
             "DataParallel model, as hessian_vector_product's first argument, not model.",
             "one device",
         )
+    if seen > 3 * 2 * copies:
+        return fail(
+            f"the meter saw {seen // (2 * copies)} products' broadcasts, not three: take only hv1, hv2 and "
+            "hv_sum inside the `with` block, so that the count is theirs.",
+            "extra",
+        )
     gap = max((s - a - b).abs().max().item() for s, a, b in zip(want["hv_sum"], want["hv1"], want["hv2"]))
+    others, size = len(net.device_ids) - 1, copies // (len(net.device_ids) - 1)
+    guess = int(broadcast_bytes)
+    if guess != seen:
+        slips = {
+            seen // 2: (
+                "that is half the meter's count: count every broadcast one product makes",
+                "forward only",
+            ),
+            seen // others * (others + 1): (
+                "slot 0 holds the originals: a broadcast copies only to the other slots",
+                "slot 0",
+            ),
+            seen // 3: ("that is one product's count: the meter counts all three", "one product"),
+        }
+        change, problem = slips.get(
+            guess,
+            (f"the meter saw {'more' if seen > guess else 'fewer'} bytes broadcast than that", "bytes"),
+        )
+        return _ladder(
+            "ch07.hvp_bytes",
+            [
+                "Count the broadcasts of one product: its forward copies the parameters to the slots, and its second backward runs a node the first "
+                "backward recorded. What is that node's backward?",
+                "ReduceAddCoalesced's backward is a Broadcast: the second backward copies v, the parameters' "
+                f"shapes ({size:,} bytes), to each of the {others} slots after slot 0, as the forward copies the "
+                "parameters. Then three products.",
+            ],
+            f"broadcast_bytes = {seen:,}: 3 products × 2 broadcasts (the parameters in the forward, v in the "
+            f"second backward) × {others} slots × {size:,} bytes.",
+        )(f"broadcast_bytes = {guess:,}: {change}.", problem)
+    _failures.pop("ch07.hvp_bytes", None)
     return _correct(
         name,
         f"H(v1 + v2) = H v1 + H v2, to float rounding (largest gap {gap:.1e}), through DataParallel as on one "
-        "device: H v is a matrix times a vector, and the second backward is linear in v.",
+        f"device, and the meter saw {seen:,} bytes broadcast, as you predicted: each product broadcasts the "
+        f"parameters in its forward and v in its second backward (ReduceAddCoalesced's backward is a "
+        f"Broadcast), {size:,} bytes to each of {others} slots.",
         "right",
     )
 
@@ -2560,20 +2613,23 @@ def rewire_refuses(raises: object, devices=("cpu", "cpu")) -> Verdict:
             "A backward runs only the nodes on the paths to what it differentiates by. Which calls record, and "
             "which of those go past ReduceAdd to the parameters? Try each on a fresh loss.",
         ],
-        f"raises = {set(sorted(truth))}: b and d record (create_graph=True) and pass ReduceAdd on the way to "
+        f"raises = {{{', '.join(repr(k) for k in sorted(truth))}}}: b and d record (create_graph=True) and pass ReduceAdd on the way to "
         "the parameters; a records nothing; c differentiates by x_in, and ReduceAdd is on no path to it.",
     )(change, wrong[0])
 
 
-def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
+def penalty_inside(cls: type | object, rewire: object = ..., devices=("cpu", "cpu")) -> Verdict:
     """Exercise 4: ``cls(net)`` wraps ``net`` and its ``forward(x)`` returns ``(output, terms)``, the per-row
     input-gradient penalty terms; the loss is ``F.mse_loss(output, y) + terms.mean()``, one mean after the
-    gather. Compares loss and gradients under ``"broadcast"`` with one device, on ``devices`` and on three
-    slots (256 rows: pieces of 86, 86 and 84, so a mean per replica shows).
+    gather. Compares loss and gradients under ``"broadcast"`` with one device's ``penalised_loss``, on
+    ``devices`` and on three slots (256 rows: pieces of 86, 86 and 84, so a mean per replica shows). ``rewire``
+    is the learner's prediction, asked first: does ``cls`` match one device under ``"rewire"`` too? The check
+    runs ``cls`` under ``"rewire"`` to see.
 
     Findings: ``"no grad"`` (the scattered piece used as it is), ``"no create_graph"`` (the input gradient
     taken without ``create_graph=True``), ``"one per replica"`` (``terms`` averaged inside forward),
-    ``"penalty wrong"`` (one device's loss is not penalised_loss's), ``"differs"``, ``"raised"``, ``"not an answer"``.
+    ``"penalty wrong"`` (one device's loss is not penalised_loss's), ``"differs"``, ``"raised"``,
+    ``"rewire"`` (the prediction wrong), ``"not an answer"``.
     """
     import warnings
 
@@ -2583,19 +2639,27 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
     from . import story
 
     name = "ch07.penalty_inside"
+    if _unset(rewire):
+        return Verdict(
+            False,
+            'Predict first: set rewire to True or False (does it match one device under "rewire" too?), then '
+            "write PenaltyInside.forward.",
+        )
+    if malformed := _malformed((not isinstance(rewire, bool), f"rewire is True or False (got {rewire!r})")):
+        return malformed
     if _unset(cls):
         return Verdict(False, "Define class PenaltyInside first (exercise 4), then run this cell again.")
     fail = _ladder(
         name,
         [
-            "One device averages the penalty over all rows, once; under DataParallel that mean must come after "
-            "the gather, so forward returns one penalty term per row beside its output.",
-            "In forward: x = x.detach().requires_grad_(); out = self.net(x); (grad_x,) = "
-            "torch.autograd.grad(out.sum(), x, create_graph=True); return out, (grad_x.norm(dim=1) - 1) ** 2.",
+            "Two things stand between forward and one device's numbers. The piece each replica gets does not "
+            "require grad, so nothing can be differentiated by it; and one device averages the penalty once, "
+            "over every row of the batch.",
+            "Differentiate by a copy of the piece that requires grad, keep the graph of that first gradient, "
+            "and return each row's term beside the output, not their mean: the mean comes after the gather.",
         ],
-        "class PenaltyInside(nn.Module) holding self.net, whose forward takes the piece as x.detach()."
-        "requires_grad_() and returns (out, (grad_x.norm(dim=1) - 1) ** 2). Yes, it matches one device under "
-        '"broadcast" (and "rewire": its first gradient goes to the input, never through ReduceAdd).',
+        "x = x.detach().requires_grad_(); out = self.net(x); (grad_x,) = torch.autograd.grad(out.sum(), x, "
+        "create_graph=True); return out, (grad_x.norm(dim=1) - 1) ** 2.",
     )
     no_graph = (
         "the penalty terms have no history, so the loss's backward cannot reach the parameters through them "
@@ -2603,20 +2667,31 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
         "create_graph=True): the penalty's gradient is a second backward through that first one."
     )
     x, y = (t.to(devices[0]) for t in story.make_data())
-    runs = {}
-    for label, slots in (("one device", None), ("these slots", list(devices)), ("3 slots", [devices[0]] * 3)):
+
+    def run(module_of, slots, strategy):
+        """The loss and the parameters' gradients of ``cls`` around a fresh model, on one device or under
+        DataParallel; the error it raised instead, if any."""
         model = story.make_model().to(devices[0])
         try:
-            module = cls(model)  # type: ignore[operator]
-            net = module if slots is None else DataParallel(module, slots, strategy="broadcast")
+            module = module_of(model)
+            net = module if slots is None else DataParallel(module, slots, strategy=strategy)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # gather's warning on 0-d outputs: the finding says it
                 out, terms = net(x)
             if isinstance(terms, torch.Tensor) and not terms.requires_grad:
-                return fail(no_graph, "no create_graph")
+                return terms, None, RuntimeError("no history")
             loss = F.mse_loss(out, y) + terms.mean()
             loss.backward()
         except Exception as err:  # the learner's class: report it, never raise
+            return None, None, err
+        return terms, (loss.detach(), [p.grad for p in model.parameters()]), None
+
+    runs = {}
+    for label, slots in (("one device", None), ("these slots", list(devices)), ("3 slots", [devices[0]] * 3)):
+        terms, result, err = run(cls, slots, "broadcast")
+        if err is not None and str(err) == "no history":
+            return fail(no_graph, "no create_graph")
+        if err is not None:
             missing = _missing_name(err, "run the cell that defines PenaltyInside and this check again")
             if missing:
                 return missing
@@ -2645,34 +2720,65 @@ def penalty_inside(cls: type | object, devices=("cpu", "cpu")) -> Verdict:
                 "averaged them. Return the per-row terms; the one mean comes after the gather.",
                 "one per replica",
             )
-        runs[label] = (loss.detach(), [p.grad for p in model.parameters()])
+        runs[label] = result
     expected, grads = runs.pop("one device")
     reference = story.make_model().to(devices[0])  # the chapter's penalised_loss, on one device
     rows = x.clone().requires_grad_(True)
     (grad_x,) = torch.autograd.grad(reference(rows).sum(), rows, create_graph=True)
     wanted = F.mse_loss(reference(rows), y) + ((grad_x.norm(dim=1) - 1) ** 2).mean()
     wanted.backward()
-    if not (
-        torch.allclose(expected, wanted.detach(), rtol=1e-4, atol=1e-6)
-        and _same(grads, [p.grad for p in reference.parameters()])
-    ):
+
+    def same(result) -> bool:
+        loss, found = result
+        return torch.allclose(loss, expected, rtol=1e-4, atol=1e-6) and _same(found, grads)
+
+    if not same((wanted.detach(), [p.grad for p in reference.parameters()])):
         return fail(
             f"on one device your loss is {expected.item():.5f}, penalised_loss's {wanted.item():.5f}: the "
             "terms are not the chapter's penalty. Each row's term is (grad_x.norm(dim=1) - 1) ** 2.",
             "penalty wrong",
         )
-    for label, (loss, found) in runs.items():
-        if not (torch.allclose(loss, expected, rtol=1e-4, atol=1e-6) and _same(found, grads)):
+    for label, result in runs.items():
+        if not same(result):
             return fail(
                 f"on {label} the loss or the gradients differ from one device's: is the penalty averaged once, "
                 "over the whole batch's rows, after the gather?",
                 "differs",
             )
+    _, result, err = run(cls, list(devices), "rewire")  # the prediction's truth, with the learner's class
+    matches = err is None and same(result)
+    if rewire != matches:
+        how = "matches one device" if matches else "does not match one device"
+        return _ladder(
+            "ch07.penalty_rewire",
+            [
+                "ReduceAdd refuses only gradients that require grad, and only a recording backward that passes "
+                "it on the way to the parameters hands it those. Which backward here records, and by what does "
+                "it differentiate?",
+                "The backward inside forward records (create_graph=True) but differentiates by the replica's "
+                "piece of x: does ReduceAdd lie on a path to it? The loss's final backward records nothing.",
+            ],
+            f"rewire = {matches}: "
+            + (
+                "the first gradient goes to each replica's input piece, on no path through ReduceAdd, and the "
+                'final backward is first-order, so "rewire" gives one device\'s loss and gradients, as it did '
+                "for penalised_loss."
+                if matches
+                else f'under "rewire" your PenaltyInside {how}.'
+            ),
+        )(f'your PenaltyInside is right; rewire = {rewire} is not what "rewire" does.', "rewire")
+    _failures.pop("ch07.penalty_rewire", None)
     return _correct(
         name,
         f"the loss ({expected.item():.5f}) and every gradient match one device's on {len(devices)} slots and "
         "on 3: each replica takes its own rows' input gradients, and one mean after the gather is the whole "
-        "batch's. Averaging inside forward would weigh pieces of unequal rows alike (86, 86, 84 on 3 slots).",
+        "batch's. Averaging inside forward would weigh pieces of unequal rows alike (86, 86, 84 on 3 slots). "
+        + (
+            'Under "rewire" it matches too, as you predicted: the first gradient goes to each replica\'s input '
+            "piece, never through ReduceAdd."
+            if matches
+            else 'Under "rewire" it does not, as you predicted.'
+        ),
         "right",
     )
 

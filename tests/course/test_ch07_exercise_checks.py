@@ -1,7 +1,7 @@
 """Chapter 07's exercise checks: ``checks.recorded_nodes`` (Exercise 1, under the first picture: the penalty
-graph's yellow box, read), ``checks.hvp_linear`` (2: H(v1 + v2) = H v1 + H v2 through DataParallel, its meter
-showing DataParallel ran), ``checks.rewire_refuses`` (3: the calls that meet ReduceAdd's check),
-``checks.penalty_inside`` (4: the input-gradient penalty inside forward) and ``checks.second_backwards`` (5: what
+graph's yellow box, read), ``checks.hvp_linear`` (2: H(v1 + v2) = H v1 + H v2 through DataParallel, and a
+prediction of the bytes its meter sees broadcast), ``checks.rewire_refuses`` (3: the calls that meet ReduceAdd's check),
+``checks.penalty_inside`` (4: the input-gradient penalty inside forward, and whether it matches under "rewire") and ``checks.second_backwards`` (5: what
 four second backwards through swapped nodes do). Each accepts the chapter's worked answer, names the usual slip
 (``Verdict.problem``), and gives the answer only from the third failed try; an unset answer costs no hint. Then
 the chapter: each check cell ends on its check, and each exercise has its Answer block.
@@ -22,6 +22,9 @@ from dpteach.course import checks, story
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOTS = ["cpu"] * 2
+PARAMETER_BYTES = 65 * 4  # the course model's float32 parameters
+# three products, each broadcasting the parameters (forward) and v (second backward) to the other slot
+RIGHT_BYTES = 3 * 2 * (len(SLOTS) - 1) * PARAMETER_BYTES
 
 
 pytestmark = pytest.mark.usefixtures("fresh_checks")  # every test starts at hint 1
@@ -58,7 +61,7 @@ def hvp():
     with dpteach.comm.traffic() as moved:  # three products through net, as the exercise's cell takes them
         for v in (v1, v2, v1):
             hv(v)
-    return hv, v1, v2, (v1, v2, net, x, y, moved)
+    return hv, v1, v2, (v1, v2, net, x, y, moved, RIGHT_BYTES)
 
 
 def test_exercise_2_accepts_the_worked_answer(hvp):
@@ -83,14 +86,14 @@ def test_exercise_2_names_the_slips(hvp):
 
 def test_exercise_2_asks_that_the_products_went_through_data_parallel(hvp):
     """Taken on the model itself, H v is right too: the traffic() meter tells the two apart."""
-    hv, v1, v2, (_, _, net, x, y, _) = hvp
+    hv, v1, v2, (_, _, net, x, y, _, _) = hvp
     model = net.module
     with dpteach.comm.traffic() as moved:
         hv1 = hessian_vector_product(model, model, x, y, v1)  # on one device
         hv2, hv_sum = hv(v2), hv([a + b for a, b in zip(v1, v2)])
-    verdict = checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, moved)
+    verdict = checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, moved, RIGHT_BYTES)
     assert verdict.problem == "one device" and "net, the DataParallel model" in verdict.message
-    no_meter = checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, ...)
+    no_meter = checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, ..., RIGHT_BYTES)
     assert no_meter.problem == "no meter" and "dpteach.comm.traffic()" in no_meter.message
     assert "Hint" not in no_meter.message  # a missing meter costs no hint
 
@@ -119,14 +122,58 @@ def test_exercise_2_names_a_hand_summed_hv_sum_when_only_two_products_ran():
     with dpteach.comm.traffic() as moved:
         hv1, hv2 = (hessian_vector_product(net, model, x, y, v) for v in (v1, v2))
         hv_sum = [a + b for a, b in zip(hv1, hv2)]
-    verdict = checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, moved)
+    verdict = checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, moved, RIGHT_BYTES)
     assert verdict.problem == "hand-summed" and "third product" in verdict.message
     assert "not model" not in verdict.message  # the products did go through net
     with dpteach.comm.traffic() as moved:  # a third product, but on the model: now the meter is the slip
         hv_model = hessian_vector_product(model, model, x, y, [a + b for a, b in zip(v1, v2)])
         hv1, hv2 = (hessian_vector_product(net, model, x, y, v) for v in (v1, v2))
-    verdict = checks.hvp_linear(hv1, hv2, hv_model, v1, v2, net, x, y, moved)
+    verdict = checks.hvp_linear(hv1, hv2, hv_model, v1, v2, net, x, y, moved, RIGHT_BYTES)
     assert verdict.problem == "one device" and "2 of the three products" in verdict.message
+
+
+def test_exercise_2_asks_for_the_prediction_first(hvp):
+    """The prediction is set before the products: unset, or not a number, it costs no hint."""
+    hv, v1, v2, rest = hvp
+    unset = checks.hvp_linear(..., ..., ..., *rest[:-1], ...)
+    assert not unset.ok and not unset.problem and "Predict first" in unset.message
+    assert checks.hvp_linear(hv(v1), hv(v2), hv(v1), *rest[:-1], "many").problem == "not an answer"
+
+
+def test_exercise_2_names_the_prediction_slips_on_three_slots():
+    """On the exercise's three slots the meter sees 3 products x 2 broadcasts x 2 slots x 260 bytes; the usual
+    slips (half of that, slot 0 counted, one product) are named, and the hints climb to the answer."""
+    x, y = story.make_data()
+    model = story.make_model()
+    net = dpteach.DataParallel(model, ["cpu"] * 3)
+    g = torch.Generator().manual_seed(1)
+    v1, v2 = ([torch.randn(p.shape, generator=g) for p in model.parameters()] for _ in range(2))
+    with dpteach.comm.traffic() as moved:
+        hv1, hv2 = (hessian_vector_product(net, model, x, y, v) for v in (v1, v2))
+        hv_sum = hessian_vector_product(net, model, x, y, [a + b for a, b in zip(v1, v2)])
+    right = 3 * 2 * 2 * PARAMETER_BYTES
+    assert moved.by_op()["broadcast"] == right == 3120
+    args = (hv1, hv2, hv_sum, v1, v2, net, x, y, moved)
+    verdict = checks.hvp_linear(*args, right)
+    assert verdict.ok and "3,120 bytes broadcast, as you predicted" in verdict.message
+    found = {
+        k: checks.hvp_linear(*args, guess).problem
+        for k, guess in {
+            "forward only": right // 2,
+            "slot 0": 3 * right // 2,
+            "one product": right // 3,
+            "bytes": 2000,
+        }.items()
+    }
+    assert found == {k: k for k in found}
+    messages = three_tries(checks.hvp_linear, *args, right // 2)
+    assert gives_answer_only_at_the_third(messages)
+    assert "260" not in messages[0] and "Broadcast" not in messages[0].split("Hint 1 of 2: ")[1]  # the idea
+    assert "broadcast_bytes = 3,120" in messages[2]
+    with dpteach.comm.traffic() as extra:  # a fourth product inside the meter: the count is no longer theirs
+        for v in (v1, v2, [a + b for a, b in zip(v1, v2)], v1):
+            hessian_vector_product(net, model, x, y, v)
+    assert checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, extra, right).problem == "extra"
 
 
 def test_exercise_2_unset_costs_no_hint_and_the_answer_comes_third(hvp):
@@ -184,7 +231,7 @@ class PenaltyInside(torch.nn.Module):
 
 @pytest.mark.parametrize("slots", [SLOTS, ["cpu"] * 4])
 def test_exercise_4_accepts_the_worked_answer(slots):
-    assert checks.penalty_inside(PenaltyInside, slots).ok
+    assert checks.penalty_inside(PenaltyInside, True, slots).ok
 
 
 def test_exercise_4_refuses_terms_that_are_not_the_chapters_penalty():
@@ -195,16 +242,16 @@ def test_exercise_4_refuses_terms_that_are_not_the_chapters_penalty():
             out, terms = super().forward(x)
             return out, terms.sqrt()  # |norm - 1|: the same under DataParallel as on one device, yet wrong
 
-    found = checks.penalty_inside(Unsquared)
+    found = checks.penalty_inside(Unsquared, True)
     assert found.problem == "penalty wrong" and "(grad_x.norm(dim=1) - 1) ** 2" in found.message
 
 
 def test_exercise_4_names_the_slips():
-    assert checks.penalty_inside(lambda net: PenaltyInside(net, detach=False)).problem == "no grad"
-    assert checks.penalty_inside(lambda net: PenaltyInside(net, mean=True)).problem == "one per replica"
+    assert checks.penalty_inside(lambda net: PenaltyInside(net, detach=False), True).problem == "no grad"
+    assert checks.penalty_inside(lambda net: PenaltyInside(net, mean=True), True).problem == "one per replica"
     for retain in (False, True):  # without create_graph=True: the raw torch error, or a silently lost penalty
         no_graph = checks.penalty_inside(
-            lambda net, r=retain: PenaltyInside(net, create_graph=False, retain=r)
+            lambda net, r=retain: PenaltyInside(net, create_graph=False, retain=r), True
         )
         assert no_graph.problem == "no create_graph" and "create_graph=True" in no_graph.message
 
@@ -212,8 +259,39 @@ def test_exercise_4_names_the_slips():
         def forward(self, x):
             raise NotImplementedError("exercise 4")
 
-    stub = checks.penalty_inside(Stub)
+    stub = checks.penalty_inside(Stub, True)
     assert not stub.ok and not stub.problem and "Write PenaltyInside.forward" in stub.message  # no hint spent
+
+
+def test_exercise_4_asks_the_rewire_prediction_first():
+    """The prediction comes before the class: unset it costs no hint, and not a bool it is named."""
+    unset = checks.penalty_inside(PenaltyInside)
+    assert not unset.ok and not unset.problem and "Predict first" in unset.message
+    assert checks.penalty_inside(PenaltyInside, "yes").problem == "not an answer"
+    assert "Hint" not in checks.penalty_inside(PenaltyInside, "yes").message
+
+
+def test_exercise_4_runs_the_class_under_rewire_for_the_prediction():
+    """The input penalty's first gradient never reaches ReduceAdd: under "rewire" the class matches one device,
+    so rewire = False is the slip, and its hints climb from the idea to the answer."""
+    messages = three_tries(checks.penalty_inside, PenaltyInside, False)
+    assert checks.penalty_inside(PenaltyInside, False).problem == "rewire"
+    assert gives_answer_only_at_the_third(messages)
+    assert "your PenaltyInside is right" in messages[0]
+    assert "rewire = True" not in messages[0] + messages[1] and "rewire = True" in messages[2]
+    right = checks.penalty_inside(PenaltyInside, True)
+    assert right.ok and 'Under "rewire" it matches too' in right.message
+
+
+def test_exercise_4_hints_name_the_idea_before_the_code():
+    class Stub(PenaltyInside):
+        def forward(self, x):
+            return super().forward(x)[0], torch.zeros(len(x), requires_grad=True)  # not the penalty
+
+    first, second, third = three_tries(checks.penalty_inside, Stub, True)
+    hint1 = first.split("Hint 1 of 2: ")[1]
+    assert "detach" not in hint1 and "requires_grad_" not in hint1 and "create_graph" not in hint1
+    assert "x.detach().requires_grad_()" in third  # the code comes with the answer
 
 
 def test_exercise_4_a_mean_per_replica_differs_only_where_pieces_are_unequal():
@@ -394,9 +472,9 @@ def _cells():
 
 CALLS = {
     "ex1-check": "checks.recorded_nodes(count, makes_grad, penalty_graph)",
-    "ex2-check": "checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, moved)",
+    "ex2-check": "checks.hvp_linear(hv1, hv2, hv_sum, v1, v2, net, x, y, moved, broadcast_bytes)",
     "ex3-check": "checks.rewire_refuses(raises, devices)",
-    "ex4-check": "checks.penalty_inside(PenaltyInside, devices)",
+    "ex4-check": "checks.penalty_inside(PenaltyInside, rewire, devices)",
     "ex5-check": "checks.second_backwards(does, devices)",
 }
 
@@ -409,3 +487,21 @@ def test_each_exercise_has_a_check_cell_then_its_answer():
         assert re.match(rf"<details><summary>Answer {n}</summary>", cells[i + 1].source), tag
         before = cells[i - 1].source if n == 1 else cells[i - 1].source.split("</details>")[-1]
         assert re.search(rf"^{n}\. ", before, re.M), tag  # the question sits just above its check
+
+
+def test_exercise_4_stub_asks_and_does_not_give_the_recipe():
+    """The stub's comments and its raise name what forward returns, not how: the answer is in Answer 4."""
+    cells = _cells()
+    (at,) = [i for i, c in enumerate(cells) if "ex4-check" in c.metadata.get("tags", [])]
+    stub = cells[at].source
+    for recipe in ("detach", "requires_grad_", "create_graph", "norm(dim=1)"):
+        assert recipe not in stub, recipe
+    assert "x.detach().requires_grad_()" in cells[at + 1].source  # Answer 4 has it
+    question = " ".join(cells[at - 1].source.split("</details>")[-1].split())
+    assert "What must `forward` do" in question and '"rewire"' in question
+
+
+def test_exercise_2_cell_runs_on_three_slots_and_asks_a_prediction():
+    cells = _cells()
+    (cell,) = [c for c in cells if "ex2-check" in c.metadata.get("tags", [])]
+    assert "[devices[0]] * 3" in cell.source and "broadcast_bytes = ...  # predict first" in cell.source
