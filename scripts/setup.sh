@@ -7,7 +7,8 @@
 #     without it `python3 -m venv` fails, so it is installed here too, or set-up stops and says how to.
 #  2. .venv: PyTorch 2.13.0 (TORCH_SPEC; on Linux without an NVIDIA GPU the CPU build, from PyTorch's
 #     CPU index), then dpteach with the `lab` extra (JupyterLab, ipywidgets 8, ninja), and for `test`
-#     also the `test`, `e2e` and `book` extras.
+#     also the `test`, `e2e` and `book` extras; for `test`, .venv-colab too (scripts/colab_like.sh:
+#     ipywidgets 7, for tests/graph/test_widgets.py), when it is missing or out of date.
 # It prints one line per step; the two large downloads (PyTorch, then JupyterLab and the rest) show
 # pip's own progress, so a first run that takes minutes is never silent.
 set -euo pipefail
@@ -90,4 +91,12 @@ step "[4/5] dpteach and its [$EXTRAS] extras (JupyterLab, ipywidgets, ...)"
 .venv/bin/python -m pip install -e ".[$EXTRAS]"
 step "[5/5] the python3 kernel of .venv for Jupyter"
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+if [ "$WHAT" = test ]; then
+  # tests/graph/test_widgets.py runs itself again under ipywidgets 7 in .venv-colab; building it here
+  # keeps the build out of the test run (the test still builds it when it is missing). The same
+  # command as the test's, so the environment it finds is up to date; PYTHON is the script's own choice.
+  echo "setup ($WHAT) and the Colab-like .venv-colab (ipywidgets 7) for the widget tests: scripts/colab_like.sh"
+  env -u PYTHON DPTEACH_TORCH_FROM=.venv/bin/python scripts/colab_like.sh ||
+    echo "setup: .venv-colab could not be built (offline?): test_widgets_under_ipywidgets_7 will try again, or skip"
+fi
 echo "setup ($WHAT): done ($(.venv/bin/python -c 'import torch, dpteach; print("torch", torch.__version__, "| dpteach", dpteach.__version__)'))"

@@ -42,6 +42,8 @@ from run_notebook import execute  # noqa: E402
 MEMORY_SAMPLED = ("08_real_gpus", "09_beyond_one_process", "10_the_cpp_original")
 FRESH_CPP_CACHE = ("10_the_cpp_original",)
 
+CHAPTER_10 = ROOT / "notebooks" / "10_the_cpp_original.ipynb"
+
 _memo: dict[Path, tuple[nbformat.NotebookNode, float, bool] | BaseException] = {}
 
 
@@ -114,6 +116,32 @@ def executed(path: Path, timeout: int = 240) -> tuple[nbformat.NotebookNode, flo
     return copy.deepcopy(nb), seconds, cached
 
 
+def chapter_10_first(session) -> None:
+    """Run chapter 10 now (or wait for the worker running it) when this session runs it anyway.
+
+    For the tests that load the compiled ``dp_original.cpp`` (``cpp.load()``): chapter 10 compiles it
+    into an empty cache, and :func:`_keep_cpp_builds` moves that build into the usual cache, so the
+    test then imports it instead of compiling the same source a second time. "Anyway" is when the
+    session holds the chapter's headless run, its JupyterLab test or the book; a run of the C++ tests
+    alone compiles for itself, as before, and so does a test whose chapter run failed (the chapter's
+    own test reports that failure). With ``DPTEACH_NB_CACHE=0`` under pytest-xdist a worker does not
+    read another's copy, so the chapter would run once more here: the test compiles instead.
+    """
+    if os.environ.get("DPTEACH_NB_CACHE", "1") == "0" and os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    runs_it = any(
+        item.path.name == "test_book.py"
+        or (
+            CHAPTER_10.name in item.nodeid
+            and item.name.startswith(("test_notebook_executes", "test_chapter_in_jupyterlab"))
+        )
+        for item in session.items
+    )
+    if runs_it:
+        with contextlib.suppress(Exception):
+            executed(CHAPTER_10)
+
+
 def executed_all(paths, timeout: int = 240) -> dict[Path, nbformat.NotebookNode]:
     """``executed(path)[0]`` for every path, run in the order that keeps this worker busy.
 
@@ -165,6 +193,33 @@ def _write(nb: nbformat.NotebookNode, where: Path) -> None:
     os.replace(partial, where)
 
 
+def _keep_cpp_builds(fresh: Path) -> None:
+    """Move what chapter 10 compiled in its empty cache into the usual C++ cache, where missing there.
+
+    ``cpp.load()`` imports a cached ``dp_original.cpp`` binary directly, so the tests that load it
+    (test_cpp.py and the others) then import the chapter's build instead of compiling the same source
+    a second time. Each build folder is moved whole or not at all, and never over one that is there:
+    another worker may be compiling into it at this moment.
+    """
+    from dpteach.cpp import _build
+
+    root = _build.cache_root()
+    for folder in sorted(fresh.glob("torch-*")):
+        if not folder.is_dir() or (root / folder.name).exists():
+            continue
+        for lock in ("lock", "dpteach.lock", "dpteach-baton.lock"):  # lock files of that run, not builds
+            (folder / lock).unlink(missing_ok=True)
+        staged = None
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            staged = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=root))
+            shutil.copytree(folder, staged, dirs_exist_ok=True)
+            os.rename(staged, root / folder.name)
+        except OSError:  # another process made the folder meanwhile, or the cache is not writable
+            if staged is not None:
+                shutil.rmtree(staged, ignore_errors=True)
+
+
 def _execute_or_read(path: Path, timeout: int):
     with _only_one_worker(path):
         return _execute_or_read_unlocked(path, timeout)
@@ -189,6 +244,7 @@ def _execute_or_read_unlocked(path: Path, timeout: int):
     finally:
         _restore(old)
         if cpp_cache:
+            _keep_cpp_builds(Path(cpp_cache))
             shutil.rmtree(cpp_cache, ignore_errors=True)
     nb.metadata["dpteach_executed"] = {"seconds": round(seconds, 1), "key": key}
     CACHE.mkdir(parents=True, exist_ok=True)

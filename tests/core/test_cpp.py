@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from executed import chapter_10_first
 from torch import nn
 from torch.testing import assert_close
 
@@ -27,9 +28,10 @@ DEVICES = ["cpu", "cpu"]
 
 
 @pytest.fixture(scope="module")
-def ext():
+def ext(request):
     if cpp.compiler() is None:
         pytest.skip("no C++ compiler found (install g++ or clang): the C++ chapter's tests need one")
+    chapter_10_first(request.session)  # in the whole suite: load chapter 10's build, not compile again
     module, reason = cpp.load(progress=False)
     assert module is not None, reason  # a compiler is there, so the source must compile
     return module

@@ -16,6 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from executed import chapter_10_first
 from torch import nn
 
 import dpteach
@@ -32,9 +33,10 @@ NOTE = next(n for n, line in enumerate(LINES, 1) if "Note [Replicating Modules]"
 
 
 @pytest.fixture(scope="module")
-def ext():
+def ext(request):
     if cpp.compiler() is None:
         pytest.skip("no C++ compiler found (install g++ or clang): the C++ chapter's tests need one")
+    chapter_10_first(request.session)  # in the whole suite: load chapter 10's build, not compile again
     module, reason = cpp.load(progress=False)
     assert module is not None, reason
     return module
