@@ -217,7 +217,7 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     nothing, which the cell says in words ("0 on CPU slots, P on GPUs"). Its ``gather`` moves the whole
     batch's outputs onto slot 0, not the model. A DDP rank puts its P bytes of gradients into all-reduce
     (counted, one call per bucket); what leaves it is another row, what a ring all-reduce of them sends
-    and receives on each rank, 2(N-1)/N x P (nccl-tests' ``doc/PERFORMANCE.md``), computed rather than
+    and receives on each rank, 2(N-1)P/N, labelled a ring's (nccl-tests' ``doc/PERFORMANCE.md``), computed rather than
     counted, its value a formula. At N = 2 that is P too, so a line under it gives its value at N = 4,
     where the two rows differ. Each copy call count is spelled out: one broadcast per parameter tensor
     per slot after slot 0 ("params": parameter tensors), one gather call per slot's output. A last line
@@ -249,7 +249,7 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
         (
             "gradients sent",
             f"P = {back:,}" if back else "0 on CPU slots, P on GPUs",
-            f"2(N-1)/N x P = {ring(n):,}",
+            f"ring: 2(N-1)P/N = {ring(n):,}",  # a ring all-reduce's count, computed, not measured
         ),
         *([("", "", f"(at N = 4: {ring(4):,})")] if n == 2 else []),
     ]

@@ -60,7 +60,8 @@ def check_uneven_shards(ranks, shards: Sequence[int] | None = None, task: str = 
         return printed + "\n" + problem
     world = 3 if ranks.world_size != 3 else 2
     second = SECOND_SHARDS[world]
-    print(
+    # said in the returned text, between the two splits' tables, so that it reads in the order it ran
+    checking = (
         f"first split correct; checking a second: {' + '.join(map(str, second))} rows on {world} gloo ranks"
     )
     with Ranks(world, "gloo") as other:
@@ -75,7 +76,7 @@ def check_uneven_shards(ranks, shards: Sequence[int] | None = None, task: str = 
             + ". Your loss divides by a number that fits the first split only: build it from "
             "global_batch and dist.get_world_size()."
         )
-    return printed + "\n" + printed_2 + "\n" + verdict
+    return "\n".join([printed, checking, printed_2, verdict])
 
 
 def _run_split(ranks, task: str, shards: list[int]) -> tuple[str, str | None, float | None]:

@@ -485,21 +485,35 @@ def _step_times(hiddens, depth, global_batch, repeats, warmup, device) -> dict:
     return medians
 
 
-def extra_step(on_rank: int = 0, steps: int = 2, global_batch: int = 8, join: bool = False) -> int:
+def extra_step(
+    on_rank: int = 0, steps: int = 2, global_batch: int = 8, join: bool = False, gradients: bool = False
+) -> int | dict:
     """Every rank runs ``steps`` DDP backwards, rank ``on_rank`` one more, as with one batch more.
 
     That extra backward all-reduces a bucket no other rank sends: it waits until the process group's
     timeout, unless the launcher stops it first. ``join=True`` wraps the loop in ``ddp.join()``, whose
     docstring promises to "shadow" the forward and backward passes of ranks still running with the
-    collectives they wait for, so every rank returns. Each rank returns the steps it ran.
+    collectives they wait for, so every rank returns. Each rank returns the steps it ran; with
+    ``gradients=True``, a dict of those ``steps``, the gradients of its ``last`` backward, and its
+    ``own``: the same model's gradient of its rows' mean loss on this rank alone, with no all-reduce.
+    Under ``join`` the joined ranks put zeros into the extra step's all-reduce and DDP still divides by
+    the starting world size (``divide_by_initial_world_size=True``), so rank ``on_rank``'s ``last`` is
+    its ``own`` over the world size.
     """
     ddp = wrap(make_model())
     x, y = local_shard(global_batch, 0)
     runs = steps + (dist.get_rank() == on_rank)
     with ddp.join() if join else contextlib.nullcontext():
         for _ in range(runs):
+            ddp.zero_grad()  # each step's gradient on its own, as a training loop has it
             loss_fn(ddp(x), y).backward()
-    return runs
+    if not gradients:
+        return runs
+    alone = make_model()
+    alone.load_state_dict(ddp.module.state_dict())  # the same weights, outside DDP: no all-reduce
+    loss_fn(alone(x), y).backward()
+    last = {name: p.grad.cpu() for name, p in ddp.module.named_parameters()}
+    return dict(steps=runs, last=last, own={name: p.grad.cpu() for name, p in alone.named_parameters()})
 
 
 def fail(on_rank: int = 1) -> None:

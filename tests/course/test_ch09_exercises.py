@@ -136,9 +136,14 @@ def test_exercise_1_the_template_edited_in_its_marked_line_passes_the_check(in_a
     assert unedited.splitlines()[-1].startswith("Rows weighed unevenly: ")  # the kind of problem, first
     fixed = "    loss = ((ddp(x) - y) ** 2).sum() / (global_batch / dist.get_world_size())"
     path.write_text(source.replace(marked, fixed) + "\n# edited\n")  # another size: a new .pyc
-    assert exercise.check_uneven_shards(ranks, task="my_tasks_ex1:gradients").endswith(
-        "Correct: one device's gradient on every rank, with uneven shards."
-    )
+    capsys.readouterr()
+    passed = exercise.check_uneven_shards(ranks, task="my_tasks_ex1:gradients")
+    assert passed.endswith("Correct: one device's gradient on every rank, with uneven shards.")
+    # one text, in the order it ran: the first split's table, the line naming the second, its table
+    assert capsys.readouterr().out == ""
+    lines = passed.splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("first split correct; checking a second")]
+    assert 0 < at < len(lines) - 2, passed
     for world_size in (2, 3, 4):  # the check's shards must split every world size
         shards = [6, 2] + [4] * (world_size - 2)
         shard_bounds(sum(shards), world_size, shards)  # raises on a bad split

@@ -156,7 +156,11 @@ def test_one_batch_more_on_one_rank_hangs_it_until_the_timeout_and_the_sampler_e
     nb = cells()
     demo = next(c for c in nb if "uneven-batches" in c.metadata.get("tags", []))
     assert '"extra_step"' in demo.source and "timeout=" in demo.source and "except RankTimeout" in demo.source
-    assert "ranks = Ranks(world_size)" in demo.source  # the timeout stops every rank: the chapter goes on
+    # the timeout stops every rank: the chapter goes on with ranks started before the hang, which import
+    # torch while these wait out the timeout
+    lines = demo.source.splitlines()
+    (start,) = [i for i, line in enumerate(lines) if line.startswith("fresh = Ranks(world_size)")]
+    assert start < lines.index("try:") and lines[-1] == "ranks = fresh"
     with Ranks(2, "gloo", timeout=90) as ranks:
         assert ranks.run("extra_step", on_rank=-1, steps=2, echo=False) == [2, 2]  # even counts: no hang
         with pytest.raises(RankTimeout) as info:
@@ -183,6 +187,15 @@ def test_ddp_join_lets_the_rank_with_one_batch_more_finish():
     assert nb.index(hang) < nb.index(joined) < nb.index(sampler) and "join=True" in joined.source
     with Ranks(2, "gloo", timeout=60) as ranks:
         assert ranks.run("extra_step", on_rank=0, steps=2, join=True, echo=False) == [3, 2]
+        ran = ranks.run("extra_step", on_rank=0, steps=2, join=True, gradients=True, echo=False)
+    # rank 0's third step: rank 1 puts zeros into its all-reduce and DDP still multiplies by 1/2
+    # (divide_by_initial_world_size=True), so the step's gradient is half rank 0's own, as the prose says
+    assert [r["steps"] for r in ran] == [3, 2] and "gradients=True" in joined.source
+    for name, own in ran[0]["own"].items():
+        torch.testing.assert_close(ran[0]["last"][name], own / 2, rtol=0, atol=0)
+    prose = " ".join(nb[nb.index(joined) + 1].source.split())
+    assert "cures the hang, not the gradient" in prose and "half rank 0's own gradient" in prose
+    assert "divide_by_initial_world_size=True" in prose  # the default the half comes from, in the fold
 
 
 @pytest.mark.slow  # fresh interpreters importing torch

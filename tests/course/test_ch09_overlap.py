@@ -170,7 +170,7 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     """Two small tables. The bytes one slot or one rank moves in a step, so a learner reads P against P:
     the model into each slot but slot 0 (the column's header says which slots) and the gradients each
     sends (counted), beside what a DDP rank puts into all-reduce (counted) and what a ring all-reduce of
-    it then sends and receives on each rank (computed, 2(N-1)/N x P, a formula; at N = 2, where it
+    it then sends and receives on each rank (computed, 2(N-1)P/N, a ring's formula; at N = 2, where it
     equals what the rank put in, its value at N = 4 on a line under it): two rows with two names, not
     the same bytes counted twice. Then the whole step: the gathered outputs on a row apart, never mixed
     into the model's bytes (the 516 bytes copied on CPU slots), with the rows whose outputs it moves, and
@@ -204,9 +204,10 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     assert table["gradients into all-reduce"] == ["-", "P = 260"]
     # on CPU slots the reduce moves nothing; the cell says that 0 is CPU slots', not DataParallel's
     # everywhere: on separate GPUs each slot sends P, as the 4-GPU count below has it
-    assert table["gradients sent"] == ["0 on CPU slots, P on GPUs", "2(N-1)/N x P = 260"]
+    assert table["gradients sent"] == ["0 on CPU slots, P on GPUs", "ring: 2(N-1)P/N = 260"]
     assert max(len(r) for r in rows) <= 80  # narrow enough for a notebook's output
-    # at N = 2 the ring sends what the rank put in; its value at N = 4, under it, shows the rows differ
+    # at N = 2 the ring sends what the rank put in; its value at N = 4, under it, shows the rows differ;
+    # the formula is named a ring's: gloo and NCCL pick their own algorithms
     under = per_rank[per_rank.index(next(r for r in per_rank if r.startswith("gradients sent"))) + 1]
     assert under.split() == ["(at", "N", "=", "4:", "390)"] and under.startswith(" " * 20)
     assert table["outputs onto slot 0"] == ["256 bytes (all 64 rows)", "0"]  # the whole batch, not per slot
@@ -222,7 +223,7 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     )
     four = compare.traffic_table(gpus, ddp, world_size=4)
     assert re.search(r"gradients into all-reduce\s+-\s+P = 260\n", four)
-    assert re.search(r"gradients sent\s+P = 260\s+2\(N-1\)/N x P = 390\n", four)
+    assert re.search(r"gradients sent\s+P = 260\s+ring: 2\(N-1\)P/N = 390\n", four)
     assert "(at N = 4" not in four  # the formula's own value says it
     assert "broadcast 12 = 4 params x 3 slots" in four and "reduce_add 6 = 2 params x 3 slots" in four
     assert "here" not in four
@@ -298,6 +299,16 @@ def test_the_chapter_shows_the_rebuild_and_checks_the_one_device_losses():
     rebuild = next(c for c in cells if "bucket-rebuild" in c.metadata.get("tags", []))
     # the learner sees the printed cut; its claims are checked in test_ddp_cuts_one_bucket_first_...
     assert "steps=3" in rebuild.source and "rebuild_lines" in rebuild.source
+    # the prediction before it gives the sizes the cut depends on, and they are the task's model's
+    from dpteach.distributed import make_model
+
+    before = " ".join(cells[cells.index(rebuild) - 1].source.split())
+    assert "bucket_cap_mb=0.25" in before and "hidden=256, depth=3" in rebuild.source
+    assert "A 256 by 256 float32 weight is 262,144 bytes, the cap itself" in before
+    assert "the other six tensors, 2 KiB or less" in before
+    sizes = sorted(p.numel() * p.element_size() for p in make_model(256, 3).parameters())
+    assert sizes[-2:] == [262_144, 262_144] == [int(0.25 * 2**20)] * 2  # two weights, each the cap
+    assert len(sizes) - 2 == 6 and max(sizes[:-2]) == 2048
     # the one-device losses are checked against what rank 0 printed under torchrun's main()
     losses = next(c for c in cells if c.cell_type == "code" and "one device, step" in c.source)
     assert "ranks.last_outputs" in losses.source and "assert" in losses.source
