@@ -1763,6 +1763,38 @@ def _not_a_byte_count(predicted) -> Verdict | None:
     return None
 
 
+def width_ratio(ratio: float | object, wide: torch.nn.Module, model: torch.nn.Module) -> Verdict:
+    """Exercise 2's first question: about how many times ``model``'s bytes, ``P + B``, ``wide`` holds (its
+    hidden layers twice as wide). Any answer within 0.15 of the true ratio passes (3.52 for the
+    chapter's two models, so 3.5 does); 2 and 4 each get what they miss."""
+    from ..measure import costs
+
+    name = "ch06.width_ratio"
+    if _unset(ratio):
+        return Verdict(False, "Set ratio to a number, e.g. 3, then run this cell again.")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
+        return Verdict(False, f"Give ratio as a number, e.g. 3, not {ratio!r}.")
+    truth = sum(costs.state_nbytes(wide).values()) / sum(costs.state_nbytes(model).values())
+    said = f"{truth:.2f} times: the first model's P + B grew to wide's."
+    if abs(ratio - truth) <= 0.15:
+        return _correct(name, said)
+    if ratio < truth:
+        change = (
+            f"{ratio:g} is too few. Doubling the width doubles a layer with one side fixed (64 inputs, "
+            "10 outputs, the BatchNorm), but a layer whose both sides double grows with the square."
+        )
+    else:
+        change = (
+            f"{ratio:g} is too many. The square layer quadruples, but the first and last Linears and the "
+            "BatchNorm have one side fixed (64 inputs, 10 outputs), so they only double."
+        )
+    hints = [
+        "Find which layer holds most of the bytes, and how it grows when both its sides double.",
+        "Divide sum(costs.state_nbytes(wide).values()) by the same for model.",
+    ]
+    return _not_yet(name, change, hints, said)
+
+
 def model_copy_bytes(
     predicted: int | object,
     model: torch.nn.Module,

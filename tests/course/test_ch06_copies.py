@@ -256,6 +256,7 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
     buckets, sent = len(tensors) // per_bucket, sum(t.nbytes for t in tensors)
     filled = {
         two: [
+            ("ratio = ...", "ratio = 3.5"),
             ("predicted = ...", "predicted = (len(devices) - 1) * sum(costs.state_nbytes(wide).values())"),
         ],
         three: [
@@ -283,7 +284,9 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
             exec(done, scope)
         printed[stub] = out.getvalue()
     assert all("Correct!" in p for p in printed.values()), printed  # each completed cell's check passes
-    assert "checks.model_copy_bytes(" in two and printed[two].startswith("Correct!")  # (N - 1)(P + B) alone
+    assert "checks.width_ratio(" in two and printed[two].startswith("Correct! 3.52 times")  # about 3.5
+    assert "int64" not in two  # the stub leaves the counter for the check to catch
+    assert "checks.model_copy_bytes(" in two and printed[two].count("Correct!") == 2  # (N - 1)(P + B) alone
     wide = scope["wide"]
     assert f"{(len(scope['devices']) - 1) * sum(costs.state_nbytes(wide).values()):,} bytes" in printed[two]
     assert "'broadcast' the model's own tensors, 'clone' memory of its own" in printed[three]
@@ -307,9 +310,9 @@ def test_the_starter_cells_run_as_given_and_completed_print_the_answers():
 
 
 def test_the_clone_then_to_section_rests_on_counts_and_gives_one_modelled_bound():
-    """The section's cells count; no cell times or models. Its main path gives one modelled number, the
-    most the extra clone adds to the .to's time between GPUs (a third: no profile, on all its links or
-    fewer, goes above it), labelled modelled. Its Going-deeper block derives it (a clone reads and writes
+    """The section's cells count; no cell times or models. Its main path states no modelled share: the
+    Going-deeper block gives the most the extra clone adds to the .to's time between GPUs (a third: no
+    profile, on all its links or fewer, goes above it), and derives it (a clone reads and writes
     at mem_bw, the .to crosses the link once): the range over the GPU profiles with the two bandwidths of
     each end, and two V100s joined by one link, all derived here from gpus.json and the cost model."""
     import json
@@ -324,7 +327,7 @@ def test_the_clone_then_to_section_rests_on_counts_and_gives_one_modelled_bound(
     after = CELLS[at + 1]
     main = " ".join(DETAILS.sub(" ", after.source).split())
     assert "another device the old line copies twice" in main
-    assert "Modelled, the extra clone adds at most a third of the `.to`'s time between GPUs" in main
+    assert "third" not in main and "Modelled" not in main  # the share is the fold's, with its derivation
     (fold,) = DETAILS.findall(after.source)
     fold = " ".join(fold.split())
     gpus = json.loads((ROOT / "dpteach" / "measure" / "data" / "gpus.json").read_text())["gpus"]
@@ -335,6 +338,7 @@ def test_the_clone_then_to_section_rests_on_counts_and_gives_one_modelled_bound(
     one_link = costmodel.clone_over_to(costmodel._gpu("V100-SXM2").with_links(1))
     assert f"two V100s joined by one link (25 GB/s, `GPU.with_links(1)`) give {one_link:.3f}" in fold
     assert "all six of its NVLink links at once" in fold and "#20995's description" in fold
+    assert "so a third is the most any profile reaches" in fold
     expected = sorted((2 * g["link_bw"] / g["mem_bw"], name) for name, g in gpus.items())
     for name, g in gpus.items():
         assert costmodel.clone_over_to(name) == 2 * g["link_bw"] / g["mem_bw"]
@@ -363,16 +367,20 @@ def test_a_model_your_size_is_counted_on_meta():
     params = sum(p.numel() for p in model.parameters())
     assert params == 124_439_808  # GPT2LMHeadModel(GPT2Config()): its output layer shares the token embedding
     size = costs.state_nbytes(model)
-    P, B, n = size["parameters"], size["buffers"], scope["N"]
+    P, B, n = size["parameters"], size["buffers"], scope["N_gpt"]
     lines = printed.splitlines()[1:]  # after the set-up's slots line
     assert lines[0] == f"{params:,} parameters: P = {P / 1e6:,.1f} MB, and B = {B / 1e6:,.1f} MB of buffers"
     data_parallel = " ".join(" ".join(lines[1:3]).split())
-    assert f"{(n - 1) * (P + B) / 1e6:,.1f} MB of model copies (counted)" in data_parallel
-    assert f"+ (N - 1)·P = {(n - 1) * P / 1e6:,.1f} MB of gradients into GPU 0" in data_parallel
+    assert "each copy from or into GPU 0" in data_parallel  # the star dpteach counts, said as such
+    assert f"it sends {(n - 1) * (P + B) / 1e6:,.1f} MB of model copies (counted)" in data_parallel
+    assert f"and receives (N - 1)·P = {(n - 1) * P / 1e6:,.1f} MB of gradients" in data_parallel
     total = (n - 1) * (2 * P + B)
     assert data_parallel.endswith(f"; {total / 1e6:,.1f} MB in all")
     ddp = lines[3]
-    assert f"{total / 1e6:,.1f} MB, {2 * (n - 1) / n * P / 1e6:,.1f} MB from each rank" in ddp
+    assert (
+        f"{total / 1e6:,.1f} MB in all, {2 * (n - 1) / n * P / 1e6:,.1f} MB from each rank, and as much"
+        in ddp
+    )
     assert "(modelled: ring all-reduce)" in ddp
 
 
@@ -401,7 +409,7 @@ def test_the_gathered_output_is_counted_beside_the_model_and_no_time_is_modelled
     )
     assert "`use_cache` on" in why and "[Chapter 08](08_real_gpus.ipynb)" in why
     # on the cell's N GPUs all but GPU 0's own piece crosses into GPU 0: more than the model traffic
-    n, P, B = scope["N"], scope["P_gpt"], scope["B_gpt"]
+    n, P, B = scope["N_gpt"], scope["P_gpt"], scope["B_gpt"]
     into_gpu0, model_traffic = (n - 1) / n * work.output_bytes, (n - 1) * (2 * P + B)
     assert into_gpu0 > model_traffic
     assert (
@@ -453,11 +461,8 @@ def test_the_main_path_names_no_pull_request_and_says_why_the_copies_matter():
     found = [n for m in main for n in re.findall(r"#\d{4,}", m)]
     assert not found, found
     text = " ".join(" ".join(main).split())
-    assert (
-        "every slot but the first (which uses the model itself), every step, while DistributedDataParallel"
-        in text
-    )
-    assert "copies the parameters once, at construction" in text
+    assert "every slot but the first (which uses the model itself), every step" in text
+    assert "DistributedDataParallel copies the parameters once, at construction" in text
     assert "(08_real_gpus.ipynb)" in text
 
 
@@ -484,7 +489,7 @@ def test_the_rule_names_ddps_buffer_broadcast_as_torch_decides_it():
     rule = " ".join(DETAILS.sub(" ", CELLS[at - 1].source).split())
     assert "DDP's buffer broadcast from rank 0 before each forward, `(N − 1)·B`" in rule
     assert "`broadcast_buffers=True` (2.13: `forward_sync_buffers`), the default" in rule
-    assert "(N - 1) * B_gpt" in CELLS[at].source
+    assert "(N_gpt - 1) * B_gpt" in CELLS[at].source
     will = " ".join(inspect.getsource(DDP.will_sync_module_buffers).split())
     assert "self.require_forward_param_sync and self.forward_sync_buffers" in will
     assert "len(self.modules_buffers) > 0" in will
@@ -495,7 +500,7 @@ def test_the_rule_names_ddps_buffer_broadcast_as_torch_decides_it():
         "if torch.is_grad_enabled() and self.require_backward_grad_sync: self.require_forward_param_sync = True"
         in post
     )
-    fold = " ".join(DETAILS.findall(CELLS[CELLS.index(tagged("replicate-counts")) + 1].source)[0].split())
+    fold = " ".join(DETAILS.findall(CELLS[at - 1].source)[0].split())  # under the rule's bullets
     for said in (
         "`forward_sync_buffers` is on",
         "`require_forward_param_sync`",
@@ -634,23 +639,31 @@ def test_one_device_backward_copies_nothing_and_the_text_says_why():
 
 
 def test_the_scaling_lesson_is_on_the_main_path_with_the_counted_numbers():
-    """Where the two wrappers are set side by side, and in the Summary, the text states what GPU 0 carries
-    and what each DDP rank sends on the cell's N GPUs, in bytes and in P, as the counts give them."""
+    """Where the two wrappers are set side by side, and in the Summary, the text compares like with like:
+    what GPU 0 sends (and receives as much) when every copy starts or ends there, against what each DDP
+    rank sends (and receives as much), on the cell's N GPUs, in bytes and in P, as the counts give them.
+    It says the star is dpteach's count, not NCCL's schedule (NCCL's notes bound a broadcast or a
+    reduce by the root's link alone), and names what DataParallel keeps whatever the schedule."""
     scope, printed = run("model-your-size")
-    n, P = scope["N"], scope["P_gpt"]
+    n, P = scope["N_gpt"], scope["P_gpt"]
     assert scope["B_gpt"] == 0  # so (N - 1)·(2P + B) is (N - 1)·2P
-    gpu0, rank = (n - 1) * 2 * P, 2 * (n - 1) / n * P
-    assert f"{gpu0 / 1e6:,.1f} MB in all" in printed and f"{rank / 1e6:,.1f} MB from each rank" in printed
+    total, gpu0, rank = (n - 1) * 2 * P, (n - 1) * P, 2 * (n - 1) / n * P
+    assert f"{total / 1e6:,.1f} MB in all" in printed and f"{rank / 1e6:,.1f} MB from each rank" in printed
+    assert f"it sends {gpu0 / 1e6:,.1f} MB" in printed
     at = CELLS.index(tagged("model-your-size"))
     text = " ".join(DETAILS.sub(" ", CELLS[at + 1].source).split())
+    assert f"on {n} GPUs GPU 0 sends {gpu0 / 1e6:,.1f} MB, `{n - 1}·P`, and receives as much" in text
+    assert "grows with every GPU added" in text
     assert (
-        f"on {n} GPUs {gpu0 / 1e6:,.1f} MB, `{2 * (n - 1)}·P`" in text
-        and "grows with every GPU added" in text
+        f"Each of {n} ranks sends {rank / 1e6:,.1f} MB, `{2 * (n - 1) / n:g}·P`, and receives as much" in text
     )
-    assert f"each of {n} ranks sends {rank / 1e6:,.1f} MB, `{2 * (n - 1) / n:g}·P`" in text
     assert "stays under `2P`" in text and "the batch scattered to the GPUs" in text
+    assert "That star is dpteach's count, not NCCL's schedule" in text
+    assert "bound a broadcast or a reduce by the root's own link" in text
+    assert "copies the model every step" in text
     summary = " ".join(next(c.source for c in CELLS if c.source.startswith("## Summary")).split())
-    assert f"on {n} GPUs `{2 * (n - 1)}·P`, against `{2 * (n - 1) / n:g}·P` from each DDP rank" in summary
+    assert f"on {n} GPUs GPU 0 sends `{n - 1}·P` and receives as much" in summary
+    assert f"against `{2 * (n - 1) / n:g}·P` each way for a DDP rank" in summary
 
 
 def test_the_explorer_text_names_the_model_it_steps():

@@ -35,6 +35,28 @@ def make_model(hidden: int = 256):
     )
 
 
+# ---------------------------------------------------------------- Exercise 2: how much wider, then the bytes
+
+
+def test_width_ratio_passes_about_three_and_a_half_and_says_what_2_and_4_miss():
+    """The ratio of the two models' P + B, derived here (3.52): 3.5 passes; 2 is told that a layer with
+    both sides doubled grows with the square, 4 that the layers with one side fixed only double; an
+    unset or non-number answer asks for a number and costs no try; the third wrong try shows the ratio."""
+    wide, model = make_model(512), make_model(256)
+    truth = sum(costs.state_nbytes(wide).values()) / sum(costs.state_nbytes(model).values())
+    assert round(truth, 2) == 3.52
+    assert checks.width_ratio(3.5, wide, model).ok and checks.width_ratio(round(truth, 2), wide, model).ok
+    assert "Set ratio" in checks.width_ratio(..., wide, model).message
+    assert "as a number" in checks.width_ratio("3.5", wide, model).message
+    two = checks.width_ratio(2, wide, model)
+    assert (
+        not two.ok and "too few" in two.message and "square" in two.message and "Hint 1 of 2" in two.message
+    )
+    four = checks.width_ratio(4, wide, model)
+    assert not four.ok and "too many" in four.message and "only double" in four.message
+    assert "3.52 times" in checks.width_ratio(4, wide, model).message  # the third try gives the ratio
+
+
 # ---------------------------------------------------------------- Exercise 2: the model copies' bytes
 
 
