@@ -4152,7 +4152,8 @@ def one_slot_step(
     reached = all(g is not None for g in grads)
     hints = [  # the idea first; which answer is wrong, and why, only from the second try
         "DataParallel's job is a step; replicate's job is copies. With one device, does a step need a copy?",
-        "Read what DataParallel.forward does when it has one device, then what replicate returns for one.",
+        "Read DataParallel.forward's branch `if len(self.device_ids) == 1` (torch/nn/parallel/data_parallel.py; "
+        "dpteach's four_moves does the same), then what replicate returns for one device.",
     ]
     answer = f"learned = {reached}, is_model = {replica is model}."
     wrong = [
@@ -4161,9 +4162,8 @@ def one_slot_step(
     if wrong and not _failures.get(name):  # two booleans: naming the wrong one would give its answer away
         return _not_yet(
             name,
-            "`learned` or `is_model` (or both) is not what this step shows. Set each from what you read "
-            "in the cell, not from what you expect: print model[0].weight.grad after the backward, and "
-            "`replica is model`.",
+            "`learned` or `is_model` (or both) is not what this step did. To see which, print "
+            "model[0].weight.grad after the backward, and `replica is model`, then change that prediction.",
             hints,
             answer,
             wrong[0],
@@ -4472,6 +4472,74 @@ def summing_order(first_replica: object, sums_last: object, flow) -> Verdict:
         f"replica {first}'s forward ran last, so its nodes carry the highest numbers and run first. The "
         "ReduceAdd nodes, made by replicate before any forward, carry the lowest: each waits until no replica "
         "node is ready, after the last replica node, and then its original's AccumulateGrad runs at once.",
+    )
+
+
+def _losses_part_at(slots: int) -> tuple[int | None, float]:
+    """Section 1a's run on ``slots`` slots: the step whose losses are first 1% apart (None if never), as
+    its DriftTable marks it, and the weight gap after step 1."""
+    from ..widgets.training import DriftTable, TrainingLab
+
+    lab, table = TrainingLab("rewire", slots=slots, lr=10**-0.2, steps=34), DriftTable()
+    parted, first_gap = None, None
+    while not lab.done:
+        lab.step()
+        new = table.add(
+            lab.step_count, lab.losses[-1], lab.reference_losses[-1], lab.weight_gap(), lab.grad_rows()
+        )
+        first_gap = lab.weight_gap() if first_gap is None else first_gap
+        if parted is None and "losses 1% apart" in new:
+            parted = lab.step_count
+    return parted, first_gap
+
+
+def losses_part(parts_on_4: int | None | object, parts_on_1: int | None | object) -> Verdict:
+    """Exercise 5: the first step at which section 1a's two losses (lr 0.631, "rewire") are 1% apart on
+    4 slots (``parts_on_4``) and on 1 slot (``parts_on_1``), None for never. Both runs are made here."""
+    name = "ch12.losses_part"
+    if _unset(parts_on_4, parts_on_1):
+        return Verdict(
+            False, "Set `parts_on_4` and `parts_on_1` to a step number or None, then run the cell again."
+        )
+
+    def bad(v: object) -> bool:
+        return v is not None and (isinstance(v, bool) or not isinstance(v, int))
+
+    if malformed := _malformed(
+        (bad(parts_on_4), f"`parts_on_4` is a step number or None, no quotes (got {parts_on_4!r})"),
+        (bad(parts_on_1), f"`parts_on_1` is a step number or None, no quotes (got {parts_on_1!r})"),
+    ):
+        return malformed
+    (four, four_gap), (two, two_gap), (one, one_gap) = (_losses_part_at(n) for n in (4, 2, 1))
+    hints = [
+        "The runs part because a sum split into pieces rounds differently from one sum. Ask how large that "
+        "first rounding is with more pieces, and whether one slot splits anything.",
+        "Compare step 1's weight gap (lab.weight_gap()) on 2 and on 4 slots; and with one device, recall "
+        "what DataParallel.forward does (exercise 1).",
+    ]
+    answer = f"parts_on_4 = {four}, parts_on_1 = {one}."
+    if parts_on_4 != four:
+        said = "never" if parts_on_4 is None else f"at step {parts_on_4}"
+        two_said = "never" if two is None else f"at step {two}"
+        return _not_yet(
+            name,
+            f"not {said}: step 1's weight gap on 4 slots is {four_gap:.1e}, against {two_gap:.1e} on 2 slots, "
+            f"whose losses part {two_said}, and each step multiplies the gap. Change `parts_on_4`.",
+            hints,
+            answer,
+            "four slots",
+        )
+    if parts_on_1 != one:
+        if one is None:
+            seen = f"on 1 slot the weight gap after step 1 is {one_gap:g}: there is no rounding gap to grow"
+        else:
+            seen = f"on 1 slot the losses part at step {one}"
+        return _not_yet(name, f"{seen}. Change `parts_on_1`.", hints, answer, "one slot")
+    return _correct(
+        name,
+        "More slots change how the batch sum rounds, hardly by how much, so 4 slots part when 2 do. One slot "
+        "rounds nothing differently: DataParallel.forward calls the module itself, so both runs do the same "
+        "arithmetic and never part.",
     )
 
 

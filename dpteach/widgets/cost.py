@@ -314,17 +314,18 @@ class CostLab:
 
     def modelled_line(self) -> str:
         """The cost model's ranking of torch's DataParallel against DDP in words, one line labelled
-        "modelled, <profile>": whose step is the shorter, and that most of DataParallel's is its assumed
-        thread starts. No figure: a modelled step of a few µs beside an assumed 100 µs per thread reads as
+        "modelled, not measured, <profile>": whose step is the shorter ("wins"), and that most of
+        DataParallel's is its assumed thread starts (within ``REPORT_WIDTH`` at every setting). No figure: a modelled step of a few µs beside an assumed 100 µs per thread reads as
         a measurement, which it is not. The figures: ``modelled_figures()`` and ``modelled_lines()``."""
         modelled, dp, head, starts = self._modelled_parts()
         if not starts:
             return f"{head}: neither wrapper replicates, both are the plain step"
         first, bare = next(iter(modelled)), next(iter(self.without_thread_starts()))
         share = "most" if starts > dp.total_s / 2 else f"{starts / dp.total_s:.0%}"
-        line = f"{head}: {first}'s step is the shorter; {share} of DataParallel's is assumed thread starts"
+        head = head.replace("modelled, ", "modelled, not measured, ", 1)
+        line = f"{head}: {first} wins; {share} of DataParallel's step is assumed thread starts"
         # the same ranking without the starts at every setting of the explorer (test_ch12_lab checks it)
-        return line if bare == first else f"{line}, without which {bare}'s is"
+        return line if bare == first else f"{line}, without which {bare} wins"
 
     def tiny(self) -> str:
         """What the modelled figures are of, said beside them: a model tiny by GPU standards, whose modelled

@@ -127,7 +127,7 @@ def cost_table(lab, modelled: bool = True) -> str:
             f"<code>{escape(c.strategy)}</code>",
             f"{c.bytes:,}",
             escape(c.by_op()),
-            f"{c.bytes / lab.model_bytes:.2f}×",
+            f"{c.bytes / lab.model_bytes:.1f}×",  # as the bars above it round
         ]
         for rank, c in zip(tied_ranks(c.bytes for c in order), order)
     ]

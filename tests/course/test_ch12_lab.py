@@ -106,7 +106,8 @@ def test_only_the_forward_is_split_over_threads_and_the_backward_runs_on_the_cal
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
     text = " ".join(cost.split())
-    assert "Threads, if any, split only the forward" in text
+    assert "`parallel_apply`'s threads split only the forward" in text
+    assert "On GPUs autograd's own threads, one per device, split the backward (worked out" in text
     if not torch.accelerator.is_available():  # the errors the fold quotes, from torch's own parallel_apply
         from torch.nn.parallel import parallel_apply
 
@@ -266,10 +267,11 @@ def test_the_cost_explorer_shows_what_the_models_ranking_rests_on(ipywidgets):
 
     view = widgets.cost_explorer(width=16, slots=2)
     # one labelled line under the bytes; what the model assumes and leaves out on hover (its title)
-    assert "modelled, 2 x A100-SXM" in view.assumed.value and "assumed thread starts" in view.assumed.value
+    assert "modelled, not measured, 2 x A100-SXM" in view.assumed.value
+    assert "assumed thread starts" in view.assumed.value
     assert "PYTHON_THREAD_S" in view.assumed.value and "DDP" not in view.table.value
     view.slots.value = 3
-    assert "3 thread starts" in view.assumed.value and "modelled, 3 x" in view.assumed.value
+    assert "3 thread starts" in view.assumed.value and "modelled, not measured, 3 x" in view.assumed.value
 
 
 def test_most_of_the_models_gap_is_the_assumed_thread_starts_at_every_setting_of_the_explorer():
@@ -553,8 +555,8 @@ def test_exercise_2_check_passes_the_answer_and_names_each_mistake(fresh_checks)
         (
             "one-slot",
             {
-                "learned = ...": "learned = model[0].weight.grad is not None",
-                "is_model = ...": "is_model = replica is model",
+                "learned = ...": "learned = True",
+                "is_model = ...": "is_model = False",
             },
         ),
         (
@@ -572,6 +574,7 @@ def test_exercise_2_check_passes_the_answer_and_names_each_mistake(fresh_checks)
                 "clone_bytes = ...": "clone_bytes = 3 * model_bytes + gather_bytes",
             },
         ),
+        ("losses-part", {"parts_on_4 = ...": "parts_on_4 = 11", "parts_on_1 = ...": "parts_on_1 = None"}),
     ],
 )
 def test_the_exercise_cells_accept_the_answer(fresh_checks, tag, answer):
@@ -833,7 +836,9 @@ def test_the_cost_model_is_one_labelled_line_under_the_bytes_and_says_what_it_le
     lab = CostLab(width=256, slots=4, max_repeats=1, budget_s=0.0)
     lab.measure()
     report = lab.report()
-    assert report[-1] == lab.modelled_line() and report[-1].startswith("modelled, 4 x A100-SXM: DDP")
+    assert report[-1] == lab.modelled_line() and report[-1].startswith(
+        "modelled, not measured, 4 x A100-SXM: DDP wins"
+    )
     assert not [line for line in report[:-1] if "DDP" in line]  # the model's table is not in the report
     table = " ".join(" ".join(lab.modelled_lines()).split())
     assert "FP32 peak" in table and "not TF32's" in table and LEFT_OUT in table
@@ -846,8 +851,16 @@ def test_the_cost_model_is_one_labelled_line_under_the_bytes_and_says_what_it_le
     assert "timed=False" in route and "µs" not in lab.modelled_line()
     gate = tagged(cells, "join-order-why")
     deeper = " ".join(gate.split("<details>")[1].split())
-    # beside the snippet: torch's Python parallel_apply also starts a thread per replica
-    assert "as torch's Python `parallel_apply` does" in deeper
+    # beside the snippet: the threads are dpteach's, modelled on torch's parallel_apply, which needs an
+    # accelerator (test_only_the_forward_is_split_over_threads_and_the_backward_runs_on_the_caller)
+    assert "as dpteach's threaded slots run them, modelled on torch's Python `parallel_apply`" in deeper
+    assert "but only on an accelerator" in deeper
+    assert "a pool started once, by the first backward the process runs" in deeper  # engine.cpp call_once
+    # the main path says the order is the one-thread order and points to the fold for threads
+    rule = " ".join(tagged(cells, "order-rule").split())
+    assert (
+        "With a thread per replica, as torch's `parallel_apply` runs them on GPUs, the numbers differ" in rule
+    )
     assert "parallel_for" not in gate and "OpenMP" not in gate  # the C++ pool's detail is left to its source
 
 
@@ -863,6 +876,14 @@ def test_the_explorers_answers_in_text_wait_in_the_fold(capsys):
     assert "clone: " in printed and ".grad is None" in printed
     assert "rewire: " in printed and "broadcast: " in printed and "gradient norms agree" in printed
     assert "BroadcastBackward sums 8 gradients" in printed and "PR #20910" in printed  # rewire's joins too
+    assert "(no summing node)" in printed  # "clone"'s line, not a blank one
+    # the fold's answer at 4 slots is what the same text prints there
+    seen = " ".join(intro.split("<details>")[2].split())
+    assert 'at `slots=4`, prints "BroadcastBackward sums 16 gradients"' in seen
+    four = [s.text for s in GradientFlow("broadcast", slots=4).steps if s.kind == "join"]
+    assert len(four) == 1 and four[0].startswith("BroadcastBackward sums 16 gradients")
+    # the stills are for where widgets cannot run (a kernel must run the cell to draw one)
+    assert "Where widgets cannot run, the still below" in intro and "Without a kernel" not in intro
     # no code cell between the predictions and section 1a prints a lab's status
     start = next(i for i, c in enumerate(cells) if "explorer-intro" in c.metadata.get("tags", []))
     end = next(i for i, c in enumerate(cells) if "large-lr-why" in c.metadata.get("tags", []))
@@ -897,18 +918,19 @@ def test_the_order_rule_is_said_for_one_backward_and_the_fold_says_depth_comes_f
     loss.backward()
     assert ran == ["inner", "outer"]  # depth before number
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    # the main path states the rule for the chapter's one backward; nesting is the fold's
     rule = " ".join(tagged(cells, "order-rule").split())
-    assert "of the nodes ready in one queue" in rule and "after any nested `backward()`'s" in rule
-    assert "that of the thread that called `backward()`, and a `backward()` nested inside shares it" in rule
+    assert (
+        "of the nodes ready in one queue, the engine runs the one with the highest *sequence number*" in rule
+    )
+    assert "that of the thread that called `backward()`" in rule and "nested" not in rule
     assert "tied" not in rule
     summary = " ".join(tagged(cells, "summary").split())
-    assert (
-        "Of the nodes ready in one queue (on CPU, the calling thread's, shared by a nested `backward()`)"
-        in (summary)
-    )
-    assert "a nested `backward()`'s go before" in summary
+    assert "Of the nodes ready in one queue, the one with the highest sequence number runs first" in summary
+    assert "nested" not in summary
     deeper = " ".join(tagged(cells, "join-order-why").split("<details>")[1].split())
     assert "ranks first by *reentrant depth*" in deeper and "`std::priority_queue`" in deeper
+    assert "on CPU it shares the calling thread's queue, and its nodes run first" in deeper
     assert "with none they tie" not in deeper and "each ties with the replica nodes of its number" in deeper
 
 
@@ -1104,3 +1126,88 @@ def test_the_stills_table_is_like_for_like_and_the_summary_says_rounding():
     assert "same weights" in grad_table(fresh)  # the column says so
     summary = " ".join(tagged(cells, "summary").split())
     assert "matches one device step for step, up to float rounding" in summary
+
+
+def test_section_1a_says_the_gradients_agree_until_one_overflows_though_a_loss_is_inf_already():
+    """1a's reading says the gradients agree at the same weights until a gradient overflows, even at the
+    step whose DataParallel loss is first inf: that step's row in the table says agree."""
+    from dpteach.widgets.training import DriftTable
+
+    lab, table = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=34), DriftTable()
+    while not lab.done:
+        lab.step()
+        table.add(lab.step_count, lab.losses[-1], lab.reference_losses[-1], lab.weight_gap(), lab.grad_rows())
+    (row,) = [r for r in table.rows if "DataParallel inf" in r]
+    step = row.split()[0]
+    assert row.split()[1] == "inf" and " agree " in row
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    why = " ".join(tagged(cells, "large-lr-read").split("<details>")[0].split())
+    assert f"until a gradient overflows, even at step {step}, whose loss is already `inf`" in why
+
+
+def test_exercise_1_asks_for_the_predictions_before_the_step_runs():
+    """Exercise 1's stub sets both answers before the cell takes its step, so they are predictions; the
+    second hint says where torch's DataParallel.forward branches on one device, and that branch is there."""
+    import inspect
+
+    from torch.nn.parallel.data_parallel import DataParallel
+
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (stub,) = [c.source for c in cells if "one-slot" in c.metadata.get("tags", [])]
+    assert stub.index("learned = ...") < stub.index(".backward()") and stub.index(
+        "is_model = ..."
+    ) < stub.index("replicate(model")
+    assert "if len(self.device_ids) == 1:" in inspect.getsource(DataParallel.forward)
+    (answer,) = [c.source for c in cells if c.source.startswith("<details><summary>Answer 1")]
+    assert "`if len(self.device_ids) == 1`" in answer
+
+
+def test_exercise_5_check_runs_both_slot_counts_and_names_each_mistake(fresh_checks):
+    """Exercise 5: on 4 slots the losses part at the step they part on 2 (step 1's weight gap is the same
+    size), on 1 slot never (DataParallel calls the module itself: a gap of 0, and the same inf and nan
+    steps). Each wrong answer says which to change, with the counted figures; the ladder climbs."""
+    from dpteach.course.checks import _losses_part_at
+
+    (four, four_gap), (two, two_gap), (one, one_gap) = (_losses_part_at(n) for n in (4, 2, 1))
+    if slot_devices(4)[0].type == "cpu":  # the figures Answer 5 says, on CPU slots
+        assert four == two == 11 and one is None
+        assert f"{two_gap:.1e}" == f"{four_gap:.1e}" == "4.5e-08" and one_gap == 0
+        cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+        (answer,) = [
+            " ".join(c.source.split()) for c in cells if c.source.startswith("<details><summary>Answer 5")
+        ]
+        assert "`parts_on_4 = 11`, `parts_on_1 = None`" in answer and "4.5e-8 on 2 slots and on 4" in answer
+        assert "the weight gap stays 0" in answer
+    lab = TrainingLab("rewire", slots=1, lr=10**-0.2, steps=34)
+    lab.run()
+    assert [str(v) for v in lab.losses] == [str(v) for v in lab.reference_losses]  # inf and nan together
+    assert fresh_checks.losses_part(four, one).ok
+    wrong = fresh_checks.losses_part(four - 3, one)
+    assert not wrong.ok and wrong.problem == "four slots" and "Change `parts_on_4`" in wrong.message
+    assert "Hint 1 of 2" in wrong.message and f"parts_on_4 = {four}" not in wrong.message
+    assert f"on 2 slots, whose losses part at step {two}" in wrong.message  # the evidence, not the answer
+    again = fresh_checks.losses_part(four, 12)
+    assert again.problem == "one slot" and "Change `parts_on_1`" in again.message and "is 0" in again.message
+    assert "Hint 2 of 2" in again.message
+    assert f"parts_on_4 = {four}, parts_on_1 = None" in fresh_checks.losses_part(four, 12).message
+    assert fresh_checks.losses_part("11", None).problem == "not an answer"
+    assert fresh_checks.losses_part(True, None).problem == "not an answer"
+    unset = fresh_checks.losses_part(..., None)
+    assert not unset.ok and "Hint" not in unset.message
+
+
+def test_the_cost_tables_ratio_rounds_as_the_bars_do():
+    """The cost explorer's bars and its table give each strategy's bytes as a multiple of the model, to
+    one decimal both (the bars' notes, pictures.cost_charts; the table, tables.cost_table)."""
+    import base64
+
+    from dpteach.widgets.pictures import cost_charts
+    from dpteach.widgets.tables import cost_table
+
+    lab = CostLab(width=64, slots=2, timed=False)
+    lab.measure()
+    svgs = re.findall(r"base64,([^\"]+)", cost_charts(lab.costs, lab.model_bytes, lab.slots, None))
+    bars = " ".join(base64.b64decode(svg).decode() for svg in svgs)
+    ratio = re.compile(r"[0-9.]+×")
+    assert sorted(ratio.findall(bars)) == sorted(ratio.findall(cost_table(lab, modelled=False)))
+    assert sorted(ratio.findall(bars)) == sorted(f"{c.bytes / lab.model_bytes:.1f}×" for c in lab.costs)

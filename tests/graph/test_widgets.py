@@ -749,7 +749,7 @@ def test_cost_report_shows_the_models_line_and_its_table_its_assumptions():
     assert lab.report()[-1] == lab.modelled_line()
     # the report's line is the ranking in words; its figures are modelled_figures() (the explorer's hover)
     assert lab.modelled_line() == (
-        "modelled, 2 x A100-SXM: DDP's step is the shorter; most of DataParallel's is assumed thread starts"
+        "modelled, not measured, 2 x A100-SXM: DDP wins; most of DataParallel's step is assumed thread starts"
     )
     line = lab.modelled_figures()
     # each wrapper's modelled step without the assumed starts, then the starts added on: never one sum
