@@ -840,7 +840,7 @@ def rewire_to_broadcast(
 
 
 def _scale_prediction(predicted_grad: object) -> Verdict | None:
-    """Exercise 2's prediction: with ``members`` left alone, the original's ``scale.grad`` stays ``None``.
+    """Exercise 3's prediction: with ``members`` left alone, the original's ``scale.grad`` stays ``None``.
     A Verdict for a wrong prediction, ``None`` for the right one."""
     if predicted_grad is None:
         return None
@@ -870,7 +870,7 @@ def _scale_prediction(predicted_grad: object) -> Verdict | None:
 
 
 def replicatable_scale(cls: type | object, predicted_grad: object = ..., devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 2: ``predicted_grad``, the original's ``scale.grad`` if ``load_replica_params`` left
+    """Exercise 3: ``predicted_grad``, the original's ``scale.grad`` if ``load_replica_params`` left
     ``members`` alone (``None``); ``cls()`` is a C++-style ``Scale`` (forward ``x * self.members.scale``) that
     implements ``demos.Replicatable``; under ``demos.option_two`` its gradient must match one device's.
 
@@ -888,7 +888,7 @@ def replicatable_scale(cls: type | object, predicted_grad: object = ..., devices
     if _unset(cls) and _unset(predicted_grad):
         return Verdict(
             False,
-            "Define class Scale (exercise 2), after setting `predicted_grad` to your prediction; then run this "
+            "Define class Scale (exercise 3), after setting `predicted_grad` to your prediction; then run this "
             "cell again.",
         )
     if _unset(predicted_grad):
@@ -903,7 +903,7 @@ def replicatable_scale(cls: type | object, predicted_grad: object = ..., devices
         return Verdict(
             False,
             "Your prediction is right: with members left alone the replicas read the clones' own leaves, and "
-            "the original's scale.grad stays None. Now define class Scale (exercise 2) and run this cell again.",
+            "the original's scale.grad stays None. Now define class Scale (exercise 3) and run this cell again.",
         )
     hints = [
         "Option Two: DataParallel hands each replica its tensors, and the module itself puts them where "
@@ -1026,7 +1026,7 @@ def replicatable_scale(cls: type | object, predicted_grad: object = ..., devices
 def broadcast_layout(
     index: int | object, shared: object, devices=("cpu", "cpu", "cpu"), slot: int = 2, tensor: int = 1
 ) -> Verdict:
-    """Exercise 3: for ``outputs = Broadcast.apply(devices, *model.parameters())`` on the course's model,
+    """Exercise 1: for ``outputs = Broadcast.apply(devices, *model.parameters())`` on the course's model,
     ``index``: where ``param_copies[slot][tensor]`` (slot 2's copy of ``0.bias``, on three slots) sits in
     ``outputs``; ``shared``: the indices whose tensors share storage with the model. Both are read from a
     live ``dpteach.functions.Broadcast``.
@@ -1105,7 +1105,7 @@ def broadcast_layout(
             ]
         if not found:
             found = [("index", f"outputs[{guess}] is not {what}")]
-        why = "; or else ".join(w for _, w in found)
+        why = found[0][1] + "".join(f" (if you read it another way: {w})" for _, w in found[1:])
         return fail(f"{why}. Change `index`.", found[0][0])
     if said != sharing:
         if not said:
@@ -4712,7 +4712,7 @@ def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verd
     )
 
 
-# ---------------------------------------------------------------- chapter 04 · the Python way, exercises 1, 4 and 5
+# ---------------------------------------------------------------- chapter 04 · the Python way, exercises 2, 4 and 5
 
 
 def _names(keys: set) -> str:
@@ -4721,7 +4721,7 @@ def _names(keys: set) -> str:
 
 
 def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
-    """Exercise 1: ``predicted``, the names among ``_parameters``, ``_buffers`` and ``_modules`` that in
+    """Exercise 4: ``predicted``, the names among ``_parameters``, ``_buffers`` and ``_modules`` that in
     ``dpteach.replicate(cpp_model, devices)[1][0]`` are ``cpp_model[0]``'s own objects (none: ``set()``);
     ``line``, one line of ``nn.Module._replicate_for_data_parallel`` (as torch has it here), the one that
     makes ``replicas[1][0].members is model[0].members``, which the chapter's trap cell prints above.
@@ -4810,6 +4810,10 @@ def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
         )
     given = code(line)
     truth = next(s for s in lines if "__dict__" in s)
+
+    def bare(text: str) -> str:  # no whitespace at all: `a=b` is the line `a = b`
+        return "".join(text.split())
+
     answer = (
         f"line = `{truth}`. It copies the dict that holds every plain attribute, not what the dict holds: the "
         "replica's `members` is the original's SimpleNamespace, so slot 1 computes with the original's tensors; "
@@ -4825,13 +4829,13 @@ def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
         answer,
         restart=True,
     )
-    if given not in lines:
+    if bare(given) not in {bare(s) for s in lines}:
         return fail(
             "that is not a line of _replicate_for_data_parallel: copy one line of its source, below.\n\n"
             + source,
             "not a line",
         )
-    if given == truth:
+    if bare(given) == bare(truth):
         return _correct(
             name,
             f"predicted = {_names(shared)}, line = `{truth}`. The replica's `members` is the original's, while "
@@ -4865,7 +4869,7 @@ def shallow_copy_line(line: str | object, predicted: object) -> Verdict:
 
 
 def tied_weights(tensors_per_slot: int | object, same_copy: bool | object, devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 4: for ``nn.Sequential(a, b)`` with ``b.weight = a.weight`` (two ``nn.Linear(3, 3)``),
+    """Exercise 2: for ``nn.Sequential(a, b)`` with ``b.weight = a.weight`` (two ``nn.Linear(3, 3)``),
     ``tensors_per_slot``: how many tensors ``replicate`` broadcasts to each slot; ``same_copy``: whether
     ``replicas[1][0].weight is replicas[1][1].weight``. Both are read from a live ``dpteach.replicate``.
 
@@ -4973,18 +4977,20 @@ def _reaches(fn, name: str) -> bool:
 
 
 def kept_handle(raises: bool | object, forward: Callable | object, cls: type) -> Verdict:
-    """Exercise 5: ``raises``, whether ``cls``'s own forward (``Cached``: an ``nn.Linear`` at ``self.lin``,
-    its tensors also kept in the list ``self.cache``, which forward reads) raises on slots
-    ``["cpu", "meta"]``; ``forward(self, x)``, the learner's forward for ``cls``, which must read the
-    parameters by name.
+    """Exercise 5: ``raises``, whether ``cls``'s own forward (``TwoHeads``: two ``nn.Linear`` heads at
+    ``self.a`` and ``self.b``, also kept in the plain dict ``self.heads``, through which forward picks
+    one by its name) raises on slots ``["cpu", "meta"]``; ``forward(self, x, head="a")``, the learner's
+    forward for ``cls``, which must find the head by name on ``self``.
 
     Both are read live: ``cls``'s replicas run on ``["cpu", "meta"]``, and so do those of ``cls`` with the
-    learner's ``forward``, which must also compute ``cls``'s function and, on two CPU slots, give slot 1 an
-    output that comes from the broadcast copies. Findings (``Verdict.problem``): ``"predicted"``,
-    ``"forward raised"``, ``"forward"`` (another function), ``"kept handle"`` (still raises on ``meta``),
-    ``"not the copies"`` (slot 1's output reaches no ``BroadcastBackward`` node).
+    learner's ``forward``, which must also compute ``cls``'s function, for each head where ``cls.forward``
+    takes ``head``, and, on two CPU slots, give slot 1 an output that comes from the broadcast copies.
+    Findings (``Verdict.problem``): ``"predicted"``, ``"forward raised"``, ``"forward"`` (another
+    function), ``"registry read"`` (a ``KeyError`` from a replica's empty ``_parameters``),
+    ``"kept handle"`` (still raises on ``meta``), ``"not the copies"`` (slot 1's output reaches no
+    ``BroadcastBackward`` node).
     """
-    import torch.nn.functional as F
+    import inspect
 
     from ..parallel_apply import parallel_apply
     from ..replicate import replicate
@@ -4995,8 +5001,8 @@ def kept_handle(raises: bool | object, forward: Callable | object, cls: type) ->
     if _unset(raises):
         return Verdict(
             False,
-            'Set `raises` to True or False first: does Cached\'s own forward raise on slots ["cpu", "meta"]? '
-            "Then run this cell again.",
+            f"Set `raises` to True or False first: does {cls.__name__}.forward raise on slots "
+            '["cpu", "meta"]? Then run this cell again.',
         )
     if not isinstance(raises, bool):
         return Verdict(False, f"Set `raises` to True or False (no quotes), not {raises!r}.", "not an answer")
@@ -5008,10 +5014,11 @@ def kept_handle(raises: bool | object, forward: Callable | object, cls: type) ->
     guessed = _ladder(
         name + ".raises",
         [
-            "replicate makes each replica a shallow copy of the module: which attributes get slot 1's copies, "
-            "and which stay the original's own objects?",
-            "Slot 1's `lin` holds slot 1's copies under their names; `cache` is a plain list, the original's "
-            "own, holding the original's CPU tensors, while slot 1's piece of the batch sits on meta.",
+            "replicate makes each replica a shallow copy of the module: which attributes get slot 1's "
+            "replicas and copies, and which stay the original's own objects?",
+            "Slot 1's `a` and `b` are registered submodules, so replicate hands slot 1 their replicas under "
+            "those names; `heads` is a plain dict, the original's own, holding the original's heads with "
+            "their CPU tensors, while slot 1's piece of the batch sits on meta.",
         ],
         f"raises = {truth}: "
         + (f"slot 1's forward stops with `{said}`" if truth else "no slot raises")
@@ -5020,71 +5027,86 @@ def kept_handle(raises: bool | object, forward: Callable | object, cls: type) ->
     )
     if raises != truth:
         why = (
-            "False would mean that slot 1's forward finds tensors on its own device: ask which tensors "
-            "self.cache holds on slot 1's replica"
+            "False would mean that slot 1's forward finds tensors on its own device: ask which modules "
+            "self.heads holds on slot 1's replica"
             if truth
             else "True would mean that a slot's forward raised, and none did"
         )
         return guessed(f"{why}. Change `raises`.", "predicted")
     _failures.pop(name + ".raises", None)
     right = f"Your prediction is right: raises = {truth}" + (f" (slot 1: `{said}`)" if truth else "") + ". "
-    ask = "Now write `forward` so that it reads the parameters by name, and run this cell again."
+    ask = "Now write `forward` so that it finds the head by its name on self, and run this cell again."
     if not callable(forward):
         return Verdict(False, right + ask)
     fixed = type(cls.__name__, (cls,), {"forward": forward})
     torch.manual_seed(0)
     module = fixed()
+    # every head the original forward offers, each computed by it on the original (where the dict is right)
+    heads = [{}]
+    if "head" in inspect.signature(cls.forward).parameters:
+        heads = [{"head": key} for key in getattr(module, "heads", {"a": None})]
     try:
-        out = module(x)
+        outs = [module(x, **kw) for kw in heads]
     except Exception as err:  # the learner's forward: report it, never raise
         if missing := _missing_name(err, again):
             return missing
-        out = err
-    if out is None:  # the stub's body, ``...``
+        outs = err
+    if not isinstance(outs, BaseException) and any(out is None for out in outs):  # the stub's body, ``...``
         return Verdict(False, right + ask)
     fail = _ladder(
         name,
         [
-            "A Python replica holds slot 1's copies under the parameters' names, so a lookup by name on every "
-            "call finds them; a handle kept anywhere else is the original's.",
-            "Read the tensors through the submodule, self.lin.weight and self.lin.bias, inside forward (or "
-            "call self.lin(x)).",
+            "A Python replica holds slot 1's replicas of its submodules under their names, so a lookup by "
+            "name on every call finds them; a handle kept anywhere else is the original's.",
+            "Find the head on self by the name you are given: getattr(self, head), inside forward.",
         ],
-        "def forward(self, x): return F.linear(x, self.lin.weight, self.lin.bias). Each call looks the tensors "
-        "up by name, and on a replica that name holds the slot's broadcast copy.",
+        'def forward(self, x, head="a"): return getattr(self, head)(x). Each call looks the head up by name, '
+        "and on a replica that name holds the slot's replica of the head, which holds the slot's broadcast "
+        "copies.",
         restart=True,
     )
     redo = _ladder(
         name + ".forward",
         [
-            "Keep Cached's computation, F.linear(x, weight, bias): the exercise changes only where forward "
-            "gets the two tensors.",
-            "lin's two tensors are self.lin.weight and self.lin.bias.",
+            f"Keep the computation of {cls.__name__}.forward, the head named `head` applied to x: the exercise "
+            "changes only "
+            "where forward finds the head.",
+            'Keep the signature forward(self, x, head="a"); the head named "a" is self.a, and "b" is self.b.',
         ],
-        "def forward(self, x): return F.linear(x, self.lin.weight, self.lin.bias).",
+        'def forward(self, x, head="a"): return getattr(self, head)(x).',
         restart=True,
     )
-    if isinstance(out, BaseException):
+    if isinstance(outs, BaseException):
         return redo(
-            f"your forward raised {type(out).__name__}: {out}. Make it return F.linear(x, ...) of x, the "
-            "weight and the bias, read by name.",
+            f"your forward raised {type(outs).__name__}: {outs}. Keep the signature forward(self, x, "
+            'head="a") and return the named head applied to x.',
             "forward raised",
         )
-    want = F.linear(x, module.lin.weight, module.lin.bias)
-    if not (isinstance(out, torch.Tensor) and out.shape == want.shape and torch.allclose(out, want)):
+    wants = [cls.forward(module, x, **kw) for kw in heads]
+    if not all(
+        isinstance(out, torch.Tensor) and out.shape == want.shape and torch.allclose(out, want)
+        for out, want in zip(outs, wants)
+    ):
         return redo(
-            "your forward does not compute what Cached's does, x W^T + b with lin's weight and bias: keep the "
-            "function, change only where it reads the tensors.",
+            f"your forward does not compute what {cls.__name__}.forward does, for every head: keep the function, "
+            "the named head applied to x, and change only where forward finds the head.",
             "forward",
         )
     if (err := _slot_error(module, slots, x)) is not None:
         if missing := _missing_name(err, again):
             return missing
         last = str(err).strip().splitlines()[-1]
+        if isinstance(err, KeyError):
+            return fail(
+                f"on a replica your forward raises `{last}`: a replica's `_parameters` is empty (the "
+                'cell under "How replicate.py hands each replica its tensors" printed `replica.parameters()` '
+                "as []), and its copies are plain attributes. Call the head itself, found by name on self.",
+                "registry read",
+            )
         return fail(
-            f'on slots ["cpu", "meta"] your forward still raises (`{last}`): it reads a handle kept outside '
-            "the registry, which on a replica is the original's. Read self.lin.weight and self.lin.bias "
-            "instead of self.cache.",
+            f'on slots ["cpu", "meta"] your forward still raises (`{last}`): it reaches a head through a '
+            "handle the replica shares with the original, and self.heads is the original's dict. Find the "
+            "head on self by its name, getattr(self, head), instead of through self.heads.",
             "kept handle",
         )
     two = ["cpu", "cpu"]
@@ -5092,14 +5114,15 @@ def kept_handle(raises: bool | object, forward: Callable | object, cls: type) ->
     if not _reaches(outputs[1].grad_fn, "BroadcastBackward"):
         return fail(
             "on two CPU slots, slot 1's output does not come from its broadcast copies (no BroadcastBackward "
-            "node behind it): your forward reaches the original's tensors some other way. Read "
-            "self.lin.weight and self.lin.bias as they are, without .to(), .detach() or self.cache.",
+            "node behind it): your forward reaches the original's tensors some other way. Call the head found "
+            "by name on self as it is, without .to(), .detach() or self.heads.",
             "not the copies",
         )
     _failures.pop(name + ".forward", None)
     return _correct(
         name,
-        f"raises = {truth}, and your forward runs on both slots: it reads the tensors by name on every call, "
-        "and on each replica those names hold that slot's broadcast copies, whose gradients Broadcast's "
-        "backward sums onto the original.",
+        f"raises = {truth}, and your forward runs on both slots: it looks the head up by name on every call, "
+        "and on each replica that name holds the slot's replica of the head, whose broadcast copies' "
+        "gradients Broadcast's backward sums onto the original. (In __init__, an nn.ModuleDict instead of the "
+        "plain dict would do the same: replicate re-points every registered submodule.)",
     )

@@ -1,7 +1,7 @@
 """The exercise checks of chapters 00 and 04 that have no cell of their own elsewhere:
 ``checks.mean_of_means``, ``checks.backward_moves``, ``checks.idle_slots`` and ``checks.moves_between_devices``
 (00, exercises 1 to 4),
-``checks.shallow_copy_line`` and ``checks.tied_weights`` (04, exercises 1 and 4). What is asserted is the slip found (``Verdict.problem``), that the hints climb
+``checks.shallow_copy_line`` and ``checks.tied_weights`` (04, exercises 4 and 2). What is asserted is the slip found (``Verdict.problem``), that the hints climb
 one rung per wrong try with the answer last, and that each chapter's check cell calls its check; the
 truths come from torch's source and a live ``replicate``, never from a copied run.
 """
@@ -227,7 +227,7 @@ def test_chapter_00_exercise_4_has_its_check_cell():
     assert "checks.moves_between_devices(moves)" in source and "moves = ..." in source
 
 
-# ---------------------------------------------------------------- chapter 04, exercise 1
+# ---------------------------------------------------------------- chapter 04, exercise 4
 
 
 SHARED: set[str] = set()  # of a default replica's three registry dicts, the original's own: none
@@ -267,6 +267,12 @@ def test_shallow_copy_line_reads_a_line_with_or_without_its_trailing_comment():
         == "flag"
         == checks.shallow_copy_line(line, SHARED).problem
     )
+
+
+def test_shallow_copy_line_reads_a_line_whatever_its_spacing():
+    (line,) = [s for s in _source_lines() if "__dict__" in s]
+    assert checks.shallow_copy_line("".join(line.split()), SHARED).ok  # replica.__dict__=self.__dict__.copy()
+    assert checks.shallow_copy_line(line.replace(" = ", "  =  "), SHARED).ok
 
 
 def test_shallow_copy_line_refuses_a_line_not_in_the_source():
@@ -335,7 +341,7 @@ def test_shallow_copy_line_asks_only_what_the_chapter_has_not_printed():
     assert not told.ok and "`members` is settled" in told.message and "Hint" not in told.message
     empty = checks.shallow_copy_line(line, {})  # {} is an empty dict, not the empty set
     assert not empty.ok and "write set()" in empty.message and "Hint" not in empty.message
-    cell = _tagged("04_the_python_way.ipynb", "ex1-check")
+    cell = _tagged("04_the_python_way.ipynb", "ex4-check")
     assert '"members"' not in cell.split("checks.")[0]  # the stub's names are the registry's three
 
 
@@ -348,7 +354,7 @@ def test_chapter_04_hints_say_that_a_new_kind_of_slip_starts_again():
     assert "each wrong try of the same kind brings the next step" in other.message
 
 
-# ---------------------------------------------------------------- chapter 04, exercise 4
+# ---------------------------------------------------------------- chapter 04, exercise 2
 
 
 def test_tied_weights_accepts_three_tensors_one_shared_copy():
@@ -378,8 +384,11 @@ def test_tied_weights_says_the_copies_are_one_tensor():
 @pytest.mark.parametrize(
     "tag, call",
     [
-        ("ex1-check", "checks.shallow_copy_line(line, predicted)"),
-        ("ex4-check", "checks.tied_weights(tensors_per_slot, same_copy"),
+        ("ex1-check", "checks.broadcast_layout(index, shared"),
+        ("ex2-check", "checks.tied_weights(tensors_per_slot, same_copy"),
+        ("ex3-check", "checks.replicatable_scale("),
+        ("ex4-check", "checks.shallow_copy_line(line, predicted)"),
+        ("ex5-check", "checks.kept_handle(raises, forward, TwoHeads)"),
     ],
 )
 def test_chapter_04_exercise_cells_call_their_checks(tag, call):

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DETAILS = re.compile(r"<details>.*?</details>", re.S)
 # chapter -> (main-path word target, the tag of the cell that shows its key picture or result)
 CHAPTERS = {
-    "04_the_python_way": (1517, "payoff-plot"),
+    "04_the_python_way": (1537, "payoff-plot"),
     "05_buffers_and_batchnorm": (1330, "running-mean-plot"),
     "07_double_backward": (1500, "penalty-graph"),
     "10_the_cpp_original": (1275, "key-result"),

@@ -323,7 +323,7 @@ def test_default_strategy_replicas_share_the_cpp_style_members_with_the_original
         for name in ("_parameters", "_buffers", "_modules")
         if getattr(replicas[1][0], name) is getattr(cpp_model[0], name)
     ]
-    assert shared == []  # exercise 1: the registry's dicts are the replica's own
+    assert shared == []  # exercise 4: the registry's dicts are the replica's own
 
 
 @pytest.mark.cuda
@@ -352,10 +352,10 @@ def test_tied_weights_stay_tied_in_each_replica():
     a, b = nn.Linear(3, 3), nn.Linear(3, 3)
     b.weight = a.weight
     replicas = dpteach.replicate(nn.Sequential(a, b), CPU2)
-    assert replicas[1][0].weight is replicas[1][1].weight  # exercise 4's starting point
+    assert replicas[1][0].weight is replicas[1][1].weight  # exercise 2's starting point
 
 
-# --- the Going-deeper block on mark_dirty, and exercise 2's check -----------------------------
+# --- the Going-deeper block on mark_dirty, and exercise 3's check -----------------------------
 
 
 def _chapter():
@@ -438,7 +438,7 @@ def _scale_class(
     return type("Scale", bases, body)
 
 
-def test_exercise_2_check_accepts_the_worked_answer():
+def test_exercise_3_check_accepts_the_worked_answer():
     from dpteach.course import checks
 
     verdict = checks.replicatable_scale(_scale_class(), None)
@@ -460,7 +460,7 @@ def test_exercise_2_check_accepts_the_worked_answer():
         (dict(set_registry=False), "put tensors['scale'] into self._parameters['scale'] too"),  # members only
     ],
 )
-def test_exercise_2_check_says_what_to_change(kwargs, says):
+def test_exercise_3_check_says_what_to_change(kwargs, says):
     from dpteach.course import checks
 
     checks.reset()
@@ -480,7 +480,7 @@ def test_exercise_2_check_says_what_to_change(kwargs, says):
         (torch.full((3,), 8.0), "would mean that the gradient reached the original"),
     ],
 )
-def test_exercise_2_grades_the_prediction_first(predicted, says):
+def test_exercise_3_grades_the_prediction_first(predicted, says):
     checks.reset()
     verdict = checks.replicatable_scale(_scale_class(), predicted)  # a right class cannot rescue it
     assert not verdict.ok and verdict.problem == "predicted" and says in verdict.message.split("Hint")[0]
@@ -494,7 +494,7 @@ def test_exercise_2_grades_the_prediction_first(predicted, says):
     )
 
 
-def test_exercise_2_prediction_matches_what_option_two_does_with_members_left_alone():
+def test_exercise_3_prediction_matches_what_option_two_does_with_members_left_alone():
     """The graded prediction, None, is what a loader that leaves members alone gives the original."""
     module = _scale_class(repoint_member=False)()
     x = torch.randn(8, 3)
@@ -502,7 +502,7 @@ def test_exercise_2_prediction_matches_what_option_two_does_with_members_left_al
     assert module.scale.grad is None
 
 
-def test_exercise_2_hints_start_again_when_the_slip_changes():
+def test_exercise_3_hints_start_again_when_the_slip_changes():
     checks.reset()
     first = checks.replicatable_scale(_scale_class(repoint_member=False), None)
     again = checks.replicatable_scale(_scale_class(repoint_member=False), None)
@@ -514,7 +514,7 @@ def test_exercise_2_hints_start_again_when_the_slip_changes():
     assert "The answer" in third.message  # the third try at one slip gets the answer
 
 
-def test_exercise_2_check_refuses_the_stub_and_never_mentions_reset():
+def test_exercise_3_check_refuses_the_stub_and_never_mentions_reset():
     from dpteach.course import checks
 
     checks.reset()
@@ -525,16 +525,16 @@ def test_exercise_2_check_refuses_the_stub_and_never_mentions_reset():
     assert "no parameter named 'scale'" in checks.replicatable_scale(stub, None).message
 
 
-def test_exercise_2_check_cell_is_found_by_its_tag():
-    (cell,) = [c for c in _chapter().cells if "ex2-check" in c.metadata.get("tags", [])]
+def test_exercise_3_check_cell_is_found_by_its_tag():
+    (cell,) = [c for c in _chapter().cells if "ex3-check" in c.metadata.get("tags", [])]
     assert 'checks.replicatable_scale(globals().get("Scale", ...), predicted_grad)' in cell.source
     assert "predicted_grad = ..." in cell.source
 
 
-# --- exercise 3's check ----------------------------------------------------------------------
+# --- exercise 1's check ----------------------------------------------------------------------
 
 
-def test_exercise_3_check_accepts_the_device_major_index_and_slot_0s_views():
+def test_exercise_1_check_accepts_the_device_major_index_and_slot_0s_views():
     model = story.make_model()
     outputs = Broadcast.apply(CPU3, *model.parameters())
     assert outputs[9].data_ptr() != model[0].bias.data_ptr() and torch.equal(outputs[9], model[0].bias)
@@ -557,30 +557,34 @@ def test_exercise_3_check_accepts_the_device_major_index_and_slot_0s_views():
         (9, {0}, "shared"),
     ],
 )
-def test_exercise_3_check_names_the_slip(index, shared, problem):
+def test_exercise_1_check_names_the_slip(index, shared, problem):
     checks.reset()
     verdict = checks.broadcast_layout(index, shared)
     assert not verdict.ok and verdict.problem == problem and "Hint 1 of 2" in verdict.message
 
 
-def test_exercise_3_check_names_both_slips_when_two_readings_give_one_index():
+def test_exercise_1_check_names_both_slips_when_two_readings_give_one_index():
     checks.reset()
     # on 3 slots two slips land on 5: tensor-major (1 * 3 + 2), and slot 1's copy (1 * 4 + 1)
     verdict = checks.broadcast_layout(5, {0, 1, 2, 3})
     assert not verdict.ok and verdict.problem == "tensor-major"
     assert "device-major" in verdict.message and "slots count from 0" in verdict.message  # both explanations
+    change = verdict.message.split("Hint")[0]
+    assert (
+        "or else" not in change and "(if you read it another way: that is slot 1's copy" in change
+    )  # one, then the other
     tensor_major = checks.broadcast_layout(5, {0, 1, 2, 3}, CPU2, slot=1, tensor=2)  # 2 * 2 + 1 on two slots
     assert tensor_major.problem == "tensor-major"
 
 
-def test_exercise_3_check_asks_for_numbers_and_costs_no_hint():
+def test_exercise_1_check_asks_for_numbers_and_costs_no_hint():
     assert checks.broadcast_layout(..., ...).message.startswith("Set `index`")
     assert "whole number" in checks.broadcast_layout("6", {0}).message
     assert "set of whole numbers" in checks.broadcast_layout(6, 3).message
 
 
 def _scale_without_import():
-    """Exercise 2's Scale written in a cell that never imported SimpleNamespace."""
+    """Exercise 3's Scale written in a cell that never imported SimpleNamespace."""
 
     class Scale(nn.Module, demos.Replicatable):
         def __init__(self):
@@ -602,8 +606,8 @@ def test_a_missing_import_is_named_and_costs_no_hint():
     assert "Hint" not in verdict.message and "__init__ takes no argument" not in verdict.message
 
 
-def test_exercise_3_check_cell_is_found_by_its_tag():
-    (cell,) = [c for c in _chapter().cells if "ex3-check" in c.metadata.get("tags", [])]
+def test_exercise_1_check_cell_is_found_by_its_tag():
+    (cell,) = [c for c in _chapter().cells if "ex1-check" in c.metadata.get("tags", [])]
     assert 'checks.broadcast_layout(index, shared, ["cpu"] * 3)' in cell.source
 
 
@@ -628,23 +632,23 @@ def test_each_exercise_has_its_own_answer_right_after_its_check(n):
     assert re.search(rf"^{n}\. ", asked, re.M), f"exercise {n}: ask it under ## Exercises, above its check"
 
 
-def test_nothing_before_exercise_1_shows_its_answer():
-    """Exercise 1 asks which of a replica's dicts are the original's, and the line that shares `members`."""
+def test_nothing_before_exercise_4_shows_its_answer():
+    """Exercise 4 asks which of a replica's dicts are the original's, and the line that shares `members`."""
     cells = _chapter().cells
     line = next(
         s.strip()
         for s in inspect.getsource(nn.Module._replicate_for_data_parallel).splitlines()
         if "__dict__" in s
     )
-    earlier = [c.source for c in cells[: _tagged_index(cells, "ex1-check")]]
-    assert not any(line in s for s in earlier), "the shared-dict line appears before exercise 1 asks for it"
+    earlier = [c.source for c in cells[: _tagged_index(cells, "ex4-check")]]
+    assert not any(line in s for s in earlier), "the shared-dict line appears before exercise 4 asks for it"
     for name in ("_parameters is", "_buffers is", "_modules is"):
         assert not any(name in s for s in earlier), (
-            f"a cell before exercise 1 shows whether {name} the original's"
+            f"a cell before exercise 4 shows whether {name} the original's"
         )
-    check = cells[_tagged_index(cells, "ex1-check")].source
+    check = cells[_tagged_index(cells, "ex4-check")].source
     assert "getsource" not in check and "print(" not in check, (
-        "exercise 1's cell prints before the check grades"
+        "exercise 4's cell prints before the check grades"
     )
 
 
@@ -654,6 +658,7 @@ def test_the_trap_shows_whose_members_slot_1_reads_and_says_why():
     assert "trap_replica.members is trap_model[0].members" in cells[at].source  # printed, True
     said = " ".join(DETAILS_RE.sub("", cells[at + 1].source).split())
     assert "shallow copy" in said and "deep copy" in said  # replicate's replica against the failed attempt's
+    assert "original's leaves" in said and "broadcast copies unused" in said  # why two CPU slots look right
     assert "second GPU" in said and "RuntimeError" in said
 
 
@@ -674,6 +679,8 @@ def test_the_trap_is_predicted_before_it_runs_and_a_rule_follows():
     assert at + 1 < demo < rule_at, "the trap, its explanation, the two-handles demo, then the rule"
     rule = " ".join(DETAILS_RE.sub("", cells[rule_at].source).split())  # line breaks read as spaces
     assert "read each parameter by name" in rule and "rebuilt on every forward" in rule
+    assert "the shallow copy shares the container" in rule  # the cause, not the rebuilding
+    assert "re-points registry names" in rule
     assert "set as an attribute follows" in rule  # the rule is not "keep no handles at all"
     for kind in ("list", "dict", "namespace", "closure"):
         assert kind in rule
@@ -730,58 +737,70 @@ def test_gradients_are_compared_by_one_helper_defined_once():
     assert sum("assert_grads_match(" in s for s in code) >= 4  # its definition and its uses
 
 
-# --- exercise 5's check: a handle kept in a list ----------------------------------------------
+# --- exercise 5's check: heads kept in a plain dict -------------------------------------------
 
 
-class _Cached(nn.Module):
-    """Exercise 5's module: its nn.Linear's tensors also kept in a list, which forward reads."""
+class TwoHeads(nn.Module):
+    """Exercise 5's module: two nn.Linear heads, also kept in a plain dict through which forward picks one."""
 
     def __init__(self):
         super().__init__()
-        self.lin = nn.Linear(3, 2)
-        self.cache = [self.lin.weight, self.lin.bias]
+        self.a, self.b = nn.Linear(3, 2), nn.Linear(3, 2)
+        self.heads = {"a": self.a, "b": self.b}
 
-    def forward(self, x):
-        return F.linear(x, self.cache[0], self.cache[1])
-
-
-def _by_name(self, x):
-    return F.linear(x, self.lin.weight, self.lin.bias)
+    def forward(self, x, head="a"):
+        return self.heads[head](x)
 
 
-def _calls_lin(self, x):
-    return self.lin(x)
+def _by_name(self, x, head="a"):
+    return getattr(self, head)(x)
 
 
-def _stub(self, x): ...
+def _through_modules(self, x, head="a"):  # the replica's own _modules, filled by replicate
+    return self._modules[head](x)
 
 
-def _moved(self, x):  # around the copies: the original's tensors, moved to the input's device
-    return F.linear(x, self.cache[0].to(x.device), self.cache[1].to(x.device))
+def _stub(self, x, head="a"): ...
 
 
-def _no_bias(self, x):
-    return F.linear(x, self.lin.weight)
+def _moved(self, x, head="a"):  # around the copies: the original's head, its tensors moved to the input
+    lin = self.heads[head]
+    return F.linear(x, lin.weight.to(x.device), lin.bias.to(x.device))
 
 
-def _unimported(self, x):
-    return F.linear(x, self.lin.weight, self.lin.bias) * scale  # noqa: F821
+def _always_a(self, x, head="a"):
+    return self.a(x)
 
 
-def test_exercise_5s_module_raises_on_a_meta_slot_and_reading_by_name_runs():
-    """The truth the check reads, on the chapter's own class: the kept list fails on meta, by name runs."""
+def _no_head(self, x):  # drops the head argument
+    return self.a(x)
+
+
+def _registry(self, x, head="a"):  # a replica's _parameters is empty
+    lin = getattr(self, head)
+    return F.linear(x, lin._parameters["weight"], lin._parameters["bias"])
+
+
+def _unimported(self, x, head="a"):
+    return getattr(self, head)(x) * scale  # noqa: F821
+
+
+def test_exercise_5s_module_raises_on_a_meta_slot_and_finding_the_head_by_name_runs():
+    """The truth the check reads, on the chapter's own class: the kept dict fails on meta, by name runs."""
     (cell,) = [c for c in _chapter().cells if "ex5-check" in c.metadata.get("tags", [])]
-    assert "self.cache = [self.lin.weight, self.lin.bias]" in cell.source
-    assert "checks.kept_handle(raises, forward, Cached)" in cell.source
-    assert "raises = ..." in cell.source and "def forward(self, x):\n    ..." in cell.source
+    assert 'self.heads = {"a": self.a, "b": self.b}' in cell.source
+    assert "checks.kept_handle(raises, forward, TwoHeads)" in cell.source
+    assert "raises = ..." in cell.source and 'def forward(self, x, head="a"):\n    ...' in cell.source
     x = torch.randn(4, 3)
-    replicas = dpteach.replicate(_Cached(), ["cpu", "meta"])
-    assert replicas[1].cache is replicas[0].cache  # the shallow copy shares the list
+    original = TwoHeads()
+    replicas = dpteach.replicate(original, ["cpu", "meta"])
+    assert replicas[1].heads is original.heads  # the shallow copy shares the dict ...
+    assert replicas[1].a is not original.a  # ... while the registered name holds slot 1's replica
     with pytest.raises(RuntimeError, match="not on the expected device meta"):
         dpteach.parallel_apply(
             replicas, [(p,) for p in dpteach.scatter(x, ["cpu", "meta"])], devices=["cpu", "meta"]
         )
-    fixed = type("Cached", (_Cached,), {"forward": _by_name})()
+    fixed = type("TwoHeads", (TwoHeads,), {"forward": _by_name})()
     out = dpteach.parallel_apply(
         dpteach.replicate(fixed, ["cpu", "meta"]),
         [(p,) for p in dpteach.scatter(x, ["cpu", "meta"])],
@@ -790,28 +809,28 @@ def test_exercise_5s_module_raises_on_a_meta_slot_and_reading_by_name_runs():
     assert out[1].device.type == "meta"
 
 
-@pytest.mark.parametrize("forward", [_by_name, _calls_lin])
+@pytest.mark.parametrize("forward", [_by_name, _through_modules])
 def test_exercise_5_check_accepts_the_worked_answer(forward):
     checks.reset()
-    verdict = checks.kept_handle(True, forward, _Cached)
+    verdict = checks.kept_handle(True, forward, TwoHeads)
     assert verdict.ok and verdict.message.startswith("Correct!")
 
 
 def test_exercise_5_grades_the_prediction_first_and_asks_for_a_bool_at_no_cost():
     checks.reset()
-    assert checks.kept_handle(..., _stub, _Cached).message.startswith("Set `raises`")
-    assert "True or False (no quotes)" in checks.kept_handle("True", _stub, _Cached).message
-    wrong = checks.kept_handle(False, _by_name, _Cached)  # a right forward cannot rescue the prediction
+    assert checks.kept_handle(..., _stub, TwoHeads).message.startswith("Set `raises`")
+    assert "True or False (no quotes)" in checks.kept_handle("True", _stub, TwoHeads).message
+    wrong = checks.kept_handle(False, _by_name, TwoHeads)  # a right forward cannot rescue the prediction
     assert not wrong.ok and wrong.problem == "predicted" and "Change `raises`" in wrong.message
     assert "Hint 1 of 2" in wrong.message and "raises = True" not in wrong.message  # no answer yet
-    checks.kept_handle(False, _by_name, _Cached)
-    third = checks.kept_handle(False, _by_name, _Cached)
+    checks.kept_handle(False, _by_name, TwoHeads)
+    third = checks.kept_handle(False, _by_name, TwoHeads)
     assert "The answer: raises = True" in third.message
 
 
 def test_exercise_5_right_prediction_with_the_stub_asks_for_forward_at_no_cost():
     checks.reset()
-    verdict = checks.kept_handle(True, _stub, _Cached)
+    verdict = checks.kept_handle(True, _stub, TwoHeads)
     assert not verdict.ok and "Your prediction is right" in verdict.message and "Hint" not in verdict.message
     assert "not on the expected device meta" in verdict.message  # what slot 1 raised, read live
 
@@ -819,14 +838,16 @@ def test_exercise_5_right_prediction_with_the_stub_asks_for_forward_at_no_cost()
 @pytest.mark.parametrize(
     "forward, problem, says",
     [
-        (_Cached.forward, "kept handle", "instead of self.cache"),
+        (TwoHeads.forward, "kept handle", "instead of through self.heads"),
         (_moved, "not the copies", "no BroadcastBackward node"),
-        (_no_bias, "forward", "does not compute what Cached's does"),
+        (_always_a, "forward", "does not compute what TwoHeads.forward does, for every head"),
+        (_no_head, "forward raised", 'Keep the signature forward(self, x, head="a")'),
+        (_registry, "registry read", "a replica's `_parameters` is empty"),
     ],
 )
 def test_exercise_5_check_says_what_to_change(forward, problem, says):
     checks.reset()
-    verdict = checks.kept_handle(True, forward, _Cached)
+    verdict = checks.kept_handle(True, forward, TwoHeads)
     assert not verdict.ok and verdict.problem == problem and says in verdict.message.split("Hint")[0]
     assert "Hint 1 of 2" in verdict.message
     assert "each wrong try of the same kind brings the next step" in verdict.message
@@ -834,14 +855,14 @@ def test_exercise_5_check_says_what_to_change(forward, problem, says):
 
 def test_exercise_5_a_wrong_function_gets_hints_about_the_function_not_the_handles():
     checks.reset()
-    verdict = checks.kept_handle(True, _no_bias, _Cached)
+    verdict = checks.kept_handle(True, _always_a, TwoHeads)
     hint = verdict.message.split("Hint 1 of 2: ")[1]
-    assert "F.linear(x, weight, bias)" in hint and "handle" not in hint
+    assert "the head named `head` applied to x" in hint and "handle" not in hint
 
 
 def test_exercise_5_a_missing_name_costs_no_hint():
     checks.reset()
-    verdict = checks.kept_handle(True, _unimported, _Cached)
+    verdict = checks.kept_handle(True, _unimported, TwoHeads)
     assert (
         not verdict.ok
         and "NameError: scale is not defined" in verdict.message
@@ -849,10 +870,10 @@ def test_exercise_5_a_missing_name_costs_no_hint():
     )
 
 
-# --- exercise 3: a wrong `shared` gets hints about storage --------------------------------------
+# --- exercise 1: a wrong `shared` gets hints about storage --------------------------------------
 
 
-def test_exercise_3_a_wrong_shared_gets_hints_about_views_not_layout():
+def test_exercise_1_a_wrong_shared_gets_hints_about_views_not_layout():
     checks.reset()
     first = checks.broadcast_layout(9, {0})
     second = checks.broadcast_layout(9, {0})
