@@ -2628,9 +2628,19 @@ def rewire_refuses(raises: object, devices=("cpu", "cpu")) -> Verdict:
     # The message says more with each try, as the hints do: naming a wrong letter gives it away.
     tries = _failures[name] + 1
     if tries == 1:
+        missed, extra = len(truth - letters), len(letters - truth)
+        parts = []
+        if missed:
+            parts.append(
+                f"{missed} call{'s' if missed > 1 else ''} you left out raise{'' if missed > 1 else 's'} too"
+            )
+        if extra:
+            parts.append(
+                f"{extra} call{'s' if extra > 1 else ''} you listed run{'' if extra > 1 else 's'} without error"
+            )
         change = (
-            "your set disagrees with what the four calls do: rethink, with the hint below, which of them meet "
-            "ReduceAdd's check."
+            " and ".join(parts) + ": rethink, with the hint below, which calls record and pass ReduceAdd on "
+            "their way."
         )
     elif tries == 2:
         they = "it" if len(wrong) == 1 else "they"
@@ -2815,41 +2825,26 @@ def penalty_inside(cls: type | object, rewire: object = ..., devices=("cpu", "cp
     )
 
 
-# Exercise 5's steps: each takes a second backward through DataParallel with one node swapped. The nodes
-# are the chapter's: CommBroadcast (cell "c18a"), DetachedBroadcast (the exercise's cell) and
-# UncheckedReduceAdd (cell "c25b"); the losses are the chapter's penalised_loss, gradient_norm_loss and
+# Exercise 5's steps: each takes a second backward through DataParallel with the exercise cell's
+# DetachedBroadcast in Broadcast's place; the losses are the chapter's gradient_norm_loss and
 # hessian_vector_product.
 _SECOND_STEPS = {
-    "a": "penalised_loss(net_of(model, CommBroadcast), x, y).backward()",
-    "b": "gradient_norm_loss(net_of(model, DetachedBroadcast), model, x, y).backward()",
-    "c": "hessian_vector_product(net_of(model, DetachedBroadcast), model, x, y, v)",
-    "d": "hessian_vector_product(dpteach.DataParallel(model, devices, strategy=unchecked), model, x, y, v)",
+    "a": "gradient_norm_loss(net_of(model, DetachedBroadcast), model, x, y).backward()",
+    "b": "hessian_vector_product(net_of(model, DetachedBroadcast), model, x, y, v)",
 }
 _SECOND_OUTCOMES = ("right", "wrong", "raises")
 _SECOND_WHY = {  # why each step does what it does
-    "a": "the input penalty's first gradient goes to x and never runs Broadcast's backward; backward() then "
-    "runs CommBroadcast's as a plain first-order backward, which needs no record",
-    "b": "ReduceAddCoalesced.apply records a node only when an input requires grad; given detached gradients "
+    "a": "ReduceAddCoalesced.apply records a node only when an input requires grad; given detached gradients "
     "it records nothing, so the first gradient has no history and the penalty counts as a constant",
-    "c": "the first gradient has no history, as in b, and H v differentiates nothing else: g · v has no "
+    "b": "the first gradient has no history, as in a, and H v differentiates nothing else: g · v has no "
     "grad_fn, and torch.autograd.grad refuses a tensor without one",
-    "d": "without its check ReduceAdd's sum is plain tensor operations, and with create_graph=True the engine "
-    "records them like any other code",
 }
 
 
-def _second_step_nodes():
-    """The chapter's three swapped nodes, as its cells define them, and ``unchecked``'s strategy."""
-    from .. import comm
+def _detached_broadcast():
+    """The exercise cell's DetachedBroadcast: Broadcast, its backward handing ReduceAddCoalesced.apply
+    detached gradients."""
     from ..functions import Broadcast, ReduceAddCoalesced
-    from ..replicate import ReduceAdd, rewire
-
-    class CommBroadcast(Broadcast):
-        @staticmethod
-        def backward(ctx, *grads):
-            n = ctx.num_inputs
-            per_slot = [grads[i : i + n] for i in range(0, len(grads), n)]
-            return (None,) + comm.reduce_add_coalesced(per_slot, ctx.input_device)
 
     class DetachedBroadcast(Broadcast):
         @staticmethod
@@ -2857,18 +2852,7 @@ def _second_step_nodes():
             grads = [g.detach() for g in grads]
             return (None,) + ReduceAddCoalesced.apply(ctx.input_device, ctx.num_inputs, *grads)
 
-    class UncheckedReduceAdd(ReduceAdd):
-        @staticmethod
-        def backward(ctx, *grads):
-            output = torch.zeros(ctx.size, dtype=ctx.dtype, device=ctx.destination)
-            for g in grads:
-                output.add_(g.to(ctx.destination))
-            return (output,) + (None,) * len(grads)
-
-    def unchecked(network, devices, detach=False):
-        return rewire.replicate(network, devices, detach, node=UncheckedReduceAdd)
-
-    return CommBroadcast, DetachedBroadcast, unchecked
+    return DetachedBroadcast
 
 
 def _second_steps_run(devices) -> dict[str, tuple[str, str]]:
@@ -2880,16 +2864,10 @@ def _second_steps_run(devices) -> dict[str, tuple[str, str]]:
     from ..exercises import broadcast_with
     from . import story
 
-    comm_broadcast, detached_broadcast, unchecked = _second_step_nodes()
+    detached_broadcast = _detached_broadcast()
     x, y = (t.to(devices[0]) for t in story.make_data())
     g = torch.Generator().manual_seed(0)
     v = [torch.randn(p.shape, generator=g).to(devices[0]) for p in story.make_model().parameters()]
-
-    def penalised(net):
-        x_in = x.clone().requires_grad_(True)
-        output = net(x_in)
-        (grad_x,) = torch.autograd.grad(output.sum(), x_in, create_graph=True)
-        return F.mse_loss(output, y) + ((grad_x.norm(dim=1) - 1) ** 2).mean()
 
     def gradient_norm(net, model):
         loss = F.mse_loss(net(x), y)
@@ -2907,10 +2885,8 @@ def _second_steps_run(devices) -> dict[str, tuple[str, str]]:
         return run
 
     steps = {  # letter: (the node in its strategy, what the step computes)
-        "a": (broadcast_with(comm_broadcast), grads_after(lambda net, model: penalised(net))),
-        "b": (broadcast_with(detached_broadcast), grads_after(gradient_norm)),
-        "c": (broadcast_with(detached_broadcast), hvp),
-        "d": (unchecked, hvp),
+        "a": (broadcast_with(detached_broadcast), grads_after(gradient_norm)),
+        "b": (broadcast_with(detached_broadcast), hvp),
     }
     found = {}
     for letter, (strategy, compute) in steps.items():
@@ -2932,10 +2908,10 @@ def _second_steps_run(devices) -> dict[str, tuple[str, str]]:
 
 def second_backwards(does: Mapping[str, object] | object, devices=("cpu", "cpu")) -> Verdict:
     """Exercise 5: ``does`` maps each step of ``_SECOND_STEPS`` to what it does, ``"right"``, ``"wrong"``
-    or ``"raises"``. The check runs the four steps, with its own copies of the chapter's nodes, against one
+    or ``"raises"``. The check runs the two steps, with its own copy of the exercise's node, against one
     device, and compares.
 
-    Findings: ``"a"`` ... ``"d"`` (the first step predicted wrong), ``"not an answer"``.
+    Findings: ``"a"`` or ``"b"`` (the first step predicted wrong), ``"not an answer"``.
     """
     name = "ch07.second_backwards"
     if _unset(does) or not isinstance(does, Mapping) or _unset(*does.values()):
@@ -2948,7 +2924,7 @@ def second_backwards(does: Mapping[str, object] | object, devices=("cpu", "cpu")
     if malformed := _malformed(
         (
             bool(odd or set(given) - set(_SECOND_STEPS)),
-            '`does` maps each of "a" to "d" to "right", "wrong" or "raises"'
+            '`does` maps "a" and "b" each to "right", "wrong" or "raises"'
             + (f"; check {', '.join(odd)}" if odd else "; it has a key that is no step"),
         )
     ):
@@ -2958,10 +2934,10 @@ def second_backwards(does: Mapping[str, object] | object, devices=("cpu", "cpu")
     if given == truth:
         return _correct(
             name,
-            "The check just ran the four steps: "
+            "The check just ran the two steps: "
             + "; ".join(f"{k} {found[k][1]}" for k in _SECOND_STEPS)
             + ". A backward that records nothing is refused only where nothing else of the result has a "
-            "graph (c); beside a loss that has one it runs, silently wrong (b).",
+            "graph (b); beside a loss that has one it runs, silently wrong (a).",
             "right",
         )
     wrong = [k for k in _SECOND_STEPS if given[k] != truth[k]]
@@ -2970,8 +2946,8 @@ def second_backwards(does: Mapping[str, object] | object, devices=("cpu", "cpu")
     if tries == 1:
         n = len(wrong)
         change = (
-            f"{n} of your four predictions disagree{'s' if n == 1 else ''} with what the steps do: rethink them "
-            "with the hint below, step by step."
+            f"{'one' if n == 1 else 'both'} of your two predictions disagree{'s' if n == 1 else ''} with what "
+            "the steps do: rethink with the hint below, step by step."
         )
     elif tries == 2:
         they = "it" if len(wrong) == 1 else "they"
@@ -2990,9 +2966,8 @@ def second_backwards(does: Mapping[str, object] | object, devices=("cpu", "cpu")
     return _ladder(
         name,
         [
-            "A second backward goes only through what the first backward recorded. For each step ask: does "
-            "the first gradient's backward run the swapped node at all? If it does, does that node's backward "
-            "record, with differentiable operations on inputs that require grad?",
+            "A second backward goes only through what the first backward recorded. Does "
+            "ReduceAddCoalesced.apply record a node when none of its inputs requires grad?",
             "A first gradient without history is not always refused: added to a loss that has a graph, it "
             "is a constant, and backward runs; differentiated alone, it gives torch.autograd.grad a tensor "
             "with no grad_fn. Try each step on a fresh model.",

@@ -21,7 +21,7 @@ from torch.autograd import Variable
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ..measure import timer
-from .model import loss_fn, make_model, sgd_step
+from .model import loss_fn, make_data, make_model, sgd_step
 from .train import local_shard, rank_device, wrap
 
 __all__ = [
@@ -104,7 +104,8 @@ def _bucket_strides_quiet():
 
 def autograd_grad(global_batch: int = 8, hidden: int = 16, depth: int = 1, seed: int = 0) -> dict:
     """Chapter 07's gradient-norm penalty under DDP: the first gradient ``torch.autograd.grad`` returns,
-    this rank's own gradient taken on the module alone, and ``.grad`` after the penalised loss's backward."""
+    this rank's own gradient taken on the module alone, ``.grad`` after the penalised loss's backward, and
+    ``whole``: the ``.grad`` the same penalty leaves on one process that takes all ``global_batch`` rows."""
     ddp = wrap(make_model(hidden, depth, seed))
     params = list(ddp.module.parameters())
     x, y = local_shard(global_batch, seed)
@@ -115,10 +116,16 @@ def autograd_grad(global_batch: int = 8, hidden: int = 16, depth: int = 1, seed:
     penalised = loss + 0.1 * sum(g.pow(2).sum() for g in first)
     with _bucket_strides_quiet():
         penalised.backward()  # accumulates into .grad: DDP averages it
+    alone = make_model(hidden, depth, seed).to(x.device)  # one process, no DDP, every row of the batch
+    x_all, y_all = (t.to(x.device) for t in make_data(global_batch, seed))
+    loss_all = loss_fn(alone(x_all), y_all)
+    grads_all = torch.autograd.grad(loss_all, list(alone.parameters()), create_graph=True)
+    (loss_all + 0.1 * sum(g.pow(2).sum() for g in grads_all)).backward()
     return dict(
         first=[g.detach().cpu() for g in first],
         own=[g.cpu() for g in own],
         grad=[p.grad.cpu() for p in params],
+        whole=[p.grad.cpu() for p in alone.parameters()],
     )
 
 

@@ -96,7 +96,7 @@ def test_hessian_vector_product_is_linear_in_v():
     h1, h2 = (hessian_vector_product(net, model, x, y, v) for v in (v1, v2))
     h12 = hessian_vector_product(net, model, x, y, [a + b for a, b in zip(v1, v2)])
     for a, b, c in zip(h12, h1, h2):
-        tol(a, b + c)  # exercise 1: H(v1 + v2) = H v1 + H v2
+        tol(a, b + c)  # exercise 2: H(v1 + v2) = H v1 + H v2
 
 
 @pytest.mark.parametrize("devices", [["cpu"] * 2] + GPU)
@@ -145,7 +145,7 @@ def test_reduce_add_coalesced_passes_gradgradcheck(devices):
     assert {type(g.grad_fn).__name__ for g in grads} == {"BroadcastBackward"}  # its backward's partner
     (out,) = ReduceAddCoalesced.apply(devices[0], 1, *tensors)
     plain = torch.autograd.grad(out.sum(), tensors, create_graph=True)  # a gradient that needs none
-    # apply records nothing for inputs that need no grad: exercise 4's DetachedBroadcast
+    # apply records nothing for inputs that need no grad: exercise 5's DetachedBroadcast
     assert all(g.grad_fn is None for g in plain)
 
 
@@ -349,6 +349,9 @@ def test_the_byte_cell_prints_equal_broadcasts_of_the_parameters_and_of_v(device
     assert counts == [(len(devices) - 1) * P] * 2, lines
     after = " ".join(cells[at + 1].source.split())
     assert f"On two slots both are {P} bytes: `v` has the parameters' shapes" in after
+    n = sum(p.numel() for p in story.make_model().parameters())
+    assert f"{n} floats of 4 bytes, sent to the one slot after slot 0" in after  # the bytes, broken down
+    assert P == n * 4
 
 
 def test_the_gradgradcheck_listing_returns_true_as_the_fold_says():
@@ -375,16 +378,16 @@ def test_the_hvp_cell_runs_both_strategies_once():
 
 
 def test_the_ddp_cell_prints_the_tasks_lines_and_names_its_helpers():
-    """The cell above the DDP run prints only the task's body, and its comment says what each helper is."""
+    """The cell above the DDP run prints the task, and its comment says what each helper is."""
     import inspect
 
     cells, at = _chapter_cell("ddp-penalty")
     source = cells[at - 1].source
     printed = "\n".join(_printed(source, {"inspect": inspect}))
-    assert printed.startswith("ddp = wrap(") and "penalised.backward()" in printed
-    assert '"""' not in printed and "return dict" not in printed  # the body only
+    assert printed.startswith("def autograd_grad(") and "penalised.backward()" in printed  # the whole task
+    assert "whole=" in printed  # with the one-process run the cell compares against
     comment = " ".join(line for line in source.splitlines() if line.startswith("#"))
-    for helper in ("make_model", "wrap", "local_shard", "loss_fn", "_bucket_strides_quiet"):
+    for helper in ("make_model", "wrap", "local_shard", "make_data", "loss_fn", "_bucket_strides_quiet"):
         assert helper in printed and f"{helper} " in comment, helper
 
 
@@ -408,11 +411,13 @@ def test_the_ddp_cell_shows_unaveraged_first_gradients_and_an_averaged_grad():
     from dpteach import distributed
 
     lines = _printed(cells[at].source, {"distributed": distributed})
-    first, own, grad = (float(re.search(r"(\S+)$", line)[1]) for line in lines)
+    first, own, grad, whole = (float(re.search(r"(\S+)$", line)[1]) for line in lines)
     assert first > 1e-3  # the processes' torch.autograd.grad gradients differ: each is its own rows'
     assert own == 0.0 and grad == 0.0  # each is its module's alone; .grad is one average on both
+    assert whole > 1e-3  # the average of per-process penalties is not one process's on all 8 rows
     prose = " ".join(cells[at + 1].source.split("<details>")[0].split())
     assert "differ between the processes" in prose and "the same in both" in prose
+    assert "one process on all 8 rows leaves a different `.grad`" in prose
 
 
 def test_the_try_it_section_warns_that_run_all_stops_at_the_stub():
@@ -425,3 +430,27 @@ def test_the_try_it_section_warns_that_run_all_stops_at_the_stub():
     assert (
         cells[stub - 1].cell_type == "markdown" and "Run All stops at the next cell" in cells[stub - 1].source
     )
+
+
+def test_a_sentence_ending_in_a_colon_leads_straight_into_its_cell():
+    """A markdown cell that ends on a colon introduces the next cell: no fold sits between them."""
+    import nbformat
+
+    path = Path(__file__).resolve().parents[2] / "notebooks" / "07_double_backward.ipynb"
+    cells = nbformat.read(path, as_version=4).cells
+    for i, cell in enumerate(cells[:-1]):
+        text = re.sub(r"<details>.*?</details>", "", cell.source, flags=re.S).rstrip()
+        if cell.cell_type == "markdown" and text.endswith(":"):
+            assert cell.source.rstrip().endswith(":"), f"cell {cell.id}: a fold follows its colon"
+            assert cells[i + 1].cell_type == "code", f"cell {cell.id} ends on a colon before markdown"
+
+
+def test_the_small_models_replicas_are_shown_and_only_the_imports_hidden():
+    """The first picture's model, replicas, scatter and gather sit in its visible cell; the hidden one imports."""
+    cells, at = _chapter_cell("penalty-graph")
+    shown, hidden = cells[at], cells[at - 1]
+    assert "hide-input" not in shown.metadata.get("tags", [])
+    for call in ("dpteach.replicate(small", "dpteach.scatter(", "dpteach.parallel_apply(", "dpteach.gather("):
+        assert call in shown.source, call
+    assert "hide-input" in hidden.metadata["tags"]
+    assert all(line.startswith(("import", "from")) for line in hidden.source.split("\n") if line.strip())

@@ -2,7 +2,7 @@
 graph's yellow box, read), ``checks.hvp_linear`` (2: H(v1 + v2) = H v1 + H v2 through DataParallel, and a
 prediction of the bytes its meter sees broadcast), ``checks.rewire_refuses`` (3: the calls that meet ReduceAdd's check),
 ``checks.penalty_inside`` (4: the input-gradient penalty inside forward, and whether it matches under "rewire") and ``checks.second_backwards`` (5: what
-four second backwards through swapped nodes do). Each accepts the chapter's worked answer, names the usual slip
+two second backwards through DetachedBroadcast do). Each accepts the chapter's worked answer, names the usual slip
 (``Verdict.problem``), and gives the answer only from the third failed try; an unset answer costs no hint. Then
 the chapter: each check cell ends on its check, and each exercise has its Answer block.
 """
@@ -197,12 +197,22 @@ def test_exercise_3_accepts_the_worked_answer_and_names_the_slips():
     assert gives_answer_only_at_the_third(three_tries(checks.rewire_refuses, {"a", "b"}, SLOTS))
 
 
+def test_exercise_3_first_try_says_a_call_left_out_raises():
+    checks.reset()
+    first = checks.rewire_refuses({"b"}, SLOTS).message.split("\n")[0]
+    assert "1 call you left out raises too" in first and not re.search(r"\b[a-d]\b", first)
+    checks.reset()
+    both = checks.rewire_refuses({"a", "b"}, SLOTS).message.split("\n")[0]
+    assert "1 call you left out raises too and 1 call you listed runs without error" in both
+
+
 def test_exercise_3_names_the_wrong_letter_only_from_the_second_try():
     checks.reset()
     first, second, third = (
         checks.rewire_refuses({"b", "c", "d"}, SLOTS).message.split("\n")[0] for _ in range(3)
     )
     assert not re.search(r"\b[a-d]\b", first)  # the first try names no letter
+    assert "1 call you listed runs without error" in first  # but says which way the set is off
     assert "for c" in second and "paths to x_in" not in second  # then which, not why
     assert "c runs" in third and "paths to x_in" in third  # why, with the answer
 
@@ -309,28 +319,27 @@ def test_exercise_4_a_mean_per_replica_differs_only_where_pieces_are_unequal():
 
 # ---------------------------------------------------------------- Exercise 5: what each second backward does
 
-RIGHT_STEPS = {"a": "right", "b": "wrong", "c": "raises", "d": "right"}
+RIGHT_STEPS = {"a": "wrong", "b": "raises"}
 
 
 def test_exercise_5_accepts_the_worked_answer_and_reports_the_run():
     verdict = checks.second_backwards(RIGHT_STEPS, SLOTS)
     assert verdict.ok and verdict.problem == "right"
-    # the message reports the run: c's own error, and how far b was off
-    assert "c raised RuntimeError: element 0 of tensors does not require grad" in verdict.message
-    assert "b ran, " in verdict.message and "off one device's result" in verdict.message
+    # the message reports the run: b's own error, and how far a was off
+    assert "b raised RuntimeError: element 0 of tensors does not require grad" in verdict.message
+    assert "a ran, " in verdict.message and "off one device's result" in verdict.message
 
 
 def test_exercise_5_reads_answers_as_typed():
-    assert checks.second_backwards({" A ": "Right", "b": "WRONG", "c": "raise", "d": "'right'"}, SLOTS).ok
+    assert checks.second_backwards({" A ": "WRONG", "b": "raise"}, SLOTS).ok
 
 
 @pytest.mark.parametrize(
     "slip, problem",
     [
-        ({"a": "wrong"}, "a"),  # the input penalty never runs Broadcast's backward in its first gradient
-        ({"b": "right"}, "b"),  # apply records nothing for detached inputs
-        ({"c": "wrong"}, "c"),  # the same lost history, but nothing else to differentiate: autograd refuses
-        ({"d": "raises"}, "d"),  # UncheckedReduceAdd has no check, and its sum is recorded
+        ({"a": "right"}, "a"),  # apply records nothing for detached inputs: the penalty is a constant
+        ({"a": "raises"}, "a"),  # beside the MSE's graph the lost history raises nothing
+        ({"b": "wrong"}, "b"),  # the same lost history, but nothing else to differentiate: autograd refuses
     ],
 )
 def test_exercise_5_names_the_first_wrong_step(slip, problem):
@@ -339,18 +348,18 @@ def test_exercise_5_names_the_first_wrong_step(slip, problem):
 
 
 def test_exercise_5_says_more_with_each_try_and_the_answer_third():
-    messages = three_tries(checks.second_backwards, {**RIGHT_STEPS, "b": "right", "d": "raises"}, SLOTS)
+    messages = three_tries(checks.second_backwards, {"a": "right", "b": "right"}, SLOTS)
     first, second, third = (m.split("\n")[0] for m in messages)
-    assert not re.search(r"\b[a-d]\b", first) and "2 of your four predictions disagree" in first
-    assert "for b, d" in second and "detached" not in second  # then which, not why
-    assert "b runs, but not to one device's result" in third and "detached" in third  # why, with the answer
-    assert "d runs and gives one device's result" in third
+    assert not re.search(r"\b[a-d]\b", first) and "both of your two predictions disagree" in first
+    assert "for a, b" in second and "detached" not in second  # then which, not why
+    assert "a runs, but not to one device's result" in third and "detached" in third  # why, with the answer
+    assert "b raises" in third
     assert gives_answer_only_at_the_third(messages)
-    assert 'does = {"a": "right", "b": "wrong", "c": "raises", "d": "right"}' in messages[2]
+    assert 'does = {"a": "wrong", "b": "raises"}' in messages[2]
 
 
 def test_exercise_5_asks_for_an_answer_and_costs_no_hint():
-    unset = {"a": ..., "b": "wrong", "c": "raises", "d": "right"}
+    unset = {"a": ..., "b": "raises"}
     for does in (..., unset, {"a": "right"}, {**RIGHT_STEPS, "e": "right"}, {**RIGHT_STEPS, "a": "maybe"}):
         verdict = checks.second_backwards(does, SLOTS)
         assert not verdict.ok and "Hint" not in verdict.message, does
@@ -366,14 +375,7 @@ def _chapter_namespace():
     from dpteach.functions import Broadcast, ReduceAddCoalesced
     from dpteach.replicate import ReduceAdd, broadcast, rewire
 
-    wanted = {
-        "penalised_loss",
-        "gradient_norm_loss",
-        "hessian_vector_product",
-        "CommBroadcast",
-        "comm_broadcast",
-    }
-    wanted |= {"UncheckedReduceAdd", "unchecked", "DetachedBroadcast", "net_of"}
+    wanted = {"gradient_norm_loss", "hessian_vector_product", "DetachedBroadcast", "net_of"}
     scope = {"torch": torch, "F": F, "dpteach": dpteach, "exercises": exercises, "devices": SLOTS}
     scope |= {"Broadcast": Broadcast, "ReduceAddCoalesced": ReduceAddCoalesced, "ReduceAdd": ReduceAdd}
     scope["rewire"], scope["broadcast"] = rewire, broadcast
