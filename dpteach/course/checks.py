@@ -3188,8 +3188,12 @@ def wait_for_backward(answer: Mapping[str, object] | object, work) -> Verdict:
     known["DDP"] = (known["DDP"] - {"all-reduce"}) | {
         f"bucket {k + 1}" for k in range(len(costmodel.buckets(work)))
     }
+
+    def as_set(names: set[str]) -> str:
+        return "{" + ", ".join(f'"{n}"' for n in sorted(names)) + "}"
+
     said = (
-        f"DataParallel: {sorted(truth['DataParallel'])}, DDP: {sorted(truth['DDP'])}. DataParallel flattens and "
+        f"DataParallel: {as_set(truth['DataParallel'])}, DDP: {as_set(truth['DDP'])}. DataParallel flattens and "
         "sums the replicas' gradients onto GPU 0 only once every backward has made them; DDP all-reduces each "
         "bucket as soon as backward has filled it, so only the last bucket, which holds the first layer's "
         "gradients, waits for backward to end."
@@ -3451,6 +3455,13 @@ def ddp_also_copies(answer: Mapping[str, object] | object, models: Mapping[str, 
             "parameters",
         )
     short = [k for k in keys if buffers[k] and "broadcast" not in given[k]]
+    if short and not _failures[name]:  # a first try: the idea, not the move
+        return fail(
+            f"{short[0]!r} holds buffers, BatchNorm's running mean and variance, and each rank's forward "
+            "updates them from its own rows; the gradients do not keep them equal. What must DDP do before "
+            "every forward so that every rank uses the same ones?",
+            "buffers",
+        )
     if short:
         return fail(
             f"{short[0]!r} holds buffers, BatchNorm's running mean and variance, which each rank updates from "
@@ -3557,6 +3568,7 @@ def nodes_per_thread(
             "replica",
         )
     zero = counts["cuda:0"]
+    first_try = not _failures[name]
     for wrong, problem, change in (
         (
             per_replica,
@@ -3575,7 +3587,12 @@ def nodes_per_thread(
         ),
     ):
         if zero == wrong:
-            return fail(change + ".", problem)
+            if first_try:  # the idea, not the count
+                change = (
+                    f"cuda:0's thread runs more than its replica's {per_replica} nodes: which GPU holds the "
+                    "loss, the gathered output and the model, and so the gradients of their nodes?"
+                )
+            return fail(change + ("" if change.endswith("?") else "."), problem)
     return fail(
         f"cuda:0: {zero} is too {'many' if zero > truth['cuda:0'] else 'few'}: add up the parts whose gradients "
         "are on GPU 0.",

@@ -841,7 +841,8 @@ def breakdown(
     names = _profile_names(gpus)
     width = max(len(name) for name in names) + 2
     lines = [
-        f"modelled µs per step: one GPU's; DDP's on {n} GPUs = each GPU's compute + the all-reduce time after it",
+        f"modelled µs per step, {'with' if latency else 'without'} NCCL's latency per message: one GPU's; "
+        f"DDP's on {n} GPUs = each GPU's compute + the all-reduce time after it",
         f"  {'':<{width}}{'one GPU':>7}{'DDP: compute':>16}{'all-reduce':>13}{'step':>8}{'speed-up':>11}",
     ]
     words = []

@@ -139,6 +139,7 @@ def test_exercise_2_accepts_the_parts_that_start_once_every_backward_is_done(cha
         assert after == names  # what the timeline shows is what the check accepts
     verdict = checks.wait_for_backward(RIGHT, work)
     assert verdict.ok and "only the last bucket" in verdict.message
+    assert 'DataParallel: {"flatten", "reduce"}, DDP: {"bucket 2"}' in verdict.message  # sets, as asked
     assert checks.wait_for_backward({"DataParallel": ["reduce", "flatten"], "DDP": ("bucket 2",)}, work).ok
 
 
@@ -308,13 +309,20 @@ def test_exercise_4s_truth_is_ddps_default_buffer_sync():
         ("scatter", {"model": {"scatter"}, "bn": {"broadcast"}}, "take scatter out"),
         ("gather", {"model": set(), "bn": {"broadcast", "gather"}}, "take gather out"),
         ("parameters", {"model": {"broadcast"}, "bn": {"broadcast"}}, "take broadcast out of its set"),
-        ("buffers", {"model": set(), "bn": set()}, "add broadcast to its set"),
+        ("buffers", {"model": set(), "bn": set()}, "What must DDP do before every forward"),
     ],
 )
 def test_exercise_4_names_each_slip_and_says_what_to_change(chapter, problem, answer, change):
     verdict = checks.ddp_also_copies(answer, {"model": chapter[0], "bn": bn()})
     assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
     assert change in verdict.message.split("\nHint")[0] and "Hint 1 of 2" in verdict.message
+
+
+def test_exercise_4_the_first_try_points_at_the_idea_and_the_second_names_the_move(chapter):
+    models = {"model": chapter[0], "bn": bn()}
+    first, second = (checks.ddp_also_copies({"model": set(), "bn": set()}, models).message for _ in range(2))
+    assert "broadcast" not in first.split("\nHint")[0] and "updates them from its own rows" in first
+    assert "so add broadcast to its set" in second.split("\nHint")[0] and "8,200 bytes" in second
 
 
 def test_exercise_4_a_wrong_name_or_a_string_costs_no_try(chapter):
@@ -377,9 +385,9 @@ def test_exercise_5_accepts_the_counts_and_leaves_the_model_untouched(chapter):
     [
         ("one thread", {"cuda:0": 28, "cuda:1": 0, "cuda:2": 0, "cuda:3": 0}, "on CPU slots only"),
         ("caller", {**RIGHT_5, "caller": 28}, "give the caller 0"),
-        ("cuda:0 replica only", {**RIGHT_5, "cuda:0": 5}, "cuda:0 also runs the loss and gather (3)"),
-        ("no sum", {**RIGHT_5, "cuda:0": 8}, "the sum onto the model (5 nodes)"),
-        ("no loss", {**RIGHT_5, "cuda:0": 10}, "the loss and gather (3 nodes)"),
+        ("cuda:0 replica only", {**RIGHT_5, "cuda:0": 5}, "which GPU holds the loss, the gathered output"),
+        ("no sum", {**RIGHT_5, "cuda:0": 8}, "more than its replica's 5 nodes"),
+        ("no loss", {**RIGHT_5, "cuda:0": 10}, "more than its replica's 5 nodes"),
         (
             "even split",
             {"cuda:0": 7, "cuda:1": 7, "cuda:2": 7, "cuda:3": 7},
@@ -394,6 +402,21 @@ def test_exercise_5_names_each_slip_and_says_what_to_change(chapter, problem, an
     verdict = checks.nodes_per_thread(answer, model, x)
     assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
     assert change in verdict.message.split("\nHint")[0] and "Hint 1 of 2" in verdict.message
+
+
+@pytest.mark.parametrize(
+    "answer, change",
+    [
+        ({**RIGHT_5, "cuda:0": 5}, "cuda:0 also runs the loss and gather (3)"),
+        ({**RIGHT_5, "cuda:0": 8}, "the sum onto the model (5 nodes)"),
+        ({**RIGHT_5, "cuda:0": 10}, "the loss and gather (3 nodes)"),
+    ],
+)
+def test_exercise_5_the_first_try_asks_where_and_the_second_gives_the_counts(chapter, answer, change):
+    model, x, _ = chapter
+    first, second = (checks.nodes_per_thread(answer, model, x).message for _ in range(2))
+    assert change not in first and "13" not in first.split("\nHint")[0]
+    assert change in second.split("\nHint")[0] and "Hint 2 of 2" in second
 
 
 def test_exercise_5_a_missing_thread_costs_no_try_and_the_hints_climb(chapter):
