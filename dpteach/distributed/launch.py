@@ -77,17 +77,19 @@ class RankFailed(RuntimeError):
 
 
 class RankTimeout(TimeoutError):
-    """Some ranks did not answer in time; ``ranks`` lists them. They were stopped with all the others."""
+    """Some ranks did not answer in time; ``ranks`` lists them. They were stopped with all the others.
+    ``answered`` maps each rank that did answer in time to its return value."""
 
-    def __init__(self, ranks: list[int], what: str, timeout: float):
+    def __init__(self, ranks: list[int], what: str, timeout: float, answered: dict[int, Any] | None = None):
         self.ranks, self.what, self.timeout = ranks, what, timeout
+        self.answered = dict(answered or {})
         super().__init__(
             f"rank(s) {', '.join(map(str, ranks))} gave no answer to {what} within {timeout:g} s "
             "(a hang, or a collective that one rank never entered); every rank was stopped"
         )
 
     def __reduce__(self):
-        return type(self), (self.ranks, self.what, self.timeout)
+        return type(self), (self.ranks, self.what, self.timeout, self.answered)
 
 
 def default_backend(world_size: int) -> str:
@@ -313,7 +315,8 @@ class Ranks:
             pending = {c: r for r, c in enumerate(self._conns) if r not in answers}  # EOF too: a rank died
             ready = wait(list(pending), timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
-                raise RankTimeout(sorted(set(pending.values())), what, timeout)
+                answered = {r: worker.loads(answers[r][1]) for r in sorted(answers)}
+                raise RankTimeout(sorted(set(pending.values())), what, timeout, answered)
             for obj in ready:
                 self._read(pending[obj], answers, failures)
         if failures:

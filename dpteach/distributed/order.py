@@ -135,7 +135,9 @@ def wait_table(steps: dict[str, dict]) -> list[str]:
     """Backward's wait points side by side, one column per named step (say DDP's and
     ``ddp_from_scratch``'s, over the same backward): its buckets, the backward nodes still to run at
     its first and at its last launch, where backward waits for the sums, and how many nodes ran between
-    a launch and backward's wait for that bucket (the overlap the wait allows: ``in_flight_count``). Counted from events, so it repeats."""
+    the first launch and backward's wait for that bucket, the nodes during which some bucket was out
+    (the overlap the wait allows: ``in_flight_count``); later buckets overlap fewer. Counted from
+    events, so it repeats."""
     rows = [("", list(steps))]
     rows.append(("buckets", [str(len(buckets(s))) for s in steps.values()]))
     for which, at in (("first", 0), ("last", -1)):
@@ -154,7 +156,7 @@ def wait_table(steps: dict[str, dict]) -> list[str]:
     )
     rows.append(
         (
-            "nodes run between a launch and its wait",
+            "nodes run between the first launch and its wait",
             [f"{in_flight_count(s)} of {sum(e[0] == 'node' for e in s['events'])}" for s in steps.values()],
         )
     )

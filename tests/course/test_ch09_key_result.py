@@ -147,7 +147,8 @@ def test_a_constant_factor_is_named_and_an_uneven_difference_is_not():
 def test_one_batch_more_on_one_rank_hangs_it_until_the_timeout_and_the_sampler_evens_the_batches():
     """The chapter shows the hang its heading names: the cell tagged ``uneven-batches`` runs
     ``extra_step`` under a short timeout and starts fresh ranks after it. Even step counts return on
-    every rank; one backward more leaves only that rank without an answer, and every rank is stopped.
+    every rank; one backward more leaves only that rank without an answer, the others' answers kept on
+    the timeout, and every rank is stopped.
     The cure the chapter prints, ``DistributedSampler``, gives every rank as many samples."""
     from torch.utils.data import DistributedSampler
 
@@ -156,6 +157,9 @@ def test_one_batch_more_on_one_rank_hangs_it_until_the_timeout_and_the_sampler_e
     nb = cells()
     demo = next(c for c in nb if "uneven-batches" in c.metadata.get("tags", []))
     assert '"extra_step"' in demo.source and "timeout=" in demo.source and "except RankTimeout" in demo.source
+    assert (
+        "err.answered" in demo.source and "err.ranks" in demo.source
+    )  # who answered, with what, and who not
     # the timeout stops every rank: the chapter goes on with ranks started before the hang, which import
     # torch while these wait out the timeout
     lines = demo.source.splitlines()
@@ -166,6 +170,7 @@ def test_one_batch_more_on_one_rank_hangs_it_until_the_timeout_and_the_sampler_e
         with pytest.raises(RankTimeout) as info:
             ranks.run("extra_step", on_rank=0, steps=2, timeout=2, echo=False)
         assert info.value.ranks == [0]  # rank 1 answered; rank 0 waits in an all-reduce of its own
+        assert info.value.answered == {1: 2}  # what the chapter prints: rank 1 ran its two steps
         assert ranks.alive() == [False, False]
     sampler = next(c for c in nb if c.cell_type == "code" and "DistributedSampler(range(10)" in c.source)
     assert nb.index(demo) < nb.index(sampler)  # the hang first, then the cure

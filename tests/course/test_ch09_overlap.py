@@ -73,7 +73,10 @@ def test_the_wait_table_sets_the_wait_points_side_by_side():
     assert table["buckets"] == ["1", "1"]
     assert table["nodes left at the first launch"] == ["2", "2"]  # both launch early ...
     assert table["backward waits for a sum"] == ["once, after its last node", "before its next node"]
-    assert table["nodes run between a launch and its wait"] == ["2 of 3", "0 of 3"]  # ... only one runs on
+    assert table["nodes run between the first launch and its wait"] == [
+        "2 of 3",
+        "0 of 3",
+    ]  # ... only one runs on
 
 
 def test_one_tensor_is_said_in_the_singular():
@@ -128,7 +131,7 @@ def test_ddp_runs_backward_while_buckets_are_in_flight_and_the_hook_version_does
     printed = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", line) for line in lines)}
     assert printed["buckets"] == ["3", "8"]  # ours: one per parameter
     assert printed["nodes left at the last launch"] == ["0", "0"]
-    assert printed["nodes run between a launch and its wait"] == [
+    assert printed["nodes run between the first launch and its wait"] == [
         f"{order.in_flight_count(second)} of 12",
         "0 of 12",
     ]
