@@ -681,7 +681,8 @@ def test_the_trap_is_predicted_before_it_runs_and_a_rule_follows():
     assert "read each parameter by name" in rule and "rebuilt on every forward" in rule
     assert "the shallow copy shares the container" in rule  # the cause, not the rebuilding
     assert "re-points registry names" in rule
-    assert "set as an attribute follows" in rule  # the rule is not "keep no handles at all"
+    assert "`Parameter` attribute follows the replica" in rule  # the rule is not "keep no handles at all"
+    assert "only where an op checks devices" in rule  # meta is no sure test: a bare matmul runs on it
     for kind in ("list", "dict", "namespace", "closure"):
         assert kind in rule
 
@@ -881,3 +882,12 @@ def test_exercise_1_a_wrong_shared_gets_hints_about_views_not_layout():
     assert "Hint 2 of 2: Slot 0 is the model's own device" in second.message
     assert "device-major" not in first.message + second.message  # the layout hints are for `index`
     assert checks.broadcast_layout(9, {0, 1, 2, 3}).ok
+
+
+def test_meta_catches_a_cpu_tensor_only_where_an_op_checks_devices():
+    """What the rule says of a ``meta`` slot: a bias add checks devices (the meta function of addmm's
+    decomposition), a bare matmul with a CPU weight runs without a word."""
+    x, w, b = torch.randn(4, 3, device="meta"), torch.randn(2, 3), torch.randn(2)
+    assert (x @ w.t()).device.type == "meta" and F.linear(x, w).device.type == "meta"
+    with pytest.raises(RuntimeError, match="not on the expected device meta"):
+        F.linear(x, w, b)
