@@ -197,6 +197,32 @@ def _buckets(tensors: Sequence[torch.Tensor], size_limit: int) -> list[list[int]
     return done + [b[0] for b in open_.values() if b[0]]
 
 
+def _cpp_buckets(tensors: Sequence[torch.Tensor], size_limit: int) -> list[list[int]]:
+    """Indices of ``tensors`` in the buckets torch's C++ ``broadcast_coalesced`` makes: the rule of
+    ``torch::utils::take_tensors`` (``torch/csrc/utils/tensor_flatten.cpp``), which
+    ``torch/csrc/cuda/comm.cpp`` calls. A tensor joins the open bucket of its type first, and the
+    bucket closes once its size reaches ``size_limit`` (``>=``), so it may end one tensor past the
+    limit, where :func:`_buckets` (the Python rule) closes before. Two 6 MiB float32 tensors under
+    10 MiB make one bucket here, two there. Buckets still open at the end follow in order of first
+    use (torch orders them by type id; the bytes counted are the same)."""
+    open_: dict[tuple, list] = {}
+    done: list[list[int]] = []
+    for i, t in enumerate(tensors):
+        key = (t.dtype, t.layout)
+        if t.is_sparse:  # take_tensors sizes a sparse tensor's values by its indices' element size
+            indices, values = t._indices(), t._values()
+            size = (indices.numel() + values.numel()) * indices.element_size()
+        else:
+            size = nbytes(t)
+        bucket = open_.setdefault(key, [[], 0])
+        bucket[0].append(i)
+        bucket[1] += size
+        if bucket[1] >= size_limit:
+            done.append(bucket[0])
+            del open_[key]
+    return done + [b[0] for b in open_.values()]
+
+
 def _check_dim(dim: int, ndim: int, what: str) -> int:
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise TypeError(f"{what}: dim must be an int, got {dim!r}")
@@ -256,8 +282,8 @@ def broadcast_coalesced(
 ) -> list[list[torch.Tensor]]:
     """Broadcast a list of tensors, all on ``devices[0]``; slot 0's outputs are the inputs as they are.
 
-    Between distinct devices small tensors travel flattened into buckets of at most
-    ``buffer_size`` bytes (fewer, larger copies); onto the same device each tensor is cloned
+    Between distinct devices small tensors travel flattened into buckets of about
+    ``buffer_size`` bytes (fewer, larger copies; see :func:`_buckets` and :func:`_cpp_buckets`); onto the same device each tensor is cloned
     directly, one pass over memory. Every copy gets its own version counter, so an in-place
     update of one replica's buffer never trips autograd on another's
     (NOTE [Version Counter in comm.*_coalesced] in PyTorch).
@@ -272,8 +298,9 @@ def broadcast_coalesced(
     if fast_path(slots, tensors):
         outs = torch_comm.broadcast_coalesced(tensors, [d.index for d in slots], buffer_size)
         # the logical count, as on the other paths: torch's comm.cpp packs each bucket once on slot 0
-        # and hands it to NCCL, whose own route between the GPUs is not counted
-        for bucket in _buckets(tensors, buffer_size):
+        # and hands it to NCCL, whose own route between the GPUs is not counted; its buckets are
+        # C++ take_tensors' (closed at >= the limit), not the Python rule of the other paths
+        for bucket in _cpp_buckets(tensors, buffer_size):
             size = sum(nbytes(tensors[i]) for i in bucket)
             if not tensors[bucket[0]].is_sparse and _packs([tensors[i] for i in bucket]):
                 record("pack", size, slots[0], slots[0])

@@ -416,12 +416,13 @@ def test_the_gathered_output_is_counted_beside_the_model_and_no_time_is_modelled
         f"on {n} GPUs {into_gpu0 / 1e9:.1f} GB of it crosses into GPU 0, against the "
         f"{model_traffic / 1e9:.1f} GB of model copies and gradients above" in printed
     )
-    assert f"on {n} GPUs the ¾ of it that crosses into GPU 0 outweighs the model copies and gradients" in why
-    assert "it grows with the batch, `P` does not" in why
+    assert f"On {n} GPUs the ¾ of it that crosses into GPU 0 outweighs the model copies and gradients" in why
+    assert "it grows with the batch; `P` does not" in why
     code = "\n".join(c.source for c in CELLS if c.cell_type == "code")
     assert "costmodel.predict" not in code  # time is chapter 08's: here bytes only
     before = " ".join(CELLS[at - 1].source.split())
-    assert "The rule leaves out what DataParallel alone moves" in before and "`GPT2LMHeadModel`" in before
+    assert "It gathers every output onto GPU 0, which the rule leaves out" in before
+    assert "`GPT2LMHeadModel`" in before
 
 
 def test_the_meta_pair_says_why_broadcast_sends_three_buckets():
@@ -477,10 +478,11 @@ def test_2n_minus_1_is_stated_where_it_is_counted():
 
 
 def test_the_rule_names_ddps_buffer_broadcast_as_torch_decides_it():
-    """The rule's bullets count DDP's buffer broadcast, (N - 1)·B, under broadcast_buffers=True, and the
-    cell adds it. The installed torch does so: before forward, when the model has buffers and
-    forward_sync_buffers (broadcast_buffers' new name) is on, and only after a forward that synced
-    gradients; the fold above says each condition."""
+    """The rule's bullets count DDP's buffer broadcast, (N - 1)·B, under forward_sync_buffers=True, and
+    the cell adds it. The installed torch does so: before forward, when the model has buffers and
+    forward_sync_buffers (which replaces broadcast_buffers in the forward, not at construction) is on,
+    and only after a forward that synced gradients; the fold above says each condition, and that the
+    constructor's broadcast is skipped under init_sync=False."""
     import inspect
 
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -488,7 +490,7 @@ def test_the_rule_names_ddps_buffer_broadcast_as_torch_decides_it():
     at = CELLS.index(tagged("model-your-size"))
     rule = " ".join(DETAILS.sub(" ", CELLS[at - 1].source).split())
     assert "DDP's buffer broadcast from rank 0 before each forward, `(N − 1)·B`" in rule
-    assert "`broadcast_buffers=True` (2.13: `forward_sync_buffers`), the default" in rule
+    assert "`forward_sync_buffers=True` (before 2.13, `broadcast_buffers`), the default" in rule
     assert "(N_gpt - 1) * B_gpt" in CELLS[at].source
     will = " ".join(inspect.getsource(DDP.will_sync_module_buffers).split())
     assert "self.require_forward_param_sync and self.forward_sync_buffers" in will
@@ -501,8 +503,12 @@ def test_the_rule_names_ddps_buffer_broadcast_as_torch_decides_it():
         in post
     )
     fold = " ".join(DETAILS.findall(CELLS[at - 1].source)[0].split())  # under the rule's bullets
+    init = " ".join(inspect.getsource(DDP.__init__).split())
+    assert "if init_sync:" in init and "init_sync_buffers = True" in init  # the new flag spares the init sync
     for said in (
         "`forward_sync_buffers` is on",
+        "it leaves the sync at construction alone",
+        "unless `init_sync=False`",
         "`require_forward_param_sync`",
         "`no_sync()`",
         "`torch.no_grad()`",
@@ -554,7 +560,9 @@ def test_the_overlap_quote_is_on_the_main_path_and_is_torchs():
 
     at = CELLS.index(tagged("model-your-size"))
     main = " ".join(DETAILS.sub(" ", CELLS[at + 1].source).split())
-    quote = re.search(r'beside backward: DDP buckets its gradients "([^"]+)"', main)[1]
+    quote = re.search(
+        r'Its gradient sum waits for every gradient: .*? DDP buckets its gradients "([^"]+)"', main
+    )[1]
     docstring = " ".join(distributed.DistributedDataParallel.__doc__.split())
     assert quote in docstring and "overlap with backward computation" in quote
     (fold,) = DETAILS.findall(CELLS[at + 1].source)
@@ -614,7 +622,7 @@ def test_meta_is_explained_where_it_is_first_used():
     assert 'dpteach\'s `"clone"` and `"rewire"` copy as the 2019 C++ code did' in text
     assert "torch later dropped the clone" in text
     fold = " ".join(CELLS[CELLS.index(tagged("clone-then-to-counts")) + 1].source.split())
-    assert "mrshenli removed the clone in PR #20995" in fold
+    assert "mrshenli's PR #20995 dropped the clone; torch 2.13's `cloneable.h` shows the result" in fold
     # CountCopies, the counter the next cell uses, is introduced here, beside traffic(), before that cell
     first = next(i for i, c in enumerate(CELLS) if "CountCopies" in c.source)
     assert first == at and CELLS[at + 1] is tagged("clone-then-to-counts")
@@ -639,11 +647,19 @@ def test_one_device_backward_copies_nothing_and_the_text_says_why():
 
 
 def test_the_scaling_lesson_is_on_the_main_path_with_the_counted_numbers():
-    """Where the two wrappers are set side by side, and in the Summary, the text compares like with like:
-    what GPU 0 sends (and receives as much) when every copy starts or ends there, against what each DDP
-    rank sends (and receives as much), on the cell's N GPUs, in bytes and in P, as the counts give them.
-    It says the star is dpteach's count, not NCCL's schedule (NCCL's notes bound a broadcast or a
-    reduce by the root's link alone), and names what DataParallel keeps whatever the schedule."""
+    """Where the two wrappers are set side by side the text compares like with like: what GPU 0 sends
+    (and receives as much) when every copy starts or ends there, against what each DDP rank sends (and
+    receives as much), on the cell's N GPUs, in bytes and in P, as the counts give them. It calls that
+    star an accounting view (NCCL's notes bound a broadcast or a reduce by the root's link alone), then
+    gives the plain takeaway: the same bytes in all, and three differences, one a bullet: the model
+    copied every step, a gradient sum that waits for every gradient (torch's DataParallel has one
+    Broadcast node for all its parameters), and the gather onto GPU 0. The Summary says the same and
+    leaves the star out."""
+    import importlib
+    import inspect
+
+    replicate = importlib.import_module("torch.nn.parallel.replicate")  # the module, not its function
+
     scope, printed = run("model-your-size")
     n, P = scope["N_gpt"], scope["P_gpt"]
     assert scope["B_gpt"] == 0  # so (N - 1)·(2P + B) is (N - 1)·2P
@@ -651,19 +667,37 @@ def test_the_scaling_lesson_is_on_the_main_path_with_the_counted_numbers():
     assert f"{total / 1e6:,.1f} MB in all" in printed and f"{rank / 1e6:,.1f} MB from each rank" in printed
     assert f"it sends {gpu0 / 1e6:,.1f} MB" in printed
     at = CELLS.index(tagged("model-your-size"))
-    text = " ".join(DETAILS.sub(" ", CELLS[at + 1].source).split())
+    source = DETAILS.sub(" ", CELLS[at + 1].source)
+    text = " ".join(source.split())
+    assert text.startswith("In all the two move the same bytes, `(N − 1)·(2P + B)`.")
     assert f"on {n} GPUs GPU 0 sends {gpu0 / 1e6:,.1f} MB, `{n - 1}·P`, and receives as much" in text
-    assert "grows with every GPU added" in text
     assert (
         f"Each of {n} ranks sends {rank / 1e6:,.1f} MB, `{2 * (n - 1) / n:g}·P`, and receives as much" in text
     )
-    assert "stays under `2P`" in text and "the batch scattered to the GPUs" in text
-    assert "That star is dpteach's count, not NCCL's schedule" in text
+    assert "The star is an accounting view, not a route" in text
     assert "bound a broadcast or a reduce by the root's own link" in text
-    assert "copies the model every step" in text
+    assert "Three things set them apart:" in text
+    bullets = [" ".join(b.split()) for b in re.findall(r"^\* (.*?)(?=^\* |^\s*$|\Z)", source, re.S | re.M)]
+    assert len(bullets) == 3, bullets
+    assert bullets[0] == "DataParallel copies the model every step."
+    assert bullets[1].startswith(
+        "Its gradient sum waits for every gradient: one `Broadcast` node takes them all."
+    )
+    assert bullets[2].startswith("It gathers every output onto GPU 0") and "scattered batch" in bullets[2]
+    # torch's replicate broadcasts all the parameters in one Broadcast call: one node, whose backward
+    # needs every replica's gradient of every parameter
+    body = inspect.getsource(replicate.replicate)
+    assert body.count("_broadcast_coalesced_reshape(params, devices, detach)") == 1
+    assert "Broadcast.apply(devices, *tensors)" in inspect.getsource(replicate._broadcast_coalesced_reshape)
     summary = " ".join(next(c.source for c in CELLS if c.source.startswith("## Summary")).split())
-    assert f"on {n} GPUs GPU 0 sends `{n - 1}·P` and receives as much" in summary
-    assert f"against `{2 * (n - 1) / n:g}·P` each way for a DDP rank" in summary
+    assert "DataParallel moves as many model and gradient bytes as DDP" in summary
+    for said in (
+        "a model copy every step",
+        "a gradient sum that cannot overlap backward",
+        "every output gathered onto GPU 0",
+    ):
+        assert said in summary, said
+    assert "star" not in summary and "`3·P`" not in summary
 
 
 def test_the_explorer_text_names_the_model_it_steps():
@@ -720,3 +754,89 @@ def test_the_first_figure_marks_one_model_dashed():
     alt = tagged("step-bytes").metadata["mystnb"]["image"]["alt"]
     assert "dashed line at one model's bytes, P + B" in alt
     plt.close("all")
+
+
+def test_the_nccl_path_records_the_buckets_of_torchs_cpp_take_tensors(monkeypatch):
+    """Between distinct GPUs torch buckets a broadcast in C++ (``take_tensors``, closing a bucket once
+    it reaches the limit), not by the Python ``_take_tensors`` rule (closing before a tensor would pass
+    it). dpteach's records on that path follow the C++ rule: two 6 MiB float32 tensors under the
+    10 MiB default travel as one packed 12 MiB bucket, where the Python rule makes two."""
+    from torch._utils import _take_tensors
+
+    from dpteach import comm
+
+    mib = 2**20
+    six = [torch.zeros(6 * mib // 4), torch.zeros(6 * mib // 4)]  # float32: 6 MiB each
+    assert [len(b) for b in _take_tensors(six, comm.BUFFER_SIZE)] == [1, 1]  # the Python rule: two
+    assert comm._cpp_buckets(six, comm.BUFFER_SIZE) == [[0, 1]]  # the C++ rule: one, past the limit
+    exact = [torch.zeros(10 * mib // 4), torch.zeros(256)]  # a bucket that reaches the limit closes
+    assert comm._cpp_buckets(exact, comm.BUFFER_SIZE) == [[0], [1]] == comm._buckets(exact, comm.BUFFER_SIZE)
+    mixed = [torch.zeros(4), torch.zeros(2, dtype=torch.int64), torch.zeros(4)]  # one dtype a bucket
+    assert comm._cpp_buckets(mixed, 32) == [[0, 2], [1]]
+    # the fast path itself, its two GPUs stood in for by the CPU and "meta"
+    handed = []
+
+    def fake_broadcast_coalesced(tensors, devices, buffer_size):
+        handed.append(buffer_size)
+        return [list(tensors), [t.to("meta") for t in tensors]]
+
+    monkeypatch.setattr(comm, "fast_path", lambda slots, tensors=(): True)
+    monkeypatch.setattr(comm.torch_comm, "broadcast_coalesced", fake_broadcast_coalesced)
+    with comm.traffic() as t:
+        comm.broadcast_coalesced(six, ["cpu", "meta"])
+    assert handed == [comm.BUFFER_SIZE]
+    assert [(c.op, c.nbytes) for c in t.copies] == [("pack", 12 * mib), ("broadcast", 12 * mib)]
+
+
+def test_the_meta_slots_are_one_device_and_the_text_says_how_they_are_counted():
+    """Four "meta" slots are one device to torch: replicating onto them records no copy whose dst is
+    not its src, and a whole step on them records no gradient sum (adds on one device, not copies). So
+    the rule's text says that slots 1-3 stand in for GPUs, and that the sums are a formula because
+    they are adds there (not because meta runs no backward: it does)."""
+    import dpteach
+
+    scope, _ = run("model-your-size")
+    P, n = scope["P_gpt"], scope["N_gpt"]
+    with dpteach.comm.traffic() as t:
+        dpteach.replicate(scope["gpt2_sized"], [torch.device("meta")] * n)
+    assert t.cross_device_bytes == 0 and t.bytes == (n - 1) * P  # what the cell counts: t.bytes
+    with torch.device("meta"):
+        small = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
+    step = costs.step_traffic(small, torch.randn(4, 8, device="meta"), [torch.device("meta")] * 4)
+    assert "reduce_add" not in step.by_op() and all(p.grad is not None for p in small.parameters())
+    at = CELLS.index(tagged("model-your-size"))
+    rule = " ".join(DETAILS.sub(" ", CELLS[at - 1].source).split())
+    assert 'Four `"meta"` slots stand in for four GPUs: every copy onto slots 1–3 crosses one' in rule
+    assert 'a formula, since on the `"meta"` slots, one device, the sums are adds, not copies' in rule
+    assert "runs no backward" not in rule
+
+
+def test_the_meta_pair_text_says_which_strategy_goes_through_torchs_comm():
+    """Only "broadcast" hands its copies and sums to torch.nn.parallel.comm on distinct GPUs; "rewire"'s
+    ReduceAdd sums one parameter at a time with .to and add_, as C++ DataParallel's does. The cell
+    prints the packs beside the copies sent, and says on the main path why two CPU slots pack nothing."""
+    import inspect
+
+    from dpteach import comm
+    from dpteach.replicate import rewire
+
+    backward = inspect.getsource(rewire.ReduceAdd.backward)
+    assert "output.add_(g.to(ctx.destination))" in backward and "torch_comm" not in backward
+    assert "_coalesced_copy" not in inspect.getsource(comm.copy_to)  # clone and rewire copy with .to
+    table = " ".join(DETAILS.sub(" ", CELLS[CELLS.index(tagged("meta-counts")) - 1].source).split())
+    assert 'On distinct GPUs `"broadcast"` copies and sums through `torch.nn.parallel.comm`' in table
+    assert '`"rewire"` sums per parameter, as C++ `ReduceAdd` does' in table
+    scope, printed = run("step-bytes", "meta-counts")
+    row = " ".join(next(ln for ln in printed.splitlines() if ln.startswith("broadcast ")).split())
+    assert (
+        "in 3 copies sent (+2 packs)" in row and "onto meta" not in row
+    )  # Exercise 4's answer stays off screen
+    after = " ".join(DETAILS.sub(" ", CELLS[CELLS.index(tagged("meta-counts")) + 1].source).split())
+    assert (
+        "between the first cell's CPU slots it copies tensor by tensor" in after
+        and "on `devices[0]`" in after
+    )
+    four = [c.source for c in CELLS if "exercise-stub" in c.metadata.get("tags", [])][2]
+    assert 'strategy = "clone"' in four  # the count the meta pair did not print
+    fold = " ".join(DETAILS.findall(CELLS[CELLS.index(tagged("meta-counts")) + 1].source)[0].split())
+    assert "follow the C++ rule (`_cpp_buckets`)" in fold and "the Python one (`_buckets`)" in fold
