@@ -4504,10 +4504,11 @@ def losses_part(parts_on_4: int | None | object, parts_on_1: int | None | object
         return malformed
     (four, four_gap), (two, two_gap), (one, one_gap) = (_losses_part_at(n) for n in (4, 2, 1))
     hints = [
-        "The runs part because a sum split into pieces rounds differently from one sum. Ask how large that "
-        "first rounding is with more pieces, and whether one slot splits anything.",
-        "Compare step 1's weight gap (lab.weight_gap()) on 2 and on 4 slots; and with one device, recall "
-        "what DataParallel.forward does (exercise 1).",
+        "The runs part because a sum split into pieces rounds differently from one sum, and every step "
+        "magnifies that first gap. Ask whether more pieces make the first gap bigger, and whether one slot "
+        "splits anything.",
+        "The two step-1 gaps the cell printed are of one size, and the steps magnify gaps of one size at "
+        "about the same rate. With one device, recall what DataParallel.forward does (exercise 1).",
     ]
     answer = f"parts_on_4 = {four}, parts_on_1 = {one}."
     if parts_on_4 != four:
@@ -4515,8 +4516,8 @@ def losses_part(parts_on_4: int | None | object, parts_on_1: int | None | object
         two_said = "never" if two is None else f"at step {two}"
         return _not_yet(
             name,
-            f"not {said}: step 1's weight gap on 4 slots is {four_gap:.1e}, against {two_gap:.1e} on 2 slots, "
-            f"whose losses part {two_said}, and each step multiplies the gap. Change `parts_on_4`.",
+            f"not {said}. Change `parts_on_4`: set it from step 1's weight gaps ({four_gap:.1e} on 4 slots, "
+            f"{two_gap:.1e} on 2 slots, whose losses part {two_said}) and from how 1a's gap grows.",
             hints,
             answer,
             "four slots",
@@ -4529,9 +4530,10 @@ def losses_part(parts_on_4: int | None | object, parts_on_1: int | None | object
         return _not_yet(name, f"{seen}. Change `parts_on_1`.", hints, answer, "one slot")
     return _correct(
         name,
-        "More slots change how the batch sum rounds, hardly by how much, so 4 slots part when 2 do. One slot "
-        "rounds nothing differently: DataParallel.forward calls the module itself, so both runs do the same "
-        "arithmetic and never part.",
+        "Step 1's gap comes from a few roundings in the batch sums and is of one size on 2 or 4 slots; the "
+        "steps magnify gaps of that size at about the same rate, so 4 slots part when 2 do, though not at the "
+        "same values. One slot rounds nothing differently: DataParallel.forward calls the module itself, so "
+        "both runs do the same arithmetic and never part.",
     )
 
 

@@ -281,10 +281,10 @@ class CostLab:
             f"measured); {LEFT_OUT_NOTE.format(left_out=LEFT_OUT)}"
         )
 
-    def report(self) -> list[str]:
+    def report(self, modelled: bool = True) -> list[str]:
         """The bytes ranking, this machine's times under it (a lab made with ``timed=False`` has none), then
-        the cost model's ranking in words, ``modelled_line()``: lines of at most
-        ``REPORT_WIDTH`` characters, so a notebook cell's output reads without scrolling sideways."""
+        the cost model's ranking in words, ``modelled_line()`` (left out with ``modelled=False``): lines of
+        at most ``REPORT_WIDTH`` characters, so a notebook cell's output reads without scrolling sideways."""
         if not self.costs:
             return [NOT_MEASURED]
         lines = [
@@ -304,7 +304,9 @@ class CostLab:
             lines.append("this run's time per step, only beside them (noisy: it ranks nothing):")
             timed = [*self.costs, *([self.reference] if self.reference is not None else [])]
             lines += [f"  {c.strategy:<10} {c.shown(self.budget_s)}" for c in timed]
-        return lines + [self.modelled_line()]  # its figures: modelled_figures(), modelled_lines()
+        if modelled:  # its figures: modelled_figures(), modelled_lines()
+            lines.append(self.modelled_line())
+        return lines
 
     def _modelled_parts(self):
         """The model's steps, DataParallel's, the "modelled, <n> x <gpu>" label and its thread starts."""
