@@ -1205,7 +1205,7 @@ def counter_survives(
         why = {
             0: "so `+= 1` did not bind a new tensor the way `= self.calls_rebound + 1` does",
             every_call: f"not one per replica call ({len(devices)} slots): only one slot's update reached the model",
-        }.get(guess, "one per step")
+        }.get(guess, f"that is neither 0 nor one per replica call ({every_call})")
         return _not_yet(
             name,
             f"your class counts {counted}, and you predicted {guess}: {why}. Set `predicted` to the count, and "

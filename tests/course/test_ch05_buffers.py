@@ -217,7 +217,12 @@ def test_exercise_1_check_says_what_to_change():
 
 
 @pytest.mark.parametrize(
-    "predicted, why", [(0, "did not bind a new tensor"), (6, "one per replica call"), (1, "")]
+    "predicted, why",
+    [
+        (0, "did not bind a new tensor"),
+        (6, "one per replica call"),
+        (1, "neither 0 nor one per replica call (6)"),
+    ],
 )
 def test_exercise_1_check_checks_the_prediction(predicted, why):
     """A right class with a wrong prediction is not yet right: the message names the count and asks why."""
@@ -228,6 +233,7 @@ def test_exercise_1_check_checks_the_prediction(predicted, why):
     assert not verdict.ok and verdict.problem == "prediction"
     assert f"your class counts 3, and you predicted {predicted}" in verdict.message and why in verdict.message
     assert "predicted = 3" not in verdict.message  # the answer comes from the third try only
+    assert "one per step" not in verdict.message  # one per step is the right answer, 3, not this guess
     unset = checks.counter_survives(_counter(update_in_place=True))
     assert not unset.ok and "Fill in `predicted`" in unset.message  # no prediction yet: no hint spent
     assert checks.counter_survives(_counter(update_in_place=True), "3").problem == "not an answer"
