@@ -646,17 +646,13 @@ def _one_replica_rewired(
     each replica's copy of ``0.weight``, and the one that reaches ``model[0].weight``. Uses
     ``torch.autograd.grad``, so no ``.grad`` of ``model`` changes."""
     from ..data_parallel import step
-    from ..replicate import ReduceAdd, replicate
+    from ..replicate import replicate
+    from ..replicate.rewire import rewire_grad_edges
     from . import story
 
     def one_rewired(module, slots, detach=False):  # the chapter's rewire(model, [replicas[1]])
         replicas = replicate(module, slots, strategy="clone")
-        for name, original in module.named_parameters():
-            module_name, _, key = name.rpartition(".")
-            twin = replicas[1].get_submodule(module_name)
-            (out,) = ReduceAdd.apply(original, twin._parameters[key].detach())
-            del twin._parameters[key]
-            setattr(twin, key, out)
+        rewire_grad_edges(module, [replicas[1]])
         return replicas
 
     x, y = story.make_data()
