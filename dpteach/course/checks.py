@@ -3519,9 +3519,9 @@ def nodes_per_thread(
     total = len(recorded.rows)
     said = (
         ", ".join(f"{k}: {truth.get(k, 0)}" for k in gpu_keys)
-        + f". Each node runs on the engine thread of the GPU its gradient is on. Replica k's {per_replica} "
-        f"nodes get theirs on cuda:k; the loss and gather ({top} nodes) and the sum onto the model ({shared}) "
-        f"get theirs on cuda:0, where the model and the gathered output live, so cuda:0's thread runs "
+        + ". Each node runs on the engine thread of the GPU of its first forward output (Node::device()). "
+        f"Replica k's {per_replica} nodes made theirs on cuda:k; the loss and gather ({top} nodes) and the sum "
+        f"onto the model ({shared}) on cuda:0, where the model and the gathered output live, so cuda:0's thread runs "
         f"{top} + {per_replica} + {shared} = {truth['cuda:0']}. The thread that called backward() runs none: "
         "it waits."
     )
@@ -3530,8 +3530,8 @@ def nodes_per_thread(
     fail = _ladder(
         name,
         [
-            "Each node runs on the engine thread of the GPU its gradient is on, and replica k's gradients are "
-            "on cuda:k.",
+            "Each node runs on the engine thread of the GPU its forward output is on, and replica k's outputs "
+            "are on cuda:k.",
             "Count each part's nodes in the thread table: the loss and gather, one replica, the sum onto the "
             "model. Which GPU holds the loss, the gathered output and the model?",
         ],

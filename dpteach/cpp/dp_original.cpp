@@ -159,7 +159,7 @@ std::pair<Tensor, Tensor> step(const std::vector<ModulePtr>& replicas, const Ten
   TORCH_CHECK(chunks.size() == replicas.size(), "x has ", x.size(0), " rows: too few for ",
               replicas.size(), " replicas");
   std::vector<Tensor> outputs;
-  for (size_t i = 0; i < replicas.size(); ++i) {  // libtorch's parallel_apply: through at::parallel_for
+  for (size_t i = 0; i < replicas.size(); ++i) {  // in turn; libtorch's parallel_apply uses at::parallel_for
     outputs.push_back(forward(replicas[i], chunks[i].to(devices[i])).to(devices[0]));
   }
   Tensor output = torch::cat(outputs);

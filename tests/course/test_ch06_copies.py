@@ -462,7 +462,7 @@ def test_the_main_path_names_no_pull_request_and_says_why_the_copies_matter():
     found = [n for m in main for n in re.findall(r"#\d{4,}", m)]
     assert not found, found
     text = " ".join(" ".join(main).split())
-    assert "every slot but the first (which uses the model itself), every step" in text
+    assert "every slot but the first (which shares the model's storage), every step" in text
     assert "DistributedDataParallel copies the parameters once, at construction" in text
     assert "(08_real_gpus.ipynb)" in text
 

@@ -465,11 +465,11 @@ def test_the_libtorch_facts_the_folds_and_comments_state_are_in_the_installed_he
     assert "copy->parameters_[parameter.key()].set_data(data);" in cloneable
 
     source = cpp.SOURCE.read_text()
-    assert "// libtorch's parallel_apply: through at::parallel_for" in source  # step()'s loop says so
+    assert "// in turn; libtorch's parallel_apply uses at::parallel_for" in source  # step()'s loop says so
     folds = " ".join(
         " ".join(m.split()) for c in cells() for m in re.findall(r"<details>.*?</details>", c.source, re.S)
     )
-    assert "maps torch's error classes to their matching Python types" in folds
-    assert "passes `TORCH_WARN` on as Python warnings" in folds and "differs mainly in three ways" in folds
+    assert "already arrive as their Python types" in folds and "PyWarningHandler" in folds
+    assert "`TORCH_WARN` reaches Python's `warnings`" in folds and "differs mainly in three ways" in folds
     main = " ".join(" ".join(DETAILS.sub("", c.source).split()) for c in cells() if c.cell_type == "markdown")
-    assert "registers fresh leaf parameters; `set_data` copies the values in under `NoGradGuard`" in main
+    assert "`set_data` fills each with a copy of the original, under `NoGradGuard`" in main

@@ -511,7 +511,11 @@ def test_the_counts_section_3_states_hold_at_every_width_on_slots_that_share_a_d
         '`"broadcast"` 3n−1, `"rewire"` 3n−2, `"clone"` 2n−1' in gpus
         and "Going deeper: distinct GPUs" in gpus
     )
-    assert 'on distinct GPUs `"broadcast"` counts the most' in summary
+    assert (
+        'on distinct GPUs `"broadcast"` counts the most' in summary
+        and 'ties `"rewire"` across GPUs' in summary
+    )
+    assert "tie at 2n−2" in gpus  # what crosses between GPUs: broadcast and rewire alike
     assert all(op in counts for op in ("`scatter`", "`reduce_add`", "`to`", "`pack`"))
     # the answer to section 3's prediction says the counts checked above
     (seen,) = [p for p in cost.split("<details>") if p.startswith("<summary>What you should see")]
