@@ -11,6 +11,10 @@ One loader, two formats, one result type (:class:`Measurement`):
 measured / modelled: above 1, the real step was slower than the model says. Measurements that share
 a ``pair`` (DataParallel and DDP on the same machine, model and batch) are also compared with each
 other: ``pair_table`` prints DataParallel's step over DDP's, measured and modelled.
+
+Every function here that predicts takes ``**options`` and hands them to ``costmodel.predict`` as
+they are: ``latency=True`` adds each message's latency by NCCL's model, ``thread_s=0.0`` charges
+nothing for DataParallel's thread starts.
 """
 
 from __future__ import annotations
@@ -216,29 +220,25 @@ class Row:
         return None if self.modelled_s is None else self.measured_s / self.modelled_s
 
 
-def compare(m: Measurement, latency: bool = False, thread_s: float | None = None) -> list[Row]:
-    """Each measured point beside the model's prediction for the same GPU profile, strategy, n and batch;
-    ``latency=True``: with each message's latency, by NCCL's model (``costmodel.predict``); ``thread_s``:
-    DataParallel's thread start, as ``predict`` takes it (``0.0``: not charged; the other functions here
-    pass it on)."""
+def compare(m: Measurement, **options) -> list[Row]:
+    """Each measured point beside the model's prediction for the same GPU profile, strategy, n and batch
+    (``options`` to ``costmodel.predict``)."""
     if m.workload is None or m.gpu not in GPUS:
         return [Row(n, s, None) for n, s in m.points]
     return [
         Row(
             n,
             s,
-            predict(m.work_at(n), m.profile_at(n), n, m.strategy, latency=latency, thread_s=thread_s).total_s,
+            predict(m.work_at(n), m.profile_at(n), n, m.strategy, **options).total_s,
         )
         for n, s in m.points
     ]
 
 
-def overhead(
-    m: Measurement, latency: bool = False, thread_s: float | None = None
-) -> list[tuple[int, float, float]]:
+def overhead(m: Measurement, **options) -> list[tuple[int, float, float]]:
     """DDP's per-step overhead at each n > 1: the step over the plain step at n = 1 (weak scaling: each
     GPU computes what the one GPU did), measured and modelled, in seconds, as ``(n, measured, modelled)``."""
-    rows = {r.n: r for r in compare(m, latency, thread_s)}
+    rows = {r.n: r for r in compare(m, **options)}
     if 1 not in rows:  # no plain step measured: no overhead over it
         return []
     return [
@@ -248,13 +248,13 @@ def overhead(
     ]
 
 
-def unexplained(measurements: list[Measurement], latency: bool = False) -> list[float]:
+def unexplained(measurements: list[Measurement], **options) -> list[float]:
     """DDP's per-step overhead the model misses, in seconds, sorted: measured minus modelled (with NCCL's
-    latency per message if ``latency``) at every n > 1 of every shipped DDP run with weak scaling, as
+    latency per message with ``latency=True``) at every n > 1 of every shipped DDP run with weak scaling, as
     ``gap_table`` prints them."""
     gaps = []
     for m in _with_plain_step(measurements):
-        gaps += [got - before for _, got, before in overhead(m, latency)]
+        gaps += [got - before for _, got, before in overhead(m, **options)]
     return sorted(gaps)
 
 
@@ -289,9 +289,8 @@ def gap_table(measurements: list[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def table(m: Measurement, latency: bool = False, thread_s: float | None = None) -> str:
-    """A measurement and the model's prediction, per n, with measured / modelled; ``latency``: the model
-    with NCCL's latency per message."""
+def table(m: Measurement, **options) -> str:
+    """A measurement and the model's prediction, per n, with measured / modelled."""
     who = "ours" if m.ours else "published"
     per = f"{m.batch} per GPU" if m.scaling == "weak" else f"{m.batch} in all"
     lines = [f"{m.model}, {m.strategy}, batch {per} ({who})", *_provenance(m)]
@@ -299,7 +298,7 @@ def table(m: Measurement, latency: bool = False, thread_s: float | None = None) 
         lines.append(f"  {_links(m)}")
     width = max(len(m.n_label(n)) for n, _ in m.points)
     lines.append(f"  {'n':>{width}}  {'measured ms':>12}  {'modelled ms':>12}  {'measured/modelled':>18}")
-    for r in compare(m, latency, thread_s):
+    for r in compare(m, **options):
         model = "-" if r.modelled_s is None else f"{r.modelled_s * 1e3:12.1f}"
         ratio = "-" if r.ratio is None else f"{r.ratio:17.2f}x"
         lines.append(f"  {m.n_label(r.n):>{width}}  {r.measured_s * 1e3:12.1f}  {model:>12}  {ratio:>18}")
@@ -330,17 +329,17 @@ def _links(m: Measurement) -> str:
     )
 
 
-def pair_ratio(pair: list[Measurement], **kwargs) -> tuple[float, float]:
-    """DataParallel's step over DDP's at the pair's n: measured, and modelled (``kwargs`` to ``predict``)."""
+def pair_ratio(pair: list[Measurement], **options) -> tuple[float, float]:
+    """DataParallel's step over DDP's at the pair's n: measured, and modelled."""
     dp, ddp = pair
     [(n, dp_s)], [(_, ddp_s)] = dp.points, ddp.points
-    modelled = [predict(m.work_at(n), m.profile_at(n), n, m.strategy, **kwargs).total_s for m in pair]
+    modelled = [predict(m.work_at(n), m.profile_at(n), n, m.strategy, **options).total_s for m in pair]
     return dp_s / ddp_s, modelled[0] / modelled[1]
 
 
-def pair_table(pair: list[Measurement], latency: bool = False, thread_s: float | None = None) -> str:
+def pair_table(pair: list[Measurement], **options) -> str:
     """A DataParallel-and-DDP pair beside the model: each step measured and modelled, then DataParallel's
-    step over DDP's, measured and modelled; ``latency``: NCCL's latency in."""
+    step over DDP's, measured and modelled."""
     dp, ddp = pair
     per = f"{dp.batch} per GPU" if dp.scaling == "weak" else f"{dp.batch} in all"
     [(n, _)] = dp.points
@@ -351,24 +350,21 @@ def pair_table(pair: list[Measurement], latency: bool = False, thread_s: float |
         f"  {'':<14}{'measured s':>11}{'modelled s':>12}{'measured/modelled':>19}",
     ]
     for m in pair:
-        [r] = compare(m, latency, thread_s)
+        [r] = compare(m, **options)
         lines.append(f"  {m.strategy:<14}{r.measured_s:>11.3f}{r.modelled_s:>12.3f}{r.ratio:>18.2f}x")
-    measured, modelled = pair_ratio(pair, latency=latency, thread_s=thread_s)
+    measured, modelled = pair_ratio(pair, **options)
     lines.append(f"  DataParallel's step / DDP's: measured {measured:.3f}, modelled {modelled:.3f}")
     lines.append(f"  ({dp.figure})")
     return "\n".join(lines)
 
 
-def pair_gap(measurements: list[Measurement], latency: bool = False, thread_s: float | None = None) -> str:
+def pair_gap(measurements: list[Measurement], **options) -> str:
     """For each DataParallel-and-DDP pair: where the model puts DataParallel's extra time, part by part
-    (``costmodel.gap``), then the gap the pair measured; ``latency``: NCCL's latency per message in."""
+    (``costmodel.gap``), then the gap the pair measured."""
     blocks = []
     for dp, ddp in pairs(measurements).values():
         [(n, dp_s)], [(_, ddp_s)] = dp.points, ddp.points
-        steps = [
-            predict(m.work_at(n), m.profile_at(n), n, m.strategy, latency=latency, thread_s=thread_s)
-            for m in (dp, ddp)
-        ]
+        steps = [predict(m.work_at(n), m.profile_at(n), n, m.strategy, **options) for m in (dp, ddp)]
         text = gap(*steps)
         label = f"  {'DataParallel over DDP, measured':<{len(text.splitlines()[-1]) - len(' ms') - 10}}"
         per = f"{dp.batch} per GPU" if dp.scaling == "weak" else f"{dp.batch} in all"
@@ -378,22 +374,22 @@ def pair_gap(measurements: list[Measurement], latency: bool = False, thread_s: f
     return "\n".join(blocks)
 
 
-def ratios(measurements: list[Measurement], latency: bool = False, thread_s: float | None = None) -> str:
+def ratios(measurements: list[Measurement], **options) -> str:
     """One compact table (under 80 characters wide): a row per run, a column per n, each cell the measured
     step over the modelled one; under a DDP curve with a plain step, the ms DDP's step adds over the plain
     step, measured / modelled; last, each pair's DataParallel step over DDP's. The steps themselves, in
     ms, are ``table``'s and ``pair_table``'s, and the figure draws them."""
-    tag = ", NCCL's latency per message in" if latency else ""
-    if thread_s == 0:
+    tag = ", NCCL's latency per message in" if options.get("latency") else ""
+    if options.get("thread_s") == 0:
         tag += ";\n  DataParallel's thread starts not charged"
     ns = sorted({n for m in measurements for n, _ in m.points})
     runs = []  # (label, {n: cell}) in the order they ship, a second row for what DDP adds
     for m in measurements:
         name = m.model.split(",")[0].split(" (")[0].removeprefix("torchvision ")
-        cells = {r.n: "-" if r.ratio is None else f"{r.ratio:.2f}x" for r in compare(m, latency, thread_s)}
+        cells = {r.n: "-" if r.ratio is None else f"{r.ratio:.2f}x" for r in compare(m, **options)}
         runs.append((f"{name}, {m.strategy}, {m.gpu_label}", cells))
         if m.plain_at_one:
-            added = {n: f"{got * 1e3:.1f}/{mod * 1e3:.2f}" for n, got, mod in overhead(m, latency, thread_s)}
+            added = {n: f"{got * 1e3:.1f}/{mod * 1e3:.2f}" for n, got, mod in overhead(m, **options)}
             runs.append(("  DDP adds (ms): measured/modelled", {1: "(no DDP)", **added}))
     width = max(len(label) for label, _ in runs)
     col = max(7, *(len(c) + 1 for _, cells in runs for c in cells.values()))
@@ -405,7 +401,7 @@ def ratios(measurements: list[Measurement], latency: bool = False, thread_s: flo
     for label, cells in runs:
         lines.append((f"  {label:<{width}}" + "".join(f"{cells.get(n, ''):>{col}}" for n in ns)).rstrip())
     for pair in pairs(measurements).values():
-        measured, modelled = pair_ratio(pair, latency=latency, thread_s=thread_s)
+        measured, modelled = pair_ratio(pair, **options)
         lines.append(
             f"  DataParallel's step / DDP's, {pair[0].gpu}: measured {measured:.3f}, modelled {modelled:.3f}"
         )
@@ -436,17 +432,16 @@ def measured(measurements: list[Measurement]) -> str:
     return "\n".join(lines)
 
 
-def draw_pair(pair: list[Measurement], ax=None, latency: bool = False, thread_s: float | None = None):
+def draw_pair(pair: list[Measurement], ax=None, **options):
     """A DataParallel-and-DDP pair: each strategy's measured step (solid) beside its modelled one (hatched),
-    measured / modelled above each pair of bars, and the two ratios of DataParallel's step to DDP's;
-    ``latency``: the model with NCCL's latency per message."""
+    measured / modelled above each pair of bars, and the two ratios of DataParallel's step to DDP's."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(4, 3.4))
     ticks, labels = [], []
     for i, m in enumerate(pair):
-        [r] = compare(m, latency, thread_s)
+        [r] = compare(m, **options)
         colour = STRATEGY_COLOURS[m.strategy]  # as in the chapter's other figures
         ax.bar(i - 0.2, r.measured_s * 1e3, 0.38, color=colour)
         ax.bar(i + 0.2, r.modelled_s * 1e3, 0.38, color="white", edgecolor=colour, hatch="//")
@@ -455,8 +450,8 @@ def draw_pair(pair: list[Measurement], ax=None, latency: bool = False, thread_s:
         labels += [f"{m.strategy}\nmeasured", f"{m.strategy}\nmodelled"]
     ax.set_xticks(ticks, labels, fontsize=7)
     ax.set_ylabel("ms per step")
-    ax.set_ylim(0, max(r.measured_s for m in pair for r in compare(m, latency, thread_s)) * 1e3 * 1.15)
-    measured, modelled = pair_ratio(pair, latency=latency, thread_s=thread_s)
+    ax.set_ylim(0, max(r.measured_s for m in pair for r in compare(m, **options)) * 1e3 * 1.15)
+    measured, modelled = pair_ratio(pair, **options)
     [(n, _)] = pair[0].points
     ax.set_title(
         f"{pair[0].model.split(' (')[0]} on {n} {pair[0].gpu}, published; above: measured/modelled\n"
@@ -466,10 +461,9 @@ def draw_pair(pair: list[Measurement], ax=None, latency: bool = False, thread_s:
     return ax
 
 
-def draw(measurements: list[Measurement], ax=None, latency: bool = False, thread_s: float | None = None):
+def draw(measurements: list[Measurement], ax=None, **options):
     """Measured (points) and modelled (line) step time against n, one colour per strategy and one marker
-    and line style per measurement; ``latency``:
-    the model with NCCL's latency per message.
+    and line style per measurement.
 
     A point at n = 1 that is the plain step (no DDP) is drawn hollow, and its tick and legend say so.
     """
@@ -481,7 +475,7 @@ def draw(measurements: list[Measurement], ax=None, latency: bool = False, thread
     markers = "o^sD"  # one colour per strategy (costmodel.STRATEGY_COLOURS); one marker per run
     for i, m in enumerate(measurements):
         colour, marker = STRATEGY_COLOURS.get(m.strategy, "#777777"), markers[i % len(markers)]
-        rows = compare(m, latency, thread_s)
+        rows = compare(m, **options)
         tag = "ours" if m.ours else "published"
         ticks.update({r.n: m.n_label(r.n) for r in rows})
         shown = [r for r in rows if not (r.n == 1 and m.plain_at_one)]
@@ -506,7 +500,7 @@ def draw(measurements: list[Measurement], ax=None, latency: bool = False, thread
     return ax
 
 
-def figure(measurements: list[Measurement], latency: bool = False, thread_s: float | None = None):
+def figure(measurements: list[Measurement], **options):
     """Every measurement in one figure: a panel per DDP curve (measured points, the modelled line, each
     point's measured / modelled under it, the y axis from 0 so that a gap reads at its size),
     then a panel per DataParallel-and-DDP pair (``draw_pair``); one legend, under the panels."""
@@ -517,15 +511,15 @@ def figure(measurements: list[Measurement], latency: bool = False, thread_s: flo
                              squeeze=False, gridspec_kw={"width_ratios": [1.2] * len(runs) + [1] * len(duos)})  # fmt: skip
     axes = list(axes[0])
     for ax, m in zip(axes, runs):
-        draw([m], ax=ax, latency=latency, thread_s=thread_s)
+        draw([m], ax=ax, **options)
         ax.get_legend().remove()  # one legend for the figure, below
         # from 0, as draw's: a y axis cut to the points makes a gap of a few percent look large
-        ax.set_ylim(0, 1.12 * max(r.measured_s * 1e3 for r in compare(m, latency, thread_s)))
-        for r in compare(m, latency, thread_s):
+        ax.set_ylim(0, 1.12 * max(r.measured_s * 1e3 for r in compare(m, **options)))
+        for r in compare(m, **options):
             if r.ratio is not None:
                 ax.annotate(f"{r.ratio:.2f}x", (r.n, r.measured_s * 1e3), xytext=(0, -11),
                             textcoords="offset points", ha="center", fontsize=7)  # fmt: skip
-        added = overhead(m, latency, thread_s) if m.plain_at_one else []
+        added = overhead(m, **options) if m.plain_at_one else []
         if added:  # what DDP adds over the plain step at the smallest n > 1: where the model misses
             n, got, mod = added[0]
             ax.set_title(f"{m.model.split(',')[0].removeprefix('torchvision ')} on {m.gpu_label}, DDP\n"
@@ -533,10 +527,10 @@ def figure(measurements: list[Measurement], latency: bool = False, thread_s: flo
         else:
             ax.set_title(f"{m.model.split(',')[0]} on {m.gpu_label}, {m.strategy}", fontsize=8)
     for ax, pair in zip(axes[len(runs) :], duos):
-        draw_pair(pair, ax=ax, latency=latency, thread_s=thread_s)
+        draw_pair(pair, ax=ax, **options)
         # narrower than draw_pair's own: a tick per strategy, the solid bar measured, the hatched modelled
         ax.set_xticks(range(len(pair)), [f"{m.strategy}\nmeasured, modelled" for m in pair], fontsize=7)
-        measured, modelled = pair_ratio(pair, latency=latency, thread_s=thread_s)
+        measured, modelled = pair_ratio(pair, **options)
         [(n, _)] = pair[0].points
         ax.set_title(f"{pair[0].model.split(' (')[0]} on {n} {pair[0].gpu}; DataParallel / DDP:\n"
                      f"{measured:.3f} measured, {modelled:.3f} modelled", fontsize=8)  # fmt: skip
