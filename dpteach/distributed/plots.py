@@ -335,7 +335,7 @@ def _outside_panels(plt, axes, predictions: Mapping, first_title: str = "") -> N
             left = 0.0
             for p in parts:
                 name = "thread start" if p.name.startswith("start thread") else p.name
-                colour = costmodel._COLOURS.get(p.name, "#bbbbbb")
+                colour = costmodel.part_colour(p.name)
                 ax.barh(
                     y, p.seconds * ms, left=left, height=0.6, color=colour, alpha=alpha, edgecolor="white"
                 )
@@ -415,7 +415,7 @@ def modelled_steps(predictions: Mapping):
         left = 0.0
         for p in _whole(pred):
             name = "thread start" if p.name.startswith("start thread") else p.name
-            colour = costmodel._COLOURS.get(p.name, "#bbbbbb")
+            colour = costmodel.part_colour(p.name)
             whole.barh(y, p.seconds * ms, left=left, height=0.6, color=colour, edgecolor="white", lw=0.3)
             if p.name in ("forward", "backward"):  # wide enough to name inside
                 middle = left + p.seconds * ms / 2

@@ -106,6 +106,9 @@ __all__ = [
     "gap",
     "clone_over_to",
     "LANE_LABELS",
+    "PARTS",
+    "GAP_ROWS",
+    "part_colour",
 ]
 
 GPUS_FILE = Path(__file__).with_name("data") / "gpus.json"
@@ -656,18 +659,27 @@ def table(
     return "\n".join(lines)
 
 
-# one colour per part, so every legend entry names one kind of bar
-_COLOURS = {
-    "forward": "#1f77b4",
-    "backward": "#2ca02c",
-    "scatter": "#ff7f0e",
-    "replicate": "#d62728",
-    "gather": "#8c564b",
-    "scatter grad": "#e377c2",
-    "flatten": "#bcbd22",
-    "reduce": "#17becf",
-    "all-reduce": "#9467bd",
+# Each part of a modelled step, once: its colour in the timelines (one per part, so every legend entry
+# names one kind of bar) and, for DataParallel's parts beyond the compute, what gap() says it moves and
+# where, in step order ("python" stands for the thread starts, "start thread k" on the host's lane)
+PARTS = {
+    "forward": ("#1f77b4", ""),
+    "backward": ("#2ca02c", ""),
+    "scatter": ("#ff7f0e", "scatter: the batch out of GPU 0"),
+    "replicate": ("#d62728", "replicate: the model out of GPU 0"),
+    "python": ("#bbbbbb", "Python thread starts"),
+    "gather": ("#8c564b", "gather: the outputs onto GPU 0"),
+    "scatter grad": ("#e377c2", "scatter grad: out of GPU 0"),
+    "flatten": ("#bcbd22", "flatten: on each GPU, side by side"),
+    "reduce": ("#17becf", "reduce: the gradients onto GPU 0"),
+    "all-reduce": ("#9467bd", ""),
 }
+GAP_ROWS = {name: words for name, (_, words) in PARTS.items() if words}
+
+
+def part_colour(name: str) -> str:
+    """The colour of a part named ``name`` in every timeline of the model (grey for a thread start)."""
+    return PARTS.get(name, PARTS["python"])[0]
 
 
 # What a timeline's shared row carries, in words: DataParallel's copies and sums all go through GPU 0,
@@ -722,7 +734,7 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
     # calls: charging them NCCL's latency is an assumption, so their bars are hatched and the legend says so
     assumed = pred.latency and pred.strategy == "DataParallel" and pred.n > 1
     for part in pred.parts:
-        colour = _COLOURS.get(part.name, "#bbbbbb")
+        colour = part_colour(part.name)
         y = lanes.index(part.lane)
         hatch = "///" if assumed and part.name in PEER_COPIES else None
         ax.barh(y, part.seconds * scale, left=part.start * scale, color=colour, edgecolor="white", height=0.7,
@@ -745,7 +757,7 @@ def draw_timeline(pred: Prediction, ax=None, span_s: float | None = None):
     )
     ax.set_xlim(0, span * scale * 1.02)
     names = list(dict.fromkeys(p.name for p in pred.parts if not p.name.startswith("start thread")))
-    handles = [plt.Rectangle((0, 0), 1, 1, color=_COLOURS.get(n, "#bbbbbb")) for n in names]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=part_colour(n)) for n in names]
     # a kind of bar under 0.5% of the step is narrower than a pixel here: the legend says so
     names = [f"{n} (too thin to see)" if _widest(pred, n) < THIN * span else n for n in names]
     if any(p.lane == "python" for p in pred.parts):
@@ -881,18 +893,6 @@ def against_one(work: Workload, gpu: GPU | str = "A100-SXM", n: int = 4, **optio
             f"{plain.total_s / step.total_s:.2f}x one GPU's speed"
         )
     return "\n".join(lines)
-
-
-# what each of DataParallel's parts beyond the compute moves, and where: gap()'s row labels
-GAP_ROWS = {
-    "scatter": "scatter: the batch out of GPU 0",
-    "replicate": "replicate: the model out of GPU 0",
-    "python": "Python thread starts",
-    "gather": "gather: the outputs onto GPU 0",
-    "scatter grad": "scatter grad: out of GPU 0",
-    "flatten": "flatten: on each GPU, side by side",
-    "reduce": "reduce: the gradients onto GPU 0",
-}
 
 
 def _compute(pred: Prediction) -> float:

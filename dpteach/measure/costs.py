@@ -225,7 +225,8 @@ class CountCopies(TorchDispatchMode):
 
 
 # One colour per copying operation (``comm.traffic()``'s ops), in every figure of the copies: the bug's
-# extra copy, "clone", in red; the moves the cost model also draws in its colours (costmodel._COLOURS).
+# extra copy, "clone", in red; the moves the cost model also draws in its colours (costmodel.PARTS). The
+# widgets' bar charts (widgets/pictures.py) use these too.
 OP_COLOURS = {
     "clone": "#d62728",
     "to": "#f4a3a3",

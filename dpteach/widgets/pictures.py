@@ -13,17 +13,10 @@ import re
 from functools import lru_cache
 from html import escape
 
+from ..measure.costs import OP_COLOURS  # one colour per copying operation, as in the chapters' figures
 from .charts import bar_chart, line_chart
 
 BLUE, ORANGE = "#1565c0", "#ef6c00"
-OP_COLOURS = {
-    "broadcast": "#1e88e5",
-    "clone": "#e53935",
-    "to": "#fb8c00",
-    "reduce_add": "#43a047",
-    "scatter": "#8e24aa",
-    "gather": "#757575",
-}
 
 
 def img(svg: str, alt: str) -> str:
