@@ -4245,8 +4245,8 @@ def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
         "clone.replicas is a list of nn.Sequential, one per slot; the original is rewire.model.",
     ]
     answer_text = (
-        "summed = sum(r[0].weight.grad.to(rewire.model[0].weight.device) for r in clone.replicas); "
-        "original = rewire.model[0].weight.grad."
+        "summed = sum(r[0].weight.grad.to(device) for r in clone.replicas), with the stub's "
+        "device = rewire.model[0].weight.device; original = rewire.model[0].weight.grad."
     )
     found = _grad_read(err, answer, caught)
     if found:
@@ -4463,13 +4463,12 @@ def summing_order(first_replica: object, sums_last: object, flow) -> Verdict:
     )
 
 
-def _losses_part_at(slots: int) -> tuple[int | None, float]:
-    """Section 1a's run on ``slots`` slots: the step whose losses are first 1% apart (None if never), as
-    its DriftTable marks it, and the weight gap after step 1."""
-    from ..widgets.training import DriftTable, TrainingLab
+def _calm_run(lab) -> tuple[float, int | None, float]:
+    """Steps ``lab`` to its end, as section 1a's table does: the weight gap after step 1, the first step
+    whose losses are 1% apart (None if never), as its DriftTable marks it, and the last weight gap."""
+    from ..widgets.training import DriftTable
 
-    lab, table = TrainingLab("rewire", slots=slots, lr=10**-0.2, steps=34), DriftTable()
-    parted, first_gap = None, None
+    table, parted, first_gap = DriftTable(), None, None
     while not lab.done:
         lab.step()
         new = table.add(
@@ -4478,58 +4477,69 @@ def _losses_part_at(slots: int) -> tuple[int | None, float]:
         first_gap = lab.weight_gap() if first_gap is None else first_gap
         if parted is None and "losses 1% apart" in new:
             parted = lab.step_count
-    return parted, first_gap
+    return first_gap, parted, lab.weight_gap()
 
 
-def losses_part(parts_on_4: int | None | object, parts_on_1: int | None | object) -> Verdict:
-    """Exercise 5: the first step at which section 1a's two losses (lr 0.631, "rewire") are 1% apart on
-    4 slots (``parts_on_4``) and on 1 slot (``parts_on_1``), None for never. Both runs are made here."""
-    name = "ch12.losses_part"
-    if _unset(parts_on_4, parts_on_1):
+def calm_drift(gap_after_1: bool | object, parts_at: int | None | object, lab) -> Verdict:
+    """Exercise 5: section 1a's run at lr 0.2 (``lab``, not stepped yet). Does step 1 leave a weight gap
+    above 0 (``gap_after_1``), and at which step are the losses first 1% apart (``parts_at``, None for
+    never)? The check steps the learner's lab to its end and reads both answers from it."""
+    from ..widgets.training import TrainingLab
+
+    name = "ch12.calm_drift"
+    if _unset(gap_after_1, parts_at):
         return Verdict(
-            False, "Set `parts_on_4` and `parts_on_1` to a step number or None, then run the cell again."
+            False,
+            "Set `gap_after_1` to True or False and `parts_at` to a step number or None, then run the cell "
+            "again.",
         )
-
-    def bad(v: object) -> bool:
-        return v is not None and (isinstance(v, bool) or not isinstance(v, int))
-
+    bad_step = parts_at is not None and (isinstance(parts_at, bool) or not isinstance(parts_at, int))
     if malformed := _malformed(
-        (bad(parts_on_4), f"`parts_on_4` is a step number or None, no quotes (got {parts_on_4!r})"),
-        (bad(parts_on_1), f"`parts_on_1` is a step number or None, no quotes (got {parts_on_1!r})"),
+        (
+            not isinstance(gap_after_1, bool),
+            f"`gap_after_1` is True or False, no quotes (got {gap_after_1!r})",
+        ),
+        (bad_step, f"`parts_at` is a step number or None, no quotes (got {parts_at!r})"),
     ):
         return malformed
-    (four, four_gap), (two, two_gap), (one, one_gap) = (_losses_part_at(n) for n in (4, 2, 1))
+    if not isinstance(lab, TrainingLab):
+        return Verdict(False, "Pass `calm`, the TrainingLab the cell makes, as the check's last argument.")
+    if lab.step_count:
+        return Verdict(
+            False,
+            "`calm` has taken steps already: run the whole cell again, which makes a fresh one to step.",
+        )
+    first_gap, parted, last_gap = _calm_run(lab)
+    rounds = first_gap > 0
+    run = f"calm ({lab.strategy!r}, {lab.slots} slots, lr {lab.lr:g})"
     hints = [
-        "The runs part because a sum split into pieces rounds differently from one sum, and every step "
-        "magnifies that first gap. Ask whether more pieces make the first gap bigger, and whether one slot "
-        "splits anything.",
-        "The two step-1 gaps the cell printed are of one size, and the steps magnify gaps of one size at "
-        "about the same rate. With one device, recall what DataParallel.forward does (exercise 1).",
+        "Ask which part of 1a's mechanism depends on the learning rate: the rounding of a batch sum split "
+        "over the slots, or the steps that multiply the gap. A run whose loss falls is not one that blows up.",
+        "At any learning rate step 1's two gradients differ in their last bits, and SGD moves each run by lr "
+        f"times its gradient. At 0.631 the steps multiplied that gap, to over 1 by step 10; {run} has a weight "
+        f"gap of {first_gap:.1e} after step 1 and {last_gap:.1e} after step {lab.step_count}.",
     ]
-    answer = f"parts_on_4 = {four}, parts_on_1 = {one}."
-    if parts_on_4 != four:
-        said = "never" if parts_on_4 is None else f"at step {parts_on_4}"
-        two_said = "never" if two is None else f"at step {two}"
+    answer = f"gap_after_1 = {rounds}, parts_at = {parted}."
+    if gap_after_1 is not rounds:
+        return _not_yet(
+            name, "`gap_after_1` is not what step 1 did. Change `gap_after_1`.", hints, answer, "gap after 1"
+        )
+    if parts_at != parted:
+        said = "never" if parts_at is None else f"at step {parts_at}"
         return _not_yet(
             name,
-            f"not {said}. Change `parts_on_4`: set it from step 1's weight gaps ({four_gap:.1e} on 4 slots, "
-            f"{two_gap:.1e} on 2 slots, whose losses part {two_said}) and from how 1a's gap grows.",
+            f"the losses of {run} are not first 1% apart {said}. Change `parts_at`.",
             hints,
             answer,
-            "four slots",
+            "parts at",
         )
-    if parts_on_1 != one:
-        if one is None:
-            seen = f"on 1 slot the weight gap after step 1 is {one_gap:g}: there is no rounding gap to grow"
-        else:
-            seen = f"on 1 slot the losses part at step {one}"
-        return _not_yet(name, f"{seen}. Change `parts_on_1`.", hints, answer, "one slot")
+    parts = "are never 1% apart" if parted is None else f"are first 1% apart at step {parted}"
     return _correct(
         name,
-        "Step 1's gap comes from a few roundings in the batch sums and is of one size on 2 or 4 slots; the "
-        "steps magnify gaps of that size at about the same rate, so 4 slots part when 2 do, though not at the "
-        "same values. One slot rounds nothing differently: DataParallel.forward calls the module itself, so "
-        "both runs do the same arithmetic and never part.",
+        f"{run}: a weight gap of {first_gap:.1e} after step 1 and {last_gap:.1e} after step {lab.step_count}, "
+        f"and its losses {parts}. A batch sum split over the slots rounds differently at any learning rate; "
+        "what the learning rate decides is whether the steps multiply that gap. So 1a's large learning rate "
+        "magnifies the drift; it does not make it.",
     )
 
 

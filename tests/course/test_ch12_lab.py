@@ -37,6 +37,12 @@ def fold(source: str, title: str) -> str:
     return " ".join(block.split("</details>")[0].removeprefix(f"<summary>{title}</summary>").split())
 
 
+def section_3(cells) -> str:
+    """Section 3's text: its heading cell, then the folds under its explorer (what you should see, asides)."""
+    (heading,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    return heading + "\n\n" + tagged(cells, "cost-seen")
+
+
 def positions(steps, kind):
     return [i for i, step in enumerate(steps) if step.kind == kind]
 
@@ -74,7 +80,7 @@ def test_on_cpu_the_chapter_says_the_replicas_take_turns():
     """CPU slots' forwards take turns on the caller's thread (test_parallel_apply.py); autograd runs every
     CPU replica's backward on the thread that called backward() (test_threads.py)."""
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    cost = section_3(cells)
     text = " ".join(cost.split())
     assert "take turns" in text and "the one thread that called `backward()`" in text
     # the turns are dpteach's choice (its shared generator), not torch's parallel_apply's
@@ -110,7 +116,7 @@ def test_only_the_forward_is_split_over_threads_and_the_backward_runs_on_the_cal
     assert len(forward) == 2 * len(model) and set(forward) == {caller}  # dpteach's CPU slots: no thread
     assert backward and set(backward) == {caller}
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    cost = section_3(cells)
     text = " ".join(cost.split())
     assert "`parallel_apply`'s threads split only the forward" in text
     assert "On GPUs autograd's own threads, one per device, split the backward (worked out" in text
@@ -227,7 +233,7 @@ def test_the_cost_section_says_the_budget_the_explorer_times_in(ipywidgets):
     assert lab.budget_s == BUDGET_S and MIN_TIMED == lab.max_repeats == 5
     assert inspect.signature(widgets.cost_explorer).parameters["budget_s"].default == BUDGET_S
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    cost = section_3(cells)
     text = " ".join(cost.split())
     assert "five steps" in text and f"do not fit in {BUDGET_S:g} s" in text and "says so" in text
     assert "at least five" not in text
@@ -293,7 +299,7 @@ def test_most_of_the_models_gap_is_the_assumed_thread_starts_at_every_setting_of
             left = without["DataParallel"] - without["DDP"]
             assert gap - left > gap / 2, (width, slots, gap, left)
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    cost = section_3(cells)
     assert "mostly one assumed constant, `costmodel.PYTHON_THREAD_S`" in " ".join(cost.split())
 
 
@@ -495,7 +501,7 @@ def test_the_counts_section_3_states_hold_at_every_width_on_slots_that_share_a_d
     summary = " ".join(tagged(cells, "summary").split())
     assert 'on two or more slots that share one device `"broadcast"` copies the fewest' in summary
     assert "on slots that share a device" in " ".join(tagged(cells, "lab-intro").split())
-    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    cost = section_3(cells)
     counts = fold(cost, "Going deeper: distinct GPUs")
     assert (
         counts.startswith("On n slots that share one device") and "On n distinct GPUs (worked out" in counts
@@ -585,7 +591,7 @@ def test_exercise_2_check_passes_the_answer_and_names_each_mistake(fresh_checks)
         (
             "clone-grads-add-up",
             {
-                "summed = ...": "summed = sum(r[0].weight.grad for r in clone.replicas)",
+                "summed = ...": "summed = sum(r[0].weight.grad.to(device) for r in clone.replicas)",
                 "original = ...": "original = rewire.model[0].weight.grad",
             },
         ),
@@ -597,7 +603,7 @@ def test_exercise_2_check_passes_the_answer_and_names_each_mistake(fresh_checks)
                 "clone_bytes = ...": "clone_bytes = 3 * model_bytes + gather_bytes",
             },
         ),
-        ("losses-part", {"parts_on_4 = ...": "parts_on_4 = 11", "parts_on_1 = ...": "parts_on_1 = None"}),
+        ("calm-drift", {"gap_after_1 = ...": "gap_after_1 = True", "parts_at = ...": "parts_at = None"}),
     ],
 )
 def test_the_exercise_cells_accept_the_answer(fresh_checks, tag, answer):
@@ -900,8 +906,8 @@ def test_the_explorers_answers_in_text_wait_in_the_fold(capsys):
     the "What you should see" fold, not a cell whose printout would sit under the widget before anyone
     pressed a button. The snippet runs and prints what the fold says."""
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    intro = tagged(cells, "explorer-intro")
-    (code,) = re.findall(r"```python\n(.*?)```", intro.split("<details>")[1], re.S)
+    intro, folds = tagged(cells, "explorer-intro"), tagged(cells, "explorer-seen")
+    (code,) = re.findall(r"```python\n(.*?)```", folds.split("<details>")[1], re.S)
     exec(code, {})
     printed = capsys.readouterr().out
     assert "clone: " in printed and ".grad is None" in printed
@@ -909,7 +915,7 @@ def test_the_explorers_answers_in_text_wait_in_the_fold(capsys):
     assert "BroadcastBackward sums 8 gradients" in printed and "PR #20910" in printed  # rewire's joins too
     assert "(no summing node)" in printed  # "clone"'s line, not a blank one
     # the fold's answer at 4 slots is what the same text prints there
-    seen = " ".join(intro.split("<details>")[2].split())
+    seen = " ".join(folds.split("<details>")[2].split())
     assert (
         'change `slots=2` to 4 in the text above and it prints "BroadcastBackward sums 16 gradients"' in seen
     )
@@ -960,7 +966,9 @@ def test_the_order_rule_is_said_for_one_backward_and_the_fold_says_depth_comes_f
     assert "that of the thread that called `backward()`" in rule and "nested" not in rule
     assert "tied" not in rule
     summary = " ".join(tagged(cells, "summary").split())
-    assert "Of the nodes ready in one queue, at equal reentrant depth (a nested `backward()`" in summary
+    # it says the condition it holds under (no nested backward) in its own words, not by the fold's term
+    assert "In a `backward()` that runs no other `backward()` inside it, as here" in summary
+    assert "reentrant" not in summary
     assert "the one with the highest sequence number runs first" in summary and "`UINT64_MAX`" in summary
     deeper = " ".join(tagged(cells, "join-order-why").split("<details>")[1].split())
     assert "ranks first by *reentrant depth*" in deeper and "`std::priority_queue`" in deeper
@@ -1115,7 +1123,7 @@ def test_on_distinct_gpus_the_counts_are_the_ones_section_3s_fold_gives(monkeypa
             assert models["clone"] == {"clone": n, "to": n - 1}, (n, width)
             assert len({(ops["scatter"], ops["gather"]) for ops in counted.values()}) == 1  # the same for all
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    (cost,) = [c.source for c in cells if c.source.startswith("## 3. What the copies cost")]
+    cost = section_3(cells)
     counts = fold(cost, "Going deeper: distinct GPUs")
     assert '`"broadcast"` 3n−1' in counts and '`"rewire"` 3n−2' in counts and '`"clone"` 2n−1' in counts
     assert 'without the packs `"broadcast"` counts 2n−2' in counts and "counts the most" in counts
@@ -1143,8 +1151,7 @@ def test_section_2b_reads_the_clone_leaves_by_the_order_rule():
         "A leaf's `AccumulateGrad` carries the highest number there is, so it runs as soon as its gradient "
         "arrives, and replica 1's leaves come first" in intro
     )
-    (section,) = [c.source for c in cells if c.source.startswith("## 2. Following the gradient")]
-    assert "2b lists them" in section.split("<details>")[1]
+    assert "2b lists them" in tagged(cells, "stepper-seen").split("<details>")[1]
 
 
 def test_the_stills_table_is_like_for_like_and_the_summary_says_rounding():
@@ -1220,47 +1227,144 @@ def test_exercise_1_asks_for_the_predictions_before_the_step_runs():
     assert answer.index("the model learns") < answer.index("ends in dead ends") < answer.index("`if len(")
 
 
-def test_exercise_5_check_runs_both_slot_counts_and_names_each_mistake(fresh_checks):
-    """Exercise 5: on 4 slots the losses part at the step they part on 2 (step 1's weight gap is the same
-    size), on 1 slot never (DataParallel calls the module itself: a gap of 0, and the same inf and nan
-    steps). Each wrong answer says which to change, with the counted figures; the ladder climbs."""
-    from dpteach.course.checks import _losses_part_at
+def test_exercise_5_check_steps_the_learners_lab_and_names_each_mistake(fresh_checks):
+    """Exercise 5: section 1a's run at lr 0.2. Step 1 leaves a weight gap above 0 (the split sum rounds at any
+    learning rate), and the losses never part by 1% (the steps do not multiply the gap). The check reads both
+    from the learner's own lab, which it steps; each wrong answer says which to change and climbs the ladder."""
+    from dpteach.course.checks import _calm_run
 
-    (four, four_gap), (two, two_gap), (one, one_gap) = (_losses_part_at(n) for n in (4, 2, 1))
-    if slot_devices(4)[0].type == "cpu":  # the figures Answer 5 says, on CPU slots
-        assert four == two == 11 and one is None
-        assert f"{two_gap:.1e}" == f"{four_gap:.1e}" == "4.5e-08" and one_gap == 0
-        cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-        (answer,) = [
-            " ".join(c.source.split()) for c in cells if c.source.startswith("<details><summary>Answer 5")
-        ]
-        assert "`parts_on_4 = 11`, `parts_on_1 = None`" in answer
-        three, three_gap = _losses_part_at(3)
-        assert three == 11 and f"{three_gap:.1e}" == "6.0e-08"  # one size, not the same figure
-        assert "(4.5e-8 on 2 and on 4, 6.0e-8 on 3)" in answer and "though not at the same values" in answer
-        assert "one rounding" not in answer
-        assert "the weight gap stays 0" in answer
-    # the stub prints step 1's gaps on 2 and on 4 slots before it asks: the prediction rests on them
+    def calm():
+        return TrainingLab("rewire", slots=2, lr=0.2, steps=34)
+
+    def short(gap):  # as the prose writes it: 1.5e-8
+        return f"{gap:.1e}".replace("e-0", "e-")
+
+    first_gap, parted, last_gap = _calm_run(calm())
+    assert (
+        first_gap > 0 and parted is None and last_gap < 1e-6
+    )  # rounding at step 1; it never grows to matter
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    (stub,) = [c.source for c in cells if "losses-part" in c.metadata.get("tags", [])]
-    assert "for slots in (2, 4):" in stub and "weight_gap()" in stub
-    assert stub.index("weight_gap()") < stub.index("parts_on_4 = ...")
-    lab = TrainingLab("rewire", slots=1, lr=10**-0.2, steps=34)
-    lab.run()
-    assert [str(v) for v in lab.losses] == [str(v) for v in lab.reference_losses]  # inf and nan together
-    assert fresh_checks.losses_part(four, one).ok
-    wrong = fresh_checks.losses_part(four - 3, one)
-    assert not wrong.ok and wrong.problem == "four slots" and "Change `parts_on_4`" in wrong.message
-    assert "Hint 1 of 2" in wrong.message and f"parts_on_4 = {four}" not in wrong.message
-    assert f"on 2 slots, whose losses part at step {two}" in wrong.message  # the evidence, not the answer
-    again = fresh_checks.losses_part(four, 12)
-    assert again.problem == "one slot" and "Change `parts_on_1`" in again.message and "is 0" in again.message
-    assert "Hint 2 of 2" in again.message
-    assert f"parts_on_4 = {four}, parts_on_1 = None" in fresh_checks.losses_part(four, 12).message
-    assert fresh_checks.losses_part("11", None).problem == "not an answer"
-    assert fresh_checks.losses_part(True, None).problem == "not an answer"
-    unset = fresh_checks.losses_part(..., None)
+    (stub,) = [c.source for c in cells if "calm-drift" in c.metadata.get("tags", [])]
+    assert 'TrainingLab("rewire", slots=2, lr=0.2, steps=34)' in stub
+    assert "print" not in stub and ".step()" not in stub  # nothing shown before the prediction
+    (answer,) = [
+        " ".join(c.source.split()) for c in cells if c.source.startswith("<details><summary>Answer 5")
+    ]
+    assert "`gap_after_1 = True`, `parts_at = None`" in answer
+    if slot_devices(2)[0].type == "cpu":  # the figures Answer 5 says, on CPU slots
+        assert (
+            f"(by {short(first_gap)} here)" in answer
+            and f"the gap is {short(last_gap)} after 34 steps" in answer
+        )
+    (ask,) = [" ".join(c.source.split()) for c in cells if c.source.startswith("5. ")]
+    assert "rounds differently from one sum, and every step multiplies the gap" in ask  # the mechanism
+    assert "True" not in ask  # the question gives no answer away
+    # the right answer, read from the learner's lab; a second call on a stepped lab asks for a fresh one
+    lab = calm()
+    assert fresh_checks.calm_drift(True, None, lab).ok and lab.done
+    again = fresh_checks.calm_drift(True, None, lab)
+    assert not again.ok and "run the whole cell again" in again.message and "Hint" not in again.message
+    wrong = fresh_checks.calm_drift(False, None, calm())
+    assert not wrong.ok and wrong.problem == "gap after 1" and "Change `gap_after_1`" in wrong.message
+    hint = wrong.message.split("Hint 1 of 2: ")[1]
+    assert "learning rate" in hint and "True" not in hint and "e-0" not in hint  # the idea, no figures
+    second = fresh_checks.calm_drift(True, 12, calm())
+    assert second.problem == "parts at" and "Change `parts_at`" in second.message
+    assert "Hint 2 of 2" in second.message and f"{first_gap:.1e} after step 1" in second.message
+    third = fresh_checks.calm_drift(True, 12, calm())
+    assert "gap_after_1 = True, parts_at = None" in third.message
+    # the answer follows the lab: 1a's own run parts, so the same answer is wrong there
+    assert not fresh_checks.calm_drift(True, None, TrainingLab("rewire", slots=2, lr=10**-0.2, steps=34)).ok
+    for bad in [("True", None), (1, None), (True, "12"), (True, True)]:
+        assert fresh_checks.calm_drift(*bad, calm()).problem == "not an answer", bad
+    unset = fresh_checks.calm_drift(..., None, calm())
     assert not unset.ok and "Hint" not in unset.message
+    assert not fresh_checks.calm_drift(True, None, GradientFlow("rewire", slots=2)).ok  # not a TrainingLab
+
+
+def test_the_drift_tables_last_column_is_defined_before_the_table():
+    """Before 1a's table, the main path says in one sentence what its last column compares: a twin at
+    DataParallel's weights, so like for like. The twin really is at DataParallel's weights at every step."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    table = next(i for i, c in enumerate(cells) if "large-lr" in c.metadata.get("tags", []))
+    before = cells[table - 1]
+    assert "large-lr-why" in before.metadata.get("tags", [])
+    said = " ".join(before.source.split("</details>")[-1].split())  # after the fold: the main path
+    assert "*gradients at the same weights*" in said and "twin" in said
+    assert "set to DataParallel's weights at every step" in said and "like for like" in said
+    from dpteach.widgets.training import DriftTable
+
+    assert "gradients at the same weights" in DriftTable.HEAD
+    lab = TrainingLab("rewire", slots=2, lr=10**-0.2, steps=3)
+    while not lab.done:
+        lab.step()
+        twin = dict(lab.twin.named_parameters())
+        assert all(torch.equal(twin[n], p) for n, p in lab.model.named_parameters())
+
+
+def test_the_order_rules_premise_is_shown_on_the_stepper_slots():
+    """Section 2's rule rests on the replicas' forwards running one after another, replica 0 first; the cell
+    before the rule shows the thread each forward runs on, and the rule says whose parallel_apply does that."""
+    import contextlib
+    import io
+
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    order = [c.metadata.get("tags", []) for c in cells]
+    shown = order.index(["forward-threads"])
+    assert order.index(["order-rule"]) == shown + 1
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(cells[shown].source, {})
+    lines = printed.getvalue().splitlines()
+    assert [line.split(" thread ")[0] for line in lines] == [
+        "replica 0's forward:",
+        "replica 1's forward:",
+    ]
+    if len(set(slot_devices(2))) == 1:  # one device: the caller's thread, in turn
+        assert all(line.endswith("the caller's: True") for line in lines), lines
+    rule = " ".join(tagged(cells, "order-rule").split())
+    assert (
+        "dpteach's `parallel_apply` runs the replicas' forwards one after another on the thread that called it, replica 0 first"
+        in rule
+    )
+    assert "torch's own starts a thread per replica, and needs an accelerator" in rule
+    import inspect
+
+    from torch.nn.parallel import parallel_apply as torch_apply
+
+    source = inspect.getsource(torch_apply)
+    assert "threading.Thread(" in source and "if len(modules) > 1:" in source
+    assert 'raise AssertionError("No available accelerator found.")' in source
+
+
+def test_the_folds_that_answer_a_prediction_sit_under_its_widget():
+    """Predict, then see: no fold between a "Predict" prompt and the widget that answers it. Each widget's
+    intro ends before any fold, and its "What you should see" is the cell right under the widget."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    for call, tag in [
+        ("widgets.explorer(", "explorer-seen"),
+        ("widgets.gradient_stepper(", "stepper-seen"),
+        ("widgets.cost_explorer(", "cost-seen"),
+    ]:
+        (i,) = [i for i, c in enumerate(cells) if c.cell_type == "code" and call in c.source]
+        assert "Predict" in cells[i - 1].source and "<details>" not in cells[i - 1].source, call
+        assert tag in cells[i + 1].metadata.get("tags", []), call
+        assert (
+            cells[i + 1].source.startswith("<details>")
+            and "<summary>What you should see" in cells[i + 1].source
+        )
+
+
+def test_exercise_2_shows_the_move_to_the_originals_device():
+    """Exercise 2's sum must move each replica's gradient to the original's device (on GPUs each replica has
+    its own): the question and the stub say `.to(device)`, and Answer 2 writes it out."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    (stub,) = [c.source for c in cells if "clone-grads-add-up" in c.metadata.get("tags", [])]
+    assert "device = rewire.model[0].weight.device" in stub and ".to(device)" in stub
+    (ask,) = [" ".join(c.source.split()) for c in cells if c.source.startswith("2. ")]
+    assert "`.to(device)`" in ask
+    (answer,) = [c.source for c in cells if c.source.startswith("<details><summary>Answer 2")]
+    assert "`summed = sum(r[0].weight.grad.to(device) for r in clone.replicas)`" in answer
 
 
 def test_the_cost_tables_ratio_rounds_as_the_bars_do():
