@@ -132,7 +132,7 @@ def keep_bn_statistics(network, devices, detach=False):
     for name, buffer in network.named_buffers():
         owner, _, key = name.rpartition(".")
         # FIX (#21144): slot 0's BatchNorm now updates the original's running statistics in place
-        replicas[0].get_submodule(owner)._buffers[key] = buffer
+        setattr(replicas[0].get_submodule(owner), key, buffer)  # a buffer's name: re-registered as a buffer
     return replicas
 
 

@@ -1,6 +1,4 @@
-"""Task 4 (chapter 11 only): scatter and gather nested inputs, compared with ``dpteach.scatter`` /
-``dpteach.gather`` on nested structures, then inside DataParallel (a dataclass batch, a keyword dict).
-"""
+"""Task 4 (chapter 11 only): scatter and gather nested inputs against dpteach's, alone, then inside DataParallel."""
 
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ from ..data_parallel import DataParallel
 from ..scatter_gather import gather as real_gather
 from ..scatter_gather import scatter as real_scatter
 from ._feedback import Findings, Result, Task
-from ._harness import ATOL, RTOL, SLOTS, run_check, slot_lists
+from ._harness import ATOL, RTOL, NotYet, run_check, slot_lists
 
 TASK = Task(  # the registry finds this record by the file's name
     4,
@@ -201,8 +199,7 @@ def _check_scatter(findings: Findings, scatter) -> None:
         slots = [torch.device("cpu")] * n
         want = real_scatter(inputs, slots, dim)
         got = scatter(inputs, slots, dim)  # a list (or tuple) with one entry per piece, each like dpteach's
-        found = first_difference(list(got) if isinstance(got, tuple) else got, list(want), "pieces")
-        if found is not None:
+        if found := first_difference(list(got) if isinstance(got, tuple) else got, list(want), "pieces"):
             findings.problem(found[0], f"scatter({what}, {n} slots): {found[1]}")
 
 
@@ -210,9 +207,7 @@ def _check_gather(findings: Findings, gather) -> None:
     for what, outputs, dim in _outputs():
         findings.context = f"Gathering {what}"
         want = real_gather(outputs, "cpu", dim)
-        got = gather(outputs, torch.device("cpu"), dim)
-        found = first_difference(got, want, "result")
-        if found is not None:
+        if found := first_difference(gather(outputs, torch.device("cpu"), dim), want, "result"):
             findings.problem(found[0], f"gather(3 slots' {what}): {found[1]}")
 
 
@@ -236,15 +231,11 @@ def _check_data_parallel(findings: Findings, scatter, gather, devices) -> None:
                 (out.y * torch.arange(1.0, 3.0, device=out.y.device)).sum().backward()
             outs.append((out, xi.grad, module.lin.weight.grad))
         (got, gx, gw), (want, wx, ww) = outs
-        found = first_difference(got, want, "output")
-        if found is not None:
+        if found := first_difference(got, want, "output"):
             findings.problem(found[0], f"{findings.context}: {found[1]}")
         elif gx is None or not torch.allclose(gx, wx, rtol=RTOL, atol=ATOL):
-            findings.problem(
-                "grad",
-                f"{findings.context}: the input's gradient is not dpteach's; "
-                "the pieces must stay connected to the batch they came from",
-            )
+            why = "the pieces must stay connected to the batch they came from"
+            findings.problem("grad", f"{findings.context}: the input's gradient is not dpteach's; {why}")
         elif gw is None or not torch.allclose(gw, ww, rtol=RTOL, atol=ATOL):
             findings.problem("grad", f"{findings.context}: the model's gradient is not dpteach's")
 
@@ -265,16 +256,18 @@ def check_scatter_gather(scatter=None, gather=None, *, devices=None) -> Result:
             "scatter splits tensors, tuples, lists, dicts, namedtuples and dataclasses like dpteach.scatter: types and "
             "fields kept, non-tensors shared, gradients flowing back",
             "gather joins them back like dpteach.gather, nested types kept",
-            "inside DataParallel, a dataclass batch and a keyword dict give dpteach's outputs and gradients on 2-4 "
-            "slots",
+            "inside DataParallel, a dataclass batch and a keyword dict give dpteach's outputs and gradients on 2-4 slots",
         ]
 
     return run_check(TASK, HINTS, body)
 
 
 def try_answer(scatter, gather) -> str:
-    """The learner's scatter and gather once, on a tensor and a dict (``try_it("scatter_gather", s, g)``)."""
-    x, _ = story.make_data(n=16)
-    pieces = scatter((x, {"n": 3}), SLOTS, 0)
-    joined = gather([p[0] for p in pieces], "cpu", 0)
-    return f"scatter gave {len(pieces)} pieces and gather joined them into shape {tuple(joined.shape)}"
+    """The learner's scatter and gather once, each against dpteach's (``try_it("scatter_gather", s, g)``)."""
+    x, slots = story.make_data(n=16)[0].requires_grad_(), [torch.device("cpu")] * 3  # 3 slots: rows 6, 6, 4
+    pieces, want = scatter((x, {"n": 3}), slots, 0), real_scatter((x, {"n": 3}), slots, 0)
+    found = first_difference(list(pieces) if isinstance(pieces, tuple) else pieces, list(want), "pieces")
+    joined = gather([p[0] for p in want], torch.device("cpu"), 0)  # dpteach's pieces: each function alone
+    if found := found or first_difference(joined, real_gather([p[0] for p in want], "cpu", 0), "joined"):
+        raise NotYet(f"scatter((x, {{'n': 3}}), 3 slots) then gather: {found[1]}")
+    return f"scatter gave {len(pieces)} pieces like dpteach's and gather joined them into shape {tuple(joined.shape)}"
