@@ -1953,15 +1953,23 @@ def slot0_memory(
 
 
 def bytes_onto_slot_1(
-    onto_slot_1: int | object, model: torch.nn.Module, device, strategy: str = "broadcast"
+    onto_slot_1: int | object,
+    model: torch.nn.Module,
+    device,
+    strategy: str = "broadcast",
+    stays_on_slot_0: int | object | None = None,
 ) -> Verdict:
     """Exercise 4: the bytes that ``replicate(model, [device, "meta"], strategy)`` copies onto slot 1, the
     ``"meta"`` device: under ``"broadcast"`` and ``"clone"`` alike ``P + B``, ``(N - 1)·(P + B)`` with
-    ``N = 2``. Records the copies with ``dpteach.comm.traffic()`` and compares.
+    ``N = 2``; then, when ``stays_on_slot_0`` is given, the bytes of the copies that stay on ``device``:
+    under ``"clone"`` both clones, ``2·(P + B)`` (slot 1's clone is made on ``device`` before its ``.to``),
+    under ``"broadcast"`` the packs. Records the copies with ``dpteach.comm.traffic()`` and compares.
 
     Findings (``Verdict.problem``): ``"string"`` (0: ``c.dst == "meta"`` compares a device with a string),
     ``"every copy"`` (all of ``t.bytes``), ``"slot 0"`` (the copies that stay on ``device``),
-    ``"copies"`` (a number of copies, not bytes), ``"buffers"`` (the parameters' bytes only).
+    ``"copies"`` (a number of copies, not bytes), ``"buffers"`` (the parameters' bytes only); for
+    ``stays_on_slot_0``: ``"one clone"`` (slot 0's clone only: a copy straight from the model to slot 1),
+    ``"nothing stays"`` (0), ``"counter packed"`` (the counter counted among the packs).
     """
     from .. import comm
     from ..measure import costs
@@ -1977,15 +1985,19 @@ def bytes_onto_slot_1(
         replicate(model, [torch.device(device), meta], strategy=strategy)
     onto = [c for c in t.copies if c.dst == meta]
     truth = sum(c.nbytes for c in onto)
+    stays = sum(c.nbytes for c in t.copies if c.dst != meta)
     P, B = costs.state_nbytes(model).values()
     guess = int(onto_slot_1)  # type: ignore[call-overload]
     formula = f"{truth:,} bytes, P + B = {P:,} + {B:,}: (N - 1)·(P + B) with N = 2"
     if guess == truth:
-        how = (
-            "every byte goes to slot 1" if strategy == "broadcast" else "slot 1's clone is carried by a 'to'"
-        )
-        return _correct(name, f"{formula}; under {strategy!r} {how}.")
-    stays = sum(c.nbytes for c in t.copies if c.dst != meta)
+        if stays_on_slot_0 is None:  # called without the second question
+            how = (
+                "every byte goes to slot 1"
+                if strategy == "broadcast"
+                else "slot 1's clone is carried by a 'to'"
+            )
+            return _correct(name, f"{formula}; under {strategy!r} {how}.")
+        return _bytes_left_on_slot_0(stays_on_slot_0, stays, formula, t.by_op(), P + B, strategy)
     slips = {
         0: (
             "string",
@@ -2011,6 +2023,56 @@ def bytes_onto_slot_1(
             "with P + B, which the counting cell under the first figure prints on its first line.",
         ],
         f"onto_slot_1 = sum(c.nbytes for c in t.copies if c.dst == meta) = {formula}.",
+    )
+    return fail(change + ".", problem)
+
+
+def _bytes_left_on_slot_0(
+    given: int | object, truth: int, onto: str, by_op: dict[str, int], model_bytes: int, strategy: str
+) -> Verdict:
+    """Exercise 4's second question: the bytes of the copies that stay on slot 0's device, which tell
+    how the strategy reaches slot 1 (clone there, then ``.to``; or pack, then broadcast)."""
+    name = f"ch06.bytes_onto_slot_1.{strategy}.stays"
+    if _unset(given):
+        return Verdict(
+            False, f"onto_slot_1 is right ({onto}). Now set stays_on_slot_0, then run this cell again."
+        )
+    if not _count(given):
+        return Verdict(False, f"Give stays_on_slot_0 as a whole number of bytes, not {given!r}.")
+    guess = int(given)  # type: ignore[call-overload]
+    if guess == truth:
+        why = (
+            "two clones of P + B each: slot 0's, and slot 1's, made on devices[0] before the 'to' carries it "
+            "(clone, then .to)"
+            if strategy != "broadcast"
+            else "the packs into buckets; the int64 counter, one tensor, travels unpacked"
+        )
+        return _correct(name, f"onto slot 1 {onto}; {truth:,} bytes stay on devices[0]: {why}.")
+    slips: dict[int, tuple[str, str]] = {
+        0: ("nothing stays", "some copies have c.dst on devices[0]: add their c.nbytes"),
+    }
+    if strategy != "broadcast":
+        slips[model_bytes] = (
+            "one clone",
+            "that is slot 0's clone alone, as if slot 1's copy came straight from the model; "
+            "look at which copies are 'clone' and where each one's dst is",
+        )
+    else:
+        slips[model_bytes] = (
+            "counter packed",
+            "that counts every byte as packed; one bucket holds a single tensor and needs no pack",
+        )
+    problem, change = slips.get(guess, ("", ""))
+    if not problem:
+        change = f"{guess:,} is too {'many' if guess > truth else 'few'}: add c.nbytes over the copies whose dst is not meta"
+    fail = _ladder(
+        name,
+        [
+            f"Under {strategy!r}, what does the strategy make on devices[0] before anything travels? "
+            f"t.by_op() printed {by_op}.",
+            "sum(c.nbytes for c in t.copies if c.dst != meta): compare it with P + B, one model copy.",
+        ],
+        f"stays_on_slot_0 = sum(c.nbytes for c in t.copies if c.dst != meta) = {truth:,}.",
     )
     return fail(change + ".", problem)
 

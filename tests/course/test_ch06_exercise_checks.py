@@ -220,6 +220,40 @@ def test_bytes_onto_slot_1_names_the_mistake():
     assert "Set onto_slot_1" in checks.bytes_onto_slot_1(..., model, CPU).message
 
 
+def test_bytes_left_on_slot_0_tell_how_the_strategy_reaches_slot_1():
+    """The second question: the bytes that stay on devices[0]. Under "clone" both clones, 2·(P + B), since
+    slot 1's clone is made on devices[0] before its .to; under "broadcast" the packs, the int64 counter's
+    bucket of one tensor left unpacked. A right onto_slot_1 with a wrong picture of the copies fails."""
+    import dpteach
+
+    model, meta = make_model(), torch.device("meta")
+    P, B = costs.state_nbytes(model).values()
+    counter = sum(b.nbytes for n, b in model.named_buffers() if n.endswith("num_batches_tracked"))
+    with dpteach.comm.traffic() as t:
+        dpteach.replicate(model, [CPU, meta], strategy="broadcast")
+    packs = t.by_op()["pack"]
+    assert packs == P + B - counter  # derived from the model: every bucket but the counter's is packed
+    truths = {"clone": 2 * (P + B), "broadcast": packs}
+    for strategy, stays in truths.items():
+        verdict = checks.bytes_onto_slot_1(P + B, model, CPU, strategy, stays)
+        assert verdict.ok and f"{stays:,} bytes stay on devices[0]" in verdict.message, strategy
+        # onto_slot_1 right, the second question still open: asked for, not approved
+        open_ = checks.bytes_onto_slot_1(P + B, model, CPU, strategy, ...)
+        assert not open_.ok and "set stays_on_slot_0" in open_.message
+    said = {
+        ("clone", P + B): "one clone",  # as if slot 1's copy came straight from the model (today's C++)
+        ("clone", 0): "nothing stays",
+        ("broadcast", P + B): "counter packed",  # every bucket packed, the counter's too
+        ("broadcast", 0): "nothing stays",
+        ("clone", 12_345): "",
+    }
+    for (strategy, guess), problem in said.items():
+        verdict = checks.bytes_onto_slot_1(P + B, model, CPU, strategy, guess)
+        assert not verdict.ok and verdict.problem == problem, (strategy, guess, verdict.problem)
+    # a wrong onto_slot_1 is named first, whatever the second answer
+    assert checks.bytes_onto_slot_1(P, model, CPU, "clone", 2 * (P + B)).problem == "buffers"
+
+
 # ---------------------------------------------------------------- Exercise 5: buckets
 
 
