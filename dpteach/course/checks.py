@@ -775,11 +775,15 @@ def mean_per_piece(
     fitted = float((per_piece * grad).sum() / (grad * grad).sum())
     low, high = min(fitted, total / max(rows)), max(fitted, total / min(rows))
     if low * 0.99 <= value <= high * 1.01:
-        return _correct(
-            name,
+        grows = (  # one factor, N, only where scatter cut the batch into equal pieces
             f"A piece's mean divides by its {rows[0]} rows, not the batch's {total}: every gradient grows "
-            f"{total / rows[0]:g} times, like training with lr × {len(rows)}. DDP's ranks each take such "
-            "a mean; chapter 09 shows who divides by N.",
+            f"{total / rows[0]:g} times, like training with lr × {len(rows)}."
+            if len(set(rows)) == 1
+            else f"A piece's mean divides by its own rows ({rows}), not the batch's {total}: each piece's "
+            f"gradient grows by {total} over its rows, near {len(rows)} but not one factor, as the pieces differ."
+        )
+        return _correct(
+            name, grows + " DDP's ranks each take such a mean; chapter 09 shows who divides by N."
         )
     return _not_yet(
         name,
@@ -3713,16 +3717,10 @@ _PYTHON_TWIN = (
 )
 
 
-def _ch10_python_rewire(model, slots):
-    """Without the C++ module: a copy of ``model`` and its ``strategy="rewire"`` replicas on ``slots``, each
-    replica's copies of the parameters listed by name, as ``cpp.Step.replica_params`` lists them."""
-    import copy
-
-    from ..replicate import replicate
-
-    original = copy.deepcopy(model)
-    replicas = replicate(original, slots, strategy="rewire")
-    copies = [
+def _former_parameters(replicas) -> list[dict[str, torch.Tensor]]:
+    """Each ``strategy="rewire"`` replica's copies of the parameters, by dotted name, as
+    ``cpp.Step.replica_params`` lists them (a rewired replica keeps them in ``_former_parameters``)."""
+    return [
         {
             f"{prefix}.{key}" if prefix else key: tensor
             for prefix, module in replica.named_modules()
@@ -3730,11 +3728,54 @@ def _ch10_python_rewire(model, slots):
         }
         for replica in replicas
     ]
-    return original, replicas, copies
+
+
+def _ch10_python_rewire(model, slots):
+    """Without the C++ module: a copy of ``model`` and its ``strategy="rewire"`` replicas on ``slots``, each
+    replica's copies of the parameters listed by name (:func:`_former_parameters`)."""
+    import copy
+
+    from ..replicate import replicate
+
+    original = copy.deepcopy(model)
+    replicas = replicate(original, slots, strategy="rewire")
+    return original, replicas, _former_parameters(replicas)
 
 
 def _with_note(verdict: Verdict, note: str) -> Verdict:
     return Verdict(verdict.ok, verdict.message + note, verdict.problem) if note else verdict
+
+
+_PYTHON_STEPS = (
+    '\n(No C++ module is loaded, so this check ran one Python step under strategy="rewire" (chapter 03) and '
+    'one under strategy="clone" (chapter 01) instead: they leave the same leaves as cpp.rewire_step and '
+    "cpp.clone_step, so the counts are the same. To count on the C++ steps, install a C++ compiler (g++ or "
+    "clang) and ninja as the cpp.load() cell said, restart the kernel and run the chapter again.)"
+)
+
+
+def _ch10_python_steps(model, x, slots) -> list:
+    """Without the C++ module: one Python step (``data_parallel.step``, the C++ step's loss
+    ``mean(output ** 2)``) of a copy of ``model`` under ``"rewire"``, then one under ``"clone"``, on
+    ``slots``; each listed as a ``cpp.Step`` lists its tensors (``.params``, ``.replica_params``), for
+    the learner's ``holding_a_grad``."""
+    import copy
+    from types import SimpleNamespace
+
+    from ..data_parallel import step
+
+    steps = []
+    for strategy in ("rewire", "clone"):
+        original = copy.deepcopy(model)
+        with torch.random.fork_rng(devices=[]):
+            replicas = step(original, x, slots, strategy=strategy).replicas
+        copies = (
+            _former_parameters(replicas)
+            if strategy == "rewire"
+            else [dict(r.named_parameters()) for r in replicas]
+        )
+        steps.append(SimpleNamespace(params=dict(original.named_parameters()), replica_params=copies))
+    return steps
 
 
 def reduce_add_inputs(reduce_adds, inputs_each, model, x, slots, ext) -> Verdict:
@@ -3852,8 +3893,8 @@ def grads_filled(with_fix, without_fix, count, model, x, slots, ext) -> Verdict:
     from .. import cpp
 
     name = "ch10.grads_filled"
-    if unready := _ch10_unready(ext, with_fix=with_fix, without_fix=without_fix):
-        return unready
+    if unready := _ch10_unready(ext, needs_module=False, with_fix=with_fix, without_fix=without_fix):
+        return unready  # a missing or malformed answer; no module is fine: Python's two steps answer then
     if not callable(count):
         return Verdict(
             False,
@@ -3861,8 +3902,12 @@ def grads_filled(with_fix, without_fix, count, model, x, slots, ext) -> Verdict:
             "this one.",
             "no count",
         )
-    fixed = _ch10_step(cpp.rewire_step, model, x, slots, ext)
-    cloned = _ch10_step(cpp.clone_step, model, x, slots, ext)
+    if ext is not None:
+        fixed = _ch10_step(cpp.rewire_step, model, x, slots, ext)
+        cloned = _ch10_step(cpp.clone_step, model, x, slots, ext)
+        note = ""
+    else:  # the same leaves from Python: "rewire" for the fixed step, "clone" for the one without
+        (fixed, cloned), note = _ch10_python_steps(model, x, slots), _PYTHON_STEPS
     truth_with, truth_without = _holding_a_grad(fixed), _holding_a_grad(cloned)
     parameters, replicas = len(fixed.params), len(fixed.replica_params)
     try:
@@ -3883,18 +3928,21 @@ def grads_filled(with_fix, without_fix, count, model, x, slots, ext) -> Verdict:
             "count unset",
         )
     if counted != [truth_with, truth_without]:
-        return _not_yet(
-            name + ".count",
-            f"holding_a_grad returned {counted[0]!r} for the fixed step and {counted[1]!r} for the cloned one, "
-            "and at least one of them is not the number of its `tensors` whose .grad is set. Change its "
-            "`return` line: count the tensors whose .grad is not None.",
-            [
-                "A tensor holds a .grad when its .grad is not None; look at each tensor of the list, not at "
-                "the list or at the gradients' values.",
-                "The count is a sum over the tensors of a yes or no: one for each whose .grad is set.",
-            ],
-            "return sum(t.grad is not None for t in tensors)",
-            "count",
+        return _with_note(
+            _not_yet(
+                name + ".count",
+                f"holding_a_grad returned {counted[0]!r} for the fixed step and {counted[1]!r} for the cloned one, "
+                "and at least one of them is not the number of its `tensors` whose .grad is set. Change its "
+                "`return` line: count the tensors whose .grad is not None.",
+                [
+                    "A tensor holds a .grad when its .grad is not None; look at each tensor of the list, not at "
+                    "the list or at the gradients' values.",
+                    "The count is a sum over the tensors of a yes or no: one for each whose .grad is set.",
+                ],
+                "return sum(t.grad is not None for t in tensors)",
+                "count",
+            ),
+            note,
         )
     _failures.pop(name + ".count", None)
     answer = (
@@ -3949,14 +3997,20 @@ def grads_filled(with_fix, without_fix, count, model, x, slots, ext) -> Verdict:
         changed = _changed(
             ("with_fix", said_with != truth_with), ("without_fix", said_without != truth_without)
         )
-        return _not_yet(
-            name, "; ".join(wrong) + f". Change {changed} once you can say why.", hints, answer, problem
+        return _with_note(
+            _not_yet(
+                name, "; ".join(wrong) + f". Change {changed} once you can say why.", hints, answer, problem
+            ),
+            note,
         )
-    return _correct(
-        name,
-        f"You predicted {truth_with} with the fix, the original's parameters alone, and {truth_without} "
-        "without it, the replicas' alone, and your count agrees. A rewired replica copy is not a leaf, so "
-        "autograd fills no .grad there: its gradient goes into ReduceAdd and on to the original's.",
+    return _with_note(
+        _correct(
+            name,
+            f"You predicted {truth_with} with the fix, the original's parameters alone, and {truth_without} "
+            "without it, the replicas' alone, and your count agrees. A rewired replica copy is not a leaf, so "
+            "autograd fills no .grad there: its gradient goes into ReduceAdd and on to the original's.",
+        ),
+        note,
     )
 
 

@@ -80,15 +80,15 @@ def test_the_graphs_lead_straight_into_the_cpp_step_before_and_after_the_fix():
     assert "source = cpp.SOURCE.read_text()" in cells()[step_at].source  # the first listing reads the file
 
 
-def test_the_hello_extension_follows_the_fix_and_comes_before_the_optional_section_and_exercise_3():
+def test_the_hello_extension_follows_the_fix_and_comes_before_exercise_3_and_the_optional_section():
     hello_at, hello = tagged("hello-extension")
     rewire_at, _ = tagged("reproof-03")
-    optional_at = next(i for i, c in enumerate(cells()) if c.source.startswith("## Optional"))
+    optional_at = next(i for i, c in enumerate(cells()) if c.source.startswith("### Optional"))
     compile_at, _ = tagged("ex3-compile")
     bindings_at = next(
         i for i, c in enumerate(cells()) if c.cell_type == "code" and "PYBIND11_MODULE" in c.source
     )
-    assert rewire_at < hello_at < bindings_at < optional_at < compile_at  # there before exercise 3 needs it
+    assert rewire_at < hello_at < bindings_at < compile_at < optional_at  # there before exercise 3 needs it
     for part in ("load_inline(", "cpp_sources=[hello]", "functions=[", "build_directory=", "perf_counter"):
         assert part in hello, part
     before = " ".join(DETAILS.sub("", c.source) for c in cells()[:hello_at] if c.cell_type == "markdown")
@@ -233,7 +233,7 @@ def test_the_one_line_comparison_with_python_tells_the_fix_from_clone():
     assert model.weight.grad is None  # the comparison steps a copy, never the chapter's model
 
 
-def test_the_optional_why_section_follows_the_fix_and_asks_one_question_per_cell():
+def test_the_optional_why_section_follows_the_exercises_and_asks_one_question_per_cell():
     needs_a_compiler()
     scope = _chapter_scope()
     scope["torch"] = torch
@@ -245,9 +245,10 @@ def test_the_optional_why_section_follows_the_fix_and_asks_one_question_per_cell
     )
     rewire_at, _ = tagged("reproof-03")
     summary_at = next(i for i, c in enumerate(cells()) if c.source.startswith("## Summary"))
-    # the graphs, then the fix and its check against Python, then the optional why, before the summary
-    assert drawn_at < fix_at < rewire_at < forward_at < history_at < summary_at
-    assert cells()[forward_at - 1].source.startswith("## Optional: why not swap")
+    last_answer_at, _ = tagged("ex4-check")
+    # the graphs, the fix and its check against Python, the summary and the exercises, then the optional why
+    assert drawn_at < fix_at < rewire_at < summary_at < last_answer_at < forward_at < history_at
+    assert cells()[forward_at - 1].source.startswith("### Optional: why not swap")
     printed = run(forward, scope)
     assert "forward() used: the member, not the zeros" in printed  # answers its prediction in its own words
     assert "register_parameter" not in printed  # a side detail, kept for the folded aside
@@ -324,9 +325,11 @@ def test_reduce_adds_apply_is_printed_from_the_shipped_source_before_the_loop_th
 
 def test_the_summary_rests_on_the_main_path_not_on_the_optional_section():
     summary_at = next(i for i, c in enumerate(cells()) if c.source.startswith("## Summary"))
-    optional_at = next(i for i, c in enumerate(cells()) if c.source.startswith("## Optional"))
+    optional_at = next(i for i, c in enumerate(cells()) if c.source.startswith("### Optional"))
     summary = cells()[summary_at].source
-    optional = " ".join(c.source for c in cells()[optional_at:summary_at] if c.cell_type == "markdown")
+    optional = " ".join(
+        c.source for c in cells()[optional_at:] if c.cell_type == "markdown"
+    )  # the last section
     for word in ("member", "registry", "TensorImpl", "swap"):
         assert word in optional and word not in summary, word  # what the optional section alone shows
 
@@ -421,9 +424,10 @@ def test_the_grad_fn_of_a_python_tensor_cannot_be_set():
 def test_every_compiled_cell_says_what_it_skipped_and_why_without_the_module():
     chapter = cells()
     exercises = next(i for i, c in enumerate(chapter) if c.source.startswith("## Exercises"))
+    optional = next(i for i, c in enumerate(chapter) if c.source.startswith("### Optional"))
     guarded = [
         c.source
-        for c in chapter[:exercises]
+        for c in chapter[:exercises] + chapter[optional:]
         if c.cell_type == "code" and re.search(r"^if ext", c.source, re.M) and "cpp.load(" not in c.source
     ]  # the key-result cell loads the module and prints its reason itself
     _, key = tagged("key-result")
@@ -473,3 +477,16 @@ def test_the_libtorch_facts_the_folds_and_comments_state_are_in_the_installed_he
     assert "`TORCH_WARN` reaches Python's `warnings`" in folds and "differs mainly in three ways" in folds
     main = " ".join(" ".join(DETAILS.sub("", c.source).split()) for c in cells() if c.cell_type == "markdown")
     assert "`set_data` fills each with a copy of the original, under `NoGradGuard`" in main
+
+
+def test_the_fold_quotes_the_shipped_replicate_grad_edges_as_torch_ships_it():
+    """The fold says torch ships a reworked form of the PR's code and shows it: the lines must be the header's."""
+    header = Path(torch.__file__).parent / "include/torch/csrc/api/include/torch/nn/parallel/data_parallel.h"
+    if not header.exists():
+        pytest.skip("this torch ships no C++ headers")
+    (fold,) = [c.source for c in cells() if "a reworked form of PR #20910's code" in c.source]
+    code = re.search(r"```cpp\n(.*?)```", fold, re.S).group(1)
+    assert " ".join(code.split()) in " ".join(header.read_text().split())  # the loop, as installed
+    assert (
+        "torch::zeros_like(inputs[0]" in header.read_text()
+    )  # where the other fold says an undefined one fails
