@@ -178,7 +178,7 @@ def _slot_means(slots: int) -> tuple[float, float, bool]:
 
 
 def mean_of_means(two_slots: bool | object, three_slots: bool | object) -> Verdict:
-    """Exercise 1: does averaging the slots' own mean losses give one device's gradients, on 2 slots
+    """Exercise 4: does averaging the slots' own mean losses give one device's gradients, on 2 slots
     (``two_slots``) and on 3 (``three_slots``)? The truth is a live step of the course's model on CPU
     slots (``_slot_means``), compared with one device as the chapter's one-step check compares.
     Findings (``Verdict.problem``): ``"equal pieces"`` (``two_slots`` wrong), ``"unequal pieces"``
@@ -245,7 +245,7 @@ def mean_of_means(two_slots: bool | object, three_slots: bool | object) -> Verdi
 
 
 def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict:
-    """Exercise 3: the piece sizes ``dpteach.scatter`` gives for ``rows`` rows over ``slots`` slots."""
+    """Exercise 1: the piece sizes ``dpteach.scatter`` gives for ``rows`` rows over ``slots`` slots."""
     from ..scatter_gather import scatter
 
     name = f"ch00.pieces.{rows}.{slots}"
@@ -287,7 +287,7 @@ def pieces(prediction: Sequence[int] | object, rows: int, slots: int) -> Verdict
 
 
 def idle_slots(idle: Sequence[int] | object, rows: int, most: int = 8) -> Verdict:
-    """Exercise 3: ``idle``, the slot counts from 1 to ``most`` for which ``dpteach.scatter`` leaves at least
+    """Exercise 1: ``idle``, the slot counts from 1 to ``most`` for which ``dpteach.scatter`` leaves at least
     one slot without rows of a batch of ``rows``. Findings (``Verdict.problem``): ``"extra"`` (a count
     whose slots all work), ``"missed"`` (an idle count left out), ``"extra and missed"``."""
     from ..scatter_gather import scatter
@@ -443,8 +443,9 @@ def accumulators_reached(prediction: int | object, devices: Sequence, show_answe
         [
             "Backward stores a gradient only through an AccumulateGrad node, one per leaf that requires grad. "
             'Which tensors got a .grad in the step under "clone"?',
-            "Printing `model` near the top of the chapter listed two Linear layers, each with a weight and a "
-            'bias; the step under "clone" then showed which copies of 0.weight got a .grad. Count those leaves.',
+            "Printing `model` in 'The task, the model, the loop' listed two Linear layers, each with a weight "
+            'and a bias; the step under "clone" showed that every replica\'s copy of 0.weight got a .grad, and '
+            "so did every other parameter's copy. Count those leaves, in every replica.",
             f"Each of the {replicas} replicas holds {params} parameters, every one a fresh leaf that the forward "
             f"used; the model's own {params} are not reached.",
         ],
@@ -4659,9 +4660,9 @@ def calm_drift(gap_after_1: bool | object, parts_at: int | None | object, lab) -
     )
 
 
-# ---------------------------------------------------------------- chapter 00 · start here, exercise 2
+# ---------------------------------------------------------------- chapter 00 · start here, exercise 3
 
-# What each move's backward does, as chapter 00's exercise 2 lists them (the letters of its cell).
+# What each move's backward does, as chapter 00's exercise 3 lists them (the letters of its cell).
 # Each says what the backward does to tensors, not which move it belongs to: the learner matches them.
 # The letters follow neither the forward order of the moves nor the backward one, so they give nothing away.
 BACKWARD_OF_MOVES = {
@@ -4674,7 +4675,7 @@ _MOVE_BACKWARDS = {"gather": "c", "parallel_apply": "a", "replicate": "d", "scat
 
 
 def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) -> Verdict:
-    """Exercise 2: ``does`` maps each move to the letter of what its backward does (``BACKWARD_OF_MOVES``).
+    """Exercise 3: ``does`` maps each move to the letter of what its backward does (``BACKWARD_OF_MOVES``).
 
     The right answer is confirmed on one step of the course's model with ``x`` requiring grad: under
     ``"broadcast"`` the model's ``.grad`` and ``x.grad`` fill (replicate's and scatter's backward ran),
@@ -4760,7 +4761,7 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
     )
 
 
-# ---------------------------------------------------------------- chapter 00 · start here, exercise 4
+# ---------------------------------------------------------------- chapter 00 · start here, exercise 2
 
 
 def _lane(node: str) -> int:
@@ -4771,12 +4772,14 @@ def _lane(node: str) -> int:
 
 
 def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verdict:
-    """Exercise 4: ``moves``, the moves whose arrows in ``story.four_moves_picture()`` carry data from one
+    """Exercise 2: ``moves``, the moves whose arrows in ``story.four_moves_picture()`` carry data from one
     slot's device to another's when every slot is a GPU of its own.
 
     The truth is read from the picture's own edges (``story.four_moves_lanes``): an arrow crosses when
     its ends sit in different lanes. Findings (``Verdict.problem``): ``"not moves"`` (a name that is no
-    move), ``"parallel_apply"`` (named, but its arrows stay in their lanes), ``"missed"`` (a move left out).
+    move, such as ``"Scatter"``, the autograd Function, or ``"broadcast"``), ``"parallel_apply"`` (named,
+    but its arrows stay in their lanes), ``"missed"`` (a move left out). Names are read as typed, but for
+    spaces and quotes around them: a move is spelled as the picture and the chapter spell it.
     """
     from .story import FOUR_MOVES, four_moves_lanes
 
@@ -4785,10 +4788,8 @@ def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verd
         return Verdict(
             False, 'Set `moves` to a set of move names, e.g. {"scatter"}, then run this cell again.'
         )
-    given = {_word(m) for m in moves}
+    given = {str(m).strip().strip("'\"`").strip() for m in moves}  # " 'gather'" is gather; "Gather" is not
     odd = sorted(given - set(FOUR_MOVES))
-    if odd:
-        return Verdict(False, f"Name moves only, {', '.join(map(repr, FOUR_MOVES))}: not {', '.join(odd)}.")
     crossing = [(a, b) for a, b in four_moves_lanes(slots) if _lane(a) != _lane(b)]
     truth = {a if a in FOUR_MOVES else b for a, b in crossing}  # the move at one end of each arrow
     arrows = "; ".join(f"{a} → {b}" for a, b in crossing)
@@ -4807,6 +4808,19 @@ def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verd
         ],
         answer,
     )
+    if odd:
+        capital = any(m.lower() in FOUR_MOVES for m in odd)
+        why = (
+            ": a move is spelled lower case, as in the picture (Scatter, Gather and Broadcast with a capital "
+            "are the autograd Functions in torch/nn/parallel/_functions.py that torch's moves call)"
+            if capital
+            else ""
+        )
+        return fail(
+            f"name only the four moves, {', '.join(map(repr, FOUR_MOVES))}, not {', '.join(map(repr, odd))}"
+            f"{why}. Change `moves`.",
+            "not moves",
+        )
     if "parallel_apply" in given:
         return fail(
             "parallel_apply runs replica 1 on piece 1, both already in slot 1's lane: its arrows never leave "

@@ -170,9 +170,11 @@ FOUR_MOVES_STEPS = (
 
 
 # The legend names what each kind of arrow means for backward, not which strategy makes the dashed one:
-# chapter 00 asks that. A solid arrow is a forward step with a gradient edge running back along it; the
-# dashed ones, from each replica to the model, are the edges replicate must create.
-FORWARD_EDGE = "forward; a gradient edge\nruns back along it"
+# chapter 00 asks that. A solid arrow is a forward step, with a gradient edge back along it wherever the
+# tensors need a gradient (not to x, which requires none); a grey one is replicate's, with no edge back
+# of its own; the dashed ones, from each replica to the model, are the edges replicate must
+# create.
+FORWARD_EDGE = "forward; a gradient edge\nruns back along it (not to x)"
 GRADIENT_EDGE = "the edge back that\nreplicate must create"
 COPY_EDGE = "replicate's arrow: no\nedge back of its own"
 COPY_LOOK = {"color": "gray55", "fontcolor": "gray35", "penwidth": "1.6"}

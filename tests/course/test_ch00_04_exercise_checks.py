@@ -32,7 +32,7 @@ def _tagged(chapter: str, tag: str) -> str:
     return cell.source
 
 
-# ---------------------------------------------------------------- chapter 00, exercise 1
+# ---------------------------------------------------------------- chapter 00, exercise 4
 
 
 def test_mean_of_means_holds_on_equal_pieces_only():
@@ -77,21 +77,21 @@ def test_mean_of_means_climbs_to_the_answer():
     assert "True or False" in unset.message and "Hint" not in checks.mean_of_means("yes", False).message
 
 
-def test_chapter_00_exercise_1s_answer_quotes_the_measured_differences():
+def test_chapter_00_exercise_4s_answer_quotes_the_measured_differences():
     (gathered_2, averaged_2, _), (gathered_3, averaged_3, _) = (checks._slot_means(s) for s in (2, 3))
-    answer = _tagged("00_start_here.ipynb", "ex1-answer")
+    answer = _tagged("00_start_here.ipynb", "ex4-answer")
     assert f"up to {averaged_3:.1e}" in answer  # the 3-slot gap the check prints, to two digits
     rounding = float(re.search(r"2 slots stay below (\S+),", answer).group(1))
     assert max(gathered_2, averaged_2, gathered_3) < rounding < averaged_3  # float rounding only, on 2
 
 
-def test_chapter_00_exercise_1_has_its_check_cell():
-    source = _tagged("00_start_here.ipynb", "ex1-check")
+def test_chapter_00_exercise_4_has_its_check_cell():
+    source = _tagged("00_start_here.ipynb", "ex4-check")
     assert "checks.mean_of_means(two_slots, three_slots)" in source
     assert "two_slots = ..." in source and "three_slots = ..." in source
 
 
-# ---------------------------------------------------------------- chapter 00, exercise 2
+# ---------------------------------------------------------------- chapter 00, exercise 3
 
 
 def test_backward_moves_accepts_the_worked_answer_and_shows_the_run():
@@ -160,19 +160,19 @@ def test_backward_moves_reads_a_move_in_any_case():
 def test_chapter_00_answers_come_after_their_checks(number):
     cells = nbformat.read(NOTEBOOKS / "00_start_here.ipynb", as_version=4).cells
     at = {tag: i for i, c in enumerate(cells) for tag in c.metadata.get("tags", [])}
-    for check in ("ex3-idle", "ex3-pieces") if number == 3 else (f"ex{number}-check",):
+    for check in ("ex1-idle", "ex1-pieces") if number == 1 else (f"ex{number}-check",):
         assert at[f"ex{number}-answer"] > at[check]  # the learner meets the check before the worked answer
     assert "<summary>Answer</summary>" in cells[at[f"ex{number}-answer"]].source
 
 
-def test_chapter_00_exercise_2s_worked_answer_passes_its_check():
-    answer = _tagged("00_start_here.ipynb", "ex2-answer")
+def test_chapter_00_exercise_3s_worked_answer_passes_its_check():
+    answer = _tagged("00_start_here.ipynb", "ex3-answer")
     does = ast.literal_eval(answer.split("`does = ", 1)[1].split("`", 1)[0])
     assert checks.backward_moves(does).ok
 
 
-def test_chapter_00_exercise_2_has_its_check_cell():
-    source = _tagged("00_start_here.ipynb", "ex2-check")
+def test_chapter_00_exercise_3_has_its_check_cell():
+    source = _tagged("00_start_here.ipynb", "ex3-check")
     assert "checks.backward_moves(does)" in source and "left_out" not in source
     assert all(f'"{m}": ...' in source for m in RIGHT_MOVES)
     # the cell lists the check's letters, and no description names its move or its tensors' names
@@ -181,14 +181,14 @@ def test_chapter_00_exercise_2_has_its_check_cell():
         assert not any(word in does for word in (*RIGHT_MOVES, ".grad", "model", "slot"))
 
 
-# ---------------------------------------------------------------- chapter 00, exercise 4
+# ---------------------------------------------------------------- chapter 00, exercise 2
 
 CROSSING = {"scatter", "replicate", "gather"}
 
 
-def test_moves_between_devices_accepts_the_three_moves_in_any_case_and_order():
+def test_moves_between_devices_accepts_the_three_moves_in_any_order_as_the_chapter_spells_them():
     assert checks.moves_between_devices(CROSSING).ok
-    assert checks.moves_between_devices(["Gather", "SCATTER", " replicate"]).ok
+    assert checks.moves_between_devices(["gather", "'scatter'", " replicate"]).ok  # spaces and quotes aside
     assert checks.moves_between_devices(CROSSING, slots=3).ok  # more lanes, the same moves cross
 
 
@@ -215,15 +215,29 @@ def test_moves_between_devices_says_what_to_change(moves, problem, says):
     assert "Hint 1 of 2" in verdict.message
 
 
-def test_moves_between_devices_asks_for_move_names_and_costs_no_hint():
+def test_moves_between_devices_asks_for_a_set_of_names_and_costs_no_hint():
     assert checks.moves_between_devices(...).message.startswith("Set `moves`")
     assert checks.moves_between_devices("scatter").message.startswith("Set `moves`")  # a set, not one string
-    verdict = checks.moves_between_devices({"scatter", "broadcast"})
-    assert not verdict.ok and "not broadcast" in verdict.message and "Hint" not in verdict.message
+    assert not checks._failures
 
 
-def test_chapter_00_exercise_4_has_its_check_cell():
-    source = _tagged("00_start_here.ipynb", "ex4-check")
+@pytest.mark.parametrize(
+    "moves, says",
+    [
+        ({"scatter", "broadcast"}, "not 'broadcast'"),  # replicate's tool, not a move
+        ({"Scatter", "replicate", "gather"}, "not 'Scatter': a move is spelled lower case"),  # the Function
+        ({"SCATTER", "Replicate", "Gather"}, "autograd Functions"),
+        ({"scater", "replicate", "gather"}, "not 'scater'"),
+    ],
+)
+def test_moves_between_devices_rejects_a_name_that_is_no_move_with_a_hint(moves, says):
+    verdict = checks.moves_between_devices(moves)
+    assert not verdict.ok and verdict.problem == "not moves" and says in verdict.message
+    assert "Hint 1 of 2" in verdict.message  # a wrong name is a wrong answer: it gets the first hint
+
+
+def test_chapter_00_exercise_2_has_its_check_cell():
+    source = _tagged("00_start_here.ipynb", "ex2-check")
     assert "checks.moves_between_devices(moves)" in source and "moves = ..." in source
 
 
@@ -395,7 +409,7 @@ def test_chapter_04_exercise_cells_call_their_checks(tag, call):
     assert call in _tagged("04_the_python_way.ipynb", tag)
 
 
-# ---------------------------------------------------------------- chapter 00, exercise 3
+# ---------------------------------------------------------------- chapter 00, exercise 1
 
 
 def test_idle_slots_are_the_counts_torch_chunk_leaves_a_slot_without_rows():

@@ -116,9 +116,9 @@ def _examples(printed: list[str]) -> list[tuple[int, int, str]]:
     return [(int(m.group(1)), int(m.group(2)), line) for m, line in zip(found, printed) if m]
 
 
-def _exercise_3_batches() -> set[int]:
-    """The row counts exercise 3's check cells ask about, read from their calls."""
-    calls = _tagged("ex3-idle") + _tagged("ex3-pieces")
+def _exercise_1_batches() -> set[int]:
+    """The row counts exercise 1's check cells ask about, read from their calls."""
+    calls = _tagged("ex1-idle") + _tagged("ex1-pieces")
     return {int(n) for n in re.findall(r"rows=(\d+)", calls)}
 
 
@@ -126,8 +126,8 @@ def test_the_scatter_table_prints_worked_batches_that_answer_no_exercise():
     printed = run_cell(_tagged("scatter-table")).splitlines()
     examples = _examples(printed)
     assert len(examples) >= 2  # printed everywhere: on GitHub and in the book too
-    asked = _exercise_3_batches()
-    assert asked, "exercise 3's check cells name no batch"
+    asked = _exercise_1_batches()
+    assert asked, "exercise 1's check cells name no batch"
     for rows, slots, line in examples:
         assert line == _table(slots, rows)  # each line is torch.chunk's cut
         # before the learner predicts: no idle slot, and not the batch of an exercise
@@ -154,20 +154,20 @@ def test_the_sliders_run_with_or_without_widgets(monkeypatch, widgets):
         assert "pieces(slots, rows)" in printed  # says what to call instead
 
 
-def test_the_sliders_come_after_exercise_3s_checks_and_answer():
-    # sliders up to 32 rows and 8 slots would show exercise 3's answers before the learner predicts
+def test_the_sliders_come_after_exercise_1s_checks_and_answer():
+    # sliders up to 32 rows and 8 slots would show exercise 1's answers before the learner predicts
     at = {tag: i for i, c in enumerate(_cells()) for tag in c.metadata.get("tags", [])}
-    assert at["scatter-table"] < at["ex3-idle"] < at["ex3-pieces"] < at["ex3-answer"] < at["scatter-sliders"]
-    assert "ipywidgets" not in "".join(_tagged(t) for t in ("scatter-table", "ex3-idle", "ex3-pieces"))
+    assert at["scatter-table"] < at["ex1-idle"] < at["ex1-pieces"] < at["ex1-answer"] < at["scatter-sliders"]
+    assert "ipywidgets" not in "".join(_tagged(t) for t in ("scatter-table", "ex1-idle", "ex1-pieces"))
 
 
-def test_the_idle_slot_check_asks_exercise_3s_question():
-    source = _tagged("ex3-idle")
+def test_the_idle_slot_check_asks_exercise_1s_question():
+    source = _tagged("ex1-idle")
     assert "idle = ..." in source and re.search(r"checks\.idle_slots\(idle, rows=\d+\)", source)
 
 
-def test_exercise_3s_batch_tells_torch_chunk_from_the_divisor_rule():
-    (rows,) = map(int, re.findall(r"idle_slots\(idle, rows=(\d+)\)", _tagged("ex3-idle")))
+def test_exercise_1s_batch_tells_torch_chunk_from_the_divisor_rule():
+    (rows,) = map(int, re.findall(r"idle_slots\(idle, rows=(\d+)\)", _tagged("ex1-idle")))
     idle = {s for s in range(1, 9) if len(torch.arange(rows).chunk(s)) < s}  # scatter cuts with chunk
     non_divisors = {s for s in range(1, 9) if rows % s}
     # "a slot count that does not divide the rows leaves one idle" must give a wrong answer here
@@ -216,3 +216,30 @@ def test_the_replica_0_table_tells_the_strategies_apart():
     assert swapped != _tagged("replica-0-table")
     rows = [line.split() for line in run_cell(swapped).splitlines()[1:]]
     assert rows[-1][1:] == list(REPLICA_0["clone"]) != list(REPLICA_0["rewire"])
+
+
+def test_the_clone_cell_shows_that_the_optimizer_step_moves_no_weight():
+    assert "0.weight moved: False" in run_cell(_tagged("clone-bug"))  # every .grad None: step skips them
+    fixed = _tagged("clone-bug").replace('strategy="clone"', 'strategy="broadcast"')
+    assert "0.weight moved: True" in run_cell(fixed)  # the line would tell the two apart
+
+
+def test_the_story_reads_straight_and_the_practical_steps_close_it():
+    cells = _cells()
+    at = {tag: i for i, c in enumerate(cells) for tag in c.metadata.get("tags", [])}
+    heads = {c.source.split("\n", 1)[0]: i for i, c in enumerate(cells) if c.cell_type == "markdown"}
+    env_check = next(i for i, c in enumerate(cells) if c.cell_type == "code" and "env.check()" in c.source)
+    story_end = at["clone-bug"]
+    assert at["four-moves"] < heads["## The four moves"] < story_end < env_check  # the check after the story
+    assert env_check < heads["## The map: where next"] < heads["## Summary"]  # then where to go next
+
+
+def test_the_exercises_follow_the_chapters_order():
+    # scatter (the first move), the lanes of the picture, each move's backward, the one-step check
+    cells = _cells()
+    at = {tag: i for i, c in enumerate(cells) for tag in c.metadata.get("tags", [])}
+    assert at["ex1-idle"] < at["ex2-check"] < at["ex3-check"] < at["ex4-check"]
+    assert "checks.idle_slots" in _tagged("ex1-idle") and "checks.moves_between_devices" in _tagged(
+        "ex2-check"
+    )
+    assert "checks.backward_moves" in _tagged("ex3-check") and "checks.mean_of_means" in _tagged("ex4-check")

@@ -228,6 +228,11 @@ def test_the_clone_step_leaves_the_model_without_gradients_and_every_replica_wit
     (summed,) = [line for line in printed.splitlines() if line.startswith("replicas' sum")]
     ours, theirs = (part.split("norm ")[1] for part in summed.split(";"))
     assert ours == theirs
+    # equal up to float rounding, not bit for bit: the cell prints both, and the prose says so
+    (gap,) = [line for line in printed.splitlines() if line.startswith("bit for bit equal")]
+    assert float(gap.split("largest difference ")[1]) < 1e-5
+    (prose,) = [c.source for c in nbformat.read(CHAPTER, as_version=4).cells if c.get("id") == "9f3e9713"]
+    assert "up to float rounding" in prose and "exactly" not in prose
 
 
 def test_the_replica_cell_fails_when_the_replicas_pass_the_gradient_on():
@@ -369,3 +374,24 @@ def test_the_exercise_cell_calls_the_check_and_its_answer_matches_it():
     checks.reset()
     assert checks.accumulators_reached(answer, DEVICES).ok  # the Answer block's number, on two slots
     checks.reset()
+
+
+def test_the_edge_prediction_comes_before_its_answer():
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    contrast = _index("edge-contrast")
+    asked, answered = cells[contrast - 1].source, cells[contrast + 1].source
+    assert "**Predict:**" in asked and "new leaf" not in asked and "passes the sum on" not in asked
+    assert "new leaf" in answered and "passes the sum on to the original" in answered
+
+
+def test_the_exercise_hint_names_a_section_not_a_cell():
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    (text,) = [c.source for c in cells if c.get("id") == "0e6c2c89"]
+    hint = text.split("<summary>Hint</summary>", 1)[1]
+    assert "*The task, the model, the loop*" in hint and not re.search(r"\bcell \d", hint)
+    assert any(c.source.startswith("## The task, the model, the loop") for c in cells)
+
+
+def test_the_opening_says_torch_s_python_data_parallel_never_had_the_bug():
+    (opening,) = [c.source for c in nbformat.read(CHAPTER, as_version=4).cells if c.get("id") == "c1d89982"]
+    assert "`torch.nn.DataParallel` never had this bug" in opening and "`Broadcast`" in opening
