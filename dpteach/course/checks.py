@@ -3216,7 +3216,7 @@ def _parts_after_backward(work, strategy: str, gpu: str = "A100-SXM", n: int = 4
 
 
 def wait_for_backward(answer: Mapping[str, object] | object, work) -> Verdict:
-    """Exercise 2: for each strategy, the set of parts of its step (as the timeline names them) that must
+    """Exercise 4: for each strategy, the set of parts of its step (as the timeline names them) that must
     wait until every GPU's backward is done. Read from the modelled timeline of ``work`` on 4 A100s;
     the order is the code's (DataParallel sums the replicas' gradients once they all exist; DDP's last
     bucket holds the first layer's gradients, which backward makes last), whatever the bar lengths.
@@ -3332,7 +3332,7 @@ def wait_for_backward(answer: Mapping[str, object] | object, work) -> Verdict:
 
 
 def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
-    """Exercise 3: how many buckets DDP fills with ``model``'s gradients after its first step, at its
+    """Exercise 5: how many buckets DDP fills with ``model``'s gradients after its first step, at its
     defaults (a first bucket of 1 MiB, then 25 MiB: ``dist._DEFAULT_FIRST_BUCKET_BYTES`` and
     ``bucket_cap_mb``), gradients in backward order (the last layer's first).
 
@@ -3406,12 +3406,12 @@ def bucket_count(predicted: int | object, model: torch.nn.Module) -> Verdict:
     )
 
 
-# the moves a DataParallel step makes between GPUs (``costs.check_step_counts``): Exercise 4's names
+# the moves a DataParallel step makes between GPUs (``costs.check_step_counts``): Exercise 2's names
 _DP_MOVES = ("scatter", "broadcast", "gather", "reduce_add")
 
 
 def ddp_also_copies(answer: Mapping[str, object] | object, models: Mapping[str, torch.nn.Module]) -> Verdict:
-    """Exercise 4: for each model in ``models``, which of DataParallel's per-step moves between GPUs
+    """Exercise 2: for each model in ``models``, which of DataParallel's per-step moves between GPUs
     (``scatter``, ``broadcast``, ``gather``, ``reduce_add``) DDP makes too, every step, at its defaults.
 
     DDP keeps a replica per process and all-reduces the gradients, so it scatters no batch, copies no
@@ -3538,7 +3538,7 @@ def ddp_also_copies(answer: Mapping[str, object] | object, models: Mapping[str, 
 def nodes_per_thread(
     answer: Mapping[str, object] | object, model: torch.nn.Module, x: torch.Tensor, gpus: int = 4
 ) -> Verdict:
-    """Exercise 5: how many of the backward nodes of one DataParallel step of ``model`` on ``x`` each GPU's
+    """Exercise 3: how many of the backward nodes of one DataParallel step of ``model`` on ``x`` each GPU's
     engine thread runs on ``gpus`` GPUs, slot k on ``cuda:k``. The truth is the step recorded on
     ``gpus`` slots of ``x``'s device (``threads.backward_threads``, on a copy of ``model``) and the
     engine's rule applied to its nodes (``Threads.gpu_threads``): replica k's nodes on cuda:k's thread, the

@@ -1,8 +1,8 @@
 """Chapter 08's exercise checks: ``checks.copied_per_step`` (Exercise 1: every byte one DataParallel step
-copies on n slots), ``checks.wait_for_backward`` (Exercise 2: the parts of each step that wait for every
-backward), ``checks.bucket_count`` (Exercise 3: DDP's buckets after its first step),
-``checks.ddp_also_copies`` (Exercise 4: which of DataParallel's moves DDP makes too) and
-``checks.nodes_per_thread`` (Exercise 5: the backward nodes each GPU's engine thread runs). A right answer is
+copies on n slots), ``checks.ddp_also_copies`` (Exercise 2: which of DataParallel's moves DDP makes too),
+``checks.nodes_per_thread`` (Exercise 3: the backward nodes each GPU's engine thread runs),
+``checks.wait_for_backward`` (Exercise 4: the parts of each step that wait for every backward) and
+``checks.bucket_count`` (Exercise 5: DDP's buckets after its first step). A right answer is
 accepted; each wrong one is matched to its slip (``Verdict.problem``) and the message says what to
 change; the hints climb and give the answer from the third failed try. Truths are derived from the model,
 the cost model, torch's own bucket assignment and DDP's source, and a recorded backward, never copied
@@ -122,13 +122,13 @@ def test_exercise_1_hints_climb_to_the_answer_and_refuse_non_counts(chapter):
     assert "whole number" in checks.copied_per_step(1.5, model, x, slots).message
 
 
-# ---------------------------------------------------------------- Exercise 2: what waits for backward
+# ---------------------------------------------------------------- Exercise 4: what waits for backward
 
 
 RIGHT = {"DataParallel": {"flatten", "reduce"}, "DDP": {"bucket 2"}}
 
 
-def test_exercise_2_accepts_the_parts_that_start_once_every_backward_is_done(chapter):
+def test_exercise_4_accepts_the_parts_that_start_once_every_backward_is_done(chapter):
     work = chapter[2]
     for strategy, names in RIGHT.items():
         pred = costmodel.predict(work, "A100-SXM", 4, strategy, latency=True)
@@ -156,12 +156,12 @@ def test_exercise_2_accepts_the_parts_that_start_once_every_backward_is_done(cha
         ("names", {"DataParallel": {"flatten", "reduce"}, "DDP": {"bucket 3"}}),
     ],
 )
-def test_exercise_2_names_each_mistake(chapter, problem, answer):
+def test_exercise_4_names_each_mistake(chapter, problem, answer):
     verdict = checks.wait_for_backward(answer, chapter[2])
     assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
 
 
-def test_exercise_2_a_typo_costs_no_try_and_names_the_nearest_part(chapter):
+def test_exercise_4_a_typo_costs_no_try_and_names_the_nearest_part(chapter):
     """A name the figure does not use ("bucket2") is told as such, with the nearest name; it climbs no
     rung of the hints, so three typos in a row never give the answer away."""
     typo = {"DataParallel": {"flatten", "reduce"}, "DDP": {"bucket2"}}
@@ -174,7 +174,7 @@ def test_exercise_2_a_typo_costs_no_try_and_names_the_nearest_part(chapter):
     assert "Hint 1 of 2" in wrong.message  # the first real try still gets the first hint
 
 
-def test_exercise_2_asks_for_a_set_when_given_a_string(chapter):
+def test_exercise_4_asks_for_a_set_when_given_a_string(chapter):
     """ "bucket 2" for {"bucket 2"}: asked for a set, not told about its letters, and no try spent."""
     for _ in range(3):
         verdict = checks.wait_for_backward(
@@ -186,7 +186,7 @@ def test_exercise_2_asks_for_a_set_when_given_a_string(chapter):
 
 
 @pytest.mark.parametrize("named", ["backward", "forward"])
-def test_exercise_2_a_pass_named_is_told_the_moves(chapter, named):
+def test_exercise_4_a_pass_named_is_told_the_moves(chapter, named):
     """The passes themselves are drawn but do not wait for backward: told the moves, no try spent."""
     for strategy, right in RIGHT.items():
         answer = {**RIGHT, strategy: right | {named}}
@@ -198,12 +198,12 @@ def test_exercise_2_a_pass_named_is_told_the_moves(chapter, named):
     assert "flatten, gather, reduce, replicate, scatter, scatter grad" in dp
 
 
-def test_exercise_2_waits_for_both_answers_before_checking(chapter):
+def test_exercise_4_waits_for_both_answers_before_checking(chapter):
     verdict = checks.wait_for_backward({"DataParallel": ..., "DDP": ...}, chapter[2])
     assert not verdict.ok and "Set answer" in verdict.message and not verdict.problem
 
 
-# ---------------------------------------------------------------- Exercise 3: DDP's buckets
+# ---------------------------------------------------------------- Exercise 5: DDP's buckets
 
 
 def deep(layers: int = 12) -> nn.Module:
@@ -230,7 +230,7 @@ def test_the_bucket_rule_is_torchs(layers):
     assert checks.bucket_count(len(ours), model).ok
 
 
-def test_exercise_3_accepts_three_buckets_for_twelve_layers():
+def test_exercise_5_accepts_three_buckets_for_twelve_layers():
     verdict = checks.bucket_count(3, deep())
     assert verdict.ok and "4.2 MB, 29.4 MB, 16.8 MB" in verdict.message
 
@@ -238,18 +238,18 @@ def test_exercise_3_accepts_three_buckets_for_twelve_layers():
 @pytest.mark.parametrize(
     "problem, wrong", [("no first bucket", 2), ("one bucket", 1), ("per layer", 12), ("per tensor", 24)]
 )
-def test_exercise_3_names_each_slip(problem, wrong):
+def test_exercise_5_names_each_slip(problem, wrong):
     verdict = checks.bucket_count(wrong, deep())
     assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
 
 
-def test_exercise_3_reading_the_cap_as_a_maximum_is_told_the_rule():
+def test_exercise_5_reading_the_cap_as_a_maximum_is_told_the_rule():
     verdict = checks.bucket_count(4, deep())  # each bucket kept under 25 MB: 1 + 5 + 5 + 1 layers
     assert not verdict.ok and verdict.problem == "cap as a maximum"
     assert "a bucket closes on the tensor that takes it to or past its cap" in verdict.message
 
 
-def test_exercise_3_hints_climb_to_the_answer():
+def test_exercise_5_hints_climb_to_the_answer():
     messages = [checks.bucket_count(7, deep()).message for _ in range(3)]
     assert (
         "Hint 1 of 2" in messages[0]
@@ -273,14 +273,14 @@ def test_exercise_1s_stub_and_its_check_give_the_same_example(chapter):
     assert f"e.g. {example}," in checks.copied_per_step(..., model, x, ["cpu"] * 4).message
 
 
-# ---------------------------------------------------------------- Exercise 4: the copies DDP does not make
+# ---------------------------------------------------------------- Exercise 2: the copies DDP does not make
 
 
 def bn() -> nn.Module:
     return nn.Sequential(nn.Linear(1024, 1024), nn.BatchNorm1d(1024))
 
 
-def test_exercise_4_accepts_no_move_for_the_mlp_and_the_buffers_broadcast_for_bn(chapter):
+def test_exercise_2_accepts_no_move_for_the_mlp_and_the_buffers_broadcast_for_bn(chapter):
     model = chapter[0]
     verdict = checks.ddp_also_copies({"model": set(), "bn": {"broadcast"}}, {"model": model, "bn": bn()})
     assert verdict.ok and "8,200 bytes" in verdict.message and "never the parameters" in verdict.message
@@ -290,7 +290,7 @@ def test_exercise_4_accepts_no_move_for_the_mlp_and_the_buffers_broadcast_for_bn
     assert checks.ddp_also_copies({"m": ["Broadcast "]}, {"m": bn()}).ok  # names read loosely
 
 
-def test_exercise_4s_truth_is_ddps_default_buffer_sync():
+def test_exercise_2s_truth_is_ddps_default_buffer_sync():
     """DDP syncs buffers before forward unless told not to: forward_sync_buffers (None -> True)."""
     import inspect
 
@@ -312,20 +312,20 @@ def test_exercise_4s_truth_is_ddps_default_buffer_sync():
         ("buffers", {"model": set(), "bn": set()}, "What must DDP do before every forward"),
     ],
 )
-def test_exercise_4_names_each_slip_and_says_what_to_change(chapter, problem, answer, change):
+def test_exercise_2_names_each_slip_and_says_what_to_change(chapter, problem, answer, change):
     verdict = checks.ddp_also_copies(answer, {"model": chapter[0], "bn": bn()})
     assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
     assert change in verdict.message.split("\nHint")[0] and "Hint 1 of 2" in verdict.message
 
 
-def test_exercise_4_the_first_try_points_at_the_idea_and_the_second_names_the_move(chapter):
+def test_exercise_2_the_first_try_points_at_the_idea_and_the_second_names_the_move(chapter):
     models = {"model": chapter[0], "bn": bn()}
     first, second = (checks.ddp_also_copies({"model": set(), "bn": set()}, models).message for _ in range(2))
     assert "broadcast" not in first.split("\nHint")[0] and "updates them from its own rows" in first
     assert "so add broadcast to its set" in second.split("\nHint")[0] and "8,200 bytes" in second
 
 
-def test_exercise_4_a_wrong_name_or_a_string_costs_no_try(chapter):
+def test_exercise_2_a_wrong_name_or_a_string_costs_no_try(chapter):
     models = {"model": chapter[0], "bn": bn()}
     for _ in range(3):
         verdict = checks.ddp_also_copies({"model": set(), "bn": {"all-reduce"}}, models)
@@ -337,20 +337,20 @@ def test_exercise_4_a_wrong_name_or_a_string_costs_no_try(chapter):
     assert "Set answer" in checks.ddp_also_copies({"model": ..., "bn": ...}, models).message
 
 
-def test_exercise_4_hints_climb_to_the_answer(chapter):
+def test_exercise_2_hints_climb_to_the_answer(chapter):
     models = {"model": chapter[0], "bn": bn()}
     messages = [checks.ddp_also_copies({"model": set(), "bn": set()}, models).message for _ in range(3)]
     assert "Hint 1 of 2" in messages[0] and "Hint 2 of 2" in messages[1]
     assert """The answer: answer = {"model": set(), "bn": {'broadcast'}}""" in messages[2]
 
 
-# ---------------------------------------------------------------- Exercise 5: the nodes each thread runs
+# ---------------------------------------------------------------- Exercise 3: the nodes each thread runs
 
 
 RIGHT_5 = {"cuda:0": 13, "cuda:1": 5, "cuda:2": 5, "cuda:3": 5}
 
 
-def test_exercise_5s_truth_is_the_recorded_step_under_the_engines_rule(chapter):
+def test_exercise_3s_truth_is_the_recorded_step_under_the_engines_rule(chapter):
     """The counts are the rows the chapter's GPU table prints, summed per thread: a replica's nodes on its
     GPU's thread, the loss, gather and sum on cuda:0's."""
     import re
@@ -370,7 +370,7 @@ def test_exercise_5s_truth_is_the_recorded_step_under_the_engines_rule(chapter):
     assert wider["cuda:0"] == 13 and list(wider.values())[1:] == [5] * 5
 
 
-def test_exercise_5_accepts_the_counts_and_leaves_the_model_untouched(chapter):
+def test_exercise_3_accepts_the_counts_and_leaves_the_model_untouched(chapter):
     model, x, _ = chapter
     model.zero_grad(set_to_none=True)
     verdict = checks.nodes_per_thread(RIGHT_5, model, x)
@@ -397,7 +397,7 @@ def test_exercise_5_accepts_the_counts_and_leaves_the_model_untouched(chapter):
         ("other", {**RIGHT_5, "cuda:0": 20}, "cuda:0: 20 is too many"),
     ],
 )
-def test_exercise_5_names_each_slip_and_says_what_to_change(chapter, problem, answer, change):
+def test_exercise_3_names_each_slip_and_says_what_to_change(chapter, problem, answer, change):
     model, x, _ = chapter
     verdict = checks.nodes_per_thread(answer, model, x)
     assert not verdict.ok and verdict.problem == problem and verdict.message.startswith("Not yet: ")
@@ -412,14 +412,14 @@ def test_exercise_5_names_each_slip_and_says_what_to_change(chapter, problem, an
         ({**RIGHT_5, "cuda:0": 10}, "the loss and gather (3 nodes)"),
     ],
 )
-def test_exercise_5_the_first_try_asks_where_and_the_second_gives_the_counts(chapter, answer, change):
+def test_exercise_3_the_first_try_asks_where_and_the_second_gives_the_counts(chapter, answer, change):
     model, x, _ = chapter
     first, second = (checks.nodes_per_thread(answer, model, x).message for _ in range(2))
     assert change not in first and "13" not in first.split("\nHint")[0]
     assert change in second.split("\nHint")[0] and "Hint 2 of 2" in second
 
 
-def test_exercise_5_a_missing_thread_costs_no_try_and_the_hints_climb(chapter):
+def test_exercise_3_a_missing_thread_costs_no_try_and_the_hints_climb(chapter):
     model, x, _ = chapter
     for _ in range(3):
         verdict = checks.nodes_per_thread({"cuda:0": 13, "cuda:1": 5}, model, x)
