@@ -376,3 +376,51 @@ def test_the_order_figure_names_backwards_nodes_in_words():
     shown = [t.get_text() for t in fig.axes[0].texts][: len(names)]
     assert shown == ["MSE\nloss", "Linear\nx·Wᵀ+b", "transpose\nof W", "Tanh", "Relu"]
     plt.close(fig)
+
+
+def test_the_bucket_model_is_printed_before_the_prediction_that_names_its_tensors():
+    """The prediction before the bucket cut names tensors (``6.bias``, a 256 by 256 weight): the cell
+    before it prints the task's model, ``make_model(256, 3)``, with each tensor's name, shape and bytes."""
+    import contextlib
+    import io
+
+    from dpteach.distributed import make_model
+
+    cells = chapter_cells()
+    tags = [c.metadata.get("tags", []) for c in cells]
+    shown = next(i for i, t in enumerate(tags) if "bucket-model" in t)
+    rebuild = next(i for i, t in enumerate(tags) if "bucket-rebuild" in t)
+    assert shown == rebuild - 2 and cells[rebuild - 1].cell_type == "markdown"  # model, prediction, cut
+    assert "make_model(256, 3)" in cells[shown].source
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(cells[shown].source, {"make_model": make_model})
+    text = printed.getvalue()
+    assert str(make_model(256, 3)) in text  # the module, as the task builds it
+    for name, p in make_model(256, 3).named_parameters():  # each name the buckets will list, with its bytes
+        line = next(line for line in text.splitlines() if line.split()[:1] == [name])
+        assert str(tuple(p.shape)) in line and f"{p.numel() * p.element_size():,} bytes" in line
+    assert text.count("262,144 bytes") == 2  # "A 256 by 256 float32 weight is 262,144 bytes"
+
+
+def test_the_traffic_prose_says_what_the_table_counts_on_cpu_slots():
+    """On CPU slots dpteach's DataParallel still copies the model into slot 1 (storage of its own), and
+    sums the gradients on slot 0 with no copy: the table's "model copied in" is P, its "gradients
+    sent" 0, and the prose under it says both, not that CPU slots send nothing."""
+    from dpteach.distributed import compare
+
+    dp = compare.dataparallel_traffic(steps=1, devices=("cpu", "cpu"))
+    assert dp["bytes_per_step"]["broadcast"] == dp["parameter_bytes"] == 260  # the model, into slot 1
+    assert "reduce_add" not in dp["bytes_per_step"]  # no gradient copied onto slot 0
+    ddp = dict(allreduce_calls_per_step=1, allreduce_bytes_per_step=260, same_parameters=True)
+    rows = compare.traffic_table(dp, ddp, world_size=2).splitlines()
+    assert re.split(r"\s{2,}", next(r for r in rows if r.startswith("model copied in")))[1] == "P = 260"
+    sent = re.split(r"\s{2,}", next(r for r in rows if r.startswith("gradients sent")))[1]
+    assert sent == "0 on CPU slots, P on GPUs"
+    cells = chapter_cells()
+    table = next(c for c in cells if c.cell_type == "code" and "compare.traffic_table(" in c.source)
+    prose = " ".join(
+        re.sub(r"<details>.*?</details>", " ", cells[cells.index(table) + 1].source, flags=re.S).split()
+    )
+    assert "CPU slots still get the model copied in" in prose and "send no gradients" in prose
+    assert "separate GPUs each send $P$ to slot 0" in prose and "send nothing" not in prose

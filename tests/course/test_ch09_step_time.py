@@ -264,3 +264,16 @@ def test_the_step_time_section_gives_the_docs_reasons_quoted_from_their_sources(
     assert tutorial in quoted and "ddp_tutorial.html" in said
     assert "the GIL, the interpreter lock, runs one thread's Python at a time" in said  # defined where used
     assert not any(v in said.lower() for v in ("significantly faster", "usually slower"))
+
+
+def test_the_step_time_section_ends_on_a_takeaway_that_holds_on_every_run():
+    """One sentence says what the section shows whatever the machine: the savings are counted, their
+    worth in time modelled, and no timing settles it while its spread covers the gap. The goals say it
+    too."""
+    nb, at = tagged("step-time")
+    main = " ".join(re.sub(r"<details\b.*?</details>", " ", nb[at + 2].source, flags=re.S).split())
+    takeaway = main.split("**Takeaway:** ")[1]
+    assert takeaway.startswith("what DDP saves per step is counted, the same on every run;")
+    assert "modelled" in takeaway and "no timing settles it while its spread covers the gap." in takeaway
+    goals = " ".join(nb[2].source.split())
+    assert "why a timing whose spread covers the gap settles nothing" in goals
