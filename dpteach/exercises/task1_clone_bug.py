@@ -76,8 +76,8 @@ def check_clone_bug(strategy=None, *, devices=None) -> Result:
         ]
         if findings.ok and len(copies) > 1:  # clone().to(device) passes; Task 6 makes it one copy
             findings.held.append(
-                f"onto another device your answer makes {len(copies)} copies of each parameter, not one ("
-                f"{', then '.join(copies)} on the `meta` slot): Task 6 (one copy, not two) makes it one copy"
+                f"onto another device your answer makes {len(copies)} copies of each parameter ("
+                f"{', then '.join(copies)} on the `meta` slot), which is right here; Task 6 makes it one"
             )
 
     return run_check(TASK, HINTS, body)
