@@ -1930,7 +1930,10 @@ def slot0_memory(
             "Compare where their data starts: .data_ptr() == .data_ptr() gives True or False.",
             "values",
         )
-    given = {k: bool(v) for k, v in shared.items()}
+    if not all(isinstance(v, bool) for v in shared.values()):  # "no" would read as True
+        odd = next(v for v in shared.values() if not isinstance(v, bool))
+        return Verdict(False, f"Give True or False for each strategy, not {odd!r}, then run this cell again.")
+    given = dict(shared)
     wrong = [k for k in given if given[k] != truth[k]]
     if len(wrong) > 1 and all(given[k] == (not truth[k]) for k in given):
         return fail(
@@ -1962,11 +1965,12 @@ def bytes_onto_slot_1(
     model: torch.nn.Module,
     device,
     strategy: str = "broadcast",
-    stays_on_slot_0: int | object | None = None,
+    stays_on_slot_0: int | object = ...,
 ) -> Verdict:
     """Exercise 4: the bytes that ``replicate(model, [device, "meta"], strategy)`` copies onto slot 1, the
     ``"meta"`` device: under ``"broadcast"`` and ``"clone"`` alike ``P + B``, ``(N - 1)·(P + B)`` with
-    ``N = 2``; then, when ``stays_on_slot_0`` is given, the bytes of the copies that stay on ``device``:
+    ``N = 2``; then ``stays_on_slot_0``, the bytes of the copies that stay on ``device`` (asked for
+    until it is set):
     under ``"clone"`` both clones, ``2·(P + B)`` (slot 1's clone is made on ``device`` before its ``.to``),
     under ``"broadcast"`` the packs. Records the copies with ``dpteach.comm.traffic()`` and compares.
 
@@ -1995,13 +1999,6 @@ def bytes_onto_slot_1(
     guess = int(onto_slot_1)  # type: ignore[call-overload]
     formula = f"{truth:,} bytes, P + B = {P:,} + {B:,}: (N - 1)·(P + B) with N = 2"
     if guess == truth:
-        if stays_on_slot_0 is None:  # called without the second question
-            how = (
-                "every byte goes to slot 1"
-                if strategy == "broadcast"
-                else "slot 1's clone is carried by a 'to'"
-            )
-            return _correct(name, f"{formula}; under {strategy!r} {how}.")
         return _bytes_left_on_slot_0(stays_on_slot_0, stays, formula, t.by_op(), P + B, strategy)
     slips = {
         0: (

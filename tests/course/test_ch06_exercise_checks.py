@@ -195,7 +195,8 @@ def test_slot0_memory_asks_for_what_is_missing_and_gives_the_answer_last():
 def test_bytes_onto_slot_1_is_one_model_copy(strategy):
     model = make_model()
     P, B = costs.state_nbytes(model).values()
-    assert checks.bytes_onto_slot_1(P + B, model, CPU, strategy).ok  # (N - 1)·(P + B) with N = 2
+    first = checks.bytes_onto_slot_1(P + B, model, CPU, strategy)  # (N - 1)·(P + B) with N = 2
+    assert not first.ok and "Now set stays_on_slot_0" in first.message  # right, the second still asked
 
 
 def test_bytes_onto_slot_1_names_the_mistake():
@@ -431,3 +432,10 @@ def test_dp_and_ddp_bytes_says_which_half_is_right_and_answers_last():
     assert "Set dp_bytes" in checks.dp_and_ddp_bytes(..., per_rank, model, n).message
     assert "give dp_bytes as a number" in checks.dp_and_ddp_bytes("a lot", per_rank, model, n).message
     assert not checks.dp_and_ddp_bytes(True, per_rank, model, n).ok
+
+
+@pytest.mark.parametrize("odd", ["yes", "no", 1, None])
+def test_slot0_memory_takes_only_true_or_false(odd):
+    """A truthy "yes" or 1 is not an answer, and "no" would read as True: each asks for True or False."""
+    verdict = checks.slot0_memory({"broadcast": odd, "clone": False}, "model", make_model(), CPU)
+    assert not verdict.ok and "Give True or False" in verdict.message and not verdict.problem
