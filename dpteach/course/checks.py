@@ -399,6 +399,15 @@ def accumulators_reached(prediction: int | object, devices: Sequence, show_answe
     ``"none"`` (0), ``"too many"``, ``"too few"``."""
     name = "ch01.accumulators_reached"
     total, own, params = _reached("clone", devices)
+    if own:  # one slot: DataParallel runs the model itself, so no replica is made and no gradient is lost
+        return Verdict(
+            False,
+            f"With one slot nothing is replicated: DataParallel runs the model itself (as torch.nn.DataParallel "
+            f"and C++ data_parallel do with one device), so the walk reaches the model's own {own} AccumulateGrad "
+            "nodes and the model learns; there is no bug to count. Run this check with two or more slots, such as "
+            "`devices = dpteach.default_devices()`.",
+            "one slot",
+        )
     replicas = total // params
     answer = (
         f"prediction = {total}: each of the {replicas} replicas has {params} parameters, each a fresh leaf with "

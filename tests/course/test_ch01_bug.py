@@ -395,3 +395,27 @@ def test_the_exercise_hint_names_a_section_not_a_cell():
 def test_the_opening_says_torch_s_python_data_parallel_never_had_the_bug():
     (opening,) = [c.source for c in nbformat.read(CHAPTER, as_version=4).cells if c.get("id") == "c1d89982"]
     assert "`torch.nn.DataParallel` never had this bug" in opening and "`Broadcast`" in opening
+
+
+def test_the_exercise_check_on_one_slot_says_nothing_is_replicated_without_spending_a_hint():
+    from dpteach.course import checks
+
+    checks.reset()
+    for guess in (4, 8, 0):  # on one slot no count is the exercise's: the model runs itself
+        verdict = checks.accumulators_reached(guess, [torch.device("cpu")])
+        assert not verdict.ok and verdict.problem == "one slot"
+        assert (
+            "nothing is replicated" in verdict.message and "model's own 4 AccumulateGrad" in verdict.message
+        )
+        assert "Correct" not in verdict.message and "replica's .grad" not in verdict.message
+    assert "Hint 1 of 3" in checks.accumulators_reached(4, DEVICES).message  # none of them cost a try
+    checks.reset()
+
+
+def test_the_sum_is_explained_and_contrasted_with_ddp_s_average():
+    (prose,) = [c.source for c in nbformat.read(CHAPTER, as_version=4).cells if c.get("id") == "9f3e9713"]
+    assert "after the gather" in prose and "partial sum" in prose
+    assert "divides the summed gradient by the world size" in prose and "`div_factor_`" in prose
+    reducer = Path(torch.__file__).parent / "include/torch/csrc/distributed/c10d/reducer.hpp"
+    if reducer.exists():  # the header the prose names: the division factor is the process group size
+        assert "Equal to the process group size" in reducer.read_text()
