@@ -4347,6 +4347,11 @@ def _grad_read(err: BaseException | None, answer: object, caught: list) -> tuple
     return None
 
 
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors are one, or views of one tensor's memory (same device and data pointer)."""
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
 def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
     """Exercise 2: ``compare(clone, rewire)`` returns (the sum of the ``"clone"`` replicas' 0.weight
     gradients, the ``"rewire"`` original's 0.weight gradient); the two must be equal."""
@@ -4410,6 +4415,18 @@ def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
             "summed is not the replicas' 0.weight gradients added up: take 0.weight's .grad from every "
             "replica in clone.replicas and add them.",
             "wrong sum",
+        )
+    elif _same_storage(summed, original):
+        change, problem = (
+            "summed and original are one tensor, so comparing them proves nothing: set summed from the "
+            "\"clone\" replicas' grads and original from rewire's model, each on its own line.",
+            "same tensor",
+        )
+    elif not _same_storage(original, reference):
+        change, problem = (
+            "original has the right values but is not rewire's original's own gradient: set original to "
+            "rewire.model[0].weight.grad itself, not a sum or a copy.",
+            "original not read",
         )
     else:
         gap = (summed - original).abs().max().item()
@@ -4639,10 +4656,13 @@ def calm_drift(gap_after_1: bool | object, parts_at: int | None | object, lab) -
         "Ask which part of 1a's mechanism depends on the learning rate: the rounding of a batch sum split "
         "over the slots, or the steps that multiply the gap. A run whose loss falls is not one that blows up.",
         "At any learning rate step 1's two gradients differ in their last bits, and SGD moves each run by lr "
-        f"times its gradient. At 0.631 the steps multiplied that gap, to over 1 by step 10; {run} has a weight "
-        f"gap of {first_gap:.1e} after step 1 and {last_gap:.1e} after step {lab.step_count}.",
+        "times its gradient: ask whether a gap in the last bits is above 0. Then ask whether steps whose loss "
+        "falls multiply a gap that small until it reaches 1% of the loss.",
     ]
-    answer = f"gap_after_1 = {rounds}, parts_at = {parted}."
+    answer = (
+        f"gap_after_1 = {rounds}, parts_at = {parted}. {run} has a weight gap of {first_gap:.1e} after step 1 "
+        f"and {last_gap:.1e} after step {lab.step_count}; at 0.631 the steps multiplied it, to over 1 by step 10."
+    )
     if gap_after_1 is not rounds:
         return _not_yet(
             name, "`gap_after_1` is not what step 1 did. Change `gap_after_1`.", hints, answer, "gap after 1"

@@ -426,11 +426,20 @@ class CostLab:
         if not self.costs:
             return NOT_MEASURED
         order = self.by_bytes()
-        fewest = " and ".join(repr(c.strategy) for c in order if c.bytes == order[0].bytes)
+        tied = [repr(c.strategy) for c in order if c.bytes == order[0].bytes]
+        names = tied[0] if len(tied) == 1 else ", ".join(tied[:-1]) + " and " + tied[-1]
+        if len(tied) == len(order) and order[0].bytes == 0:
+            verdict = "no strategy copies a byte" if len(tied) > 1 else f"{names} copies no bytes"
+        elif len(tied) == len(order):
+            verdict = f"{names} all copy {order[0].bytes:,} bytes"
+        elif len(tied) > 1:
+            verdict = f"{names} tie, copying the fewest bytes"
+        else:
+            verdict = f"{names} copies the fewest bytes"
         slots = f"{self.slots} slot{'s' * (self.slots != 1)}"
         line = (
-            f"width {self.width} ({width_numel(self.width):,} parameters) on {slots}: {fewest} copies the fewest "
-            "bytes (counted); the table has each figure"
+            f"width {self.width} ({width_numel(self.width):,} parameters) on {slots}: {verdict} "
+            "(counted); the table has each figure"
         )
         timed = [*self.costs, *([self.reference] if self.reference is not None else [])]
         if not self.timed:

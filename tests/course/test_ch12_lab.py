@@ -512,16 +512,10 @@ def test_the_counts_section_3_states_hold_at_every_width_on_slots_that_share_a_d
     (after,) = [i for i, c in enumerate(cells) if "distinct-gpus" in c.metadata.get("tags", [])]
     explorer = next(i for i, c in enumerate(cells) if "widgets.cost_explorer(" in c.source)
     gpus = " ".join(cells[after].source.split())
-    assert after > explorer and "(worked out, not run)" in gpus and "ranking turns over" in gpus
-    assert (
-        '`"broadcast"` 3n−1, `"rewire"` 3n−2, `"clone"` 2n−1' in gpus
-        and "Going deeper: distinct GPUs" in gpus
-    )
-    assert (
-        'on distinct GPUs `"broadcast"` counts the most' in summary
-        and 'ties `"rewire"` across GPUs' in summary
-    )
-    assert "tie at 2n−2" in gpus  # what crosses between GPUs: broadcast and rewire alike
+    assert after > explorer and "worked out, not run" in gpus and "ranking turns over" in gpus
+    assert "share one device" in gpus and "Going deeper: distinct GPUs" in gpus
+    assert "3n−1" not in gpus  # the counts themselves stay in the fold
+    assert "On distinct GPUs the counts differ" in summary and "counts the most" not in summary
     assert all(op in counts for op in ("`scatter`", "`reduce_add`", "`to`", "`pack`"))
     # the answer to section 3's prediction says the counts checked above
     (seen,) = [p for p in cost.split("<details>") if p.startswith("<summary>What you should see")]
@@ -576,6 +570,42 @@ def test_exercise_2_check_passes_the_answer_and_names_each_mistake(fresh_checks)
     assert check(lambda c, r: (_sum(r.replicas), r.model[0].weight.grad)).problem == "non-leaf grad"
     unset = check(lambda c, r: (..., ...))
     assert not unset.ok and "Hint" not in unset.message
+
+
+def test_exercise_2_check_rejects_answers_that_never_compare_two_tensors(fresh_checks):
+    """Values alone cannot tell a right answer: rewire's original gradient equals the clone replicas'
+    sum to the last bit, so one tensor returned twice, or rewire's gradient as `summed`, or the clone
+    sum as `original`, would pass on values. Each gets what to change instead."""
+    checks = fresh_checks
+    clone, rewire = GradientFlow("clone", slots=2), GradientFlow("rewire", slots=2)
+
+    def twice_rewire(c, r):
+        summed = original = r.model[0].weight.grad
+        return summed, original
+
+    def twice_clone(c, r):
+        summed = original = _sum(c.replicas)
+        return summed, original
+
+    wrong = {
+        "same tensor": [twice_rewire, twice_clone],
+        "original not read": [lambda c, r: (_sum(c.replicas), _sum(c.replicas))],
+    }
+    for problem, answers in wrong.items():
+        for compare in answers:
+            verdict = checks.clone_grads_add_up(compare, clone, rewire)
+            assert not verdict.ok and verdict.problem == problem, (problem, verdict)
+            assert verdict.message.startswith("Not yet") and "set " in verdict.message.splitlines()[0]
+    # the stub's answer still passes, `.to(device)` and all
+    right = checks.clone_grads_add_up(
+        lambda c, r: (
+            sum(x[0].weight.grad.to(r.model[0].weight.device) for x in c.replicas),
+            r.model[0].weight.grad,
+        ),
+        clone,
+        rewire,
+    )
+    assert right.ok, right
 
 
 @pytest.mark.parametrize(
@@ -841,7 +871,7 @@ def test_the_order_table_is_the_same_whatever_this_thread_has_counted():
     # the fold says why the sums outnumber the replicas: join_order's own thread and its earlier step
     fold = " ".join(tagged(cells, "join-order-why").split())
     assert "`join_order` runs the step on a fresh thread of its own, after one earlier step there" in fold
-    assert "With no earlier step (`steps_before=0`) the sums count from 0 too" in fold
+    assert "steps_before" not in fold  # the fresh-counter case is the test's, not the learner's
 
 
 def test_on_one_device_the_counts_leave_out_backwards_sum_and_the_report_says_so():
@@ -973,7 +1003,7 @@ def test_the_order_rule_is_said_for_one_backward_and_the_fold_says_depth_comes_f
     deeper = " ".join(tagged(cells, "join-order-why").split("<details>")[1].split())
     assert "ranks first by *reentrant depth*" in deeper and "`std::priority_queue`" in deeper
     assert "on CPU it shares the calling thread's queue, and its nodes run first" in deeper
-    assert "with none they tie" not in deeper and "each ties with the replica nodes of its number" in deeper
+    assert "with none they tie" not in deeper and "steps_before" not in deeper
 
 
 def test_broadcasts_originals_tie_and_the_chapter_calls_their_order_the_heaps():
@@ -1270,9 +1300,10 @@ def test_exercise_5_check_steps_the_learners_lab_and_names_each_mistake(fresh_ch
     assert "learning rate" in hint and "True" not in hint and "e-0" not in hint  # the idea, no figures
     second = fresh_checks.calm_drift(True, 12, calm())
     assert second.problem == "parts at" and "Change `parts_at`" in second.message
-    assert "Hint 2 of 2" in second.message and f"{first_gap:.1e} after step 1" in second.message
+    assert "Hint 2 of 2" in second.message and "e-0" not in second.message  # still no figures
     third = fresh_checks.calm_drift(True, 12, calm())
-    assert "gap_after_1 = True, parts_at = None" in third.message
+    assert "gap_after_1 = True, parts_at = None" in third.message  # the figures only with the answer
+    assert f"{first_gap:.1e} after step 1" in third.message
     # the answer follows the lab: 1a's own run parts, so the same answer is wrong there
     assert not fresh_checks.calm_drift(True, None, TrainingLab("rewire", slots=2, lr=10**-0.2, steps=34)).ok
     for bad in [("True", None), (1, None), (True, "12"), (True, True)]:
@@ -1338,21 +1369,35 @@ def test_the_order_rules_premise_is_shown_on_the_stepper_slots():
 
 
 def test_the_folds_that_answer_a_prediction_sit_under_its_widget():
-    """Predict, then see: no fold between a "Predict" prompt and the widget that answers it. Each widget's
-    intro ends before any fold, and its "What you should see" is the cell right under the widget."""
+    """Predict, then see. The explorer's and the stepper's stills (what a reader without widgets sees)
+    show the answer, so their "What you should see" fold sits between the prompt and the widget: the
+    still comes after the prompt and a closed fold, never right under the question. The cost explorer's
+    fold is the cell right under it."""
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
-    for call, tag in [
-        ("widgets.explorer(", "explorer-seen"),
-        ("widgets.gradient_stepper(", "stepper-seen"),
-        ("widgets.cost_explorer(", "cost-seen"),
-    ]:
+    for call, tag in [("widgets.explorer(", "explorer-seen"), ("widgets.gradient_stepper(", "stepper-seen")]:
         (i,) = [i for i, c in enumerate(cells) if c.cell_type == "code" and call in c.source]
-        assert "Predict" in cells[i - 1].source and "<details>" not in cells[i - 1].source, call
-        assert tag in cells[i + 1].metadata.get("tags", []), call
+        assert tag in cells[i - 1].metadata.get("tags", []), call
         assert (
-            cells[i + 1].source.startswith("<details>")
-            and "<summary>What you should see" in cells[i + 1].source
+            cells[i - 1].source.startswith("<details>")
+            and "<summary>What you should see" in cells[i - 1].source
         )
+        prompt = cells[i - 2].source
+        assert "Predict" in prompt and "<details>" not in prompt and "answers included" in prompt, call
+    (i,) = [i for i, c in enumerate(cells) if c.cell_type == "code" and "widgets.cost_explorer(" in c.source]
+    assert "Predict" in cells[i - 1].source and "<details>" not in cells[i - 1].source
+    assert "cost-seen" in cells[i + 1].metadata.get("tags", [])
+    assert (
+        cells[i + 1].source.startswith("<details>") and "<summary>What you should see" in cells[i + 1].source
+    )
+
+
+def test_the_order_printout_comes_after_the_rule():
+    """Section 2a asks for a guess, then states the rule, and only then prints the order."""
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    rule = next(i for i, c in enumerate(cells) if "order-rule" in c.metadata.get("tags", []))
+    printout = next(i for i, c in enumerate(cells) if c.source.startswith("orders = {strategy: GradientFlow"))
+    ask = next(i for i, c in enumerate(cells) if c.source.startswith("### 2a."))
+    assert ask < rule < printout and "Guess before you read on" in cells[ask].source
 
 
 def test_exercise_2_shows_the_move_to_the_originals_device():
