@@ -848,10 +848,7 @@ def test_the_meta_pair_text_says_which_strategy_goes_through_torchs_comm():
     # the copies that cross devices, apart from the local ones (the packs); no bytes onto meta on screen
     assert f"3 copies cross devices, 2 stay on {scope['devices'][0]}" in row and "onto meta" not in row
     after = " ".join(DETAILS.sub(" ", CELLS[CELLS.index(tagged("meta-counts")) + 1].source).split())
-    assert (
-        "Between CPU slots dpteach copies tensor by tensor" in after
-        and "on `devices[0]`" in after
-    )
+    assert "Between CPU slots dpteach copies tensor by tensor" in after and "on `devices[0]`" in after
     four = [c.source for c in CELLS if "exercise-stub" in c.metadata.get("tags", [])][2]
     assert 'strategy = "clone"' in four  # the count the meta pair did not print
     fold = " ".join(DETAILS.findall(CELLS[CELLS.index(tagged("meta-counts")) + 1].source)[0].split())

@@ -56,7 +56,7 @@ def test_the_chapter_runs_the_script_under_torchrun_right_after_writing_it():
     assert len(source.splitlines()) <= 25
     # the prose after it reads what it printed: each rank's loss is its own last batch's
     after = " ".join(cells[at + 2].source.split())
-    assert "loss on its own last batch of 32 rows" in after and "ranks' numbers differ" in after
+    assert "loss of its own last 32 rows" in after and "ranks' numbers differ" in after
 
 
 @pytest.fixture(scope="module")
