@@ -428,3 +428,9 @@ def test_exercise_3_a_missing_thread_costs_no_try_and_the_hints_climb(chapter):
     messages = [checks.nodes_per_thread({**RIGHT_5, "cuda:0": 5}, model, x).message for _ in range(3)]
     assert "Hint 1 of 2" in messages[0] and "Hint 2 of 2" in messages[1]
     assert 'The answer: answer = {"cuda:0": 13, "cuda:1": 5, "cuda:2": 5, "cuda:3": 5}' in messages[2]
+
+
+def test_exercise_4_reads_part_names_in_any_case(chapter):
+    """ "Flatten" is the figure's flatten: a right answer with capitals is right, not a typo."""
+    capitals = {"DataParallel": {"Flatten", "REDUCE"}, "DDP": {"Bucket 2"}}
+    assert checks.wait_for_backward(capitals, chapter[2]).ok
