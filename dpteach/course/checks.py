@@ -4729,7 +4729,8 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
         "does = {'gather': 'c', 'parallel_apply': 'a', 'replicate': 'd', 'scatter': 'b'}: backward starts at "
         "the loss, so gather's backward runs first and cuts the output's gradient into one piece per slot; "
         "parallel_apply's runs each replica's backward on its slot; replicate's sums the replicas' gradients of "
-        "each parameter into one, the model's .grad; scatter's joins the pieces' gradients into one, x.grad."
+        "each parameter into one, the model's .grad; scatter's, if x requires grad, joins the pieces' gradients "
+        "into one, x.grad (the chapter's x requires none, so there scatter's backward never runs)."
     )
     fail = _ladder(
         name,
@@ -4806,9 +4807,9 @@ def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verd
 
     The truth is read from the picture's own edges (``story.four_moves_lanes``): an arrow crosses when
     its ends sit in different lanes. Findings (``Verdict.problem``): ``"not moves"`` (a name that is no
-    move, such as ``"Scatter"``, the autograd Function, or ``"broadcast"``), ``"parallel_apply"`` (named,
-    but its arrows stay in their lanes), ``"missed"`` (a move left out). Names are read as typed, but for
-    spaces and quotes around them: a move is spelled as the picture and the chapter spell it.
+    move, such as ``"broadcast"``), ``"parallel_apply"`` (named, but its arrows stay in their lanes),
+    ``"missed"`` (a move left out). Names are read as ``_word`` reads them: ``"Scatter"`` is scatter, a
+    right answer whatever its case, and the verdict adds one line on torch's capitalised Functions.
     """
     from .story import FOUR_MOVES, four_moves_lanes
 
@@ -4817,7 +4818,13 @@ def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verd
         return Verdict(
             False, 'Set `moves` to a set of move names, e.g. {"scatter"}, then run this cell again.'
         )
-    given = {str(m).strip().strip("'\"`").strip() for m in moves}  # " 'gather'" is gather; "Gather" is not
+    given = {_word(m) for m in moves}  # " 'gather'" and "Gather" are gather
+    capital = (
+        "\n(Scatter, Gather and Broadcast with capitals are torch's autograd Functions, in "
+        "torch/nn/parallel/_functions.py, that its moves call; the moves are spelled lower case.)"
+        if any(_word(m) in FOUR_MOVES and str(m) != str(m).lower() for m in moves)
+        else ""
+    )
     odd = sorted(given - set(FOUR_MOVES))
     crossing = [(a, b) for a, b in four_moves_lanes(slots) if _lane(a) != _lane(b)]
     truth = {a if a in FOUR_MOVES else b for a, b in crossing}  # the move at one end of each arrow
@@ -4838,22 +4845,15 @@ def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verd
         answer,
     )
     if odd:
-        capital = any(m.lower() in FOUR_MOVES for m in odd)
-        why = (
-            ": a move is spelled lower case, as in the picture (Scatter, Gather and Broadcast with a capital "
-            "are the autograd Functions in torch/nn/parallel/_functions.py that torch's moves call)"
-            if capital
-            else ""
-        )
         return fail(
-            f"name only the four moves, {', '.join(map(repr, FOUR_MOVES))}, not {', '.join(map(repr, odd))}"
-            f"{why}. Change `moves`.",
+            f"name only the four moves, {', '.join(map(repr, FOUR_MOVES))}, not {', '.join(map(repr, odd))}. "
+            f"Change `moves`.{capital}",
             "not moves",
         )
     if "parallel_apply" in given:
         return fail(
             "parallel_apply runs replica 1 on piece 1, both already in slot 1's lane: its arrows never leave "
-            "the lane. Take it out.",
+            f"the lane. Take it out.{capital}",
             "parallel_apply",
         )
     if given != truth:
@@ -4863,11 +4863,11 @@ def moves_between_devices(moves: Sequence[str] | object, slots: int = 2) -> Verd
             "gather": "output 1 is made in slot 1's lane, and the loss is computed on slot 0",
         }
         missed = sorted(truth - given)
-        return fail(f"add {', '.join(missed)}: {'; '.join(why[m] for m in missed)}.", "missed")
+        return fail(f"add {', '.join(missed)}: {'; '.join(why[m] for m in missed)}.{capital}", "missed")
     return _correct(
         name,
         f"{len(crossing)} arrows cross, one per move but parallel_apply, and with N slots each crosses N − 1 "
-        "times. Chapter 06 counts the bytes of replicate's copies and of the gather.",
+        f"times. Chapter 06 counts the bytes of replicate's copies and of the gather.{capital}",
     )
 
 

@@ -240,7 +240,10 @@ def _devices(place: str) -> Item:
     elif count == 1:
         why = f"one GPU ({torch.cuda.get_device_name(0)}): two slots on it, so slot 1 gets its own copy"
     else:
-        why = "no GPU: two slots on the CPU, with the same semantics as two GPUs"
+        why = (
+            "no GPU: two slots on the CPU, with the four moves and autograd graph of two GPUs; "
+            "the slots take turns on one thread, so their step times are not two GPUs'"
+        )
     found = f"default_devices() = [{slots}]; {why}"
     if count >= 2:
         return Item("devices", OK, found)

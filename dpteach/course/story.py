@@ -170,14 +170,16 @@ FOUR_MOVES_STEPS = (
 
 
 # The legend names what each kind of arrow means for backward, not which strategy makes the dashed one:
-# chapter 00 asks that. A solid arrow is a forward step, with a gradient edge back along it wherever the
-# tensors need a gradient (not to x, which requires none); a grey one is replicate's, with no edge back
-# of its own; the dashed ones, from each replica to the model, are the edges replicate must
-# create.
-FORWARD_EDGE = "forward; a gradient edge\nruns back along it (not to x)"
+# chapter 00 asks that. A black arrow is a forward step with a gradient edge back along it: every arrow
+# from the replicas on. A blue one is the batch's way (x, scatter, the pieces): x requires no grad, so
+# none of them carries an edge. A grey one is replicate's, drawn as before PR #20910's fix, with no edge
+# back of its own; the dashed ones, from each replica to the model, are the edges replicate must create.
+FORWARD_EDGE = "forward; a gradient edge\nruns back along it"
+BATCH_EDGE = "the batch's way: x requires\nno grad, so no edge runs back"
 GRADIENT_EDGE = "the edge back that\nreplicate must create"
-COPY_EDGE = "replicate's arrow: no\nedge back of its own"
+COPY_EDGE = "replicate as before the\nfix: no edge back of its own"
 COPY_LOOK = {"color": "gray55", "fontcolor": "gray35", "penwidth": "1.6"}
+BATCH_LOOK = {"color": "royalblue3", "fontcolor": "royalblue4"}
 
 PER_SLOT = {"pieces": "piece", "replicas": "replica", "parallel_apply": "parallel_apply", "outputs": "output"}
 
@@ -204,6 +206,16 @@ def _copies(a: str, b: str) -> bool:
     return "replicate" in (a, b)
 
 
+def _batch(a: str, b: str) -> bool:
+    """Whether the arrow a -> b carries the batch (x, scatter, a piece): no edge back, as x requires no grad."""
+    return a == "x" or any(n.startswith("piece ") for n in (a, b))
+
+
+def _look(a: str, b: str) -> dict[str, str]:
+    """How the picture draws the arrow a -> b: grey for replicate's, blue for the batch's, else black."""
+    return COPY_LOOK if _copies(a, b) else BATCH_LOOK if _batch(a, b) else {}
+
+
 def four_moves_picture(slots: int = 2):
     """Chapter 00's picture of one DataParallel step: boxes are moves, ovals are data, up to the loss.
 
@@ -225,10 +237,15 @@ def four_moves_picture(slots: int = 2):
 
     edges = four_moves_lanes(slots)
     if not (shutil.which("dot") and importlib.util.find_spec("graphviz")):
-        solid, grey, dashed = (label.replace("\n", " ") for label in (FORWARD_EDGE, COPY_EDGE, GRADIENT_EDGE))
-        lines = [f"{a:>16} -> {b}" + (f"   ({grey})" if _copies(a, b) else "") for a, b in edges]
+        solid, grey, blue, dashed = (
+            label.replace("\n", " ") for label in (FORWARD_EDGE, COPY_EDGE, BATCH_EDGE, GRADIENT_EDGE)
+        )
+        notes = [
+            f"   ({grey})" if _copies(a, b) else f"   ({blue})" if _batch(a, b) else "" for a, b in edges
+        ]
+        lines = [f"{a:>16} -> {b}{note}" for (a, b), note in zip(edges, notes)]
         return "\n".join(
-            [f"(each arrow but replicate's: {solid}; replicate is where the bug lives)"]
+            [f"(each arrow without a note: {solid}; replicate is where the bug lives)"]
             + lines
             + [f"{f'replica {i}':>16} -> model    (dashed: {dashed})" for i in range(slots)]
         )
@@ -264,7 +281,12 @@ def four_moves_picture(slots: int = 2):
             "the move with the bug", "the move\nwith the bug", shape="box", style="filled", fillcolor="salmon"
         )
         dashed = {"style": "dashed", "color": "red", "fontcolor": "red"}
-        rows = (("solid", FORWARD_EDGE, {}), ("grey", COPY_EDGE, COPY_LOOK), ("dash", GRADIENT_EDGE, dashed))
+        rows = (
+            ("solid", FORWARD_EDGE, {}),
+            ("blue", BATCH_EDGE, BATCH_LOOK),
+            ("grey", COPY_EDGE, COPY_LOOK),
+            ("dash", GRADIENT_EDGE, dashed),
+        )
         for end, label, look in rows:
             with legend.subgraph() as row:  # a short arrow, drawn level, with its meaning above it
                 row.attr(rank="same")
@@ -274,10 +296,11 @@ def four_moves_picture(slots: int = 2):
         legend.edge("a move", "data", style="invis")  # invisible edges stack the legend in a column
         legend.edge("data", "the move with the bug", style="invis")
         legend.edge("the move with the bug", "solid_from", style="invis")
-        legend.edge("solid_from", "grey_from", style="invis")
+        legend.edge("solid_from", "blue_from", style="invis")
+        legend.edge("blue_from", "grey_from", style="invis")
         legend.edge("grey_from", "dash_from", style="invis")
     for a, b in edges:
-        picture.edge(a, b, **(COPY_LOOK if _copies(a, b) else {}))
+        picture.edge(a, b, **_look(a, b))
     for i in range(slots):  # backward's way from each replica to the model: the edge C++'s clones lacked
         # drawn against the forward arrows, and left out of the layout, which keeps slot 0's lane on the left
         picture.edge("model", f"replica {i}", style="dashed", color="red", dir="back", constraint="false")

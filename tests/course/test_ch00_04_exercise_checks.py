@@ -225,8 +225,6 @@ def test_moves_between_devices_asks_for_a_set_of_names_and_costs_no_hint():
     "moves, says",
     [
         ({"scatter", "broadcast"}, "not 'broadcast'"),  # replicate's tool, not a move
-        ({"Scatter", "replicate", "gather"}, "not 'Scatter': a move is spelled lower case"),  # the Function
-        ({"SCATTER", "Replicate", "Gather"}, "autograd Functions"),
         ({"scater", "replicate", "gather"}, "not 'scater'"),
     ],
 )
@@ -234,6 +232,25 @@ def test_moves_between_devices_rejects_a_name_that_is_no_move_with_a_hint(moves,
     verdict = checks.moves_between_devices(moves)
     assert not verdict.ok and verdict.problem == "not moves" and says in verdict.message
     assert "Hint 1 of 2" in verdict.message  # a wrong name is a wrong answer: it gets the first hint
+    assert "autograd Functions" not in verdict.message  # no capital typed: no note on torch's Functions
+
+
+@pytest.mark.parametrize("moves", [{"Scatter", "replicate", "gather"}, {"SCATTER", "Replicate", "Gather"}])
+def test_moves_between_devices_reads_a_capitalised_right_answer_as_right(moves):
+    for _ in range(3):  # a right answer with a capital is right on every try, never a failed one
+        verdict = checks.moves_between_devices(moves)
+        assert verdict.ok and "Correct!" in verdict.message
+        assert (
+            "torch's autograd Functions" in verdict.message
+        )  # the one-line note on Scatter, Gather, Broadcast
+        assert "torch/nn/parallel/_functions.py" in verdict.message
+    assert not checks._failures
+
+
+def test_moves_between_devices_a_capitalised_wrong_answer_gets_a_hint_and_the_note():
+    verdict = checks.moves_between_devices({"Scatter", "Gather"})
+    assert not verdict.ok and verdict.problem == "missed" and "add replicate" in verdict.message
+    assert "Hint 1 of 2" in verdict.message and "autograd Functions" in verdict.message
 
 
 def test_chapter_00_exercise_2_has_its_check_cell():

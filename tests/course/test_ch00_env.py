@@ -151,6 +151,8 @@ def test_no_gpu_means_two_cpu_slots():
     assert (
         dpteach.default_devices() == [torch.device("cpu")] * 2
     )  # the chapter's "no GPU: two slots on the CPU"
+    found = env.check()["devices"].found  # what is the same as on two GPUs, and what is not
+    assert "four moves and autograd graph" in found and "take turns on one thread" in found
 
 
 @pytest.mark.parametrize(

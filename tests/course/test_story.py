@@ -69,5 +69,34 @@ def test_four_moves_picture_draws_one_lane_per_slot():
     assert "cluster_slot0" in picture.source and "cluster_slot1" in picture.source  # a lane per slot
     assert picture.source.count("style=dashed") == 3  # one dashed edge per replica, and its legend entry
     assert "dash_from -> dash_to" in picture.source  # the legend explains the dashed arrow
-    # and the solid one: a gradient edge runs back along it, so scatter's and gather's arrows carry one too
+    # and the solid one: a gradient edge runs back along it, so gather's arrows carry one too
     assert "solid_from -> solid_to" in picture.source and "gradient edge" in story.FORWARD_EDGE
+
+
+def test_four_moves_picture_draws_an_edge_back_only_where_a_step_records_one():
+    import torch.nn.functional as F
+
+    import dpteach
+
+    devices = ["cpu", "cpu"]
+    x, y = story.make_data()  # as chapter 00's step: x requires no grad
+    for strategy in ("broadcast", "clone"):  # the picture's replicate is the one before the fix
+        model = story.make_model()
+        pieces = dpteach.scatter(x, devices)
+        assert all(p.grad_fn is None and not p.requires_grad for p in pieces)  # the batch's way: no edge
+        outputs = [r(p) for r, p in zip(dpteach.replicate(model, devices, strategy=strategy), pieces)]
+        assert all(o.grad_fn is not None for o in outputs)  # from the replicas on, every arrow has one
+        assert F.mse_loss(dpteach.gather(outputs, devices[0]), y).grad_fn is not None
+    lanes = story.four_moves_lanes(2)
+    blue = {(a, b) for a, b in lanes if story._look(a, b) is story.BATCH_LOOK}
+    assert blue == {("x", "scatter")} | {(a, b) for a, b in lanes if "piece" in a + b}  # x's and its pieces'
+    black = [(a, b) for a, b in lanes if not story._look(a, b)]
+    assert ("replica 1", "parallel_apply 1") in black and ("gather", "output") in black
+    assert "no grad" in story.BATCH_EDGE and "before the" in story.COPY_EDGE
+    picture = story.four_moves_picture()
+    if isinstance(picture, str):
+        assert (
+            f"x -> scatter   ({story.BATCH_EDGE.replace(chr(10), ' ')})" in picture
+        )  # the text form says it
+        return
+    assert "blue_from -> blue_to" in picture.source  # the legend explains the blue arrow
