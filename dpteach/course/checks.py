@@ -3284,10 +3284,8 @@ def wait_for_backward(answer: Mapping[str, object] | object, work) -> Verdict:
             f"such as {{{answer[strings[0]]!r}}}, even for one part (this try does not count).",  # type: ignore[index]
             "names",
         )
-    given = {  # a part's name in any case: "Flatten" is the figure's flatten
-        s: {next((k for k in known[s] if k.lower() == str(v).lower()), str(v)) for v in answer.get(s, ())}  # type: ignore[union-attr]
-        for s in ("DataParallel", "DDP")
-    }
+    # a part's name as chapter 00's names are read (_word: any case): "Flatten" is the figure's flatten
+    given = {s: {_word(v) for v in answer.get(s, ())} for s in ("DataParallel", "DDP")}  # type: ignore[union-attr]
     for s in given:
         passes = sorted(given[s] & {"forward", "backward"})
         if passes:  # the passes themselves: the question is what waits for backward to end
