@@ -4691,14 +4691,20 @@ def calm_drift(gap_after_1: bool | object, parts_at: int | None | object, lab) -
 
 # What each move's backward does, as chapter 00's exercise 3 lists them (the letters of its cell).
 # Each says what the backward does to tensors, not which move it belongs to: the learner matches them.
-# The letters follow neither the forward order of the moves nor the backward one, so they give nothing away.
+# The letters follow neither the forward order of the moves nor the backward one, so they give nothing away,
+# and two of them fit no move under the default strategy: "averages" (the slip of reading DDP's averaged
+# gradients, or the mean loss, into replicate's backward) and "passes no gradient back" (true of replicate
+# only under "clone", the bug).
 BACKWARD_OF_MOVES = {
-    "a": "runs each replica's backward",
-    "b": "joins pieces into one",
+    "a": "sums several gradients into one",
+    "b": "passes no gradient back",
     "c": "cuts one gradient into pieces",
-    "d": "sums several gradients into one",
+    "d": "runs each replica's backward",
+    "e": "averages several gradients into one",
+    "f": "joins pieces into one",
 }
-_MOVE_BACKWARDS = {"gather": "c", "parallel_apply": "a", "replicate": "d", "scatter": "b"}
+_MOVE_BACKWARDS = {"gather": "c", "parallel_apply": "d", "replicate": "a", "scatter": "f"}
+_DECOYS = ("b", "e")  # the letters that fit no move
 
 
 def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) -> Verdict:
@@ -4706,8 +4712,10 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
 
     The right answer is confirmed on one step of the course's model with ``x`` requiring grad: under
     ``"broadcast"`` the model's ``.grad`` and ``x.grad`` fill (replicate's and scatter's backward ran),
-    under ``"clone"`` the model's ``.grad`` stays ``None`` while ``x.grad`` still fills. Findings
-    (``Verdict.problem``): ``"letters"`` (not one of a to d), ``"gather and scatter"`` /
+    under ``"clone"`` the model's ``.grad`` stays ``None`` while ``x.grad`` still fills, and the model's
+    ``.grad`` equals one device's: the replicas' gradients summed, not averaged. Findings
+    (``Verdict.problem``): ``"letters"`` (not one of a to f), ``"decoy"`` (a letter that fits no move:
+    an average, or no gradient at all), ``"gather and scatter"`` /
     ``"replicate and parallel_apply"`` (a pair swapped: the first wrong try says only that two moves
     swapped letters, the second names them), ``"moves"`` (any other wrong letter).
     """
@@ -4717,18 +4725,19 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
     name = "ch00.backward_moves"
     moves = tuple(_MOVE_BACKWARDS)
     if _unset(does) or not isinstance(does, Mapping) or _unset(*does.values()):
-        return Verdict(False, "Give every move in `does` a letter, a to d, then run again.")
+        return Verdict(False, "Give every move in `does` a letter, a to f, then run again.")
     keys = {_word(k): v for k, v in does.items()}  # "Gather" or " gather" is the same move
     given = {m: _word(keys.get(m, "")) for m in moves}
     odd = [m for m in moves if given[m] not in BACKWARD_OF_MOVES]
     if odd:
-        return Verdict(False, f"Give each move one letter, a, b, c or d: check {', '.join(odd)}.")
+        return Verdict(False, f"Give each move one letter, a to f: check {', '.join(odd)}.")
     answer = (
-        "does = {'gather': 'c', 'parallel_apply': 'a', 'replicate': 'd', 'scatter': 'b'}: backward starts at "
+        f"does = {dict(sorted(_MOVE_BACKWARDS.items()))}: backward starts at "
         "the loss, so gather's backward runs first and cuts the output's gradient into one piece per slot; "
         "parallel_apply's runs each replica's backward on its slot; replicate's sums the replicas' gradients of "
-        "each parameter into one, the model's .grad; scatter's, if x requires grad, joins the pieces' gradients "
-        "into one, x.grad (the chapter's x requires none, so there scatter's backward never runs)."
+        "each parameter into one, the model's .grad (Broadcast's backward is ReduceAddCoalesced, a sum, not an "
+        "average); scatter's, if x requires grad, joins the pieces' gradients into one, x.grad (the chapter's "
+        "x requires none, so there scatter's backward never runs). Letters b and e fit no move."
     )
     fail = _ladder(
         name,
@@ -4741,6 +4750,32 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
         answer,
     )
     wrong = [m for m in moves if given[m] != _MOVE_BACKWARDS[m]]
+    decoyed = [m for m in moves if given[m] in _DECOYS]
+    if decoyed:  # a letter that fits no move: say why it does not fit that move, not which letter does
+        m = decoyed[0]
+        if given[m] == "e" and m == "replicate":
+            why = (
+                "an average would divide the model's gradient by the number of slots, yet the one-step check "
+                "above found one device's gradients on your slots: look again at what happens to the "
+                "replicas' gradients of one parameter"
+            )
+        elif given[m] == "e":
+            why = (
+                f"{m}'s backward does not combine the gradients of several replicas' copies of one parameter"
+            )
+        elif m == "replicate":
+            why = (
+                "under the default, replicate's copies are recorded (replica 0's weight has a BroadcastBackward "
+                "in the table above), so gradients do pass back through it; passing none back is 'clone', the bug"
+            )
+        elif m == "parallel_apply":
+            why = (
+                "each replica's forward ran in its own thread and autograd recorded it there, so backward goes "
+                "back through every replica"
+            )
+        else:
+            why = f"with x requiring grad, autograd records {m}'s work, so gradients pass back through it"
+        return fail(f"{why}. Give {m} another letter: ask what {m} did forward, and undo it.", "decoy")
     for one, other in (("gather", "scatter"), ("replicate", "parallel_apply")):
         if (
             set(wrong) >= {one, other}
@@ -4779,13 +4814,22 @@ def backward_moves(does: Mapping[str, object] | object, devices=("cpu", "cpu")) 
         )
         loss.backward()
         found[strategy] = (model[0].weight.grad is not None, x.grad is not None)
+        if strategy == "broadcast":
+            summed = model[0].weight.grad
+    reference = story.make_model().to(devices[0])
+    torch.nn.functional.mse_loss(reference(x), y.to(x.device)).backward()
+    # one device's gradient is the sum of the pieces': an average would be 1/slots of it
+    apart = {how: (g - reference[0].weight.grad).abs().max().item() for how, g in
+             (("sum", summed), ("average", summed / len(devices)))}  # fmt: skip
     fills = {True: "fills", False: "stays None"}
     (b_model, b_x), (c_model, c_x) = found["broadcast"], found["clone"]
     return _correct(
         name,
         f"This check ran one step with x requiring grad. Under 'broadcast' the model's .grad {fills[b_model]} "
         f"and x.grad {fills[b_x]}; under 'clone' the model's .grad {fills[c_model]} while x.grad "
-        f"{fills[c_x]}: every backward ran but replicate's.",
+        f"{fills[c_x]}: every backward ran but replicate's. Under 'broadcast' the model's .grad differs from "
+        f"one device's by {apart['sum']:.1e}: a sum of the replicas' gradients (an average would differ by "
+        f"{apart['average']:.1e}). Letters b and e fit no move.",
     )
 
 

@@ -178,6 +178,9 @@ FORWARD_EDGE = "forward; a gradient edge\nruns back along it"
 BATCH_EDGE = "the batch's way: x requires\nno grad, so no edge runs back"
 GRADIENT_EDGE = "the edge back that\nreplicate must create"
 COPY_EDGE = "replicate as before the\nfix: no edge back of its own"
+# The title says which state is drawn: replicate before PR #20910; the dashed edges are what a fixed
+# replicate records (the default strategy included). It names no strategy, for the reason above.
+TITLE = "One step on two slots, replicate drawn as before PR #20910's fix:\nthe red dashed edges are the ones the fix (and the default) add"
 COPY_LOOK = {"color": "gray55", "fontcolor": "gray35", "penwidth": "1.6"}
 BATCH_LOOK = {"color": "royalblue3", "fontcolor": "royalblue4"}
 
@@ -245,13 +248,17 @@ def four_moves_picture(slots: int = 2):
         ]
         lines = [f"{a:>16} -> {b}{note}" for (a, b), note in zip(edges, notes)]
         return "\n".join(
-            [f"(each arrow without a note: {solid}; replicate is where the bug lives)"]
+            [
+                TITLE.replace("\n", " "),
+                f"(each arrow without a note: {solid}; replicate is where the bug lives)",
+            ]
             + lines
             + [f"{f'replica {i}':>16} -> model    (dashed: {dashed})" for i in range(slots)]
         )
     import graphviz
 
-    picture = graphviz.Digraph(graph_attr={"rankdir": "TB", "ranksep": "0.3", "nodesep": "0.15"})
+    picture = graphviz.Digraph(graph_attr={"rankdir": "TB", "ranksep": "0.3", "nodesep": "0.15", "label": TITLE,
+                                           "labelloc": "t", "fontsize": "12"})  # fmt: skip
     for i in range(slots):  # one lane per slot: its piece and replica side by side, its forward, its output
         with picture.subgraph(name=f"cluster_slot{i}") as lane:
             # the label at the lane's foot: at its head, scatter's arrow and the dashed ones would cross it

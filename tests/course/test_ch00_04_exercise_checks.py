@@ -20,7 +20,8 @@ from torch import nn
 from dpteach.course import checks
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-RIGHT_MOVES = {"gather": "c", "parallel_apply": "a", "replicate": "d", "scatter": "b"}
+RIGHT_MOVES = {"gather": "c", "parallel_apply": "d", "replicate": "a", "scatter": "f"}
+DECOYS = {"b", "e"}  # the letters of exercise 3 that fit no move under the default strategy
 
 
 pytestmark = pytest.mark.usefixtures("fresh_checks")  # every test starts at hint 1
@@ -149,6 +150,35 @@ def test_backward_moves_letters_follow_neither_order_of_the_moves():
     forward = [RIGHT_MOVES[m] for m in ("scatter", "replicate", "parallel_apply", "gather")]
     for order in (forward, forward[::-1]):  # backward runs the moves in reverse
         assert order != sorted(order), order  # a to d in either order would give the answer away
+
+
+def test_backward_moves_offers_two_letters_that_fit_no_move():
+    assert set(checks.BACKWARD_OF_MOVES) - set(RIGHT_MOVES.values()) == DECOYS
+    assert "averages" in checks.BACKWARD_OF_MOVES["e"] and "no gradient" in checks.BACKWARD_OF_MOVES["b"]
+
+
+@pytest.mark.parametrize("move", list(RIGHT_MOVES))
+@pytest.mark.parametrize("decoy", sorted(DECOYS))
+def test_backward_moves_rejects_a_decoy_and_says_why_it_does_not_fit(move, decoy):
+    verdict = checks.backward_moves({**RIGHT_MOVES, move: decoy})
+    assert not verdict.ok and verdict.problem == "decoy"
+    said = verdict.message.split("\nHint")[0]
+    assert f"Give {move} another letter" in said  # says what to change
+    assert f"'{RIGHT_MOVES[move]}'" not in said and "sums" not in said  # and not the letter that fits
+
+
+def test_backward_moves_tells_replicates_sum_from_an_average():
+    said = checks.backward_moves({**RIGHT_MOVES, "replicate": "e"}).message
+    assert "an average would divide" in said
+    said = checks.backward_moves({**RIGHT_MOVES, "replicate": "b"}).message
+    assert "BroadcastBackward" in said and "'clone', the bug" in said
+
+
+def test_backward_moves_shows_the_sum_on_a_live_step():
+    verdict = checks.backward_moves(RIGHT_MOVES)
+    found = re.search(r"by (\S+): a sum .* would differ by (\S+)\)", verdict.message)
+    summed, averaged = (float(v) for v in found.groups())
+    assert summed < 1e-6 < averaged  # the model's .grad is one device's: summed, not averaged
 
 
 def test_backward_moves_reads_a_move_in_any_case():

@@ -152,6 +152,21 @@ def test_the_sliders_run_with_or_without_widgets(monkeypatch, widgets):
         assert f is scope["pieces"] and {"slots", "rows"} <= set(sliders)
     else:
         assert "pieces(slots, rows)" in printed  # says what to call instead
+    # either way a still, what the rows slider at 10 shows on 1 to 8 slots, for a page read without a kernel
+    assert [line for line in printed.splitlines() if " rows over " in line] == [
+        _table(s, 10) for s in range(1, 9)
+    ]
+
+
+def test_shared_storage_is_not_an_edge():
+    printed = run_cell(_tagged("storage-not-edge"))
+    assert "same storage: True" in printed  # detach() keeps the weight's storage
+    assert "alias.grad filled: True; weight.grad: None" in printed  # backward stops at the alias
+    at = {tag: i for i, c in enumerate(_cells()) for tag in c.metadata.get("tags", [])}
+    assert at["clone-bug"] < at["storage-not-edge"] < at["ex1-idle"]  # it follows the clone cell's claim
+    # the same cell with the weight itself in the loss would fill weight.grad: the demo tells them apart
+    linked = _tagged("storage-not-edge").replace("alias.sum()", "(alias.sum() + weight.sum())")
+    assert "weight.grad: None" not in run_cell(linked)
 
 
 def test_the_sliders_come_after_exercise_1s_checks_and_answer():
