@@ -2026,6 +2026,9 @@ def bytes_onto_slot_1(
             f"{guess:,} is too {'many' if guess > truth else 'few'}: add c.nbytes over the copies whose "
             "c.dst is meta, and nothing else"
         )
+    # name the number that is wrong; stays_on_slot_0 waits until this one is right
+    later = "" if _unset(stays_on_slot_0) else " (stays_on_slot_0 is checked once onto_slot_1 is right)"
+    change = f"onto_slot_1 is wrong{later}: {change}"
     fail = _ladder(
         name,
         [
@@ -2076,6 +2079,7 @@ def _bytes_left_on_slot_0(
     problem, change = slips.get(guess, ("", ""))
     if not problem:
         change = f"{guess:,} is too {'many' if guess > truth else 'few'}: add c.nbytes over the copies whose dst is not meta"
+    change = f"onto_slot_1 is right; stays_on_slot_0, {guess:,}, is wrong: {change}"
     fail = _ladder(
         name,
         [
@@ -2199,6 +2203,19 @@ def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
     return model if all(t.is_meta for t in tensors) else copy.deepcopy(model).to("meta")
 
 
+def _gathered_outputs(param_bytes: int, n: int) -> list[float]:
+    """The gathered output a learner may add to exercise 6's DataParallel bytes, for a model of GPT-2 small's
+    parameters: the chapter's workload's output (16 sequences, or one), whole, or the share not on GPU 0,
+    on ``n`` GPUs or on the chapter's 4. Nothing for another model: its output is not counted here."""
+    from ..measure import costmodel
+
+    work = costmodel.large_workload("gpt2-small")
+    if work.param_bytes != param_bytes:
+        return []
+    outputs = [work.output_bytes, work.scaled(16).output_bytes]
+    return [k * out for out in outputs for k in (1, (n - 1) / n, 3 / 4)]
+
+
 def _near(given: float, truth: float, rel: float = 1e-9) -> bool:
     """Equal up to a float's rounding (or, with ``rel``, up to that share of ``truth``)."""
     return abs(given - truth) <= max(1.0, rel * abs(truth))
@@ -2218,7 +2235,7 @@ def dp_and_ddp_bytes(
 
     Findings (``Verdict.problem``, joined by ``" + "``): for DataParallel ``"dp half"`` (the forward or
     the backward alone), ``"dp slot 0"`` (slot 0 given a model copy too), ``"dp buffers"`` (the buffers
-    left out); for DDP ``"ddp 2P"`` (the ``(n - 1)/n`` left out), ``"ddp one pass"`` (one of the ring's
+    left out), ``"dp gather"`` (GPT-2's gathered output added, which the rule leaves out); for DDP ``"ddp 2P"`` (the ``(n - 1)/n`` left out), ``"ddp one pass"`` (one of the ring's
     two passes), ``"ddp all ranks"`` (the sum over the ranks), ``"ddp buffers"`` (the buffers counted
     into the all-reduce), ``"ddp broadcast"`` (rank 0's buffer broadcast, ``(n - 1)·B``, added to it);
     ``"megabytes"`` (a figure in MB), ``"swapped"`` (the two answers the other way round); ``"dp"`` /
@@ -2293,6 +2310,15 @@ def dp_and_ddp_bytes(
             "dp buffers",
             f"your dp_bytes leaves the buffers out, but the model copies carry them: add (N - 1)·B, B = {B:,}",
         ),
+    ]
+    dp_slips += [
+        (
+            dp + output,
+            "dp gather",
+            "your dp_bytes adds the gathered output, but the rule leaves the output out; the cell that prints "
+            '"the output DataParallel gathers" counts it. Count the model copies and the gradients alone',
+        )
+        for output in _gathered_outputs(P, n)
     ]
     ddp_slips = [
         (

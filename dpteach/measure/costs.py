@@ -15,6 +15,9 @@ Seconds, where a caller wants them, come from the one timer, ``dpteach.measure.t
 * ``CountCopies()``: a context that names every copy torch itself makes inside it (``clone``,
   ``_to_copy``, ``copy_``), for code that does not go through ``dpteach.comm``.
 * ``plot_bytes(traffic, ax, model_bytes=...)``: chapter 06's bytes per step, one model's bytes dashed.
+* ``between_gpus_bytes(work, n)`` / ``plot_between_gpus(work, ns, gpu)``: a cost-model workload's step
+  between ``n`` distinct GPUs, by operation: its bytes by chapter 06's rule, and the moves' time
+  modelled on one named GPU profile (``costmodel.predict``), labelled so.
   ``plot_timings(xs, timings, ax)``: timings drawn as medians with the middle half of the runs as the
   spread, never as a verdict.
 """
@@ -45,7 +48,10 @@ __all__ = [
     "COPIES",
     "CountCopies",
     "OP_COLOURS",
+    "OP_WORDS",
     "plot_bytes",
+    "between_gpus_bytes",
+    "plot_between_gpus",
     "plot_replicate",
     "plot_timings",
     "seconds_label",
@@ -236,6 +242,17 @@ OP_COLOURS = {
     "reduce_add": "#17becf",
     "pack": "#999999",
 }
+# What each operation copies, as a legend says it: the operation's own name first, then what it carries,
+# so that a colour called "clone" or "broadcast" reads as an operation, never as the strategy of that name
+OP_WORDS = {
+    "clone": "clone(): a copy on the tensor's own device",
+    "to": ".to(): a copy onto another device",
+    "broadcast": "broadcast: model copies onto the other slots",
+    "scatter": "scatter: the batch, cut into pieces",
+    "gather": "gather: each slot's output onto slot 0",
+    "reduce_add": "reduce_add: gradients summed onto slot 0",
+    "pack": "pack: flattening into buckets, locally",
+}
 
 
 def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = "", model_bytes: int | None = None):
@@ -248,16 +265,13 @@ def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = "", model
     ax = ax or plt.subplots(figsize=(8.5, 3.2))[1]
     ops = sorted({op for t in traffic.values() for op in t.by_op()})
     bottom = [0.0] * len(traffic)
+    words = {}  # each bar container's label (the operation) -> its legend entry (what it copies)
     for op in ops:
         heights = [t.by_op().get(op, 0) / 1e3 for t in traffic.values()]
         thin = max(heights) < 0.01 * max(bottom + heights)  # a few kB on a bar of hundreds: named, not seen
-        ax.bar(
-            list(traffic),
-            heights,
-            bottom=bottom,
-            color=OP_COLOURS.get(op),
-            label=f"{op} ({max(heights):.1f} kB, too thin to see)" if thin else op,
-        )
+        label = f"{op} ({max(heights):.1f} kB, too thin to see)" if thin else op
+        words[label] = OP_WORDS.get(op, op) + (f"\n({max(heights):.1f} kB, too thin to see)" if thin else "")
+        ax.bar(list(traffic), heights, bottom=bottom, color=OP_COLOURS.get(op), label=label)
         bottom = [b + h for b, h in zip(bottom, heights)]
     if model_bytes is not None:
         ax.axhline(
@@ -268,19 +282,111 @@ def plot_bytes(traffic: dict[str, comm.Traffic], ax=None, title: str = "", model
             label=f"one model, P + B ({model_bytes / 1e3:,.1f} kB)",
         )
     ax.set_ylabel("kB copied in one step")
+    ax.set_xlabel("strategy (one bar each)")
     ax.set_title(title)
     handles, labels = ax.get_legend_handles_labels()
     bars = [i for i, h in enumerate(handles) if h in ax.containers]  # the operations, then the dashed line
     order = bars + [i for i in range(len(handles)) if i not in bars]
     ax.legend(
         [handles[i] for i in order],
-        [labels[i] for i in order],
-        title="operation",
+        [words.get(labels[i], labels[i]) for i in order],
+        title="colour: the copying operation",
         loc="upper left",
         bbox_to_anchor=(1.01, 1),
     )
     ax.figure.tight_layout()
     return ax
+
+
+# The moves of a step between distinct GPUs, in step order, with the cost model's name for each
+# (costmodel.PARTS) where it differs from comm.traffic()'s: replicate's copies are "broadcast",
+# the gradients' sum "reduce_add", reduce_add_coalesced's flattening "pack"
+_BETWEEN = {
+    "scatter": "scatter",
+    "broadcast": "replicate",
+    "gather": "gather",
+    "scatter grad": "scatter grad",
+    "pack": "flatten",
+    "reduce_add": "reduce",
+}
+_BETWEEN_WORDS = OP_WORDS | {"scatter grad": "scatter grad: the output's gradient, back out"}
+
+
+def between_gpus_bytes(work, n: int) -> dict[str, int]:
+    """The bytes one DataParallel step of ``work`` (a ``costmodel.Workload``) moves between ``n`` distinct
+    GPUs, by operation, all links together: chapter 06's rule, ``(N - 1)·P`` of model copies and
+    ``(N - 1)·P`` of gradients (a workload counts parameters only: no buffers), plus what the rule leaves
+    out, the batch's and the output's pieces that are not GPU 0's own, ``(N - 1)/N`` of them, and the
+    output's gradient sent back. The local ``"pack"`` crosses no link and is not here."""
+    away = (n - 1) / n  # every piece but GPU 0's own crosses a link
+    return {
+        "scatter": round(work.input_bytes * away),
+        "broadcast": (n - 1) * work.param_bytes,
+        "gather": round(work.output_bytes * away),
+        "scatter grad": round(work.output_grad_bytes * away),
+        "reduce_add": (n - 1) * work.param_bytes,
+    }
+
+
+def plot_between_gpus(work, ns: Sequence[int] = (4, 8), gpu: str = "A100-SXM", title: str = ""):
+    """One DataParallel step of ``work`` between distinct GPUs, one bar per ``n`` in ``ns``, stacked by
+    operation in ``OP_COLOURS``: on the left its bytes (``between_gpus_bytes``), on the right the time
+    of those moves, modelled on the profile ``gpu`` by ``costmodel.predict`` (one GPU's share of the
+    flattening, which runs on every GPU side by side). The compute, forward and backward, is not drawn:
+    its modelled time is written above each bar. Every label of the right panel says "modelled" and
+    names the profile."""
+    import matplotlib.pyplot as plt
+
+    from . import costmodel
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4.6))
+    names = [f"N = {n}" for n in ns]
+    preds = [costmodel.predict(work, gpu, n) for n in ns]
+    sizes = [between_gpus_bytes(work, n) for n in ns]
+    per_gpu = {"flatten", "forward", "backward"}  # parts each GPU runs at once: one GPU's share counts
+    seconds = [
+        {op: p.seconds(part) / (p.n if part in per_gpu else 1) for op, part in _BETWEEN.items()}
+        for p in preds
+    ]
+    handles = {}
+    for ax, values, scale in ((left, sizes, 1e9), (right, seconds, 1e-3)):
+        bottom = [0.0] * len(ns)
+        tallest = max(sum(v.values()) for v in values) / scale
+        for op in _BETWEEN:
+            heights = [v.get(op, 0) / scale for v in values]
+            if not any(heights):
+                continue
+            bars = ax.bar(names, heights, bottom=bottom, color=OP_COLOURS.get(op, "#e377c2"), width=0.6)
+            thin = max(heights) < 0.01 * tallest  # under 1% of the tallest bar: named, not seen
+            if op not in handles or not thin:
+                handles[op] = (bars, _BETWEEN_WORDS[op] + (" (too thin to see)" if thin else ""))
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        ax.set_ylim(0, 1.25 * tallest)
+    for i, p in enumerate(preds):  # the compute the right panel leaves out, above each bar
+        compute = (p.seconds("forward") + p.seconds("backward")) / p.n
+        right.annotate(f"+ {compute * 1e3:,.0f} ms of compute\n(modelled, not drawn)", (i, bottom[i]),
+                       xytext=(0, 4), textcoords="offset points", ha="center", fontsize=7)  # fmt: skip
+    left.set_ylabel("GB across the links, one step")
+    left.set_title("bytes of each move, all links together", fontsize=9)
+    profile = costmodel.GPUS[gpu]
+    right.set_ylabel("ms (modelled)")
+    right.set_title(f"time of those moves, modelled on {gpu} ({profile.link})", fontsize=9)
+    order = [op for op in _BETWEEN if op in handles]
+    fig.legend([handles[op][0] for op in order], [handles[op][1] for op in order],
+               title="colour: the operation", loc="lower center", bbox_to_anchor=(0.5, 0.05), ncol=2, fontsize=8)  # fmt: skip
+    fig.text(
+        0.5,
+        0.01,
+        f"time modelled on {gpu}, {costmodel.LEFT_OUT}: broadcast and reduce_add as NCCL rings, about P\n"
+        "out of or into GPU 0 at any N; gather as plain copies into GPU 0; compute at an assumed "
+        f"{costmodel.EFFICIENCY:.0%} of fp32 peak",
+        ha="center",
+        fontsize=7,
+    )
+    if title:
+        fig.suptitle(f"{title} (bytes by the rule; time modelled on {gpu})", fontsize=10)
+    fig.tight_layout(rect=(0, 0.27, 1, 1))
+    return fig
 
 
 def plot_replicate(

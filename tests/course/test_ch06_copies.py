@@ -341,14 +341,23 @@ def test_the_clone_then_to_section_rests_on_counts_and_gives_one_modelled_bound(
     shares = [costmodel.clone_over_to(g) for g in profiles + fewer]
     assert max(shares) == pytest.approx(1 / 3)  # "at most a third", and a third is reached
     one_link = costmodel.clone_over_to(costmodel._gpu("V100-SXM2").with_links(1))
-    assert f"two V100s joined by one link (25 GB/s, `GPU.with_links(1)`) give {one_link:.3f}" in fold
+    assert f"Two V100s joined by one link (25 GB/s, `GPU.with_links(1)`) give {one_link:.3f}" in fold
     assert "all six of its NVLink links at once" in fold and "#20995's description" in fold
     assert "so a third is the most any profile reaches" in fold
     expected = sorted((2 * g["link_bw"] / g["mem_bw"], name) for name, g in gpus.items())
     for name, g in gpus.items():
         assert costmodel.clone_over_to(name) == 2 * g["link_bw"] / g["mem_bw"]
     (low, low_name), (high, high_name) = expected[0], expected[-1]
-    assert "Modelled from the spec sheets" in fold and "`2 × link bandwidth / memory bandwidth`" in fold
+    assert "Modelled from spec-sheet numbers" in fold and "`2 × link bandwidth / memory bandwidth`" in fold
+    # each number says where it comes from, as gpus.json records it: the page read, or worked out
+    assert "records each with the page it was read from" in fold
+    t4, v100 = gpus["T4"]["numbers"], gpus["V100-SXM2"]["numbers"]
+    assert (
+        "not a number read on a page" in t4["link_bw"]["read"] and "worked out, not read off a page" in fold
+    )
+    assert "T4 product brief" in t4["mem_bw"]["read"] and "(NVIDIA's T4 product brief)" in fold
+    assert "nvidia.com/en-us/data-center/nvlink" in v100["link_bw"]["read"] and "NVIDIA's NVLink page" in fold
+    assert 8e9 * 16 * 128 / 130 / 8 == pytest.approx(gpus["T4"]["link_bw"], rel=1e-3)  # PCIe 3.0, rounded
     assert (
         f"from {low:.3f} on a {low_name}" in fold and f"to {high:.3f} on a {high_name.split('-')[0]}" in fold
     )
@@ -393,8 +402,9 @@ def test_the_gathered_output_is_counted_beside_the_model_and_no_time_is_modelled
     """What the one rule leaves out, DataParallel's gather of every output onto GPU 0, is counted from
     the shipped GPT-2 small workload: its logits and its keys and values, summed to the workload's
     output bytes, beside the model's. The prose after it states the ratios the printed figures give,
-    says why the keys and values come back, and sends the step's time to chapter 08: this chapter
-    models no time."""
+    says why the keys and values come back, and sends the whole step's time to chapter 08: no cell of
+    this chapter calls the cost model itself; the one figure of modelled time (tested below) draws
+    the moves alone, labelled, and leaves the compute to chapter 08."""
     scope, printed = run("model-your-size", "gather-bytes")
     work = scope["work"]
     assert work == costmodel.large_workload("gpt2-small").scaled(16)
@@ -553,7 +563,10 @@ def test_dp_beside_ddp_comes_after_the_copies_it_sums_up():
     }
     summary = next(i for i, c in enumerate(CELLS) if c.source.startswith("## Summary"))
     assert at["step-bytes"] < at["clone-then-to-counts"] < at["coalesce-counts"] < at["meta-counts"]
-    assert at["meta-counts"] < at["model-your-size"] < at["gather-why"] == summary - 1
+    assert at["meta-counts"] < at["model-your-size"] < at["gather-why"] < summary
+    # then the figure of those moves between distinct GPUs, and its answer, just before the Summary
+    assert CELLS.index(tagged("between-gpus")) == at["gather-why"] + 1 == summary - 2
+    assert CELLS.index(tagged("between-gpus-answer")) == summary - 1
     heading = CELLS[at["model-your-size"] - 1].source
     assert heading.startswith("## On a model your size") and "the table's `(N − 1)·(P + B)`" in heading
 
@@ -744,6 +757,48 @@ def test_the_explorer_text_names_the_model_it_steps():
     assert "status()" not in code  # the headline once: the widget's own
 
 
+def test_the_between_gpus_figure_stacks_each_move_counted_and_modelled_on_a_named_profile():
+    """The figure after the gather's bytes: one DataParallel step of GPT-2 small between distinct GPUs,
+    on 4 and 8. Left, each operation's bytes by the chapter's rule ((N - 1)·P of model copies and of
+    gradients, summed to the bars) plus the gather's (N - 1)/N of the output; right, the time of the same
+    moves from costmodel.predict on the profile the title names, every label saying "modelled". The
+    legend has one key per operation, each naming it and what it moves, in the first figure's colours."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    scope, _ = run("model-your-size", "gather-bytes", "between-gpus")
+    fig, work = scope["fig"], scope["work"]
+    left, right = fig.axes
+    assert [t.get_text() for t in left.get_xticklabels()] == ["N = 4", "N = 8"]
+    for i, n in enumerate((4, 8)):
+        stacked = sum(bar.patches[i].get_height() for bar in left.containers) * 1e9
+        rule = 2 * (n - 1) * work.param_bytes  # the model copies and the gradients
+        extra = (n - 1) / n * (work.input_bytes + work.output_bytes + work.output_grad_bytes)
+        assert stacked == pytest.approx(rule + extra, rel=1e-9)
+        pred = costmodel.predict(work, "A100-SXM", n)
+        moves = sum(bar.patches[i].get_height() for bar in right.containers) * 1e-3
+        compute = (pred.seconds("forward") + pred.seconds("backward")) / n
+        threads = sum(p.seconds for p in pred.parts if p.name.startswith("start thread"))
+        assert moves + compute + threads == pytest.approx(pred.total_s)  # the moves, the compute, the starts
+    assert "modelled on A100-SXM" in right.get_title() and "modelled" in right.get_ylabel()
+    texts = [t.get_text() for t in right.texts] + [t.get_text() for t in fig.texts]
+    assert all("modelled" in t for t in texts), texts
+    keys = [t.get_text() for t in fig.legends[0].get_texts()]
+    ops = ["scatter", "broadcast", "gather", "scatter grad", "pack", "reduce_add"]
+    assert [k.split(":")[0] for k in keys] == ops  # one key per operation, named first
+    colours = [h.get_facecolor() for h in fig.legends[0].legend_handles]
+    assert colours[1] == matplotlib.colors.to_rgba(costs.OP_COLOURS["broadcast"])  # the first figure's
+    assert "scatter: the batch, cut into pieces (too thin to see)" in keys
+    alt = tagged("between-gpus").metadata["mystnb"]["image"]["alt"]
+    assert "modelled on an A100-SXM" in alt
+    answer = " ".join(tagged("between-gpus-answer").source.split())
+    assert answer.startswith("<details><summary>Answer</summary>") and "stay the same" in answer
+    plt.close("all")
+
+
 def test_the_first_figure_marks_one_model_dashed():
     """The first figure answers the opening prediction in model copies: a dashed line at one model's
     bytes, P + B, labelled with them; clone's bar is N of them plus the gather, broadcast's N - 1."""
@@ -760,6 +815,15 @@ def test_the_first_figure_marks_one_model_dashed():
     assert set(line.get_ydata()) == {size / 1e3}
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels[-1] == f"one model, P + B ({size / 1e3:,.1f} kB)"  # after the operations
+    # one thing per key: each colour is an operation, named as one and said what it copies, never a
+    # strategy's name alone (the bars are the strategies, on the x axis)
+    assert ax.get_legend().get_title().get_text() == "colour: the copying operation"
+    assert ax.get_xlabel().startswith("strategy")
+    assert labels[:-1] == [
+        costs.OP_WORDS[op] + ("\n(1.3 kB, too thin to see)" if op == "gather" else "")
+        for op in ("broadcast", "clone", "gather")
+    ]
+    assert not set(labels) & {"clone", "rewire", "broadcast"}
     n, traffic = len(scope["devices"]), scope["traffic"]
     assert (
         traffic["clone"].by_op()["clone"] == n * size

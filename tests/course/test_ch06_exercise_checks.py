@@ -255,6 +255,22 @@ def test_bytes_left_on_slot_0_tell_how_the_strategy_reaches_slot_1():
     assert checks.bytes_onto_slot_1(P, model, CPU, "clone", 2 * (P + B)).problem == "buffers"
 
 
+@pytest.mark.parametrize("strategy", ["clone", "broadcast"])
+def test_bytes_onto_slot_1_names_which_of_the_two_numbers_is_wrong(strategy):
+    """(P + B, P + B): onto_slot_1 is right and stays_on_slot_0 is not, and the message says which, with the
+    number given; a wrong onto_slot_1 is named as the wrong one, and the second left for later."""
+    model = make_model()
+    P, B = costs.state_nbytes(model).values()
+    change = checks.bytes_onto_slot_1(P + B, model, CPU, strategy, P + B).message.splitlines()[0]
+    assert change.startswith(f"Not yet: onto_slot_1 is right; stays_on_slot_0, {P + B:,}, is wrong: "), change
+    checks.reset()
+    change = checks.bytes_onto_slot_1(P, model, CPU, strategy, P + B).message.splitlines()[0]
+    assert change.startswith("Not yet: onto_slot_1 is wrong (stays_on_slot_0 is checked once"), change
+    checks.reset()
+    alone = checks.bytes_onto_slot_1(P, model, CPU, strategy).message.splitlines()[0]
+    assert alone.startswith("Not yet: onto_slot_1 is wrong: ") and "stays_on_slot_0" not in alone
+
+
 # ---------------------------------------------------------------- Exercise 5: buckets
 
 
@@ -419,6 +435,46 @@ def test_dp_and_ddp_bytes_names_each_slip(batchnorm):
         change = verdict.message.splitlines()[0]
         assert change.startswith("Not yet: ") and change.endswith("."), change
         assert re.search(r"\b(count|add|give|leave)\b", change, re.I) or problem == "swapped", change
+
+
+def test_dp_and_ddp_bytes_says_the_rule_leaves_the_gathered_output_out():
+    """GPT-2's gathered output added to DataParallel's bytes (whole, or the pieces not on GPU 0, on N or on
+    the chapter's 4 GPUs) is named: the rule leaves it out, and the cell that counts it is named by what
+    it prints, which the chapter's gather cell does print. For another model nothing is guessed."""
+    import nbformat
+
+    from dpteach.measure import costmodel
+
+    with torch.device("meta"):  # the chapter's GPT-2-sized stack
+        gpt2 = nn.ModuleDict(
+            {
+                "tokens": nn.Embedding(50257, 768),
+                "positions": nn.Embedding(1024, 768),
+                "blocks": nn.ModuleList(
+                    nn.TransformerEncoderLayer(768, 12, 3072, norm_first=True) for _ in range(12)
+                ),
+                "final_norm": nn.LayerNorm(768),
+            }
+        )
+    n = 8
+    dp, per_rank, *_ = rule(gpt2, n)
+    work = costmodel.large_workload("gpt2-small").scaled(16)
+    for added in ((n - 1) / n * work.output_bytes, work.output_bytes, 3 / 4 * work.output_bytes):
+        checks.reset()
+        verdict = checks.dp_and_ddp_bytes(dp + added, per_rank, gpt2, n)
+        assert not verdict.ok and verdict.problem == "dp gather", verdict.problem
+        change = verdict.message.splitlines()[0]
+        assert "the rule leaves the output out" in change and "your ddp_per_rank is right" in change
+        assert 'the cell that prints "the output DataParallel gathers" counts it' in change
+    from pathlib import Path
+
+    notebook = Path(__file__).resolve().parents[2] / "notebooks" / "06_the_cost_of_copies.ipynb"
+    nb = nbformat.read(notebook, as_version=4)
+    (cell,) = [c for c in nb.cells if "gather-bytes" in c.metadata.get("tags", [])]
+    assert 'f"the output DataParallel gathers:' in cell.source  # the cell the message points at
+    model = meta_model()  # not GPT-2: no output to recognise, the usual "too large"
+    dp, per_rank, *_ = rule(model, n)
+    assert checks.dp_and_ddp_bytes(dp + 1_000_000, per_rank, model, n).problem == "dp"
 
 
 def test_dp_and_ddp_bytes_says_which_half_is_right_and_answers_last():
