@@ -43,7 +43,7 @@ def _join_detail(n: Node, view: View, by_id: dict[str, Node]) -> str:
     if n.members > 1:
         return f"each sums {copies} replicas' gradients"
     into = targets[0].label.removeprefix("original ") if len(targets) == 1 else f"{len(targets)} parameters"
-    return f"sums {copies} gradients\ninto {into}"  # two short lines: four of these share a row
+    return f"sums {copies} gradient{'s' * (copies != 1)}\ninto {into}"  # two short lines: four of these share a row
 
 
 def _short(n: Node) -> str:
