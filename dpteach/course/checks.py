@@ -420,6 +420,13 @@ def accumulators_reached(prediction: int | object, devices: Sequence, show_answe
     if not _count(prediction):
         return Verdict(False, f"Not yet: `prediction` is a whole number, such as 3 (got {prediction!r}).")
     guess = int(prediction)
+    if guess < 0:  # a slip of sign, not of counting: say so and cost no hint
+        return Verdict(
+            False,
+            f"Not yet: {guess} is below zero, and a count of nodes is 0 or more. Set `prediction` to how many "
+            "AccumulateGrad nodes backward reaches, then run this cell again.",
+            "negative",
+        )
     if guess == total:
         fixed, fixed_own, _ = _reached("rewire", devices)
         return _correct(
@@ -444,11 +451,17 @@ def accumulators_reached(prediction: int | object, devices: Sequence, show_answe
         0: ("none", "0 would mean no .grad was filled, but every replica's 0.weight got one above"),
     }
     problem, why = findings.get(
-        guess, ("too many", f"{guess} is too many") if guess > total else ("too few", f"{guess} is too few")
+        guess,
+        ("too many", f"{guess} is too many: make `prediction` smaller")
+        if guess > total
+        else (
+            "too few",
+            f"{guess} is too few: backward reached more AccumulateGrad nodes, make `prediction` larger",
+        ),
     )
     return _offered(
         name,
-        f"{why}. Change `prediction`.",
+        f"{why}." if problem in ("too many", "too few") else f"{why}. Change `prediction`.",
         [
             "Backward stores a gradient only through an AccumulateGrad node, one per leaf that requires grad. "
             'Which tensors got a .grad in the step under "clone"?',
@@ -459,6 +472,168 @@ def accumulators_reached(prediction: int | object, devices: Sequence, show_answe
             f"used; the model's own {params} are not reached.",
         ],
         problem,
+    )
+
+
+# the cuts a suspect may make: one or two of the course model's parameters, leaving a loss that falls by
+# at least a quarter in 60 steps (cutting both weights leaves one that barely moves, so it is not offered)
+_PARAMETER_NAMES = ("0.weight", "0.bias", "2.weight", "2.bias")
+_CUTS = [
+    frozenset(c)
+    for c in [(n,) for n in _PARAMETER_NAMES]
+    + [(a, b) for i, a in enumerate(_PARAMETER_NAMES) for b in _PARAMETER_NAMES[i + 1 :]]
+    if set(c) != {"0.weight", "2.weight"}
+]
+
+
+def _make_suspect(cut: frozenset) -> Callable:
+    """A replicate strategy that looks right: ``"rewire"``'s replicas, except that every parameter named
+    in ``cut`` is swapped, on every slot, for a fresh leaf holding the same values (as ``"clone"`` makes
+    it), so the model's own parameter of that name never gets a gradient.
+
+    Built on ``"rewire"``, not ``"broadcast"``: rewire has one ReduceAdd node per parameter, which backward
+    never reaches once its copies are swapped out. One Broadcast node makes every copy, and backward
+    hands the unused outputs' gradients on as zeros, so the model's .grad would be zeros, not None."""
+    from ..replicate import rewire
+    from ..replicate._modules import set_parameter
+    from ..replicate.clone import clone_tensor
+
+    def suspect(network, devices, detach=False):
+        replicas = rewire.replicate(network, devices, detach)
+        for replica, device in zip(replicas, devices):
+            for name in cut:
+                if name not in dict(network.named_parameters()):
+                    continue  # another model: only the names it has can be cut
+                path, key = name.rpartition(".")[::2]
+                original = network.get_parameter(name)
+                # BROKEN (#19540), for these names only: a fresh leaf with no edge to `original`
+                set_parameter(
+                    replica.get_submodule(path), key, clone_tensor(original, device).requires_grad_()
+                )
+        return replicas
+
+    return suspect
+
+
+def suspect_replicate() -> Callable:
+    """Exercise 2's suspect: a strategy, ``suspect(network, devices, detach=False)``, whose replicas look
+    right (the model's values, outputs equal to the model's, a loss that falls) and which cuts the
+    gradient edge of one or two of the course model's parameters, picked at random per call."""
+    import random
+
+    return _make_suspect(random.choice(_CUTS))
+
+
+def _cut_by_step(strategy, devices: Sequence) -> set[str]:
+    """The truth, from what backward does: the course model's parameters with no .grad after one step."""
+    from ..data_parallel import DataParallel
+    from . import story
+
+    x, y = story.make_data()
+    slots = list(devices)
+    model = story.make_model().to(slots[0])
+    out = DataParallel(model, slots, strategy=strategy)(x.to(slots[0]))
+    torch.nn.functional.mse_loss(out, y.to(slots[0])).backward()
+    return {n for n, p in model.named_parameters() if p.grad is None}
+
+
+def cut_edges(find_cut: Callable, devices: Sequence, show_answer: bool = False) -> Verdict:
+    """Exercise 2: ``find_cut(strategy)`` names the course model's parameters whose gradient stops in the
+    replicas under ``strategy``. Run on a fresh suspect, on other suspects (other cuts), on ``"clone"``
+    (all four) and on ``"broadcast"`` (none); the truth of each comes from a step's ``.grad``, not from
+    the suspect's own list. Findings (``Verdict.problem``): ``"one slot"``, ``"not a set"``, ``"error"``,
+    ``"wrong"``."""
+    name = "ch01.cut_edges"
+    names = _PARAMETER_NAMES
+    answer = (
+        "inside find_cut, after `model = story.make_model().to(devices[0])`:\n"
+        "    loss = nn.functional.mse_loss(dpteach.DataParallel(model, devices, strategy=strategy)(xb), yb)\n"
+        "    loss.backward()\n"
+        "    return {name for name, p in model.named_parameters() if p.grad is None}"
+    )
+    if show_answer:
+        return _shown(answer)
+    if len(list(devices)) < 2:
+        return Verdict(
+            False,
+            "With one slot nothing is replicated: DataParallel runs the model itself, so no strategy can cut an "
+            "edge and every answer would be the empty set. Run this check with two or more slots, such as "
+            "`devices = dpteach.default_devices()`.",
+            "one slot",
+        )
+    import random
+
+    # three suspects with three different cuts, new on every run: only a computed answer fits them all
+    cases = [("a fresh suspect", _make_suspect(c)) for c in random.sample(_CUTS, 3)]
+    cases += [('"clone"', "clone"), ('"broadcast"', "broadcast")]
+    for label, strategy in cases:
+        try:
+            got = find_cut(strategy)
+        except Exception as err:  # the learner's code failed: what it raised, at no cost of a hint
+            missing = _missing_name(err, "run this check again")
+            if missing is not None:
+                return missing
+            return Verdict(
+                False,
+                f"Not yet: find_cut({label}) raised {type(err).__name__}: {err}. Fix the line it names, then "
+                "run this check again.",
+                "error",
+            )
+        if got is ... or got is None:
+            return Verdict(
+                False,
+                f"Not yet: find_cut returned {got!r}: make it return a set of parameter names, such as "
+                '{"0.bias"}, computed from the step.',
+                "not a set",
+            )
+        if not isinstance(got, (set, frozenset, list, tuple)) or not all(isinstance(n, str) for n in got):
+            return Verdict(
+                False,
+                f"Not yet: find_cut returned {got!r}; return a set of names (strings) from "
+                '`model.named_parameters()`, such as {"0.bias"}.',
+                "not a set",
+            )
+        unknown = sorted(set(got) - set(names))
+        if unknown:
+            return Verdict(
+                False,
+                f"Not yet: {', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} not a name of "
+                f"the course model's parameters ({', '.join(names)}): take the names from "
+                "`model.named_parameters()`.",
+                "not a set",
+            )
+        truth = _cut_by_step(strategy, devices)
+        if set(got) != truth:
+            extra, missed = len(set(got) - truth), len(truth - set(got))
+            said = []
+            if extra:
+                said.append(f"{extra} of the names you returned still get their gradient (remove them)")
+            if missed:
+                said.append(
+                    f"{missed} of the parameters that get no gradient {'are' if missed > 1 else 'is'} missing (add them)"
+                )
+            return _offered(
+                name,
+                f"under {label}, find_cut returned {sorted(got)}: "
+                + " and ".join(said)
+                + ". Compute the names "
+                "from one step through `strategy`, not from a guess; each call may get another strategy.",
+                [
+                    "A parameter whose gradient edge is cut keeps `.grad` None after backward: that is the "
+                    "first-backward check of 'In your own code', asked of each parameter by name.",
+                    "In find_cut, run one forward through `dpteach.DataParallel(model, devices, strategy=strategy)` "
+                    "on `xb`, take the MSE loss against `yb`, call `backward()`, then look at each "
+                    "`model.named_parameters()`.",
+                    "Return the names whose `.grad` is None: `{name for name, p in model.named_parameters() if "
+                    "p.grad is None}`.",
+                ],
+                "wrong",
+            )
+    return _correct(
+        name,
+        'find_cut named the cut parameters of every suspect, all four under "clone" and none under '
+        '"broadcast". A suspect\'s loss falls, since its other parameters learn: a falling loss does not show '
+        "that every parameter gets its gradient; one backward and a look at each .grad does.",
     )
 
 
@@ -547,6 +722,81 @@ def accumulators(count: int | object, loss: torch.Tensor, model: torch.nn.Module
             "Walk next_functions from loss.grad_fn, keeping a set of the nodes that have a `.variable`.",
         ],
         lambda: f"{truth}, one per parameter that requires grad ({n_params} parameters, {frozen} frozen).",
+    )
+
+
+def _route(root, leaf) -> list[int] | None:
+    """The entry numbers of the first path from ``root`` down to ``leaf``'s AccumulateGrad, or None."""
+    if root is None:
+        return None
+    if getattr(root, "variable", None) is leaf:
+        return []
+    for i, (fn, _) in enumerate(root.next_functions):
+        rest = _route(fn, leaf)
+        if rest is not None:
+            return [i, *rest]
+    return None
+
+
+def walk_path(path: object, loss: torch.Tensor, leaf: torch.Tensor, leaf_name: str = "a") -> Verdict:
+    """Exercise 3: ``path``, the entry of ``next_functions`` taken at each step from ``loss.grad_fn`` down to
+    ``leaf``'s ``AccumulateGrad``. The check takes the learner's steps itself and says where they lead."""
+    name = "ch02.walk_path"
+    if _unset(path):
+        return Verdict(
+            False, "Set `path` to the list of entry numbers you took, such as [1, 0], then run this again."
+        )
+    if not _whole_numbers(path) or any(int(i) < 0 for i in path):
+        return Verdict(
+            False, f"Not yet: `path` is a list of entry numbers, 0 or more, such as [1, 0] (got {path!r})."
+        )
+    truth = _route(loss.grad_fn, leaf)
+    steps, node = [type(loss.grad_fn).__name__], loss.grad_fn
+    change = ""
+    for k, i in enumerate(int(i) for i in path):
+        entries = node.next_functions
+        if i >= len(entries):
+            change = (
+                f"step {k + 1}: {type(node).__name__} has {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} "
+                f"(numbered 0 to {len(entries) - 1}), so there is no entry {i}"
+                if entries
+                else f"step {k + 1}: your path reached an AccumulateGrad, which has no next_functions: stop there"
+            )
+            break
+        node = entries[i][0]
+        if node is None:
+            change = (
+                f"step {k + 1} takes entry {i} of {steps[-1]}, which is None: an input that needs no gradient. "
+                "Take another entry there"
+            )
+            break
+        steps.append(type(node).__name__)
+    else:
+        if getattr(node, "variable", None) is leaf:
+            return _correct(
+                name,
+                " → ".join(steps)
+                + f" ({leaf_name}). Each step was one `.next_functions[i][0]`, as `walk` takes it.",
+            )
+        if hasattr(node, "variable"):
+            change = (
+                f"your path ends at an AccumulateGrad, but of another leaf (its .variable is not {leaf_name}): "
+                "go back to the last node that used both and take its other entry"
+            )
+        else:
+            change = f"your path stops at {steps[-1]}, which is not an AccumulateGrad: take more steps"
+    return _not_yet(
+        name,
+        change + ".",
+        [
+            "Each step takes one entry of the current node's next_functions: print `node.next_functions` and "
+            f"pick the entry whose node leads towards {leaf_name}.",
+            "The nodes come outside-in: the last operation of the forward first. For each operation its entries "
+            "are in the order of its inputs, left to right as you wrote them.",
+        ],
+        f"path = {truth}: "
+        + "; ".join(f"step {k + 1} takes entry {i}" for k, i in enumerate(truth or []))
+        + ".",
     )
 
 
