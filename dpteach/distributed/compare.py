@@ -207,21 +207,19 @@ def dataparallel_traffic(
 
 def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     """DataParallel's copies (``dataparallel_traffic``) and DDP's all-reduces (``tasks.traffic``) in one
-    step, for N = ``world_size`` slots or ranks and a model of P bytes (``dp["parameter_bytes"]``), as two
-    small tables in plain rows that need no footnote: the bytes one slot or one rank moves, then what the
-    whole step does, the gathered outputs and the copy calls.
+    step, for N = ``world_size`` slots or ranks and a model of P bytes (``dp["parameter_bytes"]``): two
+    small tables of counted bytes and calls, then, in lines of their own, what a formula computes.
 
-    DataParallel's ``broadcast`` copies the model into each slot but slot 0 (the column says so: slot 0
-    holds the model itself), P bytes per slot, and on GPUs its ``reduce_add`` takes P bytes of gradients
-    from each of them onto slot 0; CPU slots share one device and sum the gradients in place, moving
-    nothing, which the cell says in words ("0 on CPU slots, P on GPUs"). Its ``gather`` moves the whole
-    batch's outputs onto slot 0, not the model. A DDP rank puts its P bytes of gradients into all-reduce
-    (counted, one call per bucket); what leaves it is another row, what a ring all-reduce of them sends
-    and receives on each rank, 2(N-1)P/N, labelled a ring's (nccl-tests' ``doc/PERFORMANCE.md``), computed rather than
-    counted, its value a formula. At N = 2 that is P too, so a line under it gives its value at N = 4,
-    where the two rows differ. Each copy call count is spelled out: one broadcast per parameter tensor
-    per slot after slot 0 ("params": parameter tensors), one gather call per slot's output. A last line
-    says what to read across the rows.
+    The first table: the bytes one slot or one rank moves. DataParallel's ``broadcast`` copies the model
+    into each slot but slot 0 (the column says so), P bytes per slot; on GPUs its ``reduce_add`` takes P
+    bytes of gradients from each onto slot 0, while CPU slots share one device and sum in place, moving
+    nothing ("0 (CPU slots)"). A DDP rank's P bytes handed to all-reduce are counted (one call per
+    bucket); what the backend then sends is not. The second table: the whole step, the gathered outputs
+    on slot 0 and the copy calls, each count spelled out (one broadcast per parameter tensor per slot
+    after slot 0, one gather call per slot's output). Under them, labelled computed: what a ring
+    all-reduce sends and receives per rank, 2(N-1)P/N (nccl-tests' ``doc/PERFORMANCE.md``; a backend may
+    pick another algorithm), with its value at N = 4 when N = 2, where it equals P; on CPU slots, what
+    separate GPUs would send instead. A last line says what to read across the rows.
     """
     n, p = world_size, dp["parameter_bytes"]
     counted, handed = dp["bytes_per_step"], ddp["allreduce_bytes_per_step"]
@@ -240,21 +238,24 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
     batch = f"all {dp['rows']} rows" if dp.get("rows") else "the whole batch"
     calls = [spelled(op, k) for op, k in dp["copies_per_step"].items()]
     buckets = ddp["allreduce_calls_per_step"]
+    # every cell of the two tables is counted (dpteach.comm.traffic(), DDP's comm hook); the ring's
+    # bytes are a formula, so they stand in lines of their own under the tables, said to be computed
     per_rank = [
-        ("bytes per slot/rank", "DataParallel, each slot but 0", "DDP, each rank"),
+        ("counted, bytes per slot/rank", "DataParallel, each slot but 0", "DDP, each rank"),
         ("model copied in", f"P = {into:,}", "0"),
         ("gradients into all-reduce", "-", f"P = {handed:,}"),  # what the rank hands over, counted
-        # what leaves a slot or rank: DataParallel's reduce_add onto slot 0 (none between CPU slots,
-        # which share a device and sum in place), DDP's ring, computed from what was handed over
-        (
-            "gradients sent",
-            f"P = {back:,}" if back else "0 on CPU slots, P on GPUs",
-            f"ring: 2(N-1)P/N = {ring(n):,}",  # a ring all-reduce's count, computed, not measured
-        ),
-        *([("", "", f"(at N = 4: {ring(4):,})")] if n == 2 else []),
+        # what leaves a slot: DataParallel's reduce_add onto slot 0 (none between CPU slots, which
+        # share a device and sum in place); what leaves a DDP rank is the backend's, not counted
+        ("gradients sent", f"P = {back:,}" if back else "0 (CPU slots)", "not counted"),
+    ]
+    at_four = f"; at N = 4: {ring(4):,}" if n == 2 else ""
+    formula = [
+        "computed, not counted: a ring all-reduce of P sends 2(N-1)P/N per rank,",
+        f"and receives as much: {ring(n):,} bytes at N = {n}{at_four}",
+        *(["on separate GPUs each DataParallel slot would send its P to slot 0"] if not back else []),
     ]
     whole = [
-        ("the whole step", "DataParallel", "DDP, each rank"),
+        ("counted, per step", "DataParallel", "DDP, each rank"),
         ("outputs onto slot 0", f"{counted.get('gather', 0):,} bytes ({batch})", "0"),
         (
             "copy calls",
@@ -269,7 +270,7 @@ def traffic_table(dp: dict, ddp: dict, world_size: int) -> str:
         return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
 
     lines = [f"one step: N = {n} slots or ranks, P = {p:,} bytes of parameters", ""]
-    lines += [*block(per_rank), "", *block(whole), ""]
+    lines += [*block(per_rank), "", *block(whole), "", *formula, ""]
     lines.append("so: DataParallel alone copies the model in and gathers the outputs, every step")
     return "\n".join(lines)
 

@@ -6,8 +6,9 @@ same on every run. A bucket's all-reduce is launched at its event; every backwar
 after that event is computation the all-reduce could run beside. Whether it does depends on when
 backward waits for the result: DDP waits once, at a ``("wait",)`` event after the last node;
 ``ddp_from_scratch``'s blocking ``all_reduce`` returns at a ``("done", index)`` event before the next
-node starts (with gloo, once the sum is back; with NCCL, once the all-reduce is queued on the current
-CUDA stream, ahead of the next node's kernels). The last bucket is launched after the last gradient, so nothing is left for it to
+node starts (with gloo, once the sum is back; with NCCL, at once: ``work.wait()`` makes the current
+CUDA stream wait for the sum, ahead of the next node's kernels, and holds the CPU only under
+``TORCH_NCCL_BLOCKING_WAIT``, ``ProcessGroupNCCL.hpp``). The last bucket is launched after the last gradient, so nothing is left for it to
 overlap: its all-reduce is the step's exposed wait. The nodes between a launch and the wait are the
 overlap DDP *allows*; whether the all-reduce was still running while they ran is a matter of the clock
 (``came_back``), which moves between runs: on one run a bucket can come back before the next node.

@@ -144,7 +144,11 @@ def _join(args: argparse.Namespace) -> None:
 
         check_backend(backend, local_world)  # one sentence, not torch's "invalid device ordinal"
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # before init, so NCCL binds this rank's GPU
-    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))  # env://, as torchrun set it
+    # device_id= binds the group to this rank's GPU and forms NCCL's communicator at once
+    # (init_process_group's docstring); gloo on CPU takes none
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if backend == "nccl" else None
+    # env://, as torchrun set it
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout), device_id=device)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

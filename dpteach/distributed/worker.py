@@ -90,7 +90,11 @@ def join() -> None:
     store = dist.TCPStore(
         env["MASTER_ADDR"], int(env["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
     )
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    # device_id= binds the group to this rank's GPU, as init_process_group's docstring advises for NCCL
+    device = torch.device("cuda", int(env["LOCAL_RANK"])) if backend == "nccl" else None
+    dist.init_process_group(
+        backend, store=store, rank=rank, world_size=world_size, timeout=timeout, device_id=device
+    )
 
 
 def _orphan_watch(parent: int) -> None:

@@ -124,7 +124,12 @@ def test_exercise_1_the_template_edited_in_its_marked_line_passes_the_check(in_a
     text = exercise_text(1)
     for call in ("`write_my_tasks()`", "`print(check_uneven_shards(ranks))`", "`# EDIT`"):
         assert call in text, call
-    assert "from dpteach.distributed.exercise import write_my_tasks, check_uneven_shards" in text
+    # the exercises' one import line, above exercise 1, brings every check the exercises name
+    cells = nbformat.read(CHAPTER, as_version=4).cells
+    exercises = next(c for c in cells if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
+    assert "`from dpteach.distributed.exercise import *`" in exercises.source.split("1. **")[0]
+    names = ("write_my_tasks", "check_uneven_shards", "check_bucket_sizes", "check_accumulate")
+    assert set(names) <= set(exercise.__all__)
     path = exercise.write_my_tasks(folder / "my_tasks_ex1.py")
     source = path.read_text()
     assert inspect.getsource(tasks.gradients).split("\n")[0] in source  # the task as the chapter runs it
@@ -272,3 +277,48 @@ def test_exercise_5_no_sync_gives_one_devices_gradient_with_one_all_reduce_inste
     exercises = next(c for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("## Exercises"))
     answer = " ".join(exercises.source.split("Answer 5")[1].split())
     assert "1 all-reduce per rank" in answer and "each backward all-reduces: 2" in answer
+
+
+def test_exercise_3_the_check_passes_the_answer_and_rejects_a_wrong_count_with_what_to_change(
+    in_a_notebook_folder,
+):
+    """Exercise 3's check runs bucket_order at each cap: Answer 3's numbers pass; a wrong one is told
+    the idea first, then how to count, and only from the third miss DDP's numbers."""
+    from dpteach.distributed import exercise
+
+    _, ranks = in_a_notebook_folder
+    assert "check_bucket_sizes(ranks," in exercise_text(3)
+    exercise._misses.clear()
+    answer = {25: (1, 0), 0.5: (2, 3), 0.001: (4, 7)}  # Answer 3: one, two, four buckets
+    assert exercise.check_bucket_sizes(ranks, answer).splitlines()[-1].startswith("Correct")
+    wrong = {**answer, 0.5: (1, 3)}
+    first = exercise.check_bucket_sizes(ranks, wrong).splitlines()[-1]
+    second = exercise.check_bucket_sizes(ranks, wrong).splitlines()[-1]
+    third = exercise.check_bucket_sizes(ranks, wrong).splitlines()[-1]
+    assert first.startswith("Not yet") and "closes once it holds the cap" in first and "2 bucket" not in first
+    assert "walk the gradients" in second and "0.5 MiB" in second and "made 2" not in second
+    assert "DDP made 2 bucket(s)" in third and "Answer 3" in third
+    # incomplete or malformed predictions are told the form, not run
+    assert exercise.check_bucket_sizes(ranks, {25: (1, 0)}).startswith("Not yet: give one prediction per cap")
+    assert "two whole numbers" in exercise.check_bucket_sizes(ranks, {**answer, 25: (1.0, 0)})
+
+
+def test_exercise_5_the_check_passes_the_answer_and_rejects_wrong_counts_or_a_wrong_verdict(
+    in_a_notebook_folder,
+):
+    from dpteach.distributed import exercise
+
+    _, ranks = in_a_notebook_folder
+    assert "check_accumulate(ranks," in exercise_text(5)
+    exercise._misses.clear()
+    answer = {2: (1, 2), 4: (1, 4)}
+    assert exercise.check_accumulate(ranks, answer, one_device=True).splitlines()[-1].startswith("Correct")
+    # the 2-micro-batch counts carried over to 4: wrong, and the hint names the idea first
+    first = exercise.check_accumulate(ranks, {2: (1, 2), 4: (1, 2)}, one_device=True).splitlines()
+    assert "4 micro-batches: your (1, 2) (no_sync, without): not what the ranks did" in first
+    assert first[-1].startswith("Not yet") and "(1, 4)" not in first[-1]
+    wrong_verdict = exercise.check_accumulate(ranks, answer, one_device=False).splitlines()[-1]
+    assert "one bucket" in wrong_verdict and "linear" in wrong_verdict
+    third = exercise.check_accumulate(ranks, answer, one_device=False).splitlines()[-1]
+    assert "(1, 4) with 4" in third and "Answer 5" in third
+    assert "True or False" in exercise.check_accumulate(ranks, answer, one_device=1)

@@ -170,17 +170,16 @@ def test_same_on_every_rank_compares_each_rank_with_rank_0_step_by_step():
 
 
 def test_the_traffic_table_counts_per_slot_and_per_rank():
-    """Two small tables. The bytes one slot or one rank moves in a step, so a learner reads P against P:
-    the model into each slot but slot 0 (the column's header says which slots) and the gradients each
-    sends (counted), beside what a DDP rank puts into all-reduce (counted) and what a ring all-reduce of
-    it then sends and receives on each rank (computed, 2(N-1)P/N, a ring's formula; at N = 2, where it
-    equals what the rank put in, its value at N = 4 on a line under it): two rows with two names, not
-    the same bytes counted twice. Then the whole step: the gathered outputs on a row apart, never mixed
-    into the model's bytes (the 516 bytes copied on CPU slots), with the rows whose outputs it moves, and
-    each copy call count spelled out (parameter tensors x slots after slot 0, one gather per slot, one
-    all-reduce per bucket). Plain rows, no footnote marks: on CPU slots, which sum the gradients in
-    place, the cell itself says its 0 is CPU slots', and P per slot on separate GPUs. A last line says
-    what to read across them."""
+    """Two small tables of what was counted, then the formula's bytes in lines of their own, said to be
+    computed. The first table: the bytes one slot or one rank moves in a step, so a learner reads P
+    against P: the model into each slot but slot 0 (the column's header says which slots) and the
+    gradients each sends (counted: 0 on CPU slots, which sum in place), beside what a DDP rank puts into
+    all-reduce (counted); what the backend then sends is "not counted", never a formula in a counted
+    column. The second: the whole step, the gathered outputs on a row apart, never mixed into the
+    model's bytes (the 516 bytes copied on CPU slots), with the rows whose outputs it moves, and each
+    copy call count spelled out. Under them, labelled computed: a ring all-reduce's 2(N-1)P/N per rank
+    (at N = 2, where it equals P, its value at N = 4 too), and on CPU slots what separate GPUs would
+    send. No footnote marks. A last line says what to read across them."""
     from dpteach.distributed import compare
 
     dp = dict(
@@ -193,26 +192,27 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     text = compare.traffic_table(dp, ddp, world_size=2)
     rows = text.splitlines()
     assert rows[0] == "one step: N = 2 slots or ranks, P = 260 bytes of parameters"
-    per_rank, whole = (block.splitlines() for block in text.split("\n\n")[1:3])
+    per_rank, whole, formula = (block.splitlines() for block in text.split("\n\n")[1:4])
     assert re.split(r"\s{2,}", per_rank[0]) == [
-        "bytes per slot/rank",
+        "counted, bytes per slot/rank",
         "DataParallel, each slot but 0",  # slot 0 holds the model: no copy, nothing sent
         "DDP, each rank",
     ]
-    assert re.split(r"\s{2,}", whole[0]) == ["the whole step", "DataParallel", "DDP, each rank"]
+    assert re.split(r"\s{2,}", whole[0]) == ["counted, per step", "DataParallel", "DDP, each rank"]
     table = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", r) for r in per_rank[1:] + whole[1:])}
     assert rows[-1] == "so: DataParallel alone copies the model in and gathers the outputs, every step"
     assert table["model copied in"] == ["P = 260", "0"]
-    # what a DDP rank hands to all-reduce, counted, is one row; what then leaves it is another
+    # what a DDP rank hands to all-reduce, counted, is one row; what then leaves it is not counted
     assert table["gradients into all-reduce"] == ["-", "P = 260"]
-    # on CPU slots the reduce moves nothing; the cell says that 0 is CPU slots', not DataParallel's
-    # everywhere: on separate GPUs each slot sends P, as the 4-GPU count below has it
-    assert table["gradients sent"] == ["0 on CPU slots, P on GPUs", "ring: 2(N-1)P/N = 260"]
+    # on CPU slots the reduce moves nothing, counted; no formula stands in a counted cell
+    assert table["gradients sent"] == ["0 (CPU slots)", "not counted"]
+    assert not any("2(N-1)" in r for r in per_rank + whole)
     assert max(len(r) for r in rows) <= 80  # narrow enough for a notebook's output
-    # at N = 2 the ring sends what the rank put in; its value at N = 4, under it, shows the rows differ;
-    # the formula is named a ring's: gloo and NCCL pick their own algorithms
-    under = per_rank[per_rank.index(next(r for r in per_rank if r.startswith("gradients sent"))) + 1]
-    assert under.split() == ["(at", "N", "=", "4:", "390)"] and under.startswith(" " * 20)
+    # the formula's lines say they are computed; at N = 2 the ring sends what the rank put in, and its
+    # value at N = 4 shows the two differ; on CPU slots, what separate GPUs would send
+    assert formula[0].startswith("computed, not counted: a ring all-reduce of P sends 2(N-1)P/N")
+    assert formula[1] == "and receives as much: 260 bytes at N = 2; at N = 4: 390"
+    assert formula[2] == "on separate GPUs each DataParallel slot would send its P to slot 0"
     assert table["outputs onto slot 0"] == ["256 bytes (all 64 rows)", "0"]  # the whole batch, not per slot
     assert table["copy calls"] == ["broadcast 4 = 4 params x 1 slot", "all_reduce 1 = 1 bucket"]
     assert whole[-1].split() == ["gather", "2", "=", "1", "per", "slot"]
@@ -226,10 +226,10 @@ def test_the_traffic_table_counts_per_slot_and_per_rank():
     )
     four = compare.traffic_table(gpus, ddp, world_size=4)
     assert re.search(r"gradients into all-reduce\s+-\s+P = 260\n", four)
-    assert re.search(r"gradients sent\s+P = 260\s+ring: 2\(N-1\)P/N = 390\n", four)
-    assert "(at N = 4" not in four  # the formula's own value says it
+    assert re.search(r"gradients sent\s+P = 260\s+not counted\n", four)  # counted on GPUs
+    assert "and receives as much: 390 bytes at N = 4\n" in four
+    assert "at N = 4: 390" not in four and "separate GPUs" not in four  # the formula's own value says it
     assert "broadcast 12 = 4 params x 3 slots" in four and "reduce_add 6 = 2 params x 3 slots" in four
-    assert "here" not in four
     assert "192 bytes (the whole batch)" in four  # no row count given: none invented
 
 
@@ -416,7 +416,7 @@ def test_the_traffic_prose_says_what_the_table_counts_on_cpu_slots():
     rows = compare.traffic_table(dp, ddp, world_size=2).splitlines()
     assert re.split(r"\s{2,}", next(r for r in rows if r.startswith("model copied in")))[1] == "P = 260"
     sent = re.split(r"\s{2,}", next(r for r in rows if r.startswith("gradients sent")))[1]
-    assert sent == "0 on CPU slots, P on GPUs"
+    assert sent == "0 (CPU slots)"
     cells = chapter_cells()
     table = next(c for c in cells if c.cell_type == "code" and "compare.traffic_table(" in c.source)
     prose = " ".join(

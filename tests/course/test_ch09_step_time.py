@@ -154,7 +154,7 @@ def test_the_step_time_section_sends_the_cpu_timing_to_chapter_08():
     assert "Chapter 08 times DataParallel and DDP on your CPU" in nb[at].source
     # the counted win stays, and the modelled picture follows it at once
     said = nb[at].source.lower()
-    assert "no model copy per step" in said and "gradients sent while backward runs" in said
+    assert "the model copy and the output gather" in said and "gradients sent while backward runs" in said
     assert "ddp-timeline" in nb[at + 1].metadata.get("tags", [])
 
 
