@@ -4717,249 +4717,328 @@ def clone_grads_add_up(compare: Callable | object, clone, rewire) -> Verdict:
     return _not_yet(name, change, hints, answer_text, problem)
 
 
-def predicted_bytes(broadcast_bytes: object, clone_bytes: object, lab, model_bytes: object = None) -> Verdict:
-    """Exercise 3: the bytes one ``"broadcast"`` and one ``"clone"`` step copy, predicted before
-    ``lab`` (a ``CostLab`` made with ``timed=False``) counts them with ``comm.traffic()``. With
-    ``model_bytes``, the learner's own count of one model copy is checked first.
+def _bytes_counted(width: int, slots: int) -> dict:
+    """What one step copies at ``width`` on ``slots`` slots, counted as the explorer counts it: model bytes,
+    the gather's bytes, and each strategy's bytes (a ``CostLab`` made with ``timed=False``)."""
+    from ..widgets.cost import CostLab
+
+    lab = CostLab(width=width, slots=slots, timed=False)
+    costs = {c.strategy: c for c in lab.measure()}
+    return {
+        "lab": lab,
+        "model": lab.model_bytes,
+        "gather": costs["broadcast"].bytes_by_op.get("gather", 0),
+        "broadcast": costs["broadcast"].bytes,
+        "clone": costs["clone"].bytes,
+        "costs": costs,
+    }
+
+
+# a setting no cell shows, where the same expressions must hold: a number typed in for width 128 on 3 slots
+# gives the wrong bytes here
+OTHER_SETTING = (40, 5)
+
+
+def predicted_bytes(predict: Callable | object, lab) -> Verdict:
+    """Exercise 3: ``predict(width, slots, gather_bytes)`` returns (one model copy's bytes, one ``"broadcast"``
+    step's, one ``"clone"`` step's), written from its arguments; the check counts them with
+    ``comm.traffic()`` at ``lab``'s setting (a ``CostLab`` made with ``timed=False``) and at
+    ``OTHER_SETTING``, so a number typed in for one setting fails at the other.
 
     Findings (``Verdict.problem``): ``"model bytes"`` (one copy of the parameters miscounted),
     ``"slot 0"`` (one model copy too many or too few: who gets a copy), ``"gather"`` (the outputs'
     copy left out or counted twice), ``"model copies"`` (any other whole number of model copies off),
-    ``"counts"`` (anything else)."""
+    ``"typed in"`` (right at one setting only: a number, not an expression), ``"counts"`` (anything else)."""
     name = "ch12.predicted_bytes"
-    if model_bytes is ...:  # the cell asks for it first: the two predictions are written from it
-        return Verdict(
-            False, "Set `model_bytes` to one copy of the model's parameters, in bytes, then run again."
-        )
-    if model_bytes is not None:
-        if isinstance(model_bytes, bool) or not isinstance(model_bytes, (int, float)):
-            return Verdict(
-                False, f"`model_bytes` is a number of bytes (got {model_bytes!r}).", "not an answer"
-            )
-        if model_bytes != lab.model_bytes:
-            return _not_yet(
-                f"{name}.model_bytes",
-                f"`model_bytes` is {model_bytes:,}, not one copy of the parameters. Count each layer's "
-                "weights and biases from `width`, then 4 bytes each.",
-                [
-                    "A Linear(a, b) holds a·b weights and b biases. The model has three of them.",
-                    "The square layer, Linear(w, w), holds w² + w parameters; the first 2w + w, the last w + 1.",
-                ],
-                "model_bytes = 4 * (width**2 + 5 * width + 1)",
-                "model bytes",
-            )
-    if _unset(broadcast_bytes, clone_bytes):
-        return Verdict(False, "Set `broadcast_bytes` and `clone_bytes` to your predictions, then run again.")
-    if malformed := _malformed(
-        *(
-            (
-                isinstance(v, bool) or not isinstance(v, (int, float)),
-                f"`{n}` is a number of bytes (got {v!r})",
-            )
-            for n, v in (("broadcast_bytes", broadcast_bytes), ("clone_bytes", clone_bytes))
-        )
-    ):
-        return malformed
-    costs = {c.strategy: c for c in (lab.costs or lab.measure())}
-    model, slots = lab.model_bytes, lab.slots
-    gather = costs["broadcast"].bytes_by_op.get("gather", 0)
+    if _unset(predict) or not callable(predict):
+        return Verdict(False, "Define predict(width, slots, gather_bytes) first, then run this cell again.")
+    here = _bytes_counted(lab.width, lab.slots)
+    there = _bytes_counted(*OTHER_SETTING)
     hints = [
         "Count per slot: which slots get a copy of the model's parameters, under each strategy? Then add "
-        "what gather copies back: the outputs.",
+        "what gather copies back: the outputs. Write each count from width and slots, not as a number.",
         '"broadcast" hands slot 0 the original parameters themselves; "clone" deep-copies the model for '
-        f"every slot. The gather copies the {gather:,} bytes of outputs once.",
+        "every slot. A Linear(a, b) holds a·b weights and b biases; the model has three.",
     ]
     answer = (
-        f"broadcast_bytes = {slots - 1} * model_bytes + gather_bytes, clone_bytes = {slots} * model_bytes "
-        "+ gather_bytes."
+        "model_bytes = 4 * (width**2 + 5 * width + 1); broadcast_bytes = (slots - 1) * model_bytes + "
+        "gather_bytes; clone_bytes = slots * model_bytes + gather_bytes."
     )
-    wrong = []
-    for label, guess, strategy in (
-        ("broadcast_bytes", broadcast_bytes, "broadcast"),
-        ("clone_bytes", clone_bytes, "clone"),
-    ):
-        off = guess - costs[strategy].bytes
-        if off:
-            wrong.append((label, off, strategy))
-    if not wrong:
-        return _correct(
-            name,
-            f'"broadcast" copies the model to the {slots - 1} slots after slot 0, "clone" to all {slots}; '
-            "each gathers the outputs once. Backward's sums and the scatter copy nothing here: the slots "
-            "share one device.",
-        )
-    label, off, strategy = wrong[0]
-    ops = costs[strategy].by_op()
-    if abs(off) == model:
-        change, problem = (
-            f"`{label}` is one model copy {'over' if off > 0 else 'under'} the count. Which slots get a "
-            f'copy under "{strategy}": is slot 0 one of them?',
-            "slot 0",
-        )
-    elif abs(off) == gather:
-        change, problem = (
-            f"`{label}` {'counts' if off > 0 else 'leaves out'} the gather{' twice' if off > 0 else ''}: "
-            f"it copies the outputs back once, {gather:,} bytes.",
-            "gather",
-        )
-    elif model and off % model == 0:
-        change, problem = (
-            f"`{label}` is {int(abs(off) // model)} model copies {'over' if off > 0 else 'under'} the count: "
-            f"count one copy per slot that gets one, on {slots} slots.",
-            "model copies",
-        )
-    else:
-        change, problem = (
-            f"`{label}` is not a whole number of model copies plus the gather. Write it from "
-            + (
-                "`model_bytes` and `gather_bytes`."
-                if model_bytes is not None and model_bytes is not ...
-                else f"`model_bytes` ({model:,}) and `gather_bytes` ({gather:,})."
-            ),
-            "counts",
-        )
-    if set(costs[strategy].bytes_by_op) - {"broadcast", "clone", "gather"}:  # slots on distinct GPUs
-        change += f" These slots do not share one device, so the count has more copies: {ops}."
-    return _not_yet(name, change, hints, answer, problem)
-
-
-def summing_order(first_replica: object, sums_last: object, flow) -> Verdict:
-    """Exercise 4: in ``flow``, one ``"rewire"`` backward on three CPU slots (a ``GradientFlow``), which
-    replica's nodes run first (``first_replica``), and does every summing node run after the last replica
-    node (``sums_last``)? The answer is read from the order the hooks recorded, not assumed."""
-    name = "ch12.summing_order"
-    if _unset(first_replica, sums_last):
-        return Verdict(
-            False,
-            "Set `first_replica` to 0, 1 or 2 and `sums_last` to True or False, then run the cell again.",
-        )
-    replicas = len(flow.replicas)
-    if malformed := _malformed(
-        (
-            not _count(first_replica) or not 0 <= first_replica < replicas,
-            f"`first_replica` is a replica's number, 0 to {replicas - 1} (got {first_replica!r})",
-        ),
-        (not isinstance(sums_last, bool), f"`sums_last` is True or False, no quotes (got {sums_last!r})"),
-    ):
-        return malformed
-    nodes = flow.graph.nodes  # each replica op's node knows its slot: no label to parse
-    replica_at = [
-        i for i, step in enumerate(flow.steps) if step.kind == "op" and nodes[step.node].slot is not None
-    ]
-    join_at = [i for i, step in enumerate(flow.steps) if step.kind == "join"]
-    first = nodes[flow.steps[replica_at[0]].node].slot
-    last = max(replica_at) < min(join_at)
-    hints = [  # the rule first; how it applies here only from the second try
-        "Of the nodes ready to run, the engine runs the one with the highest sequence number; autograd numbers "
-        "nodes in the order the forward makes them.",
-        "On CPU slots the replicas' forwards run one after another, replica 0 first, on one thread. replicate "
-        "made the ReduceAdd nodes before any replica's forward ran.",
-    ]
-    answer = f"first_replica = {first}, sums_last = {last}."
-    if first_replica != first:
-        return _not_yet(
-            name,
-            "`first_replica` is not the replica whose nodes ran first in this backward. Change `first_replica`.",
-            hints,
-            answer,
-            "first replica",
-        )
-    if sums_last != last:
-        return _not_yet(
-            name,
-            "`sums_last` is not what this backward did: the first replica is right. Change `sums_last`.",
-            hints,
-            answer,
-            "sums last",
-        )
+    results = {}
+    for setting, count in (("here", here), ("there", there)):
+        try:
+            got = predict(count["lab"].width, count["lab"].slots, count["gather"])
+        except Exception as err:  # the learner's code: say what it raised, never raise
+            return Verdict(
+                False, f"predict raised {type(err).__name__}: {err}. Change the line that raised it."
+            )
+        if isinstance(got, tuple) and _unset(*got):
+            return Verdict(
+                False, "Replace each ... in predict with an expression of width, slots and gather_bytes."
+            )
+        numbers = isinstance(got, tuple) and len(got) == 3
+        if not numbers or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in got):
+            return Verdict(
+                False,
+                f"predict must return three numbers of bytes, model_bytes, broadcast_bytes, clone_bytes "
+                f"(got {got!r}).",
+                "not an answer",
+            )
+        results[setting] = got
+    at = {
+        "here": f"width {lab.width} on {lab.slots} slots",
+        "there": "width {} on {} slots".format(*OTHER_SETTING),
+    }
+    for setting, count in (("here", here), ("there", there)):
+        model_bytes, broadcast_bytes, clone_bytes = results[setting]
+        if model_bytes != count["model"]:
+            other = "there" if setting == "here" else "here"
+            typed = results[other][0] == (here if other == "here" else there)["model"]
+            change = (
+                f"`model_bytes` is right at {at[other]} but not at {at[setting]}: it is a number typed in. "
+                "Write it from `width`."
+                if typed
+                else f"`model_bytes` is {model_bytes:,} at {at[setting]}, not one copy of the parameters. "
+                "Count each layer's weights and biases from `width`, then 4 bytes each."
+            )
+            return _not_yet(name, change, hints, answer, "typed in" if typed else "model bytes")
+    for setting, count in (("here", here), ("there", there)):
+        _, broadcast_bytes, clone_bytes = results[setting]
+        for label, guess, strategy in (
+            ("broadcast_bytes", broadcast_bytes, "broadcast"),
+            ("clone_bytes", clone_bytes, "clone"),
+        ):
+            off = guess - count[strategy]
+            if not off:
+                continue
+            other = "there" if setting == "here" else "here"
+            index = 1 if strategy == "broadcast" else 2
+            if results[other][index] == (here if other == "here" else there)[strategy]:
+                change, problem = (
+                    f"`{label}` is right at {at[other]} but not at {at[setting]}: write it from `slots`, "
+                    "`model_bytes` and `gather_bytes`, not as a number.",
+                    "typed in",
+                )
+            elif abs(off) == count["model"]:
+                change, problem = (
+                    f"`{label}` is one model copy {'over' if off > 0 else 'under'} the count at {at[setting]}. "
+                    f'Which slots get a copy under "{strategy}": is slot 0 one of them?',
+                    "slot 0",
+                )
+            elif abs(off) == count["gather"]:
+                change, problem = (
+                    f"`{label}` {'counts' if off > 0 else 'leaves out'} the gather"
+                    f"{' twice' if off > 0 else ''}: it copies the outputs back once, `gather_bytes`.",
+                    "gather",
+                )
+            elif off % count["model"] == 0:
+                change, problem = (
+                    f"`{label}` is {int(abs(off) // count['model'])} model copies "
+                    f"{'over' if off > 0 else 'under'} the count at {at[setting]}: count one copy per slot "
+                    "that gets one.",
+                    "model copies",
+                )
+            else:
+                change, problem = (
+                    f"`{label}` is not a whole number of model copies plus the gather at {at[setting]}. Write "
+                    "it from `slots`, `model_bytes` and `gather_bytes`.",
+                    "counts",
+                )
+            ops = count["costs"][strategy]
+            if set(ops.bytes_by_op) - {"broadcast", "clone", "gather"}:  # slots on distinct GPUs
+                change += (
+                    f" These slots do not share one device, so the count has more copies: {ops.by_op()}."
+                )
+            return _not_yet(name, change, hints, answer, problem)
     return _correct(
         name,
-        f"replica {first}'s forward ran last, so its nodes carry the highest numbers and run first. The "
-        "ReduceAdd nodes, made by replicate before any forward, carry the lowest: each waits until no replica "
-        "node is ready, after the last replica node, and then its original's AccumulateGrad runs at once.",
+        f'At {at["here"]} and at {at["there"]}, counted: "broadcast" copies the model to every slot after '
+        'slot 0, "clone" to every slot; each gathers the outputs once. Backward\'s sums and the scatter copy '
+        "nothing here: the slots share one device.",
     )
 
 
-def _calm_run(lab) -> tuple[float, int | None, float]:
-    """Steps ``lab`` to its end, as section 1a's table does: the weight gap after step 1, the first step
-    whose losses are 1% apart (None if never), as its DriftTable marks it, and the last weight gap."""
-    from ..widgets.training import DriftTable
+def _order_cases() -> list[tuple[str, object, bool]]:
+    """The backwards exercise 4's rule is checked on, each recorded with a hook on every node
+    (``flow.join_order``): (what it is, its JoinOrder, whether the first replica is decided by the numbers).
+    The second runs the forwards in an order no cell printed; in the third each replica's forward runs on a
+    fresh thread of its own, whose count starts at 0, so the replicas' numbers tie (the heap picks)."""
+    from ..widgets.flow import join_order
 
-    table, parted, first_gap = DriftTable(), None, None
-    while not lab.done:
-        lab.step()
-        new = table.add(
-            lab.step_count, lab.losses[-1], lab.reference_losses[-1], lab.weight_gap(), lab.grad_rows()
-        )
-        first_gap = lab.weight_gap() if first_gap is None else first_gap
-        if parted is None and "losses 1% apart" in new:
-            parted = lab.step_count
-    return first_gap, parted, lab.weight_gap()
+    return [
+        ("three CPU slots, forwards in turn 0, 1, 2", join_order(threaded=False, slots=3), True),
+        ("three CPU slots, forwards in turn 1, 2, 0", join_order(False, 3, forward_order=[1, 2, 0]), True),
+        ("three slots, a fresh thread per replica's forward", join_order(threaded=True, slots=3), False),
+    ]
 
 
-def calm_drift(gap_after_1: bool | object, parts_at: int | None | object, lab) -> Verdict:
-    """Exercise 5: section 1a's run at lr 0.2 (``lab``, not stepped yet). Does step 1 leave a weight gap
-    above 0 (``gap_after_1``), and at which step are the losses first 1% apart (``parts_at``, None for
-    never)? The check steps the learner's lab to its end and reads both answers from it."""
+def summing_order(apply_rule: Callable | object) -> Verdict:
+    """Exercise 4: ``apply_rule(sums, replicas)``, from the sequence numbers of one ``"rewire"`` backward's
+    ReduceAddBackward nodes (``sums``) and of each replica's own nodes (``replicas[i]``), returns (the
+    replica whose nodes run first, whether every ReduceAddBackward runs after the last replica node). The
+    check compares it with what three recorded backwards did, so a typed-in pair fails on one of them."""
+    name = "ch12.summing_order"
+    if _unset(apply_rule) or not callable(apply_rule):
+        return Verdict(False, "Define apply_rule(sums, replicas) first, then run this cell again.")
+    hints = [  # the rule first; how it reads the numbers only from the second try
+        "Of the nodes ready to run, the engine runs the one with the highest sequence number. Which replica "
+        "holds the highest numbers? Do the sums' numbers lie above or below every replica node's?",
+        "first_replica: the i whose max(replicas[i]) is the largest. sums_last: every sum is outnumbered by "
+        "every replica node, so the largest sum is below the smallest replica number.",
+    ]
+    answer = (
+        "first_replica = max(range(len(replicas)), key=lambda i: max(replicas[i])); "
+        "sums_last = max(sums) < min(min(r) for r in replicas)."
+    )
+    for what, order, decided in _order_cases():
+        sums, replicas = order.numbers()
+        try:
+            got = apply_rule(list(sums), [list(r) for r in replicas])
+        except Exception as err:  # the learner's code: say what it raised, never raise
+            return Verdict(
+                False, f"apply_rule raised {type(err).__name__}: {err}. Change the line that raised it."
+            )
+        if isinstance(got, tuple) and _unset(*got):
+            return Verdict(False, "Replace each ... in apply_rule with an expression of sums and replicas.")
+        if not (isinstance(got, tuple) and len(got) == 2):
+            return Verdict(
+                False, f"apply_rule must return (first_replica, sums_last) (got {got!r}).", "not an answer"
+            )
+        first_replica, sums_last = got
+        if malformed := _malformed(
+            (
+                not _count(first_replica) or not 0 <= first_replica < len(replicas),
+                f"`first_replica` is a replica's number, 0 to {len(replicas) - 1} (got {first_replica!r})",
+            ),
+            (not isinstance(sums_last, bool), f"`sums_last` is True or False (got {sums_last!r})"),
+        ):
+            return malformed
+        last = not order.early
+        if decided and first_replica != order.first_replica:
+            return _not_yet(
+                name,
+                f"in the backward of {what}, replica {order.first_replica}'s nodes ran first, not replica "
+                f"{first_replica}'s (sums {sums}, replicas {replicas}). Change how `first_replica` reads "
+                "the numbers.",
+                hints,
+                answer,
+                "first replica",
+            )
+        if bool(sums_last) != last:
+            ran = "after the last replica node" if last else "while replica nodes were still to run"
+            return _not_yet(
+                name,
+                f"in the backward of {what}, the ReduceAddBackward nodes ran {ran} (sums {sums}, replicas "
+                f"{replicas}). Change how `sums_last` reads the numbers.",
+                hints,
+                answer,
+                "sums last",
+            )
+    return _correct(
+        name,
+        "Your rule gives what three recorded backwards did. On one thread the replica whose forward ran last "
+        "holds the highest numbers and runs first, and the sums, made before any forward, run last. Where "
+        "each forward starts a fresh count, the sums outnumber the replicas' nodes and run as soon as their "
+        "gradients arrive.",
+    )
+
+
+# the runs exercise 5 measures: section 1a's at lr 0.631, and the same at the explorer's lr 0.2
+DRIFT_RUNS = (("section 1a's run, lr 0.631", 10**-0.2), ("calm, lr 0.2", 0.2))
+
+
+def _gaps(lr: float, steps: int = 10) -> list[float]:
+    """The weight gap after each step of a ``"rewire"`` run on two slots against one device."""
     from ..widgets.training import TrainingLab
 
+    lab, gaps = TrainingLab("rewire", slots=2, lr=lr, steps=steps), []
+    while not lab.done:
+        lab.step()
+        gaps.append(lab.weight_gap())
+    return gaps
+
+
+def _mean_factor(gaps) -> float:
+    return (gaps[-1] / gaps[0]) ** (1 / (len(gaps) - 1))
+
+
+def calm_drift(growth: Callable | object, made_by_lr: bool | object = ...) -> Verdict:
+    """Exercise 5: ``growth(gaps)``, the weight gap's mean factor per step from ``gaps[0]`` to ``gaps[-1]``,
+    is checked on a made-up list and on the two runs of ``DRIFT_RUNS``; then their evidence is printed and
+    ``made_by_lr`` (does the large learning rate make the gap, rather than multiply it?) is judged by it."""
+    import math
+
     name = "ch12.calm_drift"
-    if _unset(gap_after_1, parts_at):
-        return Verdict(
-            False,
-            "Set `gap_after_1` to True or False and `parts_at` to a step number or None, then run the cell "
-            "again.",
-        )
-    bad_step = parts_at is not None and (isinstance(parts_at, bool) or not isinstance(parts_at, int))
-    if malformed := _malformed(
-        (
-            not isinstance(gap_after_1, bool),
-            f"`gap_after_1` is True or False, no quotes (got {gap_after_1!r})",
-        ),
-        (bad_step, f"`parts_at` is a step number or None, no quotes (got {parts_at!r})"),
-    ):
-        return malformed
-    if not isinstance(lab, TrainingLab):
-        return Verdict(False, "Pass `calm`, the TrainingLab the cell makes, as the check's last argument.")
-    if lab.step_count:
-        return Verdict(
-            False,
-            "`calm` has taken steps already: run the whole cell again, which makes a fresh one to step.",
-        )
-    first_gap, parted, last_gap = _calm_run(lab)
-    rounds = first_gap > 0
-    run = f"calm ({lab.strategy!r}, {lab.slots} slots, lr {lab.lr:g})"
+    if _unset(growth) or not callable(growth):
+        return Verdict(False, "Define growth(gaps) first, then run this cell again.")
     hints = [
-        "Ask which part of 1a's mechanism depends on the learning rate: the rounding of a batch sum split "
-        "over the slots, or the steps that multiply the gap. A run whose loss falls is not one that blows up.",
-        "At any learning rate step 1's two gradients differ in their last bits, and SGD moves each run by lr "
-        "times its gradient: ask whether a gap in the last bits is above 0. Then ask whether steps whose loss "
-        "falls multiply a gap that small until it reaches 1% of the loss.",
+        "A factor per step multiplies: over len(gaps) - 1 steps the gap grows by their product, "
+        "gaps[-1] / gaps[0].",
+        "The mean factor is the (len(gaps) - 1)-th root of that product.",
     ]
-    answer = (
-        f"gap_after_1 = {rounds}, parts_at = {parted}. {run} has a weight gap of {first_gap:.1e} after step 1 "
-        f"and {last_gap:.1e} after step {lab.step_count}; at 0.631 the steps multiplied it, to over 1 by step 10."
+    answer = "return (gaps[-1] / gaps[0]) ** (1 / (len(gaps) - 1)); made_by_lr = False."
+    made_up = [1e-8, 2e-8, 4e-8, 8e-8]  # a gap that doubles every step: factor 2
+    runs = [(what, _gaps(lr)) for what, lr in DRIFT_RUNS]
+    for what, gaps in [("the made-up gaps [1e-8, 2e-8, 4e-8, 8e-8]", made_up), *runs]:
+        try:
+            got = growth(list(gaps))
+        except Exception as err:  # the learner's code: say what it raised, never raise
+            return Verdict(
+                False, f"growth raised {type(err).__name__}: {err}. Change the line that raised it."
+            )
+        if _unset(got):
+            return Verdict(False, "Replace the ... in growth with an expression of gaps.")
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return Verdict(
+                False, f"growth must return a number, a factor per step (got {got!r}).", "not an answer"
+            )
+        truth = _mean_factor(gaps)
+        if not math.isclose(got, truth, rel_tol=1e-6):
+            total = gaps[-1] / gaps[0]
+            slip = (
+                "that is the growth over all the steps: take the root for one step."
+                if math.isclose(got, total, rel_tol=1e-6)
+                else "a factor per step is the same for every step, whatever the list."
+            )
+            return _not_yet(
+                name,
+                f"for {what}, growth returns {got:.4g}, not the mean factor per step, {truth:.4g}: {slip}",
+                hints,
+                answer,
+                "growth",
+            )
+    evidence = "; ".join(
+        f"{what}: gap {gaps[0]:.1e} after step 1, x{_mean_factor(gaps):.2f} per step over {len(gaps)} steps"
+        for what, gaps in runs
     )
-    if gap_after_1 is not rounds:
-        return _not_yet(
-            name, "`gap_after_1` is not what step 1 did. Change `gap_after_1`.", hints, answer, "gap after 1"
+    if made_by_lr is ...:
+        return Verdict(
+            False,
+            f"growth is right. The evidence, measured now: {evidence}. Set `made_by_lr` to True or False "
+            "from it, then run the cell again.",
         )
-    if parts_at != parted:
-        said = "never" if parts_at is None else f"at step {parts_at}"
+    if not isinstance(made_by_lr, bool):
+        return Verdict(
+            False, f"`made_by_lr` is True or False, no quotes (got {made_by_lr!r}).", "not an answer"
+        )
+    (_, wild), (_, calm) = runs
+    made = not calm[0] > 0  # the gap after step 1 is there at lr 0.2 too: the large lr does not make it
+    if made_by_lr != made:
         return _not_yet(
-            name,
-            f"the losses of {run} are not first 1% apart {said}. Change `parts_at`.",
-            hints,
+            f"{name}.made_by_lr",
+            f"read the evidence: {evidence}. Is there a gap after step 1 at lr 0.2 as well? What differs "
+            "between the runs? Change `made_by_lr`.",
+            [
+                "Compare the two runs' gaps after step 1: is there one at lr 0.2 too?",
+                "Both runs have a gap after step 1; what differs by far is the factor per step.",
+            ],
             answer,
-            "parts at",
+            "made by lr",
         )
-    parts = "are never 1% apart" if parted is None else f"are first 1% apart at step {parted}"
     return _correct(
         name,
-        f"{run}: a weight gap of {first_gap:.1e} after step 1 and {last_gap:.1e} after step {lab.step_count}, "
-        f"and its losses {parts}. A batch sum split over the slots rounds differently at any learning rate; "
-        "what the learning rate decides is whether the steps multiply that gap. So 1a's large learning rate "
-        "magnifies the drift; it does not make it.",
+        f"{evidence}. Both runs have a gap after step 1: a batch sum split over the slots rounds differently "
+        "at any learning rate. The large learning rate multiplies it every step; it does not make it.",
     )
 
 

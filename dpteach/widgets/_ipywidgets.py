@@ -85,7 +85,10 @@ class Still:
             f'<div style="color:#616161;font-size:small">A still of the widget {escape(self.still_when)}: '
             "run the chapter in JupyterLab, Colab or Binder to use it.</div>"
         )
-        return f'<div class="dpteach-still">{still_html(self)}{note}</div>'
+        # a still cannot be relied on to scroll (a sanitiser may drop the scroll box), so a graph's floor on
+        # its width (pictures.fitted_img) is dropped: every picture shrinks to the page's width
+        body = re.sub(r"min-width:\d+px;", "", still_html(self))
+        return f'<div class="dpteach-still" style="max-width:100%;overflow:hidden">{body}{note}</div>'
 
     def _with_still(self, data: dict | None) -> dict | None:
         if data and WIDGET_VIEW in data:

@@ -44,12 +44,16 @@ def _frame(
     ylabel: str,
     ticks: Sequence[float],
     labels: Sequence[str] = (),
+    below: int = 0,
 ) -> list[str]:
+    """The picture's frame: title, axis labels, grid. ``below``: pixels added under the x label, for a legend
+    kept off the plot."""
     h = height - TOP - BOTTOM
     y0 = TOP + h
+    full = height + below
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{full}" viewBox="0 0 {width} {full}">',
+        f'<rect width="{width}" height="{full}" fill="white"/>',
         f'<text x="{width / 2}" y="16" text-anchor="middle" font-size="12" {FONT}>{escape(title)}</text>',
         f'<text x="{LEFT + (width - LEFT - RIGHT) / 2}" y="{height - 6}" text-anchor="middle" font-size="11" '
         f"{FONT}>{escape(xlabel)}</text>",
@@ -109,7 +113,8 @@ def line_chart(
 
     ``y_cap``: the y axis ends there; larger values, infinities and NaNs (a diverging run) are drawn on
     the top edge, and a red note under the legend says from which step each line is (``off_axis``),
-    calling the lines by ``names`` (short names, one per series; the labels where not given).
+    calling the lines by ``names`` (short names, one per series; the labels where not given). A chart
+    with such a note, or on a log axis, has its legend and note under the x label, off the lines.
     ``log``: a log axis, one grid line per power of ten, from the smallest positive value to the largest
     finite one (``y_cap`` is then ignored; infinities and NaNs still go on the top edge).
     ``mark``: ``(step, label)``, a dashed vertical line at that step, its label beside it.
@@ -130,6 +135,12 @@ def line_chart(
         ticks, labels = nice_ticks(min(top, y_cap) if y_cap is not None else top), []
     w, h = width - LEFT - RIGHT, height - TOP - BOTTOM
     x_max = max(x_max, 1, *(len(v) - 1 for _, v, _, _ in series))
+    # a diverging run's lines climb through the top right, where the legend sits: there the legend and the
+    # red note go under the x label, off the plot, so they never cover a line
+    said = off_axis(series, 10 ** (lo + ticks[-1]) if log else ticks[-1], names) if clipped else []
+    notes = ["off the axis, drawn on its top edge:", *said] if clipped else []
+    outside = log or clipped
+    below = 15 * (len(series) + len(notes)) + 4 if outside else 0
 
     def xy(i: int, v: float) -> tuple[float, float]:
         if not math.isfinite(v):  # inf and nan on the top edge
@@ -140,7 +151,7 @@ def line_chart(
             up = min(v, ticks[-1])
         return LEFT + w * i / x_max, TOP + h - h * up / ticks[-1]
 
-    out = _frame(width, height, title, xlabel, ylabel, ticks, labels)
+    out = _frame(width, height, title, xlabel, ylabel, ticks, labels, below)
     if mark is not None:  # under the lines, so they stay on top
         x = LEFT + w * mark[0] / x_max
         anchor, dx = ("end", -4) if mark[0] > x_max / 2 else ("start", 4)
@@ -168,19 +179,17 @@ def line_chart(
             )
             x, y = xy(len(values) - 1, values[-1])
             out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{colour}"/>')
-        ly = TOP + 12 + 15 * k  # the legend, top right, inside the plot
-        lx = width - RIGHT - 210
+        # the legend: top right, inside the plot; or under the x label, left-aligned, when kept off it
+        ly, lx = (height + 10 + 15 * k, LEFT) if outside else (TOP + 12 + 15 * k, width - RIGHT - 210)
         out.append(
             f'<line x1="{lx}" x2="{lx + 22}" y1="{ly - 4}" y2="{ly - 4}" stroke="{colour}" stroke-width="2"{dash}/>'
         )
         out.append(f'<text x="{lx + 27}" y="{ly}" font-size="10" {FONT}>{escape(label)}</text>')
-    if clipped:  # right-aligned on the plot's right edge, under the legend: every line of it fits inside
-        said = off_axis(series, 10 ** (lo + ticks[-1]) if log else ticks[-1], names)
-        for k, text in enumerate(["off the axis, drawn on its top edge:", *said]):
-            out.append(
-                f'<text class="off-axis" x="{width - RIGHT - 6}" y="{TOP + 12 + 15 * (len(series) + k)}" '
-                f'text-anchor="end" font-size="10" fill="#b71c1c" {FONT}>{escape(text)}</text>'
-            )
+    for k, text in enumerate(notes):  # the red note, under the legend, off the plot
+        out.append(
+            f'<text class="off-axis" x="{LEFT}" y="{height + 10 + 15 * (len(series) + k)}" '
+            f'font-size="10" fill="#b71c1c" {FONT}>{escape(text)}</text>'
+        )
     out.append("</svg>")
     return "\n".join(out)
 

@@ -145,17 +145,17 @@ def _workload(width: int, seed: int):
 
 
 # What the modelled figures leave out, said wherever they are shown: at the explorer's sizes a step's
-# counted work takes a few µs, less than one kernel launch, so only the ranking means anything. The two
+# counted work takes less than one kernel launch, so only the ranking means anything. The two
 # packing copies are the ones costmodel's docstring lists as left out: torch's broadcast_coalesced flattens
 # the parameters into one buffer per chunk before it broadcasts them (torch/csrc/cuda/comm.cpp), and DDP's
 # hooks copy each gradient into its bucket and back (reducer.cpp).
 LEFT_OUT = (
-    "message latency, kernel launches and two packing copies: DataParallel's of the parameters before "
+    "kernel launches and two packing copies: DataParallel's of the parameters before "
     "its broadcast, DDP's of each gradient into its bucket and back"
 )
 LEFT_OUT_NOTE = (
-    "the model counts FLOPs and bytes only (it leaves out {left_out}, which a real GPU step also pays, "
-    "µs each): at these sizes only its ranking means anything, not its absolute figures"
+    "the model counts FLOPs, bytes and NCCL's latency estimate per message (it leaves out {left_out}, which "
+    "a real GPU step also pays, µs each): at these sizes only its ranking means anything, not its figures"
 )
 
 _PLAIN = object()  # the one-device step's key: never a strategy's name
@@ -242,12 +242,16 @@ class CostLab:
 
     def modelled(self) -> dict:
         """The cost model's prediction of one step under DataParallel and DDP on ``slots`` GPUs of ``gpu``,
-        fastest first: FLOPs and bytes of this width's model and the course batch, not a clock."""
+        fastest first: FLOPs and bytes of this width's model and the course batch, and NCCL's latency per
+        message, not a clock."""
         from ..measure import costmodel
 
         work = _workload(self.width, self.seed)
+        # latency=True: each message pays NCCL's own latency estimate (costmodel's docstring). Without it a
+        # step of this tiny model is a few ns of bytes and FLOPs, which no real GPU step is
         predictions = [
-            costmodel.predict(work, self.gpu, self.slots, strategy=s) for s in ("DataParallel", "DDP")
+            costmodel.predict(work, self.gpu, self.slots, strategy=s, latency=True)
+            for s in ("DataParallel", "DDP")
         ]
         return {p.strategy: p for p in sorted(predictions, key=lambda p: (p.total_s, p.strategy))}
 
@@ -331,14 +335,15 @@ class CostLab:
 
     def tiny(self) -> str:
         """What the modelled figures are of, said beside them: a model tiny by GPU standards, whose modelled
-        step is µs or less, so that a figure such as 0.393 µs never reads as a real GPU step."""
+        step is mostly NCCL's latency per message and the assumed thread starts, so that a figure such as
+        15.6 µs never reads as a real GPU step."""
         return f"a model of {width_numel(self.width):,} parameters, tiny for a GPU: only the ranking means anything"
 
     def modelled_figures(self) -> str:
         """The cost model's ranking as one line of figures: each wrapper's modelled step without
         DataParallel's assumed thread starts, then those starts added on, so the assumed constant never
-        hides in the figure; then, in the same line, the model's size ("modelled, 4 x A100-SXM: DDP 3.94 µs
-        < DataParallel 4.66 µs + 400 µs assumed thread starts (a model of 66,817 parameters, ...)")."""
+        hides in the figure; then, in the same line, the model's size ("modelled, 4 x A100-SXM: DDP 32.7 µs
+        < DataParallel 134 µs + 400 µs assumed thread starts (a model of 66,817 parameters, ...)")."""
         modelled, dp, head, starts = self._modelled_parts()
         if not starts:
             return f"{head}: neither wrapper replicates, both are the plain step, {us(dp.total_s)}"
@@ -383,6 +388,7 @@ class CostLab:
             f"  assumed: {us(costmodel.PYTHON_THREAD_S)} to start each replica's thread (a round figure),",
             f"  {costmodel.EFFICIENCY:.0%} of the {self.gpu}'s FP32 peak, {flops['fp32'] / 1e12:g} TFLOP/s "
             f"(not TF32's {flops['tf32'] / 1e12:g}); neither is measured",
+            "  each message: NCCL's own latency estimate (src/graph/tuning.cc), not a measurement",
             *textwrap.wrap(
                 f"left out (µs each on a real GPU): {LEFT_OUT}: at these sizes only its ranking means "
                 "anything, not its absolute figures",

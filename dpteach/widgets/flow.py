@@ -264,6 +264,22 @@ class JoinOrder:
         """Positions of the ReduceAddBackward nodes that ran before the replicas' last node."""
         return tuple(i for i in self.joins if i < self.ops[-1])
 
+    def numbers(self) -> tuple[list[int], list[list[int]]]:
+        """The sequence numbers the rule reads: the ReduceAddBackward nodes', then each replica's own nodes',
+        replica by replica, each list ascending, so no list's order tells the order backward ran them."""
+        sums = sorted(self.order[i]._sequence_nr() for i in self.joins)
+        owners = [int(self.labels[i].rsplit("replica ", 1)[1].rstrip(")")) for i in self.ops]
+        replicas = [
+            sorted(self.order[i]._sequence_nr() for i, who in zip(self.ops, owners) if who == r)
+            for r in range(max(owners) + 1)
+        ]
+        return sums, replicas
+
+    @property
+    def first_replica(self) -> int:
+        """The replica whose node ran first of the replicas' own nodes, as recorded."""
+        return int(self.labels[self.ops[0]].rsplit("replica ", 1)[1].rstrip(")"))
+
     def summary(self, name: str) -> str:
         """One line: the steps (from 1, as the stepper counts) the ReduceAddBackward nodes ran at."""
         steps = ", ".join(str(i + 1) for i in self.joins)
@@ -309,7 +325,7 @@ def _replica_of(outs: list, stop: tuple[str, ...]) -> dict:
     return owner
 
 
-def join_order(threaded: bool, slots: int = 2, steps_before: int = 1) -> JoinOrder:
+def join_order(threaded: bool, slots: int = 2, steps_before: int = 1, forward_order=None) -> JoinOrder:
     """The stepper's ``"rewire"`` step (same model, same loss), with the replicas' forwards run each in
     a new thread of its own (``threaded=True``), as dpteach's threaded slots run them, or one after the
     other on the calling thread, as dpteach runs slots that share a device.
@@ -320,6 +336,9 @@ def join_order(threaded: bool, slots: int = 2, steps_before: int = 1) -> JoinOrd
     ``ReduceAddBackward`` nodes (made by ``replicate`` on the calling thread, before the replicas run)
     count from 0 too, and each ties with the threaded replicas' nodes of its number.
 
+    ``forward_order``: the order the replicas' forwards run in, on one thread (replica 0 first unless
+    given): chapter 12's exercise 4 checks the rule on an order that no chapter printed.
+
     ``_sequence_nr()`` is a private method of PyTorch's nodes: fine for looking, not for code that must
     keep working.
     """
@@ -327,8 +346,8 @@ def join_order(threaded: bool, slots: int = 2, steps_before: int = 1) -> JoinOrd
 
     def steps() -> None:
         for _ in range(steps_before):
-            _join_order(threaded, slots)  # a step before: only the counter it leaves behind matters
-        found.append(_join_order(threaded, slots))
+            _join_order(threaded, slots, forward_order)  # a step before: only the counter it leaves matters
+        found.append(_join_order(threaded, slots, forward_order))
 
     caller = threading.Thread(target=steps)
     caller.start()
@@ -338,7 +357,7 @@ def join_order(threaded: bool, slots: int = 2, steps_before: int = 1) -> JoinOrd
     return found[0]
 
 
-def _join_order(threaded: bool, slots: int) -> JoinOrder:
+def _join_order(threaded: bool, slots: int, forward_order=None) -> JoinOrder:
     """One ``"rewire"`` step and its backward, on the thread that calls this (see ``join_order``)."""
     devs = slot_devices(slots)
     x, y = (t.to(devs[0]) for t in story.make_data(seed=0))
@@ -357,7 +376,7 @@ def _join_order(threaded: bool, slots: int) -> JoinOrder:
         for thread in threads:
             thread.join()
     else:
-        for i in range(len(replicas)):
+        for i in range(len(replicas)) if forward_order is None else forward_order:
             run(i)
     owner = _replica_of(outs, ("ReduceAddBackward", "AccumulateGrad"))
     names = {id(p): name for name, p in net.named_parameters()}

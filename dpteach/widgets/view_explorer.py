@@ -9,7 +9,6 @@ calls that ipywidgets 7.7 (Colab) and 8 share.
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 
 from ._ipywidgets import Still, guarded, require, still_view
 from .pictures import graph_html, loss_curve
@@ -77,26 +76,11 @@ class DataParallelExplorer(Still, widgets.VBox):
         self.add_class("dpteach-explorer")
         self.refresh()
 
-    @contextmanager
-    def still_state(self):
-        """A still of a fresh explorer shows its run to the last step, so a saved copy read without a kernel
-        has curves to read (a still of step 0 is one dot); the live widget stays at step 0, where the
-        chapter asks for a prediction. The run is a second lab, from the same seed: the live lab's models
-        are left alone."""
-        live = self.lab
-        if live.step_count:  # already stepped: the still shows what the learner did
-            yield
-            return
-        shown = TrainingLab(live.strategy, live.slots, live.lr, live.steps, live.seed)
-        shown.run()
-        when = f"as it looks after ▶▶ run to step {shown.step_count} (the live widget starts at step 0)"
-        self.lab, self.still_when = shown, when
-        try:
-            self.refresh()
-            yield
-        finally:
-            self.lab, self.still_when = live, Still.still_when
-            self.refresh()
+    @property
+    def still_when(self) -> str:
+        """What the still shows: the step the lab is at when shown, step 0 in a fresh explorer, the chapter's
+        predictions asked under it (the answers are the learner's to find, or in the fold below it)."""
+        return f"at step {self.lab.step_count}, as it was shown"
 
     def _configure(self, change) -> None:
         self.lab.configure(strategy=self.strategy.value, slots=self.slots.value, lr=self.lr.value)

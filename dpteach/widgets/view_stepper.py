@@ -8,7 +8,6 @@ and norms. Only widgets and calls that ipywidgets 7.7 (Colab) and 8 share.
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 
 from ._ipywidgets import Still, guarded, require, still_view
 from .flow import GradientFlow
@@ -70,34 +69,11 @@ class GradientStepper(Still, widgets.VBox):
         self.add_class("dpteach-stepper")
         self.refresh()
 
-    def still_step(self) -> int:
-        """The step a still of a fresh stepper shows: the first summing node to run, else (under "clone",
-        which has none) the first replica leaf where a path ends, else step 1; the moment the chapter
-        asks about, where step 0 shows only backward starting."""
-        kinds = [step.kind for step in self.flow.steps]
-        for kind in ("join", "replica"):
-            if kind in kinds:
-                return kinds.index(kind)
-        return min(1, len(kinds) - 1)
-
-    @contextmanager
-    def still_state(self):
-        """A still of a stepper still at step 0 shows ``still_step()`` instead, so a saved copy read without a
-        kernel shows gradients on the move; the live widget stays at step 0, where the chapter asks for a
-        prediction. The flow is not run again: the slider moves there and back."""
-        if self.position.value:  # already stepped: the still shows what the learner did
-            yield
-            return
-        shown = self.still_step()
-        self.position.value = shown  # the slider's observer redraws
-        self.still_when = (
-            f"at step {shown}, {self.flow.steps[shown].label} (the live widget starts at step 0)"
-        )
-        try:
-            yield
-        finally:
-            self.position.value = 0
-            self.still_when = Still.still_when
+    @property
+    def still_when(self) -> str:
+        """What the still shows: the step the slider is at when shown, step 0 in a fresh stepper, where the
+        chapter asks its predictions (the answers are the learner's to step to, or in the fold below it)."""
+        return f"at step {self.position.value}, as it was shown"
 
     def go(self, i: int) -> None:
         """Show step ``i`` (clamped to the steps there are)."""

@@ -863,33 +863,32 @@ def test_each_widget_carries_a_still_for_front_ends_without_widgets(ipywidgets, 
     assert WIDGET_VIEW in bundle  # the live widget, as before
     still = bundle["text/html"]
     assert "<img " in still and "A still of the widget" in still  # its pictures
-    if make == "explorer":  # a fresh explorer's still shows its run to the end; the live widget stays at 0
-        assert "step 60 of 60" in still and "as it looks after ▶▶ run to step 60" in still
+    if make == "explorer":  # a fresh explorer's still shows step 0, as the live widget starts
+        assert "step 0 of 60" in still and "at step 0, as it was shown" in still
         assert "step 0 of 60" in view.status.value and view.lab.step_count == 0
-        assert bundle["text/plain"].startswith("DataParallelExplorer: step 60 of 60")
-    elif make == "gradient_stepper":  # a fresh stepper's still shows a step past 0; the live one stays at 0
-        shown = view.still_step()
-        # the first summing node, or under "clone" (the default), which has none, the first dead end
-        assert view.flow.steps[shown].kind == ("join" if view.flow.strategy != "clone" else "replica")
-        assert shown > 0
-        assert f"step {shown} of {len(view.flow) - 1}" in still
-        assert f"at step {shown}, {view.flow.steps[shown].label} (the live widget starts at step 0)" in still
-        assert view.position.value == 0 and f"step 0 of {len(view.flow) - 1}" in view.status.value
-        assert view.still_when == "as it was first shown"  # set back once the still is taken
+        assert bundle["text/plain"].startswith("DataParallelExplorer: step 0 of 60")
+    elif make == "gradient_stepper":  # a fresh stepper's still shows step 0 too: the chapter asks under it
+        assert f"step 0 of {len(view.flow) - 1}" in still and "at step 0, as it was shown" in still
+        assert view.position.value == 0
     else:
         assert view.status.value in still  # its status line, as first shown
     assert "A still of the widget" in still and "children=" not in bundle["text/plain"]
     assert bundle["text/plain"].startswith(type(view).__name__ + ": ") and "<" not in bundle["text/plain"]
 
 
-def test_the_steppers_still_shows_the_first_sum_under_rewire(ipywidgets):
-    """Under "rewire" a still of a fresh stepper shows the first ReduceAddBackward at work, not step 0."""
+def test_a_still_shows_the_step_the_widget_is_at_and_fits_the_page(ipywidgets):
+    """A still shows what the widget holds when shown: step 0 fresh, the learner's step after stepping; its
+    graph has no floor on its width (pictures.fitted_img's min-width), so it shrinks to the page."""
     from dpteach import widgets
 
     view = widgets.gradient_stepper(strategy="rewire", slots=2)
-    shown = view.still_step()
-    assert view.flow.steps[shown].label == "ReduceAddBackward"
-    assert [s.kind for s in view.flow.steps[:shown]].count("join") == 0  # the first one
-    plain = view._repr_mimebundle_()["text/plain"]
-    assert plain.startswith(f"GradientStepper: step {shown} of {len(view.flow) - 1}")
-    assert view.position.value == 0  # the live widget is left at step 0
+    assert "min-width:" in view.graph.value  # the live widget keeps its floor and scrolls
+    fresh = view._repr_mimebundle_()
+    assert fresh["text/plain"].startswith(f"GradientStepper: step 0 of {len(view.flow) - 1}")
+    assert "min-width:" not in fresh["text/html"] and "max-width:100%" in fresh["text/html"]
+    view.go(3)
+    assert "at step 3, as it was shown" in view._repr_mimebundle_()["text/html"]
+    explorer = widgets.explorer(strategy="clone", slots=8, steps=2)
+    explorer.step_button.click()
+    still = explorer._repr_mimebundle_()["text/html"]
+    assert "at step 1, as it was shown" in still and "min-width:" not in still
