@@ -3900,21 +3900,25 @@ def nodes_per_thread(
             "whose gradients are on its GPU, so share them out by GPU.",
             "one thread",
         )
+    first_try = not _failures[name]  # a first wrong try gets the idea; the counts come from the second
     if len(set(counts[k] for k in gpu_keys)) == 1 and counts["cuda:0"] not in (truth["cuda:0"], per_replica):
+        idea = "the engine does not share nodes out evenly: a node goes to the thread of its gradient's GPU"
         return fail(
-            "the engine does not share nodes out evenly: a node goes to the thread of its gradient's GPU, "
-            f"so each GPU gets its replica's {per_replica} and cuda:0 more.",
+            idea + (": which GPU holds each part of the step?" if first_try else
+                    f", so each GPU gets its replica's {per_replica} and cuda:0 more."),
             "even split",
-        )
+        )  # fmt: skip
     off = [k for k in gpu_keys[1:] if counts[k] != truth.get(k, 0)]
     if off:
         return fail(
-            f"{off[0]}'s thread runs replica {off[0][-1]}'s nodes only, {per_replica} of them: set "
+            f"{off[0]}'s thread runs only the nodes whose gradients are on {off[0]}: which part of the step "
+            "is that, and how many nodes does it make for this model?"
+            if first_try
+            else f"{off[0]}'s thread runs replica {off[0][-1]}'s nodes only, {per_replica} of them: set "
             f"{off[0]} to {truth.get(off[0], 0)}.",
             "replica",
         )
     zero = counts["cuda:0"]
-    first_try = not _failures[name]
     for wrong, problem, change in (
         (
             per_replica,

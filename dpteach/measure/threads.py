@@ -26,7 +26,9 @@ What to expect, from PyTorch's autograd engine (torch 2.13's headers; ``engine.c
 So on CPU slots every replica's backward runs on the caller thread, one node after another, the
 replica whose forward ran last first (dpteach's CPU slots run their forwards in turn); on CUDA each
 device's nodes run on that device's autograd thread, at the same time as the other devices'.
-:meth:`Threads.on_gpus` writes out what that rule predicts for a run recorded on CPU slots.
+:meth:`Threads.on_gpus` writes out what that rule predicts for a run recorded on CPU slots, and
+``threads_per_slot`` runs it: a simulation on CPU slots that cuts the same backward where the engine
+would hand nodes to another GPU's thread and gives each slot's share to a Python thread of its own.
 """
 
 from __future__ import annotations
@@ -39,11 +41,11 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from .._devices import DeviceLike
-from ..data_parallel import mean_square, step
+from .._devices import DeviceLike, as_devices
+from ..data_parallel import DataParallel, four_moves, mean_square, step
 from ..replicate import Strategy
 
-__all__ = ["Row", "Threads", "backward_threads", "graph_nodes"]
+__all__ = ["Row", "Threads", "backward_threads", "graph_nodes", "threads_per_slot"]
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,11 @@ class Row:
 
 @dataclass(frozen=True)
 class Threads:
-    """Every node of one step's backward, in the order the graph walk met them."""
+    """Every node of one step's backward, in the order the graph walk met them. ``simulated``: the rows of
+    :func:`threads_per_slot`, a split made by hand on CPU slots, which :meth:`table` labels as such."""
 
     rows: tuple[Row, ...]
+    simulated: bool = False
 
     def counts(self) -> Counter:
         """How many nodes each (replica, device, thread) ran."""
@@ -98,6 +102,8 @@ class Threads:
         same time interleave differently on every run."""
         split = any(r.replica.startswith("replica ") for r in self.rows)
         devices = ", ".join(sorted({r.device for r in self.rows}))
+        if self.simulated:
+            return self._simulated_table()
         if len(self.roles) == 1:
             [role] = self.roles
             who = f"the {role}" + (", the one that called backward()" if role == "caller thread" else "")
@@ -118,6 +124,23 @@ class Threads:
                 f"  {k:>5}  {_part(rep, split):<{_WIDTH}}{dev:<16}{role}"
                 for (rep, dev, role), k in sorted(self.counts().items(), key=_in_step_order)
             ]
+        return "\n".join(lines)
+
+    def _simulated_table(self) -> str:
+        """:func:`threads_per_slot`'s rows: how many nodes each slot's thread ran, each part once."""
+        when = {"shared": "  once every replica's are done"}
+        lines = [
+            "simulated on CPU slots: the same backward, each slot's share run by a thread of its own, as "
+            "CUDA's engine gives each GPU's nodes to that GPU's thread:",
+            f"  {'nodes':>5}  {'part of the step':<{_WIDTH}}thread",
+        ]
+        for (rep, _, role), k in sorted(self.counts().items(), key=_in_step_order):
+            note = when.get(
+                rep, "  beside replica 0's" if rep.startswith("replica ") and rep != "replica 0" else ""
+            )
+            lines.append(f"  {k:>5}  {_part(rep, True):<{_WIDTH}}{role}{note}")
+        if "caller thread" not in self.roles:
+            lines.append("the caller thread ran none of them: it waited until the slots' threads were done")
         return "\n".join(lines)
 
     def gpu_threads(self) -> dict[str, int]:
@@ -234,6 +257,34 @@ def _device(grads: Sequence[Any]) -> str:
     return ", ".join(sorted(devices)) or "-"
 
 
+def _recorded(
+    nodes: list[Any], run: Callable[[], None], role: Callable[[], str], simulated: bool = False
+) -> Threads:
+    """Hang a pre-hook on every node of ``nodes``, call ``run`` (which runs their backward) and return a
+    row per node that ran: when, on which thread (``role()``, read inside the hook) and with gradients where."""
+    seen: dict[int, tuple[str, str, int]] = {}
+    lock = threading.Lock()
+
+    def recorder(i: int):
+        def hook(grad_outputs):
+            with lock:  # device threads may run nodes at the same time
+                seen[i] = (_device(grad_outputs), role(), len(seen) + 1)
+
+        return hook
+
+    handles = [node.register_prehook(recorder(i)) for i, node in enumerate(nodes)]
+    try:
+        run()
+    finally:
+        for h in handles:
+            h.remove()
+    replica = _replicas(nodes)
+    rows = [
+        Row(i, _name(node), replica.get(id(node), "-"), *seen[i]) for i, node in enumerate(nodes) if i in seen
+    ]
+    return Threads(tuple(rows), simulated)
+
+
 def backward_threads(
     module: nn.Module,
     inputs: Any,
@@ -247,26 +298,93 @@ def backward_threads(
     The parameters' gradients are left as the backward made them (zero them before training on).
     """
     done = step(module, inputs, devices, strategy=strategy, loss_fn=loss_fn, backward=False)
-    nodes = graph_nodes(done.loss.grad_fn)
-    seen: dict[int, tuple[str, str, int]] = {}
     caller = threading.get_ident()
-    lock = threading.Lock()
+    return _recorded(graph_nodes(done.loss.grad_fn), done.loss.backward, lambda: _role(caller))
 
-    def recorder(i: int):
-        def hook(grad_outputs):
-            with lock:  # device threads may run nodes at the same time
-                seen[i] = (_device(grad_outputs), _role(caller), len(seen) + 1)
 
-        return hook
+class _KeepOutputs(DataParallel):
+    """DataParallel that keeps each replica and its output, so the backward can be cut between them."""
 
-    handles = [node.register_prehook(recorder(i)) for i, node in enumerate(nodes)]
-    try:
-        done.loss.backward()
-    finally:
-        for h in handles:
-            h.remove()
-    replica = _replicas(nodes)
-    rows = [
-        Row(i, _name(node), replica.get(id(node), "-"), *seen[i]) for i, node in enumerate(nodes) if i in seen
-    ]
-    return Threads(tuple(rows))
+    def parallel_apply(self, replicas, inputs, kwargs):
+        self.kept = (replicas, super().parallel_apply(replicas, inputs, kwargs))
+        return self.kept[1]
+
+
+def _copies(replica: nn.Module) -> list[torch.Tensor]:
+    """The tensors of a replica that backward sums onto the model: its parameters, wherever the strategy
+    put them (``_parameters``, or plain attributes as torch's ``replicate.py`` does), once each."""
+    found: dict[int, torch.Tensor] = {}
+    for m in replica.modules():
+        for t in (*m._parameters.values(), *m._buffers.values(), *vars(m).values()):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                found.setdefault(id(t), t)
+    return list(found.values())
+
+
+def threads_per_slot(
+    module: nn.Module,
+    inputs: Any,
+    devices: Sequence[DeviceLike],
+    *,
+    strategy: Strategy = "broadcast",
+    loss_fn: Callable[[Any], torch.Tensor] = mean_square,
+) -> Threads:
+    """A simulation, on slots of one device, of the split CUDA's engine makes: one DataParallel step of
+    ``module`` whose backward is cut where the engine would give nodes to another GPU's thread, each slot's
+    share run by a thread of its own.
+
+    The engine runs a CPU node on the thread that called backward (``Engine::ready_queue``), so each
+    thread below calls ``torch.autograd.grad`` on its share, and the engine runs that share on it. Slot
+    0's thread, standing for cuda:0's, runs the loss and the gather's backward, hands each other slot's
+    output gradient to that slot's thread, runs replica 0's nodes, waits for the others, then runs the sum
+    onto the model. The caller thread only waits, as it does on GPUs. The model's gradients come out as
+    ``loss.backward()`` makes them; zero them before training on.
+    """
+    slots = as_devices(devices, "devices")
+    if any(d.type != "cpu" for d in slots):  # a CUDA node runs on its GPU's engine thread, not the caller's
+        raise ValueError(
+            "threads_per_slot simulates the split on CPU slots; on GPUs, backward_threads records the real one"
+        )
+    dp = _KeepOutputs(module, slots, strategy=strategy)
+    out = four_moves(dp, inputs if isinstance(inputs, tuple) else (inputs,), {}, run_one_slot=False)
+    loss = loss_fn(out)
+    replicas, outputs = dp.kept
+    if len(outputs) < 2:
+        raise ValueError("threads_per_slot needs two slots or more: with one there is nothing to split")
+    roles: dict[int, str] = {}
+
+    def share(k: int, grad: torch.Tensor, got: list) -> None:  # replica k's nodes, down to its copies
+        roles[threading.get_ident()] = f"slot {k}'s thread (as cuda:{k}'s)"
+        copies = _copies(replicas[k])
+        got[k] = (copies, torch.autograd.grad(outputs[k], copies, grad, allow_unused=True))
+
+    def slot_0() -> None:
+        roles[threading.get_ident()] = "slot 0's thread (as cuda:0's)"
+        grads = torch.autograd.grad(loss, outputs)  # the loss and the gather's backward
+        got: list = [None] * len(outputs)
+        others = [threading.Thread(target=share, args=(k, grads[k], got)) for k in range(1, len(outputs))]
+        for t in others:
+            t.start()
+        share(0, grads[0], got)
+        for t in others:
+            t.join()
+        pairs = [(c, g) for copies, gs in got for c, g in zip(copies, gs) if g is not None]
+        torch.autograd.backward([c for c, _ in pairs], [g for _, g in pairs])  # the sum onto the model
+
+    def run() -> None:
+        errors: list[BaseException] = []
+
+        def guarded() -> None:
+            try:
+                slot_0()
+            except BaseException as e:  # re-raised in the caller, as parallel_apply does
+                errors.append(e)
+
+        worker = threading.Thread(target=guarded)
+        worker.start()
+        worker.join()  # the caller thread waits, as it does while GPU threads run a backward
+        if errors:
+            raise errors[0]
+
+    nodes = graph_nodes(loss.grad_fn)
+    return _recorded(nodes, run, lambda: roles.get(threading.get_ident(), "caller thread"), simulated=True)

@@ -11,6 +11,8 @@ from a run.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -393,7 +395,7 @@ def test_exercise_3_accepts_the_counts_and_leaves_the_model_untouched(chapter):
             {"cuda:0": 7, "cuda:1": 7, "cuda:2": 7, "cuda:3": 7},
             "does not share nodes out evenly",
         ),
-        ("replica", {**RIGHT_5, "cuda:2": 13}, "set cuda:2 to 5"),
+        ("replica", {**RIGHT_5, "cuda:2": 13}, "runs only the nodes whose gradients are on cuda:2"),
         ("other", {**RIGHT_5, "cuda:0": 20}, "cuda:0: 20 is too many"),
     ],
 )
@@ -417,6 +419,22 @@ def test_exercise_3_the_first_try_asks_where_and_the_second_gives_the_counts(cha
     first, second = (checks.nodes_per_thread(answer, model, x).message for _ in range(2))
     assert change not in first and "13" not in first.split("\nHint")[0]
     assert change in second.split("\nHint")[0] and "Hint 2 of 2" in second
+
+
+@pytest.mark.parametrize(
+    "answer, count",
+    [
+        ({**RIGHT_5, "cuda:2": 13}, "set cuda:2 to 5"),
+        ({"cuda:0": 7, "cuda:1": 7, "cuda:2": 7, "cuda:3": 7}, "each GPU gets its replica's 5"),
+    ],
+)
+def test_exercise_3_a_first_slip_gets_the_idea_and_only_a_second_the_count(chapter, answer, count):
+    """A ladder: the first wrong try names the idea with no count in it; the count comes from the second."""
+    model, x, _ = chapter
+    first, second = (checks.nodes_per_thread(answer, model, x).message for _ in range(2))
+    said = first.split("\nHint")[0]
+    assert count not in said and not re.search(r"\b(5|13)\b", said), said
+    assert count in second.split("\nHint")[0] and "Hint 2 of 2" in second
 
 
 def test_exercise_3_a_missing_thread_costs_no_try_and_the_hints_climb(chapter):

@@ -1,5 +1,6 @@
 """Chapter 08's thread table: on CPU slots it shows the order the engine ran the nodes in, and that
-order is the engine's own rule; without CUDA it adds what GPUs would show, labelled as not run.
+order is the engine's own rule; without CUDA it adds GPUs' split, run on real threads and labelled as
+a simulation (``threads.threads_per_slot``).
 
 The rule, from torch 2.13's ``engine.h`` and ``node.h``: a ready queue pops the node with the highest
 sequence number first ("nodes corresponding to ops executed later are the first to be executed in
@@ -13,9 +14,11 @@ import contextlib
 import heapq
 import io
 import re
+from collections import Counter
 from pathlib import Path
 
 import nbformat
+import pytest
 import torch
 from torch import nn
 
@@ -101,14 +104,44 @@ def test_the_cell_prints_both_and_the_prose_says_which_is_measured():
         for tag in ("hide-input", "thread-table"):
             exec(compile(TAGGED[tag].source, f"<{tag}>", "exec"), scope)
     printed = out.getvalue()
-    if not scope["on_gpu"]:
-        table, expected = printed.split("on 2 GPUs this backward would run like this")
+    if not scope["on_gpu"]:  # the record, then GPUs' split run on real threads, labelled a simulation
+        table, simulated = printed.split("simulated on CPU slots:")
         assert "autograd thread" not in table and "caller thread" in table
-        assert "not run here" in expected and "autograd thread cuda:1" in expected
+        assert "slot 1's thread (as cuda:1's)" in simulated and "replica 1" in simulated
     at = NB.cells.index(TAGGED["thread-table"])
     before, after = (" ".join(re.sub(r"<details>.*?</details>", " ", NB.cells[i].source, flags=re.S).split())
                      for i in (at - 1, at + 1))  # fmt: skip
     # the question before the table, and its answer only after it
-    assert "**Predict:** whose backward nodes run first" in before and "the engine's rules applied" in before
+    assert "**Predict:** whose backward nodes run first" in before and "simulates GPUs' split" in before
     assert "replica 1's forward ran last" not in before.lower()
     assert after.startswith("Replica 1's forward ran last, so its whole backward comes first")
+
+
+def test_the_simulated_split_runs_each_replica_on_its_slots_thread_and_sums_as_backward_does():
+    """threads_per_slot: real threads, one per slot; the caller runs no node; the gradients are the ones
+    ``loss.backward()`` makes; and the counts per thread are the engine's rule (``gpu_threads``)."""
+    x = torch.randn(6, 8)
+    simulated = threads.threads_per_slot(model(), x, ["cpu"] * 3)
+    assert simulated.simulated and "caller thread" not in simulated.roles
+    assert simulated.roles == {f"slot {k}'s thread (as cuda:{k}'s)" for k in range(3)}
+    by_part = {
+        r.replica: {s.thread for s in simulated.rows if s.replica == r.replica} for r in simulated.rows
+    }
+    assert by_part["replica 2"] == {"slot 2's thread (as cuda:2's)"}
+    assert by_part["-"] == by_part["shared"] == by_part["replica 0"] == {"slot 0's thread (as cuda:0's)"}
+    recorded = threads.backward_threads(model(), x, ["cpu"] * 3)
+    assert {
+        k: v for k, v in Counter(r.thread[-9:-3] for r in simulated.rows).items()
+    } == recorded.gpu_threads()
+    assert sorted((r.node, r.replica) for r in simulated.rows) == sorted(
+        (r.node, r.replica) for r in recorded.rows
+    )
+    mine, theirs = model(), model()
+    threads.threads_per_slot(mine, x, ["cpu", "cpu"])
+    step(theirs, x, ["cpu", "cpu"])  # the same step, one loss.backward()
+    for a, b in zip(mine.parameters(), theirs.parameters()):
+        torch.testing.assert_close(a.grad, b.grad)  # the split sums what backward sums
+    table = simulated.table()
+    assert table.startswith("simulated on CPU slots:") and "not run here" not in table
+    with pytest.raises(ValueError, match="two slots or more"):
+        threads.threads_per_slot(model(), x, ["cpu"])
