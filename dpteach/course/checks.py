@@ -4966,6 +4966,18 @@ def _mean_factor(gaps) -> float:
     return (gaps[-1] / gaps[0]) ** (1 / (len(gaps) - 1))
 
 
+def _same_for_any_list(growth: Callable, got: float) -> bool:
+    """Whether ``growth`` gives ``got`` for two more lists of other factors too: a number typed in."""
+    import math
+
+    try:
+        return all(
+            math.isclose(growth(g), got, rel_tol=1e-6) for g in ([1.0, 3.0, 9.0], [5.0, 5.0, 5.0, 5.0])
+        )
+    except Exception:  # the learner's code: a list it cannot take says nothing about literals
+        return False
+
+
 def calm_drift(growth: Callable | object, made_by_lr: bool | object = ...) -> Verdict:
     """Exercise 5: ``growth(gaps)``, the weight gap's mean factor per step from ``gaps[0]`` to ``gaps[-1]``,
     is checked on a made-up list and on the two runs of ``DRIFT_RUNS``; then their evidence is printed and
@@ -4975,10 +4987,13 @@ def calm_drift(growth: Callable | object, made_by_lr: bool | object = ...) -> Ve
     name = "ch12.calm_drift"
     if _unset(growth) or not callable(growth):
         return Verdict(False, "Define growth(gaps) first, then run this cell again.")
-    hints = [
-        "A factor per step multiplies: over len(gaps) - 1 steps the gap grows by their product, "
-        "gaps[-1] / gaps[0].",
-        "The mean factor is the (len(gaps) - 1)-th root of that product.",
+    hints = [  # the idea on a worked list first; the formula only on later tries
+        "A mean factor multiplies: it is the one number that, multiplied in at every step, takes the first "
+        "gap to the last. Worked by hand: [1e-8, 2e-8, 4e-8, 8e-8] doubles at each of its 3 steps, so its "
+        "factor is 2.",
+        "Between k gaps there are k - 1 steps, and their factors multiply to the last gap over the first: "
+        "8e-8 / 1e-8 = 8 = 2 * 2 * 2 for the list above.",
+        "So the mean factor is the (len(gaps) - 1)-th root of gaps[-1] / gaps[0]: 8 ** (1 / 3) = 2 above.",
     ]
     answer = "return (gaps[-1] / gaps[0]) ** (1 / (len(gaps) - 1)); made_by_lr = False."
     made_up = [1e-8, 2e-8, 4e-8, 8e-8]  # a gap that doubles every step: factor 2
@@ -4999,11 +5014,12 @@ def calm_drift(growth: Callable | object, made_by_lr: bool | object = ...) -> Ve
         truth = _mean_factor(gaps)
         if not math.isclose(got, truth, rel_tol=1e-6):
             total = gaps[-1] / gaps[0]
-            slip = (
-                "that is the growth over all the steps: take the root for one step."
-                if math.isclose(got, total, rel_tol=1e-6)
-                else "a factor per step is the same for every step, whatever the list."
-            )
+            if math.isclose(got, total, rel_tol=1e-6):
+                slip = "that is the growth over all the steps: take the root for one step."
+            elif _same_for_any_list(growth, got):
+                slip = "growth returns this number whatever the list: compute it from gaps instead."
+            else:
+                slip = "change growth so that its factor, multiplied in at every step, takes gaps[0] to gaps[-1]."
             return _not_yet(
                 name,
                 f"for {what}, growth returns {got:.4g}, not the mean factor per step, {truth:.4g}: {slip}",
@@ -5012,7 +5028,8 @@ def calm_drift(growth: Callable | object, made_by_lr: bool | object = ...) -> Ve
                 "growth",
             )
     evidence = "; ".join(
-        f"{what}: gap {gaps[0]:.1e} after step 1, x{_mean_factor(gaps):.2f} per step over {len(gaps)} steps"
+        f"{what}: gap {gaps[0]:.1e} after step 1, x{_mean_factor(gaps):.2f} per step from step 1 to step "
+        f"{len(gaps)} ({len(gaps) - 1} steps)"
         for what, gaps in runs
     )
     if made_by_lr is ...:

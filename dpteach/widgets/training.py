@@ -282,6 +282,7 @@ class DriftTable:
 
     def __init__(self, every_to: int = 10):
         self.every_to, self.rows, self.seen = every_to, [], set()
+        self.firsts: dict[str, int] = {}  # each event's first step
 
     def add(self, step: int, dp: float, one: float, gap: float, grads: list[GradRow]) -> list[str]:
         """One step: both losses, the weight gap, the gradient rows; returns the events that first happen here."""
@@ -294,6 +295,7 @@ class DriftTable:
         }
         new = [name for name, now in events.items() if now and name not in self.seen]
         self.seen.update(new)
+        self.firsts.update((name, step) for name in new)
         numbers = [r.reference for r in grads] + [r.original for r in grads if r.original is not None]
         if not all(math.isfinite(v) for v in numbers):
             verdict = "not finite"
@@ -304,5 +306,22 @@ class DriftTable:
             self.rows.append(f"{step:4d}  {dp:<12.6g}  {one:<12.6g}  {gap:<10.1e}  {verdict}{note}")
         return new
 
+    def ends(self) -> str | None:
+        """One line: where each run first turns inf and nan, said once where both runs do so at the same steps."""
+        said = {
+            run: ", ".join(
+                f"{what} at step {self.firsts[f'{run} {what}']}"
+                for what in ("inf", "nan")
+                if f"{run} {what}" in self.firsts
+            )
+            for run in ("DataParallel", "one device")
+        }
+        if not any(said.values()):
+            return None
+        if said["DataParallel"] == said["one device"]:
+            return f"both runs: {said['DataParallel']}"
+        return "; ".join(f"{run}: {text or 'finite throughout'}" for run, text in said.items())
+
     def lines(self) -> list[str]:
-        return [self.HEAD, *self.rows]
+        ends = self.ends()
+        return [self.HEAD, *self.rows, *([ends] if ends else [])]

@@ -359,6 +359,17 @@ def test_section_1a_table_says_each_runs_inf_and_nan_at_its_own_step(capsys):
         (line,) = [row for row in printed if event in row]
         assert line.split()[0] == str(step), (event, line)
     assert len([row for row in printed if "losses 1% apart" in row]) == 1
+    # the last line says where each run turns inf, then nan, from the same losses (1a's reading points to it)
+    *printed, ends = printed
+    dp_steps = f"inf at step {expected['DataParallel inf']}, nan at step {expected['DataParallel nan']}"
+    one_steps = f"inf at step {expected['one device inf']}, nan at step {expected['one device nan']}"
+    assert ends == (
+        f"both runs: {dp_steps}"
+        if dp_steps == one_steps
+        else f"DataParallel: {dp_steps}; one device: {one_steps}"
+    )
+    why = " ".join(tagged(cells, "large-lr-read").split("<details>")[0].split())
+    assert "the table's last line gives the steps" in why and "own step" not in why
     verdicts = [row for row in printed[1:] if "agree" in row or "not finite" in row]
     assert len(verdicts) == len(printed) - 1 and "DIFFER" not in "".join(printed)
     seen = [row.split()[0] for row in printed[1:]]
@@ -501,7 +512,9 @@ def test_the_counts_section_3_states_hold_at_every_width_on_slots_that_share_a_d
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     summary = " ".join(tagged(cells, "summary").split())
     assert 'on slots that share one device `"broadcast"` copies the fewest' in summary
-    assert 'on distinct GPUs `"broadcast"` counts the most' in summary  # the fold's 3n-1 against 2n-1, 3n-2
+    # between devices broadcast and rewire tie (test_on_distinct_gpus_...); broadcast's packs stay local
+    assert 'Between distinct GPUs `"broadcast"` and `"rewire"` tie at 2n−2 transfers' in summary
+    assert '`"broadcast"` adds n+1 local packs' in summary and "counts the most" not in summary
     assert "on slots that share a device" in " ".join(tagged(cells, "lab-intro").split())
     cost = section_3(cells)
     counts = fold(cost, "Going deeper: distinct GPUs")
@@ -514,13 +527,12 @@ def test_the_counts_section_3_states_hold_at_every_width_on_slots_that_share_a_d
     (after,) = [i for i, c in enumerate(cells) if "distinct-gpus" in c.metadata.get("tags", [])]
     explorer = next(i for i, c in enumerate(cells) if "widgets.cost_explorer(" in c.source)
     gpus = " ".join(cells[after].source.split())
-    assert after > explorer and "worked out, not run" in gpus and "ranking turns over" in gpus
+    assert after > explorer and "worked out, not run" in gpus and "the ranking changes" in gpus
     assert "share one device" in gpus and "Going deeper: distinct GPUs" in gpus
-    # the one sentence that turns the ranking over is on the main path; its counts are the fold's
-    for count in ('`"broadcast"` makes 3n−1', '`"rewire"` 3n−2', '`"clone"` 2n−1'):
-        assert count in gpus
-    assert '"broadcast"` 3n−1' in counts and '"rewire"` 3n−2' in counts and '"clone"` 2n−1' in counts
-    assert 'on distinct GPUs `"broadcast"` counts the most' in summary
+    # the main path counts transfers between devices only, and says local copies come on top
+    assert '`"broadcast"` and `"rewire"` tie at 2n−2 model-sized transfers and `"clone"` makes n−1' in gpus
+    assert "plus local copies" in gpus and "3n" not in gpus
+    assert '"broadcast"` makes 3n−1' in counts and '"rewire"` 3n−2' in counts and '"clone"` 2n−1' in counts
     assert all(op in counts for op in ("`scatter`", "`reduce_add`", "`to`", "`pack`"))
     # the answer to section 3's prediction says the counts checked above
     (seen,) = [p for p in cost.split("<details>") if p.startswith("<summary>What you should see")]
@@ -1061,9 +1073,42 @@ def test_broadcasts_originals_tie_and_the_chapter_calls_their_order_the_heaps():
     assert ties.startswith("<details><summary>Going deeper: the originals' order, and ties</summary>")
     assert "an artefact of the heap, not parameter order" in ties and "`std::priority_queue`" in ties
     assert "`2.bias`'s, carries the highest number of the four and runs first" in ties
-    assert "(`UINT64_MAX`, `torch/csrc/autograd/node.h`)" in ties
+    assert "(`UINT64_MAX`, set in `torch/csrc/autograd/functions/accumulate_grad.cpp`" in ties
+    assert "documented in NOTE [ Sequence Number], `torch/csrc/autograd/node.h`)" in ties
+    assert ties.split("</summary> ")[1].startswith(
+        "An original's `AccumulateGrad` runs the moment"
+    )  # claim first
     order = [c.metadata.get("tags", []) for c in cells]
     assert order.index(["order-ties"]) == order.index(["order-rule"]) + 1  # right after the rule
+
+
+def test_the_rules_why_it_matters_says_how_ddp_cuts_its_buckets():
+    """Section 2's rule says DDP's first buckets follow reversed parameter order (distributed.py hands the
+    Reducer the reversed bucket list) and that it rebuilds them once, from the ready order, only when
+    static_graph or not find_unused_parameters (reducer.hpp, should_rebuild_buckets)."""
+    import inspect
+
+    import torch.nn.parallel.distributed as ddp
+
+    source = inspect.getsource(ddp.DistributedDataParallel)
+    assert "list(reversed(bucket_indices))" in source and "self.reducer._rebuild_buckets()" in source
+    header = Path(torch.__file__).parent / "include/torch/csrc/distributed/c10d/reducer.hpp"
+    if header.exists():
+        assert (
+            "return (static_graph_ || !find_unused_parameters_) && !has_rebuilt_bucket_;"
+            in header.read_text()
+        )
+    cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
+    rule = " ".join(tagged(cells, "order-rule").split())
+    assert rule.startswith(
+        "**The rule:** of the nodes ready to run, autograd runs the one its thread made last."
+    )
+    assert "Its first buckets follow reversed parameter order" in rule
+    assert (
+        "after the first iteration it rebuilds them once, in this ready order, if `static_graph=True` or"
+        in rule
+    )
+    assert "`find_unused_parameters=False` (`distributed.py`, `reducer.hpp`" in rule
 
 
 def test_exercise_4_checks_the_order_rule_against_a_recorded_backward(fresh_checks):
@@ -1202,8 +1247,20 @@ def test_on_distinct_gpus_the_counts_are_the_ones_section_3s_fold_gives(monkeypa
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     cost = section_3(cells)
     counts = fold(cost, "Going deeper: distinct GPUs")
-    assert '`"broadcast"` 3n−1' in counts and '`"rewire"` 3n−2' in counts and '`"clone"` 2n−1' in counts
-    assert 'without the packs `"broadcast"` counts 2n−2' in counts and "counts the most" in counts
+    # the fold's table splits each count: between devices, and local (packs, clones), as counted above
+    rows = {
+        '`"broadcast"`': "n−1 `broadcast` + n−1 `reduce_add` = 2n−2 | n+1 `pack`",
+        '`"rewire"`': "n−1 `to` + n−1 `reduce_add` = 2n−2 | n `clone`",
+        '`"clone"`': "n−1 `to` | n `clone`",
+    }
+    for name, row in rows.items():
+        assert f"| {name} | {row} |" in counts, name
+    assert "| strategy | between devices | local, on one GPU |" in counts
+    assert '`"broadcast"` makes 3n−1, `"rewire"` 3n−2, `"clone"` 2n−1' in counts  # the two columns added
+    assert "before PR #20995 dropped the clone" in counts and "counts the most" not in counts
+    from dpteach.replicate import clone as clone_strategy
+
+    assert "PR #20995 later dropped the clone there" in " ".join(clone_strategy.__doc__.split())
     assert "fit one 10 MiB bucket" in counts and comm.BUFFER_SIZE == 10 * 1024 * 1024
     import inspect
 
@@ -1272,9 +1329,11 @@ def test_section_1a_says_the_gradients_agree_until_one_overflows_though_a_loss_i
     why = " ".join(tagged(cells, "large-lr-read").split("<details>")[0].split())
     assert int(step) > 0  # a step number the prose leaves to the table, which prints it
     assert "until a gradient overflows, even at the step whose loss is first `inf`" in why
-    # why: the loss squares the error; the gradient of the loss with respect to the output, 2·error/N, does not
+    # why: the loss squares the error; the gradient of the loss with respect to the output, 2·error/N, and the
+    # weight gradients made from it (bounded tanh activations times it) are linear in the error
     assert (
-        "the loss squares the error and overflows first, while the gradient, 2·error/N, stays finite" in why
+        "the loss squares the error and overflows first, while the gradient at the output, 2·error/N, and the "
+        "weight gradients built from it grow linearly in the error" in why
     )
     out = torch.tensor([3e19, 0.0], requires_grad=True)
     loss = torch.nn.functional.mse_loss(out, torch.zeros(2))
@@ -1336,8 +1395,21 @@ def test_exercise_5_check_measures_both_runs_and_judges_by_the_evidence(fresh_ch
     wrong = fresh_checks.calm_drift(right, True)
     assert not wrong.ok and wrong.problem == "made by lr" and "Change `made_by_lr`" in wrong.message
     assert "Hint 1 of 2" in wrong.message and "made_by_lr = False" not in wrong.message
+    assert "from step 1 to step 10 (9 steps)" in asks.message  # ten gaps, nine factors between them
     typed = fresh_checks.calm_drift(lambda gaps: 7.38)
     assert not typed.ok and typed.problem == "growth" and "made-up" in typed.message
+    assert "whatever the list: compute it from gaps" in typed.message
+    # the ladder: the idea on a worked list first, no formula; the formula only on later tries
+    hint_1 = typed.message.split("Hint 1 of 3: ")[1]
+    assert "A mean factor multiplies" in hint_1 and "[1e-8, 2e-8, 4e-8, 8e-8]" in hint_1 and "is 2" in hint_1
+    assert "gaps[-1]" not in hint_1 and "gaps[0]" not in hint_1 and "root" not in hint_1
+    hint_2 = fresh_checks.calm_drift(lambda gaps: 7.38).message.split("Hint 2 of 3: ")[1]
+    assert "k - 1 steps" in hint_2 and "root" not in hint_2
+    assert "(len(gaps) - 1)-th root" in fresh_checks.calm_drift(lambda gaps: 7.38).message
+    assert "The answer" in fresh_checks.calm_drift(lambda gaps: 7.38).message
+    # a formula that reads the list but is wrong (the mean of the step ratios) hears what to change
+    mean_ratio = fresh_checks.calm_drift(lambda g: sum(b / a for a, b in zip(g, g[1:])) / (len(g) - 1))
+    assert mean_ratio.problem == "growth" and "takes gaps[0] to gaps[-1]" in mean_ratio.message
     total = fresh_checks.calm_drift(lambda gaps: gaps[-1] / gaps[0])
     assert total.problem == "growth" and "take the root for one step" in total.message
     for bad in [lambda g: "2", lambda g: True]:
@@ -1429,13 +1501,17 @@ def test_the_folds_that_answer_a_prediction_sit_under_its_widget():
     )
 
 
-def test_the_order_printout_comes_after_the_rule():
-    """Section 2a asks for a guess, then states the rule, and only then prints the order."""
+def test_the_order_printout_answers_the_guess_and_the_rule_comes_after():
+    """Section 2a asks for a guess, prints the order right under it, and only then shows why: the forwards'
+    threads, then the rule."""
     cells = nbformat.read(ROOT / "notebooks" / "12_the_lab.ipynb", as_version=4).cells
     rule = next(i for i, c in enumerate(cells) if "order-rule" in c.metadata.get("tags", []))
+    threads = next(i for i, c in enumerate(cells) if "forward-threads" in c.metadata.get("tags", []))
     printout = next(i for i, c in enumerate(cells) if c.source.startswith("orders = {strategy: GradientFlow"))
     ask = next(i for i, c in enumerate(cells) if c.source.startswith("### 2a."))
-    assert ask < rule < printout and "Guess before you read on" in cells[ask].source
+    assert ask + 1 == printout < threads < rule
+    assert "Guess before you run it" in cells[ask].source and "The cell below prints" in cells[ask].source
+    assert "widgets.training" not in cells[threads].source  # the premise cell uses public names only
 
 
 def test_exercise_2_shows_the_move_to_the_originals_device():
