@@ -1,8 +1,7 @@
 """What a check says: a :class:`Result` that prints kindly, and the collector that builds one.
 
-What went wrong is said in sentences a learner can act on (a mistake seen in twelve places once, with
-what the other eleven are), each with its hint, whose steps follow how often that mistake came back;
-"Correct!" when everything holds.
+What went wrong is said in sentences a learner can act on (a mistake seen in twelve places once, with what the
+others are), each with its hint, whose steps follow how often that mistake came back; "Correct!" when all holds.
 """
 
 from __future__ import annotations
@@ -190,13 +189,12 @@ class Findings:
     def ok(self) -> bool:
         return not self._first
 
-    def _hint(self, kind: str, times: int) -> tuple[str, bool]:
-        """The hint for a problem found in ``times`` checks, and whether it has a further step."""
+    def _hint(self, kind: str, times: int) -> str:
+        """The hint for a problem found in ``times`` checks, labelled with its step: "(step 1 of 2) ..."."""
         steps = self._hints.get(kind, "")
-        if isinstance(steps, str):
-            return steps, False
+        steps = (steps,) if isinstance(steps, str) and steps else steps  # one hint is a hint of one step
         step = min(times, len(steps))
-        return f"(step {step} of {len(steps)}) {steps[step - 1]}", step < len(steps)
+        return f"(step {step} of {len(steps)}) {steps[step - 1]}" if steps else ""
 
     def result(self, not_implemented: str | None = None) -> Result:
         if not_implemented is not None:
@@ -213,8 +211,9 @@ class Findings:
         messages, hints = [], []
         for kind, text in shown:
             times, unit = self._seen[kind]
-            messages.append(text + (f" (the same problem in {times - 1} more {unit})" if times > 1 else ""))
-            hint, _ = self._hint(kind, counts[kind])  # the step number is in the hint's own text
+            more = f"{times - 1} more" if times <= 10 else "many more"  # a count past ten is noise
+            messages.append(text + (f" (the same problem in {more} {unit})" if times > 1 else ""))
+            hint = self._hint(kind, counts[kind])  # the step number is in the hint's own text
             hints += [hint] if hint and hint not in hints else []
         if (tries := counts.get("", 0)) >= ANSWER_AFTER:
             answer = f"`print(exercises.solution_source({self.task.key!r}))`"

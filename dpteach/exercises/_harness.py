@@ -28,6 +28,7 @@ from ._paths import edge_problem, places, shares_storage
 from ._time_limit import TimeLimit, time_limit
 
 RTOL, ATOL = 1e-4, 1e-5
+GRAD_COUNT = re.compile(r"(\w+?)Backward returned an incorrect number of grad\D+(\d+)\D+(\d+)")  # autograd's
 SLOTS = ["cpu", "cpu"]  # where `try_it` runs an answer once
 
 
@@ -241,26 +242,23 @@ def run_cases(
                 compare(findings, run, "second")
 
 
-def _set_anomaly(v):
-    torch.set_anomaly_enabled(*v)
-
-
-def _warn_only() -> bool:
-    return torch.is_deterministic_algorithms_warn_only_enabled()
-
-
-def _set_deterministic(v):
-    torch.use_deterministic_algorithms(v[0], warn_only=v[1])
-
-
 # Global settings an answer can change and that a check reads: (getter, setter) pairs, restored after
 # every check. Grad mode, inference mode, autocast and the random state are restored by the
 # context managers `_clean` enters; the global default device and leaked modes are handled there too.
 _SETTINGS = (
     (torch.get_default_dtype, torch.set_default_dtype),
     (torch.get_num_threads, torch.set_num_threads),
-    (lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()), _set_anomaly),
-    (lambda: (torch.are_deterministic_algorithms_enabled(), _warn_only()), _set_deterministic),
+    (
+        lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+        lambda v: torch.set_anomaly_enabled(*v),
+    ),
+    (
+        lambda: (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        ),
+        lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1]),
+    ),
     (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
     (torch._C._is_multithreading_enabled, torch._C._set_multithreading_enabled),
     (lambda: torch.backends.cudnn.deterministic, lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
@@ -332,11 +330,7 @@ def run_check(task: Task, hints: dict[str, str], body: Callable[[Findings], None
         if "NotImplementedError" in str(exc) and "Original Traceback" in str(exc):
             return findings.result(not_implemented=not_implemented_message(task, exc))
         findings.error = exc
-        count = re.search(
-            r"function (\w+?)Backward returned an incorrect number of gradients \(expected (\d+), got (\d+)\)",
-            str(exc),
-        )
-        if count:  # autograd's own words for a backward that returns too few or too many values
+        if count := GRAD_COUNT.search(str(exc)):  # autograd's words for a backward's wrong count of values
             name, want, got = count.groups()
             findings.problem(
                 "grad_count",

@@ -17,7 +17,7 @@ from typing import Callable
 
 from . import solutions, stubs
 from ._feedback import Task
-from ._harness import NotYet
+from ._harness import GRAD_COUNT, NotYet
 
 _FOUND = sorted(
     (int(m.group(1)), name)
@@ -84,9 +84,8 @@ class NotWrittenYet(NotImplementedError):
 
 
 def try_it(key: str, *answer) -> None:
-    """Run exercise ``key`` once with the learner's ``answer`` (its module's ``try_answer``), raising what
-    it raises: a stub's own ``NotImplementedError`` ("Task ...") as ``NotWrittenYet``, others as they are;
-    a mistake found before backward (:class:`NotYet`) or a wrong count of backward's values is printed."""
+    """Run exercise ``key`` once with the learner's ``answer`` (its module's ``try_answer``), raising what it raises (a
+    stub's own ``NotImplementedError`` as ``NotWrittenYet``); a :class:`NotYet` or a backward's wrong count is printed."""
     try:
         said = module_of(key).try_answer(*answer)
     except NotImplementedError as error:
@@ -94,11 +93,11 @@ def try_it(key: str, *answer) -> None:
             raise
         raise NotWrittenYet(str(error)) from None
     except (NotYet, RuntimeError) as problem:  # found before backward, or torch's count of backward's values
-        n = re.search(r"(\w+)Backward returned an incorrect number of grad\D+(\d+)\D+(\d+)", f"{problem}")
+        n = GRAD_COUNT.search(f"{problem}")
         if isinstance(problem, RuntimeError) and not n:
             raise
         if n:  # torch counts the values but does not say what each is for
             problem = f"{n[1]}.backward must return {n[2]} values, one per argument of apply, not {n[3]}"
-        print(f"Not yet: {problem}\nChange that line, then run this cell again.")
+        print(f"Not yet: {problem}\nChange your code, then run this cell again.")
         return
     print(f"Tried it: {said}. Now run the check below.")

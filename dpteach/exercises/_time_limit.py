@@ -1,10 +1,9 @@
 """A time limit for the exercise checks: a watchdog thread interrupts a check that runs too long.
 
-A learner's endless loop would otherwise hang the notebook. The watchdog sends the main thread a
-SIGINT, as Jupyter's "interrupt kernel" does, which also wakes a ``time.sleep`` or a wait on a replica
-thread; the check turns it into a sentence. It is armed only where the interrupt can be caught: in
-the main thread, with Python's own SIGINT handler installed (in Jupyter while a cell runs, and in
-plain Python).
+A learner's endless loop would otherwise hang the notebook. The watchdog sends the main thread a SIGINT, as
+Jupyter's "interrupt kernel" does (it wakes a ``time.sleep`` or a wait on a replica thread too); the check turns it
+into a sentence. It is armed only where that can be caught: the main thread, with Python's own SIGINT handler
+(in Jupyter while a cell runs, and in plain Python).
 """
 
 from __future__ import annotations

@@ -24,9 +24,8 @@ def replicate_by_clone(network, devices, detach=False):
             for key, param in original._parameters.items():
                 if param is None:
                     continue
-                # FIX (Task 1): the broken line without detach() and nn.Parameter. Autograd records
-                # clone() and .to, so the copy's grad_fn leads back to `param`; clone() gives every slot
-                # memory of its own. Onto another device that is two copies: Task 6 makes it one
+                # FIX (Task 1): the broken line without detach() and nn.Parameter. Autograd records clone() and .to,
+                # so the grad_fn leads back to `param`; clone() gives every slot memory of its own (Task 6: one copy)
                 copy = param.clone().to(device)
                 twin._parameters.pop(key)  # a copy with history is no leaf, so no Parameter:
                 setattr(twin, key, copy)  # set it as a plain attribute, as replicate.py does

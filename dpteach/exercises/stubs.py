@@ -1,7 +1,6 @@
 """The exercises as a learner first sees them: each raises NotImplementedError naming its task.
 
-``dpteach.exercises.stub_source(key)`` gives each as a notebook cell, with its imports and a last
-line that tries it; the worked answers are in ``solutions.py``.
+``stub_source(key)`` gives each as a cell, with its imports and a line that tries it; answers: ``solutions.py``.
 """
 
 from __future__ import annotations
@@ -103,11 +102,9 @@ class MyReduceAddCoalesced(Function):
 def scatter(inputs, devices, dim=0):
     """Split nested ``inputs`` over the slots: a list with one structure per piece.
 
-    Tensors are split with ``Scatter.apply(devices, None, dim, tensor)``, differentiable. Its arguments:
-    the slots; the chunk sizes, where None means equal chunks as ``tensor.chunk(len(devices), dim)``
-    cuts them (which may give fewer pieces than slots); the dimension; the tensor. Tuples, lists,
-    dicts, namedtuples and dataclasses keep their type and every field; any other object is shared:
-    the same object for every slot, as is an empty container (it holds no tensor to split).
+    A tensor: ``Scatter.apply(devices, None, dim, tensor)`` (None: equal chunks, as ``tensor.chunk`` cuts
+    them, so maybe fewer pieces than slots). A container keeps its type and every field; anything else,
+    an empty container too, is the same object on every slot.
     """
     raise NotImplementedError("Task 4 (scatter and gather nested inputs): write scatter")
 
@@ -115,8 +112,7 @@ def scatter(inputs, devices, dim=0):
 def gather(outputs, target_device, dim=0):
     """Join a list of per-slot outputs into one on ``target_device``, keeping their nested type.
 
-    Tensors are joined with ``Gather.apply(target_device, dim, *tensors)``; None stays None; any
-    other object comes back as a list with one value per slot.
+    A tensor: ``Gather.apply(target_device, dim, *tensors)``; None stays None; anything else, one per slot.
     """
     raise NotImplementedError("Task 4 (scatter and gather nested inputs): write gather")
 
@@ -139,6 +135,4 @@ def copy_once(tensor, device):
     """A replica's copy of `tensor` on `device` (a `torch.device` or a string), made with ONE copy (PR #20995)."""
     # BEFORE (#20995), the line dpteach/replicate/clone.py runs (clone_tensor): a clone, then a second copy
     # return tensor.detach().clone().to(device)
-    raise NotImplementedError(
-        "Task 6 (one copy, not two): return a copy of `tensor` on `device` made with one copy"
-    )
+    raise NotImplementedError("Task 6 (one copy, not two): return `tensor` copied onto `device` once")

@@ -86,10 +86,8 @@ def check_clone_bug(strategy=None, *, devices=None) -> Result:
 def try_answer(replicate_by_clone) -> str:
     """One DataParallel step with the learner's strategy (``try_it("clone_bug", fn)``), then what it left."""
     model, x = story.make_model(), story.make_data(n=16)[0]
-    said, ran = (
-        try_step(replicate_by_clone, model, x, why=True),
-        f"one DataParallel step on {len(SLOTS)} CPU slots ran",
-    )
+    said = try_step(replicate_by_clone, model, x, why=True)
+    ran = f"one DataParallel step on {len(SLOTS)} CPU slots ran"
     replica = replicate(model, SLOTS, strategy=replicate_by_clone)[1]  # the step ran: every copy is there
     if missing := [n for n, p in model.named_parameters() if p.grad is None]:  # the bug itself, not a success
         why = next(

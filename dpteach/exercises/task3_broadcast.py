@@ -102,12 +102,25 @@ def _broadcast_two(broadcast):
     return a, b, out, None
 
 
+def _reduce_six(reduce_add):
+    """ReduceAddCoalesced.apply of 2 tensors from each of 3 CPU slots: the six, its outputs as a tuple, and what is
+    wrong with their number (said first: Broadcast.backward, returning 1 + that many values, would be blamed)."""
+    grads = [torch.full((2, 2), float(10 * j + k), requires_grad=True) for j in range(3) for k in range(2)]
+    sums = reduce_add.apply(torch.device("cpu"), 2, *grads)
+    sums = (sums,) if isinstance(sums, torch.Tensor) else tuple(sums)
+    said = f"{reduce_add.__name__}.forward returned {len(sums)} tensor(s) for num_inputs=2 (2 from each of 3 slots)"
+    said += ": return 2 sums, input 0's over the slots, then input 1's"
+    return grads, sums, None if len(sums) == 2 else said
+
+
 def _probe_broadcast(findings: Findings, broadcast, reduce_add) -> None:
     """Broadcast alone: two inputs on three slots, then a backward with create_graph=True."""
     findings.context = "Trying Broadcast on two inputs and three slots (its backward runs ReduceAddCoalesced)"
     a, b, out, wrong = _broadcast_two(broadcast)
     if wrong:
         findings.stop("layout", wrong)
+    if said := _reduce_six(reduce_add)[2]:  # its forward first, before the backward runs it
+        findings.stop("sum", said)
     weights = [torch.full_like(t, float(i + 1), requires_grad=True) for i, t in enumerate(out)]
     ga, gb = torch.autograd.grad([(t * w).sum() for t, w in zip(out, weights)], [a, b], create_graph=True)
     summed = torch.allclose(ga.detach(), torch.full_like(a, 1 + 3 + 5))  # a's copies got gradients 1, 3 and 5
@@ -142,9 +155,7 @@ def _not_from_partner(findings: Findings, side: str, result: torch.Tensor, partn
 def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
     """ReduceAddCoalesced alone: two tensors from each of three slots, then a backward with create_graph=True."""
     findings.context = "Trying ReduceAddCoalesced on 2 tensors from each of 3 slots (backward runs Broadcast)"
-    grads = [torch.full((2, 2), float(10 * j + k), requires_grad=True) for j in range(3) for k in range(2)]
-    sums = reduce_add.apply(torch.device("cpu"), 2, *grads)
-    sums = (sums,) if isinstance(sums, torch.Tensor) else tuple(sums)
+    grads, sums, _ = _reduce_six(reduce_add)
     want = [torch.full((2, 2), 0.0 + 10 + 20), torch.full((2, 2), 3.0 + 10 + 20)]
     right = all(isinstance(s, torch.Tensor) and torch.allclose(s.detach(), w) for s, w in zip(sums, want))
     if len(sums) != 2 or not right:
@@ -162,7 +173,7 @@ def _probe_reduce(findings: Findings, broadcast, reduce_add) -> None:
         findings.problem(
             "not_differentiable",
             f"ReduceAddCoalesced.backward is not differentiable: slot {slot}'s gradient has no history. A penalty's "
-            "second backward needs none, but torch's pair records it so that a third backward passes: do the same",
+            "gradient needs none, but differentiating that again silently misses this path: record it as torch does",
         )
     elif stray := [g for g in back[2:] if not _from_partner(g, broadcast)]:  # slots 1, 2: a raw comm call's
         _not_from_partner(findings, "ReduceAddCoalesced", stray[0], broadcast, reduce_add)
@@ -190,16 +201,15 @@ def check_broadcast_pair(broadcast=None, reduce_add_coalesced=None, *, devices=N
 
 
 def try_answer(broadcast, reduce_add_coalesced=None) -> str:
-    """One DataParallel step of ``"broadcast"`` with the learner's pair (``try_it("broadcast_pair", B, R)``).
-
-    Outputs out of order would fail deep in a replica ("The expanded size of the tensor ..."): the
-    check's probe of their order says what is wrong first, as :class:`NotYet`."""
+    """One DataParallel step of ``"broadcast"`` with the learner's pair (``try_it("broadcast_pair", B, R)``), after the
+    check's first probes: outputs out of order, or too few sums, said as :class:`NotYet` before a replica fails."""
     try:
         wrong = _broadcast_two(broadcast)[3]
+        wrong = f"{wrong}. {HINTS['layout'][0]}" if wrong else _reduce_six(reduce_add_coalesced)[2]
     except NotImplementedError:
         raise  # an untouched stub: try_it says which task
     except Exception:  # the step below raises it again, from the learner's own code
         wrong = None
     if wrong:
-        raise NotYet(f"{wrong}. {HINTS['layout'][0]}")
+        raise NotYet(wrong)
     return try_step(broadcast_with(broadcast))

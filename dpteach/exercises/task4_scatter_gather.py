@@ -80,6 +80,8 @@ HINTS = {  # a tuple is a hint in steps: the idea on the first failure, closer o
     "on `.detach()`ed tensors or under `torch.no_grad()`.",
     "count": "return one entry per piece: `tensor.chunk(n)` can give fewer than n pieces (2 rows over 4 slots "
     "give 2), and `zip` stops at the shortest.",
+    "pieces": "return one structure per slot: every item of a container must give one value per slot (a "
+    "non-tensor, or an empty container, the same object each time), or the `zip` over the items stops short.",
     "values": "give each piece the rows `tensor.chunk(n, dim)` gives it, in order: `Scatter.apply(devices, None, "
     "dim, tensor)` cuts them so; `Gather.apply(target_device, dim, *tensors)` joins them back in slot order.",
     "device": "put each piece on its own slot's device and the joined result on `target_device`: `Scatter` and "
@@ -200,7 +202,9 @@ def _check_scatter(findings: Findings, scatter) -> None:
         want = real_scatter(inputs, slots, dim)
         got = scatter(inputs, slots, dim)  # a list (or tuple) with one entry per piece, each like dpteach's
         if found := first_difference(list(got) if isinstance(got, tuple) else got, list(want), "pieces"):
-            findings.problem(found[0], f"scatter({what}, {n} slots): {found[1]}")
+            # the hint on `chunk` only where a tensor gave fewer pieces than slots, and yours more than it
+            kind = "pieces" if found[0] == "count" and len(want) >= min(n, len(got)) else found[0]
+            findings.problem(kind, f"scatter({what}, {n} slots): {found[1]}")
 
 
 def _check_gather(findings: Findings, gather) -> None:
@@ -221,10 +225,8 @@ def _check_data_parallel(findings: Findings, scatter, gather, devices) -> None:
         x, mask, s = torch.randn(8, 4), (torch.rand(8, 1) > 0.3).float(), torch.rand(8, 1)
         twin = copy.deepcopy(model)
         outs = []
-        for net, module in (
-            (_Plugged(model, slots, scatter, gather), model),
-            (DataParallel(twin, slots), twin),
-        ):
+        runs = ((_Plugged(model, slots, scatter, gather), model), (DataParallel(twin, slots), twin))
+        for net, module in runs:
             xi = x.to(slots[0]).requires_grad_()
             out = net(Batch(xi, mask.to(slots[0]), ["a", "b"]), scale={"s": s.to(slots[0])})
             if isinstance(out, Out) and out.y is not None:

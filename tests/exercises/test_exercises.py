@@ -168,7 +168,7 @@ def test_try_it_says_what_to_change_for_a_copy_without_history(make_copy, capsys
     assert out.startswith("Not yet: the loss does not require grad, so `backward()` cannot run")
     assert "replica 1's `0.weight` has no `grad_fn`" in out  # what is wrong, named
     assert "one operation on `param` itself that autograd records" in out  # and what to change
-    assert "Change that line, then run this cell again." in out
+    assert "Change your code, then run this cell again." in out
 
 
 def test_clone_the_broken_line_itself():
@@ -183,7 +183,7 @@ def test_try_it_calls_a_fresh_leaf_copy_the_bug_not_a_success(capsys):
     out = capsys.readouterr().out
     assert out.startswith("Not yet:") and "Now run the check" not in out and "without an error" not in out
     assert "the original's `.grad` is still None for `0.weight`" in out  # the symptom, as the problem
-    assert "fresh leaf" in out and "Change that line, then run this cell again." in out  # and its cause
+    assert "fresh leaf" in out and "Change your code, then run this cell again." in out  # and its cause
 
 
 def test_clone_the_libraries_broken_strategy():
@@ -415,7 +415,7 @@ def test_try_it_says_the_broadcast_outputs_are_out_of_order(capsys):
     out = capsys.readouterr().out
     assert out.startswith("Not yet: output 1 of Broadcast.apply(devices, a, b) should be slot 0's copy of b")
     assert "outputs go slot by slot: every input's copy on slot 0" in out  # what to change
-    assert "Change that line, then run this cell again." in out
+    assert "Change your code, then run this cell again." in out
 
 
 def test_try_it_runs_a_step_with_the_broadcast_outputs_in_order(capsys):
@@ -435,6 +435,25 @@ def test_reduce_backward_that_scales_the_gradient():
     result = exercises.check_broadcast_pair(*pair(reduce_backward=doubled))
     assert_fails_with(result, "sum_backward")  # the backward scales, the forward's sums are right
     assert "sum" not in result.kinds
+
+
+def one_sum_short(ctx, destination, num_inputs, *grads):
+    ctx.devices = [grads[i].device for i in range(0, len(grads), num_inputs)]
+    groups = [grads[i : i + num_inputs] for i in range(0, len(grads), num_inputs)]
+    return tuple(comm.reduce_add_coalesced(groups, destination))[:-1]  # the last input's sum forgotten
+
+
+def test_too_few_sums_are_blamed_on_reduce_forward_by_try_it_and_the_check_alike(capsys):
+    wrong = pair(reduce_forward=one_sum_short)  # Broadcast's methods are right: they must not be blamed
+    result = exercises.check_broadcast_pair(*wrong)
+    assert_fails_with(result, "sum")
+    assert (
+        result.kinds == ["sum"] and "grad_count" not in result.kinds
+    )  # not "Broadcast.backward returned ..."
+    exercises.try_it("broadcast_pair", *wrong)
+    out = capsys.readouterr().out
+    assert out.startswith("Not yet: ReduceAddCoalesced.forward returned 1 tensor(s) for num_inputs=2"), out
+    assert result.messages[0] in out  # the same sentence, the same counts, in both
 
 
 def test_the_pair_helper_builds_a_correct_pair():
@@ -533,6 +552,22 @@ def test_scatter_that_gives_empty_containers_no_pieces():
 
     result = exercises.check_scatter_gather(zip_all, S.gather)
     assert not result.passed  # (x, y, (), [], {}) came back as no pieces at all
+
+
+def test_the_hint_on_chunk_comes_only_where_a_tensor_gave_fewer_pieces():
+    def empty(inputs, devices, dim=0):
+        return []  # a scatter that returns an empty container: fewer pieces than chunk gives, no hint on chunk
+
+    def one_per_slot(inputs, devices, dim=0):  # pads to one piece per slot where chunk gave fewer
+        pieces = S.scatter(inputs, devices, dim)
+        return pieces + pieces[-1:] * (len(devices) - len(pieces))
+
+    assert "count" not in exercises.check_scatter_gather(empty, S.gather).kinds
+    assert_fails_with(exercises.check_scatter_gather(empty, S.gather), "pieces")
+    padded = exercises.check_scatter_gather(one_per_slot, S.gather)  # only "2 rows over 4 slots" differs
+    assert_fails_with(padded, "count")
+    assert "chunk" in " ".join(padded.hints) and "pieces" not in padded.kinds
+    assert "chunk" not in " ".join(exercises.check_scatter_gather(empty, S.gather).hints)
 
 
 def test_gather_that_keeps_dicts_per_slot():
@@ -798,6 +833,33 @@ def test_a_repeated_problem_says_what_its_repeats_are():
     assert len(result.messages) == 3 < len(result.kinds) == 4  # the first three, said ...
     assert "4 problems found" in result.headline and "first 3" in result.headline  # ... and the count plain
     assert len(result.hints) >= 3  # one hint for each problem shown
+
+
+def test_every_hint_says_its_step_and_a_long_run_of_repeats_is_not_counted_out():
+    from dpteach.exercises._feedback import Findings
+
+    findings = Findings(exercises.TASKS["batchnorm"], {})
+    for i in range(12):
+        findings.problem("device", f"widget {i} is on the wrong device", "widgets")
+    result = findings.result()
+    assert result.messages[0].endswith("(the same problem in many more widgets)")  # not "11 more"
+    assert result.hints == [
+        "(step 1 of 1) " + exercises._feedback.COMMON_HINTS["device"]
+    ]  # one step, labelled
+    shown = exercises.check_clone_bug("clone")  # the chapter's demo: every hint labelled
+    assert shown.hints and all(h.startswith("(step ") for h in shown.hints), shown.hints
+
+
+def test_passes_asks_a_check_aside():
+    exercises.check_batchnorm("rewire")  # one failed try: its hint at step 1, one try counted
+    before = {k: dict(v) for k, v in exercises._feedback._failures.items()}
+    assert not exercises.passes("batchnorm", "rewire") and exercises.passes(
+        "batchnorm", *SOLUTIONS["batchnorm"]
+    )
+    assert exercises._feedback._failures == before  # neither a failure nor a pass changed the counts
+    assert (
+        exercises.check_batchnorm("rewire").hints[0].startswith("(step 2 of 3)")
+    )  # the next real try climbs
 
 
 def test_a_hint_not_shown_does_not_climb():

@@ -61,7 +61,7 @@ def test_a_backward_with_too_few_values_is_told_how_many_to_return(capsys):
     exercises.try_it("rewire", OneValue)  # torch raises "returned an incorrect number of gradients": not here
     out = capsys.readouterr().out
     assert out.startswith("Not yet: OneValue.backward must return 3 values, one per argument of apply, not 1")
-    assert "Change that line, then run this cell again." in out
+    assert "Change your code, then run this cell again." in out
 
 
 def test_another_runtime_error_is_raised_as_it_was():
