@@ -505,7 +505,7 @@ def test_the_rule_names_ddps_buffer_broadcast_as_torch_decides_it():
     at = CELLS.index(tagged("model-your-size"))
     rule = " ".join(DETAILS.sub(" ", CELLS[at - 1].source).split())
     assert "DDP's buffer broadcast from rank 0 before each forward, `(N − 1)·B`" in rule
-    assert "`forward_sync_buffers=True` (before 2.13, `broadcast_buffers`), the default" in rule
+    assert "under `forward_sync_buffers=True`, the default" in rule
     assert "(N_gpt - 1) * B_gpt" in CELLS[at].source
     will = " ".join(inspect.getsource(DDP.will_sync_module_buffers).split())
     assert "self.require_forward_param_sync and self.forward_sync_buffers" in will
@@ -520,6 +520,14 @@ def test_the_rule_names_ddps_buffer_broadcast_as_torch_decides_it():
     fold = " ".join(DETAILS.findall(CELLS[at - 1].source)[0].split())  # under the rule's bullets
     init = " ".join(inspect.getsource(DDP.__init__).split())
     assert "if init_sync:" in init and "init_sync_buffers = True" in init  # the new flag spares the init sync
+    # the deprecated broadcast_buffers still works, and its False also drops the buffers from the init sync
+    assert "init_sync_buffers = effective_broadcast" in init and "broadcast_buffers=init_sync_buffers" in init
+    assert "deprecated:: 2.13" in DDP.__doc__
+    assert "deprecated in 2.13 but still accepted" in fold
+    assert (
+        "`broadcast_buffers=False` also leaves the buffers out of the sync at construction;"
+        " `forward_sync_buffers=False` does not" in fold
+    )
     for said in (
         "`forward_sync_buffers` is on",
         "it leaves the sync at construction alone",
@@ -579,12 +587,12 @@ def test_the_overlap_quote_is_on_the_main_path_and_is_torchs():
     at = CELLS.index(tagged("model-your-size"))
     main = " ".join(DETAILS.sub(" ", CELLS[at + 1].source).split())
     quote = re.search(
-        r'Its gradient sum waits for every gradient: .*? DDP buckets its gradients "([^"]+)"', main
+        r'gradient sum waits for every gradient: .*? DDP buckets its gradients "([^"]+)"', main
     )[1]
     docstring = " ".join(distributed.DistributedDataParallel.__doc__.split())
     assert quote in docstring and "overlap with backward computation" in quote
-    (fold,) = DETAILS.findall(CELLS[at + 1].source)
-    assert "overlap" not in fold and "count_gpt2" in fold  # the fold is about the workload only
+    (fold,) = [d for d in DETAILS.findall(CELLS[at + 1].source) if "count_gpt2" in d]
+    assert "overlap" not in fold  # the fold is about the workload only
 
 
 def test_the_meta_pair_shows_the_table_and_the_summary_on_any_machine():
@@ -691,24 +699,37 @@ def test_the_scaling_lesson_is_on_the_main_path_with_the_counted_numbers():
     at = CELLS.index(tagged("model-your-size"))
     source = DETAILS.sub(" ", CELLS[at + 1].source)
     text = " ".join(source.split())
-    assert text.startswith("In all the two move the same bytes, `(N − 1)·(2P + B)`.")
-    assert f"Counted copy by copy, on {n} GPUs GPU 0 sends {gpu0 / 1e6:,.1f} MB, `{n - 1}·P`" in text
-    assert f"each DDP rank sends {rank / 1e6:,.1f} MB, `{2 * (n - 1) / n:g}·P`, and receives as much" in text
-    # what NCCL does on real GPUs, with the two kernels it cites; torch's sums do go through NCCL
-    assert "NCCL pipelines a broadcast and a reduce round a ring in chunks" in text
-    for kernel in ("broadcast.h", "reduce.h"):
-        assert f"https://github.com/NVIDIA/nccl/blob/master/src/device/{kernel}" in text
-    assert "GPU 0 sends about `P` bytes per step, and receives as much, however many GPUs" in text
+    # the same bytes only with the gather left out, as the rule leaves it out
+    assert text.startswith("Gather aside, the two move the same bytes in all, `(N − 1)·(2P + B)`.")
+    assert f"Each DDP rank sends {rank / 1e6:,.1f} MB, `{2 * (n - 1) / n:g}·P`, and receives as much" in text
+    # the two accounts of GPU 0's traffic, which path of torch each is, and which panel draws it
+    assert f"| copy by copy | {gpu0 / 1e6:,.1f} MB, `{n - 1}·P` | without NCCL | left: bytes |" in text
+    assert "| NCCL's ring | about `P` at any `N` | with NCCL | right: time, modelled |" in text
     assert "nccl.reduce(inputs" in inspect.getsource(importlib.import_module("torch.nn.parallel.comm"))
+    (ring,) = [" ".join(d.split()) for d in DETAILS.findall(CELLS[at + 1].source) if "NCCL's ring" in d]
+    assert "https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md" in ring
+    assert "sends or receives all `S` bytes once, at any `n`, so it takes at best `S/B`" in ring
+    assert "`_broadcast_out_impl` in `torch/csrc/cuda/comm.cpp`" in ring and "`nccl.reduce`" in ring
     assert "accounting view" not in text and not re.search(r"\bstar\b", text)
-    assert "Three things set them apart:" in text
+    assert "Three things set the wrappers apart:" in text
     bullets = [" ".join(b.split()) for b in re.findall(r"^\* (.*?)(?=^\* |^\s*$|\Z)", source, re.S | re.M)]
     assert len(bullets) == 3, bullets
     assert bullets[0] == (
         "DataParallel copies the model every step, and no replica's forward can start before its copy has arrived."
     )
     assert bullets[1].startswith(
-        "Its gradient sum waits for every gradient: one `Broadcast` node takes them all."
+        "Python `nn.DataParallel`'s gradient sum waits for every gradient: one `Broadcast` node takes them all"
+    )
+    # C++ DataParallel after #20910: one ReduceAdd per parameter, each its own node
+    assert (
+        "C++'s fixed DataParallel gives each parameter a `ReduceAdd`, run once its gradients exist"
+        in bullets[1]
+    )
+    header = Path(torch.__file__).parent / "include/torch/csrc/api/include/torch/nn/parallel/data_parallel.h"
+    cpp = " ".join(header.read_text().split())
+    assert (
+        "for (auto& parameter : module->named_parameters(/*recurse=*/false)) { auto grad_fn = "
+        "c10::make_intrusive<ReduceAdd>((*parameter).device());" in cpp
     )
     assert bullets[2].startswith("It gathers every output onto GPU 0") and "scattered batch" in bullets[2]
     # torch's replicate broadcasts all the parameters in one Broadcast call: one node, whose backward
@@ -720,7 +741,7 @@ def test_the_scaling_lesson_is_on_the_main_path_with_the_counted_numbers():
     assert "DataParallel moves as many model and gradient bytes as DDP" in summary
     for said in (
         "a model copy every step",
-        "a gradient sum that cannot overlap backward",
+        "a gradient sum that cannot overlap backward (Python `nn.DataParallel`)",
         "every output gathered onto GPU 0",
     ):
         assert said in summary, said
@@ -917,3 +938,87 @@ def test_the_meta_pair_text_says_which_strategy_goes_through_torchs_comm():
     assert 'strategy = "clone"' in four  # the count the meta pair did not print
     fold = " ".join(DETAILS.findall(CELLS[CELLS.index(tagged("meta-counts")) + 1].source)[0].split())
     assert "follow the C++ rule (`_cpp_buckets`)" in fold and "the Python one (`_buckets`)" in fold
+
+
+def test_the_meta_pair_names_each_bucket_with_its_bytes():
+    """The three buckets "broadcast" sends are named on the main path with their sizes, derived here from
+    the model: its parameters, its float32 running statistics, and its int64 counter."""
+    scope, _ = run("step-bytes")
+    model = scope["model"]
+    params = sum(p.nbytes for p in model.parameters())
+    stats = sum(b.nbytes for b in model.buffers() if b.dtype == torch.float32)
+    counter = sum(b.nbytes for b in model.buffers() if b.dtype == torch.int64)
+    after = " ".join(DETAILS.sub(" ", CELLS[CELLS.index(tagged("meta-counts")) + 1].source).split())
+    assert f"the parameters ({params:,} bytes)" in after
+    assert f"the float32 running statistics ({stats:,})" in after
+    assert f"`num_batches_tracked` ({counter:,})" in after
+    # torch's own reason for packing, quoted in the fold, word for word
+    from torch.nn.parallel import comm as torch_comm
+
+    said = "Small tensors are first coalesced into a buffer to reduce the number of synchronizations."
+    assert said in " ".join(torch_comm.broadcast_coalesced.__doc__.split())
+    assert said in " ".join(DETAILS.findall(CELLS[CELLS.index(tagged("meta-counts")) + 1].source)[0].split())
+
+
+def test_the_table_splits_what_crosses_a_link_from_what_stays():
+    """clone and rewire: N - 1 copies across and N local clones make 2N - 1; broadcast's copies all cross
+    (its packs are local and left out of the count), as the meta pair counts."""
+    scope, printed = run("step-bytes", "meta-counts")
+    table = " ".join(DETAILS.sub(" ", CELLS[CELLS.index(tagged("meta-counts")) - 1].source).split())
+    assert "`(2N − 1)·(P + B)`: `N − 1` across, `N` clones" in table
+    assert "`(N − 1)·(P + B)`, all across, packs aside" in table
+    tensors = 11
+    rows = {line.split()[0]: " ".join(line.split()) for line in printed.splitlines() if " counted " in line}
+    assert f"{tensors} copies cross devices, {2 * tensors} stay" in rows["clone"]  # N = 2: 2 clones a tensor
+
+
+def test_backward_sums_are_said_to_be_counted_only_on_a_gpu():
+    """On CPU (and on "meta") the gradient sum is a formula: a step over a CPU and a "meta" slot cannot
+    run (no data leaves "meta"), so the text says dpteach counts it only on a GPU."""
+    model = nn.Sequential(nn.Linear(4, 4))
+    with pytest.raises(NotImplementedError):
+        costs.step_traffic(model, torch.randn(4, 4), ["cpu", "meta"], "broadcast")
+    text = " ".join(DETAILS.sub(" ", CELLS[CELLS.index(tagged("step-bytes")) + 1].source).split())
+    assert "dpteach counts that only on a GPU" in text
+
+
+def test_the_gather_fix_returns_only_the_loss():
+    """Returning only each replica's loss shrinks the gather to N scalars: gather makes them a vector."""
+    import warnings
+
+    import dpteach
+
+    why = " ".join(tagged("gather-why").source.split())
+    assert "each replica computes its loss in `forward` and returns only that" in why
+    assert "the gather moves `N` scalars" in why
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        out = dpteach.gather([torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0)], "cpu")
+    assert out.shape == (3,)
+    summary = " ".join(next(c.source for c in CELLS if c.source.startswith("## Summary")).split())
+    assert "unless replicas return only their loss" in summary
+    assert 'plus a local `"pack"` of each bucket of more than one tensor' in summary
+
+
+def test_the_answer_gives_the_moves_share_of_the_modelled_step():
+    """The figure's compute annotation, said in words: the moves' share of the step, modelled on the
+    profile the figure names, for GPT-2 small at both N, derived here from the cost model."""
+    work = costmodel.large_workload("gpt2-small").scaled(16)
+    shares = []
+    for n in (4, 8):
+        pred = costmodel.predict(work, "A100-SXM", n)
+        compute = (pred.seconds("forward") + pred.seconds("backward")) / n
+        threads = sum(p.seconds for p in pred.parts if p.name.startswith("start thread"))
+        shares.append(round(100 * (pred.total_s - compute - threads) / pred.total_s))
+    answer = " ".join(tagged("between-gpus-answer").source.split())
+    assert "modelled on the A100-SXM profile" in answer
+    assert f"about {shares[0]}% of the modelled step on 4 GPUs and {shares[1]}% on 8" in answer
+
+
+def test_the_v100_link_count_names_its_topology():
+    """150 GB/s between two V100s needs all six links between them (NVSwitch); a DGX-1 pair has one or
+    two: the fold gives the two-link share too, derived from the cost model."""
+    two = costmodel.clone_over_to(costmodel._gpu("V100-SXM2").with_links(2))
+    fold = " ".join(CELLS[CELLS.index(tagged("clone-then-to-counts")) + 1].source.split())
+    assert f"Two V100s joined by two links (50 GB/s, `GPU.with_links(2)`) give {two:.3f}" in fold
+    assert "only through NVSwitch, as in a DGX-2" in fold and "DGX-1's hybrid cube mesh" in fold
